@@ -1,0 +1,45 @@
+"""The controller interface the step protocol calls."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+from tailsieve.core.outcome import StepOutcome
+from tailsieve.core.plan import StepPlan
+
+
+@dataclass(frozen=True, slots=True)
+class ControlTargets:
+    """What the controller wants for the next step."""
+
+    q: int  # tail groups (capped by the carried candidates when planned)
+    m: int  # tail replicas (0 = uniform routing)
+    num_extra: int  # c: extra fresh bulk groups to launch, producing next step's candidates
+
+
+class Controller(ABC):
+    """Decides (q, m, c) between steps. Pure: no I/O, no clock.
+
+    ``targets`` is called by ``RolloutProtocol.plan_step`` before each step;
+    ``observe`` is called by ``RolloutProtocol.update_from_outcome`` after each step.
+    """
+
+    name: str = "controller"
+
+    @abstractmethod
+    def targets(self) -> ControlTargets:
+        """Targets for the next step."""
+
+    @abstractmethod
+    def observe(self, plan: StepPlan, outcome: StepOutcome) -> None:
+        """Consume a finished step and update the targets."""
+
+    @abstractmethod
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-serialisable state; ``load_state_dict`` restores it exactly."""
+
+    @abstractmethod
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore state written by ``state_dict``."""

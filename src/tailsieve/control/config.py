@@ -1,0 +1,81 @@
+"""Controller settings, validated on construction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tailsieve.errors import ConfigError
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerConfig:
+    """Settings of the hierarchical (q, m) controller (DESIGN.md section 5)."""
+
+    num_groups: int  # N: groups per delivered batch
+    num_replicas: int  # R
+    group_size: int = 8  # n responses per group
+    q0: int = 1  # initial tail groups
+    m0: int | None = None  # initial tail replicas; None = 1
+    q_min: int = 1  # smallest q once a tail pool exists
+    q_max: int | None = None  # largest q; None = N // 2
+    momentum: float = 0.5  # damping of the inner-loop momentum (0 = no memory)
+    max_q_step: int | None = None  # largest change of q per decision; None = max(1, N // 8)
+    q_gain_threshold: float = 0.01  # apply a q change only above this predicted relative gain
+    hold_after_increase: int = 1  # steps without a q decision after an increase
+    hold_after_decrease: int = 2  # ... after a decrease
+    inner_enabled: bool = True  # inner loop (q) on
+    outer_enabled: bool = True  # outer loop (m) on; False holds m at m0
+    m_radius: int = 2  # outer loop looks at splits within this radius
+    m_gain_threshold: float = 0.03  # move a replica only above this predicted relative gain
+    m_hold_steps: int = 2  # steps without an m decision after a move
+    allow_uniform: bool = True  # the outer loop may return to m = 0 (uniform routing)
+    history_steps: int = 2  # response-work history used by the outer loop's model
+    correction_smoothing: float = 0.5  # EMA weight of new observed/predicted ratios
+    settle_tolerance: float = 0.2  # inner loop settled when |q* - q| <= max(1, tol * q)
+
+    def __post_init__(self) -> None:
+        n, r = self.num_groups, self.num_replicas
+        if n < 1:
+            raise ConfigError(f"num_groups must be >= 1, got {n}")
+        if r < 1:
+            raise ConfigError(f"num_replicas must be >= 1, got {r}")
+        if self.group_size < 1:
+            raise ConfigError(f"group_size must be >= 1, got {self.group_size}")
+        if not (0 <= self.q_min <= self.q_cap):
+            raise ConfigError(
+                f"need 0 <= q_min <= q_max, got q_min={self.q_min}, q_max={self.q_cap}"
+            )
+        if not (0 <= self.q0 <= max(n - 1, 0)):
+            raise ConfigError(f"q0 must be in [0, N-1] = [0, {n - 1}], got {self.q0}")
+        if not (0 <= self.m_start <= max(r - 1, 0)):
+            raise ConfigError(f"m0 must be in [0, R-1] = [0, {r - 1}], got {self.m_start}")
+        if not (0.0 <= self.momentum < 1.0):
+            raise ConfigError(f"momentum must be in [0, 1), got {self.momentum}")
+        if self.q_step_cap < 1:
+            raise ConfigError(f"max_q_step must be >= 1, got {self.max_q_step}")
+        for name in ("q_gain_threshold", "m_gain_threshold", "settle_tolerance"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0")
+        for name in ("hold_after_increase", "hold_after_decrease", "m_hold_steps"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0")
+        if self.m_radius < 1:
+            raise ConfigError(f"m_radius must be >= 1, got {self.m_radius}")
+        if self.history_steps < 1:
+            raise ConfigError(f"history_steps must be >= 1, got {self.history_steps}")
+        if not (0.0 < self.correction_smoothing <= 1.0):
+            raise ConfigError("correction_smoothing must be in (0, 1]")
+
+    @property
+    def q_cap(self) -> int:
+        return self.q_max if self.q_max is not None else max(1, self.num_groups // 2)
+
+    @property
+    def q_step_cap(self) -> int:
+        return self.max_q_step if self.max_q_step is not None else max(1, self.num_groups // 8)
+
+    @property
+    def m_start(self) -> int:
+        if self.m0 is not None:
+            return self.m0
+        return 1 if self.num_replicas >= 2 else 0

@@ -1,0 +1,41 @@
+"""Controllers by name."""
+
+from __future__ import annotations
+
+import dataclasses
+from enum import Enum
+
+from tailsieve.control.base import Controller
+from tailsieve.control.config import ControllerConfig
+from tailsieve.control.hierarchical import HierarchicalController
+from tailsieve.control.uniform import UniformController
+from tailsieve.errors import ConfigError
+from tailsieve.model.throughput import ThroughputModel
+
+
+class ControllerName(str, Enum):
+    UNIFORM = "uniform"
+    TAILSIEVE_FIXED = "tailsieve-fixed"
+    TAILSIEVE = "tailsieve"
+
+
+def make_controller(
+    name: str,
+    config: ControllerConfig,
+    tail_model: ThroughputModel,
+    bulk_model: ThroughputModel | None = None,
+) -> Controller:
+    """``uniform``; ``tailsieve-fixed`` (inner loop only, split held at ``m0``, default R/2);
+    ``tailsieve`` (inner and outer loop)."""
+    try:
+        key = ControllerName(name)
+    except ValueError:
+        names = ", ".join(c.value for c in ControllerName)
+        raise ConfigError(f"unknown step policy {name!r}; choose one of {names}") from None
+    if key is ControllerName.UNIFORM:
+        return UniformController()
+    if key is ControllerName.TAILSIEVE_FIXED:
+        m0 = config.m0 if config.m0 is not None else max(1, config.num_replicas // 2)
+        cfg = dataclasses.replace(config, outer_enabled=False, m0=m0)
+        return HierarchicalController(cfg, tail_model, bulk_model, name=key.value)
+    return HierarchicalController(config, tail_model, bulk_model, name=key.value)

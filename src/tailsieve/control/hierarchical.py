@@ -1,0 +1,113 @@
+"""The hierarchical controller: inner loop on q, outer loop on m (DESIGN.md section 5)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tailsieve.control.base import Controller, ControlTargets
+from tailsieve.control.config import ControllerConfig
+from tailsieve.control.inner_loop import InnerLoop
+from tailsieve.control.outer_loop import OuterLoop
+from tailsieve.control.predictor import PoolTimePredictor
+from tailsieve.core.outcome import StepOutcome
+from tailsieve.core.plan import StepPlan
+from tailsieve.model.throughput import ThroughputModel
+
+
+@dataclass(slots=True)
+class ControllerState:
+    """Everything the controller remembers between steps (saved with the checkpoint)."""
+
+    q: int  # target tail groups
+    m: int  # target tail replicas
+    hold_q: int = 0  # observations left before the next q decision
+    hold_m: int = 0  # observations left before the next m decision
+    k_tail: float = 1.0  # observed/predicted tail time (EMA)
+    k_bulk: float = 1.0  # observed/predicted bulk time (EMA)
+    num_observed: int = 0  # steps observed
+    history: list[list[list[int]]] = field(default_factory=list)  # recent delivered lengths
+    last_event: str = ""  # human-readable note on the last decision
+
+
+class HierarchicalController(Controller):
+    """TailSieve's controller. With ``outer_enabled=False`` it is the fixed-allocation variant."""
+
+    def __init__(
+        self,
+        config: ControllerConfig,
+        tail_model: ThroughputModel,
+        bulk_model: ThroughputModel | None = None,
+        name: str = "tailsieve",
+    ) -> None:
+        self.name = name
+        self.config = config
+        m0 = config.m_start
+        self.state = ControllerState(q=config.q0 if m0 > 0 else 0, m=m0)
+        self.inner = InnerLoop(config)
+        self.predictor = PoolTimePredictor(
+            config.num_groups, config.num_replicas, tail_model, bulk_model or tail_model
+        )
+        self.outer = OuterLoop(config, self.predictor)
+
+    def targets(self) -> ControlTargets:
+        st = self.state
+        if st.m <= 0:
+            return ControlTargets(q=0, m=0, num_extra=0)
+        q = min(max(1, st.q, st.m), self.config.num_groups - 1)
+        return ControlTargets(q=q, m=st.m, num_extra=q)
+
+    def observe(self, plan: StepPlan, outcome: StepOutcome) -> None:
+        cfg, st = self.config, self.state
+        st.num_observed += 1
+        lengths = [list(g.response_tokens) for g in outcome.delivered]
+        st.history.append(lengths)
+        del st.history[: max(0, len(st.history) - cfg.history_steps)]
+        clean = not plan.carried_in_bulk_ids and not plan.is_flush
+        self._update_corrections(plan, outcome, lengths, clean)
+        st.last_event = ""
+        if st.hold_q > 0:
+            st.hold_q -= 1
+            st.last_event = "hold q"
+        elif cfg.inner_enabled and clean and plan.m > 0 and plan.q > 0 and plan.q == self.targets().q:
+            d = self.inner.decide(plan.q, outcome.tail_time_s, outcome.bulk_cut_s)
+            new_q = max(d.new_q, st.m)
+            if new_q != plan.q:
+                up = new_q > plan.q
+                st.hold_q = cfg.hold_after_increase if up else cfg.hold_after_decrease
+                st.last_event = f"q {plan.q}->{new_q} (q*={d.q_star:.1f})"
+                st.q = new_q
+        if st.hold_m > 0:
+            st.hold_m -= 1
+            return
+        if not cfg.outer_enabled or st.hold_q > 0 or not clean:
+            return
+        if st.m > 0 and not (self.inner.state.settled and plan.m == st.m):
+            return
+        od = self.outer.decide(st.history, st.m, st.q, st.k_tail, st.k_bulk)
+        if od.new_m != st.m:
+            st.last_event = f"m {st.m}->{od.new_m} (gain {od.predicted_gain:.1%})"
+            old_q = st.q
+            st.m, st.q = od.new_m, od.new_q if od.new_m > 0 else 0
+            st.hold_m = cfg.m_hold_steps
+            st.hold_q = cfg.hold_after_increase if st.q >= old_q else cfg.hold_after_decrease
+            self.inner.reset()
+
+    def _update_corrections(
+        self, plan: StepPlan, outcome: StepOutcome, lengths: list[list[int]], clean: bool
+    ) -> None:
+        if not clean or not lengths:
+            return
+        st, a = self.state, self.config.correction_smoothing
+        pred = self.predictor.predict([lengths], plan.q, plan.m)
+        if plan.m > 0 and plan.q > 0 and pred.tail_s > 0 and outcome.tail_time_s > 0:
+            st.k_tail = (1 - a) * st.k_tail + a * (outcome.tail_time_s / pred.tail_s)
+        if pred.bulk_s > 0 and outcome.bulk_cut_s > 0:
+            st.k_bulk = (1 - a) * st.k_bulk + a * (outcome.bulk_cut_s / pred.bulk_s)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "state": asdict(self.state), "inner": self.inner.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.state = ControllerState(**state["state"])
+        self.inner.load_state_dict(state["inner"])

@@ -1,0 +1,71 @@
+"""Outer loop: choose the replica split m by marginal-capacity balance (DESIGN.md section 5).
+
+Every split within ``m_radius`` of the current one is predicted at its own balanced q with the
+response-work history and the throughput model, each pool corrected by its observed/predicted
+ratio. The controller moves at most one replica per decision, toward the best split, and only
+when the predicted gain exceeds ``m_gain_threshold``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tailsieve.control.config import ControllerConfig
+from tailsieve.control.predictor import PoolPrediction, PoolTimePredictor
+
+
+@dataclass(frozen=True, slots=True)
+class OuterDecision:
+    """Outcome of one outer-loop evaluation."""
+
+    new_m: int  # split for the coming steps (== m when unchanged)
+    new_q: int  # balanced q at new_m
+    predicted: dict[int, float]  # corrected predicted makespan per evaluated split
+    predicted_gain: float  # relative gain of the best split over the current one
+
+
+class OuterLoop:
+    """Evaluates splits within the radius and moves one replica when worth it."""
+
+    def __init__(self, config: ControllerConfig, predictor: PoolTimePredictor) -> None:
+        self.config = config
+        self.predictor = predictor
+
+    def candidates(self, m: int) -> list[int]:
+        cfg = self.config
+        lo = 0 if cfg.allow_uniform else 1
+        lo = max(lo, m - cfg.m_radius)
+        hi = min(cfg.num_replicas - 1, m + cfg.m_radius)
+        return list(range(lo, hi + 1))
+
+    def evaluate(
+        self, history: Sequence[Sequence[Sequence[int]]], m: int, k_tail: float, k_bulk: float
+    ) -> dict[int, PoolPrediction]:
+        cfg = self.config
+        samples = self.predictor.samples(history)
+        out: dict[int, PoolPrediction] = {}
+        for mm in self.candidates(m):
+            out[mm] = self.predictor.balanced_q(
+                samples, mm, max(cfg.q_min, 1, mm), max(cfg.q_cap, mm), k_tail=k_tail, k_bulk=k_bulk
+            )
+        return out
+
+    def decide(
+        self,
+        history: Sequence[Sequence[Sequence[int]]],
+        m: int,
+        q: int,
+        k_tail: float,
+        k_bulk: float,
+    ) -> OuterDecision:
+        preds = self.evaluate(history, m, k_tail, k_bulk)
+        spans = {mm: p.makespan(k_tail, k_bulk) for mm, p in preds.items()}
+        current = spans.get(m, 0.0)
+        best = min(spans, key=lambda mm: (spans[mm], abs(mm - m)))
+        gain = (current - spans[best]) / current if current > 0 else 0.0
+        if best == m or gain <= self.config.m_gain_threshold:
+            return OuterDecision(m, q, spans, gain)
+        new_m = m + (1 if best > m else -1)
+        new_q = preds[new_m].q if new_m in preds else q
+        return OuterDecision(new_m, new_q if new_m > 0 else 0, spans, gain)

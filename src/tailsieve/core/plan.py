@@ -1,0 +1,67 @@
+"""A step plan: which group runs where, and when the bulk pool is cut off.
+
+Produced by ``RolloutProtocol.plan_step`` (pure); executed unchanged by the simulated and the
+live executor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tailsieve.core.pool import Pool
+
+
+@dataclass(frozen=True, slots=True)
+class GroupAssignment:
+    """One group (one prompt, ``group_size`` responses) placed on one replica."""
+
+    prompt_id: str  # the prompt this group regenerates from scratch
+    pool: Pool  # tail or bulk
+    replica: int  # global replica index in 0..num_replicas-1
+    pinned: bool  # carried candidate: must be delivered this step, never aborted
+    order: int  # dispatch position on its replica (FCFS order), 0-based
+
+
+@dataclass(frozen=True, slots=True)
+class StepPlan:
+    """Everything an executor needs to run one synchronous rollout step."""
+
+    step: int  # step index, 0 = warm-up
+    num_replicas: int  # R
+    group_size: int  # n responses per group
+    num_required: int  # N: groups in the delivered batch (fewer only in the final flush)
+    q: int  # tail groups this step (effective: at most the carried candidates)
+    m: int  # tail replicas this step (0 = uniform routing over all replicas)
+    num_extra: int  # c: fresh bulk groups launched beyond what the batch needs
+    tail_replicas: tuple[int, ...]  # replica indices of the tail pool
+    bulk_replicas: tuple[int, ...]  # replica indices of the bulk pool
+    assignments: tuple[GroupAssignment, ...]  # every group launched this step
+    num_fresh_to_deliver: int  # bulk cutoff: abort the rest after this many fresh completions
+    fresh_prompt_ids: tuple[str, ...]  # prompts newly drawn from the stream this step
+    is_warmup: bool  # step 0: no candidates yet, uniform over all replicas
+    is_flush: bool  # final step: drains the carried candidates, draws nothing
+
+    @property
+    def num_launched(self) -> int:
+        return len(self.assignments)
+
+    @property
+    def pinned_ids(self) -> tuple[str, ...]:
+        return tuple(a.prompt_id for a in self.assignments if a.pinned)
+
+    @property
+    def carried_in_bulk_ids(self) -> tuple[str, ...]:
+        """Surplus candidates pinned in the bulk pool (the step waits for them)."""
+        return tuple(a.prompt_id for a in self.assignments if a.pinned and a.pool is Pool.BULK)
+
+    @property
+    def tail_ids(self) -> tuple[str, ...]:
+        return tuple(a.prompt_id for a in self.assignments if a.pool is Pool.TAIL)
+
+    def replica_groups(self, replica: int) -> list[GroupAssignment]:
+        """Assignments on one replica in dispatch order."""
+        return sorted((a for a in self.assignments if a.replica == replica), key=lambda a: a.order)
+
+    def is_abortable(self, a: GroupAssignment) -> bool:
+        """Only fresh bulk groups can be aborted at the cutoff."""
+        return a.pool is Pool.BULK and not a.pinned
