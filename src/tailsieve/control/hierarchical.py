@@ -9,7 +9,7 @@ from tailsieve.control.base import Controller, ControlTargets
 from tailsieve.control.config import ControllerConfig
 from tailsieve.control.inner_loop import InnerLoop
 from tailsieve.control.outer_loop import OuterLoop
-from tailsieve.control.predictor import PoolTimePredictor
+from tailsieve.control.predictor import PoolTimePredictor, StepWork
 from tailsieve.core.outcome import StepOutcome
 from tailsieve.core.plan import StepPlan
 from tailsieve.model.throughput import ThroughputModel
@@ -26,7 +26,7 @@ class ControllerState:
     k_tail: float = 1.0  # observed/predicted tail time (EMA)
     k_bulk: float = 1.0  # observed/predicted bulk time (EMA)
     num_observed: int = 0  # steps observed
-    history: list[list[list[int]]] = field(default_factory=list)  # recent delivered lengths
+    history: list[StepWork] = field(default_factory=list)  # recent delivered response work
     last_event: str = ""  # human-readable note on the last decision
 
 
@@ -60,16 +60,23 @@ class HierarchicalController(Controller):
     def observe(self, plan: StepPlan, outcome: StepOutcome) -> None:
         cfg, st = self.config, self.state
         st.num_observed += 1
-        lengths = [list(g.response_tokens) for g in outcome.delivered]
-        st.history.append(lengths)
+        rank = {pid: i for i, pid in enumerate(plan.tail_ids)}
+        tail = sorted(
+            (g for g in outcome.delivered if g.prompt_id in rank), key=lambda g: rank[g.prompt_id]
+        )
+        bulk = [g for g in outcome.delivered if g.prompt_id not in rank]
+        work = StepWork([list(g.response_tokens) for g in (*tail, *bulk)], len(tail))
+        st.history.append(work)
         del st.history[: max(0, len(st.history) - cfg.history_steps)]
         clean = not plan.carried_in_bulk_ids and not plan.is_flush
-        self._update_corrections(plan, outcome, lengths, clean)
+        self._update_corrections(plan, outcome, work, clean)
         st.last_event = ""
         if st.hold_q > 0:
             st.hold_q -= 1
             st.last_event = "hold q"
-        elif cfg.inner_enabled and clean and plan.m > 0 and plan.q > 0 and plan.q == self.targets().q:
+        elif (
+            cfg.inner_enabled and clean and plan.m > 0 and plan.q > 0 and plan.q == self.targets().q
+        ):
             d = self.inner.decide(plan.q, outcome.tail_time_s, outcome.bulk_cut_s)
             new_q = max(d.new_q, st.m)
             if new_q != plan.q:
@@ -94,20 +101,24 @@ class HierarchicalController(Controller):
             self.inner.reset()
 
     def _update_corrections(
-        self, plan: StepPlan, outcome: StepOutcome, lengths: list[list[int]], clean: bool
+        self, plan: StepPlan, outcome: StepOutcome, work: StepWork, clean: bool
     ) -> None:
-        if not clean or not lengths:
+        if not clean or not work.groups:
             return
         st, a = self.state, self.config.correction_smoothing
-        pred = self.predictor.predict([lengths], plan.q, plan.m)
+        pred = self.predictor.predict([work], plan.q, plan.m)
         if plan.m > 0 and plan.q > 0 and pred.tail_s > 0 and outcome.tail_time_s > 0:
             st.k_tail = (1 - a) * st.k_tail + a * (outcome.tail_time_s / pred.tail_s)
         if pred.bulk_s > 0 and outcome.bulk_cut_s > 0:
             st.k_bulk = (1 - a) * st.k_bulk + a * (outcome.bulk_cut_s / pred.bulk_s)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "state": asdict(self.state), "inner": self.inner.state_dict()}
+        st = asdict(self.state)
+        st["history"] = [h.to_dict() for h in self.state.history]
+        return {"name": self.name, "state": st, "inner": self.inner.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.state = ControllerState(**state["state"])
+        st = dict(state["state"])
+        st["history"] = [StepWork.from_dict(h) for h in st["history"]]
+        self.state = ControllerState(**st)
         self.inner.load_state_dict(state["inner"])

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tailsieve.control.config import ControllerConfig
-from tailsieve.control.predictor import PoolPrediction, PoolTimePredictor
+from tailsieve.control.predictor import PoolPrediction, PoolTimePredictor, StepWork
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +40,7 @@ class OuterLoop:
         return list(range(lo, hi + 1))
 
     def evaluate(
-        self, history: Sequence[Sequence[Sequence[int]]], m: int, k_tail: float, k_bulk: float
+        self, history: Sequence[StepWork], m: int, k_tail: float, k_bulk: float
     ) -> dict[int, PoolPrediction]:
         cfg = self.config
         samples = self.predictor.samples(history)
@@ -53,7 +53,7 @@ class OuterLoop:
 
     def decide(
         self,
-        history: Sequence[Sequence[Sequence[int]]],
+        history: Sequence[StepWork],
         m: int,
         q: int,
         k_tail: float,

@@ -1,12 +1,15 @@
 """Predicted pool times ``T_tail(q, m)`` and ``T_bulk(N - q, R - m)`` from response-work
 history and the measured throughput model (DESIGN.md section 5, outer loop).
 
-For each remembered step (its delivered groups' response lengths) the tail pool is predicted
-to receive the ``q`` groups of largest work, dealt round-robin onto ``m`` replicas; the bulk
-pool the other ``N - q`` groups plus ``c = q`` extra groups standing in for the fresh surplus
-(population samples at evenly spaced work ranks), dealt round-robin onto ``R - m`` replicas and
-cut off when ``N - q`` groups have completed. Replica times use the all-admit model.
-Predictions are averaged over the remembered steps.
+Each remembered step holds its delivered groups' response lengths, the groups that ran in the
+tail pool first (in candidate rank order). For a hypothetical ``q`` the tail pool is predicted to
+receive the first ``q`` groups of that step's priority order (its actual tail groups, then its
+bulk groups by decreasing work), dealt round-robin onto ``m`` replicas. Because the actual tail
+groups come first, the prediction carries the real selector's misses: a long group the cutoff
+did not catch stays in the bulk pool. The bulk pool gets the other groups plus ``c = q`` extra
+groups standing in for the fresh surplus (population samples at evenly spaced work ranks),
+dealt round-robin onto ``R - m`` replicas and cut off when ``N - q`` groups have completed.
+Replica times use the all-admit model. Predictions are averaged over the remembered steps.
 """
 
 from __future__ import annotations
@@ -37,12 +40,29 @@ class PoolPrediction:
         return max(self.tail_s * k_tail, self.bulk_s * k_bulk)
 
 
+@dataclass(frozen=True, slots=True)
+class StepWork:
+    """Response-work record of one step, as the controller remembers it."""
+
+    groups: list[list[int]]  # delivered groups' response lengths, tail groups first
+    num_tail: int  # how many leading groups ran in the tail pool (in candidate rank order)
+
+    def to_dict(self) -> dict[str, object]:
+        return {"groups": self.groups, "num_tail": self.num_tail}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, object]) -> StepWork:
+        groups = d["groups"]
+        assert isinstance(groups, list)
+        return cls([[int(x) for x in g] for g in groups], int(d["num_tail"]))  # type: ignore[call-overload]
+
+
 class _StepSample:
     """One remembered step, flattened and pre-sorted for fast predictions."""
 
-    __slots__ = ("by_work", "flat", "group_of", "num_groups", "offsets", "sizes")
+    __slots__ = ("by_size", "by_work", "flat", "group_of", "num_groups", "offsets", "sizes")
 
-    def __init__(self, groups: Sequence[Sequence[int]]) -> None:
+    def __init__(self, groups: Sequence[Sequence[int]], num_tail: int = 0) -> None:
         arrays = [np.asarray(g, dtype=np.int64) for g in groups]
         self.num_groups = len(arrays)
         self.sizes = np.array([a.size for a in arrays], dtype=np.int64)
@@ -50,7 +70,10 @@ class _StepSample:
         self.flat = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int64)
         self.group_of = np.repeat(np.arange(self.num_groups), self.sizes)
         work = np.array([int(a.sum()) for a in arrays], dtype=np.int64)
-        self.by_work = np.argsort(-work, kind="stable")
+        bulk = np.arange(num_tail, self.num_groups)
+        bulk = bulk[np.argsort(-work[bulk], kind="stable")]
+        self.by_work = np.concatenate((np.arange(num_tail), bulk)).astype(np.int64)
+        self.by_size = np.argsort(-work, kind="stable")
 
     def expand(self, group_idx: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         """Flat request indices of the given groups, group after group."""
@@ -77,12 +100,12 @@ class PoolTimePredictor:
         self.tail_model = tail_model
         self.bulk_model = bulk_model
 
-    def samples(self, history: Sequence[Sequence[Sequence[int]]]) -> list[_StepSample]:
-        """Pre-process remembered steps (each a list of groups' response lengths)."""
-        return [_StepSample(h) for h in history if len(h) > 0]
+    def samples(self, history: Sequence[StepWork]) -> list[_StepSample]:
+        """Pre-process remembered steps."""
+        return [_StepSample(h.groups, h.num_tail) for h in history if len(h.groups) > 0]
 
-    def predict(self, history: Sequence[Sequence[Sequence[int]]], q: int, m: int) -> PoolPrediction:
-        """Average prediction over ``history`` (a list of steps, each a list of groups)."""
+    def predict(self, history: Sequence[StepWork], q: int, m: int) -> PoolPrediction:
+        """Average prediction over remembered steps."""
         return self.predict_samples(self.samples(history), q, m)
 
     def predict_samples(self, samples: Sequence[_StepSample], q: int, m: int) -> PoolPrediction:
@@ -114,7 +137,7 @@ class PoolTimePredictor:
         need = bulk_idx.size
         if q_eff > 0:
             ranks = np.linspace(0, n_groups - 1, q_eff).round().astype(np.int64)
-            bulk_idx = np.concatenate((bulk_idx, s.by_work[ranks]))
+            bulk_idx = np.concatenate((bulk_idx, s.by_size[ranks]))
         num_bulk = self.num_replicas - m_eff
         if need <= 0 or num_bulk <= 0:
             return tail_s, 0.0

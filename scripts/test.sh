@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Run the whole test suite from a fresh clone:
+#   bash scripts/test.sh [pytest args...]
+# Creates .venv (TailSieve + dev tools) and .venv-vllm (the real vLLM CPU engine, test-only),
+# builds the tiny local model, starts two vLLM CPU servers unless TAILSIEVE_VLLM_ENDPOINTS
+# already names running ones, runs ruff, mypy and pytest, and stops what it started.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT="$PWD"
+
+if [[ ! -x .venv/bin/python ]]; then
+    python3 -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+
+bash scripts/setup_vllm.sh >&2
+export TAILSIEVE_VLLM_PYTHON="$ROOT/.venv-vllm/bin/python"
+export TAILSIEVE_TINY_MODEL_DIR="$ROOT/.cache/tiny-qwen2"
+if [[ ! -f "$TAILSIEVE_TINY_MODEL_DIR/config.json" ]]; then
+    "$TAILSIEVE_VLLM_PYTHON" scripts/build_tiny_model.py "$TAILSIEVE_TINY_MODEL_DIR" >&2
+fi
+
+started=""
+stop_servers() {
+    if [[ -n "$started" ]]; then
+        bash scripts/stop_vllm_servers.sh >&2 || true
+    fi
+}
+trap stop_servers EXIT
+if [[ -z "${TAILSIEVE_VLLM_ENDPOINTS:-}" ]]; then
+    echo "test.sh: starting two vLLM CPU servers (about 30 s)" >&2
+    TAILSIEVE_VLLM_ENDPOINTS="$(env -u TAILSIEVE_VLLM_MODEL bash scripts/start_vllm_servers.sh 2)"
+    started=1
+fi
+export TAILSIEVE_VLLM_ENDPOINTS
+export TAILSIEVE_VLLM_MODEL="${TAILSIEVE_VLLM_SERVED_NAME:-tiny}"
+echo "test.sh: vLLM endpoints $TAILSIEVE_VLLM_ENDPOINTS" >&2
+
+.venv/bin/ruff check src tests benchmarks
+.venv/bin/mypy
+.venv/bin/pytest "$@"
