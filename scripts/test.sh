@@ -13,6 +13,15 @@ if [[ ! -x .venv/bin/python ]]; then
 fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
 
+if ! command -v chromium >/dev/null 2>&1; then
+    echo "test.sh: installing Debian's chromium for the report rendering test" >&2
+    if [[ "$(id -u)" == 0 ]]; then
+        apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >&2
+    else
+        sudo apt-get update -qq >&2 && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >&2
+    fi
+fi
+
 bash scripts/setup_vllm.sh >&2
 export TAILSIEVE_VLLM_PYTHON="$ROOT/.venv-vllm/bin/python"
 export TAILSIEVE_TINY_MODEL_DIR="$ROOT/.cache/tiny-qwen2"

@@ -1,9 +1,28 @@
-"""Sub-commands of this module are registered by ``register``."""
+"""``tailsieve report DIR``: a self-contained HTML page from a simulate/rollout/demo folder."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated
+
 import typer
+
+from tailsieve.report.html_report import write_report
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to ``app`` (none yet)."""
+    app.command("report")(report)
+
+
+def report(
+    folder: Annotated[
+        Path, typer.Argument(help="Output folder of simulate --out, rollout --out or demo.")
+    ],
+    out: Annotated[
+        Path | None, typer.Option("--out", help="HTML file (default FOLDER/report.html).")
+    ] = None,
+) -> None:
+    """Render a run folder into an HTML page with PNG plots (step times, q/m, timelines,
+    response lengths, capture rates)."""
+    path = write_report(folder, out)
+    print(path)

@@ -1,0 +1,121 @@
+"""PNG plots of a run (matplotlib, Agg backend). Each function writes one file and returns it,
+or returns None when the run holds nothing for that plot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+
+from tailsieve.core.timeline import StepTimeline
+from tailsieve.report.run_data import RunData
+
+POOL_COLORS = {"tail": "#d62728", "bulk": "#1f77b4"}
+
+
+def step_times(run: RunData, path: Path) -> Path | None:
+    if not run.steps:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for pol, recs in run.steps.items():
+        xs = [r["step"] for r in recs if not r.get("is_flush")]
+        ys = [r["makespan_s"] for r in recs if not r.get("is_flush")]
+        ax.plot(xs, ys, marker="o", ms=3, label=pol)
+    ax.set_xlabel("step")
+    ax.set_ylabel("step time (s)")
+    ax.set_title("Step time per policy")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def q_m_trajectories(run: RunData, path: Path) -> Path | None:
+    pols = {p: r for p, r in run.steps.items() if any(x.get("q", 0) or x.get("m", 0) for x in r)}
+    if not pols:
+        return None
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.6))
+    for pol, recs in pols.items():
+        xs = [r["step"] for r in recs]
+        a1.step(xs, [r.get("q", 0) for r in recs], where="post", label=pol)
+        a2.step(xs, [r.get("m", 0) for r in recs], where="post", label=pol)
+    a1.set_title("q: tail groups")
+    a2.set_title("m: tail replicas")
+    for a in (a1, a2):
+        a.set_xlabel("step")
+        a.grid(alpha=0.3)
+        a.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def timeline(tl: StepTimeline, path: Path, title: str = "") -> Path:
+    fig, ax = plt.subplots(figsize=(9, 0.45 * tl.num_replicas + 1.6))
+    for r in range(tl.num_replicas):
+        bars = sorted((b for b in tl.bars if b.replica == r), key=lambda b: b.end_s)
+        for k, b in enumerate(bars):
+            h = 0.8 / max(len(bars), 1)
+            ax.barh(
+                r - 0.4 + k * h + h / 2,
+                b.end_s,
+                height=h * 0.9,
+                color=POOL_COLORS.get(b.pool, "grey"),
+                alpha=0.35 if b.aborted else 0.85,
+                hatch="//" if b.aborted else None,
+                edgecolor="black" if b.pinned else "none",
+                linewidth=0.6,
+            )
+    if tl.cutoff_s > 0:
+        ax.axvline(tl.cutoff_s, color="black", ls="--", lw=1, label=f"cutoff {tl.cutoff_s:.1f}s")
+    ax.axvline(tl.makespan_s, color="purple", ls=":", lw=1, label=f"makespan {tl.makespan_s:.1f}s")
+    ax.set_yticks(range(tl.num_replicas))
+    tail = set(range(tl.num_replicas - tl.m, tl.num_replicas))
+    ax.set_yticklabels(
+        [f"r{r} ({'tail' if r in tail else 'bulk'})" for r in range(tl.num_replicas)]
+    )
+    ax.set_xlabel("seconds from step start")
+    ax.set_title(title or f"Step {tl.step}: q={tl.q}, m={tl.m} (hatched = aborted at cutoff)")
+    ax.legend(fontsize=8, loc="lower right")
+    return _save(fig, path)
+
+
+def length_distributions(run: RunData, path: Path) -> Path | None:
+    if not run.lengths:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for pol, lens in run.lengths.items():
+        xs = np.sort(np.asarray(lens))
+        if xs.size:
+            ax.plot(xs, np.arange(1, xs.size + 1) / xs.size, label=f"{pol} (n={xs.size})")
+    ax.set_xlabel("response tokens")
+    ax.set_ylabel("CDF")
+    ax.set_title("Delivered response-length distribution")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def capture_rates(run: RunData, path: Path) -> Path | None:
+    cap = run.capture
+    if "rho" not in cap:
+        return None
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for k, v in cap.items():
+        if k != "rho" and "capture" in k and len(v) == len(cap["rho"]):
+            ax.plot([100 * r for r in cap["rho"]], [100 * x for x in v], marker="o", label=k)
+    ax.set_xlabel("cutoff rho (%)")
+    ax.set_ylabel("long-tail groups captured (%)")
+    ax.set_ylim(0, 105)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title("Partial-rollout capture rate")
+    return _save(fig, path)
+
+
+def _save(fig: plt.Figure, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
