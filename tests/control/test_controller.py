@@ -52,7 +52,9 @@ def toy_outcome(plan: StepPlan, rng: np.random.Generator) -> StepOutcome:
 
 
 def q_trajectory(q0: int) -> list[int]:
-    cfg = ControllerConfig(num_groups=32, num_replicas=4, group_size=2, q0=q0, m0=2, outer_enabled=False)
+    cfg = ControllerConfig(
+        num_groups=32, num_replicas=4, group_size=2, q0=q0, m0=2, outer_enabled=False, inner_target="rates"
+    )
     proto = RolloutProtocol(ProtocolConfig(4, 32, 2), HierarchicalController(cfg, load_profile("gpu")))
     stream = PromptStream(f"p{i}" for i in range(10_000))
     rng = np.random.default_rng(0)

@@ -1,9 +1,284 @@
-"""Sub-commands of this module are registered by ``register``."""
+"""``tailsieve launch`` (start/stop local vLLM replicas) and ``tailsieve rollout`` (run live
+TailSieve steps against endpoints and write the batches)."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import shlex
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
+
+from tailsieve.errors import ConfigError
+from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
+from tailsieve.runtime.launcher import LaunchConfig, VllmFleet, stop_from_state
+from tailsieve.runtime.observe import ProgressDisplay, RuntimeMetrics, StepLog
+from tailsieve.runtime.replay import ReplayLengths
+from tailsieve.runtime.rollout import RolloutBatch, RolloutConfig, TailSieveRollout
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to ``app`` (none yet)."""
+    """Add ``launch`` and ``rollout`` to ``app``."""
+    app.command("launch")(launch)
+    app.command("rollout")(rollout)
+
+
+def _ints(text: str | None) -> tuple[int, ...] | None:
+    if not text:
+        return None
+    try:
+        return tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise ConfigError(f"expected a comma-separated list of integers, got {text!r}") from None
+
+
+def launch(
+    model: str = typer.Option(None, "--model", help="Model directory."),
+    replicas: int = typer.Option(2, "--replicas", help="R: servers to start."),
+    base_port: int = typer.Option(8101, "--base-port", help="Replica i listens on port P+i."),
+    python: str = typer.Option(
+        None,
+        "--python",
+        help="Python of the vLLM venv (default $TAILSIEVE_VLLM_PYTHON or 'python').",
+    ),
+    cores: str = typer.Option(None, "--cores", help="CPU build: one core per replica, e.g. 0,1."),
+    gpus: str = typer.Option(None, "--gpus", help="GPU build: one device per replica, e.g. 0,1."),
+    name: str = typer.Option("default", "--served-model-name", help="Served model name."),
+    tail_spec: str = typer.Option("none", "--tail-spec", help="Tail pool speculation, e.g. mtp:3."),
+    bulk_spec: str = typer.Option("none", "--bulk-spec", help="Bulk pool speculation."),
+    tail_replicas: int = typer.Option(
+        0, "--tail-replicas", help="m: last m replicas get --tail-spec."
+    ),
+    max_model_len: int = typer.Option(1024, "--max-model-len"),
+    extra_args: str = typer.Option("", "--extra-args", help="Extra server flags (shell words)."),
+    timeout_s: float = typer.Option(300.0, "--health-timeout", help="Seconds to wait for health."),
+    log_dir: str = typer.Option(".cache/tailsieve-launch", "--log-dir"),
+    state_file: str = typer.Option(None, "--state-file", help="Default <log-dir>/state.json."),
+    detach: bool = typer.Option(False, "--detach", help="Exit once healthy, leave servers up."),
+    stop: Annotated[
+        Path | None, typer.Option("--stop", help="Stop the servers of this state file.")
+    ] = None,
+) -> None:
+    """Start R local vLLM servers, wait until healthy, print the endpoints; Ctrl-C stops them."""
+    if stop is not None:
+        pids = stop_from_state(stop)
+        typer.echo(f"stopped pids {' '.join(map(str, pids))}")
+        return
+    if not model:
+        raise ConfigError("--model is required (or --stop STATEFILE)")
+    kw: dict[str, Any] = {} if python is None else {"python": python}
+    cfg = LaunchConfig(
+        model=model,
+        replicas=replicas,
+        base_port=base_port,
+        cores=_ints(cores),
+        gpus=tuple(gpus.split(",")) if gpus else None,
+        served_model_name=name,
+        tail_spec=tail_spec,
+        bulk_spec=bulk_spec,
+        tail_replicas=tail_replicas,
+        max_model_len=max_model_len,
+        extra_args=tuple(shlex.split(extra_args)),
+        health_timeout_s=timeout_s,
+        log_dir=log_dir,
+        state_file=state_file,
+        **kw,
+    )
+    fleet = VllmFleet(cfg)
+    fleet.start_processes()
+    try:
+        asyncio.run(fleet.wait_healthy())
+        typer.echo(",".join(fleet.endpoints))
+        typer.echo(f"state file: {cfg.state_path}", err=True)
+        if detach:
+            return
+        typer.echo("serving; Ctrl-C stops all replicas", err=True)
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if not detach:
+            fleet.stop()
+
+
+def _read_prompts(path: Path) -> Iterator[PromptInput]:
+    with path.open() as fh:
+        for i, line in enumerate(fh, 1):
+            if line.strip():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise ConfigError(f"{path}:{i}: not JSON ({exc.msg})") from None
+                yield PromptInput.from_dict(row, f"{path}:{i}")
+
+
+def rollout(
+    endpoints: str = typer.Option(None, "--endpoints", help="Comma-separated server URLs."),
+    state: Annotated[
+        Path | None, typer.Option("--state", help="Take endpoints from a launch state file.")
+    ] = None,
+    prompts: Annotated[
+        Path | None,
+        typer.Option("--prompts", help="JSONL: prompt_id + prompt | prompt_token_ids | messages."),
+    ] = None,
+    replay_trace: Annotated[
+        Path | None, typer.Option("--replay-trace", help="Force lengths from a trace.")
+    ] = None,
+    length_scale: float = typer.Option(1.0, "--length-scale", help="Replay: length factor."),
+    groups: int = typer.Option(8, "--groups", help="N: groups per batch."),
+    group_size: int = typer.Option(8, "--group-size", help="n: responses per group."),
+    steps: int = typer.Option(4, "--steps", help="Steps to run (then a flush step)."),
+    policy: str = typer.Option(
+        "tailsieve", "--policy", help="tailsieve | tailsieve-fixed | uniform."
+    ),
+    profile: str = typer.Option("cpu", "--profile", help="Throughput profile name or file."),
+    backend: Annotated[Backend, typer.Option("--backend")] = Backend.VLLM,
+    model: str = typer.Option("default", "--model", help="Served model name."),
+    max_tokens: int = typer.Option(256, "--max-tokens", help="Cap per response (and replay clip)."),
+    temperature: float = typer.Option(1.0, "--temperature"),
+    seed: int = typer.Option(None, "--seed", help="Base sampling seed."),
+    split: bool = typer.Option(True, "--split/--no-split", help="n single requests per group."),
+    stream: bool = typer.Option(False, "--stream/--no-stream"),
+    request_timeout: float = typer.Option(3600.0, "--request-timeout"),
+    q0: int = typer.Option(None, "--q0"),
+    m0: int = typer.Option(None, "--m0"),
+    flush: bool = typer.Option(True, "--flush/--no-flush", help="Drain carried prompts at end."),
+    progress: bool = typer.Option(False, "--progress/--no-progress"),
+    metrics_port: int = typer.Option(None, "--metrics-port", help="Prometheus on 127.0.0.1."),
+    log_file: Annotated[
+        Path | None, typer.Option("--log-file", help="JSON step log (default stderr).")
+    ] = None,
+    out: Annotated[Path, typer.Option("--out", help="Output folder.")] = Path("out/rollout"),
+) -> None:
+    """Run live TailSieve steps; write DIR/batches/step_XXXX.jsonl, steps.jsonl, summary.json."""
+    urls = _endpoints(endpoints, state)
+    replay = None
+    if replay_trace is not None:
+        replay = ReplayLengths.from_file(
+            replay_trace, length_scale=length_scale, max_tokens=max_tokens
+        )
+    if prompts is not None:
+        source: Iterator[PromptInput] = _read_prompts(prompts)
+    elif replay is not None:
+        source = iter(replay.prompts())
+    else:
+        raise ConfigError("give --prompts FILE or --replay-trace FILE")
+    ctrl = {k: v for k, v in (("q0", q0), ("m0", m0)) if v is not None}
+    cfg = RolloutConfig(
+        num_groups=groups,
+        group_size=group_size,
+        policy=policy,
+        backend=backend,
+        model=model,
+        sampling=SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed),
+        replay=replay,
+        profile=profile,
+        split_groups=split,
+        stream=stream,
+        request_timeout_s=request_timeout,
+        controller=ctrl,
+    )
+    asyncio.run(_drive(urls, cfg, source, steps, flush, progress, metrics_port, log_file, out))
+
+
+def _endpoints(endpoints: str | None, state: Path | None) -> list[str]:
+    if state is not None:
+        return list(json.loads(state.read_text())["endpoints"])
+    if not endpoints:
+        raise ConfigError("give --endpoints URL,URL or --state FILE")
+    return [u.strip() for u in endpoints.split(",") if u.strip()]
+
+
+async def _drive(
+    urls: list[str],
+    cfg: RolloutConfig,
+    source: Iterator[PromptInput],
+    steps: int,
+    flush: bool,
+    progress: bool,
+    metrics_port: int | None,
+    log_file: Path | None,
+    out: Path,
+) -> None:
+    (out / "batches").mkdir(parents=True, exist_ok=True)
+    (out / "steps.jsonl").write_text("")
+    metrics = RuntimeMetrics()
+    if metrics_port is not None:
+        await metrics.serve(metrics_port)
+    log_fh = log_file.open("a") if log_file is not None else sys.stderr
+    display = ProgressDisplay() if progress else None
+    batches: list[RolloutBatch] = []
+    t0 = time.perf_counter()
+    try:
+        async with TailSieveRollout(
+            urls,
+            cfg,
+            on_progress=display.update if display else None,
+            metrics=metrics,
+            step_log=StepLog(log_fh),
+        ) as ro:
+            if display:
+                display.__enter__()
+            for _ in range(steps):
+                need = ro.num_fresh_needed()
+                new = [p for _, p in zip(range(need), source, strict=False)]
+                if len(new) < need:
+                    break  # prompt source exhausted
+                batches.append(await ro.step(new))
+                _write(out, batches[-1])
+            if flush and (last := await ro.flush()) is not None:
+                batches.append(last)
+                _write(out, last)
+    finally:
+        if display:
+            display.__exit__(None, None, None)
+        if log_file is not None:
+            log_fh.close()
+        await metrics.aclose()
+    ms = [b.metrics for b in batches]
+    summary = {
+        "policy": cfg.policy,
+        "endpoints": urls,
+        "num_steps": len(ms),
+        "num_groups": cfg.num_groups,
+        "group_size": cfg.group_size,
+        "wall_s": time.perf_counter() - t0,
+        "total_makespan_s": sum(m.makespan_s for m in ms),
+        "makespans_s": [m.makespan_s for m in ms],
+        "steady_mean_makespan_s": _mean(
+            [m.makespan_s for m in ms if m.step > 0 and not m.is_flush]
+        ),
+        "generated_tokens": sum(m.generated_tokens for m in ms),
+        "wasted_tokens": sum(m.wasted_tokens for m in ms),
+        "num_regenerated": sum(m.num_regenerated for m in ms),
+        "q": [m.q for m in ms],
+        "m": [m.m for m in ms],
+        "num_delivered_groups": sum(m.num_groups for m in ms),
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    typer.echo(
+        json.dumps(
+            {
+                k: summary[k]
+                for k in ("policy", "num_steps", "total_makespan_s", "num_delivered_groups")
+            }
+        )
+    )
+
+
+def _mean(xs: list[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
+def _write(out: Path, b: RolloutBatch) -> None:
+    with (out / "batches" / f"step_{b.step:04d}.jsonl").open("w") as fh:
+        for row in b.rows():
+            fh.write(json.dumps(row) + "\n")
+    with (out / "steps.jsonl").open("a") as fh:
+        fh.write(b.metrics.to_json() + "\n")

@@ -1,9 +1,151 @@
-"""Sub-commands of this module are registered by ``register``."""
+"""``tailsieve simulate``: paired multi-step simulation of routing policies (paper Table 1)."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from tailsieve.errors import ConfigError
+from tailsieve.model.profiles import load_profile
+from tailsieve.model.replica_engine import ReplicaConfig
+from tailsieve.model.speculative import SpecConfig
+from tailsieve.sim.driver import (
+    ALL_POLICIES,
+    ProtocolRun,
+    SimSettings,
+    epoch_prompt_ids,
+    run_policies,
+)
+from tailsieve.sim.replicas import PoolConfigs
+from tailsieve.sim.workloads import resolve_workload
+
+_POLICY_HELP = "Repeatable; default all: " + ", ".join(ALL_POLICIES) + "."
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to ``app`` (none yet)."""
+    """Add ``simulate`` to ``app``."""
+    app.command("simulate")(simulate)
+
+
+def simulate(
+    workload: str = typer.Option("paper-math", "--workload", help="Preset (paper-math, aime-r1), "
+                                 "'aime' (real AIME trace, resampled) or a trace file."),
+    replicas: int = typer.Option(8, "--replicas", help="R: inference replicas."),
+    groups: int = typer.Option(64, "--groups", help="N: groups per step."),
+    group_size: int = typer.Option(8, "--group-size", help="n: responses per group."),
+    steps: int = typer.Option(20, "--steps", help="Steps per policy (warm-up included)."),
+    policy: Annotated[
+        list[str] | None, typer.Option("--policy", help=_POLICY_HELP)
+    ] = None,
+    profile: str = typer.Option("gpu", "--profile", help="Throughput profile name or file."),
+    seed: int = typer.Option(0, "--seed", help="Seed of prompt order and length draws."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    tail_spec: str = typer.Option("none", "--tail-spec", help="Tail pool speculation, e.g. mtp:3."),
+    bulk_spec: str = typer.Option("none", "--bulk-spec", help="Bulk pool speculation."),
+    q0: int = typer.Option(1, "--q0", help="Controller's initial tail groups."),
+    m0: int = typer.Option(None, "--m0", help="Controller's initial tail replicas."),
+    tail_strength: str = typer.Option(
+        None, "--tail-strength", help="weak | real | strong | r (P90/P50 of the lengths)."),
+    max_num_seqs: int = typer.Option(None, "--max-num-seqs", help="Running cap per replica."),
+    prefill_s: float = typer.Option(0.0, "--prefill-s", help="Prefill stall per request (s)."),
+    num_prompts: int = typer.Option(1000, "--num-prompts", help="Prompts of a synthetic preset."),
+    plot: Annotated[
+        Path | None, typer.Option("--plot", help="Write PNG plots into this folder.")
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Write simulate.json into this folder.")
+    ] = None,
+) -> None:
+    """Simulate policies on the same prompts and lengths; report steady step time, speedup
+    over uniform routing, controller trajectory, wasted tokens and ratio to the lower bound."""
+    names = list(policy) if policy else list(ALL_POLICIES)
+    for name in names:
+        if name not in ALL_POLICIES:
+            raise ConfigError(f"unknown policy {name!r}; choose from {', '.join(ALL_POLICIES)}")
+    if "uniform" not in names:
+        names.insert(0, "uniform")  # the paired reference
+    settings = SimSettings(
+        num_replicas=replicas, num_groups=groups, group_size=group_size, num_steps=steps,
+        seed=seed, q0=q0, m0=m0,
+    )
+    base = ReplicaConfig(load_profile(profile), max_num_seqs=max_num_seqs, prefill_s=prefill_s)
+    pools = PoolConfigs.from_specs(base, SpecConfig.parse(tail_spec), SpecConfig.parse(bulk_spec))
+    wl = resolve_workload(workload, tail_strength, seed=seed, num_prompts=num_prompts)
+    dataset = wl.prompt_ids()
+    runs = run_policies(names, settings, lambda: epoch_prompt_ids(dataset, seed), wl, pools)
+    uniform = runs["uniform"].run
+    summaries = [r.run.summary(uniform) for r in runs.values()]
+    meta: dict[str, Any] = {
+        "workload": workload, "tail_strength": tail_strength or "real", "replicas": replicas,
+        "groups": groups, "group_size": group_size, "steps": steps, "profile": profile,
+        "seed": seed, "tail_spec": tail_spec, "bulk_spec": bulk_spec, "q0": q0, "m0": m0,
+        "max_num_seqs": max_num_seqs, "prefill_s": prefill_s,
+    }
+    if out is not None:
+        _write_records(out, meta, summaries, runs)
+    if plot is not None:
+        _write_plots(plot, runs, replicas)
+    if as_json:
+        print(json.dumps({"settings": meta, "policies": summaries}, indent=2))
+        return
+    _print_table(meta, summaries)
+
+
+def _write_records(
+    folder: Path, meta: dict[str, Any], summaries: list[dict[str, Any]],
+    runs: dict[str, ProtocolRun],
+) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    data = {
+        "settings": meta,
+        "policies": summaries,
+        "steps": {name: [rec.to_dict() for rec in r.run.records] for name, r in runs.items()},
+    }
+    path = folder / "simulate.json"
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    return path
+
+
+def _write_plots(folder: Path, runs: dict[str, ProtocolRun], num_replicas: int) -> list[Path]:
+    from tailsieve.sim.plots import plot_controller, plot_step_times, plot_timeline
+
+    folder.mkdir(parents=True, exist_ok=True)
+    policy_runs = {name: r.run for name, r in runs.items()}
+    paths = [
+        plot_step_times(policy_runs, folder / "step_times.png"),
+        plot_controller(policy_runs, folder / "controller.png"),
+    ]
+    for name, r in runs.items():
+        if r.timeline is not None:
+            paths.append(plot_timeline(r.timeline, num_replicas, name,
+                                       folder / f"timeline_{name}.png"))
+    return paths
+
+
+def _print_table(meta: dict[str, Any], summaries: list[dict[str, Any]]) -> None:
+    table = Table(
+        title=(f"Simulated routing: {meta['workload']} (tail {meta['tail_strength']}), "
+               f"R={meta['replicas']}, N={meta['groups']}x{meta['group_size']}, "
+               f"profile {meta['profile']}, tail spec {meta['tail_spec']}, "
+               f"bulk spec {meta['bulk_spec']}"),
+        caption="steady = mean of the last 3 steps; speedups paired against uniform; "
+                "LB ratio = step time / lower bound of the delivered batch, mean over steps",
+        caption_justify="left",
+    )
+    table.add_column("policy", no_wrap=True)
+    for col in ("steady s", "speedup", "mean spd", "LB ratio", "wasted", "q", "m"):
+        table.add_column(col, justify="right", no_wrap=True)
+    for s in summaries:
+        qs, ms = s["q_trajectory"], s["m_trajectory"]
+        table.add_row(
+            s["policy"], f"{s['steady_step_s']:.2f}", f"{s['speedup_vs_uniform']:.3f}x",
+            f"{s['mean_speedup_vs_uniform']:.3f}x", f"{s['lower_bound_ratio']:.3f}",
+            f"{100 * s['wasted_token_fraction']:.1f}%", str(qs[-1] if qs else "-"),
+            str(ms[-1] if ms else "-"),
+        )
+    Console().print(table)

@@ -24,12 +24,14 @@ class ControllerConfig:
     hold_after_increase: int = 1  # steps without a q decision after an increase
     hold_after_decrease: int = 2  # ... after a decrease
     inner_enabled: bool = True  # inner loop (q) on
+    inner_target: str = "model"  # "model": balance predicted pool times; "rates": paper's q*
     outer_enabled: bool = True  # outer loop (m) on; False holds m at m0
     m_radius: int = 2  # outer loop looks at splits within this radius
     m_gain_threshold: float = 0.03  # move a replica only above this predicted relative gain
     m_hold_steps: int = 2  # steps without an m decision after a move
     allow_uniform: bool = True  # the outer loop may return to m = 0 (uniform routing)
-    history_steps: int = 2  # response-work history used by the outer loop's model
+    history_steps: int = 2  # response-work history used by the model
+    max_groups_per_tail_replica: int = 8  # search bound of the model's balanced q (q <= 8 m)
     correction_smoothing: float = 0.5  # EMA weight of new observed/predicted ratios
     settle_tolerance: float = 0.2  # inner loop settled when |q* - q| <= max(1, tol * q)
 
@@ -59,6 +61,8 @@ class ControllerConfig:
         for name in ("hold_after_increase", "hold_after_decrease", "m_hold_steps"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0")
+        if self.inner_target not in ("model", "rates"):
+            raise ConfigError(f"inner_target must be 'model' or 'rates', got {self.inner_target!r}")
         if self.m_radius < 1:
             raise ConfigError(f"m_radius must be >= 1, got {self.m_radius}")
         if self.history_steps < 1:

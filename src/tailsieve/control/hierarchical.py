@@ -7,7 +7,7 @@ from typing import Any
 
 from tailsieve.control.base import Controller, ControlTargets
 from tailsieve.control.config import ControllerConfig
-from tailsieve.control.inner_loop import InnerLoop
+from tailsieve.control.inner_loop import InnerDecision, InnerLoop
 from tailsieve.control.outer_loop import OuterLoop
 from tailsieve.control.predictor import PoolTimePredictor, StepWork
 from tailsieve.core.outcome import StepOutcome
@@ -77,7 +77,7 @@ class HierarchicalController(Controller):
         elif (
             cfg.inner_enabled and clean and plan.m > 0 and plan.q > 0 and plan.q == self.targets().q
         ):
-            d = self.inner.decide(plan.q, outcome.tail_time_s, outcome.bulk_cut_s)
+            d = self._inner_decision(plan, outcome)
             new_q = max(d.new_q, st.m)
             if new_q != plan.q:
                 up = new_q > plan.q
@@ -99,6 +99,23 @@ class HierarchicalController(Controller):
             st.hold_m = cfg.m_hold_steps
             st.hold_q = cfg.hold_after_increase if st.q >= old_q else cfg.hold_after_decrease
             self.inner.reset()
+
+    def _inner_decision(self, plan: StepPlan, outcome: StepOutcome) -> InnerDecision:
+        cfg, st = self.config, self.state
+        if cfg.inner_target == "rates":
+            return self.inner.decide(plan.q, outcome.tail_time_s, outcome.bulk_cut_s)
+        samples = self.predictor.samples(st.history)
+        lo, hi = max(cfg.q_min, plan.m), self._q_search_cap(plan.m)
+        best = self.predictor.balanced_q(samples, plan.m, lo, hi, st.k_tail, st.k_bulk)
+
+        def makespan(q: int) -> float:
+            return self.predictor.predict_samples(samples, q, plan.m).makespan(st.k_tail, st.k_bulk)
+
+        return self.inner.move_toward(plan.q, float(best.q), makespan)
+
+    def _q_search_cap(self, m: int) -> int:
+        cfg = self.config
+        return max(m, min(cfg.q_cap, cfg.max_groups_per_tail_replica * m))
 
     def _update_corrections(
         self, plan: StepPlan, outcome: StepOutcome, work: StepWork, clean: bool

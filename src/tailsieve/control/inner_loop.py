@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -27,32 +28,41 @@ class InnerDecision:
 
 
 class InnerLoop:
-    """``q* = N r_tail / (r_tail + r_bulk)``; damped momentum, bounded step, gain threshold."""
+    """Moves q toward a balanced target with damped momentum, a bounded step and a gain threshold.
+
+    The target is either the paper's rate rule ``q* = N r_tail / (r_tail + r_bulk)`` (``decide``)
+    or a model-predicted balance point supplied by the controller (``move_toward``).
+    """
 
     def __init__(self, config: ControllerConfig) -> None:
         self.config = config
         self.state = InnerLoopState()
 
     def decide(self, q: int, tail_s: float, bulk_s: float) -> InnerDecision:
-        """One decision from a clean step run at ``q`` with the observed pool times."""
-        cfg = self.config
-        n = cfg.num_groups
+        """Paper rule: ``q*`` from the observed group rates of a clean step run at ``q``."""
+        n = self.config.num_groups
         if q <= 0 or tail_s <= 0 or bulk_s <= 0 or q >= n:
             return InnerDecision(float(q), q, 0.0)
         r_tail = q / tail_s
         r_bulk = (n - q) / bulk_s
         q_star = n * r_tail / (r_tail + r_bulk)
-        st = self.state
+
+        def makespan(x: int) -> float:
+            return max(x / r_tail, (n - x) / r_bulk)
+
+        return self.move_toward(q, q_star, makespan)
+
+    def move_toward(self, q: int, q_star: float, makespan: Callable[[int], float]) -> InnerDecision:
+        """Damped-momentum step from ``q`` toward ``q_star``, bounded, applied only when the
+        predicted relative gain ``(makespan(q) - makespan(new)) / makespan(q)`` clears the
+        threshold."""
+        cfg, st = self.config, self.state
         st.last_q_star = q_star
         st.velocity = cfg.momentum * st.velocity + (1.0 - cfg.momentum) * (q_star - q)
         step = max(-cfg.q_step_cap, min(cfg.q_step_cap, round(st.velocity)))
         if step == 0 and abs(q_star - q) >= 1.0:
             step = 1 if q_star > q else -1
         new_q = max(cfg.q_min, min(cfg.q_cap, q + step))
-
-        def makespan(x: int) -> float:
-            return max(x / r_tail, (n - x) / r_bulk)
-
         now = makespan(q)
         gain = (now - makespan(new_q)) / now if now > 0 else 0.0
         st.settled = abs(q_star - q) <= max(1.0, cfg.settle_tolerance * q)

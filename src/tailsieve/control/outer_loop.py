@@ -47,7 +47,12 @@ class OuterLoop:
         out: dict[int, PoolPrediction] = {}
         for mm in self.candidates(m):
             out[mm] = self.predictor.balanced_q(
-                samples, mm, max(cfg.q_min, 1, mm), max(cfg.q_cap, mm), k_tail=k_tail, k_bulk=k_bulk
+                samples,
+                mm,
+                max(cfg.q_min, 1, mm),
+                max(mm, min(cfg.q_cap, cfg.max_groups_per_tail_replica * mm)),
+                k_tail=k_tail,
+                k_bulk=k_bulk,
             )
         return out
 

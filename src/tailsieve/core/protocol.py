@@ -135,6 +135,14 @@ class RolloutProtocol:
         self._open = None
         self.step += 1
 
+    def abandon_step(self, plan: StepPlan) -> None:
+        """Drop the open plan after its step failed. Candidates and controller are unchanged,
+        so the next ``plan_step`` re-plans the same carried prompts; the caller must hand the
+        plan's fresh prompts back to its stream (they were never delivered)."""
+        if self._open is None or plan is not self._open:
+            raise ProtocolError("abandon_step: that plan is not the open step")
+        self._open = None
+
     def state_dict(self) -> dict[str, Any]:
         """Candidates, step index and controller state (JSON-serialisable)."""
         if self._open is not None:

@@ -121,7 +121,9 @@ class ThroughputModel:
         if not (math.isfinite(factor) and factor > 0):
             raise ProfileError(f"scale factor must be positive, got {factor!r}")
         pts = tuple(ThroughputPoint(p.batch_size, p.step_s * factor) for p in self.points)
-        return ThroughputModel(points=pts, name=name or f"{self.name}x{factor:g}", source=self.source)
+        return ThroughputModel(
+            points=pts, name=name or f"{self.name}x{factor:g}", source=self.source
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -1,0 +1,120 @@
+"""Simulator throughput benchmark: 100 steps of N=256 groups x 8 on 8 replicas (tailsieve).
+
+Run: ``.venv/bin/python benchmarks/bench_sim.py`` (writes benchmarks/results/sim.json).
+Targets: the whole run in < 10 s; the protocol + controller decision per step < 10 ms.
+``decision_ms_*``: plan_step + update_from_outcome (protocol validation included);
+``controller_ms_*``: the controller's own targets() + observe().
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tailsieve.control.base import Controller, ControlTargets
+from tailsieve.core.outcome import StepOutcome
+from tailsieve.core.plan import StepPlan
+from tailsieve.model.profiles import load_profile
+from tailsieve.model.replica_engine import ReplicaConfig
+from tailsieve.sim.driver import (
+    SimSettings,
+    default_controller,
+    epoch_prompt_ids,
+    run_policies,
+)
+from tailsieve.sim.replicas import PoolConfigs
+from tailsieve.sim.workloads import resolve_workload
+
+
+class TimedController(Controller):
+    """Delegates to the real controller and times ``targets`` + ``observe`` per step."""
+
+    def __init__(self, inner: Controller) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.step_s: list[float] = []
+        self._pending = 0.0
+
+    def targets(self) -> ControlTargets:
+        t0 = time.perf_counter()
+        out = self.inner.targets()
+        self._pending += time.perf_counter() - t0
+        return out
+
+    def observe(self, plan: StepPlan, outcome: StepOutcome) -> None:
+        t0 = time.perf_counter()
+        self.inner.observe(plan, outcome)
+        self.step_s.append(self._pending + time.perf_counter() - t0)
+        self._pending = 0.0
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.inner.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.inner.load_state_dict(state)
+
+
+RESULTS = Path(__file__).resolve().parent / "results" / "sim.json"
+
+
+def main() -> dict[str, object]:
+    settings = SimSettings(num_replicas=8, num_groups=256, group_size=8, num_steps=100, seed=0)
+    pools = PoolConfigs.from_specs(ReplicaConfig(load_profile("gpu")))
+    t0 = time.perf_counter()
+    wl = resolve_workload("paper-math", seed=0, num_prompts=30000)
+    dataset = wl.prompt_ids()
+    t1 = time.perf_counter()
+    timed: list[TimedController] = []
+
+    def factory(name: str, s: SimSettings, p: PoolConfigs) -> Controller:
+        timed.append(TimedController(default_controller(name, s, p)))
+        return timed[-1]
+
+    runs = run_policies(["tailsieve"], settings, lambda: epoch_prompt_ids(dataset, 0), wl, pools,
+                        controller_factory=factory)
+    t2 = time.perf_counter()
+    run = runs["tailsieve"].run
+    ctrl = np.array(timed[0].step_s)
+    decisions = np.array([r.decision_s for r in run.records])
+    requests = sum(len(r.delivered_ids) for r in run.records) * settings.group_size
+    launched = requests + sum(r.num_aborted for r in run.records) * settings.group_size
+    result: dict[str, object] = {
+        "benchmark": "simulate tailsieve, paper-math, gpu profile",
+        "num_steps": settings.num_steps,
+        "num_groups": settings.num_groups,
+        "group_size": settings.group_size,
+        "num_replicas": settings.num_replicas,
+        "delivered_requests": requests,
+        "launched_requests": launched,
+        "workload_build_s": round(t1 - t0, 4),
+        "run_s": round(t2 - t1, 4),
+        "target_run_s": 10.0,
+        "decision_ms_mean": round(1e3 * float(decisions.mean()), 4),
+        "decision_ms_p99": round(1e3 * float(np.percentile(decisions, 99)), 4),
+        "decision_ms_max": round(1e3 * float(decisions.max()), 4),
+        "controller_ms_mean": round(1e3 * float(np.mean(ctrl)), 4),
+        "controller_ms_p99": round(1e3 * float(np.percentile(ctrl, 99)), 4),
+        "controller_ms_max": round(1e3 * float(np.max(ctrl)), 4),
+        "num_steps_over_10ms": int((decisions > 0.010).sum()),
+        "target_decision_ms": 10.0,
+        "steady_step_s": run.steady_step_s,
+        "q_final": run.q_trajectory[-1],
+        "m_final": run.m_trajectory[-1],
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+    }
+    result["pass"] = bool(
+        result["run_s"] < 10.0 and result["decision_ms_max"] < 10.0  # type: ignore[operator]
+    )
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(), indent=2))

@@ -1,0 +1,78 @@
+"""Time reading (and writing) a 1,000,000-row trace in JSONL, CSV and Parquet.
+
+Run from the repository root:  .venv/bin/python benchmarks/bench_trace_io.py
+Writes benchmarks/results/trace_io.json. ``auto`` uses pyarrow's readers when installed
+(falling back to Python on any defect); ``python`` forces the pure-Python parser.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from tailsieve.workload import SyntheticWorkload, preset, read_trace, write_trace
+
+ROWS = 1_000_000
+OUT = Path(__file__).resolve().parent / "results" / "trace_io.json"
+
+
+def _best_of(fn: Any, repeats: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def main() -> None:
+    # 12,500 prompts x 10 steps x 8 samples = 1,000,000 rows, with finish_reason
+    trace = SyntheticWorkload(preset("paper-math"), 12_500, seed=0).generate_trace(10, 8)
+    assert trace.num_rows == ROWS
+    results: dict[str, Any] = {
+        "rows": ROWS,
+        "columns": list(trace.columns()),
+        "python": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+        "machine": platform.machine(),
+        "load_average_1m_at_start": round(os.getloadavg()[0], 2),
+        "formats": {},
+    }
+    try:
+        import pyarrow
+
+        results["pyarrow"] = pyarrow.__version__
+    except ImportError:
+        results["pyarrow"] = None
+    with tempfile.TemporaryDirectory() as tmp:
+        for suffix in (".jsonl", ".csv", ".parquet"):
+            path = Path(tmp) / f"trace{suffix}"
+            t0 = time.perf_counter()
+            write_trace(trace, path)
+            entry: dict[str, Any] = {
+                "write_s": round(time.perf_counter() - t0, 3),
+                "file_mb": round(path.stat().st_size / 2**20, 1),
+            }
+            engines = ["auto"] if suffix == ".parquet" else ["auto", "python"]
+            for engine in engines:
+                if engine == "auto" and results["pyarrow"] is None and suffix == ".parquet":
+                    continue
+                back = read_trace(path, engine=engine)  # type: ignore[arg-type]
+                assert back.same_rows(trace)
+                entry[f"read_{engine}_s"] = round(
+                    _best_of(lambda p=path, e=engine: read_trace(p, engine=e), 2), 3
+                )
+            results["formats"][suffix.lstrip(".")] = entry
+            print(suffix, entry, flush=True)
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"wrote {OUT}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+"""``tailsieve emulate``: run one emulated vLLM replica in the foreground."""
+
+from __future__ import annotations
+
+import typer
+
+from tailsieve.errors import ConfigError
+from tailsieve.runtime.emulator.config import CRASH_MODES, EmulatorConfig
+from tailsieve.runtime.emulator.runner import serve_forever
+
+
+def register(app: typer.Typer) -> None:
+    app.command("emulate")(emulate)
+
+
+def emulate(
+    port: int = typer.Option(8000, "--port", help="TCP port (0 = pick a free port)."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind."),
+    profile: str = typer.Option("cpu", "--profile", help="Throughput profile: name or JSON file."),
+    time_scale: float = typer.Option(
+        1.0, "--time-scale", help="Real seconds per model second (0.01 = 100x faster)."
+    ),
+    max_num_seqs: int = typer.Option(256, "--max-num-seqs", help="Running-sequence cap."),
+    max_model_len: int = typer.Option(4096, "--max-model-len", help="Prompt + output limit."),
+    prefill_s: float = typer.Option(0.0, "--prefill-s", help="Model seconds of prefill stall."),
+    crash_after: float = typer.Option(
+        None, "--crash-after", help="Crash this many real seconds after start."
+    ),
+    crash_mode: str = typer.Option(
+        "exit", "--crash-mode", help="exit: the process dies (os._exit 70); close: stop serving."
+    ),
+    error_rate: float = typer.Option(0.0, "--error-rate", help="Probability of an HTTP 500."),
+    slowdown: float = typer.Option(1.0, "--slowdown", help="Multiply every tau (straggler)."),
+    model_name: str = typer.Option("tailsieve-emulated", "--model-name", help="Served model id."),
+    seed: int = typer.Option(0, "--seed", help="Seed of drawn lengths and injected errors."),
+    length_median: float = typer.Option(
+        256.0, "--length-median", help="Median drawn length (requests without ignore_eos)."
+    ),
+    length_sigma: float = typer.Option(1.0, "--length-sigma", help="Log-space sigma of lengths."),
+) -> None:
+    """Serve vLLM's OpenAI endpoints with timing from a throughput profile (Ctrl-C stops).
+
+    Prints `tailsieve-emulator listening on URL` once ready."""
+    if crash_mode not in CRASH_MODES:
+        raise ConfigError(f"--crash-mode must be one of {', '.join(CRASH_MODES)}")
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"--port must be in 0..65535, got {port}")
+    config = EmulatorConfig.from_profile(
+        profile, model_name=model_name, time_scale=time_scale, max_num_seqs=max_num_seqs,
+        max_model_len=max_model_len, prefill_s=prefill_s, crash_after_s=crash_after,
+        crash_mode=crash_mode, error_rate=error_rate, slowdown=slowdown, seed=seed,
+        length_median_tokens=length_median, length_sigma=length_sigma,
+    )
+    try:
+        serve_forever(config, host, port)
+    except OSError as exc:
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None

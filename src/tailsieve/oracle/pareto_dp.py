@@ -1,0 +1,305 @@
+"""Exact optimum for routing n requests onto 2 identical replicas (DESIGN.md sections 2-3).
+
+Objective: minimise ``max(T_A, T_B)`` where each replica's all-admit time is
+``T = sum_j L_j * (tau(j) - tau(j-1))`` over its requests sorted longest-first.
+
+Algorithm (longest-first Bellman DP):
+
+* Requests are processed in descending length. Adding request ``k+1`` (length ``L``) to a
+  replica already holding ``c`` requests adds exactly ``L * (tau(c+1) - tau(c))``, because
+  every earlier request is at least as long.
+* A state after ``k`` requests is ``(a, T_A, T_B)`` with ``a`` requests on A and ``k - a`` on B.
+  Future costs depend only on the counts, and the final makespan is non-decreasing in
+  ``(T_A, T_B)``, so for each ``(k, a)`` only Pareto-non-dominated pairs are kept.
+* Replica symmetry: a state is stored in the canonical frame ``a <= b`` (and ``T_A <= T_B``
+  when ``a == b``); the frame swap is recorded for reconstruction.
+* Incumbent pruning: the best of the top-k sweep and a longest-first greedy gives an upper
+  bound ``U`` with a known assignment. A state is dropped when a valid lower bound on every
+  completion of it is ``>= U`` -- it cannot beat the incumbent strictly, so the optimum is
+  either ``U`` (incumbent returned) or still reachable.
+  Lower bound (Lagrangian): for weights ``w`` in a small grid,
+  ``max(T_A, T_B, w T_A + (1-w) T_B + W_w(k, a))`` with ``W_w(k, a)`` the exact least
+  ``w``-weighted work of the remaining requests given the counts (a backward DP, ``O(n^2)``).
+* For moderate n a stronger bound conditions on how many remaining requests go to A
+  (``split_bound.py``); it is evaluated only on states that pass the cheap bound.
+* A beam pass of the same DP (a few hundred best states per layer) runs first; its solution
+  tightens the incumbent. Only the incumbent's value and assignment are carried over.
+
+Exact up to floating-point rounding of the sums (relative ~1e-15).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from tailsieve.errors import TailSieveError, TraceError
+from tailsieve.model.throughput import ThroughputModel
+from tailsieve.oracle.split_bound import CountSplitBound
+from tailsieve.oracle.topk import topk_sweep
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+DEFAULT_WEIGHTS: tuple[float, ...] = (0.3, 0.4, 0.45, 0.5, 0.55, 0.6, 0.7)
+SPLIT_WEIGHTS: tuple[float, ...] = (0.4, 0.5, 0.6)
+SPLIT_MIN_PRUNED = 0.1  # the split bound must prune this share of a layer to stay on ...
+SPLIT_IDLE_LAYERS = 8  # ... else it is skipped for this many layers (skipping is always sound)
+
+
+class OracleTimeoutError(TailSieveError, TimeoutError):
+    """The exact solve did not finish within its time limit."""
+
+
+@dataclass(frozen=True, slots=True)
+class OptimalSplit:
+    """The exact 2-replica optimum."""
+
+    makespan_s: float  # max of the two replica times, seconds
+    assignment: IntArray  # per request in input order: 0 = replica A, 1 = replica B
+    replica_times_s: tuple[float, float]  # all-admit time of replica A and B, seconds
+    retained_states: int  # states kept over all layers of both DP passes (beam + exact)
+    solve_s: float  # wall-clock solve time, seconds
+    incumbent_makespan_s: float  # upper bound the exact pass started from (top-k/greedy/beam)
+    incumbent_was_optimal: bool  # the exact pass found nothing strictly better
+
+
+def validate_lengths(lengths: npt.ArrayLike) -> FloatArray:
+    """Lengths as a float array; raise ``TraceError`` naming the bad entry."""
+    try:
+        arr = np.asarray(lengths, dtype=np.float64).ravel()
+    except (TypeError, ValueError):
+        raise TraceError(f"lengths must be numbers, got {lengths!r:.80}") from None
+    bad = np.flatnonzero(~np.isfinite(arr) | (arr < 0))
+    if bad.size:
+        i = int(bad[0])
+        raise TraceError(f"request {i}: length must be a finite number >= 0, got {arr[i]!r}")
+    return arr
+
+
+def replica_time_s(sorted_desc: FloatArray, marg: FloatArray) -> float:
+    """All-admit time of one replica from its lengths sorted descending."""
+    return float(np.dot(sorted_desc, marg[: sorted_desc.size]))
+
+
+def _two_replica_times(lengths: FloatArray, assign: IntArray, marg: FloatArray) -> tuple[float, float]:
+    out = []
+    for r in (0, 1):
+        part = np.sort(lengths[assign == r])[::-1]
+        out.append(replica_time_s(part, marg))
+    return out[0], out[1]
+
+
+def _greedy_assignment(ls: FloatArray, marg: FloatArray) -> IntArray:
+    """Longest-first: each request to the replica whose resulting max time is smaller."""
+    t = [0.0, 0.0]
+    c = [0, 0]
+    out = np.zeros(ls.size, dtype=np.int64)
+    for i, length in enumerate(ls.tolist()):
+        na = (t[0] + length * marg[c[0]], t[1])
+        nb = (t[0], t[1] + length * marg[c[1]])
+        r = 0 if (max(na), na[0]) <= (max(nb), nb[1]) else 1
+        t[r] += length * marg[c[r]]
+        c[r] += 1
+        out[i] = r
+    return out
+
+
+def solve_two_replicas(
+    lengths: npt.ArrayLike,
+    model: ThroughputModel,
+    beam_width: int = 256,
+    weights: tuple[float, ...] = DEFAULT_WEIGHTS,
+    time_limit_s: float | None = None,
+    split_bound_max_n: int = 600,
+) -> OptimalSplit:
+    """Exact min-makespan split of ``lengths`` (tokens) onto 2 identical replicas.
+
+    ``beam_width`` sizes the heuristic first pass that seeds the incumbent (0 disables it);
+    ``weights`` are the Lagrangian weights of the lower bound (any values in [0, 1] are
+    valid). Both affect speed only, never the result. With ``time_limit_s`` the solve raises
+    ``OracleTimeoutError`` once that much wall time has passed (checked per layer). Up to
+    ``split_bound_max_n`` requests the stronger count-split bound (``split_bound.py``) also
+    prunes; its tables take ``n^3 / 2`` floats (about 110 MB at n = 300, 860 MB at 600)."""
+    t0 = time.perf_counter()
+    deadline = None if time_limit_s is None else t0 + time_limit_s
+    arr = validate_lengths(lengths)
+    n = arr.size
+    if n == 0:
+        return OptimalSplit(0.0, np.zeros(0, dtype=np.int64), (0.0, 0.0), 0,
+                            time.perf_counter() - t0, 0.0, True)
+    order = np.argsort(-arr, kind="stable")
+    ls = arr[order]
+    marg = np.diff(model.taus(n))  # marg[c] = tau(c+1) - tau(c), c = 0..n-1
+    tables = [(w, min_remaining_work(ls, marg, w)) for w in weights]
+    split = CountSplitBound(ls, marg, SPLIT_WEIGHTS) if n <= split_bound_max_n else None
+
+    # Incumbent: best top-k split or the greedy split (sorted order).
+    sweep = topk_sweep(ls, model)
+    topk_assign = (np.arange(n) >= sweep.best_k).astype(np.int64)  # tail = 0 (k longest)
+    greedy_assign = _greedy_assignment(ls, marg)
+    cands = [topk_assign, greedy_assign]
+    cand_ms = [max(_two_replica_times(ls, a, marg)) for a in cands]
+    best_c = int(np.argmin(cand_ms))
+    incumbent = float(cand_ms[best_c])
+    inc_assign = cands[best_c]
+
+    # A narrow beam pass of the same DP usually finds the optimum; as incumbent it lets the
+    # exact pass prune almost everything that cannot reach it.
+    beam_ms, beam_assign, beam_states = float("inf"), None, 0
+    if beam_width > 0:
+        beam_ms, beam_assign, beam_states = _layered_dp(
+            ls, marg, tables, split, incumbent, beam_width, deadline
+        )
+    if beam_assign is not None and beam_ms < incumbent:
+        incumbent, inc_assign = beam_ms, beam_assign
+    best_ms, dp_assign, exact_states = _layered_dp(
+        ls, marg, tables, split, incumbent, None, deadline
+    )
+    if dp_assign is not None and best_ms < incumbent:
+        sorted_assign, from_incumbent = dp_assign, False
+    else:
+        sorted_assign, from_incumbent = inc_assign, True
+    if sorted_assign[0] == 1:  # present the longest request on replica A
+        sorted_assign = 1 - sorted_assign
+    assign = np.empty(n, dtype=np.int64)
+    assign[order] = sorted_assign
+    times = _two_replica_times(arr, assign, marg)
+    return OptimalSplit(
+        makespan_s=max(times),
+        assignment=assign,
+        replica_times_s=times,
+        retained_states=exact_states + beam_states,
+        solve_s=time.perf_counter() - t0,
+        incumbent_makespan_s=incumbent,
+        incumbent_was_optimal=from_incumbent,
+    )
+
+
+def _layered_dp(
+    ls: FloatArray,
+    marg: FloatArray,
+    tables: list[tuple[float, list[FloatArray]]],
+    split: CountSplitBound | None,
+    incumbent: float,
+    beam_width: int | None,
+    deadline: float | None,
+) -> tuple[float, IntArray | None, int]:
+    """Run the longest-first DP; return (best makespan < incumbent or inf, its assignment in
+    sorted order or None, states retained). With ``beam_width`` only that many states with
+    the lowest lower bound survive each layer (a heuristic: the result is an upper bound)."""
+    n = ls.size
+    a = np.zeros(1, dtype=np.int64)  # root: k=0, a=0, T_A=T_B=0
+    ta = np.zeros(1)
+    tb = np.zeros(1)
+    parents: list[IntArray] = []
+    moves: list[npt.NDArray[np.bool_]] = []  # True: request went to B in the parent's frame
+    swaps: list[npt.NDArray[np.bool_]] = []  # True: child frame swapped vs parent frame
+    retained = 0
+    split_idle_until = 0
+    for k in range(n):
+        if deadline is not None and time.perf_counter() > deadline:
+            raise OracleTimeoutError(f"exact 2-replica solve of {n} requests ran out of time")
+        length = ls[k]
+        size = a.size
+        ca = np.concatenate((a + 1, a))  # first half: to A; second half: to B
+        cta = np.concatenate((ta + length * marg[a], ta))
+        ctb = np.concatenate((tb, tb + length * marg[k - a]))
+        par = np.concatenate((np.arange(size), np.arange(size)))
+        mv = np.concatenate((np.zeros(size, dtype=bool), np.ones(size, dtype=bool)))
+        cb = (k + 1) - ca
+        sw = (ca > cb) | ((ca == cb) & (cta > ctb))  # canonical frame: a <= b
+        ca = np.where(sw, cb, ca)
+        cta, ctb = np.where(sw, ctb, cta), np.where(sw, cta, ctb)
+        lb = _lower_bounds(k + 1, ca, cta, ctb, tables)
+        keep = np.flatnonzero(lb < incumbent)
+        if keep.size:
+            keep = keep[_pareto_indices(ca[keep], cta[keep], ctb[keep])]
+            # the split bound is monotone in (T_A, T_B), so applying it after the Pareto
+            # filter removes the same states; skipped for a while when it stops paying off
+            if split is not None and k >= split_idle_until:
+                before = keep.size
+                keep = keep[split(k + 1, ca[keep], cta[keep], ctb[keep]) < incumbent]
+                if before - keep.size < SPLIT_MIN_PRUNED * before:
+                    split_idle_until = k + SPLIT_IDLE_LAYERS
+            if beam_width is not None and keep.size > beam_width:
+                keep = keep[np.argpartition(lb[keep], beam_width - 1)[:beam_width]]
+        a, ta, tb = ca[keep], cta[keep], ctb[keep]
+        parents.append(par[keep])
+        moves.append(mv[keep])
+        swaps.append(sw[keep])
+        retained += int(keep.size)
+        if keep.size == 0:
+            return float("inf"), None, retained
+    final = np.maximum(ta, tb)
+    best = int(np.argmin(final))
+    return float(final[best]), _backtrack(best, parents, moves, swaps), retained
+
+
+def min_remaining_work(ls: FloatArray, marg: FloatArray, weight: float = 0.5) -> list[FloatArray]:
+    """``W[k][a]``: least weighted work ``weight * X + (1 - weight) * Y`` (seconds) of placing
+    requests ``k..n-1`` (sorted descending), where ``X`` is what they add to a replica already
+    holding ``a`` requests and ``Y`` what they add to the other (holding ``k - a``). Exact by
+    backward recursion. For any completion, ``max(T_A + X, T_B + Y) >= weight * (T_A + X) +
+    (1 - weight) * (T_B + Y) >= weight * T_A + (1 - weight) * T_B + W[k][a]``."""
+    n = ls.size
+    out: list[FloatArray] = [np.zeros(0)] * (n + 1)
+    nxt = np.zeros(n + 1)
+    out[n] = nxt
+    for k in range(n - 1, -1, -1):
+        a = np.arange(k + 1)
+        cur = np.minimum(
+            weight * ls[k] * marg[a] + nxt[a + 1], (1.0 - weight) * ls[k] * marg[k - a] + nxt[a]
+        )
+        out[k] = cur
+        nxt = cur
+    return out
+
+
+def _lower_bounds(
+    k: int, a: IntArray, ta: FloatArray, tb: FloatArray, tables: list[tuple[float, list[FloatArray]]]
+) -> FloatArray:
+    """Best Lagrangian bound over the weight grid (weights 0 and 1 give ``T_B`` and ``T_A``)."""
+    lb = np.maximum(ta, tb)
+    for weight, table in tables:
+        lb = np.maximum(lb, weight * ta + (1.0 - weight) * tb + table[k][a])
+    return lb
+
+
+def _pareto_indices(a: IntArray, ta: FloatArray, tb: FloatArray) -> IntArray:
+    """Indices of the Pareto-non-dominated ``(ta, tb)`` points within each group of ``a``."""
+    order = np.lexsort((tb, ta, a))
+    a_s, tb_s = a[order], tb[order]
+    # exact integer ranks of tb, offset so every later group lies strictly below earlier ones
+    uniq = np.unique(tb_s)
+    rank = np.searchsorted(uniq, tb_s).astype(np.int64)
+    span = int(uniq.size) + 1
+    key = rank + (int(a_s.max()) - a_s) * span
+    run_min = np.minimum.accumulate(key)
+    prev_min = np.empty_like(run_min)
+    prev_min[0] = np.iinfo(np.int64).max
+    prev_min[1:] = run_min[:-1]
+    return order[key < prev_min]
+
+
+def _backtrack(
+    index: int,
+    parents: list[IntArray],
+    moves: list[npt.NDArray[np.bool_]],
+    swaps: list[npt.NDArray[np.bool_]],
+) -> IntArray:
+    """Assignment (sorted order, in the root frame) of a final state."""
+    n = len(parents)
+    move = np.zeros(n, dtype=bool)
+    swap = np.zeros(n, dtype=bool)
+    i = index
+    for k in range(n - 1, -1, -1):
+        move[k] = moves[k][i]
+        swap[k] = swaps[k][i]
+        i = int(parents[k][i])
+    # frame of the parent of request k relative to the root = xor of swaps of layers < k
+    frame = np.concatenate(([False], np.logical_xor.accumulate(swap)[:-1]))
+    return np.logical_xor(move, frame).astype(np.int64)

@@ -1,0 +1,223 @@
+"""One attempt of one group on one replica: its HTTP requests, retries and progress.
+
+A group is sent either as one request with ``n = group_size`` or as ``group_size`` single
+requests (``split_groups``, the default): then the executor knows, at an abort, how many
+responses had finished and how many tokens they hold, and in replay mode each response gets its
+own forced length. Request errors (HTTP 5xx, malformed JSON) are retried here with exponential
+backoff; a dead replica (``ReplicaDownError``) is not retried here: the executor regenerates the
+whole group elsewhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+from tailsieve.errors import ConfigError
+from tailsieve.runtime.backends import (
+    Backend,
+    PromptInput,
+    Response,
+    SamplingParams,
+    build_request,
+    parse_response,
+)
+from tailsieve.runtime.transport import JSON, ReplicaDownError, RequestError, Transport
+
+ForcedLength = Callable[[str, int], int]  # (prompt_id, sample) -> forced generated tokens
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutorConfig:
+    """How the live executor talks to replicas."""
+
+    backend: Backend = Backend.VLLM
+    model: str = "default"  # served model name sent in each request
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    split_groups: bool = True  # n single requests per group (True) or one request with n
+    stream: bool = False  # streaming responses (live tokens-so-far; more router CPU)
+    request_timeout_s: float | None = 3600.0  # a request running longer = replica fault
+    max_retries: int = 3  # retries of a request error before the step fails
+    backoff_s: float = 0.25  # first retry delay; doubles per retry
+    backoff_max_s: float = 8.0  # cap of the retry delay
+    health_timeout_s: float = 5.0  # GET /health probe timeout
+
+    def __post_init__(self) -> None:
+        if self.max_retries < 0:
+            raise ConfigError(f"max_retries must be >= 0, got {self.max_retries}")
+        if self.backoff_s < 0 or self.backoff_max_s < 0:
+            raise ConfigError("backoff_s and backoff_max_s must be >= 0")
+        if self.request_timeout_s is not None and self.request_timeout_s <= 0:
+            raise ConfigError(f"request_timeout_s must be > 0, got {self.request_timeout_s}")
+
+
+class RequestFailedError(RequestError):
+    """A request error that retries could not fix (or that is not retryable)."""
+
+
+@dataclass(slots=True)
+class AttemptProgress:
+    """Live evidence of one attempt, read by the executor at an abort or a fault."""
+
+    num_finished: int = 0  # responses finished
+    finished_tokens: int = 0  # tokens of the finished responses
+    live_tokens: dict[int, int] = field(default_factory=dict)  # streaming: sample -> tokens
+
+    @property
+    def tokens_so_far(self) -> int:
+        """Tokens of unfinished responses (streaming only; -1 when not observed)."""
+        return sum(self.live_tokens.values()) if self.live_tokens else -1
+
+
+class GroupAttempt:
+    """Runs the requests of one group attempt against one replica URL."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        base_url: str,
+        config: ExecutorConfig,
+        prompt: PromptInput,
+        group_size: int,
+        forced_length: ForcedLength | None,
+        progress: AttemptProgress,
+    ) -> None:
+        self._t = transport
+        self._url = base_url.rstrip("/") + config.backend.path
+        self._cfg = config
+        self._prompt = prompt
+        self._n = group_size
+        self._forced = forced_length
+        self.progress = progress
+
+    async def run(self) -> list[Response]:
+        """All ``group_size`` responses in sample order; raises ``ReplicaDownError`` or
+        ``RequestFailedError``. Cancelling it cancels (closes) every open request."""
+        cfg, pid = self._cfg, self._prompt.prompt_id
+        seed = cfg.sampling.seed
+        if not cfg.split_groups:
+            forced = max(self._forced(pid, i) for i in range(self._n)) if self._forced else None
+            return await self._one(0, self._n, forced, seed)
+        calls = [
+            self._one(
+                i,
+                1,
+                self._forced(pid, i) if self._forced else None,
+                seed + i if seed is not None else None,
+            )
+            for i in range(self._n)
+        ]
+        parts = await _all_or_first_error(calls)
+        return [r for part in parts for r in part]
+
+    async def _one(
+        self, sample: int, n: int, forced: int | None, seed: int | None
+    ) -> list[Response]:
+        body = build_request(
+            self._cfg.backend,
+            self._cfg.model,
+            self._prompt,
+            self._cfg.sampling,
+            n,
+            forced_tokens=forced,
+            seed=seed,
+            stream=self._cfg.stream,
+        )
+        where = f"{self._url} prompt {self._prompt.prompt_id!r} sample {sample}"
+        retry = 0
+        while True:
+            try:
+                if self._cfg.stream:
+                    out = await self._streamed(body, sample, n, where)
+                else:
+                    raw = await self._t.post_json(self._url, body, self._cfg.request_timeout_s)
+                    out = parse_response(self._cfg.backend, raw, n, where)
+                break
+            except ReplicaDownError:
+                raise
+            except RequestError as exc:
+                if not exc.retryable or retry >= self._cfg.max_retries:
+                    raise RequestFailedError(
+                        f"{where}: {exc} (after {retry} retries)", status=exc.status
+                    ) from exc
+                delay = min(self._cfg.backoff_max_s, self._cfg.backoff_s * 2**retry)
+                retry += 1
+                await asyncio.sleep(delay)
+        for i, r in enumerate(out):
+            self.progress.live_tokens.pop(sample + i, None)
+            self.progress.num_finished += 1
+            self.progress.finished_tokens += r.num_tokens
+        return out
+
+    async def _streamed(self, body: JSON, sample: int, n: int, where: str) -> list[Response]:
+        texts: dict[int, list[str]] = {}
+        ids: dict[int, list[int]] = {}
+        counts: dict[int, int] = {}
+        reasons: dict[int, str] = {}
+        sg = self._cfg.backend is Backend.SGLANG
+        async for chunk in self._t.stream_json(self._url, body, self._cfg.request_timeout_s):
+            for idx, text, tok, cnt, reason in _chunk_items(chunk, sg):
+                if sg:  # SGLang chunks are cumulative
+                    texts[idx] = [text]
+                    counts[idx] = cnt
+                else:
+                    texts.setdefault(idx, []).append(text)
+                    ids.setdefault(idx, []).extend(tok or [])
+                    step = len(tok) if tok is not None else int(bool(text) or not reason)
+                    counts[idx] = counts.get(idx, 0) + step
+                if reason:
+                    reasons[idx] = reason
+                self.progress.live_tokens[sample + idx] = counts[idx]
+            usage = chunk.get("usage") or {}
+            if n == 1 and not sg and usage.get("completion_tokens") is not None and counts:
+                counts[0] = int(usage["completion_tokens"])
+        if sorted(counts) != list(range(n)):
+            raise RequestError(f"{where}: stream ended with choices {sorted(counts)} of {n}")
+        return [
+            Response(
+                text="".join(texts[i]),
+                num_tokens=counts[i],
+                finish_reason=reasons.get(i, "unknown"),
+                token_ids=tuple(ids[i]) if ids.get(i) else None,
+            )
+            for i in range(n)
+        ]
+
+
+def _chunk_items(chunk: JSON, sglang: bool) -> list[tuple[int, str, list[int] | None, int, str]]:
+    if sglang:
+        meta = chunk.get("meta_info", {})
+        fr = meta.get("finish_reason")
+        reason = fr.get("type", "") if isinstance(fr, dict) else str(fr or "")
+        cnt = int(meta.get("completion_tokens", 0))
+        return [(int(chunk.get("index", 0)), chunk.get("text", ""), None, cnt, reason)]
+    items: list[tuple[int, str, list[int] | None, int, str]] = []
+    for ch in chunk.get("choices") or []:
+        delta = ch.get("delta")
+        text = (delta or {}).get("content") or "" if delta is not None else ch.get("text") or ""
+        raw = ch.get("token_ids")
+        toks = [int(t) for t in raw] if raw is not None else None
+        items.append((int(ch.get("index", 0)), text, toks, 0, ch.get("finish_reason") or ""))
+    return items
+
+
+async def _all_or_first_error(
+    calls: Sequence[Awaitable[list[Response]]],
+) -> list[list[Response]]:
+    """Await all; on the first error cancel the rest and raise it (a ``ReplicaDownError`` wins
+    over other errors so a dead replica is never reported as a request failure)."""
+    tasks = [asyncio.ensure_future(c) for c in calls]
+    try:
+        pending: set[asyncio.Future[list[Response]]] = set(tasks)
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
+            errors = [t.exception() for t in done if t.exception() is not None]
+            if errors:
+                down = [e for e in errors if isinstance(e, ReplicaDownError)]
+                raise (down or errors)[0]  # type: ignore[misc]
+        return [t.result() for t in tasks]
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

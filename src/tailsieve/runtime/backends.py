@@ -1,0 +1,259 @@
+"""Request building and response parsing for the supported inference servers.
+
+- ``vllm``: OpenAI-compatible ``/v1/completions`` (text or token-id prompt).
+- ``vllm-chat``: OpenAI-compatible ``/v1/chat/completions`` (chat messages).
+- ``sglang``: SGLang native ``/generate`` (``text`` or ``input_ids`` + ``sampling_params``).
+
+A request carries ``num_samples`` responses (OpenAI ``n`` / SGLang ``sampling_params.n``).
+Parsing returns one ``Response`` per sample with its generated-token count taken from the
+server's own accounting (token ids, logprob entries, or ``usage.completion_tokens`` when a
+request carries one sample).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from tailsieve.errors import ConfigError
+from tailsieve.runtime.transport import JSON, RequestError
+
+
+class Backend(str, Enum):
+    VLLM = "vllm"
+    VLLM_CHAT = "vllm-chat"
+    SGLANG = "sglang"
+
+    @property
+    def path(self) -> str:
+        return {
+            Backend.VLLM: "/v1/completions",
+            Backend.VLLM_CHAT: "/v1/chat/completions",
+            Backend.SGLANG: "/generate",
+        }[self]
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    """Sampling parameters passed through to the server (None = server default)."""
+
+    max_tokens: int = 256  # generated-token cap per response
+    temperature: float | None = 1.0
+    top_p: float | None = None
+    top_k: int | None = None
+    presence_penalty: float | None = None
+    seed: int | None = None  # per request; sample i of a split group gets seed + i
+    stop: tuple[str, ...] | None = None
+    logprobs: int | None = None  # return logprobs of the sampled tokens (top-k alternatives)
+    extra: dict[str, Any] = field(default_factory=dict)  # passed verbatim (vLLM extra_body)
+
+    def __post_init__(self) -> None:
+        if self.max_tokens < 1:
+            raise ConfigError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if self.temperature is not None and self.temperature < 0:
+            raise ConfigError(f"temperature must be >= 0, got {self.temperature}")
+        if self.top_p is not None and not (0.0 < self.top_p <= 1.0):
+            raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
+
+
+@dataclass(frozen=True, slots=True)
+class PromptInput:
+    """One prompt: exactly one of ``text``, ``token_ids`` or ``messages``."""
+
+    prompt_id: str
+    text: str | None = None
+    token_ids: tuple[int, ...] | None = None
+    messages: tuple[dict[str, str], ...] | None = None  # chat format (vllm-chat backend)
+
+    def __post_init__(self) -> None:
+        given = [x is not None for x in (self.text, self.token_ids, self.messages)]
+        if sum(given) != 1:
+            raise ConfigError(
+                f"prompt {self.prompt_id!r}: give exactly one of text, token_ids, messages"
+            )
+
+    @classmethod
+    def from_dict(cls, row: dict[str, Any], where: str = "") -> PromptInput:
+        """From ``{prompt_id, prompt | prompt_token_ids | messages}`` (JSONL prompt files)."""
+        if "prompt_id" not in row:
+            raise ConfigError(f"{where}: missing field 'prompt_id'")
+        ids = row.get("prompt_token_ids")
+        msgs = row.get("messages")
+        return cls(
+            prompt_id=str(row["prompt_id"]),
+            text=row.get("prompt"),
+            token_ids=tuple(int(t) for t in ids) if ids is not None else None,
+            messages=tuple(dict(m) for m in msgs) if msgs is not None else None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """One generated response."""
+
+    text: str
+    num_tokens: int  # generated tokens
+    finish_reason: str  # "stop" | "length" | server-specific
+    token_ids: tuple[int, ...] | None = None
+    logprobs: tuple[float, ...] | None = None  # logprob of each sampled token, when asked
+
+
+def build_request(
+    backend: Backend,
+    model: str,
+    prompt: PromptInput,
+    sampling: SamplingParams,
+    num_samples: int,
+    forced_tokens: int | None = None,
+    seed: int | None = None,
+    stream: bool = False,
+) -> JSON:
+    """The JSON body of one request. ``forced_tokens``: replay mode (max_tokens = L, ignore_eos)."""
+    max_tokens = forced_tokens if forced_tokens is not None else sampling.max_tokens
+    if backend is Backend.SGLANG:
+        return _sglang_request(
+            prompt, sampling, num_samples, max_tokens, forced_tokens, seed, stream
+        )
+    body: JSON = {"model": model, "max_tokens": max_tokens, "n": num_samples}
+    if backend is Backend.VLLM_CHAT:
+        if prompt.messages is None:
+            content = prompt.text if prompt.text is not None else None
+            if content is None:
+                raise ConfigError(f"prompt {prompt.prompt_id!r}: chat backend needs text/messages")
+            body["messages"] = [{"role": "user", "content": content}]
+        else:
+            body["messages"] = [dict(m) for m in prompt.messages]
+        if sampling.logprobs is not None:
+            body["logprobs"] = True
+            body["top_logprobs"] = sampling.logprobs
+    else:
+        if prompt.messages is not None:
+            raise ConfigError(f"prompt {prompt.prompt_id!r}: chat messages need backend vllm-chat")
+        body["prompt"] = list(prompt.token_ids) if prompt.token_ids is not None else prompt.text
+        if sampling.logprobs is not None:
+            body["logprobs"] = sampling.logprobs
+    body["return_token_ids"] = True  # vLLM >= 0.10: per-choice token ids (exact counts)
+    for key in ("temperature", "top_p", "top_k", "presence_penalty"):
+        val = getattr(sampling, key)
+        if val is not None:
+            body[key] = val
+    if seed is not None:
+        body["seed"] = seed
+    if sampling.stop:
+        body["stop"] = list(sampling.stop)
+    if forced_tokens is not None:
+        body["ignore_eos"] = True
+        body["min_tokens"] = forced_tokens
+    if stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    body.update(sampling.extra)
+    return body
+
+
+def _sglang_request(
+    prompt: PromptInput,
+    sampling: SamplingParams,
+    n: int,
+    max_tokens: int,
+    forced: int | None,
+    seed: int | None,
+    stream: bool,
+) -> JSON:
+    sp: JSON = {"max_new_tokens": max_tokens, "n": n}
+    for key in ("temperature", "top_p", "top_k", "presence_penalty"):
+        val = getattr(sampling, key)
+        if val is not None:
+            sp[key] = val
+    if sampling.stop:
+        sp["stop"] = list(sampling.stop)
+    if seed is not None:
+        sp["sampling_seed"] = seed
+    if forced is not None:
+        sp["ignore_eos"] = True
+        sp["min_new_tokens"] = forced
+    sp.update(sampling.extra)
+    body: JSON = {"sampling_params": sp, "stream": stream}
+    if prompt.token_ids is not None:
+        body["input_ids"] = list(prompt.token_ids)
+    elif prompt.text is not None:
+        body["text"] = prompt.text
+    else:
+        raise ConfigError(f"prompt {prompt.prompt_id!r}: sglang /generate needs text or token ids")
+    if sampling.logprobs is not None:
+        body["return_logprob"] = True
+    return body
+
+
+def parse_response(backend: Backend, body: Any, num_samples: int, where: str) -> list[Response]:
+    """Responses of one non-streaming request, in sample order. Raises ``RequestError`` on a
+    body that does not have the expected shape (counts as malformed, retried)."""
+    try:
+        if backend is Backend.SGLANG:
+            out = _parse_sglang(body)
+        else:
+            out = _parse_openai(backend, body, num_samples)
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise RequestError(f"{where}: unexpected response shape ({exc!r})") from exc
+    if len(out) != num_samples:
+        raise RequestError(f"{where}: expected {num_samples} responses, got {len(out)}")
+    return out
+
+
+def _parse_openai(backend: Backend, body: Any, n: int) -> list[Response]:
+    choices = sorted(body["choices"], key=lambda c: int(c.get("index", 0)))
+    usage = body.get("usage") or {}
+    out: list[Response] = []
+    for ch in choices:
+        if backend is Backend.VLLM_CHAT:
+            text = (ch.get("message") or {}).get("content") or ""
+            lp = ch.get("logprobs") or {}
+            content = lp.get("content") if isinstance(lp, dict) else None
+            logprobs = tuple(float(e["logprob"]) for e in content) if content else None
+        else:
+            text = ch.get("text") or ""
+            lp = ch.get("logprobs") or {}
+            vals = lp.get("token_logprobs") if isinstance(lp, dict) else None
+            logprobs = tuple(float(v) for v in vals if v is not None) if vals else None
+        ids = ch.get("token_ids")
+        token_ids = tuple(int(t) for t in ids) if ids is not None else None
+        if token_ids is not None:
+            num = len(token_ids)
+        elif logprobs is not None:
+            num = len(logprobs)
+        elif n == 1 and "completion_tokens" in usage:
+            num = int(usage["completion_tokens"])
+        else:
+            raise ValueError("no per-choice token count (token_ids / logprobs / usage)")
+        out.append(
+            Response(
+                text=text,
+                num_tokens=num,
+                finish_reason=str(ch.get("finish_reason") or "unknown"),
+                token_ids=token_ids,
+                logprobs=logprobs,
+            )
+        )
+    return out
+
+
+def _parse_sglang(body: Any) -> list[Response]:
+    items = body if isinstance(body, list) else [body]
+    out: list[Response] = []
+    for it in items:
+        meta = it["meta_info"]
+        fr = meta.get("finish_reason")
+        reason = fr.get("type", "unknown") if isinstance(fr, dict) else str(fr or "unknown")
+        ids = it.get("output_ids")
+        lps = meta.get("output_token_logprobs")
+        out.append(
+            Response(
+                text=it.get("text") or "",
+                num_tokens=int(meta["completion_tokens"]),
+                finish_reason=reason,
+                token_ids=tuple(int(t) for t in ids) if ids is not None else None,
+                logprobs=tuple(float(e[0]) for e in lps) if lps else None,
+            )
+        )
+    return out

@@ -1,0 +1,251 @@
+"""OpenAI/vLLM request parsing and response JSON for the emulator.
+
+Token counts are what matter: a prompt string counts one token per whitespace-separated word
+(at least 1), a token-id list counts its length, a chat request counts its words plus 5
+ChatML tokens per message plus 3 (as the real CPU server's tiny model does for "hello": 9). Generated text is the filler token ``" tok"`` repeated, one per token, so
+``usage.completion_tokens`` and the streamed chunk count are exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+FILLER = " tok"  # the text of every generated token
+FILLER_LOGPROB = -0.5  # log-probability reported for every generated token
+CHAT_TEMPLATE_TOKENS = 5  # tokens a ChatML template adds per message
+CHAT_GENERATION_PROMPT_TOKENS = 3  # "<|im_start|>assistant\n"
+FILLER_TOKEN_ID = 42  # token id reported for every generated token (return_token_ids)
+PROMPT_TOKEN_ID = 7  # token id reported for prompt tokens given as text
+SYSTEM_FINGERPRINT = "tailsieve-emulator"
+
+Kind = Literal["completion", "chat"]
+
+
+class BadRequest(Exception):
+    """A request the server rejects; carries the HTTP status and vLLM error type."""
+
+    def __init__(self, message: str, status: int = 400, err_type: str = "BadRequestError",
+                 param: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.err_type = err_type
+        self.param = param
+
+
+def error_body(message: str, err_type: str, status: int,
+               param: str | None = None) -> dict[str, Any]:
+    """vLLM's ``ErrorResponse`` JSON."""
+    return {"error": {"message": message, "type": err_type, "param": param, "code": status}}
+
+
+@dataclass(frozen=True, slots=True)
+class GenRequest:
+    """A validated /v1/completions or /v1/chat/completions request."""
+
+    kind: Kind
+    prompt_tokens: tuple[int, ...]  # token count of each prompt (one per prompt in a batch)
+    prompt_ids: tuple[tuple[int, ...], ...]  # token ids of each prompt
+    n: int  # sequences per prompt
+    max_tokens: int  # cap on generated tokens per sequence
+    min_tokens: int  # floor on drawn lengths (vLLM's min_tokens), tokens
+    ignore_eos: bool  # True: every sequence produces exactly max_tokens
+    seed: int | None  # per-request seed for the drawn lengths
+    stream: bool
+    include_usage: bool  # stream_options.include_usage
+    logprobs: int | None  # None: no logprobs; k: logprobs with k alternatives
+    return_token_ids: bool  # add token_ids / prompt_token_ids to each choice
+
+
+def _opt_int(body: dict[str, Any], key: str, lo: int | None = None) -> int | None:
+    v = body.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise BadRequest(f"'{key}' must be an integer, got {v!r}")
+    if lo is not None and v < lo:
+        raise BadRequest(f"'{key}' must be >= {lo}, got {v}")
+    return v
+
+
+def _opt_number(body: dict[str, Any], key: str) -> None:
+    v = body.get(key)
+    if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+        raise BadRequest(f"'{key}' must be a number, got {v!r}")
+
+
+def _text_ids(text: str) -> tuple[int, ...]:
+    return (PROMPT_TOKEN_ID,) * max(1, len(text.split()))
+
+
+def _prompt_ids(prompt: Any) -> tuple[tuple[int, ...], ...]:
+    """Token ids of each prompt (text prompts get ``PROMPT_TOKEN_ID`` per word)."""
+    if isinstance(prompt, str):
+        return (_text_ids(prompt),)
+    if isinstance(prompt, list) and prompt:
+        if all(isinstance(x, int) and not isinstance(x, bool) for x in prompt):
+            return (tuple(prompt),)
+        if all(isinstance(x, str) for x in prompt):
+            return tuple(_text_ids(x) for x in prompt)
+        if all(isinstance(x, list) and x and all(isinstance(t, int) for t in x) for x in prompt):
+            return tuple(tuple(x) for x in prompt)
+    raise BadRequest("'prompt' must be a string, a list of token ids, or a list of those")
+
+
+def _chat_ids(messages: Any) -> tuple[tuple[int, ...], ...]:
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest("'messages' must be a non-empty list")
+    total = CHAT_GENERATION_PROMPT_TOKENS
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or "role" not in m:
+            raise BadRequest(f"messages[{i}] must be an object with 'role' and 'content'")
+        content = m.get("content") or ""
+        if isinstance(content, list):  # content parts
+            content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+        total += len(str(content).split()) + CHAT_TEMPLATE_TOKENS
+    return ((PROMPT_TOKEN_ID,) * total,)
+
+
+def parse_request(body: Any, kind: Kind, model_name: str, max_model_len: int) -> GenRequest:
+    """Validate a request body like vLLM does (the subset the emulator needs)."""
+    if not isinstance(body, dict):
+        raise BadRequest("request body must be a JSON object")
+    model = body.get("model")
+    if model is not None and model != model_name:
+        raise BadRequest(f"The model `{model}` does not exist. Valid aliases: {model_name}.",
+                         404, "NotFoundError", param="model")
+    if kind == "chat":
+        ids = _chat_ids(body.get("messages"))
+    elif "prompt" not in body:
+        raise BadRequest("'prompt' is required")
+    else:
+        ids = _prompt_ids(body["prompt"])
+    counts = tuple(len(x) for x in ids)
+    n = _opt_int(body, "n", lo=1) or 1
+    max_tokens = _opt_int(body, "max_tokens", lo=1)
+    if kind == "chat" and max_tokens is None:
+        max_tokens = _opt_int(body, "max_completion_tokens", lo=1)
+    longest = max(counts)
+    if longest >= max_model_len:
+        raise BadRequest(
+            f"This model's maximum context length is {max_model_len} tokens. However, your "
+            f"request has {longest} input tokens. Please reduce the length of the input messages."
+        )
+    if max_tokens is None:
+        max_tokens = 16 if kind == "completion" else max_model_len - longest
+    if max_tokens > max_model_len:
+        raise BadRequest(f"max_tokens={max_tokens} cannot be greater than "
+                         f"max_model_len={max_model_len}. Please request fewer output tokens.")
+    for key in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
+        _opt_number(body, key)
+    _opt_int(body, "top_k")
+    seed = _opt_int(body, "seed")
+    stop = body.get("stop")
+    if stop is not None and not isinstance(stop, (str, list)):
+        raise BadRequest("'stop' must be a string or a list of strings")
+    opts = body.get("stream_options") or {}
+    if not isinstance(opts, dict):
+        raise BadRequest("'stream_options' must be an object")
+    return GenRequest(
+        kind=kind,
+        prompt_tokens=counts,
+        prompt_ids=ids,
+        n=n,
+        max_tokens=max_tokens,
+        min_tokens=min(_opt_int(body, "min_tokens", lo=0) or 0, max_tokens),
+        ignore_eos=bool(body.get("ignore_eos", False)),
+        seed=seed,
+        stream=bool(body.get("stream", False)),
+        include_usage=bool(opts.get("include_usage", False)),
+        logprobs=_logprobs(body, kind),
+        return_token_ids=bool(body.get("return_token_ids", False)),
+    )
+
+
+def _logprobs(body: dict[str, Any], kind: Kind) -> int | None:
+    if kind == "completion":
+        return _opt_int(body, "logprobs", lo=0)
+    if body.get("logprobs"):
+        return _opt_int(body, "top_logprobs", lo=0) or 0
+    return None
+
+
+# ----- responses ---------------------------------------------------------------------
+def _completion_logprobs(start: int, count: int, k: int) -> dict[str, Any]:
+    return {
+        "text_offset": [len(FILLER) * (start + i) for i in range(count)],
+        "token_logprobs": [FILLER_LOGPROB] * count,
+        "tokens": [FILLER] * count,
+        "top_logprobs": [{FILLER: FILLER_LOGPROB} if k else {} for _ in range(count)],
+    }
+
+
+def _chat_logprobs(count: int, k: int) -> dict[str, Any]:
+    top = [{"token": FILLER, "logprob": FILLER_LOGPROB, "bytes": list(FILLER.encode())}][:k]
+    item = {"token": FILLER, "logprob": FILLER_LOGPROB, "bytes": list(FILLER.encode())}
+    return {"content": [{**item, "top_logprobs": top} for _ in range(count)]}
+
+
+def choice(req: GenRequest, index: int, num_tokens: int, finish_reason: str,
+           prompt_ids: list[int] | None = None) -> dict[str, Any]:
+    """One entry of a non-streaming response's ``choices``."""
+    text = FILLER * num_tokens
+    ids = [FILLER_TOKEN_ID] * num_tokens if req.return_token_ids else None
+    pids = prompt_ids if req.return_token_ids else None
+    if req.kind == "chat":
+        lp = None if req.logprobs is None else _chat_logprobs(num_tokens, req.logprobs)
+        msg: dict[str, Any] = {"role": "assistant", "content": text, "tool_calls": [],
+                               "reasoning_content": None}
+        return {"index": index, "message": msg, "logprobs": lp, "finish_reason": finish_reason,
+                "stop_reason": None, "token_ids": ids}
+    lp = None if req.logprobs is None else _completion_logprobs(0, num_tokens, req.logprobs)
+    return {"index": index, "text": text, "logprobs": lp, "finish_reason": finish_reason,
+            "stop_reason": None, "token_ids": ids, "prompt_logprobs": None,
+            "prompt_token_ids": pids, "routed_experts": None}
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+    return {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion_tokens,
+            "completion_tokens": completion_tokens, "prompt_tokens_details": None,
+            "completion_tokens_details": None}
+
+
+def response(req: GenRequest, rid: str, created: int, model: str,
+             choices: list[dict[str, Any]], completion_tokens: int) -> dict[str, Any]:
+    """The full non-streaming response body."""
+    obj = "chat.completion" if req.kind == "chat" else "text_completion"
+    return {"id": rid, "object": obj, "created": created, "model": model, "choices": choices,
+            "service_tier": None, "system_fingerprint": SYSTEM_FINGERPRINT,
+            "usage": usage(sum(req.prompt_tokens), completion_tokens),
+            "kv_transfer_params": None, "ec_transfer_params": None, "metrics": None}
+
+
+def chunk(req: GenRequest, rid: str, created: int, model: str, index: int, start: int,
+          count: int, finish_reason: str | None, first: bool = False) -> dict[str, Any]:
+    """One streamed chunk carrying ``count`` tokens (tokens ``start..start+count-1``)."""
+    text = FILLER * count
+    if req.kind == "chat":
+        delta: dict[str, Any] = {"content": text}
+        if first:
+            delta = {"role": "assistant", "content": text}
+        lp = None if req.logprobs is None or not count else _chat_logprobs(count, req.logprobs)
+        ch: dict[str, Any] = {"index": index, "delta": delta, "logprobs": lp,
+                              "finish_reason": finish_reason}
+        obj = "chat.completion.chunk"
+    else:
+        lp = (None if req.logprobs is None or not count
+              else _completion_logprobs(start, count, req.logprobs))
+        ch = {"index": index, "text": text, "logprobs": lp, "finish_reason": finish_reason,
+              "stop_reason": None}
+        if req.return_token_ids:
+            ch["token_ids"] = [FILLER_TOKEN_ID] * count
+        obj = "text_completion"
+    return {"id": rid, "object": obj, "created": created, "model": model, "choices": [ch]}
+
+
+def usage_chunk(req: GenRequest, rid: str, created: int, model: str,
+                completion_tokens: int) -> dict[str, Any]:
+    """The final ``stream_options.include_usage`` chunk (empty ``choices``)."""
+    obj = "chat.completion.chunk" if req.kind == "chat" else "text_completion"
+    return {"id": rid, "object": obj, "created": created, "model": model, "choices": [],
+            "usage": usage(sum(req.prompt_tokens), completion_tokens)}

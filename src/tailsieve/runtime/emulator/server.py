@@ -1,0 +1,271 @@
+"""The emulated vLLM replica: an aiohttp server over an ``EngineDriver``.
+
+Endpoints: POST /v1/completions, POST /v1/chat/completions (JSON or SSE), GET /v1/models,
+GET /health, GET /version, GET /metrics. A client that closes its connection aborts its
+sequences (the app runs with ``handler_cancellation=True``, so aiohttp cancels the handler).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import numpy as np
+from aiohttp import web
+
+from tailsieve.model.replica_engine import Completion
+from tailsieve.runtime.emulator import protocol as P
+from tailsieve.runtime.emulator.config import CRASH_EXIT_CODE, EmulatorConfig
+from tailsieve.runtime.emulator.driver import EngineDriver
+from tailsieve.runtime.emulator.metrics import CONTENT_TYPE, EmulatorMetrics
+
+MIN_POLL_S = 0.001  # shortest wait between streamed chunk writes, real seconds
+SHUTDOWN_TIMEOUT_S = 1.0  # grace for in-flight handlers on aclose, real seconds
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class EmulatorServer:
+    """One emulated replica listening on ``host:port`` (port 0 picks a free port).
+
+    ``async with EmulatorServer(cfg) as srv: srv.url`` or ``await start()`` / ``await aclose()``.
+    """
+
+    def __init__(self, config: EmulatorConfig, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.config = config
+        self.host = host
+        self.port = port
+        self.crashed = False
+        self.driver = EngineDriver(config.replica_config(), config.time_scale, self._on_complete)
+        self.metrics = EmulatorMetrics(self.driver, config.model_name)
+        self._rng = np.random.default_rng([config.seed, 0])  # injected errors + lengths
+        self._meta: dict[str, tuple[str, float]] = {}  # seq id -> (finish reason, submitted)
+        self._transports: set[asyncio.BaseTransport] = set()
+        self._runner: web.AppRunner | None = None
+        self._site: web.TCPSite | None = None
+        self._crash_task: asyncio.Task[None] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    # ----- lifecycle -----------------------------------------------------------------
+    async def start(self) -> str:
+        """Start serving; returns the base URL."""
+        app = web.Application(middlewares=[self._guard])
+        app.router.add_post("/v1/completions", self._completions)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/health", self._health)
+        app.router.add_get("/version", self._version)
+        app.router.add_get("/load", self._load)
+        app.router.add_get("/metrics", self._metrics)
+        await self.driver.start()
+        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
+                                     shutdown_timeout=SHUTDOWN_TIMEOUT_S)
+        try:
+            await self._runner.setup()
+            self._site = web.TCPSite(self._runner, self.host, self.port)
+            await self._site.start()  # OSError when the port is taken
+        except BaseException:
+            await self.aclose()
+            raise
+        self.port = int(self._runner.addresses[0][1])
+        if self.config.crash_after_s is not None:
+            self._crash_task = asyncio.create_task(self._crash_later(self.config.crash_after_s))
+        return self.url
+
+    async def aclose(self) -> None:
+        if self._crash_task is not None:
+            self._crash_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._crash_task
+            self._crash_task = None
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = self._site = None
+        await self.driver.aclose()
+
+    async def __aenter__(self) -> EmulatorServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def crash(self) -> None:
+        """Die like a crashed replica: stop listening and drop every open connection."""
+        self.crashed = True
+        for tr in list(self._transports):
+            tr.abort()  # type: ignore[attr-defined]
+        if self._site is not None:
+            await self._site.stop()
+
+    async def _crash_later(self, after_s: float) -> None:
+        await asyncio.sleep(after_s)
+        if self.config.crash_mode == "exit":
+            os._exit(CRASH_EXIT_CODE)
+        await self.crash()
+
+    # ----- plumbing ------------------------------------------------------------------
+    @web.middleware
+    async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        tr = request.transport
+        if self.crashed or tr is None:
+            if tr is not None:
+                tr.abort()
+            raise web.HTTPServiceUnavailable()
+        self._transports.add(tr)
+        try:
+            return await handler(request)
+        finally:
+            self._transports.discard(tr)
+
+    def _on_complete(self, c: Completion) -> None:
+        reason, t0 = self._meta.pop(str(c.request_id), ("length", 0.0))
+        self.metrics.finished(reason, c.num_tokens, time.monotonic() - t0)
+
+    def _abort(self, seq_id: str) -> None:
+        tokens = self.driver.abort(seq_id)  # may complete it first (then _on_complete ran)
+        self._meta.pop(seq_id, None)
+        del tokens  # counted in generation_tokens_total; like vLLM, no request_success sample
+
+    def _lengths(self, req: P.GenRequest) -> list[tuple[int, str]]:
+        """(tokens, finish_reason) of every sequence, prompt-major then choice."""
+        out: list[tuple[int, str]] = []
+        cfg = self.config
+        for p, prompt_len in enumerate(req.prompt_tokens):
+            cap = min(req.max_tokens, cfg.max_model_len - prompt_len)  # vLLM clips silently
+            rng = self._rng if req.seed is None else np.random.default_rng([req.seed, p])
+            for _ in range(req.n):
+                if req.ignore_eos:
+                    out.append((cap, "length"))
+                    continue
+                draw = rng.lognormal(np.log(cfg.length_median_tokens), cfg.length_sigma)
+                k = int(min(max(round(float(draw)), req.min_tokens, 1), cap))
+                out.append((k, "length" if k == cap else "stop"))
+        return out
+
+    @staticmethod
+    def _error(message: str, err_type: str, status: int,
+               param: str | None = None) -> web.Response:
+        return web.json_response(P.error_body(message, err_type, status, param), status=status)
+
+    # ----- handlers ------------------------------------------------------------------
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, "completion")
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, "chat")
+
+    async def _generate(self, request: web.Request, kind: P.Kind) -> web.StreamResponse:
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return self._error("request body is not valid JSON", "BadRequestError", 400)
+        try:
+            req = P.parse_request(body, kind, self.config.model_name, self.config.max_model_len)
+        except P.BadRequest as exc:
+            return self._error(str(exc), exc.err_type, exc.status, exc.param)
+        if self.config.error_rate > 0 and self._rng.random() < self.config.error_rate:
+            return self._error(f"injected fault (error_rate={self.config.error_rate:g})",
+                               "InternalServerError", 500)
+        rid = ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex
+        lengths = self._lengths(req)
+        seq_ids = [f"{rid}-{i}" for i in range(len(lengths))]
+        futs: list[asyncio.Future[Completion]] = []
+        now = time.monotonic()
+        for i, (sid, (k, reason)) in enumerate(zip(seq_ids, lengths, strict=True)):
+            self._meta[sid] = (reason, now)
+            futs.append(self.driver.submit(sid, k, req.prompt_tokens[i // req.n]))
+        try:
+            if req.stream:
+                return await self._stream(request, req, rid, seq_ids, futs, lengths)
+            await asyncio.gather(*futs)
+        finally:
+            for sid, fut in zip(seq_ids, futs, strict=True):
+                if not fut.done() or fut.cancelled():  # gather() cancels them on disconnect
+                    self._abort(sid)
+        choices = [P.choice(req, i, k, reason, list(req.prompt_ids[i // req.n]))
+                   for i, (k, reason) in enumerate(lengths)]
+        total = sum(k for k, _ in lengths)
+        out = P.response(req, rid, int(time.time()), self.config.model_name, choices, total)
+        return web.json_response(out)
+
+    async def _stream(self, request: web.Request, req: P.GenRequest, rid: str,
+                      seq_ids: list[str], futs: list[asyncio.Future[Completion]],
+                      lengths: list[tuple[int, str]]) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                           "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        created, model, t0 = int(time.time()), self.config.model_name, time.monotonic()
+        sent = [0] * len(seq_ids)
+        first = [True] * len(seq_ids)
+        while True:
+            self.driver.sync()
+            events: list[dict[str, Any]] = []
+            for i, sid in enumerate(seq_ids):
+                k, reason = lengths[i]
+                have = k if futs[i].done() else self.driver.tokens_so_far(sid)
+                if req.kind == "chat" and first[i]:
+                    events.append(P.chunk(req, rid, created, model, i, 0, 0, None, first=True))
+                    first[i] = False
+                if have > sent[i] and sent[i] == 0:
+                    self.metrics.first_token(time.monotonic() - t0)
+                for t in range(sent[i], have):
+                    fin = reason if t == k - 1 else None
+                    events.append(P.chunk(req, rid, created, model, i, t, 1, fin))
+                sent[i] = have
+            if events:
+                await resp.write(b"".join(_sse(e) for e in events))
+            pending = [f for f in futs if not f.done()]
+            if not pending:
+                break
+            wait_s = max(MIN_POLL_S, self.driver.step_real_s())
+            await asyncio.wait(pending, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED)
+        if req.include_usage:
+            total = sum(k for k, _ in lengths)
+            await resp.write(_sse(P.usage_chunk(req, rid, created, model, total)))
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    async def _models(self, request: web.Request) -> web.Response:
+        name = self.config.model_name
+        card = {"id": name, "object": "model", "created": int(time.time()), "owned_by": "vllm",
+                "root": name, "parent": None, "max_model_len": self.config.max_model_len,
+                "permission": []}
+        return web.json_response({"object": "list", "data": [card]})
+
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    async def _version(self, request: web.Request) -> web.Response:
+        return web.json_response({"version": "tailsieve-emulator"})
+
+    async def _load(self, request: web.Request) -> web.Response:
+        self.driver.sync()
+        load = self.driver.num_running + self.driver.num_waiting
+        return web.json_response({"server_load": load})
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        return web.Response(body=self.metrics.render(),
+                            headers={"Content-Type": CONTENT_TYPE})
+
+
+def _sse(obj: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+
+@asynccontextmanager
+async def run_emulator(config: EmulatorConfig, host: str = "127.0.0.1",
+                       port: int = 0) -> AsyncIterator[str]:
+    """Run an emulator in this event loop; yields its base URL (``http://127.0.0.1:PORT``)."""
+    async with EmulatorServer(config, host, port) as server:
+        yield server.url

@@ -1,0 +1,277 @@
+"""The live executor: runs a ``StepPlan`` against real (or emulated) inference servers.
+
+All groups start at t = 0 on their replicas (in dispatch order). Fresh bulk groups race for the
+``num_fresh_to_deliver`` places of the batch; at that moment the remaining fresh bulk groups are
+aborted (their tasks cancelled, which closes their HTTP connections). Tail and pinned groups are
+always waited for. A replica fault (refused, died, timed out) takes the replica out and
+regenerates its in-flight groups from scratch on a healthy replica (same pool first). A group is
+delivered only from one complete attempt; nothing of an aborted or failed attempt is delivered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from tailsieve.core.outcome import StepOutcome
+from tailsieve.core.plan import GroupAssignment, StepPlan
+from tailsieve.core.pool import Pool
+from tailsieve.errors import ConfigError, ProtocolError, StepFailedError
+from tailsieve.runtime.attempt import (
+    AttemptProgress,
+    ExecutorConfig,
+    ForcedLength,
+    GroupAttempt,
+)
+from tailsieve.runtime.backends import PromptInput, Response
+from tailsieve.runtime.step_state import GroupRun, StepProgress, StepResult, build_result
+from tailsieve.runtime.transport import AiohttpTransport, ReplicaDownError, Transport
+
+
+@dataclass(frozen=True, slots=True)
+class _Event:
+    kind: str  # "done" | "down" | "fail"
+    prompt_id: str
+    attempt: int
+    replica: int
+    responses: tuple[Response, ...] = ()
+    error: BaseException | None = None
+
+
+@dataclass(slots=True)
+class ReplicaState:
+    """Health of one replica as seen by the router."""
+
+    url: str
+    healthy: bool = True
+    reason: str = ""  # why it was taken out
+    num_faults: int = 0
+
+
+@dataclass(slots=True)
+class _Run:
+    plan: StepPlan
+    t0: float
+    queue: asyncio.Queue[_Event]
+    groups: dict[str, GroupRun] = field(default_factory=dict)
+    cut_s: float | None = None
+    num_fresh_done: int = 0
+    wasted_tokens: int = 0
+    num_regenerated: int = 0
+    busy_until_s: list[float] = field(default_factory=list)
+
+
+class LiveExecutor:
+    """Executes step plans over HTTP. One instance per set of endpoints; ``aclose`` when done.
+
+    ``forced_length(prompt_id, sample)`` switches on replay mode (max_tokens = L, ignore_eos).
+    ``on_progress`` is called with a ``StepProgress`` snapshot after every group event.
+    """
+
+    def __init__(
+        self,
+        endpoints: Sequence[str],
+        config: ExecutorConfig,
+        transport: Transport | None = None,
+        forced_length: ForcedLength | None = None,
+        on_progress: Callable[[StepProgress], None] | None = None,
+    ) -> None:
+        if not endpoints:
+            raise ConfigError("need at least one endpoint")
+        self.config = config
+        self.replicas = [ReplicaState(url=u.rstrip("/")) for u in endpoints]
+        self._transport: Transport = transport or AiohttpTransport()
+        self._forced = forced_length
+        self._on_progress = on_progress
+
+    @property
+    def num_replicas(self) -> int:
+        return len(self.replicas)
+
+    @property
+    def healthy(self) -> tuple[bool, ...]:
+        return tuple(r.healthy for r in self.replicas)
+
+    async def probe(self, only_unhealthy: bool = True) -> tuple[bool, ...]:
+        """GET /health on (unhealthy) replicas; a 200 returns a replica to service."""
+
+        async def one(rep: ReplicaState) -> None:
+            try:
+                status, _ = await self._transport.get(
+                    rep.url + "/health", self.config.health_timeout_s
+                )
+            except ReplicaDownError as exc:
+                rep.healthy, rep.reason = False, str(exc)
+                return
+            rep.healthy = status == 200
+            rep.reason = "" if rep.healthy else f"/health answered {status}"
+
+        await asyncio.gather(
+            *(one(r) for r in self.replicas if r.healthy is False or not only_unhealthy)
+        )
+        return self.healthy
+
+    async def aclose(self) -> None:
+        await self._transport.aclose()
+
+    async def run(self, plan: StepPlan, prompts: Mapping[str, PromptInput]) -> StepResult:
+        """Run one step; return the outcome plus the delivered responses."""
+        if plan.num_replicas != self.num_replicas:
+            raise ConfigError(
+                f"plan is for {plan.num_replicas} replicas, executor has {self.num_replicas}"
+            )
+        missing = [a.prompt_id for a in plan.assignments if a.prompt_id not in prompts]
+        if missing:
+            raise ConfigError(f"step {plan.step}: no prompt for ids {missing[:5]}")
+        fresh = [a for a in plan.assignments if plan.is_abortable(a)]
+        if plan.num_fresh_to_deliver > len(fresh):
+            raise ProtocolError(
+                f"step {plan.step}: cutoff {plan.num_fresh_to_deliver} > {len(fresh)} fresh groups"
+            )
+        if not any(self.healthy):
+            raise StepFailedError(f"step {plan.step}: no healthy replica")
+        loop = asyncio.get_running_loop()
+        run = _Run(plan=plan, t0=loop.time(), queue=asyncio.Queue())
+        run.busy_until_s = [0.0] * self.num_replicas
+        try:
+            for a in sorted(plan.assignments, key=lambda a: (a.order, a.replica)):
+                g = GroupRun(assignment=a, replica=a.replica)
+                run.groups[a.prompt_id] = g
+                if not self.replicas[a.replica].healthy:
+                    g.replica = self._pick(run, a)
+                self._launch(run, g, prompts)
+            if plan.num_fresh_to_deliver == 0 and fresh:
+                self._cut(run)
+            while not self._finished(run):
+                ev = await run.queue.get()
+                self._handle(run, ev, prompts)
+                self._report(run)
+        finally:
+            tasks = [g.task for g in run.groups.values() if g.task is not None]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        return build_result(
+            run.plan,
+            run.groups,
+            run.cut_s,
+            run.wasted_tokens,
+            run.num_regenerated,
+            run.busy_until_s,
+        )
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _now(self, run: _Run) -> float:
+        return asyncio.get_running_loop().time() - run.t0
+
+    def _launch(self, run: _Run, g: GroupRun, prompts: Mapping[str, PromptInput]) -> None:
+        g.progress = AttemptProgress()
+        attempt = GroupAttempt(
+            self._transport,
+            self.replicas[g.replica].url,
+            self.config,
+            prompts[g.assignment.prompt_id],
+            run.plan.group_size,
+            self._forced,
+            g.progress,
+        )
+        g.task = asyncio.create_task(
+            self._wrap(run, attempt, g.assignment.prompt_id, g.attempt, g.replica)
+        )
+
+    async def _wrap(self, run: _Run, att: GroupAttempt, pid: str, k: int, replica: int) -> None:
+        try:
+            out = await att.run()
+        except ReplicaDownError as exc:
+            run.queue.put_nowait(_Event("down", pid, k, replica, error=exc))
+        except Exception as exc:
+            run.queue.put_nowait(_Event("fail", pid, k, replica, error=exc))
+        else:
+            run.queue.put_nowait(_Event("done", pid, k, replica, responses=tuple(out)))
+
+    def _handle(self, run: _Run, ev: _Event, prompts: Mapping[str, PromptInput]) -> None:
+        g = run.groups[ev.prompt_id]
+        if g.status != "running" or g.attempt != ev.attempt:
+            return  # stale: the attempt was aborted or replaced
+        now = self._now(run)
+        if ev.kind == "done":
+            g.status, g.completion_s, g.responses = "done", now, ev.responses
+            run.busy_until_s[g.replica] = max(run.busy_until_s[g.replica], now)
+            if run.plan.is_abortable(g.assignment):
+                run.num_fresh_done += 1
+                if run.num_fresh_done == run.plan.num_fresh_to_deliver:
+                    self._cut(run)
+        elif ev.kind == "down":
+            self._replica_down(run, ev.replica, str(ev.error), prompts)
+        else:
+            url = self.replicas[ev.replica].url
+            raise StepFailedError(
+                f"step {run.plan.step}: prompt {ev.prompt_id!r} on replica {ev.replica} "
+                f"({url}) failed: {ev.error}"
+            ) from ev.error
+
+    def _replica_down(
+        self, run: _Run, replica: int, reason: str, prompts: Mapping[str, PromptInput]
+    ) -> None:
+        rep = self.replicas[replica]
+        rep.healthy, rep.reason = False, reason
+        rep.num_faults += 1
+        now = self._now(run)
+        run.busy_until_s[replica] = max(run.busy_until_s[replica], now)
+        victims = [g for g in run.groups.values() if g.status == "running" and g.replica == replica]
+        for g in victims:
+            if g.task is not None:
+                g.task.cancel()
+            run.wasted_tokens += g.progress.finished_tokens + max(g.progress.tokens_so_far, 0)
+            g.replica = self._pick(run, g.assignment)
+            g.attempt += 1
+            run.num_regenerated += 1
+            self._launch(run, g, prompts)
+
+    def _pick(self, run: _Run, a: GroupAssignment) -> int:
+        """A healthy replica for a displaced group: same pool first, fewest running groups."""
+        pool = run.plan.tail_replicas if a.pool is Pool.TAIL else run.plan.bulk_replicas
+        healthy = [i for i, r in enumerate(self.replicas) if r.healthy]
+        if not healthy:
+            reasons = "; ".join(f"{r.url}: {r.reason}" for r in self.replicas)
+            raise StepFailedError(
+                f"step {run.plan.step}: no healthy replica left for prompt "
+                f"{a.prompt_id!r} ({reasons})"
+            )
+        same = [i for i in healthy if i in pool] or healthy
+        load = {i: 0 for i in same}
+        for g in run.groups.values():
+            if g.status == "running" and g.replica in load:
+                load[g.replica] += 1
+        return min(same, key=lambda i: (load[i], i))
+
+    def _cut(self, run: _Run) -> None:
+        run.cut_s = self._now(run)
+        for g in run.groups.values():
+            if g.status == "running" and run.plan.is_abortable(g.assignment):
+                if g.task is not None:
+                    g.task.cancel()
+                g.status = "aborted"
+                g.completion_s = run.cut_s
+                run.busy_until_s[g.replica] = max(run.busy_until_s[g.replica], run.cut_s)
+
+    def _finished(self, run: _Run) -> bool:
+        if run.num_fresh_done < run.plan.num_fresh_to_deliver:
+            return False
+        return all(
+            g.status == "done"
+            for g in run.groups.values()
+            if not run.plan.is_abortable(g.assignment)
+        )
+
+    def _report(self, run: _Run) -> None:
+        if self._on_progress is None:
+            return
+        self._on_progress(
+            StepProgress.of(run.plan, run.groups, run.cut_s, self._now(run), self.healthy)
+        )
+
+
+__all__ = ["ExecutorConfig", "LiveExecutor", "ReplicaState", "StepOutcome", "StepResult"]

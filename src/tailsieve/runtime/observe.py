@@ -1,0 +1,151 @@
+"""Observability of the live runtime: per-step metrics, a JSON log line, Prometheus gauges on
+the router (own registry, no global state), and a rich progress display."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from types import TracebackType
+from typing import IO
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from tailsieve.runtime.step_state import StepProgress
+
+
+@dataclass(frozen=True, slots=True)
+class StepMetrics:
+    """Summary of one live step (also one line of ``steps.jsonl``)."""
+
+    step: int
+    policy: str
+    num_groups: int  # delivered
+    q: int
+    m: int
+    makespan_s: float
+    tail_time_s: float
+    bulk_cut_s: float
+    wall_s: float  # measured around the whole step, incl. planning
+    num_launched: int
+    num_aborted: int
+    num_regenerated: int
+    generated_tokens: int
+    wasted_tokens: int
+    delivered_tokens: int
+    num_carried_next: int  # candidates carried into the next step
+    num_healthy_replicas: int
+    is_flush: bool
+
+    def to_json(self) -> str:
+        return json.dumps({"event": "tailsieve.step", **asdict(self)}, sort_keys=True)
+
+
+class RuntimeMetrics:
+    """Prometheus metrics of the router. ``serve(port)`` exposes them on 127.0.0.1:port/metrics
+    from the running event loop; ``aclose`` stops the server."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.makespan = Gauge("tailsieve_step_makespan_seconds", "Last step makespan", registry=r)
+        self.tail_time = Gauge(
+            "tailsieve_tail_time_seconds", "Last step tail pool time", registry=r
+        )
+        self.bulk_cut = Gauge("tailsieve_bulk_cut_seconds", "Last step bulk cutoff", registry=r)
+        self.q = Gauge("tailsieve_q", "Tail groups of the last step", registry=r)
+        self.m = Gauge("tailsieve_m", "Tail replicas of the last step", registry=r)
+        self.steps = Counter("tailsieve_steps", "Steps run", registry=r)
+        self.aborted_tokens = Counter(
+            "tailsieve_aborted_tokens", "Tokens discarded by aborts and faults", registry=r
+        )
+        self.generated_tokens = Counter(
+            "tailsieve_generated_tokens", "All generated tokens", registry=r
+        )
+        self.regenerated = Counter(
+            "tailsieve_regenerated_groups", "Groups regenerated after a replica fault", registry=r
+        )
+        self.healthy = Gauge(
+            "tailsieve_replica_healthy", "1 when the replica is in service", ["replica"], registry=r
+        )
+        self._runner: web.AppRunner | None = None
+
+    def record(self, m: StepMetrics, healthy: tuple[bool, ...]) -> None:
+        self.makespan.set(m.makespan_s)
+        self.tail_time.set(m.tail_time_s)
+        self.bulk_cut.set(m.bulk_cut_s)
+        self.q.set(m.q)
+        self.m.set(m.m)
+        self.steps.inc()
+        self.aborted_tokens.inc(m.wasted_tokens)
+        self.generated_tokens.inc(m.generated_tokens)
+        self.regenerated.inc(m.num_regenerated)
+        for i, h in enumerate(healthy):
+            self.healthy.labels(replica=str(i)).set(1.0 if h else 0.0)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    async def serve(self, port: int, host: str = "127.0.0.1") -> None:
+        async def handle(_: web.Request) -> web.Response:
+            return web.Response(body=self.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+        app = web.Application()
+        app.router.add_get("/metrics", handle)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, host, port).start()
+
+    async def aclose(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+
+class StepLog:
+    """One JSON line per step to a text stream (stderr or an open file)."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+
+    def write(self, m: StepMetrics) -> None:
+        self._stream.write(m.to_json() + "\n")
+        self._stream.flush()
+
+
+class ProgressDisplay:
+    """A live table per step: groups done per pool, cutoff, q, m, replica health."""
+
+    def __init__(self, console: Console | None = None) -> None:
+        self._console = console or Console(stderr=True)
+        self._live: Live | None = None
+
+    def __enter__(self) -> ProgressDisplay:
+        self._live = Live(Table(), console=self._console, refresh_per_second=8, transient=False)
+        self._live.__enter__()
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._live is not None:
+            self._live.__exit__(et, e, tb)
+            self._live = None
+
+    def update(self, p: StepProgress) -> None:
+        if self._live is None:
+            return
+        t = Table(title=f"step {p.step}  q={p.q}  m={p.m}  t={p.elapsed_s:.1f}s")
+        for col in ("pool", "done", "needed", "note"):
+            t.add_column(col)
+        t.add_row("tail", str(p.num_tail_done), str(p.num_tail), "")
+        cut = f"cut at {p.cut_s:.2f}s" if p.cut_s is not None else "racing"
+        t.add_row("bulk", str(p.num_bulk_done), str(p.num_bulk_needed), cut)
+        t.add_row("aborted", str(p.num_aborted), "", "")
+        health = "".join("+" if h else "x" for h in p.healthy)
+        t.add_row("replicas", health, "", "+ healthy, x out")
+        self._live.update(t)

@@ -1,0 +1,272 @@
+"""The Python API an RL trainer calls once per step.
+
+::
+
+    async with TailSieveRollout(endpoints, RolloutConfig(num_groups=64, group_size=8)) as ro:
+        for batch_prompts in dataloader:              # >= ro.num_fresh_needed() prompts each
+            batch = await ro.step(batch_prompts)      # exactly N complete groups
+            train_on(batch.groups)
+            save({"rollout": ro.state_dict(), ...})
+        last = await ro.flush()                       # drain carried prompts at the end
+
+Prompt flow: the caller hands over new prompts; TailSieve queues them (``num_pending``) and
+draws from that queue in order. A prompt aborted at a cutoff is *carried*: TailSieve keeps its
+content and delivers it (regenerated from scratch) in the next step. ``num_fresh_needed()`` is
+how many more prompts the next ``step`` needs beyond the queue; passing more is fine (they wait
+in the queue, and are part of ``state_dict``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+from tailsieve.control.config import ControllerConfig
+from tailsieve.control.factory import make_controller
+from tailsieve.core.protocol import ProtocolConfig, RolloutProtocol
+from tailsieve.core.stream import PromptStream
+from tailsieve.errors import ConfigError, ReplicaError
+from tailsieve.model.profiles import load_profile
+from tailsieve.runtime.attempt import ExecutorConfig, ForcedLength
+from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
+from tailsieve.runtime.executor import LiveExecutor
+from tailsieve.runtime.observe import RuntimeMetrics, StepLog, StepMetrics
+from tailsieve.runtime.step_state import GroupResponses, StepProgress
+from tailsieve.runtime.transport import Transport
+
+PromptLike = PromptInput | dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutConfig:
+    """Settings of a live rollout."""
+
+    num_groups: int  # N: groups per delivered batch
+    group_size: int = 8  # n: responses per group
+    policy: str = "tailsieve"  # uniform | tailsieve-fixed | tailsieve
+    backend: Backend = Backend.VLLM
+    model: str = "default"  # served model name
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    replay: ForcedLength | None = None  # forced length per (prompt_id, sample): replay mode
+    profile: str = "cpu"  # throughput profile (name or JSON path) for the controller's model
+    split_groups: bool = True
+    stream: bool = False
+    request_timeout_s: float | None = 3600.0
+    max_retries: int = 3
+    controller: dict[str, Any] = field(default_factory=dict)  # ControllerConfig overrides
+
+    def __post_init__(self) -> None:
+        if self.num_groups < 1 or self.group_size < 1:
+            raise ConfigError("num_groups and group_size must be >= 1")
+        object.__setattr__(self, "backend", Backend(self.backend))
+
+    def executor_config(self) -> ExecutorConfig:
+        return ExecutorConfig(
+            backend=self.backend,
+            model=self.model,
+            sampling=self.sampling,
+            split_groups=self.split_groups,
+            stream=self.stream,
+            request_timeout_s=self.request_timeout_s,
+            max_retries=self.max_retries,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutBatch:
+    """One delivered batch: ``groups`` in plan order (tail, carried, fresh), plus metrics."""
+
+    step: int
+    groups: tuple[GroupResponses, ...]
+    metrics: StepMetrics
+
+    def rows(self) -> Iterator[dict[str, Any]]:
+        """One dict per response (for JSONL export)."""
+        for g in self.groups:
+            for i, r in enumerate(g.responses):
+                yield {
+                    "prompt_id": g.prompt_id,
+                    "sample": i,
+                    "text": r.text,
+                    "response_tokens": r.num_tokens,
+                    "finish_reason": r.finish_reason,
+                    "pool": g.pool.value,
+                    "replica": g.replica,
+                    "attempt": g.attempt,
+                }
+
+
+class TailSieveRollout:
+    """Async context manager driving TailSieve steps against live replicas."""
+
+    def __init__(
+        self,
+        endpoints: Sequence[str],
+        config: RolloutConfig,
+        transport: Transport | None = None,
+        on_progress: Callable[[StepProgress], None] | None = None,
+        metrics: RuntimeMetrics | None = None,
+        step_log: StepLog | None = None,
+    ) -> None:
+        self.config = config
+        r = len(endpoints)
+        ccfg = ControllerConfig(
+            num_groups=config.num_groups,
+            num_replicas=r,
+            group_size=config.group_size,
+            **config.controller,
+        )
+        controller = make_controller(config.policy, ccfg, load_profile(config.profile))
+        self.protocol = RolloutProtocol(
+            ProtocolConfig(
+                num_replicas=r, num_groups=config.num_groups, group_size=config.group_size
+            ),
+            controller,
+        )
+        self.executor = LiveExecutor(
+            endpoints,
+            config.executor_config(),
+            transport=transport,
+            forced_length=config.replay,
+            on_progress=on_progress,
+        )
+        self.metrics = metrics
+        self.step_log = step_log
+        self._pending: deque[PromptInput] = deque()
+        self._carried: dict[str, PromptInput] = {}  # content of carried candidates
+        self._seen: set[str] = set()  # ids queued or carried (duplicate guard)
+
+    async def __aenter__(self) -> TailSieveRollout:
+        healthy = await self.executor.probe(only_unhealthy=False)
+        if not any(healthy):
+            reasons = "; ".join(f"{r.url}: {r.reason}" for r in self.executor.replicas)
+            await self.aclose()
+            raise ReplicaError(f"no replica answers /health ({reasons})")
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self.executor.aclose()
+
+    @property
+    def num_pending(self) -> int:
+        return len(self._pending)
+
+    @property
+    def num_carried(self) -> int:
+        return len(self.protocol.candidates)
+
+    def num_fresh_needed(self) -> int:
+        """New prompts the next ``step`` needs beyond those already queued."""
+        return max(0, self.protocol.num_fresh_needed() - len(self._pending))
+
+    def _add(self, prompts: Iterable[PromptLike]) -> None:
+        for p in prompts:
+            pi = p if isinstance(p, PromptInput) else PromptInput.from_dict(p, "prompt")
+            if pi.prompt_id in self._seen:
+                raise ConfigError(f"prompt id {pi.prompt_id!r} is already queued or carried")
+            self._seen.add(pi.prompt_id)
+            self._pending.append(pi)
+
+    def _draw(self, by_id: dict[str, PromptInput]) -> Iterator[str]:
+        while self._pending:
+            p = self._pending.popleft()
+            by_id[p.prompt_id] = p
+            yield p.prompt_id
+
+    async def step(self, new_prompts: Iterable[PromptLike] = ()) -> RolloutBatch:
+        """Run one step and return exactly ``num_groups`` complete groups."""
+        self._add(new_prompts)
+        need = self.protocol.num_fresh_needed()
+        if len(self._pending) < need:
+            raise ConfigError(
+                f"step {self.protocol.step} needs {need} fresh prompts, {len(self._pending)} "
+                "queued; pass at least num_fresh_needed() new prompts or call flush()"
+            )
+        return await self._run(flush=False)
+
+    async def flush(self) -> RolloutBatch | None:
+        """Deliver all carried prompts (no fresh ones); None when nothing is carried."""
+        if not self.protocol.candidates:
+            return None
+        return await self._run(flush=True)
+
+    async def _run(self, flush: bool) -> RolloutBatch:
+        t0 = time.perf_counter()
+        await self.executor.probe()  # bring recovered replicas back between steps
+        by_id: dict[str, PromptInput] = dict(self._carried)
+        plan = self.protocol.plan_step(PromptStream(self._draw(by_id)), flush=flush)
+        try:
+            result = await self.executor.run(plan, by_id)
+        except BaseException:
+            # the step failed: put its fresh prompts back in front of the queue, in order
+            for pid in reversed(plan.fresh_prompt_ids):
+                self._pending.appendleft(by_id[pid])
+            self.protocol.abandon_step(plan)
+            raise
+        self.protocol.update_from_outcome(plan, result.outcome)
+        delivered = {g.prompt_id for g in result.outcome.delivered}
+        self._seen -= delivered
+        self._carried = {pid: by_id[pid] for pid in self.protocol.candidates}
+        out = result.outcome
+        metrics = StepMetrics(
+            step=plan.step,
+            policy=self.config.policy,
+            num_groups=len(out.delivered),
+            q=plan.q,
+            m=plan.m,
+            makespan_s=out.makespan_s,
+            tail_time_s=out.tail_time_s,
+            bulk_cut_s=out.bulk_cut_s,
+            wall_s=time.perf_counter() - t0,
+            num_launched=plan.num_launched,
+            num_aborted=len(out.aborted),
+            num_regenerated=out.num_regenerated,
+            generated_tokens=out.generated_tokens,
+            wasted_tokens=out.wasted_tokens,
+            delivered_tokens=sum(g.total_tokens for g in out.delivered),
+            num_carried_next=len(self.protocol.candidates),
+            num_healthy_replicas=sum(self.executor.healthy),
+            is_flush=flush,
+        )
+        if self.metrics is not None:
+            self.metrics.record(metrics, self.executor.healthy)
+        if self.step_log is not None:
+            self.step_log.write(metrics)
+        groups = tuple(result.groups[g.prompt_id] for g in out.delivered)
+        return RolloutBatch(step=plan.step, groups=groups, metrics=metrics)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Protocol (candidates, controller) + queued and carried prompt contents; JSON-safe."""
+        return {
+            "protocol": self.protocol.state_dict(),
+            "pending": [_prompt_dict(p) for p in self._pending],
+            "carried": [_prompt_dict(p) for p in self._carried.values()],
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.protocol.load_state_dict(state["protocol"])
+        self._pending = deque(PromptInput.from_dict(d, "state") for d in state["pending"])
+        self._carried = {
+            p.prompt_id: p for p in (PromptInput.from_dict(d, "state") for d in state["carried"])
+        }
+        self._seen = {p.prompt_id for p in self._pending} | set(self._carried)
+
+
+def _prompt_dict(p: PromptInput) -> dict[str, Any]:
+    d: dict[str, Any] = {"prompt_id": p.prompt_id}
+    if p.text is not None:
+        d["prompt"] = p.text
+    if p.token_ids is not None:
+        d["prompt_token_ids"] = list(p.token_ids)
+    if p.messages is not None:
+        d["messages"] = [dict(m) for m in p.messages]
+    return d

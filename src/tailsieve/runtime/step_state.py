@@ -1,0 +1,154 @@
+"""Per-step bookkeeping of the live executor and what it hands back to the caller."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from tailsieve.core.outcome import AbortedGroup, GroupResult, StepOutcome
+from tailsieve.core.plan import GroupAssignment, StepPlan
+from tailsieve.core.pool import Pool
+from tailsieve.runtime.attempt import AttemptProgress
+from tailsieve.runtime.backends import Response
+
+
+@dataclass(slots=True)
+class GroupRun:
+    """Mutable state of one group during a step (its current attempt)."""
+
+    assignment: GroupAssignment
+    replica: int  # replica of the current attempt
+    attempt: int = 0  # 0 = first; +1 per fault regeneration
+    status: str = "running"  # running | done | aborted
+    completion_s: float = 0.0  # done: last response finished; aborted: the cutoff
+    responses: tuple[Response, ...] = ()
+    progress: AttemptProgress = field(default_factory=AttemptProgress)
+    task: asyncio.Task[None] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GroupResponses:
+    """The delivered responses of one group (one complete attempt), in sample order."""
+
+    prompt_id: str
+    responses: tuple[Response, ...]
+    pool: Pool
+    replica: int
+    attempt: int
+    completion_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    """What ``LiveExecutor.run`` returns: the protocol's outcome plus the generated data."""
+
+    outcome: StepOutcome
+    groups: dict[str, GroupResponses]  # delivered groups by prompt id
+
+
+@dataclass(frozen=True, slots=True)
+class StepProgress:
+    """A snapshot for progress displays and metrics."""
+
+    step: int
+    elapsed_s: float
+    num_tail_done: int
+    num_tail: int
+    num_bulk_done: int  # bulk groups completed (pinned + fresh)
+    num_bulk_needed: int  # pinned bulk + fresh to deliver
+    num_aborted: int
+    cut_s: float | None
+    q: int
+    m: int
+    healthy: tuple[bool, ...]
+
+    @classmethod
+    def of(
+        cls,
+        plan: StepPlan,
+        groups: Mapping[str, GroupRun],
+        cut_s: float | None,
+        elapsed_s: float,
+        healthy: tuple[bool, ...],
+    ) -> StepProgress:
+        tail = [g for g in groups.values() if g.assignment.pool is Pool.TAIL]
+        bulk = [g for g in groups.values() if g.assignment.pool is Pool.BULK]
+        pinned_bulk = sum(1 for g in bulk if g.assignment.pinned)
+        return cls(
+            step=plan.step,
+            elapsed_s=elapsed_s,
+            num_tail_done=sum(g.status == "done" for g in tail),
+            num_tail=len(tail),
+            num_bulk_done=sum(g.status == "done" for g in bulk),
+            num_bulk_needed=pinned_bulk + plan.num_fresh_to_deliver,
+            num_aborted=sum(g.status == "aborted" for g in groups.values()),
+            cut_s=cut_s,
+            q=plan.q,
+            m=plan.m,
+            healthy=healthy,
+        )
+
+
+def build_result(
+    plan: StepPlan,
+    groups: Mapping[str, GroupRun],
+    cut_s: float | None,
+    fault_wasted_tokens: int,
+    num_regenerated: int,
+    busy_until_s: Sequence[float],
+) -> StepResult:
+    """Fill ``StepOutcome`` (in plan order) and the delivered responses."""
+    delivered: list[GroupResult] = []
+    aborted: list[AbortedGroup] = []
+    data: dict[str, GroupResponses] = {}
+    wasted = fault_wasted_tokens
+    for a in plan.assignments:
+        g = groups[a.prompt_id]
+        if g.status == "done":
+            delivered.append(
+                GroupResult(
+                    prompt_id=a.prompt_id,
+                    pool=a.pool,
+                    replica=g.replica,
+                    completion_s=g.completion_s,
+                    response_tokens=tuple(r.num_tokens for r in g.responses),
+                    finish_reasons=tuple(r.finish_reason for r in g.responses),
+                    attempt=g.attempt,
+                )
+            )
+            data[a.prompt_id] = GroupResponses(
+                a.prompt_id, g.responses, a.pool, g.replica, g.attempt, g.completion_s
+            )
+        elif g.status == "aborted":
+            p = g.progress
+            lost = p.finished_tokens + max(p.tokens_so_far, 0)
+            wasted += lost
+            aborted.append(
+                AbortedGroup(
+                    prompt_id=a.prompt_id,
+                    replica=g.replica,
+                    num_finished=p.num_finished,
+                    finished_tokens=p.finished_tokens,
+                    tokens_so_far=p.tokens_so_far,
+                    wasted_tokens=lost,
+                )
+            )
+    tail_times = [r.completion_s for r in delivered if r.pool is Pool.TAIL]
+    bulk_times = [r.completion_s for r in delivered if r.pool is Pool.BULK]
+    tail_time_s = max(tail_times, default=0.0)
+    bulk_cut_s = max([*bulk_times, cut_s or 0.0], default=0.0)
+    produced = sum(r.total_tokens for r in delivered)
+    outcome = StepOutcome(
+        step=plan.step,
+        delivered=tuple(delivered),
+        aborted=tuple(aborted),
+        tail_time_s=tail_time_s,
+        bulk_cut_s=bulk_cut_s,
+        makespan_s=max(tail_time_s, bulk_cut_s),
+        wasted_tokens=wasted,
+        generated_tokens=produced + wasted,
+        num_regenerated=num_regenerated,
+        replica_busy_s=tuple(busy_until_s),
+    )
+    return StepResult(outcome=outcome, groups=data)

@@ -1,0 +1,153 @@
+"""An in-memory ``Transport`` that imitates vLLM completion servers, for tests and dry runs.
+
+Each request of ``L`` tokens takes ``L * seconds_per_token`` (scaled by the number of requests
+running on that replica when ``batch_slowdown`` > 0). Lengths come from ``length_of(prompt,
+sample)`` unless the request forces them (``ignore_eos`` + ``max_tokens``). Faults per replica URL
+are scripted with ``StubFault``; every request start, completion and cancellation is recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tailsieve.runtime.transport import JSON, ReplicaDownError, RequestError
+
+
+@dataclass(slots=True)
+class StubFault:
+    """Scripted misbehaviour of one replica (base URL)."""
+
+    refuse: bool = False  # every connection refused
+    die_after_s: float | None = None  # requests in flight (and later ones) fail from then on
+    hang: bool = False  # requests never answer (only the request timeout ends them)
+    num_http_500: int = 0  # the next k requests answer HTTP 500
+    num_malformed: int = 0  # the next k requests answer a body that is not JSON
+    num_http_400: int = 0  # the next k requests answer HTTP 400 (not retryable)
+
+
+@dataclass(slots=True)
+class StubLog:
+    """What happened, for assertions."""
+
+    started: list[tuple[str, str, int]] = field(default_factory=list)  # (url, prompt, seed|-1)
+    completed: list[tuple[str, str]] = field(default_factory=list)
+    cancelled: list[tuple[str, str]] = field(default_factory=list)
+    health_checks: list[str] = field(default_factory=list)
+
+
+class StubTransport:
+    """Fake replicas behind ``Transport``; prompts are text ``"<prompt_id>"``."""
+
+    def __init__(
+        self,
+        length_of: Callable[[str, int], int],
+        seconds_per_token: float = 0.001,
+        batch_slowdown: float = 0.0,
+        faults: dict[str, StubFault] | None = None,
+    ) -> None:
+        self.length_of = length_of
+        self.seconds_per_token = seconds_per_token
+        self.batch_slowdown = batch_slowdown
+        self.faults: dict[str, StubFault] = faults or {}
+        self.log = StubLog()
+        self._running: dict[str, int] = {}
+        self._t0: float | None = None
+
+    def _base(self, url: str) -> str:
+        return url.split("/v1/")[0].split("/generate")[0].split("/health")[0]
+
+    def _clock(self) -> float:
+        now = asyncio.get_running_loop().time()
+        if self._t0 is None:
+            self._t0 = now
+        return now - self._t0
+
+    async def post_json(self, url: str, payload: JSON, timeout_s: float | None) -> Any:
+        base = self._base(url)
+        f = self.faults.get(base, StubFault())
+        prompt = str(payload.get("prompt"))
+        if f.refuse or (f.die_after_s is not None and self._clock() >= f.die_after_s):
+            raise ReplicaDownError(f"{url}: connection refused")
+        for attr, status in (("num_http_500", 500), ("num_http_400", 400)):
+            if getattr(f, attr) > 0:
+                setattr(f, attr, getattr(f, attr) - 1)
+                raise RequestError(f"{url}: HTTP {status}", status=status, retryable=status >= 500)
+        if f.num_malformed > 0:
+            f.num_malformed -= 1
+            raise RequestError(f"{url}: malformed JSON: 'garbage'")
+        n = int(payload.get("n", 1))
+        seed = int(payload.get("seed", -1))
+        sample0 = max(seed, 0) if seed >= 0 else 0
+        if payload.get("ignore_eos"):
+            lengths = [int(payload["max_tokens"])] * n
+        else:
+            lengths = [
+                min(self.length_of(prompt, sample0 + i), int(payload["max_tokens"]))
+                for i in range(n)
+            ]
+        self.log.started.append((base, prompt, seed))
+        self._running[base] = self._running.get(base, 0) + 1
+        try:
+            dur = max(lengths) * self.seconds_per_token
+            dur *= 1.0 + self.batch_slowdown * (self._running[base] - 1)
+            if f.hang:
+                dur = float("inf")
+            deadline = dur if timeout_s is None else min(dur, timeout_s)
+            if f.die_after_s is not None:
+                left = f.die_after_s - self._clock()
+                if left < deadline:
+                    await asyncio.sleep(max(left, 0.0))
+                    raise ReplicaDownError(f"{url}: server disconnected")
+            await asyncio.sleep(deadline)
+            if deadline < dur:
+                raise ReplicaDownError(f"{url}: timed out after {timeout_s} s")
+        except asyncio.CancelledError:
+            self.log.cancelled.append((base, prompt))
+            raise
+        finally:
+            self._running[base] -= 1
+        self.log.completed.append((base, prompt))
+        return {
+            "choices": [
+                {
+                    "index": i,
+                    "text": f"{prompt}:{sample0 + i}",
+                    "finish_reason": "length" if payload.get("ignore_eos") else "stop",
+                    "token_ids": list(range(length)),
+                }
+                for i, length in enumerate(lengths)
+            ],
+            "usage": {"completion_tokens": sum(lengths)},
+        }
+
+    async def stream_json(
+        self, url: str, payload: JSON, timeout_s: float | None
+    ) -> AsyncIterator[JSON]:
+        body = await self.post_json(url, payload, timeout_s)
+        for ch in body["choices"]:
+            for tok in ch["token_ids"]:
+                yield {"choices": [{"index": ch["index"], "text": "", "token_ids": [tok]}]}
+            yield {
+                "choices": [
+                    {
+                        "index": ch["index"],
+                        "text": ch["text"],
+                        "finish_reason": ch["finish_reason"],
+                        "token_ids": [],
+                    }
+                ]
+            }
+
+    async def get(self, url: str, timeout_s: float | None) -> tuple[int, str]:
+        base = self._base(url)
+        self.log.health_checks.append(base)
+        f = self.faults.get(base, StubFault())
+        if f.refuse or (f.die_after_s is not None and self._clock() >= f.die_after_s):
+            raise ReplicaDownError(f"{url}: connection refused")
+        return 200, ""
+
+    async def aclose(self) -> None:
+        return None

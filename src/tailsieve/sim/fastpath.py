@@ -1,0 +1,72 @@
+"""Closed-form step simulation (no running cap, no prefill): DESIGN.md section 2.
+
+All requests of a replica start at t = 0 and advance together, so completion times follow from
+``all_admit_completion_times``. Nothing changes before the cutoff, so those times are exact up
+to it. At the cutoff every request still running has emitted the same number of tokens ``P``
+(the replica's progress, piecewise linear in time); aborted requests keep ``P`` tokens as
+waste, survivors (pinned groups) restart the closed form from the cutoff with ``L - P`` left.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from tailsieve.model.replica_engine import ReplicaConfig
+from tailsieve.model.replica_time import all_admit_completion_times
+from tailsieve.model.throughput import ThroughputModel
+from tailsieve.sim.layout import RequestLayout, SimResult, choose_fresh
+
+
+def progress_at(
+    lengths: npt.NDArray[np.int64],
+    done_s: npt.NDArray[np.float64],
+    t_s: float,
+    model: ThroughputModel,
+) -> float:
+    """Tokens emitted per running request by time ``t_s`` on an all-admit replica."""
+    asc = np.sort(lengths).astype(np.float64)
+    times = np.sort(done_s)
+    j = int(np.searchsorted(times, t_s, side="right"))
+    prev_len = float(asc[j - 1]) if j > 0 else 0.0
+    prev_t = float(times[j - 1]) if j > 0 else 0.0
+    running = asc.size - j
+    if running == 0:
+        return prev_len
+    p = prev_len + (t_s - prev_t) / model.tau(running)
+    return min(p, float(asc[j]))
+
+
+def simulate_closed_form(
+    layout: RequestLayout, configs: Sequence[ReplicaConfig], k: int
+) -> SimResult:
+    """Simulate one plan analytically; ``k`` fresh groups are delivered."""
+    n = layout.group_size
+    lens = layout.lengths
+    done = np.zeros(lens.size)
+    for r, (a, b) in enumerate(layout.replica_slices):
+        if b > a:
+            done[a:b] = all_admit_completion_times(lens[a:b], configs[r].throughput)
+    group_done = done.reshape(layout.num_groups, n).max(axis=1) if layout.num_groups else done
+    chosen, cutoff = choose_fresh(group_done, layout, k)
+    so_far = np.zeros(lens.size, dtype=np.int64)
+    aborted_req = np.repeat(layout.fresh & ~chosen, n)
+    if aborted_req.any():
+        for r, (a, b) in enumerate(layout.replica_slices):
+            ab = aborted_req[a:b]
+            if not ab.any():
+                continue
+            model = configs[r].throughput
+            rep_len, rep_done = lens[a:b], done[a:b]
+            p = progress_at(rep_len, rep_done, cutoff, model)
+            unfinished = rep_done > cutoff
+            cut = ab & unfinished
+            so_far[a:b][cut] = np.minimum(rep_len[cut], int(p))
+            survive = ~ab & unfinished
+            if survive.any():
+                left = np.maximum(rep_len[survive] - p, 0.0)
+                rep_done[survive] = cutoff + all_admit_completion_times(left, model)
+            rep_done[cut] = np.inf
+    return SimResult(done_s=done, tokens_so_far=so_far, delivered_fresh=chosen, cutoff_s=cutoff)

@@ -1,0 +1,67 @@
+"""Per-pool replica timing for the simulator: which ``ReplicaConfig`` each replica runs.
+
+The tail pool and the bulk pool may run different speculative configs (DESIGN.md section 6),
+so each pool gets its own effective throughput model. A replica's pool is decided per step by
+the plan (``tail_replicas``); in warm-up / uniform steps every replica is a bulk replica.
+Restart cost of moving a replica between pools with different configs is not modelled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from tailsieve.model.replica_engine import ReplicaConfig
+from tailsieve.model.speculative import SpecConfig
+
+
+@dataclass(frozen=True, slots=True)
+class PoolConfigs:
+    """Replica timing of the two pools (speculation already applied to each throughput)."""
+
+    bulk: ReplicaConfig  # every replica outside the tail pool
+    tail: ReplicaConfig  # replicas of the tail pool
+
+    @classmethod
+    def single(cls, config: ReplicaConfig) -> PoolConfigs:
+        """Both pools identical (routing-only)."""
+        return cls(bulk=config, tail=config)
+
+    @classmethod
+    def from_specs(
+        cls,
+        base: ReplicaConfig,
+        tail_spec: SpecConfig | None = None,
+        bulk_spec: SpecConfig | None = None,
+    ) -> PoolConfigs:
+        """Apply each pool's speculative config to the base replica's throughput model."""
+        tail_spec = tail_spec or SpecConfig()
+        bulk_spec = bulk_spec or SpecConfig()
+        return cls(
+            bulk=replace(base, throughput=bulk_spec.apply(base.throughput)),
+            tail=replace(base, throughput=tail_spec.apply(base.throughput)),
+        )
+
+    def for_replica(self, replica: int, tail_replicas: Sequence[int]) -> ReplicaConfig:
+        return self.tail if replica in tail_replicas else self.bulk
+
+    @property
+    def closed_form(self) -> bool:
+        """True when neither pool has a running cap or a prefill cost (vectorised fast path)."""
+        return all(
+            c.max_num_seqs is None and c.prefill_s == 0 and c.prefill_s_per_token == 0
+            for c in (self.bulk, self.tail)
+        )
+
+    def lower_bound_s(self, lengths: Sequence[int] | np.ndarray, num_replicas: int) -> float:
+        """DESIGN section 3 lower bound of one batch on ``num_replicas`` replicas, using the
+        faster pool for each term: ``max(L_max * tau(1), work / (R * max_b b / tau(b)))``."""
+        arr = np.asarray(lengths, dtype=np.float64)
+        if arr.size == 0:
+            return 0.0
+        models = (self.bulk.throughput, self.tail.throughput)
+        tau1 = min(m.tau(1) for m in models)
+        peak = max(m.peak_aggregate_tokens_per_s(max_batch=int(arr.size)) for m in models)
+        return max(float(arr.max()) * tau1, float(arr.sum()) / (num_replicas * peak))

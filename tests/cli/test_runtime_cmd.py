@@ -1,0 +1,170 @@
+"""``tailsieve rollout`` against emulator subprocesses and ``tailsieve launch`` with a fake vLLM."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tailsieve.cli import main as cli_main
+from tailsieve.runtime.emulator import EmulatorFleet
+
+AIME = Path(__file__).resolve().parents[3] / "shared" / "data" / "aime-r1distill-1.5b-lengths.csv"
+MODEL = "tailsieve-emulated"
+
+
+def main(argv: list[str]) -> int:
+    try:
+        return cli_main.main(argv)
+    except SystemExit as exc:  # typer exits 0 on success
+        return int(exc.code or 0)
+
+
+@pytest.fixture(scope="module")
+def fleet() -> object:
+    f = EmulatorFleet.start(2, profile="cpu", time_scale=0.01, model_name=MODEL)
+    try:
+        yield f
+    finally:
+        f.close()
+
+
+@pytest.mark.skipif(not AIME.exists(), reason="AIME trace not available")
+def test_rollout_replay_writes_batches(fleet: EmulatorFleet, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    log = tmp_path / "steps.log"
+    rc = main(
+        [
+            "rollout",
+            "--endpoints",
+            ",".join(fleet.urls),
+            "--replay-trace",
+            str(AIME),
+            "--length-scale",
+            "0.02",
+            "--groups",
+            "4",
+            "--group-size",
+            "8",
+            "--steps",
+            "3",
+            "--policy",
+            "tailsieve",
+            "--model",
+            MODEL,
+            "--max-tokens",
+            "1000",
+            "--log-file",
+            str(log),
+            "--out",
+            str(out),
+        ]
+    )
+    assert rc == 0
+    steps = [json.loads(x) for x in (out / "steps.jsonl").read_text().splitlines()]
+    assert [s["step"] for s in steps][:3] == [0, 1, 2]
+    assert all(s["num_groups"] == 4 for s in steps if not s["is_flush"])
+    assert len(log.read_text().splitlines()) == len(steps)
+    rows = [json.loads(x) for x in (out / "batches" / "step_0001.jsonl").read_text().splitlines()]
+    assert len(rows) == 32
+    assert set(rows[0]) >= {"prompt_id", "sample", "text", "response_tokens", "finish_reason"}
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["num_delivered_groups"] == sum(s["num_groups"] for s in steps)
+    ids = [
+        r["prompt_id"]
+        for f in (out / "batches").iterdir()
+        for r in map(json.loads, f.read_text().splitlines())
+        if r["sample"] == 0
+    ]
+    assert len(ids) == len(set(ids))
+
+
+def test_rollout_with_prompt_file(fleet: EmulatorFleet, tmp_path: Path) -> None:
+    pf = tmp_path / "prompts.jsonl"
+    pf.write_text(
+        "".join(
+            json.dumps({"prompt_id": f"p{i}", "prompt": f"question {i}"}) + "\n" for i in range(20)
+        )
+    )
+    out = tmp_path / "o"
+    rc = main(
+        [
+            "rollout",
+            "--endpoints",
+            ",".join(fleet.urls),
+            "--prompts",
+            str(pf),
+            "--groups",
+            "3",
+            "--group-size",
+            "2",
+            "--steps",
+            "2",
+            "--policy",
+            "uniform",
+            "--model",
+            MODEL,
+            "--max-tokens",
+            "20",
+            "--seed",
+            "1",
+            "--out",
+            str(out),
+        ]
+    )
+    assert rc == 0
+    assert json.loads((out / "summary.json").read_text())["num_delivered_groups"] == 6
+
+
+def test_rollout_needs_a_prompt_source(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["rollout", "--endpoints", "http://127.0.0.1:9"]) == 2
+    assert "--prompts" in capsys.readouterr().err
+
+
+def test_launch_detach_then_stop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pkg = tmp_path / "fake" / "vllm" / "entrypoints" / "openai"
+    pkg.mkdir(parents=True)
+    for d in (pkg, pkg.parent, pkg.parent.parent):
+        (d / "__init__.py").write_text("")
+    (pkg / "api_server.py").write_text(
+        textwrap.dedent("""
+        import sys
+        from aiohttp import web
+        port = int(sys.argv[sys.argv.index("--port") + 1])
+        app = web.Application()
+        async def health(_):
+            return web.Response(text="")
+        app.router.add_get("/health", health)
+        web.run_app(app, host="127.0.0.1", port=port, print=None)
+    """)
+    )
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "fake"))
+    state = tmp_path / "state.json"
+    rc = main(
+        [
+            "launch",
+            "--model",
+            "/m",
+            "--replicas",
+            "1",
+            "--base-port",
+            "18731",
+            "--python",
+            sys.executable,
+            "--cores",
+            "0",
+            "--log-dir",
+            str(tmp_path / "logs"),
+            "--state-file",
+            str(state),
+            "--detach",
+        ]
+    )
+    assert rc == 0 and state.exists()
+    pid = json.loads(state.read_text())["replicas"][0]["pid"]
+    assert main(["launch", "--stop", str(state)]) == 0
+    assert not state.exists()
+    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text()

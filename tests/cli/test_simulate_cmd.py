@@ -1,0 +1,56 @@
+"""``tailsieve simulate`` end to end on small settings."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tailsieve.cli.main import app, main
+
+SMALL = ["simulate", "--workload", "paper-math", "--replicas", "4", "--groups", "16",
+         "--group-size", "4", "--steps", "5", "--num-prompts", "200"]
+
+
+def test_json_output_has_every_policy_and_summary_field() -> None:
+    res = CliRunner().invoke(app, [*SMALL, "--json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    names = [p["policy"] for p in data["policies"]]
+    assert names == ["uniform", "uniform-oracle", "streamrl-oracle", "seer-oracle",
+                     "topk-oracle", "tailsieve-fixed", "tailsieve"]
+    for p in data["policies"]:
+        for key in ("steady_step_s", "speedup_vs_uniform", "q_trajectory", "m_trajectory",
+                    "wasted_token_fraction", "lower_bound_ratio"):
+            assert key in p
+        assert len(p["q_trajectory"]) == 5
+        assert p["lower_bound_ratio"] >= 1.0
+    assert data["policies"][0]["speedup_vs_uniform"] == pytest.approx(1.0)
+
+
+def test_table_plots_and_records(tmp_path: Path) -> None:
+    res = CliRunner().invoke(app, [*SMALL, "--policy", "tailsieve", "--tail-spec", "mtp:3",
+                                   "--tail-strength", "strong", "--plot", str(tmp_path / "p"),
+                                   "--out", str(tmp_path / "o"), "--q0", "2", "--m0", "1"])
+    assert res.exit_code == 0, res.output
+    assert "tailsieve" in res.output and "uniform" in res.output
+    pngs = sorted(p.name for p in (tmp_path / "p").glob("*.png"))
+    assert pngs == ["controller.png", "step_times.png", "timeline_tailsieve.png"]
+    data = json.loads((tmp_path / "o" / "simulate.json").read_text())
+    assert data["settings"]["tail_spec"] == "mtp:3"
+    steps = data["steps"]["tailsieve"]
+    assert steps[0]["is_warmup"] and steps[-1]["is_flush"]
+    assert {"makespan_s", "tail_time_s", "bulk_cut_s", "q", "m", "num_aborted",
+            "wasted_tokens", "generated_tokens", "delivered_ids"} <= set(steps[1])
+
+
+def test_bad_policy_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*SMALL, "--policy", "nope"]) == 2
+    assert "unknown policy 'nope'" in capsys.readouterr().err
+
+
+def test_bad_spec_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*SMALL, "--tail-spec", "warp:3"]) == 2
+    assert "speculative" in capsys.readouterr().err

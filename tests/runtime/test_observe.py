@@ -1,0 +1,60 @@
+"""Prometheus endpoint (own registry), JSON step log, and the progress display."""
+
+from __future__ import annotations
+
+import io
+import json
+import socket
+
+import aiohttp
+from rich.console import Console
+
+from tailsieve.runtime.backends import PromptInput, SamplingParams
+from tailsieve.runtime.observe import ProgressDisplay, RuntimeMetrics, StepLog
+from tailsieve.runtime.rollout import RolloutConfig, TailSieveRollout
+from tailsieve.runtime.step_state import StepProgress
+from tailsieve.runtime.stub import StubTransport
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_metrics_log_and_progress() -> None:
+    stub = StubTransport(lambda p, s: 10 + 40 * (p == "p0"), seconds_per_token=0.0005)
+    metrics, buf = RuntimeMetrics(), io.StringIO()
+    seen: list[StepProgress] = []
+    cfg = RolloutConfig(
+        num_groups=4, group_size=2, model="m", sampling=SamplingParams(seed=0, max_tokens=100)
+    )
+    urls = ["http://r0", "http://r1"]
+    port = free_port()
+    await metrics.serve(port)
+    try:
+        async with TailSieveRollout(
+            urls,
+            cfg,
+            transport=stub,
+            on_progress=seen.append,
+            metrics=metrics,
+            step_log=StepLog(buf),
+        ) as ro:
+            await ro.step([PromptInput(f"p{i}", text=f"p{i}") for i in range(8)])
+        async with aiohttp.ClientSession() as s, s.get(f"http://127.0.0.1:{port}/metrics") as r:
+            text = await r.text()
+    finally:
+        await metrics.aclose()
+    assert "tailsieve_steps_total 1.0" in text
+    assert 'tailsieve_replica_healthy{replica="1"} 1.0' in text
+    assert "tailsieve_aborted_tokens_total" in text
+    line = json.loads(buf.getvalue().strip())
+    assert line["event"] == "tailsieve.step" and line["num_groups"] == 4
+    assert seen and seen[-1].num_bulk_done >= seen[-1].num_bulk_needed
+    # two collectors never clash: each RuntimeMetrics has its own registry
+    RuntimeMetrics()
+    out = io.StringIO()
+    with ProgressDisplay(Console(file=out, force_terminal=False, width=80)) as d:
+        d.update(seen[-1])
+    assert "bulk" in out.getvalue()

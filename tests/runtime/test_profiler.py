@@ -1,0 +1,111 @@
+"""``tailsieve profile`` measures tau(b) of a live replica (here: the emulator)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from tailsieve.cli import profile_cmd
+from tailsieve.errors import ConfigError, ReplicaError
+from tailsieve.model.profiles import load_profile
+from tailsieve.model.throughput import ThroughputModel
+from tailsieve.runtime.emulator import EmulatorConfig, EmulatorFleet, run_emulator
+from tailsieve.runtime.profiler import (
+    BatchMeasurement,
+    ProfileSettings,
+    build_model,
+    profile_endpoint,
+)
+
+CPU = load_profile("cpu")
+
+
+ATTEMPTS = 3  # real-time measurements: a loaded machine makes one run late, not all
+
+
+def close_to_cpu(model: ThroughputModel) -> bool:
+    return all(p.step_s == pytest.approx(CPU.tau(p.batch_size), rel=0.15) for p in model.points)
+
+
+async def test_profile_recovers_cpu_curve() -> None:
+    for _ in range(ATTEMPTS):
+        async with run_emulator(EmulatorConfig(throughput=CPU, time_scale=1.0)) as url:
+            settings = ProfileSettings(url, batch_sizes=(1, 4, 16, 32), tokens=150)
+            result = await profile_endpoint(settings, name="emu")
+        if close_to_cpu(result.model):
+            break
+    assert result.model.name == "emu"
+    assert url in result.model.source and "tailsieve-emulated" in result.model.source
+    for m in result.measurements:
+        assert m.step_s == pytest.approx(CPU.tau(m.batch_size), rel=0.15)
+        assert m.min_step_s <= m.step_s <= m.max_step_s
+
+
+async def test_profile_scaled_emulator_gives_scaled_curve() -> None:
+    cfg = EmulatorConfig(throughput=CPU, time_scale=0.5, slowdown=2.0)  # net 1x, other path
+    for _ in range(ATTEMPTS):
+        async with run_emulator(cfg) as url:
+            result = await profile_endpoint(ProfileSettings(url, batch_sizes=(1, 8), tokens=100))
+        if close_to_cpu(result.model):
+            break
+    for m in result.measurements:
+        assert m.step_s == pytest.approx(CPU.tau(m.batch_size), rel=0.15)
+
+
+def test_build_model_is_monotone() -> None:
+    ms = [BatchMeasurement(1, 0.010, 0.01, 0.01, 0.0, 1.0),
+          BatchMeasurement(2, 0.009, 0.009, 0.009, 0.0, 1.0),  # noise: faster at b=2
+          BatchMeasurement(4, 0.012, 0.012, 0.012, 0.0, 1.0)]
+    model = build_model(ms, "m", "src")
+    assert [p.step_s for p in model.points] == [0.010, 0.010, 0.012]
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"endpoint": "localhost:8000"},
+    {"batch_sizes": ()},
+    {"batch_sizes": (4, 2)},
+    {"batch_sizes": (0, 1)},
+    {"tokens": 5},
+])
+def test_bad_settings(kwargs: dict[str, Any]) -> None:
+    base: dict[str, Any] = {"endpoint": "http://127.0.0.1:1"}
+    with pytest.raises(ConfigError):
+        ProfileSettings(**{**base, **kwargs})
+
+
+async def test_unreachable_endpoint() -> None:
+    with pytest.raises(ReplicaError, match="cannot reach"):
+        await profile_endpoint(ProfileSettings("http://127.0.0.1:9", batch_sizes=(1,)))
+
+
+async def test_server_rejecting_request_is_reported() -> None:
+    async with run_emulator(EmulatorConfig(throughput=CPU, time_scale=0.01,
+                                           max_model_len=100)) as url:
+        with pytest.raises(ReplicaError, match="HTTP 400"):
+            await profile_endpoint(ProfileSettings(url, batch_sizes=(1,), tokens=200))
+
+
+@pytest.mark.slow
+def test_profile_cli_writes_loadable_file(tmp_path: Path) -> None:
+    app = typer.Typer()
+    app.callback()(lambda: None)
+    profile_cmd.register(app)
+    out = tmp_path / "measured.json"
+    with EmulatorFleet.start(1, profile="cpu", time_scale=1.0) as fleet:
+        for _ in range(ATTEMPTS):
+            res = CliRunner().invoke(app, ["profile", "--endpoint", fleet.urls[0],
+                                           "--batch-sizes", "1,8,32", "--tokens", "100",
+                                           "--out", str(out), "--name", "emu-cpu"])
+            assert res.exit_code == 0, res.output
+            model = load_profile(out)
+            if close_to_cpu(model):
+                break
+    assert model.name == "emu-cpu" and [p.batch_size for p in model.points] == [1, 8, 32]
+    for p in model.points:
+        assert p.step_s == pytest.approx(CPU.tau(p.batch_size), rel=0.15)
+    assert len(json.loads(out.read_text())["measurements"]) == 3

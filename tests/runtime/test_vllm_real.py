@@ -1,0 +1,132 @@
+"""Real vLLM CPU servers: several TailSieve steps in replay mode with AIME lengths, then the same
+steps with Uniform routing; every batch complete and exact. Needs servers:
+
+    TAILSIEVE_VLLM_ENDPOINTS=http://127.0.0.1:8101,http://127.0.0.1:8102 \\
+    TAILSIEVE_VLLM_MODEL=tiny pytest -m vllm tests/runtime/test_vllm_real.py -s
+
+Step times are printed and written to ``$TAILSIEVE_VLLM_RESULTS`` (a JSON file) when set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tailsieve.runtime.backends import SamplingParams
+from tailsieve.runtime.replay import ReplayLengths
+from tailsieve.runtime.rollout import RolloutConfig, TailSieveRollout
+
+pytestmark = pytest.mark.vllm
+
+AIME = Path(__file__).resolve().parents[3] / "shared" / "data" / "aime-r1distill-1.5b-lengths.csv"
+ENDPOINTS = [u for u in os.environ.get("TAILSIEVE_VLLM_ENDPOINTS", "").split(",") if u]
+NUM_GROUPS, GROUP_SIZE, NUM_STEPS = 4, 4, 4
+LENGTH_SCALE = 0.05  # AIME max 16,000 -> 800 tokens, inside --max-model-len 1024
+
+
+async def served_model(url: str) -> str:
+    """The served model id: TAILSIEVE_VLLM_MODEL when it names one (id or root path), else the
+    first id the server lists."""
+    async with aiohttp.ClientSession() as s, s.get(url + "/v1/models") as r:
+        data = (await r.json())["data"]
+    want = os.environ.get("TAILSIEVE_VLLM_MODEL", "")
+    for d in data:
+        if want and want in (d.get("id"), d.get("root")):
+            return str(d["id"])
+    return str(data[0]["id"])
+
+
+async def num_running(url: str) -> float:
+    async with aiohttp.ClientSession() as s, s.get(url + "/metrics") as r:
+        text = await r.text()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("vllm:num_requests_running")
+    )
+
+
+async def assert_aborts_freed(timeout_s: float = 3.0) -> None:
+    """After a step, aborted requests (closed connections) must have left the servers."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        left = [await num_running(u) for u in ENDPOINTS]
+        if not any(left):
+            return
+        assert asyncio.get_running_loop().time() < deadline, f"still running: {left}"
+        await asyncio.sleep(0.1)
+
+
+async def run_policy(policy: str, model: str, lengths: ReplayLengths) -> dict[str, Any]:
+    cfg = RolloutConfig(
+        num_groups=NUM_GROUPS,
+        group_size=GROUP_SIZE,
+        policy=policy,
+        model=model,
+        sampling=SamplingParams(max_tokens=1000, temperature=1.0, seed=0),
+        replay=lengths,
+        request_timeout_s=600.0,
+    )
+    source = lengths.prompts()
+    steps: list[dict[str, Any]] = []
+    delivered: list[str] = []
+    async with TailSieveRollout(ENDPOINTS, cfg) as ro:
+        for i in range(NUM_STEPS + 1):
+            if i < NUM_STEPS:
+                k = ro.num_fresh_needed()
+                new, source = source[:k], source[k:]
+                batch = await ro.step(new)
+                assert len(batch.groups) == NUM_GROUPS
+            else:
+                flushed = await ro.flush()
+                if flushed is None:
+                    break
+                batch = flushed
+            for g in batch.groups:
+                assert len(g.responses) == GROUP_SIZE
+                got = [r.num_tokens for r in g.responses]
+                assert got == [lengths(g.prompt_id, j) for j in range(GROUP_SIZE)], g.prompt_id
+                assert all(r.finish_reason == "length" for r in g.responses)
+            delivered += [g.prompt_id for g in batch.groups]
+            m = batch.metrics
+            if m.num_aborted:
+                await assert_aborts_freed()
+            steps.append(
+                {
+                    "step": m.step,
+                    "makespan_s": round(m.makespan_s, 3),
+                    "q": m.q,
+                    "m": m.m,
+                    "aborted": m.num_aborted,
+                    "flush": m.is_flush,
+                    "tokens": m.delivered_tokens,
+                    "wasted": m.wasted_tokens,
+                }
+            )
+    assert len(delivered) == len(set(delivered))
+    return {
+        "policy": policy,
+        "steps": steps,
+        "total_s": round(sum(s["makespan_s"] for s in steps), 3),
+    }
+
+
+@pytest.mark.skipif(not ENDPOINTS, reason="TAILSIEVE_VLLM_ENDPOINTS not set")
+@pytest.mark.skipif(not AIME.exists(), reason="AIME trace not available")
+async def test_real_vllm_tailsieve_and_uniform_replay() -> None:
+    model = await served_model(ENDPOINTS[0])
+    lengths = ReplayLengths.from_file(AIME, length_scale=LENGTH_SCALE, max_tokens=1000)
+    results = [await run_policy(p, model, lengths) for p in ("tailsieve", "uniform")]
+    for r in results:
+        print(f"\n{r['policy']}: total {r['total_s']} s")
+        for s in r["steps"]:
+            print("  ", s)
+    out = os.environ.get("TAILSIEVE_VLLM_RESULTS")
+    if out:
+        Path(out).write_text(json.dumps(results, indent=2))
