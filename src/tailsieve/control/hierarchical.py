@@ -9,7 +9,7 @@ from tailsieve.control.base import Controller, ControlTargets
 from tailsieve.control.config import ControllerConfig
 from tailsieve.control.inner_loop import InnerDecision, InnerLoop
 from tailsieve.control.outer_loop import OuterLoop
-from tailsieve.control.predictor import PoolTimePredictor, StepWork
+from tailsieve.control.predictor import PoolPrediction, PoolTimePredictor, StepWork
 from tailsieve.core.outcome import StepOutcome
 from tailsieve.core.plan import StepPlan
 from tailsieve.model.throughput import ThroughputModel
@@ -49,6 +49,8 @@ class HierarchicalController(Controller):
             config.num_groups, config.num_replicas, tail_model, bulk_model or tail_model
         )
         self.outer = OuterLoop(config, self.predictor)
+        self._samples: list[Any] = []
+        self._cache: dict[tuple[int, int], PoolPrediction] = {}
 
     def targets(self) -> ControlTargets:
         st = self.state
@@ -67,7 +69,9 @@ class HierarchicalController(Controller):
         bulk = [g for g in outcome.delivered if g.prompt_id not in rank]
         work = StepWork([list(g.response_tokens) for g in (*tail, *bulk)], len(tail))
         st.history.append(work)
-        del st.history[: max(0, len(st.history) - cfg.history_steps)]
+        del st.history[: max(0, len(st.history) - self._history_len())]
+        self._samples = self.predictor.samples(st.history)
+        self._cache = {}
         clean = not plan.carried_in_bulk_ids and not plan.is_flush
         self._update_corrections(plan, outcome, work, clean)
         st.last_event = ""
@@ -91,7 +95,9 @@ class HierarchicalController(Controller):
             return
         if st.m > 0 and not (self.inner.state.settled and plan.m == st.m):
             return
-        od = self.outer.decide(st.history, st.m, st.q, st.k_tail, st.k_bulk)
+        od = self.outer.decide(
+            st.history, st.m, st.q, st.k_tail, st.k_bulk, self._samples, self._cache
+        )
         if od.new_m != st.m:
             st.last_event = f"m {st.m}->{od.new_m} (gain {od.predicted_gain:.1%})"
             old_q = st.q
@@ -104,14 +110,25 @@ class HierarchicalController(Controller):
         cfg, st = self.config, self.state
         if cfg.inner_target == "rates":
             return self.inner.decide(plan.q, outcome.tail_time_s, outcome.bulk_cut_s)
-        samples = self.predictor.samples(st.history)
+        samples, cache = self._samples, self._cache
         lo, hi = max(cfg.q_min, plan.m), self._q_search_cap(plan.m)
-        best = self.predictor.balanced_q(samples, plan.m, lo, hi, st.k_tail, st.k_bulk)
+        best = self.predictor.balanced_q(
+            samples, plan.m, lo, hi, st.k_tail, st.k_bulk, hint=plan.q, cache=cache
+        )
 
         def makespan(q: int) -> float:
-            return self.predictor.predict_samples(samples, q, plan.m).makespan(st.k_tail, st.k_bulk)
+            if (q, plan.m) not in cache:
+                cache[(q, plan.m)] = self.predictor.predict_samples(samples, q, plan.m)
+            return cache[(q, plan.m)].makespan(st.k_tail, st.k_bulk)
 
         return self.inner.move_toward(plan.q, float(best.q), makespan)
+
+    def _history_len(self) -> int:
+        """Remembered steps: ``history_steps``, fewer for large batches (at most ~2,048
+        responses), which keeps a decision within a few milliseconds."""
+        cfg = self.config
+        per_step = max(1, cfg.num_groups * cfg.group_size)
+        return max(1, min(cfg.history_steps, 2048 // per_step))
 
     def _q_search_cap(self, m: int) -> int:
         cfg = self.config

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from tailsieve.control.config import ControllerConfig
 from tailsieve.control.predictor import PoolPrediction, PoolTimePredictor, StepWork
@@ -40,19 +41,31 @@ class OuterLoop:
         return list(range(lo, hi + 1))
 
     def evaluate(
-        self, history: Sequence[StepWork], m: int, k_tail: float, k_bulk: float
+        self,
+        history: Sequence[StepWork],
+        m: int,
+        k_tail: float,
+        k_bulk: float,
+        q: int | None = None,
+        samples: Sequence[Any] | None = None,
+        cache: dict[tuple[int, int], PoolPrediction] | None = None,
     ) -> dict[int, PoolPrediction]:
+        """Each split within the radius at its own balanced q (``q`` at ``m`` seeds the search)."""
         cfg = self.config
-        samples = self.predictor.samples(history)
+        smp = samples if samples is not None else self.predictor.samples(history)
+        memo = cache if cache is not None else {}
         out: dict[int, PoolPrediction] = {}
         for mm in self.candidates(m):
+            hint = None if not q or not m or not mm else max(mm, round(q * mm / m))
             out[mm] = self.predictor.balanced_q(
-                samples,
+                smp,
                 mm,
                 max(cfg.q_min, 1, mm),
                 max(mm, min(cfg.q_cap, cfg.max_groups_per_tail_replica * mm)),
                 k_tail=k_tail,
                 k_bulk=k_bulk,
+                hint=hint,
+                cache=memo,
             )
         return out
 
@@ -63,8 +76,10 @@ class OuterLoop:
         q: int,
         k_tail: float,
         k_bulk: float,
+        samples: Sequence[Any] | None = None,
+        cache: dict[tuple[int, int], PoolPrediction] | None = None,
     ) -> OuterDecision:
-        preds = self.evaluate(history, m, k_tail, k_bulk)
+        preds = self.evaluate(history, m, k_tail, k_bulk, q, samples, cache)
         spans = {mm: p.makespan(k_tail, k_bulk) for mm, p in preds.items()}
         current = spans.get(m, 0.0)
         best = min(spans, key=lambda mm: (spans[mm], abs(mm - m)))

@@ -20,10 +20,11 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from tailsieve.model.replica_time import segmented_completion_times
+from tailsieve.model.replica_time import sorted_segment_completion_times
 from tailsieve.model.throughput import ThroughputModel
 
 IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,29 +61,42 @@ class StepWork:
 class _StepSample:
     """One remembered step, flattened and pre-sorted for fast predictions."""
 
-    __slots__ = ("by_size", "by_work", "flat", "group_of", "num_groups", "offsets", "sizes")
+    __slots__ = ("asc_group", "asc_len", "by_size", "by_work", "num_groups")
 
     def __init__(self, groups: Sequence[Sequence[int]], num_tail: int = 0) -> None:
-        arrays = [np.asarray(g, dtype=np.int64) for g in groups]
-        self.num_groups = len(arrays)
-        self.sizes = np.array([a.size for a in arrays], dtype=np.int64)
-        self.offsets = np.concatenate(([0], np.cumsum(self.sizes)[:-1])).astype(np.int64)
-        self.flat = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int64)
-        self.group_of = np.repeat(np.arange(self.num_groups), self.sizes)
-        work = np.array([int(a.sum()) for a in arrays], dtype=np.int64)
+        self.num_groups = len(groups)
+        sizes = np.fromiter((len(g) for g in groups), dtype=np.int64, count=self.num_groups)
+        flat = np.fromiter((x for g in groups for x in g), dtype=np.float64, count=int(sizes.sum()))
+        group_of = np.repeat(np.arange(self.num_groups), sizes)
+        work = np.bincount(group_of, weights=flat, minlength=self.num_groups)
+        asc = np.argsort(flat, kind="stable")
+        self.asc_len = flat[asc]
+        self.asc_group = group_of[asc]
         bulk = np.arange(num_tail, self.num_groups)
         bulk = bulk[np.argsort(-work[bulk], kind="stable")]
         self.by_work = np.concatenate((np.arange(num_tail), bulk)).astype(np.int64)
         self.by_size = np.argsort(-work, kind="stable")
 
-    def expand(self, group_idx: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-        """Flat request indices of the given groups, group after group."""
-        if group_idx.size == 0:
-            return np.zeros(0, dtype=np.int64)
-        sizes = self.sizes[group_idx]
-        starts = np.repeat(self.offsets[group_idx], sizes)
-        within = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-        return starts + within
+    def pool_times(
+        self, slot_of_group: list[IntArray], num_replicas: int, model: ThroughputModel
+    ) -> tuple[FloatArray, IntArray]:
+        """Completion time of every request of the groups given a slot (``-1`` = absent) in
+        each mapping of ``slot_of_group``; slot ``k`` runs on replica ``k % num_replicas``.
+        Returns (times, slot) per request, both sorted by (replica, length)."""
+        lens, slots = [], []
+        for mapping in slot_of_group:
+            req = mapping[self.asc_group]
+            keep = req >= 0
+            lens.append(self.asc_len[keep])
+            slots.append(req[keep])
+        length = np.concatenate(lens) if len(lens) > 1 else lens[0]
+        slot = np.concatenate(slots) if len(slots) > 1 else slots[0]
+        if len(lens) > 1:
+            merge = np.argsort(length, kind="stable")
+            length, slot = length[merge], slot[merge]
+        rep = (slot % num_replicas).astype(np.int16)
+        order = np.argsort(rep, kind="stable")
+        return sorted_segment_completion_times(length[order], rep[order], model), slot[order]
 
 
 class PoolTimePredictor:
@@ -128,24 +142,28 @@ class PoolTimePredictor:
         tail_idx = s.by_work[:q_eff]
         tail_s = 0.0
         if q_eff > 0:
-            reqs = s.expand(tail_idx)
-            rep = np.repeat(np.arange(q_eff) % m_eff, s.sizes[tail_idx])
-            tail_s = float(segmented_completion_times(s.flat[reqs], rep, self.tail_model).max())
-        in_tail = np.zeros(n_groups, dtype=bool)
-        in_tail[tail_idx] = True
-        bulk_idx = np.flatnonzero(~in_tail)
-        need = bulk_idx.size
-        if q_eff > 0:
-            ranks = np.linspace(0, n_groups - 1, q_eff).round().astype(np.int64)
-            bulk_idx = np.concatenate((bulk_idx, s.by_size[ranks]))
+            tail_slot = np.full(n_groups, -1, dtype=np.int64)
+            tail_slot[tail_idx] = np.arange(q_eff)
+            times, _ = s.pool_times([tail_slot], m_eff, self.tail_model)
+            tail_s = float(times.max())
         num_bulk = self.num_replicas - m_eff
+        need = n_groups - q_eff
         if need <= 0 or num_bulk <= 0:
             return tail_s, 0.0
-        reqs = s.expand(bulk_idx)
-        slot = np.repeat(np.arange(bulk_idx.size), s.sizes[bulk_idx])
-        times = segmented_completion_times(s.flat[reqs], slot % num_bulk, self.bulk_model)
-        done = np.zeros(bulk_idx.size)
+        in_tail = np.zeros(n_groups, dtype=bool)
+        in_tail[tail_idx] = True
+        bulk_slot = np.full(n_groups, -1, dtype=np.int64)
+        bulk_slot[~in_tail] = np.arange(need)
+        mappings = [bulk_slot]
+        if q_eff > 0:
+            ranks = np.unique(np.linspace(0, n_groups - 1, q_eff).round().astype(np.int64))
+            extra_slot = np.full(n_groups, -1, dtype=np.int64)
+            extra_slot[s.by_size[ranks]] = need + np.arange(ranks.size)
+            mappings.append(extra_slot)
+        times, slot = s.pool_times(mappings, num_bulk, self.bulk_model)
+        done = np.zeros(need + q_eff)
         np.maximum.at(done, slot, times)
+        done = done[: need + (ranks.size if q_eff > 0 else 0)]
         k = need - 1
         return tail_s, float(np.partition(done, k)[k])
 
@@ -157,22 +175,40 @@ class PoolTimePredictor:
         q_hi: int,
         k_tail: float = 1.0,
         k_bulk: float = 1.0,
+        hint: int | None = None,
+        cache: dict[tuple[int, int], PoolPrediction] | None = None,
     ) -> PoolPrediction:
         """The q in ``[q_lo, q_hi]`` minimising the corrected predicted makespan at split ``m``.
 
         Bisection on the sign of ``T_tail - T_bulk`` (tail time grows with q, bulk time
         shrinks). Where the makespan is flat (set by one long tail group), the largest q within
         0.5% of the best is taken: it moves more work off the bulk pool at no predicted cost.
+        ``hint`` (a likely answer) narrows the bracket first; ``cache`` memoises predictions by
+        ``(q, m)`` across calls on the same samples.
         """
         if m <= 0:
             return self.predict_samples(samples, 0, 0)
         lo, hi = q_lo, q_hi
-        cache: dict[int, PoolPrediction] = {}
+        memo = cache if cache is not None else {}
 
         def at(q: int) -> PoolPrediction:
-            if q not in cache:
-                cache[q] = self.predict_samples(samples, q, m)
-            return cache[q]
+            if (q, m) not in memo:
+                memo[(q, m)] = self.predict_samples(samples, q, m)
+            return memo[(q, m)]
+
+        if hint is not None and lo < hint < hi:
+            # bracket around the hint first: usually two evaluations instead of log2(range)
+            h = at(hint)
+            if h.tail_s * k_tail < h.bulk_s * k_bulk:
+                lo = hint
+                probe = min(hi, 2 * hint)
+                if probe < hi and at(probe).tail_s * k_tail >= at(probe).bulk_s * k_bulk:
+                    hi = probe
+            else:
+                hi = hint
+                probe = max(lo, hint // 2)
+                if probe > lo and at(probe).tail_s * k_tail < at(probe).bulk_s * k_bulk:
+                    lo = probe
 
         while hi - lo > 1:
             mid = (lo + hi) // 2

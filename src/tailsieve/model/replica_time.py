@@ -94,21 +94,27 @@ def segmented_completion_times(
     """
     arr = np.asarray(lengths, dtype=np.float64)
     rep = np.asarray(replica_ids, dtype=np.int64)
-    n = arr.size
-    if n == 0:
+    if arr.size == 0:
         return np.zeros(0)
     order = np.lexsort((arr, rep))
-    s_len, s_rep = arr[order], rep[order]
-    starts = np.flatnonzero(np.concatenate(([True], s_rep[1:] != s_rep[:-1])))
+    out = np.empty(arr.size)
+    out[order] = sorted_segment_completion_times(arr[order], rep[order], model)
+    return out
+
+
+def sorted_segment_completion_times(
+    sorted_lengths: FloatArray, sorted_replicas: npt.NDArray[np.integer], model: ThroughputModel
+) -> FloatArray:
+    """Like ``segmented_completion_times`` for input already sorted by (replica, length)."""
+    n = sorted_lengths.size
+    if n == 0:
+        return np.zeros(0)
+    starts = np.flatnonzero(np.concatenate(([True], sorted_replicas[1:] != sorted_replicas[:-1])))
     sizes = np.diff(np.concatenate((starts, [n])))
     seg_start = np.repeat(starts, sizes)
-    seg_size = np.repeat(sizes, sizes)
     pos = np.arange(n) - seg_start
-    prev = np.concatenate(([0.0], s_len[:-1]))
+    prev = np.concatenate(([0.0], sorted_lengths[:-1]))
     prev[starts] = 0.0
-    inc = (s_len - prev) * model.tau_array(seg_size - pos)
+    inc = (sorted_lengths - prev) * model.tau_array(np.repeat(sizes, sizes) - pos)
     csum = np.cumsum(inc)
-    base = np.concatenate(([0.0], csum))[seg_start]
-    out = np.empty(n)
-    out[order] = csum - base
-    return out
+    return csum - np.concatenate(([0.0], csum))[seg_start]
