@@ -50,7 +50,6 @@ def test_config_from_profile_validates() -> None:
         EmulatorConfig.from_profile("cpu", length_sigma=float("nan"))
 
 
-@pytest.mark.slow
 def test_emulate_runs_until_sigterm() -> None:
     code = ("import typer; from tailsieve.cli import emulate_cmd; app = typer.Typer(); "
             "app.callback()(lambda: None); emulate_cmd.register(app); app()")

@@ -12,7 +12,13 @@ from tailsieve.cli.main import main
 from tailsieve.model.profiles import load_profile
 from tailsieve.oracle import solve_two_replicas
 
-AIME = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "aime-r1distill-1.5b-lengths.csv"
+AIME = (
+    Path(__file__).resolve().parents[2]
+    / ".."
+    / "shared"
+    / "data"
+    / "aime-r1distill-1.5b-lengths.csv"
+)
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -34,12 +40,23 @@ def write_trace(tmp_path: Path, lengths: list[int]) -> Path:
 
 
 def test_inline_lengths_json(capsys: pytest.CaptureFixture[str]) -> None:
-    rc, out, _ = run(["oracle", "--lengths", "100,2000,300,4000,50", "--profile", "gpu", "--json"], capsys)
+    rc, out, _ = run(
+        ["oracle", "--lengths", "100,2000,300,4000,50", "--profile", "gpu", "--json"], capsys
+    )
     assert rc == 0
     data = json.loads(out)
-    for key in ("num_requests", "uniform_makespan_s", "optimal_makespan_s", "best_k",
-                "topk_makespan_s", "topk_gap", "lower_bound_s", "retained_states", "solve_s",
-                "profile"):
+    for key in (
+        "num_requests",
+        "uniform_makespan_s",
+        "optimal_makespan_s",
+        "best_k",
+        "topk_makespan_s",
+        "topk_gap",
+        "lower_bound_s",
+        "retained_states",
+        "solve_s",
+        "profile",
+    ):
         assert key in data
     assert data["num_requests"] == 5 and data["profile"] == "gpu"
     expect = solve_two_replicas([100, 2000, 300, 4000, 50], load_profile("gpu")).makespan_s
@@ -64,7 +81,9 @@ def test_trace_sampling_is_seeded(tmp_path: Path, capsys: pytest.CaptureFixture[
 
 def test_table_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     plot = tmp_path / "fig2.png"
-    rc, out, _ = run(["oracle", "--lengths", "5000,300,200,4000,100,90,80", "--plot", str(plot)], capsys)
+    rc, out, _ = run(
+        ["oracle", "--lengths", "5000,300,200,4000,100,90,80", "--plot", str(plot)], capsys
+    )
     assert rc == 0
     assert "exact optimal makespan" in out and "best top-k" in out
     assert plot.is_file() and plot.stat().st_size > 1000
@@ -109,8 +128,20 @@ def test_sweep_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rng = np.random.default_rng(1)
     trace = write_trace(tmp_path, rng.integers(1, 16000, 80).tolist())
     rc, out, _ = run(
-        ["oracle-sweep", "--trace", str(trace), "--draws", "5", "--sample-requests", "30",
-         "--profile", "cpu", "--profile", "gpu", "--json"],
+        [
+            "oracle-sweep",
+            "--trace",
+            str(trace),
+            "--draws",
+            "5",
+            "--sample-requests",
+            "30",
+            "--profile",
+            "cpu",
+            "--profile",
+            "gpu",
+            "--json",
+        ],
         capsys,
     )
     assert rc == 0
@@ -118,15 +149,18 @@ def test_sweep_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert [s["profile"] for s in studies] == ["cpu", "gpu"]
     for s in studies:
         assert len(s["gaps"]) == 5 and 0 <= s["gap_median"] <= s["gap_p90"] <= s["gap_max"]
-    rc, out, _ = run(["oracle-sweep", "--trace", str(trace), "--draws", "2",
-                      "--sample-requests", "10"], capsys)
+    rc, out, _ = run(
+        ["oracle-sweep", "--trace", str(trace), "--draws", "2", "--sample-requests", "10"], capsys
+    )
     assert rc == 0 and "P90" in out
 
 
 @pytest.mark.skipif(not AIME.is_file(), reason="AIME data not present")
 def test_real_trace(capsys: pytest.CaptureFixture[str]) -> None:
-    rc, out, _ = run(["oracle", "--trace", str(AIME), "--sample-requests", "100", "--seed", "0",
-                      "--json"], capsys)
+    rc, out, _ = run(
+        ["oracle", "--trace", str(AIME), "--sample-requests", "100", "--seed", "0", "--json"],
+        capsys,
+    )
     assert rc == 0
     data = json.loads(out)
     assert data["num_requests"] == 100 and data["topk_gap"] < 0.05

@@ -10,7 +10,13 @@ import pytest
 from tailsieve.model.profiles import load_profile
 from tailsieve.model.throughput import ThroughputModel
 
-AIME_CSV = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "aime-r1distill-1.5b-lengths.csv"
+AIME_CSV = (
+    Path(__file__).resolve().parents[2]
+    / ".."
+    / "shared"
+    / "data"
+    / "aime-r1distill-1.5b-lengths.csv"
+)
 
 
 @pytest.fixture(scope="session")

@@ -92,7 +92,9 @@ def test_tuning_knobs_do_not_change_the_result(aime_lengths: np.ndarray) -> None
     lengths = rng.choice(aime_lengths, 60, replace=False)
     ref = solve_two_replicas(lengths, CPU).makespan_s
     for kwargs in ({"beam_width": 0}, {"beam_width": 4}, {"weights": (0.5,)}, {"weights": ()}):
-        assert solve_two_replicas(lengths, CPU, **kwargs).makespan_s == pytest.approx(ref, rel=1e-12)
+        assert solve_two_replicas(lengths, CPU, **kwargs).makespan_s == pytest.approx(
+            ref, rel=1e-12
+        )
 
 
 def test_n100_is_fast_and_small(aime_lengths: np.ndarray) -> None:

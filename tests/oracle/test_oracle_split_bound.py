@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tailsieve.model.profiles import load_profile
-from tailsieve.oracle.pareto_dp import SPLIT_WEIGHTS, _lower_bounds, min_remaining_work
-from tailsieve.oracle.split_bound import CountSplitBound
+from tailsieve.oracle.pareto_dp import SPLIT_WEIGHTS
+from tailsieve.oracle.split_bound import CountSplitBound, lagrangian_bounds, min_remaining_work
 
 MODELS = [load_profile("cpu"), load_profile("gpu")]
 
@@ -48,4 +48,4 @@ def test_bounds_are_below_best_completion(lengths: list[int], k_raw: int, which:
         a = np.array([k - sum(prefix)], dtype=np.int64)  # count on A
         arr_a, arr_b = np.array([ta]), np.array([tb])
         assert split(k, a, arr_a, arr_b)[0] <= best * (1 + 1e-12) + 1e-12
-        assert _lower_bounds(k, a, arr_a, arr_b, tables)[0] <= best * (1 + 1e-12) + 1e-12
+        assert lagrangian_bounds(k, a, arr_a, arr_b, tables)[0] <= best * (1 + 1e-12) + 1e-12

@@ -78,8 +78,12 @@ def test_uniform_never_reads_lengths() -> None:
 
 
 def test_uniform_oracle_balances_group_totals() -> None:
-    groups = [np.array([1000.0] * 8), np.array([10.0] * 8), np.array([900.0] * 8),
-              np.array([100.0] * 8)]
+    groups = [
+        np.array([1000.0] * 8),
+        np.array([10.0] * 8),
+        np.array([900.0] * 8),
+        np.array([100.0] * 8),
+    ]
     routing = get_policy("uniform-oracle").route(groups, 2, CPU)
     target = [int(r[0]) for r in routing.replicas]
     assert target[0] != target[2]  # the two heavy groups on different replicas
@@ -123,8 +127,10 @@ def test_registry_is_extensible_and_isolated() -> None:
 
         def route(self, groups, num_replicas, model):  # type: ignore[no-untyped-def]
             return routing_from_flat(
-                np.zeros(sum(np.size(g) for g in groups)), [np.size(g) for g in groups],
-                num_replicas, self.name,
+                np.zeros(sum(np.size(g) for g in groups)),
+                [np.size(g) for g in groups],
+                num_replicas,
+                self.name,
             )
 
     reg = default_registry()

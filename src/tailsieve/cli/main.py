@@ -22,7 +22,9 @@ app = typer.Typer(
 def _register_all() -> None:
     from tailsieve.cli import (
         demo_cmd,
+        emulate_cmd,
         oracle_cmd,
+        profile_cmd,
         profiles_cmd,
         report_cmd,
         runtime_cmd,
@@ -36,6 +38,8 @@ def _register_all() -> None:
         trace_cmd,
         simulate_cmd,
         runtime_cmd,
+        emulate_cmd,
+        profile_cmd,
         demo_cmd,
         report_cmd,
     ):

@@ -176,7 +176,9 @@ def draw_figure2(
         ax_a.annotate(
             f"replica {name}: {opt.replica_times_s[r]:.2f} s",
             xy=(float(mine.max()) if mine.size else 0.0, mid),
-            xytext=(5, 0), textcoords="offset points", va="center",
+            xytext=(5, 0),
+            textcoords="offset points",
+            va="center",
         )
         y += mine.size + 2
     ax_a.invert_yaxis()

@@ -34,19 +34,21 @@ def profile(
     name: str = typer.Option(None, "--name", help="Profile name (default: measured-MODEL)."),
     prompt: str = typer.Option("hello", "--prompt", help="Prompt text of every request."),
     timeout_s: float = typer.Option(600.0, "--timeout", help="Limit per batch, seconds."),
+    repeats: int = typer.Option(1, "--repeats", help="Rounds per batch size (median)."),
 ) -> None:
     """Sweep batch sizes with concurrent streaming requests and record seconds per decode step.
 
     The output loads with `--profile FILE` wherever a profile is accepted."""
     settings = ProfileSettings(endpoint=endpoint.rstrip("/"), batch_sizes=_batch_sizes(batch_sizes),
-                               tokens=tokens, model=model, prompt=prompt, timeout_s=timeout_s)
+                               tokens=tokens, model=model, prompt=prompt, timeout_s=timeout_s,
+                               repeats=repeats)
     result = asyncio.run(profile_endpoint(settings, name=name))
     table = Table(title=f"profile '{result.model.name}' from {settings.endpoint}")
-    for col in ("batch", "ms/step", "min..max ms", "tok/s per request", "overhead ms", "wall s"):
+    for col in ("batch", "ms/step", "first..last done ms", "tok/s per request", "overhead ms", "wall s"):
         table.add_column(col, justify="right")
     for m in result.measurements:
         table.add_row(str(m.batch_size), f"{m.step_s * 1e3:.3f}",
-                      f"{m.min_step_s * 1e3:.2f}..{m.max_step_s * 1e3:.2f}",
+                      f"{m.first_done_step_s * 1e3:.2f}..{m.last_done_step_s * 1e3:.2f}",
                       f"{1 / m.step_s:.0f}", f"{m.overhead_s * 1e3:.1f}", f"{m.wall_s:.2f}")
     text = json.dumps(result.to_dict(), indent=2) + "\n"
     if out is None:

@@ -80,7 +80,11 @@ class OuterLoop:
         cache: dict[tuple[int, int], PoolPrediction] | None = None,
     ) -> OuterDecision:
         preds = self.evaluate(history, m, k_tail, k_bulk, q, samples, cache)
-        spans = {mm: p.makespan(k_tail, k_bulk) for mm, p in preds.items()}
+        # the corrections describe the selector's pools; uniform routing has no selector, so
+        # its prediction (m = 0) is compared uncorrected
+        spans = {
+            mm: p.makespan(k_tail, k_bulk) if mm > 0 else p.makespan() for mm, p in preds.items()
+        }
         current = spans.get(m, 0.0)
         best = min(spans, key=lambda mm: (spans[mm], abs(mm - m)))
         gain = (current - spans[best]) / current if current > 0 else 0.0

@@ -38,7 +38,7 @@ import numpy.typing as npt
 
 from tailsieve.errors import TailSieveError, TraceError
 from tailsieve.model.throughput import ThroughputModel
-from tailsieve.oracle.split_bound import CountSplitBound
+from tailsieve.oracle.split_bound import CountSplitBound, lagrangian_bounds, min_remaining_work
 from tailsieve.oracle.topk import topk_sweep
 
 FloatArray = npt.NDArray[np.float64]
@@ -85,7 +85,9 @@ def replica_time_s(sorted_desc: FloatArray, marg: FloatArray) -> float:
     return float(np.dot(sorted_desc, marg[: sorted_desc.size]))
 
 
-def _two_replica_times(lengths: FloatArray, assign: IntArray, marg: FloatArray) -> tuple[float, float]:
+def _two_replica_times(
+    lengths: FloatArray, assign: IntArray, marg: FloatArray
+) -> tuple[float, float]:
     out = []
     for r in (0, 1):
         part = np.sort(lengths[assign == r])[::-1]
@@ -129,8 +131,9 @@ def solve_two_replicas(
     arr = validate_lengths(lengths)
     n = arr.size
     if n == 0:
-        return OptimalSplit(0.0, np.zeros(0, dtype=np.int64), (0.0, 0.0), 0,
-                            time.perf_counter() - t0, 0.0, True)
+        return OptimalSplit(
+            0.0, np.zeros(0, dtype=np.int64), (0.0, 0.0), 0, time.perf_counter() - t0, 0.0, True
+        )
     order = np.argsort(-arr, kind="stable")
     ls = arr[order]
     marg = np.diff(model.taus(n))  # marg[c] = tau(c+1) - tau(c), c = 0..n-1
@@ -214,7 +217,7 @@ def _layered_dp(
         sw = (ca > cb) | ((ca == cb) & (cta > ctb))  # canonical frame: a <= b
         ca = np.where(sw, cb, ca)
         cta, ctb = np.where(sw, ctb, cta), np.where(sw, cta, ctb)
-        lb = _lower_bounds(k + 1, ca, cta, ctb, tables)
+        lb = lagrangian_bounds(k + 1, ca, cta, ctb, tables)
         keep = np.flatnonzero(lb < incumbent)
         if keep.size:
             keep = keep[_pareto_indices(ca[keep], cta[keep], ctb[keep])]
@@ -237,36 +240,6 @@ def _layered_dp(
     final = np.maximum(ta, tb)
     best = int(np.argmin(final))
     return float(final[best]), _backtrack(best, parents, moves, swaps), retained
-
-
-def min_remaining_work(ls: FloatArray, marg: FloatArray, weight: float = 0.5) -> list[FloatArray]:
-    """``W[k][a]``: least weighted work ``weight * X + (1 - weight) * Y`` (seconds) of placing
-    requests ``k..n-1`` (sorted descending), where ``X`` is what they add to a replica already
-    holding ``a`` requests and ``Y`` what they add to the other (holding ``k - a``). Exact by
-    backward recursion. For any completion, ``max(T_A + X, T_B + Y) >= weight * (T_A + X) +
-    (1 - weight) * (T_B + Y) >= weight * T_A + (1 - weight) * T_B + W[k][a]``."""
-    n = ls.size
-    out: list[FloatArray] = [np.zeros(0)] * (n + 1)
-    nxt = np.zeros(n + 1)
-    out[n] = nxt
-    for k in range(n - 1, -1, -1):
-        a = np.arange(k + 1)
-        cur = np.minimum(
-            weight * ls[k] * marg[a] + nxt[a + 1], (1.0 - weight) * ls[k] * marg[k - a] + nxt[a]
-        )
-        out[k] = cur
-        nxt = cur
-    return out
-
-
-def _lower_bounds(
-    k: int, a: IntArray, ta: FloatArray, tb: FloatArray, tables: list[tuple[float, list[FloatArray]]]
-) -> FloatArray:
-    """Best Lagrangian bound over the weight grid (weights 0 and 1 give ``T_B`` and ``T_A``)."""
-    lb = np.maximum(ta, tb)
-    for weight, table in tables:
-        lb = np.maximum(lb, weight * ta + (1.0 - weight) * tb + table[k][a])
-    return lb
 
 
 def _pareto_indices(a: IntArray, ta: FloatArray, tb: FloatArray) -> IntArray:

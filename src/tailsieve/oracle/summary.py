@@ -91,9 +91,7 @@ class GapStudy:
         return out
 
 
-def sample_requests(
-    pool: npt.ArrayLike, num_requests: int, rng: np.random.Generator
-) -> FloatArray:
+def sample_requests(pool: npt.ArrayLike, num_requests: int, rng: np.random.Generator) -> FloatArray:
     """``num_requests`` lengths drawn without replacement from ``pool`` (0 = all, in order)."""
     arr = np.asarray(pool, dtype=np.float64)
     if num_requests < 0:

@@ -32,7 +32,9 @@ class PolicyRegistry:
     def __init__(self) -> None:
         self._factories: dict[str, PolicyFactory] = {}
 
-    def register(self, name: str | PolicyName, factory: PolicyFactory, replace: bool = False) -> None:
+    def register(
+        self, name: str | PolicyName, factory: PolicyFactory, replace: bool = False
+    ) -> None:
         """Add a policy; re-registering a name needs ``replace=True``."""
         key = _key(name)
         if key in self._factories and not replace:

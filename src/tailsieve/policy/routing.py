@@ -50,7 +50,9 @@ class Routing:
         flat_rep = np.concatenate([*self.replicas, np.zeros(0, dtype=np.int64)])
         return [flat_len[flat_rep == r] for r in range(self.num_replicas)]
 
-    def replica_times_s(self, groups: Sequence[npt.ArrayLike], model: ThroughputModel) -> FloatArray:
+    def replica_times_s(
+        self, groups: Sequence[npt.ArrayLike], model: ThroughputModel
+    ) -> FloatArray:
         """All-admit time of every replica, seconds (0 for an empty replica)."""
         return np.array([all_admit_time(ls, model) for ls in self.replica_lengths(groups)])
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -43,6 +43,7 @@ class ProfileSettings:
     prompt: str = "hello"  # prompt text of every request
     timeout_s: float = 600.0  # limit for one batch, seconds
     warmup: bool = True  # send one short request first (compilation, caches)
+    repeats: int = 1  # pairs of rounds per batch size; tau is the median over them
 
     def __post_init__(self) -> None:
         if not self.endpoint.startswith(("http://", "https://")):
@@ -53,6 +54,8 @@ class ProfileSettings:
             raise ConfigError(f"batch sizes must be strictly increasing, got {self.batch_sizes}")
         if self.tokens < 20:
             raise ConfigError(f"tokens must be >= 20 to measure a decode rate, got {self.tokens}")
+        if self.repeats < 1:
+            raise ConfigError(f"repeats must be >= 1, got {self.repeats}")
         if self.timeout_s <= 0:
             raise ConfigError(f"timeout_s must be > 0, got {self.timeout_s}")
 
@@ -63,8 +66,8 @@ class BatchMeasurement:
 
     batch_size: int  # concurrent requests
     step_s: float  # seconds per decode step (difference of the median end times)
-    min_step_s: float  # same from the fastest request of each round
-    max_step_s: float  # same from the slowest request of each round
+    first_done_step_s: float  # same from the first-finishing request of each round (min)
+    last_done_step_s: float  # same from the last-finishing request of each round (max)
     overhead_s: float  # median end time of the full round minus tokens * step_s
     wall_s: float  # wall time of the full round, seconds
 
@@ -75,14 +78,13 @@ class ProfileResult:
 
     model: ThroughputModel
     measurements: tuple[BatchMeasurement, ...]
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """The profile JSON (loadable by ``load_profile``) with the raw measurements added."""
         data = self.model.to_dict()
         data["measurements"] = [
-            {"batch_size": m.batch_size, "step_s": m.step_s, "min_step_s": m.min_step_s,
-             "max_step_s": m.max_step_s, "overhead_s": m.overhead_s, "wall_s": m.wall_s}
+            {"batch_size": m.batch_size, "step_s": m.step_s, "first_done_step_s": m.first_done_step_s,
+             "last_done_step_s": m.last_done_step_s, "overhead_s": m.overhead_s, "wall_s": m.wall_s}
             for m in self.measurements
         ]
         return data
@@ -146,18 +148,24 @@ async def _round(session: aiohttp.ClientSession, settings: ProfileSettings, mode
 
 async def measure_batch(session: aiohttp.ClientSession, settings: ProfileSettings,
                         model: str, b: int) -> BatchMeasurement:
-    """Measure ``tau(b)`` from a short and a full round of ``b`` concurrent requests."""
+    """Measure ``tau(b)`` from short and full rounds of ``b`` concurrent requests (the median
+    over ``settings.repeats`` pairs of rounds)."""
     full = settings.tokens
     short = max(1, round(full * SHORT_FRACTION))
-    ends_short = await _round(session, settings, model, b, short)
-    ends_full = await _round(session, settings, model, b, full)
     span = full - short
-    step = (statistics.median(ends_full) - statistics.median(ends_short)) / span
+    pairs = []
+    for _ in range(settings.repeats):
+        ends_short = await _round(session, settings, model, b, short)
+        ends_full = await _round(session, settings, model, b, full)
+        pairs.append((ends_short, ends_full))
+    steps = [(statistics.median(f) - statistics.median(s)) / span for s, f in pairs]
+    step = statistics.median(steps)
+    ends_full = pairs[steps.index(sorted(steps)[(len(steps) - 1) // 2])][1]
     return BatchMeasurement(
         batch_size=b,
         step_s=step,
-        min_step_s=(ends_full[0] - ends_short[0]) / span,
-        max_step_s=(ends_full[-1] - ends_short[-1]) / span,
+        first_done_step_s=min((f[0] - s[0]) / span for s, f in pairs),
+        last_done_step_s=max((f[-1] - s[-1]) / span for s, f in pairs),
         overhead_s=statistics.median(ends_full) - full * step,
         wall_s=ends_full[-1],
     )
@@ -189,7 +197,8 @@ async def profile_endpoint(settings: ProfileSettings, name: str | None = None) -
     bs = ",".join(str(b) for b in settings.batch_sizes)
     source = (
         f"Measured by `tailsieve profile` against {endpoint} (model {model}) on {date}: "
-        f"batch sizes {bs}, {settings.tokens} tokens per request (ignore_eos); tau = difference "
+        f"batch sizes {bs}, {settings.tokens} tokens per request (ignore_eos), "
+        f"{settings.repeats} repeat(s); tau = difference "
         "of median response end times of a full and a quarter-length round over the tokens "
         "between them."
     )

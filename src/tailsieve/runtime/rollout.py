@@ -29,6 +29,7 @@ from tailsieve.control.config import ControllerConfig
 from tailsieve.control.factory import make_controller
 from tailsieve.core.protocol import ProtocolConfig, RolloutProtocol
 from tailsieve.core.stream import PromptStream
+from tailsieve.core.timeline import StepTimeline
 from tailsieve.errors import ConfigError, ReplicaError
 from tailsieve.model.profiles import load_profile
 from tailsieve.runtime.attempt import ExecutorConfig, ForcedLength
@@ -83,6 +84,7 @@ class RolloutBatch:
     step: int
     groups: tuple[GroupResponses, ...]
     metrics: StepMetrics
+    timeline: StepTimeline | None = None  # per-replica spans of this step (for plots)
 
     def rows(self) -> Iterator[dict[str, Any]]:
         """One dict per response (for JSONL export)."""
@@ -242,7 +244,12 @@ class TailSieveRollout:
         if self.step_log is not None:
             self.step_log.write(metrics)
         groups = tuple(result.groups[g.prompt_id] for g in out.delivered)
-        return RolloutBatch(step=plan.step, groups=groups, metrics=metrics)
+        return RolloutBatch(
+            step=plan.step,
+            groups=groups,
+            metrics=metrics,
+            timeline=StepTimeline.from_step(plan, out),
+        )
 
     def state_dict(self) -> dict[str, Any]:
         """Protocol (candidates, controller) + queued and carried prompt contents; JSON-safe."""

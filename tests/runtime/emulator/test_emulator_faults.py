@@ -92,9 +92,8 @@ async def test_crash_close_mode_drops_connections(make_server: Any) -> None:
                 await resp.read()
 
 
-@pytest.mark.slow
 def test_fleet_crash_exit_kills_process() -> None:
-    with EmulatorFleet.start(2, time_scale=0.01, overrides=[{"crash_after": 1.5, "time_scale": 1.0}]) as fleet:
+    with EmulatorFleet.start(2, time_scale=0.01, overrides=[{"crash_after": 1.0, "time_scale": 1.0}]) as fleet:
         dying, healthy = fleet.processes
 
         async def run() -> None:
