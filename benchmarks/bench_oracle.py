@@ -29,10 +29,14 @@ from tailsieve.model.throughput import ThroughputModel
 from tailsieve.oracle import OracleTimeoutError, solve_two_replicas, topk_sweep
 from tailsieve.oracle.summary import gap_study, sample_requests
 
-DEFAULT_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / (
-    "aime-r1distill-1.5b-lengths.csv"
+DEFAULT_DATA = (
+    Path(__file__).resolve().parents[1]
+    / ".."
+    / "shared"
+    / "data"
+    / ("aime-r1distill-1.5b-lengths.csv")
 )
-LADDER = (100, 200, 300, 400, 500, 600, 800, 1000, 1500, 2000)
+LADDER = (100, 200, 300, 400, 500, 600, 800, 1000, 1500, 2000, 3000, 4000)
 
 
 def load_pool(path: Path) -> np.ndarray:
@@ -82,13 +86,27 @@ def bench_largest_n(
             steps.append({"num_requests": n, "solved": False, "solve_s": None})
             stop = f"n={n} exceeded {limit_s:g} s"
             break
-        steps.append({"num_requests": n, "solved": True, "solve_s": res.solve_s,
-                      "retained_states": res.retained_states})
+        steps.append(
+            {
+                "num_requests": n,
+                "solved": True,
+                "solve_s": res.solve_s,
+                "retained_states": res.retained_states,
+            }
+        )
         largest = n
-        print(f"  {model.name}: n={n} solved in {res.solve_s:.2f} s "
-              f"({res.retained_states:,} states)", file=sys.stderr, flush=True)
-    return {"profile": model.name, "time_limit_s": limit_s, "largest_n_solved": largest,
-            "stopped_because": stop, "steps": steps}
+        print(
+            f"  {model.name}: n={n} solved in {res.solve_s:.2f} s ({res.retained_states:,} states)",
+            file=sys.stderr,
+            flush=True,
+        )
+    return {
+        "profile": model.name,
+        "time_limit_s": limit_s,
+        "largest_n_solved": largest,
+        "stopped_because": stop,
+        "steps": steps,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,8 +118,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n100-draws", type=int, default=20)
     ap.add_argument("--gap-draws", type=int, default=100)
     ap.add_argument("--time-limit-s", type=float, default=30.0)
-    ap.add_argument("--scaling-budget-s", type=float, default=60.0,
-                    help="stop climbing the n ladder after this long per profile")
+    ap.add_argument(
+        "--scaling-budget-s",
+        type=float,
+        default=60.0,
+        help="stop climbing the n ladder after this long per profile",
+    )
     args = ap.parse_args(argv)
     pool = load_pool(args.data)
     models = [load_profile(p) for p in args.profiles.split(",")]
@@ -109,9 +131,15 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {
         "command": "python benchmarks/bench_oracle.py " + " ".join(argv or sys.argv[1:]),
         "data": str(args.data.name),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "numpy": np.__version__, "platform": platform.platform()},
-        "n100": [], "largest_n": [], "appendix_a4": [],
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "numpy": np.__version__,
+            "platform": platform.platform(),
+        },
+        "n100": [],
+        "largest_n": [],
+        "appendix_a4": [],
     }
     for m in models:
         print(f"n=100 x {args.n100_draws} draws, profile {m.name}", file=sys.stderr, flush=True)
@@ -129,13 +157,17 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     for row in result["n100"]:
-        print(f"n=100 {row['profile']}: median solve {row['solve_s_median']:.3f} s, "
-              f"median states {row['retained_states_median']:,.0f}")
+        print(
+            f"n=100 {row['profile']}: median solve {row['solve_s_median']:.3f} s, "
+            f"median states {row['retained_states_median']:,.0f}"
+        )
     for row in result["largest_n"]:
         print(f"largest n {row['profile']}: {row['largest_n_solved']} ({row['stopped_because']})")
     for row in result["appendix_a4"]:
-        print(f"A.4 {row['profile']}: best-k gap median {100 * row['gap_median']:.2f} %, "
-              f"P90 {100 * row['gap_p90']:.2f} %, max {100 * row['gap_max']:.2f} %")
+        print(
+            f"A.4 {row['profile']}: best-k gap median {100 * row['gap_median']:.2f} %, "
+            f"P90 {100 * row['gap_p90']:.2f} %, max {100 * row['gap_max']:.2f} %"
+        )
     print(f"wrote {args.out} in {result['total_s']:.0f} s")
     return 0
 

@@ -121,3 +121,17 @@ def test_edge_cases() -> None:
 def test_bad_lengths_raise_trace_error(bad: list[object]) -> None:
     with pytest.raises(TraceError, match=r"length|number"):
         solve_two_replicas(bad, CPU)  # type: ignore[arg-type]
+
+
+def test_time_limit_raises_one_line_error(aime_lengths: np.ndarray) -> None:
+    from tailsieve.errors import TailSieveError
+    from tailsieve.oracle import OracleTimeoutError
+
+    lengths = np.random.default_rng(0).choice(aime_lengths, 50, replace=False)
+    with pytest.raises(OracleTimeoutError, match="ran out of time") as info:
+        solve_two_replicas(lengths, CPU, time_limit_s=0.0)
+    assert isinstance(info.value, TailSieveError)
+    # without the count-split bound the result is the same
+    a = solve_two_replicas(lengths, CPU).makespan_s
+    b = solve_two_replicas(lengths, CPU, split_bound_max_n=0).makespan_s
+    assert a == pytest.approx(b, rel=1e-12)

@@ -1,9 +1,99 @@
-"""Sub-commands of this module are registered by ``register``."""
+"""``tailsieve demo``: the embedded default job (emulated replicas, Uniform vs TailSieve)."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+from pathlib import Path
+from typing import Annotated
+
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from tailsieve.report.html_report import write_report
+from tailsieve.runtime.demo import DemoConfig, run_demo, summaries
+from tailsieve.runtime.observe import ProgressDisplay
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to ``app`` (none yet)."""
+    app.command("demo")(demo)
+
+
+def demo(
+    out: Annotated[Path, typer.Option("--out", help="Run folder (report.html goes here).")] = Path(
+        "demo-out"
+    ),
+    replicas: Annotated[int, typer.Option(help="Emulated replicas.")] = 8,
+    groups: Annotated[int, typer.Option(help="Groups per batch (N).")] = 64,
+    group_size: Annotated[int, typer.Option(help="Responses per group (n).")] = 8,
+    steps: Annotated[int, typer.Option(help="Steps after the warm-up step.")] = 10,
+    workload: Annotated[str, typer.Option(help="Workload preset or trace file.")] = "paper-math",
+    profile: Annotated[
+        str, typer.Option(help="Throughput profile of the emulated replicas.")
+    ] = "gpu",
+    time_scale: Annotated[float, typer.Option(help="Emulated seconds per modelled second.")] = 0.03,
+    seed: Annotated[int, typer.Option(help="Seed of workload and sampling.")] = 0,
+    progress: Annotated[
+        bool, typer.Option("--progress/--no-progress", help="Live progress table.")
+    ] = True,
+) -> None:
+    """Start emulated replicas on 127.0.0.1, run a warm-up and STEPS steps with Uniform and then
+    with TailSieve through the live runtime, print the comparison and write an HTML report."""
+    cfg = DemoConfig(
+        replicas=replicas,
+        groups=groups,
+        group_size=group_size,
+        steps=steps,
+        workload=workload,
+        profile=profile,
+        time_scale=time_scale,
+        seed=seed,
+        out_dir=out,
+    )
+    console = Console()
+    console.print(
+        f"[bold]TailSieve demo[/bold]: {replicas} emulated replicas ({profile} profile, time x{time_scale:g}), "
+        f"{workload}, N={groups} groups x {group_size}, warm-up + {steps} steps per policy"
+    )
+    t0 = time.perf_counter()
+    display = ProgressDisplay(Console(stderr=True)) if progress else None
+
+    def on_policy(name: str) -> None:
+        console.print(f"[bold]policy {name}[/bold]")
+
+    if display is not None:
+        with display:
+            results = asyncio.run(run_demo(cfg, on_progress=display.update, on_policy=on_policy))
+    else:
+        results = asyncio.run(run_demo(cfg, on_policy=on_policy))
+    table = Table(title="Uniform vs TailSieve (live runtime, emulated replicas)")
+    for col in (
+        "policy",
+        "steady step s",
+        "speedup",
+        "mean step s",
+        "mean speedup",
+        "q over steps",
+        "m over steps",
+        "tokens wasted",
+    ):
+        table.add_column(col)
+    for s in summaries(results):
+        table.add_row(
+            s["policy"],
+            f"{s['steady_step_s']:.2f}",
+            _x(s["speedup_vs_uniform"]),
+            f"{s['mean_step_s']:.2f}",
+            _x(s["mean_speedup_vs_uniform"]),
+            " ".join(map(str, s["q_trajectory"])),
+            " ".join(map(str, s["m_trajectory"])),
+            f"{100 * s['wasted_token_fraction']:.1f}%",
+        )
+    console.print(table)
+    page = write_report(out)
+    console.print(f"report: {page}   ({time.perf_counter() - t0:.0f} s in all)")
+
+
+def _x(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3f}x"

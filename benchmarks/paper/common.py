@@ -1,0 +1,176 @@
+"""Shared helpers of the paper suite: machine info, JSON/PNG output, paired simulations."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np  # noqa: E402
+
+from tailsieve.control.base import Controller, ControlTargets  # noqa: E402
+from tailsieve.core.outcome import StepOutcome  # noqa: E402
+from tailsieve.core.plan import StepPlan  # noqa: E402
+from tailsieve.model.profiles import load_profile  # noqa: E402
+from tailsieve.model.replica_engine import ReplicaConfig  # noqa: E402
+from tailsieve.model.speculative import SpecConfig  # noqa: E402
+from tailsieve.sim.baseline_step import BASELINE_POLICIES  # noqa: E402
+from tailsieve.sim.driver import (  # noqa: E402
+    ControllerFactory,
+    LengthModel,
+    PairedLengths,
+    ProtocolRun,
+    SimSettings,
+    default_controller,
+    epoch_prompt_ids,
+    run_baseline,
+    run_protocol,
+)
+from tailsieve.sim.records import PolicyRun  # noqa: E402
+from tailsieve.sim.replicas import PoolConfigs  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+AIME_CSV = REPO.parent / "shared" / "data" / "aime-r1distill-1.5b-lengths.csv"
+
+
+def machine_info() -> dict[str, Any]:
+    """Where and when a result was measured."""
+    return {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "platform": platform.platform(),
+        "date_utc": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+
+
+def write_json(out_dir: Path, name: str, payload: dict[str, Any]) -> Path:
+    """Write ``payload`` (plus machine info) to ``out_dir/name.json``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    payload.setdefault("machine", machine_info())
+    path = out_dir / f"{name}.json"
+    path.write_text(json.dumps(payload, indent=2, default=_jsonable) + "\n")
+    return path
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, np.integer):
+        return int(x)
+    if isinstance(x, np.floating):
+        return float(x)
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    raise TypeError(f"not JSON serialisable: {type(x)}")
+
+
+def pools_for(profile: str, tail_spec: str = "none", bulk_spec: str = "none") -> PoolConfigs:
+    """Pool timing for a profile with each pool's speculative config (``mtp:3``, ``none``)."""
+    return PoolConfigs.from_specs(
+        ReplicaConfig(load_profile(profile)), SpecConfig.parse(tail_spec),
+        SpecConfig.parse(bulk_spec),
+    )
+
+
+@dataclass(slots=True)
+class PairedRuns:
+    """Runs of several policies over one prompt stream, with the shared length cache."""
+
+    runs: dict[str, ProtocolRun]
+    lengths: PairedLengths
+    settings: SimSettings
+
+    def run(self, policy: str) -> PolicyRun:
+        return self.runs[policy].run
+
+
+def simulate(
+    policies: Sequence[str],
+    settings: SimSettings,
+    workload: Any,
+    pools: PoolConfigs,
+    controller_factory: ControllerFactory = default_controller,
+    pools_by_policy: dict[str, PoolConfigs] | None = None,
+) -> PairedRuns:
+    """Like ``tailsieve.sim.driver.run_policies`` but keeps the ``PairedLengths`` (so delivered
+    response lengths can be read back) and allows per-policy pool configs."""
+    wl: LengthModel = workload
+    dataset = workload.prompt_ids()
+    lengths = PairedLengths(wl, settings.group_size, settings.seed)
+    out: dict[str, ProtocolRun] = {}
+    for name in policies:
+        p = (pools_by_policy or {}).get(name, pools)
+        ids = epoch_prompt_ids(dataset, settings.seed)
+        if name in BASELINE_POLICIES:
+            out[name] = ProtocolRun(run_baseline(name, settings, ids, lengths, p), None, None)
+        else:
+            out[name] = run_protocol(name, settings, ids, lengths, p, controller_factory)
+    return PairedRuns(out, lengths, settings)
+
+
+class FixedController(Controller):
+    """A controller that always asks for the same (q, m) with ``c = q`` extra groups: the
+    simulated ground truth of one point of the (q, m) landscape."""
+
+    def __init__(self, q: int, m: int) -> None:
+        self.name = f"fixed-q{q}-m{m}"
+        self.q, self.m = q, m
+
+    def targets(self) -> ControlTargets:
+        if self.m <= 0:
+            return ControlTargets(q=0, m=0, num_extra=0)
+        return ControlTargets(q=self.q, m=self.m, num_extra=self.q)
+
+    def observe(self, plan: StepPlan, outcome: StepOutcome) -> None:
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"q": self.q, "m": self.m}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.q, self.m = int(state["q"]), int(state["m"])
+
+
+def fixed_factory(q: int, m: int) -> ControllerFactory:
+    """A controller factory for ``run_protocol`` that returns a ``FixedController``."""
+
+    def make(name: str, settings: SimSettings, pools: PoolConfigs) -> Controller:
+        return FixedController(q, m)
+
+    return make
+
+
+def delivered_lengths(paired: PairedRuns, policy: str, steps: Callable[[int], bool]) -> np.ndarray:
+    """All delivered response lengths of ``policy`` over the regular steps selected by
+    ``steps`` (a response's length is a function of (prompt, step), so read it back from the
+    shared cache)."""
+    out: list[np.ndarray] = []
+    for r in paired.run(policy).regular:
+        if steps(r.step):
+            out.extend(paired.lengths(pid, r.step) for pid in r.delivered_ids)
+    return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+
+
+class Timer:
+    """Wall-clock seconds since construction."""
+
+    def __init__(self) -> None:
+        self.t0 = time.perf_counter()
+
+    @property
+    def elapsed_s(self) -> float:
+        return round(time.perf_counter() - self.t0, 2)
+
+
+def mean(xs: Sequence[float]) -> float:
+    """Mean of a non-empty sequence (NaN when empty)."""
+    return float(np.mean(xs)) if len(xs) else float("nan")

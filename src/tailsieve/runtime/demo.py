@@ -1,0 +1,231 @@
+"""The embedded default job: Uniform versus TailSieve on emulated replicas, end to end.
+
+Starts emulated vLLM-compatible replicas on loopback (time-scaled GPU-shaped profile), replays
+a synthetic workload through the real live runtime (HTTP, cutoff, aborts), first with Uniform
+routing and then with TailSieve on the same prompts and lengths, and writes a run folder that
+``tailsieve report`` renders.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tailsieve.core.timeline import StepTimeline
+from tailsieve.errors import ConfigError
+from tailsieve.model.profiles import load_profile
+from tailsieve.runtime.backends import PromptInput, SamplingParams
+from tailsieve.runtime.emulator import EmulatorFleet
+from tailsieve.runtime.observe import StepMetrics
+from tailsieve.runtime.rollout import RolloutBatch, RolloutConfig, TailSieveRollout
+from tailsieve.runtime.step_state import StepProgress
+from tailsieve.workload import load_workload
+
+STEADY_STEPS = 3
+
+
+@dataclass(frozen=True, slots=True)
+class DemoConfig:
+    """Shape of the demo (defaults: the embedded default job)."""
+
+    replicas: int = 8
+    groups: int = 64
+    group_size: int = 8
+    steps: int = 10  # steps after the warm-up step
+    workload: str = "paper-math"
+    profile: str = "gpu"
+    time_scale: float = 0.03  # emulated seconds per modelled second
+    seed: int = 0
+    policies: tuple[str, ...] = ("uniform", "tailsieve")
+    out_dir: Path = Path("demo-out")
+
+    def __post_init__(self) -> None:
+        if self.replicas < 2:
+            raise ConfigError(f"the demo needs at least 2 replicas, got {self.replicas}")
+        if self.groups < 2 or self.group_size < 1 or self.steps < 1:
+            raise ConfigError("groups >= 2, group_size >= 1 and steps >= 1 are required")
+        if not (0 < self.time_scale <= 10):
+            raise ConfigError(f"time_scale must be in (0, 10], got {self.time_scale}")
+        if "uniform" not in self.policies:
+            raise ConfigError("the demo compares against 'uniform'; include it in policies")
+
+
+class StepLengths:
+    """Forced response lengths as a function of (prompt, step, sample): a regenerated
+    candidate gets a fresh draw for the step it runs in, exactly as in the simulator."""
+
+    def __init__(self, workload: Any, group_size: int, seed: int) -> None:
+        self.workload = workload
+        self.group_size = group_size
+        self.seed = seed
+        self.step = 0
+        self._cache: dict[tuple[str, int], np.ndarray] = {}
+
+    def group(self, prompt_id: str, step: int) -> np.ndarray:
+        key = (prompt_id, step)
+        if key not in self._cache:
+            idx = zlib.crc32(prompt_id.encode())
+            rng = np.random.default_rng([self.seed, step, idx])
+            self._cache[key] = self.workload.group_lengths(prompt_id, step, self.group_size, rng)
+        return self._cache[key]
+
+    def __call__(self, prompt_id: str, sample: int) -> int:
+        return max(1, int(self.group(prompt_id, self.step)[sample]))
+
+
+@dataclass(slots=True)
+class PolicyResult:
+    """Everything recorded for one policy."""
+
+    policy: str
+    metrics: list[StepMetrics] = field(default_factory=list)
+    timelines: list[StepTimeline] = field(default_factory=list)
+    lengths: list[int] = field(default_factory=list)
+
+    def regular(self) -> list[StepMetrics]:
+        return [m for m in self.metrics if not m.is_flush]
+
+    def summary(self, uniform: PolicyResult | None) -> dict[str, Any]:
+        reg = self.regular()
+        steady = float(np.mean([m.makespan_s for m in reg[-STEADY_STEPS:]]))
+        after_warmup = float(np.mean([m.makespan_s for m in reg[1:]] or [0.0]))
+        gen = sum(m.generated_tokens for m in self.metrics)
+        out: dict[str, Any] = {
+            "policy": self.policy,
+            "steady_step_s": steady,
+            "mean_step_s": after_warmup,
+            "q_trajectory": [m.q for m in reg],
+            "m_trajectory": [m.m for m in reg],
+            "wasted_token_fraction": sum(m.wasted_tokens for m in self.metrics) / gen
+            if gen
+            else 0.0,
+            "speedup_vs_uniform": None,
+            "mean_speedup_vs_uniform": None,
+        }
+        if uniform is not None:
+            u = uniform.summary(None)
+            out["speedup_vs_uniform"] = u["steady_step_s"] / steady if steady else None
+            out["mean_speedup_vs_uniform"] = (
+                u["mean_step_s"] / after_warmup if after_warmup else None
+            )
+        return out
+
+
+def _prompt_stream(workload: Any) -> Iterator[PromptInput]:
+    for pid in workload.prompt_ids():
+        yield PromptInput(pid, text=f"Solve problem {pid}.")
+
+
+async def run_policy(
+    policy: str,
+    cfg: DemoConfig,
+    urls: list[str],
+    lengths: StepLengths,
+    workload: Any,
+    controller_profile: Path,
+    on_progress: Callable[[StepProgress], None] | None = None,
+) -> PolicyResult:
+    """Warm-up plus ``cfg.steps`` steps of one policy (and a flush for carried prompts)."""
+    rcfg = RolloutConfig(
+        num_groups=cfg.groups,
+        group_size=cfg.group_size,
+        policy=policy,
+        model="tailsieve-emulator",
+        sampling=SamplingParams(max_tokens=32768, temperature=0.7, seed=cfg.seed),
+        replay=lengths,
+        profile=str(controller_profile),
+    )
+    res = PolicyResult(policy)
+    prompts = _prompt_stream(workload)
+    async with TailSieveRollout(urls, rcfg, on_progress=on_progress) as ro:
+        for t in range(cfg.steps + 1):
+            lengths.step = t
+            need = ro.num_fresh_needed()
+            batch = await ro.step([next(prompts) for _ in range(need)])
+            _record(res, batch)
+        lengths.step = cfg.steps + 1
+        last = await ro.flush()
+        if last is not None:
+            _record(res, last)
+    return res
+
+
+def _record(res: PolicyResult, batch: RolloutBatch) -> None:
+    res.metrics.append(batch.metrics)
+    if batch.timeline is not None:
+        res.timelines.append(batch.timeline)
+    for g in batch.groups:
+        res.lengths.extend(r.num_tokens for r in g.responses)
+
+
+async def run_demo(
+    cfg: DemoConfig,
+    on_progress: Callable[[StepProgress], None] | None = None,
+    on_policy: Callable[[str], None] | None = None,
+) -> dict[str, PolicyResult]:
+    """Start the emulators, run every policy, stop the emulators, write the run folder."""
+    out = cfg.out_dir
+    out.mkdir(parents=True, exist_ok=True)
+    workload = load_workload(
+        cfg.workload, num_prompts=4 * cfg.groups * (cfg.steps + 2), seed=cfg.seed
+    )
+    scaled = load_profile(cfg.profile).scaled(cfg.time_scale, name=f"{cfg.profile}-scaled")
+    profile_path = out / "controller_profile.json"
+    scaled.save(profile_path)
+    results: dict[str, PolicyResult] = {}
+    with EmulatorFleet.start(
+        cfg.replicas,
+        profile=cfg.profile,
+        time_scale=cfg.time_scale,
+        log_dir=out / "emulator-logs",
+        startup_timeout_s=180.0,
+        max_model_len=65536,
+        max_num_seqs=4096,
+        seed=cfg.seed,
+    ) as fleet:
+        for policy in cfg.policies:
+            if on_policy is not None:
+                on_policy(policy)
+            lengths = StepLengths(workload, cfg.group_size, cfg.seed)
+            results[policy] = await run_policy(
+                policy, cfg, fleet.urls, lengths, workload, profile_path, on_progress
+            )
+    write_run(cfg, results)
+    return results
+
+
+def summaries(results: dict[str, PolicyResult]) -> list[dict[str, Any]]:
+    uniform = results.get("uniform")
+    return [r.summary(uniform) for r in results.values()]
+
+
+def write_run(cfg: DemoConfig, results: dict[str, PolicyResult]) -> None:
+    """``demo.json`` (settings + summaries), ``steps.jsonl``, ``timelines.json``, ``batches/``."""
+    out = cfg.out_dir
+    settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()}
+    settings["policies"] = list(cfg.policies)
+    (out / "demo.json").write_text(
+        json.dumps({"settings": settings, "policies": summaries(results)}, indent=1) + "\n"
+    )
+    with (out / "steps.jsonl").open("w") as f:
+        for r in results.values():
+            for m in r.metrics:
+                f.write(json.dumps(asdict(m)) + "\n")
+    timelines = {}
+    for pol, r in results.items():
+        steady = [t for t in r.timelines if t.step == cfg.steps]
+        if steady:
+            timelines[pol] = steady[0].to_dict()
+    (out / "timelines.json").write_text(json.dumps(timelines) + "\n")
+    for pol, r in results.items():
+        folder = out / "batches" / pol
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "step_all.jsonl").write_text(
+            "".join(json.dumps({"response_tokens": n}) + "\n" for n in r.lengths)
+        )
