@@ -62,6 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     except TailSieveError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except SystemExit as exc:  # click ends every run with SystemExit
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
     return 0
 
 

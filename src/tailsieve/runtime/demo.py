@@ -136,7 +136,7 @@ async def run_policy(
         num_groups=cfg.groups,
         group_size=cfg.group_size,
         policy=policy,
-        model="tailsieve-emulator",
+        model="tailsieve-emulated",
         sampling=SamplingParams(max_tokens=32768, temperature=0.7, seed=cfg.seed),
         replay=lengths,
         profile=str(controller_profile),

@@ -1,0 +1,59 @@
+"""The demo end to end (small): emulated replicas, live runtime, both policies, a report that
+opens in a real headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tailsieve.cli.main import main
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.slow
+def test_demo_runs_both_policies_and_writes_a_report(tmp_path: Path) -> None:
+    out = tmp_path / "demo"
+    rc = main(
+        [
+            "demo", "--out", str(out), "--replicas", "4", "--groups", "12", "--group-size", "4",
+            "--steps", "3", "--time-scale", "0.005", "--no-progress",
+        ]
+    )
+    assert rc == 0
+    blob = json.loads((out / "demo.json").read_text())
+    names = [p["policy"] for p in blob["policies"]]
+    assert names == ["uniform", "tailsieve"]
+    steps = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
+    for policy in names:
+        regular = [s for s in steps if s["policy"] == policy and not s["is_flush"]]
+        assert len(regular) == 4  # warm-up + 3
+        assert all(s["num_groups"] == 12 for s in regular)
+    lengths = (out / "batches" / "uniform" / "step_all.jsonl").read_text().splitlines()
+    assert len(lengths) == 4 * 12 * 4
+    page = out / "report.html"
+    assert page.is_file() and "data:image/png;base64," in page.read_text()
+    exe = _chromium()
+    if exe is None:
+        pytest.skip("Debian's chromium is not installed")
+    flags = [
+        "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}",
+    ]
+    dom = subprocess.run(
+        [exe, *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120
+    )
+    assert 'id="figures"' in dom.stdout
+    assert dom.stdout.count("<img") >= 4  # step times, q/m, a timeline, lengths
+
+
+def test_demo_rejects_bad_config(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--replicas", "1", "--no-progress"]) == 2
+    assert "at least 2 replicas" in capsys.readouterr().err
