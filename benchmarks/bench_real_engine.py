@@ -18,10 +18,12 @@
 4. Prediction: ``SimExecutor`` on exactly the live plans and lengths with the mean measured
    profile (per-step replay), plus a closed-loop ``tailsieve simulate``-style run (the protocol
    and the controller on the simulator, same prompt order). The per-request fixed cost the
-   simulator charges (``ReplicaConfig.prefill_s``) is estimated from the profiler run: the
-   ``overhead_s`` at b=1 (median response end minus tokens x tau(1): HTTP + queueing +
-   prefill, i.e. the time to first token as seen by the client). Variants with no prefill cost
-   and with the profile measured with one server alone are reported too.
+   simulator charges (``ReplicaConfig.prefill_s``) is the measured time to first token at b=1
+   (median client latency of a ``max_tokens=1`` request: HTTP + queueing + prefill + one
+   token), taken right after the profiler run. (The profiler's own ``overhead_s`` at b=1 is
+   kept in the profile files but was too noisy on the shared machine, even negative.)
+   Variants with no prefill cost and with the profile measured with one server alone are
+   reported too.
 """
 
 from __future__ import annotations
@@ -123,6 +125,20 @@ async def prompt_tokens(url: str, model: str, texts: list[str]) -> dict[str, int
 # ----------------------------------------------------------------------------- profiles
 
 
+async def first_token_s(url: str, model: str, prompt: str, reps: int = 7) -> float:
+    """Median client-side latency of a 1-token request at b=1 (HTTP + queueing + prefill +
+    first token): the per-request fixed cost the simulator charges as ``prefill_s``."""
+    times: list[float] = []
+    body = {"model": model, "prompt": prompt, "max_tokens": 1, "ignore_eos": True}
+    async with aiohttp.ClientSession() as s:
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            async with s.post(url + "/v1/completions", json=body) as r:
+                await r.read()
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
 @dataclass(frozen=True, slots=True)
 class Profiled:
     """Profiles of all servers measured in one mode."""
@@ -172,11 +188,11 @@ class Profiled:
 
 
 async def measure_profiles(endpoints: list[str], model: str, batch_sizes: tuple[int, ...],
-                           tokens: int, mode: str) -> Profiled:
+                           tokens: int, repeats: int, mode: str) -> Profiled:
     """Run the profiler on every endpoint (all at once, or one after the other)."""
     before, t0 = loadavg(), time.perf_counter()
-    settings = [ProfileSettings(endpoint=u, batch_sizes=batch_sizes, tokens=tokens, model=model)
-                for u in endpoints]
+    settings = [ProfileSettings(endpoint=u, batch_sizes=batch_sizes, tokens=tokens, model=model,
+                                repeats=repeats) for u in endpoints]
     names = [f"real-{u.rsplit(':', 1)[-1]}-{mode}" for u in endpoints]
     if mode == "concurrent":
         results = list(await asyncio.gather(
@@ -284,6 +300,36 @@ async def run_live(policy: str, endpoints: list[str], model: str, lengths: Repla
 # ----------------------------------------------------------------------------- simulation
 
 
+def median_model(profiles: list[Profiled]) -> ThroughputModel:
+    """Per batch size the median tau over every measured curve (all servers, all modes), then
+    the running maximum: one disturbed round (seen: tau(1) = 26 ms next to 2.4 ms) no longer
+    lifts the whole monotone curve."""
+    curves = [r for p in profiles for r in p.results]
+    pairs: list[tuple[int, float]] = []
+    top = 0.0
+    for pt in curves[0].model.points:
+        b = pt.batch_size
+        top = max(top, statistics.median(m.step_s for r in curves for m in r.measurements
+                                         if m.batch_size == b))
+        pairs.append((b, top))
+    return ThroughputModel.from_pairs(pairs, name="real-median-all",
+                                      source="median over all measured curves")
+
+
+def replica_rates(o: StepOutcome) -> dict[str, float]:
+    """Effective ms per token on each replica: completion of its last delivered group over
+    that group's longest response (diagnostic for noisy neighbours)."""
+    out: dict[str, float] = {}
+    for g in o.delivered:
+        if g.response_tokens:
+            key = str(g.replica)
+            rate = 1000 * g.completion_s / max(g.response_tokens)
+            if g.completion_s >= max((x.completion_s for x in o.delivered
+                                      if x.replica == g.replica), default=0.0):
+                out[key] = round(rate, 2)
+    return out
+
+
 def sim_pools(model: ThroughputModel, prefill_s: float) -> PoolConfigs:
     return PoolConfigs.single(ReplicaConfig(throughput=model, prefill_s=prefill_s))
 
@@ -336,7 +382,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--length-scale", type=float, default=None,
                    help="AIME length scale (default: longest fits max-model-len - prompt)")
     p.add_argument("--batch-sizes", default="1,2,4,8,16,32")
-    p.add_argument("--profile-tokens", type=int, default=200)
+    p.add_argument("--profile-tokens", type=int, default=600)
+    p.add_argument("--profile-repeats", type=int, default=3)
     p.add_argument("--trace", default=str(AIME))
     return p.parse_args(argv)
 
@@ -362,9 +409,14 @@ async def amain(args: argparse.Namespace, endpoints: list[str]) -> dict[str, Any
 
     bs = tuple(int(b) for b in args.batch_sizes.split(","))
     log("profiling both servers at once (the load of a live step)")
-    conc = await measure_profiles(endpoints, model, bs, args.profile_tokens, "concurrent")
+    conc = await measure_profiles(endpoints, model, bs, args.profile_tokens,
+                                  args.profile_repeats, "concurrent")
     log("profiling each server alone")
-    seq = await measure_profiles(endpoints, model, bs, args.profile_tokens, "sequential")
+    seq = await measure_profiles(endpoints, model, bs, args.profile_tokens,
+                                 args.profile_repeats, "sequential")
+    ttft = [await first_token_s(u, model, prompts[0].text or "") for u in endpoints]
+    prefill_s = statistics.fmean(ttft)
+    log(f"time to first token (b=1, max_tokens=1, median of 7): {ttft}")
     mean_conc = conc.mean_model()
     mean_path = RESULTS / "profile_mean_concurrent.json"
     mean_conc.save(mean_path)
@@ -377,11 +429,16 @@ async def amain(args: argparse.Namespace, endpoints: list[str]) -> dict[str, Any
         live[policy] = await run_live(policy, endpoints, model, lengths, prompts, groups, n,
                                       steps, str(mean_path), flush=policy == "tailsieve")
         live_load[policy] = (before, loadavg())
+        partial = {pol: [{"plan": plan_dict(x.plan), "outcome": outcome_dict(x.outcome),
+                          "loadavg": x.loadavg} for x in steps_]
+                   for pol, steps_ in live.items()}
+        Path(args.out).write_text(json.dumps({"partial_live": partial}, indent=2) + "\n")
 
     variants = {
-        "concurrent_profile+prefill": sim_pools(mean_conc, conc.overhead_b1_s()),
+        "concurrent_profile+prefill": sim_pools(mean_conc, prefill_s),
         "concurrent_profile,no_prefill": sim_pools(mean_conc, 0.0),
-        "alone_profile+prefill": sim_pools(seq.mean_model(), seq.overhead_b1_s()),
+        "alone_profile+prefill": sim_pools(seq.mean_model(), prefill_s),
+        "median_all_profiles+prefill": sim_pools(median_model([conc, seq]), prefill_s),
     }
     primary = "concurrent_profile+prefill"
     policies: dict[str, Any] = {}
@@ -398,6 +455,7 @@ async def amain(args: argparse.Namespace, endpoints: list[str]) -> dict[str, Any
                 "live_tail_time_s": round(s.outcome.tail_time_s, 4),
                 "live_bulk_cut_s": round(s.outcome.bulk_cut_s, 4),
                 "live_wall_s": round(s.wall_s, 4),
+                "live_ms_per_token_last_group_by_replica": replica_rates(s.outcome),
                 "sim_makespan_s": {k: round(v[i].makespan_s, 4) for k, v in sims.items()},
                 "sim_tail_time_s": round(sims[primary][i].tail_time_s, 4),
                 "sim_bulk_cut_s": round(sims[primary][i].bulk_cut_s, 4),
@@ -435,16 +493,21 @@ async def amain(args: argparse.Namespace, endpoints: list[str]) -> dict[str, Any
         "length_scale": scale, "max_forced_tokens": budget,
         "trace": str(Path(args.trace).name),
         "prompt_ids": prompt_ids,
+        "ttft_b1_s": ttft,
         "profiles": {"concurrent": conc.summary(), "sequential": seq.summary(),
                      "mean_concurrent_file": str(mean_path.relative_to(ROOT)),
                      "mean_concurrent_tau_s": {str(p.batch_size): p.step_s
                                                for p in mean_conc.points}},
         "sim_variants": {
             "concurrent_profile+prefill": "mean of the profiles measured with both servers "
-            f"busy; prefill_s = overhead at b=1 = {conc.overhead_b1_s():.4f} s (primary)",
+            f"busy; prefill_s = measured time to first token at b=1 = {prefill_s:.4f} s "
+            "(primary)",
             "concurrent_profile,no_prefill": "same profile, prefill_s = 0",
             "alone_profile+prefill": "mean of the profiles measured one server at a time; "
-            f"prefill_s = {seq.overhead_b1_s():.4f} s",
+            f"prefill_s = {prefill_s:.4f} s",
+            "median_all_profiles+prefill": "per batch size the median over all four measured "
+            "curves (2 servers x concurrent/alone), running max; robust to one disturbed "
+            f"round; prefill_s = {prefill_s:.4f} s",
         },
         "primary_variant": primary,
         "policies": policies,
@@ -468,8 +531,9 @@ def write_markdown(res: dict[str, Any], path: Path) -> None:
         f"variant `{pv}`: {res['sim_variants'][pv]}.",
         "",
         "| policy | step | q | m | live s | sim s | err | sim s (no prefill) | "
-        "sim s (alone profile) | loadavg |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "sim s (alone profile) | sim s (median profile) | err (median) | "
+        "live ms/token by replica | loadavg |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for pol, d in res["policies"].items():
         for r in d["steps"]:
@@ -478,12 +542,15 @@ def write_markdown(res: dict[str, Any], path: Path) -> None:
                 f"| {pol} | {r['step']}{' (flush)' if r['is_flush'] else ''} | {r['q']} | "
                 f"{r['m']} | {r['live_makespan_s']:.3f} | {sm[pv]:.3f} | "
                 f"{r['rel_err'][pv]:+.1%} | {sm['concurrent_profile,no_prefill']:.3f} | "
-                f"{sm['alone_profile+prefill']:.3f} | {r['loadavg'].split()[0]} |")
+                f"{sm['alone_profile+prefill']:.3f} | {sm['median_all_profiles+prefill']:.3f} | "
+                f"{r['rel_err']['median_all_profiles+prefill']:+.1%} | "
+                f"{r['live_ms_per_token_last_group_by_replica']} | {r['loadavg'].split()[0]} |")
         st = d["sim_total_s"]
         lines.append(
             f"| **{pol} total** | | | | **{d['live_total_s']:.3f}** | **{st[pv]:.3f}** | "
             f"**{d['total_rel_err'][pv]:+.1%}** | {st['concurrent_profile,no_prefill']:.3f} | "
-            f"{st['alone_profile+prefill']:.3f} | |")
+            f"{st['alone_profile+prefill']:.3f} | {st['median_all_profiles+prefill']:.3f} | "
+            f"{d['total_rel_err']['median_all_profiles+prefill']:+.1%} | | |")
     lines += ["", "Closed-loop `simulate`-style prediction (simulator makes its own plans):", ""]
     for pol, d in res["policies"].items():
         c = d["closed_loop_sim"]

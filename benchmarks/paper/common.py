@@ -16,16 +16,16 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from tailsieve.control.base import Controller, ControlTargets  # noqa: E402
-from tailsieve.core.outcome import StepOutcome  # noqa: E402
-from tailsieve.core.plan import StepPlan  # noqa: E402
-from tailsieve.model.profiles import load_profile  # noqa: E402
-from tailsieve.model.replica_engine import ReplicaConfig  # noqa: E402
-from tailsieve.model.speculative import SpecConfig  # noqa: E402
-from tailsieve.sim.baseline_step import BASELINE_POLICIES  # noqa: E402
-from tailsieve.sim.driver import (  # noqa: E402
+from tailsieve.control.base import Controller, ControlTargets
+from tailsieve.core.outcome import StepOutcome
+from tailsieve.core.plan import StepPlan
+from tailsieve.model.profiles import load_profile
+from tailsieve.model.replica_engine import ReplicaConfig
+from tailsieve.model.speculative import SpecConfig
+from tailsieve.sim.baseline_step import BASELINE_POLICIES
+from tailsieve.sim.driver import (
     ControllerFactory,
     LengthModel,
     PairedLengths,
@@ -36,8 +36,8 @@ from tailsieve.sim.driver import (  # noqa: E402
     run_baseline,
     run_protocol,
 )
-from tailsieve.sim.records import PolicyRun  # noqa: E402
-from tailsieve.sim.replicas import PoolConfigs  # noqa: E402
+from tailsieve.sim.records import PolicyRun
+from tailsieve.sim.replicas import PoolConfigs
 
 REPO = Path(__file__).resolve().parents[2]
 AIME_CSV = REPO.parent / "shared" / "data" / "aime-r1distill-1.5b-lengths.csv"
@@ -174,3 +174,13 @@ class Timer:
 def mean(xs: Sequence[float]) -> float:
     """Mean of a non-empty sequence (NaN when empty)."""
     return float(np.mean(xs)) if len(xs) else float("nan")
+
+
+def savefig(fig: Any, path: Path) -> None:
+    """Save a matplotlib figure (creating the folder) and close it."""
+    import matplotlib.pyplot as plt
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -17,7 +17,7 @@ from tailsieve.model.profiles import load_profile
 from tailsieve.oracle.summary import gap_study, sample_requests, summarize
 from tailsieve.workload.io import read_trace
 
-from .common import AIME_CSV, Timer, write_json
+from .common import AIME_CSV, Timer, savefig, write_json
 
 NAME = "fig2_oracle"
 PAPER = {"best_k_gap_max": 0.04, "example_topk_s": 54.84, "example_tail_requests": 4}
@@ -95,6 +95,4 @@ def _plot(path: Path, profiles: dict[str, Any], sweeps: dict[str, Any]) -> None:
     ax.set_ylabel("CDF over draws")
     ax.set_title("appendix A.4: 100-request draws")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    savefig(fig, path)

@@ -1,0 +1,122 @@
+"""Run the paper-reproduction suite and write ``BENCHMARKS.md`` (issue 6 item 3).
+
+::
+
+    .venv/bin/python benchmarks/run_all.py [--quick] [--real-engine] --out benchmarks/results
+    .venv/bin/python benchmarks/run_all.py --only fig2_oracle,bias_check
+    .venv/bin/python benchmarks/run_all.py --report-only      # rewrite BENCHMARKS.md only
+
+Each item lives in ``benchmarks/paper/<name>.py`` with ``run(out_dir, quick) -> dict`` and
+writes ``<out>/paper/<name>.json`` and ``.png``. ``--real-engine`` also runs
+``benchmarks/bench_real_engine.py`` (two vLLM CPU servers), which writes
+``<out>/real_engine.json`` and ``real_engine.md``; without it an existing result is embedded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+MODULES: tuple[str, ...] = (
+    "fig2_oracle",
+    "fig3_capture",
+    "fig4_landscape",
+    "fig6b_convergence",
+    "tables_policies",
+    "spec_budget",
+    "drift",
+    "bias_check",
+)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description="TailSieve paper-reproduction benchmark suite")
+    p.add_argument("--out", default=str(HERE / "results"),
+                   help="results root; the suite writes <out>/paper/*.json|png")
+    p.add_argument("--quick", action="store_true", help="smaller configuration (~3 min)")
+    p.add_argument("--real-engine", action="store_true",
+                   help="also run benchmarks/bench_real_engine.py (two vLLM CPU servers)")
+    p.add_argument("--only", default="", help=f"comma-separated subset of {', '.join(MODULES)}")
+    p.add_argument("--report-only", action="store_true",
+                   help="only rewrite BENCHMARKS.md from the existing JSON")
+    p.add_argument("--markdown", default=str(HERE.parent / "BENCHMARKS.md"),
+                   help="where to write the report")
+    return p.parse_args(argv)
+
+
+def run_real_engine(out_root: Path) -> dict[str, Any]:
+    """Call ``bench_real_engine.main`` with its output under ``out_root``."""
+    mod = importlib.import_module("bench_real_engine")
+    t0 = time.perf_counter()
+    rc = mod.main(["--out", str(out_root / "real_engine.json")])
+    return {"rc": rc, "runtime_s": round(time.perf_counter() - t0, 1)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the selected items, then write the report; returns 1 if any item failed."""
+    args = parse_args(argv)
+    from paper import report
+    from paper.common import machine_info
+
+    out_root = Path(args.out).resolve()
+    out_dir = out_root / "paper"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    names = [n.strip() for n in args.only.split(",") if n.strip()] or list(MODULES)
+    unknown = sorted(set(names) - set(MODULES))
+    if unknown:
+        print(f"error: unknown item(s) {', '.join(unknown)}; choose from {', '.join(MODULES)}",
+              file=sys.stderr)
+        return 2
+    failed: list[str] = []
+    suite_path = out_dir / "suite.json"
+    suite: dict[str, Any] = json.loads(suite_path.read_text()) if suite_path.is_file() else {}
+    if not args.report_only:
+        t_all = time.perf_counter()
+        timings: dict[str, float] = dict(suite.get("timings_s", {}))
+        for name in names:
+            t0 = time.perf_counter()
+            print(f"[run_all] {name} ({'quick' if args.quick else 'full'}) ...", flush=True)
+            try:
+                importlib.import_module(f"paper.{name}").run(out_dir, args.quick)
+            except Exception:
+                traceback.print_exc()
+                failed.append(name)
+            timings[name] = round(time.perf_counter() - t0, 1)
+            print(f"[run_all] {name}: {timings[name]:.1f} s", flush=True)
+        if args.real_engine:
+            print("[run_all] real engine ...", flush=True)
+            try:
+                res = run_real_engine(out_root)
+                timings["real_engine"] = res["runtime_s"]
+                if res["rc"]:
+                    failed.append("real_engine")
+            except Exception:
+                traceback.print_exc()
+                failed.append("real_engine")
+        suite = {
+            "mode": "quick" if args.quick else "full",
+            "items": names,
+            "timings_s": timings,
+            "runtime_s": round(time.perf_counter() - t_all, 1),
+            "failed": failed,
+            "machine": machine_info(),
+            "command": "python benchmarks/run_all.py " + " ".join(argv or sys.argv[1:]),
+        }
+        suite_path.write_text(json.dumps(suite, indent=2) + "\n")
+    md = report.write(out_dir, Path(args.markdown), suite)
+    print(f"[run_all] wrote {md}" + (f"; FAILED: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
