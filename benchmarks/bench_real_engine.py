@@ -49,6 +49,7 @@ from tailsieve.core.outcome import StepOutcome
 from tailsieve.core.plan import StepPlan
 from tailsieve.core.protocol import ProtocolConfig, RolloutProtocol
 from tailsieve.core.stream import PromptStream
+from tailsieve.errors import ReplicaError
 from tailsieve.model.replica_engine import ReplicaConfig
 from tailsieve.model.throughput import ThroughputModel
 from tailsieve.runtime.backends import PromptInput, SamplingParams
@@ -194,11 +195,21 @@ async def measure_profiles(endpoints: list[str], model: str, batch_sizes: tuple[
     settings = [ProfileSettings(endpoint=u, batch_sizes=batch_sizes, tokens=tokens, model=model,
                                 repeats=repeats) for u in endpoints]
     names = [f"real-{u.rsplit(':', 1)[-1]}-{mode}" for u in endpoints]
+
+    async def one(s: ProfileSettings, n: str) -> ProfileResult:
+        # one retry: the profiler's pooled keep-alive connections occasionally hit
+        # "Server disconnected" on this machine (see the report); a retry measures afresh
+        try:
+            return await profile_endpoint(s, n)
+        except ReplicaError as exc:
+            log(f"profiling {s.endpoint} failed ({exc}); measuring it again")
+            return await profile_endpoint(s, n)
+
     if mode == "concurrent":
         results = list(await asyncio.gather(
-            *(profile_endpoint(s, n) for s, n in zip(settings, names, strict=True))))
+            *(one(s, n) for s, n in zip(settings, names, strict=True))))
     else:
-        results = [await profile_endpoint(s, n) for s, n in zip(settings, names, strict=True)]
+        results = [await one(s, n) for s, n in zip(settings, names, strict=True)]
     files: list[str] = []
     for u, r in zip(endpoints, results, strict=True):
         path = RESULTS / f"profile_{u.rsplit(':', 1)[-1]}_{mode}.json"

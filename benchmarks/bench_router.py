@@ -39,6 +39,7 @@ async def run(
         replay=lengths,
         profile=str(profile_path),
         split_groups=not args.one_request_per_group,
+        return_token_ids=not args.counts_only,
     )
     prompts = iter(PromptInput(p, text=f"Solve {p}.") for p in wl.prompt_ids())
     rows = []
@@ -76,6 +77,11 @@ def main() -> None:
     ap.add_argument("--time-scale", type=float, default=0.25)
     ap.add_argument("--profile", default="cpu")
     ap.add_argument("--one-request-per-group", action="store_true")
+    ap.add_argument(
+        "--counts-only",
+        action="store_true",
+        help="do not ask for per-response token ids (usage gives exact counts when split)",
+    )
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/router.json"))
     args = ap.parse_args()
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -25,7 +25,7 @@ from tailsieve.runtime.profiler import (
 CPU = load_profile("cpu")
 
 
-ATTEMPTS = 3  # real-time measurements: a loaded machine makes one run late, not all
+ATTEMPTS = 5  # real-time measurements: a loaded machine makes one run late, not all
 
 
 def close_to_cpu(model: ThroughputModel) -> bool:

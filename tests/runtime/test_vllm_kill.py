@@ -53,7 +53,7 @@ def uniform_plan() -> StepPlan:
     return StepPlan(
         step=0, num_replicas=2, group_size=GROUP_SIZE, num_required=GROUPS, q=0, m=0,
         num_extra=0, tail_replicas=(), bulk_replicas=(0, 1), assignments=assignments,
-        num_fresh_to_deliver=GROUPS, fresh_prompt_ids=ids, is_warmup=True, is_flush=False,
+        num_fresh_to_deliver=GROUPS, fresh_prompt_ids=tuple(ids), is_warmup=True, is_flush=False,
     )
 
 

@@ -32,6 +32,7 @@ class ControllerConfig:
     allow_uniform: bool = True  # the outer loop may return to m = 0 (uniform routing)
     history_steps: int = 2  # response-work history used by the model
     max_groups_per_tail_replica: int = 8  # search bound of the model's balanced q (q <= 8 m)
+    min_groups_per_tail_replica: int = 2  # q >= this * m: no tail replica left (nearly) idle
     correction_smoothing: float = 0.5  # EMA weight of new observed/predicted ratios
     settle_tolerance: float = 0.2  # inner loop settled when |q* - q| <= max(1, tol * q)
 
@@ -65,6 +66,8 @@ class ControllerConfig:
             raise ConfigError(f"inner_target must be 'model' or 'rates', got {self.inner_target!r}")
         if self.m_radius < 1:
             raise ConfigError(f"m_radius must be >= 1, got {self.m_radius}")
+        if not (1 <= self.min_groups_per_tail_replica <= self.max_groups_per_tail_replica):
+            raise ConfigError("need 1 <= min_groups_per_tail_replica <= max_groups_per_tail_replica")
         if self.history_steps < 1:
             raise ConfigError(f"history_steps must be >= 1, got {self.history_steps}")
         if not (0.0 < self.correction_smoothing <= 1.0):
@@ -73,6 +76,12 @@ class ControllerConfig:
     @property
     def q_cap(self) -> int:
         return self.q_max if self.q_max is not None else max(1, self.num_groups // 2)
+
+    def q_floor(self, m: int) -> int:
+        """Smallest q at split ``m`` (0 when there is no tail pool)."""
+        if m <= 0:
+            return 0
+        return min(max(self.q_min, 1, self.min_groups_per_tail_replica * m), self.num_groups - 1)
 
     @property
     def q_step_cap(self) -> int:

@@ -56,7 +56,7 @@ class HierarchicalController(Controller):
         st = self.state
         if st.m <= 0:
             return ControlTargets(q=0, m=0, num_extra=0)
-        q = min(max(1, st.q, st.m), self.config.num_groups - 1)
+        q = min(max(st.q, self.config.q_floor(st.m)), self.config.num_groups - 1)
         return ControlTargets(q=q, m=st.m, num_extra=q)
 
     def observe(self, plan: StepPlan, outcome: StepOutcome) -> None:
@@ -82,7 +82,7 @@ class HierarchicalController(Controller):
             cfg.inner_enabled and clean and plan.m > 0 and plan.q > 0 and plan.q == self.targets().q
         ):
             d = self._inner_decision(plan, outcome)
-            new_q = max(d.new_q, st.m)
+            new_q = max(d.new_q, cfg.q_floor(st.m))
             if new_q != plan.q:
                 up = new_q > plan.q
                 st.hold_q = cfg.hold_after_increase if up else cfg.hold_after_decrease
@@ -111,7 +111,7 @@ class HierarchicalController(Controller):
         if cfg.inner_target == "rates":
             return self.inner.decide(plan.q, outcome.tail_time_s, outcome.bulk_cut_s)
         samples, cache = self._samples, self._cache
-        lo, hi = max(cfg.q_min, plan.m), self._q_search_cap(plan.m)
+        lo, hi = cfg.q_floor(plan.m), self._q_search_cap(plan.m)
         best = self.predictor.balanced_q(
             samples, plan.m, lo, hi, st.k_tail, st.k_bulk, hint=plan.q, cache=cache
         )
@@ -132,7 +132,7 @@ class HierarchicalController(Controller):
 
     def _q_search_cap(self, m: int) -> int:
         cfg = self.config
-        return max(m, min(cfg.q_cap, cfg.max_groups_per_tail_replica * m))
+        return max(cfg.q_floor(m), min(cfg.q_cap, cfg.max_groups_per_tail_replica * m))
 
     def _update_corrections(
         self, plan: StepPlan, outcome: StepOutcome, work: StepWork, clean: bool

@@ -60,8 +60,8 @@ class OuterLoop:
             out[mm] = self.predictor.balanced_q(
                 smp,
                 mm,
-                max(cfg.q_min, 1, mm),
-                max(mm, min(cfg.q_cap, cfg.max_groups_per_tail_replica * mm)),
+                cfg.q_floor(mm),
+                max(cfg.q_floor(mm), min(cfg.q_cap, cfg.max_groups_per_tail_replica * mm)),
                 k_tail=k_tail,
                 k_bulk=k_bulk,
                 hint=hint,

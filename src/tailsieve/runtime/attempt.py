@@ -42,6 +42,7 @@ class ExecutorConfig:
     backoff_s: float = 0.25  # first retry delay; doubles per retry
     backoff_max_s: float = 8.0  # cap of the retry delay
     health_timeout_s: float = 5.0  # GET /health probe timeout
+    return_token_ids: bool = True  # ask vLLM for per-choice token ids (needed when n > 1)
 
     def __post_init__(self) -> None:
         if self.max_retries < 0:
@@ -123,6 +124,7 @@ class GroupAttempt:
             forced_tokens=forced,
             seed=seed,
             stream=self._cfg.stream,
+            return_token_ids=self._cfg.return_token_ids,
         )
         where = f"{self._url} prompt {self._prompt.prompt_id!r} sample {sample}"
         retry = 0

@@ -108,13 +108,42 @@ def build_request(
     forced_tokens: int | None = None,
     seed: int | None = None,
     stream: bool = False,
+    return_token_ids: bool = True,
 ) -> JSON:
-    """The JSON body of one request. ``forced_tokens``: replay mode (max_tokens = L, ignore_eos)."""
+    """The JSON body of one request. ``forced_tokens``: replay mode (max_tokens = L, ignore_eos).
+    ``return_token_ids=False`` skips per-choice token ids when ``usage`` already gives the exact
+    count (one sample per request), which makes responses much smaller to parse."""
     max_tokens = forced_tokens if forced_tokens is not None else sampling.max_tokens
     if backend is Backend.SGLANG:
         return _sglang_request(
             prompt, sampling, num_samples, max_tokens, forced_tokens, seed, stream
         )
+    return _openai_request(
+        backend,
+        model,
+        prompt,
+        sampling,
+        num_samples,
+        max_tokens,
+        forced_tokens,
+        seed,
+        stream,
+        return_token_ids,
+    )
+
+
+def _openai_request(
+    backend: Backend,
+    model: str,
+    prompt: PromptInput,
+    sampling: SamplingParams,
+    num_samples: int,
+    max_tokens: int,
+    forced_tokens: int | None,
+    seed: int | None,
+    stream: bool,
+    return_token_ids: bool,
+) -> JSON:
     body: JSON = {"model": model, "max_tokens": max_tokens, "n": num_samples}
     if backend is Backend.VLLM_CHAT:
         if prompt.messages is None:
@@ -133,7 +162,8 @@ def build_request(
         body["prompt"] = list(prompt.token_ids) if prompt.token_ids is not None else prompt.text
         if sampling.logprobs is not None:
             body["logprobs"] = sampling.logprobs
-    body["return_token_ids"] = True  # vLLM >= 0.10: per-choice token ids (exact counts)
+    if return_token_ids or num_samples > 1:
+        body["return_token_ids"] = True  # vLLM >= 0.10: per-choice token ids (exact counts)
     for key in ("temperature", "top_p", "top_k", "presence_penalty"):
         val = getattr(sampling, key)
         if val is not None:

@@ -83,8 +83,14 @@ class ProfileResult:
         """The profile JSON (loadable by ``load_profile``) with the raw measurements added."""
         data = self.model.to_dict()
         data["measurements"] = [
-            {"batch_size": m.batch_size, "step_s": m.step_s, "first_done_step_s": m.first_done_step_s,
-             "last_done_step_s": m.last_done_step_s, "overhead_s": m.overhead_s, "wall_s": m.wall_s}
+            {
+                "batch_size": m.batch_size,
+                "step_s": m.step_s,
+                "first_done_step_s": m.first_done_step_s,
+                "last_done_step_s": m.last_done_step_s,
+                "overhead_s": m.overhead_s,
+                "wall_s": m.wall_s,
+            }
             for m in self.measurements
         ]
         return data
@@ -109,11 +115,17 @@ async def _get_json(session: aiohttp.ClientSession, url: str) -> Any:
         raise ReplicaError(f"cannot reach {url}: {exc}") from None
 
 
-async def _one_request(session: aiohttp.ClientSession, endpoint: str, model: str,
-                       prompt: str, tokens: int, t0: float) -> float:
+async def _one_request(
+    session: aiohttp.ClientSession, endpoint: str, model: str, prompt: str, tokens: int, t0: float
+) -> float:
     """One request for exactly ``tokens`` tokens; returns its end time after ``t0``."""
-    body = {"model": model, "prompt": prompt, "max_tokens": tokens, "ignore_eos": True,
-            "temperature": 0.0}
+    body = {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": tokens,
+        "ignore_eos": True,
+        "temperature": 0.0,
+    }
     url = f"{endpoint}/v1/completions"
     try:
         async with session.post(url, json=body) as resp:
@@ -132,22 +144,27 @@ async def _one_request(session: aiohttp.ClientSession, endpoint: str, model: str
     return end
 
 
-async def _round(session: aiohttp.ClientSession, settings: ProfileSettings, model: str,
-                 b: int, tokens: int) -> list[float]:
+async def _round(
+    session: aiohttp.ClientSession, settings: ProfileSettings, model: str, b: int, tokens: int
+) -> list[float]:
     """``b`` concurrent requests of ``tokens``; their sorted end times."""
     t0 = time.monotonic()
-    coros = [_one_request(session, settings.endpoint, model, settings.prompt, tokens, t0)
-             for _ in range(b)]
+    coros = [
+        _one_request(session, settings.endpoint, model, settings.prompt, tokens, t0)
+        for _ in range(b)
+    ]
     try:
         ends = await asyncio.wait_for(asyncio.gather(*coros), settings.timeout_s)
     except TimeoutError:
-        raise ReplicaError(f"{b} requests of {tokens} tokens took over "
-                           f"{settings.timeout_s:g} s") from None
+        raise ReplicaError(
+            f"{b} requests of {tokens} tokens took over {settings.timeout_s:g} s"
+        ) from None
     return sorted(ends)
 
 
-async def measure_batch(session: aiohttp.ClientSession, settings: ProfileSettings,
-                        model: str, b: int) -> BatchMeasurement:
+async def measure_batch(
+    session: aiohttp.ClientSession, settings: ProfileSettings, model: str, b: int
+) -> BatchMeasurement:
     """Measure ``tau(b)`` from short and full rounds of ``b`` concurrent requests (the median
     over ``settings.repeats`` pairs of rounds)."""
     full = settings.tokens

@@ -59,6 +59,7 @@ class RolloutConfig:
     request_timeout_s: float | None = 3600.0
     max_retries: int = 3
     controller: dict[str, Any] = field(default_factory=dict)  # ControllerConfig overrides
+    return_token_ids: bool = True  # per-response token ids from vLLM (False: counts only)
 
     def __post_init__(self) -> None:
         if self.num_groups < 1 or self.group_size < 1:
@@ -74,6 +75,7 @@ class RolloutConfig:
             stream=self.stream,
             request_timeout_s=self.request_timeout_s,
             max_retries=self.max_retries,
+            return_token_ids=self.return_token_ids,
         )
 
 

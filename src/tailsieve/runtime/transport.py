@@ -89,8 +89,12 @@ class AiohttpTransport:
 
     def _sess(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
+            # force_close: one connection per request, no keep-alive pool. Reusing a pooled
+            # connection that the server (vLLM's uvicorn) has just closed fails with
+            # ServerDisconnectedError / ECONNRESET, which would be taken for a dead replica
+            # (seen on real vLLM at step starts, even with a 2 s client keep-alive).
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0, force_close=False)
+                connector=aiohttp.TCPConnector(limit=0, force_close=True)
             )
         return self._session
 

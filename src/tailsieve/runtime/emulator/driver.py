@@ -94,7 +94,9 @@ class EngineDriver:
                 await asyncio.wait_for(self._wake.wait(), delay * self.time_scale)
 
     # ----- sequences -----------------------------------------------------------------
-    def submit(self, seq_id: str, num_tokens: int, prompt_tokens: int) -> asyncio.Future[Completion]:
+    def submit(
+        self, seq_id: str, num_tokens: int, prompt_tokens: int
+    ) -> asyncio.Future[Completion]:
         """Start a sequence now; the future resolves when its last token is emitted."""
         self.sync()
         fut: asyncio.Future[Completion] = asyncio.get_running_loop().create_future()

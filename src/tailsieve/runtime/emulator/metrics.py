@@ -18,8 +18,24 @@ from tailsieve.runtime.emulator.driver import EngineDriver
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 FINISHED_REASONS = ("stop", "length", "abort")
-_LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0,
-                    160.0, 640.0, 2560.0)
+_LATENCY_BUCKETS = (
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
 
 
 class _EngineCollector(Collector):
@@ -43,20 +59,34 @@ class _EngineCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         d = self._driver
         d.sync()
-        yield self._gauge("vllm:num_requests_running",
-                          "Number of requests in model execution batches.", d.num_running)
-        yield self._gauge("vllm:num_requests_waiting",
-                          "Number of requests waiting to be processed.", d.num_waiting)
+        yield self._gauge(
+            "vllm:num_requests_running",
+            "Number of requests in model execution batches.",
+            d.num_running,
+        )
+        yield self._gauge(
+            "vllm:num_requests_waiting",
+            "Number of requests waiting to be processed.",
+            d.num_waiting,
+        )
         cap = d.engine.config.max_num_seqs
         usage = d.num_running / cap if cap else 0.0
-        yield self._gauge("vllm:kv_cache_usage_perc",
-                          "KV-cache usage. 1 means 100 percent usage.", usage)
-        yield self._counter("vllm:prompt_tokens", "Number of prefill tokens processed.",
-                            d.stats.prompt_tokens)
-        yield self._counter("vllm:generation_tokens", "Number of generation tokens processed.",
-                            d.stats.finished_tokens + d.running_tokens())
-        c = CounterMetricFamily("vllm:request_success", "Count of successfully processed requests.",
-                                labels=[*self._labels, "finished_reason"])
+        yield self._gauge(
+            "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", usage
+        )
+        yield self._counter(
+            "vllm:prompt_tokens", "Number of prefill tokens processed.", d.stats.prompt_tokens
+        )
+        yield self._counter(
+            "vllm:generation_tokens",
+            "Number of generation tokens processed.",
+            d.stats.finished_tokens + d.running_tokens(),
+        )
+        c = CounterMetricFamily(
+            "vllm:request_success",
+            "Count of successfully processed requests.",
+            labels=[*self._labels, "finished_reason"],
+        )
         for reason in FINISHED_REASONS:
             c.add_metric([*self._labels.values(), reason], self._success.get(reason, 0))
         yield c
@@ -71,16 +101,27 @@ class EmulatorMetrics:
         self.registry.register(_EngineCollector(driver, model_name, self._success))
         labels = ["model_name", "engine"]
         self._label_values = (model_name, "0")
-        self._e2e = Histogram("vllm:e2e_request_latency_seconds",
-                              "Histogram of end to end request latency in seconds.",
-                              labels, buckets=_LATENCY_BUCKETS, registry=self.registry)
-        self._ttft = Histogram("vllm:time_to_first_token_seconds",
-                               "Histogram of time to first token in seconds.",
-                               labels, buckets=_LATENCY_BUCKETS, registry=self.registry)
-        self._gen = Histogram("vllm:request_generation_tokens",
-                              "Number of generation tokens processed.", labels,
-                              buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000,
-                                       10000, 20000), registry=self.registry)
+        self._e2e = Histogram(
+            "vllm:e2e_request_latency_seconds",
+            "Histogram of end to end request latency in seconds.",
+            labels,
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self._ttft = Histogram(
+            "vllm:time_to_first_token_seconds",
+            "Histogram of time to first token in seconds.",
+            labels,
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self._gen = Histogram(
+            "vllm:request_generation_tokens",
+            "Number of generation tokens processed.",
+            labels,
+            buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000),
+            registry=self.registry,
+        )
 
     def finished(self, reason: str, num_tokens: int, e2e_s: float) -> None:
         """Record one finished sequence (reason: stop, length or abort)."""

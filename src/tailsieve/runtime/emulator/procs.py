@@ -107,7 +107,7 @@ def wait_ready(proc: subprocess.Popen[bytes], log_path: Path, timeout_s: float) 
             buf += chunk
     line = buf.decode(errors="replace").split("\n", 1)[0].strip()
     if line.startswith(READY_PREFIX):
-        return line[len(READY_PREFIX):]
+        return line[len(READY_PREFIX) :]
     tail = log_path.read_text(errors="replace").strip().splitlines()[-3:]
     raise ReplicaError(
         f"emulator pid {proc.pid} did not start within {timeout_s:g} s"
@@ -150,8 +150,12 @@ class EmulatorFleet:
         fleet = cls([], logs)
         try:
             for i in range(n):
-                opts: dict[str, object] = {"profile": profile, "time_scale": time_scale,
-                                           "seed": base_seed + i, **options}
+                opts: dict[str, object] = {
+                    "profile": profile,
+                    "time_scale": time_scale,
+                    "seed": base_seed + i,
+                    **options,
+                }
                 if i < len(overrides):
                     opts.update(overrides[i])
                 log_path = logs / f"emulator-{i}.log"

@@ -25,16 +25,22 @@ Kind = Literal["completion", "chat"]
 class BadRequest(Exception):
     """A request the server rejects; carries the HTTP status and vLLM error type."""
 
-    def __init__(self, message: str, status: int = 400, err_type: str = "BadRequestError",
-                 param: str | None = None):
+    def __init__(
+        self,
+        message: str,
+        status: int = 400,
+        err_type: str = "BadRequestError",
+        param: str | None = None,
+    ):
         super().__init__(message)
         self.status = status
         self.err_type = err_type
         self.param = param
 
 
-def error_body(message: str, err_type: str, status: int,
-               param: str | None = None) -> dict[str, Any]:
+def error_body(
+    message: str, err_type: str, status: int, param: str | None = None
+) -> dict[str, Any]:
     """vLLM's ``ErrorResponse`` JSON."""
     return {"error": {"message": message, "type": err_type, "param": param, "code": status}}
 
@@ -112,8 +118,12 @@ def parse_request(body: Any, kind: Kind, model_name: str, max_model_len: int) ->
         raise BadRequest("request body must be a JSON object")
     model = body.get("model")
     if model is not None and model != model_name:
-        raise BadRequest(f"The model `{model}` does not exist. Valid aliases: {model_name}.",
-                         404, "NotFoundError", param="model")
+        raise BadRequest(
+            f"The model `{model}` does not exist. Valid aliases: {model_name}.",
+            404,
+            "NotFoundError",
+            param="model",
+        )
     if kind == "chat":
         ids = _chat_ids(body.get("messages"))
     elif "prompt" not in body:
@@ -134,8 +144,10 @@ def parse_request(body: Any, kind: Kind, model_name: str, max_model_len: int) ->
     if max_tokens is None:
         max_tokens = 16 if kind == "completion" else max_model_len - longest
     if max_tokens > max_model_len:
-        raise BadRequest(f"max_tokens={max_tokens} cannot be greater than "
-                         f"max_model_len={max_model_len}. Please request fewer output tokens.")
+        raise BadRequest(
+            f"max_tokens={max_tokens} cannot be greater than "
+            f"max_model_len={max_model_len}. Please request fewer output tokens."
+        )
     for key in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
         _opt_number(body, key)
     _opt_int(body, "top_k")
@@ -186,42 +198,93 @@ def _chat_logprobs(count: int, k: int) -> dict[str, Any]:
     return {"content": [{**item, "top_logprobs": top} for _ in range(count)]}
 
 
-def choice(req: GenRequest, index: int, num_tokens: int, finish_reason: str,
-           prompt_ids: list[int] | None = None) -> dict[str, Any]:
+def choice(
+    req: GenRequest,
+    index: int,
+    num_tokens: int,
+    finish_reason: str,
+    prompt_ids: list[int] | None = None,
+) -> dict[str, Any]:
     """One entry of a non-streaming response's ``choices``."""
     text = FILLER * num_tokens
     ids = [FILLER_TOKEN_ID] * num_tokens if req.return_token_ids else None
     pids = prompt_ids if req.return_token_ids else None
     if req.kind == "chat":
         lp = None if req.logprobs is None else _chat_logprobs(num_tokens, req.logprobs)
-        msg: dict[str, Any] = {"role": "assistant", "content": text, "tool_calls": [],
-                               "reasoning_content": None}
-        return {"index": index, "message": msg, "logprobs": lp, "finish_reason": finish_reason,
-                "stop_reason": None, "token_ids": ids}
+        msg: dict[str, Any] = {
+            "role": "assistant",
+            "content": text,
+            "tool_calls": [],
+            "reasoning_content": None,
+        }
+        return {
+            "index": index,
+            "message": msg,
+            "logprobs": lp,
+            "finish_reason": finish_reason,
+            "stop_reason": None,
+            "token_ids": ids,
+        }
     lp = None if req.logprobs is None else _completion_logprobs(0, num_tokens, req.logprobs)
-    return {"index": index, "text": text, "logprobs": lp, "finish_reason": finish_reason,
-            "stop_reason": None, "token_ids": ids, "prompt_logprobs": None,
-            "prompt_token_ids": pids, "routed_experts": None}
+    return {
+        "index": index,
+        "text": text,
+        "logprobs": lp,
+        "finish_reason": finish_reason,
+        "stop_reason": None,
+        "token_ids": ids,
+        "prompt_logprobs": None,
+        "prompt_token_ids": pids,
+        "routed_experts": None,
+    }
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
-    return {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion_tokens,
-            "completion_tokens": completion_tokens, "prompt_tokens_details": None,
-            "completion_tokens_details": None}
+    return {
+        "prompt_tokens": prompt_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "completion_tokens": completion_tokens,
+        "prompt_tokens_details": None,
+        "completion_tokens_details": None,
+    }
 
 
-def response(req: GenRequest, rid: str, created: int, model: str,
-             choices: list[dict[str, Any]], completion_tokens: int) -> dict[str, Any]:
+def response(
+    req: GenRequest,
+    rid: str,
+    created: int,
+    model: str,
+    choices: list[dict[str, Any]],
+    completion_tokens: int,
+) -> dict[str, Any]:
     """The full non-streaming response body."""
     obj = "chat.completion" if req.kind == "chat" else "text_completion"
-    return {"id": rid, "object": obj, "created": created, "model": model, "choices": choices,
-            "service_tier": None, "system_fingerprint": SYSTEM_FINGERPRINT,
-            "usage": usage(sum(req.prompt_tokens), completion_tokens),
-            "kv_transfer_params": None, "ec_transfer_params": None, "metrics": None}
+    return {
+        "id": rid,
+        "object": obj,
+        "created": created,
+        "model": model,
+        "choices": choices,
+        "service_tier": None,
+        "system_fingerprint": SYSTEM_FINGERPRINT,
+        "usage": usage(sum(req.prompt_tokens), completion_tokens),
+        "kv_transfer_params": None,
+        "ec_transfer_params": None,
+        "metrics": None,
+    }
 
 
-def chunk(req: GenRequest, rid: str, created: int, model: str, index: int, start: int,
-          count: int, finish_reason: str | None, first: bool = False) -> dict[str, Any]:
+def chunk(
+    req: GenRequest,
+    rid: str,
+    created: int,
+    model: str,
+    index: int,
+    start: int,
+    count: int,
+    finish_reason: str | None,
+    first: bool = False,
+) -> dict[str, Any]:
     """One streamed chunk carrying ``count`` tokens (tokens ``start..start+count-1``)."""
     text = FILLER * count
     if req.kind == "chat":
@@ -229,23 +292,42 @@ def chunk(req: GenRequest, rid: str, created: int, model: str, index: int, start
         if first:
             delta = {"role": "assistant", "content": text}
         lp = None if req.logprobs is None or not count else _chat_logprobs(count, req.logprobs)
-        ch: dict[str, Any] = {"index": index, "delta": delta, "logprobs": lp,
-                              "finish_reason": finish_reason}
+        ch: dict[str, Any] = {
+            "index": index,
+            "delta": delta,
+            "logprobs": lp,
+            "finish_reason": finish_reason,
+        }
         obj = "chat.completion.chunk"
     else:
-        lp = (None if req.logprobs is None or not count
-              else _completion_logprobs(start, count, req.logprobs))
-        ch = {"index": index, "text": text, "logprobs": lp, "finish_reason": finish_reason,
-              "stop_reason": None}
+        lp = (
+            None
+            if req.logprobs is None or not count
+            else _completion_logprobs(start, count, req.logprobs)
+        )
+        ch = {
+            "index": index,
+            "text": text,
+            "logprobs": lp,
+            "finish_reason": finish_reason,
+            "stop_reason": None,
+        }
         if req.return_token_ids:
             ch["token_ids"] = [FILLER_TOKEN_ID] * count
         obj = "text_completion"
     return {"id": rid, "object": obj, "created": created, "model": model, "choices": [ch]}
 
 
-def usage_chunk(req: GenRequest, rid: str, created: int, model: str,
-                completion_tokens: int) -> dict[str, Any]:
+def usage_chunk(
+    req: GenRequest, rid: str, created: int, model: str, completion_tokens: int
+) -> dict[str, Any]:
     """The final ``stream_options.include_usage`` chunk (empty ``choices``)."""
     obj = "chat.completion.chunk" if req.kind == "chat" else "text_completion"
-    return {"id": rid, "object": obj, "created": created, "model": model, "choices": [],
-            "usage": usage(sum(req.prompt_tokens), completion_tokens)}
+    return {
+        "id": rid,
+        "object": obj,
+        "created": created,
+        "model": model,
+        "choices": [],
+        "usage": usage(sum(req.prompt_tokens), completion_tokens),
+    }

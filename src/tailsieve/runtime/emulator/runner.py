@@ -37,8 +37,10 @@ def serve_forever(config: EmulatorConfig, host: str = "127.0.0.1", port: int = 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m tailsieve.runtime.emulator",
-                                description="Emulated vLLM replica (see tailsieve emulate).")
+    p = argparse.ArgumentParser(
+        prog="python -m tailsieve.runtime.emulator",
+        description="Emulated vLLM replica (see tailsieve emulate).",
+    )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--profile", default="cpu")
@@ -61,12 +63,20 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         config = EmulatorConfig.from_profile(
-            args.profile, model_name=args.model_name, time_scale=args.time_scale,
-            max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len,
-            prefill_s=args.prefill_s, crash_after_s=args.crash_after,
-            crash_mode=args.crash_mode, error_rate=args.error_rate, slowdown=args.slowdown,
-            seed=args.seed, length_median_tokens=args.length_median,
-            length_sigma=args.length_sigma)
+            args.profile,
+            model_name=args.model_name,
+            time_scale=args.time_scale,
+            max_num_seqs=args.max_num_seqs,
+            max_model_len=args.max_model_len,
+            prefill_s=args.prefill_s,
+            crash_after_s=args.crash_after,
+            crash_mode=args.crash_mode,
+            error_rate=args.error_rate,
+            slowdown=args.slowdown,
+            seed=args.seed,
+            length_median_tokens=args.length_median,
+            length_sigma=args.length_sigma,
+        )
         if not 0 <= args.port <= 65535:
             raise TailSieveError(f"port must be in 0..65535, got {args.port}")
         serve_forever(config, args.host, args.port)

@@ -67,8 +67,9 @@ class EmulatorServer:
         app.router.add_get("/load", self._load)
         app.router.add_get("/metrics", self._metrics)
         await self.driver.start()
-        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
-                                     shutdown_timeout=SHUTDOWN_TIMEOUT_S)
+        self._runner = web.AppRunner(
+            app, handler_cancellation=True, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S
+        )
         try:
             await self._runner.setup()
             self._site = web.TCPSite(self._runner, self.host, self.port)
@@ -153,8 +154,7 @@ class EmulatorServer:
         return out
 
     @staticmethod
-    def _error(message: str, err_type: str, status: int,
-               param: str | None = None) -> web.Response:
+    def _error(message: str, err_type: str, status: int, param: str | None = None) -> web.Response:
         return web.json_response(P.error_body(message, err_type, status, param), status=status)
 
     # ----- handlers ------------------------------------------------------------------
@@ -174,8 +174,11 @@ class EmulatorServer:
         except P.BadRequest as exc:
             return self._error(str(exc), exc.err_type, exc.status, exc.param)
         if self.config.error_rate > 0 and self._rng.random() < self.config.error_rate:
-            return self._error(f"injected fault (error_rate={self.config.error_rate:g})",
-                               "InternalServerError", 500)
+            return self._error(
+                f"injected fault (error_rate={self.config.error_rate:g})",
+                "InternalServerError",
+                500,
+            )
         rid = ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex
         lengths = self._lengths(req)
         seq_ids = [f"{rid}-{i}" for i in range(len(lengths))]
@@ -192,17 +195,26 @@ class EmulatorServer:
             for sid, fut in zip(seq_ids, futs, strict=True):
                 if not fut.done() or fut.cancelled():  # gather() cancels them on disconnect
                     self._abort(sid)
-        choices = [P.choice(req, i, k, reason, list(req.prompt_ids[i // req.n]))
-                   for i, (k, reason) in enumerate(lengths)]
+        choices = [
+            P.choice(req, i, k, reason, list(req.prompt_ids[i // req.n]))
+            for i, (k, reason) in enumerate(lengths)
+        ]
         total = sum(k for k, _ in lengths)
         out = P.response(req, rid, int(time.time()), self.config.model_name, choices, total)
         return web.json_response(out)
 
-    async def _stream(self, request: web.Request, req: P.GenRequest, rid: str,
-                      seq_ids: list[str], futs: list[asyncio.Future[Completion]],
-                      lengths: list[tuple[int, str]]) -> web.StreamResponse:
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
-                                           "Cache-Control": "no-cache"})
+    async def _stream(
+        self,
+        request: web.Request,
+        req: P.GenRequest,
+        rid: str,
+        seq_ids: list[str],
+        futs: list[asyncio.Future[Completion]],
+        lengths: list[tuple[int, str]],
+    ) -> web.StreamResponse:
+        resp = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
         await resp.prepare(request)
         created, model, t0 = int(time.time()), self.config.model_name, time.monotonic()
         sent = [0] * len(seq_ids)
@@ -238,9 +250,16 @@ class EmulatorServer:
 
     async def _models(self, request: web.Request) -> web.Response:
         name = self.config.model_name
-        card = {"id": name, "object": "model", "created": int(time.time()), "owned_by": "vllm",
-                "root": name, "parent": None, "max_model_len": self.config.max_model_len,
-                "permission": []}
+        card = {
+            "id": name,
+            "object": "model",
+            "created": int(time.time()),
+            "owned_by": "vllm",
+            "root": name,
+            "parent": None,
+            "max_model_len": self.config.max_model_len,
+            "permission": [],
+        }
         return web.json_response({"object": "list", "data": [card]})
 
     async def _health(self, request: web.Request) -> web.Response:
@@ -255,8 +274,7 @@ class EmulatorServer:
         return web.json_response({"server_load": load})
 
     async def _metrics(self, request: web.Request) -> web.Response:
-        return web.Response(body=self.metrics.render(),
-                            headers={"Content-Type": CONTENT_TYPE})
+        return web.Response(body=self.metrics.render(), headers={"Content-Type": CONTENT_TYPE})
 
 
 def _sse(obj: dict[str, Any]) -> bytes:
@@ -264,8 +282,9 @@ def _sse(obj: dict[str, Any]) -> bytes:
 
 
 @asynccontextmanager
-async def run_emulator(config: EmulatorConfig, host: str = "127.0.0.1",
-                       port: int = 0) -> AsyncIterator[str]:
+async def run_emulator(
+    config: EmulatorConfig, host: str = "127.0.0.1", port: int = 0
+) -> AsyncIterator[str]:
     """Run an emulator in this event loop; yields its base URL (``http://127.0.0.1:PORT``)."""
     async with EmulatorServer(config, host, port) as server:
         yield server.url
