@@ -73,12 +73,17 @@ for ((i = 0; i < K; i++)); do
         exit 1
     fi
     log "starting server $i on 127.0.0.1:$port, core $core, log $logf"
+    # TAILSIEVE_VLLM_PIN_ALL=1 (default): every process of the server (API server, engine core,
+    # worker) on its core, not only the worker's OpenMP threads; replicas then stop stealing
+    # each other's core, which makes their speed match a profile measured the same way.
+    PIN=""
+    if [[ "${TAILSIEVE_VLLM_PIN_ALL:-1}" == 1 ]]; then PIN=1; fi
     # setsid: own process group, so stop_vllm_servers.sh can end the server
     # and the engine-core child it spawns together.
     HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
     VLLM_CPU_KVCACHE_SPACE="$KV_GB" VLLM_CPU_OMP_THREADS_BIND="$core" \
     VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 \
-        setsid "$PY" -m vllm.entrypoints.openai.api_server \
+        setsid ${PIN:+taskset -c "$core"} "$PY" -m vllm.entrypoints.openai.api_server \
         --model "$MODEL" --served-model-name "$NAME" \
         --enforce-eager --dtype bfloat16 --max-model-len "$MAX_LEN" \
         --host 127.0.0.1 --port "$port" ${TAILSIEVE_VLLM_EXTRA:-} \

@@ -202,7 +202,9 @@ async def profile_endpoint(settings: ProfileSettings, name: str | None = None) -
     """Run the whole sweep against ``settings.endpoint``."""
     endpoint = settings.endpoint.rstrip("/")
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
-    connector = aiohttp.TCPConnector(limit=0)
+    # a fresh connection per request: servers close idle keep-alive connections (uvicorn: 5 s)
+    # and reusing one they just closed fails with "Server disconnected"
+    connector = aiohttp.TCPConnector(limit=0, force_close=True)
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
         model = settings.model or await detect_model(session, endpoint)
         if settings.warmup:
