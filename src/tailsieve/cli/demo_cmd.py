@@ -52,6 +52,8 @@ def demo(
         out_dir=out,
     )
     console = Console()
+    if not console.is_terminal:
+        console = Console(width=140)
     console.print(
         f"[bold]TailSieve demo[/bold]: {replicas} emulated replicas ({profile} profile, time x{time_scale:g}), "
         f"{workload}, N={groups} groups x {group_size}, warm-up + {steps} steps per policy"

@@ -219,9 +219,11 @@ def write_run(cfg: DemoConfig, results: dict[str, PolicyResult]) -> None:
                 f.write(json.dumps(asdict(m)) + "\n")
     timelines = {}
     for pol, r in results.items():
-        steady = [t for t in r.timelines if t.step == cfg.steps]
-        if steady:
-            timelines[pol] = steady[0].to_dict()
+        regular = [t for t in r.timelines if t.step <= cfg.steps]
+        with_tail = [t for t in regular if t.m > 0]
+        pick = (with_tail or regular)[-1:] if regular else []
+        if pick:
+            timelines[pol] = pick[0].to_dict()  # the last step that used a tail pool, if any
     (out / "timelines.json").write_text(json.dumps(timelines) + "\n")
     for pol, r in results.items():
         folder = out / "batches" / pol
