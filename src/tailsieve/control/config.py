@@ -29,6 +29,8 @@ class ControllerConfig:
     m_radius: int = 2  # outer loop looks at splits within this radius
     m_gain_threshold: float = 0.03  # move a replica only above this predicted relative gain
     m_hold_steps: int = 2  # steps without an m decision after a move
+    outer_q_tolerance: float = 0.25  # other splits' balanced q found to within this fraction
+    # (the inner loop refines q after a move; a coarse search keeps decisions fast)
     allow_uniform: bool = True  # the outer loop may return to m = 0 (uniform routing)
     history_steps: int = 2  # response-work history used by the model
     max_groups_per_tail_replica: int = 8  # search bound of the model's balanced q (q <= 8 m)
@@ -56,7 +58,12 @@ class ControllerConfig:
             raise ConfigError(f"momentum must be in [0, 1), got {self.momentum}")
         if self.q_step_cap < 1:
             raise ConfigError(f"max_q_step must be >= 1, got {self.max_q_step}")
-        for name in ("q_gain_threshold", "m_gain_threshold", "settle_tolerance"):
+        for name in (
+            "q_gain_threshold",
+            "m_gain_threshold",
+            "settle_tolerance",
+            "outer_q_tolerance",
+        ):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0")
         for name in ("hold_after_increase", "hold_after_decrease", "m_hold_steps"):
@@ -67,7 +74,9 @@ class ControllerConfig:
         if self.m_radius < 1:
             raise ConfigError(f"m_radius must be >= 1, got {self.m_radius}")
         if not (1 <= self.min_groups_per_tail_replica <= self.max_groups_per_tail_replica):
-            raise ConfigError("need 1 <= min_groups_per_tail_replica <= max_groups_per_tail_replica")
+            raise ConfigError(
+                "need 1 <= min_groups_per_tail_replica <= max_groups_per_tail_replica"
+            )
         if self.history_steps < 1:
             raise ConfigError(f"history_steps must be >= 1, got {self.history_steps}")
         if not (0.0 < self.correction_smoothing <= 1.0):

@@ -49,6 +49,9 @@ class HierarchicalController(Controller):
             config.num_groups, config.num_replicas, tail_model, bulk_model or tail_model
         )
         self.outer = OuterLoop(config, self.predictor)
+        # one tiny prediction at construction: numpy's first-call costs (~10 ms) are paid here,
+        # not inside the first step's decision
+        self.predictor.predict([StepWork([[1, 2], [3, 4], [5, 6]], 1)], 1, 1)
         self._samples: list[Any] = []
         self._cache: dict[tuple[int, int], PoolPrediction] = {}
 

@@ -66,6 +66,7 @@ class OuterLoop:
                 k_bulk=k_bulk,
                 hint=hint,
                 cache=memo,
+                rel_tol=0.0 if mm == m else cfg.outer_q_tolerance,
             )
         return out
 

@@ -177,6 +177,7 @@ class PoolTimePredictor:
         k_bulk: float = 1.0,
         hint: int | None = None,
         cache: dict[tuple[int, int], PoolPrediction] | None = None,
+        rel_tol: float = 0.0,
     ) -> PoolPrediction:
         """The q in ``[q_lo, q_hi]`` minimising the corrected predicted makespan at split ``m``.
 
@@ -184,7 +185,8 @@ class PoolTimePredictor:
         shrinks). Where the makespan is flat (set by one long tail group), the largest q within
         0.5% of the best is taken: it moves more work off the bulk pool at no predicted cost.
         ``hint`` (a likely answer) narrows the bracket first; ``cache`` memoises predictions by
-        ``(q, m)`` across calls on the same samples.
+        ``(q, m)`` across calls on the same samples. ``rel_tol`` stops the bisection once the
+        bracket is within that fraction of q (a coarse answer for comparing splits).
         """
         if m <= 0:
             return self.predict_samples(samples, 0, 0)
@@ -210,7 +212,7 @@ class PoolTimePredictor:
                 if probe > lo and at(probe).tail_s * k_tail < at(probe).bulk_s * k_bulk:
                     lo = probe
 
-        while hi - lo > 1:
+        while hi - lo > max(1, int(lo * rel_tol)):
             mid = (lo + hi) // 2
             p = at(mid)
             if p.tail_s * k_tail < p.bulk_s * k_bulk:
