@@ -9,7 +9,6 @@ routing and then with TailSieve on the same prompts and lengths, and writes a ru
 from __future__ import annotations
 
 import json
-import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ from tailsieve.runtime.emulator import EmulatorFleet
 from tailsieve.runtime.observe import StepMetrics
 from tailsieve.runtime.rollout import RolloutBatch, RolloutConfig, TailSieveRollout
 from tailsieve.runtime.step_state import StepProgress
+from tailsieve.sim.driver import PairedLengths
 from tailsieve.workload import load_workload
 
 STEADY_STEPS = 3
@@ -57,26 +57,16 @@ class DemoConfig:
 
 
 class StepLengths:
-    """Forced response lengths as a function of (prompt, step, sample): a regenerated
-    candidate gets a fresh draw for the step it runs in, exactly as in the simulator."""
+    """Forced response lengths for the live runtime: the simulator's ``PairedLengths``
+    (a function of prompt, step and seed) at the step being run, so a regenerated candidate
+    gets a fresh draw for the step it runs in and the demo replays what ``simulate`` would."""
 
     def __init__(self, workload: Any, group_size: int, seed: int) -> None:
-        self.workload = workload
-        self.group_size = group_size
-        self.seed = seed
+        self.lengths = PairedLengths(workload, group_size, seed)
         self.step = 0
-        self._cache: dict[tuple[str, int], np.ndarray] = {}
-
-    def group(self, prompt_id: str, step: int) -> np.ndarray:
-        key = (prompt_id, step)
-        if key not in self._cache:
-            idx = zlib.crc32(prompt_id.encode())
-            rng = np.random.default_rng([self.seed, step, idx])
-            self._cache[key] = self.workload.group_lengths(prompt_id, step, self.group_size, rng)
-        return self._cache[key]
 
     def __call__(self, prompt_id: str, sample: int) -> int:
-        return max(1, int(self.group(prompt_id, self.step)[sample]))
+        return max(1, int(self.lengths(prompt_id, self.step)[sample]))
 
 
 @dataclass(slots=True)
