@@ -22,11 +22,8 @@ AIME = (
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    """Run the console entry point; a successful click command ends with SystemExit(0)."""
-    try:
-        rc = main(argv)
-    except SystemExit as exc:
-        rc = int(exc.code or 0)
+    """Run the console entry point (it returns the exit code) and capture its output."""
+    rc = main(argv)
     out = capsys.readouterr()
     return rc, out.out, out.err
 

@@ -9,18 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from tailsieve.cli import main as cli_main
+from tailsieve.cli.main import main
 from tailsieve.runtime.emulator import EmulatorFleet
 
 AIME = Path(__file__).resolve().parents[3] / "shared" / "data" / "aime-r1distill-1.5b-lengths.csv"
 MODEL = "tailsieve-emulated"
-
-
-def main(argv: list[str]) -> int:
-    try:
-        return cli_main.main(argv)
-    except SystemExit as exc:  # typer exits 0 on success
-        return int(exc.code or 0)
 
 
 @pytest.fixture(scope="module")

@@ -15,10 +15,8 @@ AIME = Path(__file__).resolve().parents[3] / "shared" / "data" / "aime-r1distill
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        rc = main(argv)
-    except SystemExit as exc:
-        rc = int(exc.code or 0)
+    """Run the console entry point (it returns the exit code) and capture its output."""
+    rc = main(argv)
     out = capsys.readouterr()
     return rc, out.out, out.err
 

@@ -181,7 +181,6 @@ class ReplicaEngine:
             del self._running[rid]
             out.append(Completion(rid, self.now_s, req.num_tokens))
         if out:
-            self._p = max(self._p, 0.0)
             self._admit()
         return out
 
