@@ -7,9 +7,9 @@
 1. Servers: ``--endpoints URL,URL`` uses running servers; otherwise two are started with
    ``scripts/start_vllm_servers.sh 2`` (one core each, the tiny model) and stopped at the end.
 2. Profiles: each server is measured with the project's profiler (``tailsieve profile``'s code
-   path, ``runtime.profiler.profile_endpoint``), once with both servers measured *at the same
-   time* (the load a live step puts on the 2-core machine) and once one after the other (a
-   server alone). Saved as ``benchmarks/results/profile_<port>_<mode>.json``.
+   path), once with both servers measured in lockstep (``profile_endpoints``, as ``tailsieve
+   profile --endpoint A --endpoint B``: every round runs on both at once, the load a live step
+   puts on the 2-core machine) and once one after the other (a server alone). Saved as ``benchmarks/results/profile_<port>_<mode>.json``.
 3. Live: S TailSieve steps (plus the flush that drains the carried prompts) and then S Uniform
    steps through ``TailSieveRollout`` in replay mode (``max_tokens = L``, ``ignore_eos``), AIME
    lengths scaled so the longest fits ``max-model-len`` minus the prompt. Every batch is
@@ -53,7 +53,12 @@ from tailsieve.errors import ReplicaError
 from tailsieve.model.replica_engine import ReplicaConfig
 from tailsieve.model.throughput import ThroughputModel
 from tailsieve.runtime.backends import PromptInput, SamplingParams
-from tailsieve.runtime.profiler import ProfileResult, ProfileSettings, profile_endpoint
+from tailsieve.runtime.profiler import (
+    ProfileResult,
+    ProfileSettings,
+    profile_endpoint,
+    profile_endpoints,
+)
 from tailsieve.runtime.replay import ReplayLengths
 from tailsieve.runtime.rollout import RolloutConfig, TailSieveRollout
 from tailsieve.runtime.step_state import StepResult
@@ -206,8 +211,12 @@ async def measure_profiles(endpoints: list[str], model: str, batch_sizes: tuple[
             return await profile_endpoint(s, n)
 
     if mode == "concurrent":
-        results = list(await asyncio.gather(
-            *(one(s, n) for s, n in zip(settings, names, strict=True))))
+        # `tailsieve profile --endpoint A --endpoint B`: every round on both servers at once
+        try:
+            results = await profile_endpoints(settings, names)
+        except ReplicaError as exc:
+            log(f"lockstep profiling failed ({exc}); measuring again")
+            results = await profile_endpoints(settings, names)
     else:
         results = [await one(s, n) for s, n in zip(settings, names, strict=True)]
     files: list[str] = []
@@ -511,7 +520,7 @@ async def amain(args: argparse.Namespace, endpoints: list[str]) -> dict[str, Any
                                                for p in mean_conc.points}},
         "sim_variants": {
             "concurrent_profile+prefill": "mean of the profiles measured with both servers "
-            f"busy; prefill_s = measured time to first token at b=1 = {prefill_s:.4f} s "
+            f"busy (lockstep rounds); prefill_s = measured time to first token at b=1 = {prefill_s:.4f} s "
             "(primary)",
             "concurrent_profile,no_prefill": "same profile, prefill_s = 0",
             "alone_profile+prefill": "mean of the profiles measured one server at a time; "

@@ -2,9 +2,17 @@
 
 8 emulated replicas (subprocesses, so their CPU is not counted), steps of N = 256 groups x 8
 (2,048 requests in flight), TailSieve through ``TailSieveRollout``. The router process's CPU
-time (``time.process_time``) is measured around every step.
+time (``time.process_time``) is measured around every step, and reported per request and per
+generated token too (what carries over to other replica speeds).
+
+The fraction depends on how fast the replicas are. The default runs them at the ``gpu``
+profile's speed (an H100-class replica serving a ~4B model, ``--time-scale 1``): ~145 s steps,
+~8 min in all. ``--profile cpu --time-scale 0.25`` is the stress setting used before: replicas
+~6x faster per request than that, ~41 s steps.
 
     .venv/bin/python benchmarks/bench_router.py --out benchmarks/results/router.json
+    .venv/bin/python benchmarks/bench_router.py --profile cpu --time-scale 0.25 \
+        --out benchmarks/results/router_stress.json
 """
 
 from __future__ import annotations
@@ -53,6 +61,7 @@ async def run(
             n_req = batch.metrics.num_launched * (
                 args.group_size if not args.one_request_per_group else 1
             )
+            tokens = sum(r.num_tokens for g in batch.groups for r in g.responses)
             rows.append(
                 {
                     "step": t,
@@ -60,6 +69,9 @@ async def run(
                     "router_cpu_s": cpu,
                     "cpu_fraction": cpu / wall,
                     "num_requests": n_req,
+                    "delivered_tokens": tokens,
+                    "cpu_ms_per_request": 1e3 * cpu / max(1, n_req),
+                    "cpu_us_per_delivered_token": 1e6 * cpu / max(1, tokens),
                     "q": batch.metrics.q,
                     "m": batch.metrics.m,
                 }
@@ -74,8 +86,8 @@ def main() -> None:
     ap.add_argument("--groups", type=int, default=256)
     ap.add_argument("--group-size", type=int, default=8)
     ap.add_argument("--steps", type=int, default=2, help="steps after the warm-up step")
-    ap.add_argument("--time-scale", type=float, default=0.25)
-    ap.add_argument("--profile", default="cpu")
+    ap.add_argument("--time-scale", type=float, default=1.0)
+    ap.add_argument("--profile", default="gpu")
     ap.add_argument("--one-request-per-group", action="store_true")
     ap.add_argument(
         "--counts-only",
@@ -107,6 +119,8 @@ def main() -> None:
         "group_size": args.group_size,
         "split_groups": not args.one_request_per_group,
         "time_scale": args.time_scale,
+        "profile": args.profile,
+        "return_token_ids": not args.counts_only,
         "steps": rows,
         "max_cpu_fraction_after_warmup": worst,
         "mean_cpu_fraction_after_warmup": sum(r["cpu_fraction"] for r in steady) / len(steady),

@@ -33,6 +33,7 @@ MODULES: tuple[str, ...] = (
     "fig4_landscape",
     "fig6b_convergence",
     "tables_policies",
+    "protocol_ceiling",
     "spec_budget",
     "drift",
     "bias_check",

@@ -18,9 +18,8 @@ matplotlib.use("Agg")
 
 import numpy as np
 
-from tailsieve.control.base import Controller, ControlTargets
-from tailsieve.core.outcome import StepOutcome
-from tailsieve.core.plan import StepPlan
+from tailsieve.control.base import Controller
+from tailsieve.control.static import StaticController
 from tailsieve.model.profiles import load_profile
 from tailsieve.model.replica_engine import ReplicaConfig
 from tailsieve.model.speculative import SpecConfig
@@ -117,34 +116,12 @@ def simulate(
     return PairedRuns(out, lengths, settings)
 
 
-class FixedController(Controller):
-    """A controller that always asks for the same (q, m) with ``c = q`` extra groups: the
-    simulated ground truth of one point of the (q, m) landscape."""
-
-    def __init__(self, q: int, m: int) -> None:
-        self.name = f"fixed-q{q}-m{m}"
-        self.q, self.m = q, m
-
-    def targets(self) -> ControlTargets:
-        if self.m <= 0:
-            return ControlTargets(q=0, m=0, num_extra=0)
-        return ControlTargets(q=self.q, m=self.m, num_extra=self.q)
-
-    def observe(self, plan: StepPlan, outcome: StepOutcome) -> None:
-        return None
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"q": self.q, "m": self.m}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.q, self.m = int(state["q"]), int(state["m"])
-
-
 def fixed_factory(q: int, m: int) -> ControllerFactory:
-    """A controller factory for ``run_protocol`` that returns a ``FixedController``."""
+    """A controller factory for ``run_protocol`` holding (q, m) with ``c = q``: the simulated
+    ground truth of one point of the (q, m) landscape (the package's ``StaticController``)."""
 
     def make(name: str, settings: SimSettings, pools: PoolConfigs) -> Controller:
-        return FixedController(q, m)
+        return StaticController(q, m, settings.num_groups, settings.num_replicas)
 
     return make
 

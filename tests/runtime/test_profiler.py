@@ -19,7 +19,9 @@ from tailsieve.runtime.profiler import (
     BatchMeasurement,
     ProfileSettings,
     build_model,
+    mean_profile,
     profile_endpoint,
+    profile_endpoints,
 )
 
 CPU = load_profile("cpu")
@@ -109,3 +111,60 @@ def test_profile_cli_writes_loadable_file(tmp_path: Path) -> None:
     for p in model.points:
         assert p.step_s == pytest.approx(CPU.tau(p.batch_size), rel=0.15)
     assert len(json.loads(out.read_text())["measurements"]) == 3
+
+
+async def test_lockstep_profiles_two_endpoints_each_against_its_own_curve() -> None:
+    slow = CPU.scaled(2.0)  # the second replica is twice as slow per step
+    for _ in range(ATTEMPTS):
+        async with (
+            run_emulator(EmulatorConfig(throughput=CPU, time_scale=1.0)) as u1,
+            run_emulator(EmulatorConfig(throughput=slow, time_scale=1.0)) as u2,
+        ):
+            settings = [ProfileSettings(u, batch_sizes=(1, 8), tokens=100) for u in (u1, u2)]
+            fast_r, slow_r = await profile_endpoints(settings, ["a", "b"])
+        ok = all(
+            m.step_s == pytest.approx(curve.tau(m.batch_size), rel=0.15)
+            for r, curve in ((fast_r, CPU), (slow_r, slow))
+            for m in r.measurements
+        )
+        if ok:
+            break
+    assert (fast_r.model.name, slow_r.model.name) == ("a", "b")
+    assert u1 in fast_r.model.source and "lockstep with 1 other" in fast_r.model.source
+    for r, curve in ((fast_r, CPU), (slow_r, slow)):
+        for m in r.measurements:
+            assert m.step_s == pytest.approx(curve.tau(m.batch_size), rel=0.15)
+    mean = mean_profile([fast_r, slow_r], "fleet")
+    for p, mf, ms in zip(mean.points, fast_r.measurements, slow_r.measurements, strict=True):
+        assert p.step_s == pytest.approx((mf.step_s + ms.step_s) / 2)
+
+
+async def test_lockstep_rejects_mismatched_or_duplicate_endpoints() -> None:
+    a = ProfileSettings("http://127.0.0.1:1", batch_sizes=(1, 2))
+    with pytest.raises(ConfigError, match="same batch sizes"):
+        await profile_endpoints([a, ProfileSettings("http://127.0.0.1:2", batch_sizes=(1,))])
+    with pytest.raises(ConfigError, match="twice"):
+        await profile_endpoints([a, ProfileSettings("http://127.0.0.1:1/", batch_sizes=(1, 2))])
+    with pytest.raises(ConfigError, match="no endpoint"):
+        await profile_endpoints([])
+
+
+@pytest.mark.slow
+def test_profile_cli_with_two_endpoints_writes_their_mean(tmp_path: Path) -> None:
+    app = typer.Typer()
+    app.callback()(lambda: None)
+    profile_cmd.register(app)
+    out = tmp_path / "fleet.json"
+    with EmulatorFleet.start(2, profile="cpu", time_scale=1.0) as fleet:
+        res = CliRunner().invoke(app, ["profile", "--endpoint", fleet.urls[0], "--endpoint",
+                                       fleet.urls[1], "--batch-sizes", "1,8", "--tokens", "100",
+                                       "--out", str(out), "--name", "fleet"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(out.read_text())
+    model = load_profile(out)
+    assert model.name == "fleet" and [p.batch_size for p in model.points] == [1, 8]
+    per = data["per_endpoint"]
+    assert [e["endpoint"] for e in per] == fleet.urls
+    for j, p in enumerate(model.points):
+        each = [e["measurements"][j]["step_s"] for e in per]
+        assert p.step_s == pytest.approx(max(sum(each) / 2, model.points[0].step_s))

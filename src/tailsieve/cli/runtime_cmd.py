@@ -135,7 +135,8 @@ def rollout(
     group_size: int = typer.Option(8, "--group-size", help="n: responses per group."),
     steps: int = typer.Option(4, "--steps", help="Steps to run (then a flush step)."),
     policy: str = typer.Option(
-        "tailsieve", "--policy", help="tailsieve | tailsieve-fixed | uniform."
+        "tailsieve", "--policy",
+        help="tailsieve | tailsieve-fixed | tailsieve-static (with --q0, --m0) | uniform."
     ),
     profile: str = typer.Option("cpu", "--profile", help="Throughput profile name or file."),
     backend: Annotated[Backend, typer.Option("--backend")] = Backend.VLLM,

@@ -16,6 +16,7 @@ from tailsieve.model.replica_engine import ReplicaConfig
 from tailsieve.model.speculative import SpecConfig
 from tailsieve.sim.driver import (
     ALL_POLICIES,
+    EXTRA_POLICIES,
     ProtocolRun,
     SimSettings,
     epoch_prompt_ids,
@@ -24,7 +25,10 @@ from tailsieve.sim.driver import (
 from tailsieve.sim.replicas import PoolConfigs
 from tailsieve.sim.workloads import resolve_workload
 
-_POLICY_HELP = "Repeatable; default all: " + ", ".join(ALL_POLICIES) + "."
+_POLICY_HELP = (
+    "Repeatable; default all: " + ", ".join(ALL_POLICIES)
+    + ". Also tailsieve-static: (q, m) held at (--q0, --m0)."
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -65,8 +69,9 @@ def simulate(
     over uniform routing, controller trajectory, wasted tokens and ratio to the lower bound."""
     names = list(policy) if policy else list(ALL_POLICIES)
     for name in names:
-        if name not in ALL_POLICIES:
-            raise ConfigError(f"unknown policy {name!r}; choose from {', '.join(ALL_POLICIES)}")
+        if name not in ALL_POLICIES + EXTRA_POLICIES:
+            known = ", ".join(ALL_POLICIES + EXTRA_POLICIES)
+            raise ConfigError(f"unknown policy {name!r}; choose from {known}")
     if "uniform" not in names:
         names.insert(0, "uniform")  # the paired reference
     settings = SimSettings(

@@ -8,6 +8,7 @@ from enum import Enum
 from tailsieve.control.base import Controller
 from tailsieve.control.config import ControllerConfig
 from tailsieve.control.hierarchical import HierarchicalController
+from tailsieve.control.static import StaticController
 from tailsieve.control.uniform import UniformController
 from tailsieve.errors import ConfigError
 from tailsieve.model.throughput import ThroughputModel
@@ -17,6 +18,7 @@ class ControllerName(str, Enum):
     UNIFORM = "uniform"
     TAILSIEVE_FIXED = "tailsieve-fixed"
     TAILSIEVE = "tailsieve"
+    TAILSIEVE_STATIC = "tailsieve-static"
 
 
 def make_controller(
@@ -26,7 +28,8 @@ def make_controller(
     bulk_model: ThroughputModel | None = None,
 ) -> Controller:
     """``uniform``; ``tailsieve-fixed`` (inner loop only, split held at ``m0``, default R/2);
-    ``tailsieve`` (inner and outer loop)."""
+    ``tailsieve`` (inner and outer loop); ``tailsieve-static`` (q and m held at ``q0`` and
+    ``m0``, no feedback)."""
     try:
         key = ControllerName(name)
     except ValueError:
@@ -34,6 +37,10 @@ def make_controller(
         raise ConfigError(f"unknown step policy {name!r}; choose one of {names}") from None
     if key is ControllerName.UNIFORM:
         return UniformController()
+    if key is ControllerName.TAILSIEVE_STATIC:
+        if config.m0 is None:
+            raise ConfigError("tailsieve-static needs m0 (and q0): the split it holds")
+        return StaticController(config.q0, config.m0, config.num_groups, config.num_replicas)
     if key is ControllerName.TAILSIEVE_FIXED:
         m0 = config.m0 if config.m0 is not None else max(1, config.num_replicas // 2)
         cfg = dataclasses.replace(config, outer_enabled=False, m0=m0)

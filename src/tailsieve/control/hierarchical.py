@@ -143,7 +143,8 @@ class HierarchicalController(Controller):
         if not clean or not work.groups:
             return
         st, a = self.state, self.config.correction_smoothing
-        pred = self.predictor.predict([work], plan.q, plan.m)
+        # the last remembered step is this one: reuse its pre-processed sample
+        pred = self.predictor.predict_samples(self._samples[-1:], plan.q, plan.m)
         if plan.m > 0 and plan.q > 0 and pred.tail_s > 0 and outcome.tail_time_s > 0:
             st.k_tail = (1 - a) * st.k_tail + a * (outcome.tail_time_s / pred.tail_s)
         if pred.bulk_s > 0 and outcome.bulk_cut_s > 0:

@@ -8,7 +8,9 @@ events ``b`` is constant, so time advances in closed form from one completion to
 (never token by token).
 
 Also modelled: a cap on running requests (``max_num_seqs``; the rest wait FCFS), a prefill
-stall when a request is admitted, and aborts. The engine is pure (no clock, no I/O): callers
+stall when a request is admitted, aborts, and the throughput model's context-length term (a step
+costs ``tau(b) + k * C`` with ``C`` the running requests' prompt plus generated tokens; ``C``
+grows by ``b`` per step, so time is a quadratic in progress, still solved in closed form). The engine is pure (no clock, no I/O): callers
 drive it with ``submit`` / ``abort`` at ``now_s`` and ``advance`` / ``pop_next``.
 """
 
@@ -74,6 +76,9 @@ class ReplicaEngine:
         self._waiting: deque[_Req] = deque()
         self._waiting_ids: dict[Hashable, _Req] = {}
         self._tau_cache: dict[int, float] = {}
+        self._k = config.throughput.context_s_per_token
+        self._sum_prompt = 0.0  # prompt tokens of the running requests
+        self._sum_start_p = 0.0  # admission progress of the running requests
         self.busy_s = 0.0  # seconds with at least one running request
 
     # ----- queries -------------------------------------------------------------------
@@ -110,7 +115,29 @@ class ReplicaEngine:
             return self._stall_until_s
         self._drop_stale()
         finish_p = self._heap[0][0]
-        return self.now_s + max(0.0, finish_p - self._p) * self._tau(len(self._running))
+        return self.now_s + self._span_s(max(0.0, finish_p - self._p))
+
+    def step_s(self) -> float:
+        """Seconds of the current decode step (0 when idle)."""
+        b = len(self._running)
+        if b == 0:
+            return 0.0
+        return self._tau(b) + self._k * (self._sum_prompt + b * self._p - self._sum_start_p)
+
+    def _span_s(self, dp: float) -> float:
+        """Seconds to advance progress by ``dp`` with the current running set."""
+        rate = self.step_s()
+        if self._k == 0:
+            return dp * rate
+        return dp * rate + self._k * len(self._running) * dp * dp / 2.0
+
+    def _progress_in(self, dt: float) -> float:
+        """Progress made in ``dt`` seconds of decoding (inverse of ``_span_s``)."""
+        rate = self.step_s()
+        if self._k == 0:
+            return dt / rate
+        curv = self._k * len(self._running)
+        return 2.0 * dt / (rate + math.sqrt(rate * rate + 2.0 * curv * dt))
 
     # ----- inputs --------------------------------------------------------------------
     def submit(self, request_id: Hashable, num_tokens: int, prompt_tokens: int = 0) -> None:
@@ -131,8 +158,11 @@ class ReplicaEngine:
             self._waiting.remove(req)
             return 0
         done = self.tokens_so_far(request_id)
-        if self._running.pop(request_id, None) is None:
+        req = self._running.pop(request_id, None)
+        if req is None:
             return 0
+        self._sum_prompt -= req.prompt_tokens
+        self._sum_start_p -= req.start_p
         self._admit()
         return done
 
@@ -162,7 +192,7 @@ class ReplicaEngine:
         if self._running:
             decode_from = max(self.now_s, self._stall_until_s)
             if t > decode_from:
-                self._p += (t - decode_from) / self._tau(len(self._running))
+                self._p += self._progress_in(t - decode_from)
             self.busy_s += t - self.now_s
         self.now_s = t
 
@@ -179,6 +209,8 @@ class ReplicaEngine:
                 break
             heapq.heappop(self._heap)
             del self._running[rid]
+            self._sum_prompt -= req.prompt_tokens
+            self._sum_start_p -= req.start_p
             out.append(Completion(rid, self.now_s, req.num_tokens))
         if out:
             self._admit()
@@ -202,5 +234,7 @@ class ReplicaEngine:
                 self._stall_until_s = max(self._stall_until_s, self.now_s) + stall
             req.start_p = self._p
             self._running[req.request_id] = req
+            self._sum_prompt += req.prompt_tokens
+            self._sum_start_p += req.start_p
             heapq.heappush(self._heap, (req.start_p + req.num_tokens, self._seq, req.request_id))
             self._seq += 1

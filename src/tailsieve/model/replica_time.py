@@ -4,6 +4,13 @@ With lengths sorted ``L1 >= ... >= Ln`` all starting at time 0,
 ``T = sum_j L_j * (tau(j) - tau(j-1))``. A request shorter than the ``c`` already on a replica
 adds ``Delta T(L, c) = L * (tau(c+1) - tau(c))``. With a running-request cap or a prefill cost
 the closed form no longer holds; ``replica_completion_times`` then runs the event engine.
+
+With a context-length term ``k`` (``ThroughputModel.context_s_per_token``) a step also costs
+``k`` per token of generated context held by the running requests. Integrated over the decode
+(tokens as a continuum), a phase in which ``r`` requests advance from ``a`` to ``b`` tokens adds
+``k * r * (b^2 - a^2) / 2``, so a replica's time gains ``k * sum_i L_i^2 / 2``, a cost per
+request that does not depend on its neighbours. The closed forms count generated tokens only
+(prompt context is the event engine's, when prompt lengths are given).
 """
 
 from __future__ import annotations
@@ -27,12 +34,22 @@ def all_admit_time(lengths: npt.ArrayLike, model: ThroughputModel) -> float:
     if n == 0:
         return 0.0
     taus = model.taus(n)
-    return float(np.dot(arr, np.diff(taus)))
+    return float(np.dot(arr, np.diff(taus))) + context_cost(arr, model)
+
+
+def context_cost(lengths: npt.ArrayLike, model: ThroughputModel) -> float:
+    """The context-length term's share of a replica's time: ``k * sum_i L_i^2 / 2``."""
+    k = model.context_s_per_token
+    if k == 0:
+        return 0.0
+    arr = np.asarray(lengths, dtype=np.float64)
+    return float(k * np.dot(arr, arr) / 2.0)
 
 
 def marginal_cost(length: float, num_running: int, model: ThroughputModel) -> float:
     """Extra replica time from adding a request shorter than the ``num_running`` already there."""
-    return float(length) * (model.tau(num_running + 1) - model.tau(num_running))
+    extra = model.context_s_per_token * float(length) ** 2 / 2.0
+    return float(length) * (model.tau(num_running + 1) - model.tau(num_running)) + extra
 
 
 def all_admit_completion_times(lengths: npt.ArrayLike, model: ThroughputModel) -> FloatArray:
@@ -43,9 +60,9 @@ def all_admit_completion_times(lengths: npt.ArrayLike, model: ThroughputModel) -
         return np.zeros(0)
     order = np.argsort(arr, kind="stable")
     asc = arr[order]
-    gaps = np.diff(np.concatenate(([0.0], asc)))
-    running = n - np.arange(n)  # requests still running during gap k
-    done = np.cumsum(gaps * model.tau_array(running))
+    prev = np.concatenate(([0.0], asc[:-1]))
+    running = n - np.arange(n, dtype=np.int64)  # requests still running during gap k
+    done = np.cumsum(_phase_times(prev, asc, running, model))
     out = np.empty(n)
     out[order] = done
     return out
@@ -58,10 +75,11 @@ def replica_completion_times(
 ) -> FloatArray:
     """Completion times (input order) with a running cap (FCFS in input order) and prefill."""
     arr = np.asarray(lengths, dtype=np.int64)
+    prompt_matters = config.prefill_s_per_token > 0 or config.throughput.has_context_term
     if (
         config.max_num_seqs is None
         and config.prefill_cost_s(0) == 0
-        and (prompt_tokens is None or config.prefill_s_per_token == 0)
+        and (prompt_tokens is None or not prompt_matters)
     ):
         return all_admit_completion_times(arr, config.throughput)
     engine = ReplicaEngine(config)
@@ -115,6 +133,17 @@ def sorted_segment_completion_times(
     pos = np.arange(n) - seg_start
     prev = np.concatenate(([0.0], sorted_lengths[:-1]))
     prev[starts] = 0.0
-    inc = (sorted_lengths - prev) * model.tau_array(np.repeat(sizes, sizes) - pos)
+    inc = _phase_times(prev, sorted_lengths, np.repeat(sizes, sizes) - pos, model)
     csum = np.cumsum(inc)
     return csum - np.concatenate(([0.0], csum))[seg_start]
+
+
+def _phase_times(
+    start: FloatArray, end: FloatArray, running: npt.NDArray[np.integer], model: ThroughputModel
+) -> FloatArray:
+    """Seconds for ``running`` requests to advance from ``start`` to ``end`` tokens each."""
+    out = (end - start) * model.tau_at(running)
+    k = model.context_s_per_token
+    if k > 0:
+        out = out + k * running * (end * end - start * start) / 2.0
+    return out

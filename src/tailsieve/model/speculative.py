@@ -139,4 +139,9 @@ class SpecConfig:
         step_s = model.tau_array(b * (1.0 + self.verify_weight * d)) * (1.0 + self.cost * d)
         eff = np.maximum.accumulate(step_s / self.tokens_per_step)
         pts = tuple(ThroughputPoint(int(bi), float(si)) for bi, si in zip(b, eff, strict=True))
-        return ThroughputModel(points=pts, name=f"{model.name}+{self.label()}", source=model.source)
+        return ThroughputModel(
+            points=pts,
+            name=f"{model.name}+{self.label()}",
+            source=model.source,
+            context_s_per_token=model.context_s_per_token / self.tokens_per_step,
+        )

@@ -5,6 +5,11 @@ points. Inside the table it interpolates linearly (which preserves monotonicity)
 largest measured batch it continues with the slope of a least-squares fit
 ``tau(b) = a + c * b`` over the table, so the curve stays continuous and non-decreasing.
 ``tau(0) = 0`` by definition (an empty replica does no work).
+
+Optionally a context-length term: a decode step at batch ``b`` whose running requests hold
+``C`` tokens of context in total lasts ``tau(b) + context_s_per_token * C`` (attention reads
+every cached token each step). With it, ``tau(b)`` is the step time at zero context. It is 0 in
+the shipped profiles; ``tailsieve profile`` measures it.
 """
 
 from __future__ import annotations
@@ -38,13 +43,20 @@ class ThroughputModel:
     points: tuple[ThroughputPoint, ...]
     name: str = "custom"
     source: str = ""  # where the numbers come from (free text, shown by `tailsieve profiles`)
+    context_s_per_token: float = 0.0  # seconds added to a decode step per token of context
     _b: FloatArray = field(init=False, repr=False, compare=False)
     _tau: FloatArray = field(init=False, repr=False, compare=False)
     _slope_s: float = field(init=False, repr=False, compare=False)
     _intercept_s: float = field(init=False, repr=False, compare=False)
+    _table: list[FloatArray] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         validate_points(self.points, where=self.name)
+        k = self.context_s_per_token
+        if isinstance(k, bool) or not isinstance(k, (int, float)) or not math.isfinite(k) or k < 0:
+            raise ProfileError(
+                f"{self.name}: context_s_per_token must be a finite number >= 0, got {k!r}"
+            )
         b = np.array([p.batch_size for p in self.points], dtype=np.float64)
         tau = np.array([p.step_s for p in self.points], dtype=np.float64)
         if len(b) >= 2:
@@ -55,6 +67,7 @@ class ThroughputModel:
         object.__setattr__(self, "_tau", tau)
         object.__setattr__(self, "_slope_s", max(float(slope), 0.0))
         object.__setattr__(self, "_intercept_s", float(intercept))
+        object.__setattr__(self, "_table", [np.zeros(1)])
 
     @classmethod
     def from_pairs(
@@ -98,6 +111,16 @@ class ThroughputModel:
             out = np.where(beyond, self._tau[-1] + self._slope_s * (arr - self._b[-1]), out)
         return np.where(arr <= 0, 0.0, out)
 
+    def tau_at(self, b: npt.NDArray[np.integer]) -> FloatArray:
+        """``tau`` at non-negative integer batch sizes, from a table kept with the model (a
+        lookup instead of an interpolation; the table grows to the largest ``b`` asked for)."""
+        top = int(b.max()) if b.size else 0
+        table = self._table[0]
+        if top >= table.size:
+            table = self.taus(max(top, 2 * table.size))
+            self._table[0] = table
+        return table[b]
+
     def taus(self, max_batch: int) -> FloatArray:
         """``[tau(0), tau(1), ..., tau(max_batch)]`` (index = batch size)."""
         return self.tau_array(np.arange(max_batch + 1, dtype=np.float64))
@@ -122,15 +145,29 @@ class ThroughputModel:
             raise ProfileError(f"scale factor must be positive, got {factor!r}")
         pts = tuple(ThroughputPoint(p.batch_size, p.step_s * factor) for p in self.points)
         return ThroughputModel(
-            points=pts, name=name or f"{self.name}x{factor:g}", source=self.source
+            points=pts,
+            name=name or f"{self.name}x{factor:g}",
+            source=self.source,
+            context_s_per_token=self.context_s_per_token * factor,
         )
 
+    def with_context(self, context_s_per_token: float) -> ThroughputModel:
+        """The same ``tau(b)`` table with another context-length coefficient."""
+        return ThroughputModel(self.points, self.name, self.source, float(context_s_per_token))
+
+    @property
+    def has_context_term(self) -> bool:
+        return self.context_s_per_token > 0
+
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "name": self.name,
             "source": self.source,
             "points": [{"batch_size": p.batch_size, "step_s": p.step_s} for p in self.points],
         }
+        if self.context_s_per_token > 0:
+            out["context_s_per_token"] = self.context_s_per_token
+        return out
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "profile") -> ThroughputModel:
@@ -153,7 +190,15 @@ class ThroughputModel:
                 raise ProfileError(f"{where}: point {i}: step_s must be a number, got {s!r}")
             pts.append(ThroughputPoint(int(b), float(s)))
         name = str(data.get("name", Path(where).stem))
-        return cls(points=tuple(pts), name=name, source=str(data.get("source", "")))
+        k = data.get("context_s_per_token", 0.0)
+        if isinstance(k, bool) or not isinstance(k, (int, float)):
+            raise ProfileError(f"{where}: context_s_per_token must be a number, got {k!r}")
+        return cls(
+            points=tuple(pts),
+            name=name,
+            source=str(data.get("source", "")),
+            context_s_per_token=float(k),
+        )
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")

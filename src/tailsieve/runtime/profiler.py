@@ -19,7 +19,8 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -167,14 +168,38 @@ async def measure_batch(
 ) -> BatchMeasurement:
     """Measure ``tau(b)`` from short and full rounds of ``b`` concurrent requests (the median
     over ``settings.repeats`` pairs of rounds)."""
-    full = settings.tokens
+    return (await measure_batch_lockstep(session, [settings], [model], b))[0]
+
+
+async def measure_batch_lockstep(
+    session: aiohttp.ClientSession,
+    settings: Sequence[ProfileSettings],
+    models: Sequence[str],
+    b: int,
+) -> list[BatchMeasurement]:
+    """``measure_batch`` on several endpoints at once: every round starts on all of them
+    together and the next round waits for all to finish, so each endpoint is measured while
+    the others run the same batch (the load of a rollout step on shared hardware)."""
+    first = settings[0]
+    full = first.tokens
     short = max(1, round(full * SHORT_FRACTION))
     span = full - short
-    pairs = []
-    for _ in range(settings.repeats):
-        ends_short = await _round(session, settings, model, b, short)
-        ends_full = await _round(session, settings, model, b, full)
-        pairs.append((ends_short, ends_full))
+    pairs: list[list[tuple[list[float], list[float]]]] = [[] for _ in settings]
+    for _ in range(first.repeats):
+        shorts = await asyncio.gather(
+            *(_round(session, st, mdl, b, short) for st, mdl in zip(settings, models, strict=True))
+        )
+        fulls = await asyncio.gather(
+            *(_round(session, st, mdl, b, full) for st, mdl in zip(settings, models, strict=True))
+        )
+        for i in range(len(settings)):
+            pairs[i].append((shorts[i], fulls[i]))
+    return [_measurement(b, prs, full, span) for prs in pairs]
+
+
+def _measurement(
+    b: int, pairs: list[tuple[list[float], list[float]]], full: int, span: int
+) -> BatchMeasurement:
     steps = [(statistics.median(f) - statistics.median(s)) / span for s, f in pairs]
     step = statistics.median(steps)
     ends_full = pairs[steps.index(sorted(steps)[(len(steps) - 1) // 2])][1]
@@ -200,26 +225,78 @@ def build_model(measurements: list[BatchMeasurement], name: str, source: str) ->
 
 async def profile_endpoint(settings: ProfileSettings, name: str | None = None) -> ProfileResult:
     """Run the whole sweep against ``settings.endpoint``."""
-    endpoint = settings.endpoint.rstrip("/")
+    return (await profile_endpoints([settings], [name]))[0]
+
+
+async def profile_endpoints(
+    settings: Sequence[ProfileSettings], names: Sequence[str | None] | None = None
+) -> list[ProfileResult]:
+    """Sweep several endpoints in lockstep (``measure_batch_lockstep``): one profile each.
+
+    All settings must share the batch sizes, tokens and repeats (one sweep)."""
+    if not settings:
+        raise ConfigError("no endpoint to profile")
+    first = settings[0]
+    for st in settings[1:]:
+        if (st.batch_sizes, st.tokens, st.repeats) != (
+            first.batch_sizes,
+            first.tokens,
+            first.repeats,
+        ):
+            raise ConfigError(
+                "endpoints profiled together need the same batch sizes, tokens and repeats"
+            )
+    endpoints = [st.endpoint.rstrip("/") for st in settings]
+    if len(set(endpoints)) != len(endpoints):
+        raise ConfigError(f"an endpoint is listed twice: {endpoints}")
+    settings = [replace(st, endpoint=ep) for st, ep in zip(settings, endpoints, strict=True)]
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
     # a fresh connection per request: servers close idle keep-alive connections (uvicorn: 5 s)
     # and reusing one they just closed fails with "Server disconnected"
     connector = aiohttp.TCPConnector(limit=0, force_close=True)
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
-        model = settings.model or await detect_model(session, endpoint)
-        if settings.warmup:
-            await _one_request(session, endpoint, model, settings.prompt, 8, time.monotonic())
-        out: list[BatchMeasurement] = []
-        for b in settings.batch_sizes:
-            out.append(await measure_batch(session, settings, model, b))
+        models = [st.model or await detect_model(session, st.endpoint) for st in settings]
+        for st, mdl in zip(settings, models, strict=True):
+            if st.warmup:
+                await _one_request(session, st.endpoint, mdl, st.prompt, 8, time.monotonic())
+        per_b = [
+            await measure_batch_lockstep(session, settings, models, b) for b in first.batch_sizes
+        ]
     date = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    bs = ",".join(str(b) for b in settings.batch_sizes)
-    source = (
-        f"Measured by `tailsieve profile` against {endpoint} (model {model}) on {date}: "
-        f"batch sizes {bs}, {settings.tokens} tokens per request (ignore_eos), "
-        f"{settings.repeats} repeat(s); tau = difference "
-        "of median response end times of a full and a quarter-length round over the tokens "
-        "between them."
+    bs = ",".join(str(b) for b in first.batch_sizes)
+    together = (
+        f", measured in lockstep with {len(settings) - 1} other endpoint(s)"
+        if len(settings) > 1
+        else ""
     )
-    result = build_model(out, name or f"measured-{model}".replace("/", "_"), source)
-    return ProfileResult(result, tuple(out))
+    out = []
+    for i, (st, mdl) in enumerate(zip(settings, models, strict=True)):
+        source = (
+            f"Measured by `tailsieve profile` against {st.endpoint} (model {mdl}) on {date}: "
+            f"batch sizes {bs}, {st.tokens} tokens per request (ignore_eos), "
+            f"{st.repeats} repeat(s){together}; tau = difference "
+            "of median response end times of a full and a quarter-length round over the tokens "
+            "between them."
+        )
+        name = (names[i] if names else None) or f"measured-{mdl}".replace("/", "_")
+        ms = [row[i] for row in per_b]
+        out.append(ProfileResult(build_model(ms, name, source), tuple(ms)))
+    return out
+
+
+def mean_profile(results: Sequence[ProfileResult], name: str) -> ThroughputModel:
+    """One profile for a fleet of like replicas: the mean ``tau(b)`` of several measured ones
+    (running maximum, as ``build_model``)."""
+    if not results:
+        raise ConfigError("no profile to average")
+    sizes = [m.batch_size for m in results[0].measurements]
+    for r in results[1:]:
+        if [m.batch_size for m in r.measurements] != sizes:
+            raise ConfigError("profiles to average must share their batch sizes")
+    pairs: list[tuple[int, float]] = []
+    top = 0.0
+    for j, b in enumerate(sizes):
+        top = max(top, statistics.fmean(r.measurements[j].step_s for r in results))
+        pairs.append((b, top))
+    sources = "; ".join(r.model.source for r in results)
+    return ThroughputModel.from_pairs(pairs, name=name, source=f"mean of {len(results)}: {sources}")

@@ -38,6 +38,8 @@ from tailsieve.sim.replicas import PoolConfigs
 IntArray = npt.NDArray[np.int64]
 PROTOCOL_POLICIES: tuple[str, ...] = ("tailsieve-fixed", "tailsieve")
 ALL_POLICIES: tuple[str, ...] = BASELINE_POLICIES + PROTOCOL_POLICIES
+# accepted by name but not part of the default comparison: (q, m) held at (q0, m0)
+EXTRA_POLICIES: tuple[str, ...] = ("tailsieve-static",)
 
 
 class LengthModel(Protocol):
@@ -225,9 +227,10 @@ def run_policies(
         if name in BASELINE_POLICIES:
             run = run_baseline(name, settings, prompt_ids(), lengths, pools)
             out[name] = ProtocolRun(run, None, None)
-        elif name in PROTOCOL_POLICIES:
+        elif name in PROTOCOL_POLICIES or name in EXTRA_POLICIES:
             out[name] = run_protocol(name, settings, prompt_ids(), lengths, pools,
                                      controller_factory)
         else:
-            raise ConfigError(f"unknown policy {name!r}; choose from {', '.join(ALL_POLICIES)}")
+            known = ", ".join(ALL_POLICIES + EXTRA_POLICIES)
+            raise ConfigError(f"unknown policy {name!r}; choose from {known}")
     return out

@@ -49,9 +49,13 @@ class PoolConfigs:
 
     @property
     def closed_form(self) -> bool:
-        """True when neither pool has a running cap or a prefill cost (vectorised fast path)."""
+        """True when neither pool has a running cap, a prefill cost or a context-length term
+        (the vectorised fast path; otherwise the event engine runs)."""
         return all(
-            c.max_num_seqs is None and c.prefill_s == 0 and c.prefill_s_per_token == 0
+            c.max_num_seqs is None
+            and c.prefill_s == 0
+            and c.prefill_s_per_token == 0
+            and not c.throughput.has_context_term
             for c in (self.bulk, self.tail)
         )
 

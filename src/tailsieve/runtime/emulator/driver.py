@@ -129,8 +129,7 @@ class EngineDriver:
 
     def step_real_s(self) -> float:
         """Real seconds of one decode step at the current batch size (0 when idle)."""
-        b = self.engine.num_running
-        return self.engine.config.throughput.tau(b) * self.time_scale if b else 0.0
+        return self.engine.step_s() * self.time_scale
 
     @property
     def num_running(self) -> int:

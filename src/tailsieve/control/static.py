@@ -1,0 +1,45 @@
+"""A controller that holds (q, m) where it is told: TailSieve's protocol without feedback."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tailsieve.control.base import Controller, ControlTargets
+from tailsieve.core.outcome import StepOutcome
+from tailsieve.core.plan import StepPlan
+from tailsieve.errors import ConfigError
+
+
+class StaticController(Controller):
+    """Every step asks for ``q`` tail groups on ``m`` tail replicas and ``c = q`` extras.
+
+    For a split and a tail size found offline (a sweep such as the protocol-ceiling benchmark)
+    and for ablations: it isolates what the protocol gains from what the controller adds.
+    ``m = 0`` is uniform routing. Its state is empty: nothing changes between steps.
+    """
+
+    name = "tailsieve-static"
+
+    def __init__(self, q: int, m: int, num_groups: int, num_replicas: int) -> None:
+        if not 0 <= m <= num_replicas - 1:
+            raise ConfigError(f"m must be in [0, R-1] = [0, {num_replicas - 1}], got {m}")
+        if m > 0 and not 1 <= q <= num_groups - 1:
+            raise ConfigError(f"q must be in [1, N-1] = [1, {num_groups - 1}], got {q}")
+        self.q = q if m > 0 else 0
+        self.m = m
+
+    def targets(self) -> ControlTargets:
+        return ControlTargets(q=self.q, m=self.m, num_extra=self.q)
+
+    def observe(self, plan: StepPlan, outcome: StepOutcome) -> None:
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "q": self.q, "m": self.m}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if (state.get("q"), state.get("m")) != (self.q, self.m):
+            raise ConfigError(
+                f"saved static targets (q={state.get('q')}, m={state.get('m')}) differ from "
+                f"this controller's (q={self.q}, m={self.m})"
+            )
