@@ -28,6 +28,7 @@ from tailsieve.model.profiles import load_profile
         {"num_groups": 8, "num_replicas": 4, "m0": 4},
         {"num_groups": 8, "num_replicas": 4, "momentum": 1.0},
         {"num_groups": 8, "num_replicas": 4, "m_radius": 0},
+        {"num_groups": 8, "num_replicas": 4, "m_confirmations": 0},
     ],
 )
 def test_config_out_of_range_is_rejected(kwargs: dict[str, object]) -> None:

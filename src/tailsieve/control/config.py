@@ -27,12 +27,13 @@ class ControllerConfig:
     inner_target: str = "model"  # "model": balance predicted pool times; "rates": paper's q*
     outer_enabled: bool = True  # outer loop (m) on; False holds m at m0
     m_radius: int = 2  # outer loop looks at splits within this radius
-    m_gain_threshold: float = 0.03  # move a replica only above this predicted relative gain
+    m_gain_threshold: float = 0.02  # move a replica only above this predicted relative gain
     m_hold_steps: int = 2  # steps without an m decision after a move
+    m_confirmations: int = 2  # consecutive outer decisions wanting the same move before it is made
     outer_q_tolerance: float = 0.25  # other splits' balanced q found to within this fraction
     # (the inner loop refines q after a move; a coarse search keeps decisions fast)
     allow_uniform: bool = True  # the outer loop may return to m = 0 (uniform routing)
-    history_steps: int = 2  # response-work history used by the model
+    history_steps: int = 4  # response-work history used by the model (at most ~2,048 responses)
     max_groups_per_tail_replica: int = 8  # search bound of the model's balanced q (q <= 8 m)
     min_groups_per_tail_replica: int = 2  # q >= this * m: no tail replica left (nearly) idle
     correction_smoothing: float = 0.5  # EMA weight of new observed/predicted ratios
@@ -73,6 +74,8 @@ class ControllerConfig:
             raise ConfigError(f"inner_target must be 'model' or 'rates', got {self.inner_target!r}")
         if self.m_radius < 1:
             raise ConfigError(f"m_radius must be >= 1, got {self.m_radius}")
+        if self.m_confirmations < 1:
+            raise ConfigError(f"m_confirmations must be >= 1, got {self.m_confirmations}")
         if not (1 <= self.min_groups_per_tail_replica <= self.max_groups_per_tail_replica):
             raise ConfigError(
                 "need 1 <= min_groups_per_tail_replica <= max_groups_per_tail_replica"

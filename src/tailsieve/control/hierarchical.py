@@ -26,6 +26,7 @@ class ControllerState:
     k_tail: float = 1.0  # observed/predicted tail time (EMA)
     k_bulk: float = 1.0  # observed/predicted bulk time (EMA)
     num_observed: int = 0  # steps observed
+    m_votes: int = 0  # consecutive outer decisions for the same move (+ up, - down)
     history: list[StepWork] = field(default_factory=list)  # recent delivered response work
     last_event: str = ""  # human-readable note on the last decision
 
@@ -101,6 +102,15 @@ class HierarchicalController(Controller):
         od = self.outer.decide(
             st.history, st.m, st.q, st.k_tail, st.k_bulk, self._samples, self._cache
         )
+        if od.new_m == st.m:
+            st.m_votes = 0
+            return
+        up = od.new_m > st.m
+        st.m_votes = (max(st.m_votes, 0) + 1) if up else (min(st.m_votes, 0) - 1)
+        if abs(st.m_votes) < cfg.m_confirmations:
+            st.last_event = f"m {st.m}->{od.new_m}? (gain {od.predicted_gain:.1%}, unconfirmed)"
+            return
+        st.m_votes = 0
         if od.new_m != st.m:
             st.last_event = f"m {st.m}->{od.new_m} (gain {od.predicted_gain:.1%})"
             old_q = st.q

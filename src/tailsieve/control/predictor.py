@@ -7,8 +7,10 @@ receive the first ``q`` groups of that step's priority order (its actual tail gr
 bulk groups by decreasing work), dealt round-robin onto ``m`` replicas. Because the actual tail
 groups come first, the prediction carries the real selector's misses: a long group the cutoff
 did not catch stays in the bulk pool. The bulk pool gets the other groups plus ``c = q`` extra
-groups standing in for the fresh surplus (population samples at evenly spaced work ranks),
-dealt round-robin onto ``R - m`` replicas and cut off when ``N - q`` groups have completed.
+groups that are still running at the cutoff (the groups a cutoff aborts are, by construction, the
+slowest; what the history knows of them is only that they outlasted the delivered ones), dealt
+round-robin onto ``R - m`` replicas; the bulk time is when its ``N - q`` delivered groups have
+completed.
 Replica times use the all-admit model. Predictions are averaged over the remembered steps.
 """
 
@@ -25,6 +27,9 @@ from tailsieve.model.throughput import ThroughputModel
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
+
+# length standing in for a response still running at the cutoff (never completes before it)
+_RUNNING_TOKENS = 1e9
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +66,7 @@ class StepWork:
 class _StepSample:
     """One remembered step, flattened and pre-sorted for fast predictions."""
 
-    __slots__ = ("asc_group", "asc_len", "by_size", "by_work", "num_groups")
+    __slots__ = ("asc_group", "asc_len", "by_work", "group_size", "num_groups")
 
     def __init__(self, groups: Sequence[Sequence[int]], num_tail: int = 0) -> None:
         self.num_groups = len(groups)
@@ -75,23 +80,34 @@ class _StepSample:
         bulk = np.arange(num_tail, self.num_groups)
         bulk = bulk[np.argsort(-work[bulk], kind="stable")]
         self.by_work = np.concatenate((np.arange(num_tail), bulk)).astype(np.int64)
-        self.by_size = np.argsort(-work, kind="stable")
+        self.group_size = max(1, round(float(sizes.mean()))) if self.num_groups else 1
 
     def pool_times(
-        self, slot_of_group: list[IntArray], num_replicas: int, model: ThroughputModel
+        self,
+        slot_of_group: list[IntArray],
+        num_replicas: int,
+        model: ThroughputModel,
+        extra: int = 0,
     ) -> tuple[FloatArray, IntArray]:
         """Completion time of every request of the groups given a slot (``-1`` = absent) in
         each mapping of ``slot_of_group``; slot ``k`` runs on replica ``k % num_replicas``.
-        Returns (times, slot) per request, both sorted by (replica, length)."""
+        ``extra`` more groups (slots after the last mapped one) hold their replicas' batch
+        slots for the whole horizon: groups still running at the cutoff. Returns (times, slot)
+        per request, both sorted by (replica, length)."""
         lens, slots = [], []
         for mapping in slot_of_group:
             req = mapping[self.asc_group]
             keep = req >= 0
             lens.append(self.asc_len[keep])
             slots.append(req[keep])
+        if extra > 0:
+            first = int(max((int(s.max()) for s in slots if s.size), default=-1)) + 1
+            n = self.group_size
+            lens.append(np.full(extra * n, _RUNNING_TOKENS))
+            slots.append(np.repeat(np.arange(first, first + extra, dtype=np.int64), n))
         length = np.concatenate(lens) if len(lens) > 1 else lens[0]
         slot = np.concatenate(slots) if len(slots) > 1 else slots[0]
-        if len(lens) > 1:
+        if len(slot_of_group) > 1:
             merge = np.argsort(length, kind="stable")
             length, slot = length[merge], slot[merge]
         rep = (slot % num_replicas).astype(np.int16)
@@ -154,18 +170,10 @@ class PoolTimePredictor:
         in_tail[tail_idx] = True
         bulk_slot = np.full(n_groups, -1, dtype=np.int64)
         bulk_slot[~in_tail] = np.arange(need)
-        mappings = [bulk_slot]
-        if q_eff > 0:
-            ranks = np.unique(np.linspace(0, n_groups - 1, q_eff).round().astype(np.int64))
-            extra_slot = np.full(n_groups, -1, dtype=np.int64)
-            extra_slot[s.by_size[ranks]] = need + np.arange(ranks.size)
-            mappings.append(extra_slot)
-        times, slot = s.pool_times(mappings, num_bulk, self.bulk_model)
-        done = np.zeros(need + q_eff)
-        np.maximum.at(done, slot, times)
-        done = done[: need + (ranks.size if q_eff > 0 else 0)]
-        k = need - 1
-        return tail_s, float(np.partition(done, k)[k])
+        times, slot = s.pool_times([bulk_slot], num_bulk, self.bulk_model, extra=q_eff)
+        done = np.zeros(need)
+        np.maximum.at(done, slot[slot < need], times[slot < need])
+        return tail_s, float(done.max())
 
     def balanced_q(
         self,
