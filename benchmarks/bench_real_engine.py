@@ -9,7 +9,10 @@
 2. Profiles: each server is measured with the project's profiler (``tailsieve profile``'s code
    path), once with both servers measured in lockstep (``profile_endpoints``, as ``tailsieve
    profile --endpoint A --endpoint B``: every round runs on both at once, the load a live step
-   puts on the 2-core machine) and once one after the other (a server alone). Saved as ``benchmarks/results/profile_<port>_<mode>.json``.
+   puts on the 2-core machine) and once one after the other (a server alone); then, because
+   the machine's speed drifts over minutes, in lockstep again right before each policy's live
+   steps (the primary prediction uses that one). Saved as
+   ``benchmarks/results/profile_<port>_<mode>.json``.
 3. Live: S TailSieve steps (plus the flush that drains the carried prompts) and then S Uniform
    steps through ``TailSieveRollout`` in replay mode (``max_tokens = L``, ``ignore_eos``), AIME
    lengths scaled so the longest fits ``max-model-len`` minus the prompt. Every batch is
@@ -149,7 +152,7 @@ async def first_token_s(url: str, model: str, prompt: str, reps: int = 7) -> flo
 class Profiled:
     """Profiles of all servers measured in one mode."""
 
-    mode: str  # concurrent | sequential
+    mode: str  # concurrent | sequential | before_<policy> (lockstep, right before that phase)
     results: tuple[ProfileResult, ...]
     files: tuple[str, ...]
     wall_s: float
@@ -194,12 +197,15 @@ class Profiled:
 
 
 async def measure_profiles(endpoints: list[str], model: str, batch_sizes: tuple[int, ...],
-                           tokens: int, repeats: int, mode: str) -> Profiled:
-    """Run the profiler on every endpoint (all at once, or one after the other)."""
+                           tokens: int, repeats: int, mode: str,
+                           label: str | None = None) -> Profiled:
+    """Run the profiler on every endpoint (``concurrent``: in lockstep; else one after the
+    other); files are named by ``label`` (default: the mode)."""
+    label = label or mode
     before, t0 = loadavg(), time.perf_counter()
     settings = [ProfileSettings(endpoint=u, batch_sizes=batch_sizes, tokens=tokens, model=model,
                                 repeats=repeats) for u in endpoints]
-    names = [f"real-{u.rsplit(':', 1)[-1]}-{mode}" for u in endpoints]
+    names = [f"real-{u.rsplit(':', 1)[-1]}-{label}" for u in endpoints]
 
     async def one(s: ProfileSettings, n: str) -> ProfileResult:
         # one retry: the profiler's pooled keep-alive connections occasionally hit
@@ -221,12 +227,12 @@ async def measure_profiles(endpoints: list[str], model: str, batch_sizes: tuple[
         results = [await one(s, n) for s, n in zip(settings, names, strict=True)]
     files: list[str] = []
     for u, r in zip(endpoints, results, strict=True):
-        path = RESULTS / f"profile_{u.rsplit(':', 1)[-1]}_{mode}.json"
+        path = RESULTS / f"profile_{u.rsplit(':', 1)[-1]}_{label}.json"
         data = r.to_dict()
         data["loadavg_before"], data["loadavg_after"] = before, loadavg()
         path.write_text(json.dumps(data, indent=2) + "\n")
         files.append(str(path.relative_to(ROOT)))
-    return Profiled(mode, tuple(results), tuple(files), time.perf_counter() - t0, before,
+    return Profiled(label, tuple(results), tuple(files), time.perf_counter() - t0, before,
                     loadavg())
 
 
@@ -443,7 +449,13 @@ async def amain(args: argparse.Namespace, endpoints: list[str]) -> dict[str, Any
 
     live: dict[str, list[LiveStep]] = {}
     live_load: dict[str, tuple[str, str]] = {}
+    fresh: dict[str, Profiled] = {}
     for policy in ("tailsieve", "uniform"):
+        # the machine's speed drifts over minutes: profile again right before each live phase
+        log(f"profiling both servers in lockstep right before the {policy} steps")
+        fresh[policy] = await measure_profiles(endpoints, model, bs, args.profile_tokens,
+                                               args.profile_repeats, "concurrent",
+                                               label=f"before_{policy}")
         before = loadavg()
         log(f"live {policy}: {steps} steps of N={groups} x n={n}")
         live[policy] = await run_live(policy, endpoints, model, lengths, prompts, groups, n,
@@ -460,12 +472,14 @@ async def amain(args: argparse.Namespace, endpoints: list[str]) -> dict[str, Any
         "alone_profile+prefill": sim_pools(seq.mean_model(), prefill_s),
         "median_all_profiles+prefill": sim_pools(median_model([conc, seq]), prefill_s),
     }
-    primary = "concurrent_profile+prefill"
+    primary = "fresh_profile+prefill"
     policies: dict[str, Any] = {}
     for policy, ls in live.items():
         live_t = [s.outcome.makespan_s for s in ls]
-        sims = {k: replay_sim(ls, v, lengths, n) for k, v in variants.items()}
-        loop = closed_loop_sim(policy, variants[primary], mean_conc, lengths, prompt_ids,
+        fresh_model = fresh[policy].mean_model()
+        mine = {primary: sim_pools(fresh_model, prefill_s), **variants}
+        sims = {k: replay_sim(ls, v, lengths, n) for k, v in mine.items()}
+        loop = closed_loop_sim(policy, mine[primary], fresh_model, lengths, prompt_ids,
                                groups, n, len(endpoints), steps, flush=policy == "tailsieve")
         rows: list[dict[str, Any]] = []
         for i, s in enumerate(ls):
@@ -494,7 +508,8 @@ async def amain(args: argparse.Namespace, endpoints: list[str]) -> dict[str, Any
             "sim_total_s": {k: round(v, 4) for k, v in totals.items()},
             "total_rel_err": {k: round(rel_err(v, total_live), 4) for k, v in totals.items()},
             "max_step_abs_rel_err": {
-                k: round(max(abs(r["rel_err"][k]) for r in rows), 4) for k in variants},
+                k: round(max(abs(r["rel_err"][k]) for r in rows), 4) for k in mine},
+            "fresh_profile": fresh[policy].summary(),
             "closed_loop_sim": {
                 "step_makespans_s": [round(o.makespan_s, 4) for o in loop],
                 "total_s": round(sum(o.makespan_s for o in loop), 4),
@@ -519,9 +534,11 @@ async def amain(args: argparse.Namespace, endpoints: list[str]) -> dict[str, Any
                      "mean_concurrent_tau_s": {str(p.batch_size): p.step_s
                                                for p in mean_conc.points}},
         "sim_variants": {
-            "concurrent_profile+prefill": "mean of the profiles measured with both servers "
-            f"busy (lockstep rounds); prefill_s = measured time to first token at b=1 = {prefill_s:.4f} s "
-            "(primary)",
+            "fresh_profile+prefill": "mean of the lockstep profiles (`tailsieve profile "
+            "--endpoint A --endpoint B`) measured right before that policy's live steps; "
+            f"prefill_s = measured time to first token at b=1 = {prefill_s:.4f} s (primary)",
+            "concurrent_profile+prefill": "the same kind of profile measured at the start of "
+            f"the run, before the alone profiles; prefill_s = {prefill_s:.4f} s",
             "concurrent_profile,no_prefill": "same profile, prefill_s = 0",
             "alone_profile+prefill": "mean of the profiles measured one server at a time; "
             f"prefill_s = {prefill_s:.4f} s",
@@ -550,8 +567,8 @@ def write_markdown(res: dict[str, Any], path: Path) -> None:
         "(ignore_eos). Simulator: SimExecutor on the same plans and lengths, "
         f"variant `{pv}`: {res['sim_variants'][pv]}.",
         "",
-        "| policy | step | q | m | live s | sim s | err | sim s (no prefill) | "
-        "sim s (alone profile) | sim s (median profile) | err (median) | "
+        "| policy | step | q | m | live s | sim s | err | sim s (profile at run start) | "
+        "err (run start) | sim s (alone profile) | sim s (median profile) | "
         "live ms/token by replica | loadavg |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
@@ -561,24 +578,27 @@ def write_markdown(res: dict[str, Any], path: Path) -> None:
             lines.append(
                 f"| {pol} | {r['step']}{' (flush)' if r['is_flush'] else ''} | {r['q']} | "
                 f"{r['m']} | {r['live_makespan_s']:.3f} | {sm[pv]:.3f} | "
-                f"{r['rel_err'][pv]:+.1%} | {sm['concurrent_profile,no_prefill']:.3f} | "
+                f"{r['rel_err'][pv]:+.1%} | {sm['concurrent_profile+prefill']:.3f} | "
+                f"{r['rel_err']['concurrent_profile+prefill']:+.1%} | "
                 f"{sm['alone_profile+prefill']:.3f} | {sm['median_all_profiles+prefill']:.3f} | "
-                f"{r['rel_err']['median_all_profiles+prefill']:+.1%} | "
                 f"{r['live_ms_per_token_last_group_by_replica']} | {r['loadavg'].split()[0]} |")
         st = d["sim_total_s"]
         lines.append(
             f"| **{pol} total** | | | | **{d['live_total_s']:.3f}** | **{st[pv]:.3f}** | "
-            f"**{d['total_rel_err'][pv]:+.1%}** | {st['concurrent_profile,no_prefill']:.3f} | "
-            f"{st['alone_profile+prefill']:.3f} | {st['median_all_profiles+prefill']:.3f} | "
-            f"{d['total_rel_err']['median_all_profiles+prefill']:+.1%} | | |")
+            f"**{d['total_rel_err'][pv]:+.1%}** | {st['concurrent_profile+prefill']:.3f} | "
+            f"{d['total_rel_err']['concurrent_profile+prefill']:+.1%} | "
+            f"{st['alone_profile+prefill']:.3f} | {st['median_all_profiles+prefill']:.3f} | | |")
     lines += ["", "Closed-loop `simulate`-style prediction (simulator makes its own plans):", ""]
     for pol, d in res["policies"].items():
         c = d["closed_loop_sim"]
         lines.append(f"- {pol}: steps {c['step_makespans_s']}, total {c['total_s']:.3f} s "
                      f"(live {d['live_total_s']:.3f} s, error {c['total_rel_err_vs_live']:+.1%})")
     lines += ["", "Profiles (tau in ms per decode step; b: value):", ""]
-    for mode in ("concurrent", "sequential"):
-        for s in res["profiles"][mode]["per_server"]:
+    summaries = [(mode, res["profiles"][mode]) for mode in ("concurrent", "sequential")]
+    summaries += [(f"right before {pol}", d["fresh_profile"])
+                  for pol, d in res["policies"].items()]
+    for mode, summary in summaries:
+        for s in summary["per_server"]:
             taus = ", ".join(f"{b}: {v * 1000:.2f}" for b, v in s["tau_s"].items())
             lines.append(f"- {mode} `{s['file']}`: {taus}; overhead b=1 "
                          f"{s['overhead_s']['1']:.3f} s")

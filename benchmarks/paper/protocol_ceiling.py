@@ -6,7 +6,9 @@ what the protocol itself allows bounds what any controller reaches. This item me
 exhaustive search: every (q, m) on a grid is run through the real protocol (cutoff, abort,
 regeneration from scratch, pinned carry-over) with ``tailsieve-static`` (``c = q``), on the same
 prompts and lengths as the other policies, and the best grid point is reported next to the
-oracles and the adaptive controller.
+oracles and the adaptive controller. Workloads: ``paper-math``, ``aime`` and the weak and strong
+tails of ``paper-math`` (paper A.5), which also checks the "never lose more than 2%" target at
+this setting.
 
 * grid: m = 1..7, q in {m, 2m, 3m, 4m, 6m} with q <= 24 (the controller keeps q >= 2m; the
   q = m column shows what that floor costs);
@@ -45,10 +47,19 @@ def grid(num_replicas: int = R, q_max: int = 24) -> list[tuple[int, int]]:
     return out
 
 
+WORKLOADS = ("paper-math", "aime", "paper-math/weak", "paper-math/strong")
+
+
+def resolve(spec: str, seed: int, num_prompts: int) -> Any:
+    """``NAME`` or ``NAME/STRENGTH`` (the A.5 tail-strength transform: weak, strong)."""
+    name, _, strength = spec.partition("/")
+    return resolve_workload(name, strength or None, seed=seed, num_prompts=num_prompts)
+
+
 def run(out_dir: Path, quick: bool, steps: int | None = None,
         seeds: tuple[int, ...] | None = None,
-        workloads: tuple[str, ...] = ("paper-math", "aime")) -> dict[str, Any]:
-    """The grid on both workloads; 16 steps x 3 seeds (8 steps x 1 seed ``quick``)."""
+        workloads: tuple[str, ...] = WORKLOADS) -> dict[str, Any]:
+    """The grid on each workload; 16 steps x 3 seeds (8 steps x 1 seed ``quick``)."""
     timer = Timer()
     num_steps = steps if steps is not None else (8 if quick else 16)
     seed_list = seeds if seeds is not None else ((0,) if quick else (0, 1, 2))
@@ -59,7 +70,7 @@ def run(out_dir: Path, quick: bool, steps: int | None = None,
         ref: dict[str, list[tuple[float, float]]] = {p: [] for p in REFERENCE}
         static: dict[tuple[int, int], list[tuple[float, float]]] = {pt: [] for pt in points}
         for seed in seed_list:
-            wl = resolve_workload(wl_name, seed=seed, num_prompts=max(1000, 2 * num_steps * N))
+            wl = resolve(wl_name, seed, max(1000, 2 * num_steps * N))
             s = SimSettings(num_replicas=R, num_groups=N, group_size=GROUP,
                             num_steps=num_steps, seed=seed)
             paired = simulate(REFERENCE, s, wl, pools)
@@ -111,7 +122,7 @@ def run(out_dir: Path, quick: bool, steps: int | None = None,
 
 
 def _plot(path: Path, results: dict[str, Any]) -> None:
-    fig, axes = plt.subplots(1, len(results), figsize=(5.6 * len(results), 4.2), sharey=True)
+    fig, axes = plt.subplots(1, len(results), figsize=(4.8 * len(results), 4.2), sharey=True)
     for ax, (wl, res) in zip(np.atleast_1d(axes), results.items(), strict=True):
         by_m: dict[int, list[tuple[int, float]]] = {}
         for r in res["static"]:

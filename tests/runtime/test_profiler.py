@@ -30,6 +30,14 @@ CPU = load_profile("cpu")
 ATTEMPTS = 5  # real-time measurements: a loaded machine makes one run late, not all
 
 
+def profile_app() -> typer.Typer:
+    """A Typer app with only the ``profile`` command (as the CLI registers it)."""
+    app = typer.Typer()
+    app.callback()(lambda: None)
+    profile_cmd.register(app)
+    return app
+
+
 def close_to_cpu(model: ThroughputModel) -> bool:
     return all(p.step_s == pytest.approx(CPU.tau(p.batch_size), rel=0.15) for p in model.points)
 
@@ -94,9 +102,7 @@ async def test_server_rejecting_request_is_reported() -> None:
 
 @pytest.mark.slow
 def test_profile_cli_writes_loadable_file(tmp_path: Path) -> None:
-    app = typer.Typer()
-    app.callback()(lambda: None)
-    profile_cmd.register(app)
+    app = profile_app()
     out = tmp_path / "measured.json"
     with EmulatorFleet.start(1, profile="cpu", time_scale=1.0) as fleet:
         for _ in range(ATTEMPTS):
@@ -151,9 +157,7 @@ async def test_lockstep_rejects_mismatched_or_duplicate_endpoints() -> None:
 
 @pytest.mark.slow
 def test_profile_cli_with_two_endpoints_writes_their_mean(tmp_path: Path) -> None:
-    app = typer.Typer()
-    app.callback()(lambda: None)
-    profile_cmd.register(app)
+    app = profile_app()
     out = tmp_path / "fleet.json"
     with EmulatorFleet.start(2, profile="cpu", time_scale=1.0) as fleet:
         res = CliRunner().invoke(app, ["profile", "--endpoint", fleet.urls[0], "--endpoint",

@@ -171,9 +171,7 @@ class PoolTimePredictor:
         bulk_slot = np.full(n_groups, -1, dtype=np.int64)
         bulk_slot[~in_tail] = np.arange(need)
         times, slot = s.pool_times([bulk_slot], num_bulk, self.bulk_model, extra=q_eff)
-        done = np.zeros(need)
-        np.maximum.at(done, slot[slot < need], times[slot < need])
-        return tail_s, float(done.max())
+        return tail_s, float(times[slot < need].max())
 
     def balanced_q(
         self,
