@@ -28,14 +28,9 @@ from tailsieve.model.profiles import load_profile
 from tailsieve.model.throughput import ThroughputModel
 from tailsieve.oracle import OracleTimeoutError, solve_two_replicas, topk_sweep
 from tailsieve.oracle.summary import gap_study, sample_requests
+from tailsieve.workload.presets import AIME_TRACE_IN_REPO
 
-DEFAULT_DATA = (
-    Path(__file__).resolve().parents[1]
-    / ".."
-    / "shared"
-    / "data"
-    / ("aime-r1distill-1.5b-lengths.csv")
-)
+DEFAULT_DATA = AIME_TRACE_IN_REPO
 LADDER = (100, 200, 300, 400, 500, 600, 800, 1000, 1500, 2000, 3000, 4000)
 
 

@@ -67,9 +67,10 @@ from tailsieve.runtime.rollout import RolloutConfig, TailSieveRollout
 from tailsieve.runtime.step_state import StepResult
 from tailsieve.sim.executor import SimExecutor
 from tailsieve.sim.replicas import PoolConfigs
+from tailsieve.workload.presets import AIME_TRACE_IN_REPO
 
 ROOT = Path(__file__).resolve().parents[1]
-AIME = ROOT.parent / "shared" / "data" / "aime-r1distill-1.5b-lengths.csv"
+AIME = AIME_TRACE_IN_REPO
 RESULTS = ROOT / "benchmarks" / "results"
 
 

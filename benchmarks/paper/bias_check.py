@@ -16,7 +16,6 @@ profile, R = 8, N = 64, n = 8):
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,16 @@ from scipy.stats import ks_2samp
 from tailsieve.sim.driver import SimSettings
 from tailsieve.sim.workloads import resolve_workload
 
-from .common import PairedRuns, Timer, delivered_lengths, pools_for, savefig, simulate, write_json
+from .common import (
+    PairedRuns,
+    Timer,
+    at_step,
+    delivered_lengths,
+    pools_for,
+    savefig,
+    simulate,
+    write_json,
+)
 
 NAME = "bias_check"
 R, N, GROUP = 8, 64, 8
@@ -85,8 +93,8 @@ def run(out_dir: Path, quick: bool, steps: int | None = None) -> dict[str, Any]:
             drawn = set(r.drawn_ids)
             shares.append(sum(pid not in drawn for pid in r.delivered_ids) / len(r.delivered_ids))
             q_shares.append(r.q / N)
-            lt_k = delivered_lengths(paired, "tailsieve", _at(r.step))
-            lu_k = delivered_lengths(paired, "uniform", _at(r.step))
+            lt_k = delivered_lengths(paired, "tailsieve", at_step(r.step))
+            lu_k = delivered_lengths(paired, "uniform", at_step(r.step))
             mean_ratio.append(float(lt_k.mean() / lu_k.mean()))
         cases[wl_name] = {
             "composition": composition(paired),
@@ -123,11 +131,6 @@ def run(out_dir: Path, quick: bool, steps: int | None = None) -> dict[str, Any]:
     }
     write_json(out_dir, NAME, payload)
     return payload
-
-
-def _at(step: int) -> Callable[[int], bool]:
-    """Step selector for ``delivered_lengths``: exactly ``step``."""
-    return lambda t: t == step
 
 
 def _stats(x: np.ndarray) -> dict[str, float]:

@@ -37,9 +37,10 @@ from tailsieve.sim.driver import (
 )
 from tailsieve.sim.records import PolicyRun
 from tailsieve.sim.replicas import PoolConfigs
+from tailsieve.workload.presets import AIME_TRACE_IN_REPO
 
 REPO = Path(__file__).resolve().parents[2]
-AIME_CSV = REPO.parent / "shared" / "data" / "aime-r1distill-1.5b-lengths.csv"
+AIME_CSV = AIME_TRACE_IN_REPO
 
 
 def machine_info() -> dict[str, Any]:
@@ -124,6 +125,11 @@ def fixed_factory(q: int, m: int) -> ControllerFactory:
         return StaticController(q, m, settings.num_groups, settings.num_replicas)
 
     return make
+
+
+def at_step(step: int) -> Callable[[int], bool]:
+    """Step selector for ``delivered_lengths``: exactly ``step``."""
+    return lambda t: t == step
 
 
 def delivered_lengths(paired: PairedRuns, policy: str, steps: Callable[[int], bool]) -> np.ndarray:

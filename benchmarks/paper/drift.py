@@ -10,7 +10,6 @@ during RL training). gpu profile, R = 8, N = 64, n = 8. Paper (Qwen3.5-2B GRPO, 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,16 @@ from tailsieve.sim.driver import SimSettings
 from tailsieve.workload.presets import PRESETS
 from tailsieve.workload.synthetic import SyntheticWorkload
 
-from .common import Timer, delivered_lengths, mean, pools_for, savefig, simulate, write_json
+from .common import (
+    Timer,
+    at_step,
+    delivered_lengths,
+    mean,
+    pools_for,
+    savefig,
+    simulate,
+    write_json,
+)
 
 NAME = "drift"
 R, N, GROUP = 8, 64, 8
@@ -52,7 +60,7 @@ def run(out_dir: Path, quick: bool, steps: int | None = None,
             paired = simulate(POLICIES, s, wl, pools)
             uni = paired.run("uniform")
             step_s = {p: [r.makespan_s for r in paired.run(p).regular] for p in POLICIES}
-            medians = [float(np.median(delivered_lengths(paired, "uniform", _at(k))))
+            medians = [float(np.median(delivered_lengths(paired, "uniform", at_step(k))))
                        for k in range(num_steps)]
             per_step_speedup = [u / t for u, t in zip(step_s["uniform"], step_s["tailsieve"],
                                                       strict=True)]
@@ -91,11 +99,6 @@ def run(out_dir: Path, quick: bool, steps: int | None = None,
     }
     write_json(out_dir, NAME, payload)
     return payload
-
-
-def _at(step: int) -> Callable[[int], bool]:
-    """Step selector for ``delivered_lengths``: exactly ``step``."""
-    return lambda t: t == step
 
 
 def _plot(path: Path, scenarios: dict[str, Any]) -> None:

@@ -11,14 +11,9 @@ import pytest
 from tailsieve.cli.main import main
 from tailsieve.model.profiles import load_profile
 from tailsieve.oracle import solve_two_replicas
+from tailsieve.workload.presets import AIME_TRACE_IN_REPO
 
-AIME = (
-    Path(__file__).resolve().parents[2]
-    / ".."
-    / "shared"
-    / "data"
-    / "aime-r1distill-1.5b-lengths.csv"
-)
+AIME = AIME_TRACE_IN_REPO
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:

@@ -11,8 +11,9 @@ import pytest
 
 from tailsieve.cli.main import main
 from tailsieve.runtime.emulator import EmulatorFleet
+from tailsieve.workload.presets import AIME_TRACE_IN_REPO
 
-AIME = Path(__file__).resolve().parents[3] / "shared" / "data" / "aime-r1distill-1.5b-lengths.csv"
+AIME = AIME_TRACE_IN_REPO
 MODEL = "tailsieve-emulated"
 
 

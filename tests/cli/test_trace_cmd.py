@@ -10,8 +10,9 @@ import pytest
 
 from tailsieve.cli.main import main
 from tailsieve.workload.io import read_trace
+from tailsieve.workload.presets import AIME_TRACE_IN_REPO
 
-AIME = Path(__file__).resolve().parents[3] / "shared" / "data" / "aime-r1distill-1.5b-lengths.csv"
+AIME = AIME_TRACE_IN_REPO
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:

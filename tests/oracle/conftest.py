@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from tailsieve.model.profiles import load_profile
 from tailsieve.model.throughput import ThroughputModel
+from tailsieve.workload.presets import AIME_TRACE_IN_REPO
 
-AIME_CSV = (
-    Path(__file__).resolve().parents[2]
-    / ".."
-    / "shared"
-    / "data"
-    / "aime-r1distill-1.5b-lengths.csv"
-)
+AIME_CSV = AIME_TRACE_IN_REPO
 
 
 @pytest.fixture(scope="session")

@@ -21,10 +21,11 @@ import pytest
 from tailsieve.runtime.backends import SamplingParams
 from tailsieve.runtime.replay import ReplayLengths
 from tailsieve.runtime.rollout import RolloutConfig, TailSieveRollout
+from tailsieve.workload.presets import AIME_TRACE_IN_REPO
 
 pytestmark = pytest.mark.vllm
 
-AIME = Path(__file__).resolve().parents[3] / "shared" / "data" / "aime-r1distill-1.5b-lengths.csv"
+AIME = AIME_TRACE_IN_REPO
 ENDPOINTS = [u for u in os.environ.get("TAILSIEVE_VLLM_ENDPOINTS", "").split(",") if u]
 NUM_GROUPS, GROUP_SIZE, NUM_STEPS = 4, 4, 4
 LENGTH_SCALE = 0.05  # AIME max 16,000 -> 800 tokens, inside --max-model-len 1024

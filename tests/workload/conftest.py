@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-AIME = Path(__file__).resolve().parents[3] / "shared" / "data" / "aime-r1distill-1.5b-lengths.csv"
+from tailsieve.workload.presets import AIME_TRACE_IN_REPO
+
+AIME = AIME_TRACE_IN_REPO
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,7 @@ from tailsieve.model.replica_engine import ReplicaConfig
 from tailsieve.model.speculative import SpecConfig
 from tailsieve.sim.driver import (
     ALL_POLICIES,
-    EXTRA_POLICIES,
+    KNOWN_POLICIES,
     ProtocolRun,
     SimSettings,
     epoch_prompt_ids,
@@ -69,9 +69,8 @@ def simulate(
     over uniform routing, controller trajectory, wasted tokens and ratio to the lower bound."""
     names = list(policy) if policy else list(ALL_POLICIES)
     for name in names:
-        if name not in ALL_POLICIES + EXTRA_POLICIES:
-            known = ", ".join(ALL_POLICIES + EXTRA_POLICIES)
-            raise ConfigError(f"unknown policy {name!r}; choose from {known}")
+        if name not in KNOWN_POLICIES:
+            raise ConfigError(f"unknown policy {name!r}; choose from {', '.join(KNOWN_POLICIES)}")
     if "uniform" not in names:
         names.insert(0, "uniform")  # the paired reference
     settings = SimSettings(

@@ -111,13 +111,12 @@ class HierarchicalController(Controller):
             st.last_event = f"m {st.m}->{od.new_m}? (gain {od.predicted_gain:.1%}, unconfirmed)"
             return
         st.m_votes = 0
-        if od.new_m != st.m:
-            st.last_event = f"m {st.m}->{od.new_m} (gain {od.predicted_gain:.1%})"
-            old_q = st.q
-            st.m, st.q = od.new_m, od.new_q if od.new_m > 0 else 0
-            st.hold_m = cfg.m_hold_steps
-            st.hold_q = cfg.hold_after_increase if st.q >= old_q else cfg.hold_after_decrease
-            self.inner.reset()
+        st.last_event = f"m {st.m}->{od.new_m} (gain {od.predicted_gain:.1%})"
+        old_q = st.q
+        st.m, st.q = od.new_m, od.new_q if od.new_m > 0 else 0
+        st.hold_m = cfg.m_hold_steps
+        st.hold_q = cfg.hold_after_increase if st.q >= old_q else cfg.hold_after_decrease
+        self.inner.reset()
 
     def _inner_decision(self, plan: StepPlan, outcome: StepOutcome) -> InnerDecision:
         cfg, st = self.config, self.state

@@ -84,32 +84,25 @@ class _StepSample:
 
     def pool_times(
         self,
-        slot_of_group: list[IntArray],
+        slot_of_group: IntArray,
         num_replicas: int,
         model: ThroughputModel,
         extra: int = 0,
     ) -> tuple[FloatArray, IntArray]:
-        """Completion time of every request of the groups given a slot (``-1`` = absent) in
-        each mapping of ``slot_of_group``; slot ``k`` runs on replica ``k % num_replicas``.
-        ``extra`` more groups (slots after the last mapped one) hold their replicas' batch
-        slots for the whole horizon: groups still running at the cutoff. Returns (times, slot)
-        per request, both sorted by (replica, length)."""
-        lens, slots = [], []
-        for mapping in slot_of_group:
-            req = mapping[self.asc_group]
-            keep = req >= 0
-            lens.append(self.asc_len[keep])
-            slots.append(req[keep])
+        """Completion time of every request of the groups given a slot (``-1`` = absent) by
+        ``slot_of_group``; slot ``k`` runs on replica ``k % num_replicas``. ``extra`` more
+        groups (the slots after the last mapped one) hold their replicas' batch slots for the
+        whole horizon: groups still running at the cutoff. Returns (times, slot) per request,
+        both sorted by (replica, length)."""
+        req = slot_of_group[self.asc_group]
+        keep = req >= 0
+        length, slot = self.asc_len[keep], req[keep]
         if extra > 0:
-            first = int(max((int(s.max()) for s in slots if s.size), default=-1)) + 1
+            first = int(slot.max()) + 1 if slot.size else 0
             n = self.group_size
-            lens.append(np.full(extra * n, _RUNNING_TOKENS))
-            slots.append(np.repeat(np.arange(first, first + extra, dtype=np.int64), n))
-        length = np.concatenate(lens) if len(lens) > 1 else lens[0]
-        slot = np.concatenate(slots) if len(slots) > 1 else slots[0]
-        if len(slot_of_group) > 1:
-            merge = np.argsort(length, kind="stable")
-            length, slot = length[merge], slot[merge]
+            # longer than every real response, so appending keeps the lengths sorted
+            length = np.concatenate((length, np.full(extra * n, _RUNNING_TOKENS)))
+            slot = np.concatenate((slot, np.repeat(np.arange(first, first + extra), n)))
         rep = (slot % num_replicas).astype(np.int16)
         order = np.argsort(rep, kind="stable")
         return sorted_segment_completion_times(length[order], rep[order], model), slot[order]
@@ -160,7 +153,7 @@ class PoolTimePredictor:
         if q_eff > 0:
             tail_slot = np.full(n_groups, -1, dtype=np.int64)
             tail_slot[tail_idx] = np.arange(q_eff)
-            times, _ = s.pool_times([tail_slot], m_eff, self.tail_model)
+            times, _ = s.pool_times(tail_slot, m_eff, self.tail_model)
             tail_s = float(times.max())
         num_bulk = self.num_replicas - m_eff
         need = n_groups - q_eff
@@ -170,7 +163,7 @@ class PoolTimePredictor:
         in_tail[tail_idx] = True
         bulk_slot = np.full(n_groups, -1, dtype=np.int64)
         bulk_slot[~in_tail] = np.arange(need)
-        times, slot = s.pool_times([bulk_slot], num_bulk, self.bulk_model, extra=q_eff)
+        times, slot = s.pool_times(bulk_slot, num_bulk, self.bulk_model, extra=q_eff)
         return tail_s, float(times[slot < need].max())
 
     def balanced_q(

@@ -15,7 +15,8 @@ class StaticController(Controller):
 
     For a split and a tail size found offline (a sweep such as the protocol-ceiling benchmark)
     and for ablations: it isolates what the protocol gains from what the controller adds.
-    ``m = 0`` is uniform routing. Its state is empty: nothing changes between steps.
+    ``m = 0`` is uniform routing. Nothing changes between steps; the saved state is the held
+    (q, m), checked on restore.
     """
 
     name = "tailsieve-static"

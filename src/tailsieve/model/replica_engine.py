@@ -8,9 +8,10 @@ events ``b`` is constant, so time advances in closed form from one completion to
 (never token by token).
 
 Also modelled: a cap on running requests (``max_num_seqs``; the rest wait FCFS), a prefill
-stall when a request is admitted, aborts, and the throughput model's context-length term (a step
-costs ``tau(b) + k * C`` with ``C`` the running requests' prompt plus generated tokens; ``C``
-grows by ``b`` per step, so time is a quadratic in progress, still solved in closed form). The engine is pure (no clock, no I/O): callers
+stall when a request is admitted, aborts, and the throughput model's context-length term (a
+step costs ``tau(b) + k * C`` with ``C`` the running requests' prompt plus generated tokens;
+``C`` grows by ``b`` per step, so time is a quadratic in progress, still solved in closed
+form). The engine is pure (no clock, no I/O): callers
 drive it with ``submit`` / ``abort`` at ``now_s`` and ``advance`` / ``pop_next``.
 """
 

@@ -48,8 +48,8 @@ def context_cost(lengths: npt.ArrayLike, model: ThroughputModel) -> float:
 
 def marginal_cost(length: float, num_running: int, model: ThroughputModel) -> float:
     """Extra replica time from adding a request shorter than the ``num_running`` already there."""
-    extra = model.context_s_per_token * float(length) ** 2 / 2.0
-    return float(length) * (model.tau(num_running + 1) - model.tau(num_running)) + extra
+    step = model.tau(num_running + 1) - model.tau(num_running)
+    return float(length) * step + context_cost([length], model)
 
 
 def all_admit_completion_times(lengths: npt.ArrayLike, model: ThroughputModel) -> FloatArray:

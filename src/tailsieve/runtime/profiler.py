@@ -163,23 +163,16 @@ async def _round(
     return sorted(ends)
 
 
-async def measure_batch(
-    session: aiohttp.ClientSession, settings: ProfileSettings, model: str, b: int
-) -> BatchMeasurement:
-    """Measure ``tau(b)`` from short and full rounds of ``b`` concurrent requests (the median
-    over ``settings.repeats`` pairs of rounds)."""
-    return (await measure_batch_lockstep(session, [settings], [model], b))[0]
-
-
 async def measure_batch_lockstep(
     session: aiohttp.ClientSession,
     settings: Sequence[ProfileSettings],
     models: Sequence[str],
     b: int,
 ) -> list[BatchMeasurement]:
-    """``measure_batch`` on several endpoints at once: every round starts on all of them
-    together and the next round waits for all to finish, so each endpoint is measured while
-    the others run the same batch (the load of a rollout step on shared hardware)."""
+    """``tau(b)`` of every endpoint from short and full rounds of ``b`` concurrent requests
+    (the median over ``repeats`` pairs of rounds). Every round starts on all endpoints together
+    and the next waits for all to finish, so each is measured while the others run the same
+    batch (the load of a rollout step on shared hardware); one endpoint is the plain case."""
     first = settings[0]
     full = first.tokens
     short = max(1, round(full * SHORT_FRACTION))

@@ -40,6 +40,7 @@ PROTOCOL_POLICIES: tuple[str, ...] = ("tailsieve-fixed", "tailsieve")
 ALL_POLICIES: tuple[str, ...] = BASELINE_POLICIES + PROTOCOL_POLICIES
 # accepted by name but not part of the default comparison: (q, m) held at (q0, m0)
 EXTRA_POLICIES: tuple[str, ...] = ("tailsieve-static",)
+KNOWN_POLICIES: tuple[str, ...] = ALL_POLICIES + EXTRA_POLICIES
 
 
 class LengthModel(Protocol):
@@ -231,6 +232,6 @@ def run_policies(
             out[name] = run_protocol(name, settings, prompt_ids(), lengths, pools,
                                      controller_factory)
         else:
-            known = ", ".join(ALL_POLICIES + EXTRA_POLICIES)
+            known = ", ".join(KNOWN_POLICIES)
             raise ConfigError(f"unknown policy {name!r}; choose from {known}")
     return out

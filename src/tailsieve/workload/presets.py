@@ -64,16 +64,17 @@ PRESETS: dict[str, SyntheticParams] = {
 }
 
 AIME_TRACE_PATH = Path("../shared/data/aime-r1distill-1.5b-lengths.csv")  # from the repo root
+# the same file beside the repository this package is installed from (editable installs)
+AIME_TRACE_IN_REPO = Path(__file__).resolve().parents[3] / AIME_TRACE_PATH
 
 
 def aime_trace_path() -> Path:
     """The AIME trace: ``../shared/data/...`` relative to the working directory, else relative
     to the repository this package is installed from (editable installs)."""
-    repo_root = Path(__file__).resolve().parents[3]
-    for candidate in (AIME_TRACE_PATH, repo_root / AIME_TRACE_PATH):
+    for candidate in (AIME_TRACE_PATH, AIME_TRACE_IN_REPO):
         if candidate.is_file():
             return candidate
-    raise ConfigError(f"AIME trace not found at {AIME_TRACE_PATH} or {repo_root / AIME_TRACE_PATH}")
+    raise ConfigError(f"AIME trace not found at {AIME_TRACE_PATH} or {AIME_TRACE_IN_REPO}")
 
 
 DEFAULT_NUM_PROMPTS = 1000
