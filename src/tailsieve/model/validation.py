@@ -120,3 +120,19 @@ def validation_rows(eff: Efficiencies | None = None) -> list[ValidationRow]:
         rows.append(ValidationRow("tpot", f"{model} on {gpu}, b = 1, ~600 tokens of context",
                                   tpot, dm.tau(1, 600), "s", src))
     return rows
+
+
+def _fmt(x: float, unit: str, small: bool) -> str:
+    if unit != "s":
+        return f"{x:.0f} {unit}"
+    return f"{x * 1e6:.1f} us" if small else f"{x * 1e3:.3f} ms"
+
+
+def markdown_table(rows: list[ValidationRow] | None = None) -> list[str]:
+    """The validation table as markdown lines (model vs source, % off)."""
+    out = ["| part | case | published | model | off | source |", "|---|---|---:|---:|---:|---|"]
+    for r in rows if rows is not None else validation_rows():
+        small = r.measured < 1e-3
+        out.append(f"| {r.part} | {r.case} | {_fmt(r.measured, r.unit, small)} | "
+                   f"{_fmt(r.model, r.unit, small)} | {100 * r.off:+.1f}% | {r.source} |")
+    return out
