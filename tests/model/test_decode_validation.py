@@ -9,6 +9,7 @@ from tailsieve.model.validation import (
     FA3_H100_US,
     PUBLISHED_4B_H100_TOK_S,
     VIDUR_LLAMA2_7B_H100_LAYER_MS,
+    VIDUR_OTHER_H100_LAYER_MS,
     ValidationRow,
     validation_rows,
 )
@@ -24,12 +25,21 @@ def test_every_fixture_is_compared() -> None:
     assert len(rows("linear")) == len(VIDUR_LLAMA2_7B_H100_LAYER_MS)
     assert len(rows("attention")) == len(FA3_H100_US)
     assert len(rows("batch-1")) == 1 and len(rows("tpot")) == 2
+    assert len(rows("linear (out of sample)")) == sum(
+        len(t) for _, t in VIDUR_OTHER_H100_LAYER_MS.values())
 
 
 @pytest.mark.parametrize("row", rows("linear"), ids=lambda r: r.case)
 def test_linear_part_within_15pct_of_vidur_h100(row: ValidationRow) -> None:
     # Vidur's H100 Llama-2-7B mlp.csv, b = 1..1024 (the issue asks 1..512; 1024 holds too)
     assert abs(row.off) <= 0.15, f"{row.case}: model {row.model:.3e} s vs {row.measured:.3e} s"
+
+
+@pytest.mark.parametrize("row", rows("linear (out of sample)"), ids=lambda r: r.case)
+def test_linear_part_out_of_sample_is_conservative(row: ValidationRow) -> None:
+    # larger layers (hidden 5120-8192) run their GEMMs more efficiently than Llama-2-7B's: the
+    # model is up to 35% slow at b = 256, never more than 5% fast (docs/performance-model.md)
+    assert -0.05 <= row.off <= 0.40, f"{row.case}: model {row.model:.3e} s vs {row.measured:.3e} s"
 
 
 @pytest.mark.parametrize("row", rows("attention"), ids=lambda r: r.case)

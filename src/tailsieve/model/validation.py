@@ -36,6 +36,28 @@ VIDUR_LLAMA2_7B_H100_LAYER_MS: dict[int, float] = {
 VIDUR_SOURCE = ("microsoft/vidur data/profiling/compute/h100/meta-llama/Llama-2-7b-hf/mlp.csv "
                 "(non-attention ops per layer, medians, TP 1)")
 
+# Out of sample: the same Vidur H100 tables (TP 1, same ops, ms per layer) for larger models,
+# data/profiling/compute/h100/<model>/mlp.csv; predicted with the efficiencies fitted on
+# Llama-2-7B. name -> (config fields, {b: ms}).
+VIDUR_OTHER_H100_LAYER_MS: dict[str, tuple[dict[str, object], dict[int, float]]] = {
+    "codellama/CodeLlama-34b-Instruct-hf": (
+        {"num_attention_heads": 64, "num_key_value_heads": 8, "hidden_size": 8192,
+         "intermediate_size": 22016, "vocab_size": 32768},
+        {1: 0.5075, 64: 0.5225, 128: 0.551, 256: 0.636, 512: 1.113}),
+    "meta-llama/Llama-2-70b-hf": (
+        {"num_attention_heads": 64, "num_key_value_heads": 8, "hidden_size": 8192,
+         "intermediate_size": 28672, "vocab_size": 32768},
+        {1: 0.625, 64: 0.6335, 128: 0.648, 256: 0.764, 512: 1.256}),
+    "Qwen/Qwen-72B": (
+        {"num_attention_heads": 64, "num_key_value_heads": 64, "hidden_size": 8192,
+         "intermediate_size": 24576, "vocab_size": 152064},
+        {1: 0.6385, 64: 0.665, 128: 0.683, 256: 0.798, 512: 1.302}),
+    "internlm/internlm-20b": (
+        {"num_attention_heads": 40, "num_key_value_heads": 40, "hidden_size": 5120,
+         "intermediate_size": 13824, "vocab_size": 103168},
+        {1: 0.256, 64: 0.258, 128: 0.2785, 256: 0.356, 512: 0.5465}),
+}
+
 # FlashAttention-3 paged-KV decode on H100 (Dao-AILab/flash-attention issue 1572, comment of
 # 2025-04-11 by TheRainstorm, flash_attention_benchmark.py with CUDA graphs): batch 16, 32 query
 # / 32 KV heads x 128, fp16, page size 8; microseconds per call (1796 GB/s at 2000, 1849 GB/s
@@ -104,6 +126,15 @@ def validation_rows(eff: Efficiencies | None = None) -> list[ValidationRow]:
     for b, ms in VIDUR_LLAMA2_7B_H100_LAYER_MS.items():
         rows.append(ValidationRow("linear", f"Llama-2-7B layer, b = {b}", ms * 1e-3,
                                   float(llama.layer_linear_s(b)), "s", VIDUR_SOURCE))
+    for name, (fields, table) in VIDUR_OTHER_H100_LAYER_MS.items():
+        other = DecodeModel(ModelConfig.from_hf(
+            {**fields, "num_hidden_layers": 1, "torch_dtype": "float16"}, name), h100, 1, e)
+        short = name.split("/")[1]
+        for b, ms in table.items():
+            rows.append(ValidationRow(
+                "linear (out of sample)", f"{short} layer, b = {b}", ms * 1e-3,
+                float(other.layer_linear_s(b)), "s",
+                f"microsoft/vidur data/profiling/compute/h100/{name}/mlp.csv (TP 1)"))
     mha = DecodeModel(ModelConfig.from_hf(MHA_LAYER, "mha-32x128"), h100, 1, e)
     for ctx, us in FA3_H100_US.items():
         rows.append(ValidationRow(
