@@ -101,6 +101,12 @@ def test_profiles_lists_the_five_derived_profiles(capsys: pytest.CaptureFixture[
     assert q["b64_ctx2k_tokens_per_s"] == pytest.approx(1 / m.step_s(64, 64 * 2048))
     assert q["kv_capacity_tokens"] == m.kv_capacity_tokens and q["kind"] == "derived"
     assert rows["cpu"]["kv_capacity_tokens"] is None
+    rc, out, _ = run(["profiles", "--show", "qwen3-4b-h100"], capsys)
+    shown = json.loads(out)
+    assert rc == 0 and shown["kv_capacity_tokens"] == m.kv_capacity_tokens
+    assert shown["provenance"]["kind"] == "derived"
+    rc, out, _ = run(["profiles", "validate", "--json"], capsys)
+    assert rc == 0 and {r["part"] for r in json.loads(out)} >= {"linear", "attention", "batch-1"}
 
 
 def test_profiles_compare(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
