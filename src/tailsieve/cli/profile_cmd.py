@@ -43,7 +43,7 @@ def profile(
     batch_sizes: str = typer.Option("1,2,4,8,16,32", "--batch-sizes", help="Comma list."),
     tokens: int = typer.Option(200, "--tokens", help="Tokens per request (ignore_eos)."),
     out: str = typer.Option(None, "--out", help="Write the profile JSON here (else stdout)."),
-    model: str = typer.Option(None, "--model", help="Model name (default: from /v1/models)."),
+    model: str = typer.Option(None, "--model", help="Model name (default: the one the server serves)."),
     name: str = typer.Option(None, "--name", help="Profile name (default: measured-MODEL)."),
     prompt: str = typer.Option("hello", "--prompt", help="Prompt text of every request."),
     timeout_s: float = typer.Option(600.0, "--timeout", help="Limit per batch, seconds."),

@@ -140,7 +140,9 @@ def rollout(
     ),
     profile: str = typer.Option("cpu", "--profile", help="Throughput profile name or file."),
     backend: Annotated[Backend, typer.Option("--backend")] = Backend.VLLM,
-    model: str = typer.Option("default", "--model", help="Served model name."),
+    model: str = typer.Option(
+        None, "--model", help="Served model name (default: the one the servers serve)."
+    ),
     max_tokens: int = typer.Option(256, "--max-tokens", help="Cap per response (and replay clip)."),
     temperature: float = typer.Option(1.0, "--temperature"),
     seed: int = typer.Option(None, "--seed", help="Base sampling seed."),
