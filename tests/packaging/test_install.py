@@ -1,4 +1,4 @@
-"""A clone without the sibling ``../shared`` folder, and a wheel installed elsewhere, work on
+"""A clone without a sibling ``shared`` data folder, and a wheel installed elsewhere, work on
 their own: ``tailsieve simulate --workload aime`` finds the shipped AIME trace."""
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def _clean_env() -> dict[str, str]:
 
 
 def test_copy_of_the_repo_without_shared_folder(tmp_path: Path) -> None:
-    """The working tree copied alone into an empty folder (no ``../shared`` beside it)."""
+    """The working tree copied alone into an empty folder (no ``shared`` folder beside it)."""
     clone = tmp_path / "clone"
     for f in _tracked_files():
         (clone / f).parent.mkdir(parents=True, exist_ok=True)
