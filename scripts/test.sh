@@ -3,7 +3,8 @@
 #   bash scripts/test.sh [pytest args...]
 # Creates .venv (TailSieve + dev tools) and .venv-vllm (the real vLLM CPU engine, test-only),
 # builds the tiny local model, starts two vLLM CPU servers unless TAILSIEVE_VLLM_ENDPOINTS
-# already names running ones, runs ruff, mypy and pytest, and stops what it started.
+# already names running ones, runs ruff, mypy, the strict docs build and pytest, and stops what
+# it started.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT="$PWD"
@@ -47,4 +48,8 @@ echo "test.sh: vLLM endpoints $TAILSIEVE_VLLM_ENDPOINTS" >&2
 
 .venv/bin/ruff check src tests benchmarks
 .venv/bin/mypy
+# the docs: a broken link, a missing anchor or a page left out of the nav fails (not --quiet:
+# it hides the warnings that --strict turns into failures)
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir "$ROOT/.cache/docs-site"
+echo "test.sh: docs built (mkdocs build --strict)" >&2
 .venv/bin/pytest "$@"

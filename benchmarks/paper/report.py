@@ -332,7 +332,7 @@ def tables(out_dir: Path) -> tuple[list[str], list[str]]:
         + oracle_note + f" TailSieve stays at {ts_lo:.2f}-{ts_hi:.2f}x and the fixed-allocation "
         f"variant at {fx_lo:.2f}-{fx_hi:.2f}x (steady, over all workloads, profiles and N) "
         "instead of the paper's 1.02-1.35x. The simulator and controller were not changed to chase the target. "
-        "What the runs show (see also the README section on `tailsieve simulate` and Figure 4 above): (1) "
+        "What the runs show (see also the simulator page of the docs, docs/simulate.md, and Figure 4 above): (1) "
         "the cost of the partial-rollout cutoff: with c = q extra fresh groups the bulk pool "
         "waits for the (N - q)-th completion, and the aborted groups occupy bulk slots until "
         f"then, wasting {wasted_lo:.0%}-{wasted_hi:.0%} of the generated tokens; (2) the "

@@ -18,7 +18,9 @@ def _chromium() -> str | None:
 
 
 @pytest.mark.slow
-def test_demo_runs_both_policies_and_writes_a_report(tmp_path: Path) -> None:
+def test_demo_runs_both_policies_and_writes_a_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "demo"
     rc = main(
         [
@@ -27,6 +29,12 @@ def test_demo_runs_both_policies_and_writes_a_report(tmp_path: Path) -> None:
         ]
     )
     assert rc == 0
+    printed = capsys.readouterr().out
+    assert "Uniform (95% interval" in printed or "than Uniform" in printed
+    assert "Tokens wasted on groups aborted at the cutoff" in printed
+    timelines = json.loads((out / "timelines.json").read_text())
+    assert set(timelines) == {"uniform", "tailsieve"}
+    assert len({t["step"] for t in timelines.values()}) == 1  # the same step, side by side
     blob = json.loads((out / "demo.json").read_text())
     names = [p["policy"] for p in blob["policies"]]
     assert names == ["uniform", "tailsieve"]

@@ -162,3 +162,50 @@ def test_launch_detach_then_stop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert main(["launch", "--stop", str(state)]) == 0
     assert not state.exists()
     assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text()
+
+
+def _replay_args(urls: list[str], out: Path, *extra: str) -> list[str]:
+    return [
+        "rollout", "--endpoints", ",".join(urls), "--replay-trace", "aime",
+        "--length-scale", "0.01", "--max-tokens", "200", "--group-size", "2", "--steps", "2",
+        "--out", str(out), *extra,
+    ]
+
+
+def test_rollout_without_model_uses_the_one_the_servers_serve(
+    fleet: EmulatorFleet, tmp_path: Path
+) -> None:
+    """No --model: the name comes from GET /v1/models (a wrong name would be HTTP 404)."""
+    out = tmp_path / "o"
+    assert main(_replay_args(fleet.urls, out, "--groups", "2")) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["num_delivered_groups"] >= 4
+
+
+def test_rollout_several_served_models_exits_2_listing_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    mixed = EmulatorFleet.start(
+        2, profile="cpu", time_scale=0.01, model_name=MODEL,
+        overrides=[{}, {"model_name": "other-model"}],
+    )
+    try:
+        assert main(_replay_args(mixed.urls, tmp_path / "o", "--groups", "2")) == 2
+    finally:
+        mixed.close()
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and MODEL in err and "other-model" in err and "--model" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("policy", ["uniform", "tailsieve", "tailsieve-fixed"])
+@pytest.mark.parametrize("num_replicas", [1, 2])
+def test_rollout_defaults_never_reject_a_valid_run(
+    fleet: EmulatorFleet, tmp_path: Path, policy: str, num_replicas: int
+) -> None:
+    """--groups 1 (and a single replica) with every policy's defaults: no q0/m0 errors."""
+    out = tmp_path / "o"
+    args = _replay_args(fleet.urls[:num_replicas], out, "--groups", "1", "--policy", policy)
+    assert main(args) == 0
+    steps = [json.loads(x) for x in (out / "steps.jsonl").read_text().splitlines()]
+    assert all(s["num_groups"] == 1 for s in steps if not s["is_flush"])

@@ -101,6 +101,7 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     assert exe is not None
     dom = subprocess.run([exe, *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
     assert 'id="figures"' in dom.stdout and dom.stdout.count("<img") == 5
+    assert 'id="headline"' in dom.stdout and "Per policy" in dom.stdout
     shot = tmp_path / "shot.png"
     subprocess.run([exe, *flags, f"--screenshot={shot}", "--window-size=1000,2400", page.as_uri()], capture_output=True, timeout=120)
     pixels = mpimg.imread(shot)
@@ -108,3 +109,96 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     # plots are drawn: many distinct colours, not a blank or error page
     colours = np.unique((pixels[..., :3] * 255).astype(np.uint8).reshape(-1, 3), axis=0)
     assert len(colours) > 50
+
+
+def make_paired_run(folder: Path) -> None:
+    """A demo-shaped folder: steps of uniform and tailsieve, the same step's timelines."""
+    plan, out = tiny_step()
+    tl = StepTimeline.from_step(plan, out).to_dict()
+    rows = []
+    for pol, times, q, m in (
+        ("uniform", [12.0, 10.0, 11.0, 10.5, 10.0, 9.5], 0, 0),
+        ("tailsieve", [12.0, 9.0, 10.0, 9.5, 9.0, 9.0], 6, 2),
+    ):
+        for s, t in enumerate(times):
+            rows.append({"policy": pol, "step": s, "makespan_s": t, "q": q if s else 0,
+                         "m": m if s else 0, "is_flush": False, "generated_tokens": 1000,
+                         "wasted_tokens": 100 if pol == "tailsieve" else 0})
+    (folder / "steps.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "timelines.json").write_text(json.dumps({"uniform": tl, "tailsieve": tl}))
+    (folder / "demo.json").write_text(json.dumps({
+        "settings": {"replicas": 8, "groups": 64},
+        "policies": [
+            {"policy": "uniform", "steady_step_s": 10.0, "mean_step_s": 10.2,
+             "speedup_vs_uniform": 1.0, "mean_speedup_vs_uniform": 1.0,
+             "wasted_token_fraction": 0.0, "q_trajectory": [0] * 6, "m_trajectory": [0] * 6},
+            {"policy": "tailsieve", "steady_step_s": 9.17, "mean_step_s": 9.3,
+             "speedup_vs_uniform": 1.09, "mean_speedup_vs_uniform": 1.097,
+             "wasted_token_fraction": 0.1, "q_trajectory": [0, 6, 6, 6, 6, 6],
+             "m_trajectory": [0, 2, 2, 2, 2, 2]},
+        ],
+    }))
+
+
+def test_headline_states_the_paired_speedup_with_its_interval(tmp_path: Path) -> None:
+    from tailsieve.report.headline import headline_sentences, paired_speedup
+
+    make_paired_run(tmp_path)
+    run = load_run(tmp_path)
+    sp = paired_speedup(run, "tailsieve")
+    assert sp is not None and sp.num_steps == 5  # warm-up step 0 excluded
+    assert sp.speedup == pytest.approx(51.0 / 46.5)
+    assert sp.low is not None and sp.high is not None and sp.low <= sp.speedup <= sp.high
+    assert sp.low > 1.0  # every paired step was faster
+    words = " ".join(headline_sentences(run))
+    assert f"{sp.speedup:.3f}x faster than Uniform" in words and "95% interval" in words
+    assert "10.0% of all generated tokens" in words
+    assert "q = 6 tail groups on m = 2 of 8 replicas" in words
+
+
+def test_report_reads_like_a_result(tmp_path: Path) -> None:
+    make_paired_run(tmp_path)
+    text = write_report(tmp_path).read_text()
+    head = text[: text.index("<h2>Per policy")]
+    assert 'id="headline"' in head and "faster than Uniform" in head and "95% interval" in head
+    assert "Mean step time (s, after warm-up)" in text and "Tokens wasted (% of generated)" in text
+    assert "steady_step_s" not in text.split('id="summary"')[1].split("</table>")[0]
+    # no policy has a lower-bound ratio: the column is left out, not printed empty
+    assert "lower bound" not in text
+    assert "Per-replica timelines of step 1, side by side" in text
+    assert "axis starts at zero" in text
+
+
+def test_step_time_axis_starts_at_zero(tmp_path: Path) -> None:
+    from tailsieve.report.plots import step_times_figure
+
+    make_paired_run(tmp_path)
+    fig = step_times_figure(load_run(tmp_path))
+    assert fig is not None and fig.axes[0].get_ylim()[0] == 0.0
+
+
+def test_side_by_side_timelines_share_one_time_axis(tmp_path: Path) -> None:
+    from tailsieve.report.plots import timelines_side_by_side
+
+    make_paired_run(tmp_path)
+    run = load_run(tmp_path)
+    assert timelines_side_by_side(run.timelines, tmp_path / "t.png") is not None
+    img = mpimg.imread(tmp_path / "t.png")
+    assert img.shape[1] > 1.5 * img.shape[0]  # two panels in one row
+
+
+def test_demo_picks_the_same_step_for_every_policy() -> None:
+    from tailsieve.runtime.demo import PolicyResult, timeline_step
+
+    plan, out = tiny_step()
+    tl = StepTimeline.from_step(plan, out)
+
+    def at(step: int, m: int) -> StepTimeline:
+        return StepTimeline(step, tl.num_replicas, m and 1, m, tl.cutoff_s, tl.tail_time_s,
+                            tl.bulk_cut_s, tl.makespan_s, tl.bars)
+
+    uni = PolicyResult("uniform", timelines=[at(s, 0) for s in range(6)])
+    ts = PolicyResult("tailsieve", timelines=[at(0, 0), at(1, 1), at(2, 1), at(3, 1), at(4, 0),
+                                              at(5, 0)])
+    assert timeline_step({"uniform": uni, "tailsieve": ts}, last_step=5) == 3
+    assert timeline_step({"uniform": uni}, last_step=4) == 4

@@ -131,3 +131,22 @@ async def test_real_vllm_tailsieve_and_uniform_replay() -> None:
     out = os.environ.get("TAILSIEVE_VLLM_RESULTS")
     if out:
         Path(out).write_text(json.dumps(results, indent=2))
+
+
+@pytest.mark.skipif(not ENDPOINTS, reason="TAILSIEVE_VLLM_ENDPOINTS not set")
+def test_real_vllm_rollout_cli_without_model(tmp_path: Path) -> None:
+    """``tailsieve rollout`` with no --model asks the servers (GET /v1/models) and runs."""
+    from tailsieve.cli.main import main
+
+    out = tmp_path / "run"
+    rc = main([
+        "rollout", "--endpoints", ",".join(ENDPOINTS), "--replay-trace", "aime",
+        "--length-scale", "0.01", "--max-tokens", "200", "--groups", "2", "--group-size", "2",
+        "--steps", "2", "--policy", "tailsieve", "--request-timeout", "600", "--out", str(out),
+    ])
+    assert rc == 0
+    steps = [json.loads(x) for x in (out / "steps.jsonl").read_text().splitlines()]
+    assert all(s["num_groups"] == 2 for s in steps if not s["is_flush"])
+    rows = [json.loads(x) for f in sorted((out / "batches").iterdir())
+            for x in f.read_text().splitlines()]
+    assert rows and all(r["finish_reason"] == "length" for r in rows)

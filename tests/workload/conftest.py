@@ -13,7 +13,7 @@ AIME = AIME_TRACE_IN_REPO
 
 @pytest.fixture(scope="session")
 def aime_path() -> Path:
-    """The AIME length CSV in ../shared/data (tests skip if it is absent)."""
+    """The AIME length CSV shipped in the package (workload/data)."""
     if not AIME.is_file():
         pytest.skip(f"AIME data not found at {AIME}")
     return AIME

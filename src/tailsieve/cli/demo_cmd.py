@@ -11,7 +11,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from tailsieve.report.headline import headline_sentences
 from tailsieve.report.html_report import write_report
+from tailsieve.report.run_data import load_run
 from tailsieve.runtime.demo import DemoConfig, run_demo, summaries
 from tailsieve.runtime.observe import ProgressDisplay
 
@@ -93,6 +95,8 @@ def demo(
             f"{100 * s['wasted_token_fraction']:.1f}%",
         )
     console.print(table)
+    for sentence in headline_sentences(load_run(out)):
+        console.print(sentence, highlight=False)
     page = write_report(out)
     console.print(f"report: {page}   ({time.perf_counter() - t0:.0f} s in all)")
 

@@ -70,7 +70,7 @@ def _input_lengths(trace: Path | None, lengths: str | None, sample: int, seed: i
 
 def oracle(
     trace: Annotated[
-        Path | None, typer.Option("--trace", help="Trace file (JSONL/CSV/Parquet).")
+        Path | None, typer.Option("--trace", help="Trace file (JSONL/CSV/Parquet) or aime (shipped).")
     ] = None,
     lengths: str = typer.Option(None, "--lengths", help="Inline lengths: 100,200,..."),
     sample_requests_n: int = typer.Option(
@@ -97,7 +97,7 @@ def oracle(
 
 
 def oracle_sweep(
-    trace: Annotated[Path, typer.Option("--trace", help="Trace file (JSONL/CSV/Parquet).")],
+    trace: Annotated[Path, typer.Option("--trace", help="Trace file (JSONL/CSV/Parquet) or aime (shipped).")],
     draws: int = typer.Option(100, "--draws", help="Random draws."),
     sample_requests_n: int = typer.Option(100, "--sample-requests", help="Requests per draw."),
     seed: int = typer.Option(0, "--seed", help="Seed of the draws."),

@@ -128,7 +128,7 @@ def rollout(
         typer.Option("--prompts", help="JSONL: prompt_id + prompt | prompt_token_ids | messages."),
     ] = None,
     replay_trace: Annotated[
-        Path | None, typer.Option("--replay-trace", help="Force lengths from a trace.")
+        Path | None, typer.Option("--replay-trace", help="Force lengths from a trace (or aime, shipped).")
     ] = None,
     length_scale: float = typer.Option(1.0, "--length-scale", help="Replay: length factor."),
     groups: int = typer.Option(8, "--groups", help="N: groups per batch."),
@@ -140,7 +140,9 @@ def rollout(
     ),
     profile: str = typer.Option("cpu", "--profile", help="Throughput profile name or file."),
     backend: Annotated[Backend, typer.Option("--backend")] = Backend.VLLM,
-    model: str = typer.Option("default", "--model", help="Served model name."),
+    model: str = typer.Option(
+        None, "--model", help="Served model name (default: the one the servers serve)."
+    ),
     max_tokens: int = typer.Option(256, "--max-tokens", help="Cap per response (and replay clip)."),
     temperature: float = typer.Option(1.0, "--temperature"),
     seed: int = typer.Option(None, "--seed", help="Base sampling seed."),

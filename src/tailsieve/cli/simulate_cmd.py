@@ -52,7 +52,7 @@ def simulate(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
     tail_spec: str = typer.Option("none", "--tail-spec", help="Tail pool speculation, e.g. mtp:3."),
     bulk_spec: str = typer.Option("none", "--bulk-spec", help="Bulk pool speculation."),
-    q0: int = typer.Option(1, "--q0", help="Controller's initial tail groups."),
+    q0: int = typer.Option(None, "--q0", help="Controller's initial tail groups (default 1)."),
     m0: int = typer.Option(None, "--m0", help="Controller's initial tail replicas."),
     tail_strength: str = typer.Option(
         None, "--tail-strength", help="weak | real | strong | r (P90/P50 of the lengths)."),

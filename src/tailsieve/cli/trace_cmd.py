@@ -52,7 +52,7 @@ def _print_kv(title: str, rows: dict[str, Any]) -> None:
 
 @trace_app.command("stats")
 def stats(
-    file: Annotated[Path, typer.Argument(help="Trace file (.jsonl, .csv, .parquet).")],
+    file: Annotated[Path, typer.Argument(help="Trace file (.jsonl, .csv, .parquet) or aime (shipped).")],
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     max_tokens: Annotated[
         int | None,
@@ -137,7 +137,7 @@ def synth(
 
 @trace_app.command("transform")
 def transform(
-    file: Annotated[Path, typer.Argument(help="Input trace.")],
+    file: Annotated[Path, typer.Argument(help="Input trace (or aime, shipped).")],
     tail_strength: Annotated[
         str,
         typer.Option(

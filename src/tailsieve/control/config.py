@@ -14,7 +14,7 @@ class ControllerConfig:
     num_groups: int  # N: groups per delivered batch
     num_replicas: int  # R
     group_size: int = 8  # n responses per group
-    q0: int = 1  # initial tail groups
+    q0: int | None = None  # initial tail groups; None = 1 (0 when N = 1)
     m0: int | None = None  # initial tail replicas; None = 1
     q_min: int = 1  # smallest q once a tail pool exists
     q_max: int | None = None  # largest q; None = N // 2
@@ -51,7 +51,7 @@ class ControllerConfig:
             raise ConfigError(
                 f"need 0 <= q_min <= q_max, got q_min={self.q_min}, q_max={self.q_cap}"
             )
-        if not (0 <= self.q0 <= max(n - 1, 0)):
+        if self.q0 is not None and not (0 <= self.q0 <= max(n - 1, 0)):
             raise ConfigError(f"q0 must be in [0, N-1] = [0, {n - 1}], got {self.q0}")
         if not (0 <= self.m_start <= max(r - 1, 0)):
             raise ConfigError(f"m0 must be in [0, R-1] = [0, {r - 1}], got {self.m_start}")
@@ -98,6 +98,11 @@ class ControllerConfig:
     @property
     def q_step_cap(self) -> int:
         return self.max_q_step if self.max_q_step is not None else max(1, self.num_groups // 8)
+
+    @property
+    def q_start(self) -> int:
+        """Initial tail groups: ``q0``, or by default 1 (0 when N = 1 leaves no room)."""
+        return self.q0 if self.q0 is not None else min(1, self.num_groups - 1)
 
     @property
     def m_start(self) -> int:

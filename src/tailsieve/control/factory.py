@@ -27,7 +27,7 @@ def make_controller(
     tail_model: ThroughputModel,
     bulk_model: ThroughputModel | None = None,
 ) -> Controller:
-    """``uniform``; ``tailsieve-fixed`` (inner loop only, split held at ``m0``, default R/2);
+    """``uniform``; ``tailsieve-fixed`` (inner loop only, split held at ``m0``, default R // 2);
     ``tailsieve`` (inner and outer loop); ``tailsieve-static`` (q and m held at ``q0`` and
     ``m0``, no feedback)."""
     try:
@@ -40,9 +40,9 @@ def make_controller(
     if key is ControllerName.TAILSIEVE_STATIC:
         if config.m0 is None:
             raise ConfigError("tailsieve-static needs m0 (and q0): the split it holds")
-        return StaticController(config.q0, config.m0, config.num_groups, config.num_replicas)
+        return StaticController(config.q_start, config.m0, config.num_groups, config.num_replicas)
     if key is ControllerName.TAILSIEVE_FIXED:
-        m0 = config.m0 if config.m0 is not None else max(1, config.num_replicas // 2)
+        m0 = config.m0 if config.m0 is not None else config.num_replicas // 2
         cfg = dataclasses.replace(config, outer_enabled=False, m0=m0)
         return HierarchicalController(cfg, tail_model, bulk_model, name=key.value)
     return HierarchicalController(config, tail_model, bulk_model, name=key.value)

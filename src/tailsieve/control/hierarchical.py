@@ -44,7 +44,7 @@ class HierarchicalController(Controller):
         self.name = name
         self.config = config
         m0 = config.m_start
-        self.state = ControllerState(q=config.q0 if m0 > 0 else 0, m=m0)
+        self.state = ControllerState(q=config.q_start if m0 > 0 else 0, m=m0)
         self.inner = InnerLoop(config)
         self.predictor = PoolTimePredictor(
             config.num_groups, config.num_replicas, tail_model, bulk_model or tail_model

@@ -1,24 +1,45 @@
-"""Self-contained HTML report: summary table plus every plot, PNGs embedded as base64."""
+"""Self-contained HTML report that reads like a result: the headline in words first (speedup
+over Uniform with its 95% interval, step times, tokens wasted, final q and m), then a table with
+human column names and units (empty columns left out), then the plots (PNGs embedded as base64;
+step-time axes from zero; the same step of every policy side by side)."""
 
 from __future__ import annotations
 
 import base64
 import html
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tailsieve.report import plots
+from tailsieve.report.headline import headline_sentences
 from tailsieve.report.run_data import RunData, load_run
 
-SUMMARY_KEYS = (
-    "policy",
-    "steady_step_s",
-    "mean_step_s",
-    "speedup_vs_uniform",
-    "mean_speedup_vs_uniform",
-    "wasted_token_fraction",
-    "lower_bound_ratio",
+
+def _num(fmt: str) -> Callable[[Any], str]:
+    return lambda v: fmt.format(v)
+
+
+def _last(v: Any) -> str:
+    return str(v[-1]) if isinstance(v, list) and v else ""
+
+
+# summary key -> (column title with unit, cell formatter)
+COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
+    ("policy", "Policy", str),
+    ("mean_step_s", "Mean step time (s, after warm-up)", _num("{:.2f}")),
+    ("steady_step_s", "Steady step time (s, last 3 steps)", _num("{:.2f}")),
+    ("mean_speedup_vs_uniform", "Speedup vs Uniform (mean)", _num("{:.3f}x")),
+    ("speedup_vs_uniform", "Speedup vs Uniform (steady)", _num("{:.3f}x")),
+    ("wasted_token_fraction", "Tokens wasted (% of generated)", lambda v: f"{100 * v:.1f}%"),
+    ("lower_bound_ratio", "Step time / lower bound", _num("{:.2f}")),
+    ("q_trajectory", "Final q (tail groups)", _last),
+    ("m_trajectory", "Final m (tail replicas)", _last),
 )
+
+
+def _filled(v: Any) -> bool:
+    return v is not None and v != [] and v != ""
 
 
 def write_report(folder: str | Path, out: str | Path | None = None) -> Path:
@@ -34,40 +55,58 @@ def write_report(folder: str | Path, out: str | Path | None = None) -> Path:
         if p is not None:
             figures.append((title, p))
 
-    add("Step time per policy", plots.step_times(run, png_dir / "step_times.png"))
-    add("q and m over steps", plots.q_m_trajectories(run, png_dir / "q_m.png"))
-    for pol, tl in run.timelines.items():
-        safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in pol)
+    add(
+        "Step time per policy (seconds; the axis starts at zero)",
+        plots.step_times(run, png_dir / "step_times.png"),
+    )
+    if run.timelines:
+        steps = sorted({tl.step for tl in run.timelines.values()})
+        which = f"step {steps[0]}" if len(steps) == 1 else "steps " + ", ".join(map(str, steps))
         add(
-            f"Per-replica timeline: {pol}",
-            plots.timeline(
-                tl, png_dir / f"timeline_{safe}.png", f"{pol}: step {tl.step}, q={tl.q}, m={tl.m}"
-            ),
+            f"Per-replica timelines of {which}, side by side on one time axis (bars = groups; "
+            "red = tail pool, blue = bulk; hatched = aborted at the cutoff, black edge = carried)",
+            plots.timelines_side_by_side(run.timelines, png_dir / "timelines.png"),
         )
-    add("Response-length distributions", plots.length_distributions(run, png_dir / "lengths.png"))
+    add("q (tail groups) and m (tail replicas) over steps",
+        plots.q_m_trajectories(run, png_dir / "q_m.png"))
+    add("Delivered response lengths (CDF)",
+        plots.length_distributions(run, png_dir / "lengths.png"))
     add("Capture rate versus rho", plots.capture_rates(run, png_dir / "capture.png"))
     target.write_text(render_html(run, figures))
     return target
 
 
-def _fmt(v: Any) -> str:
+def summary_table(run: RunData) -> str:
+    """The per-policy table: human column names with units; columns empty for every policy
+    are left out."""
+    cols = [c for c in COLUMNS if any(_filled(s.get(c[0])) for s in run.summaries)]
+    if not run.summaries or not cols:
+        return "<p>No per-policy summary in this run.</p>"
+    head = "".join(f"<th>{html.escape(title)}</th>" for _, title, _ in cols)
+    rows = []
+    for s in run.summaries:
+        cells = "".join(
+            f"<td>{html.escape(fmt(s[key]) if _filled(s.get(key)) else '')}</td>"
+            for key, _, fmt in cols
+        )
+        rows.append(f"<tr>{cells}</tr>")
+    return f'<table id="summary"><tr>{head}</tr>{"".join(rows)}</table>'
+
+
+def _setting(v: Any) -> str:
     if isinstance(v, float):
-        return f"{v:.3f}"
+        return f"{v:g}"
     if isinstance(v, list):
-        return " ".join(str(x) for x in v[-12:])
+        return ", ".join(str(x) for x in v)
     return "" if v is None else str(v)
 
 
 def render_html(run: RunData, figures: list[tuple[str, Path]]) -> str:
-    rows = []
-    for s in run.summaries:
-        cells = "".join(f"<td>{html.escape(_fmt(s.get(k)))}</td>" for k in SUMMARY_KEYS)
-        rows.append(f"<tr>{cells}</tr>")
-    head = "".join(f"<th>{k}</th>" for k in SUMMARY_KEYS)
-    table = f"<table><tr>{head}</tr>{''.join(rows)}</table>" if rows else "<p>No summary.</p>"
+    headline = "".join(f"<li>{html.escape(x)}</li>" for x in headline_sentences(run))
     settings = "".join(
-        f"<li><b>{html.escape(str(k))}</b>: {html.escape(_fmt(v))}</li>"
+        f"<li><b>{html.escape(str(k))}</b>: {html.escape(_setting(v))}</li>"
         for k, v in run.settings.items()
+        if v is not None
     )
     figs = []
     for title, p in figures:
@@ -78,14 +117,18 @@ def render_html(run: RunData, figures: list[tuple[str, Path]]) -> str:
         )
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>TailSieve report: {html.escape(run.source.name)}</title>
-<style>body{{font-family:sans-serif;max-width:1000px;margin:2em auto;color:#222}}
+<style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222;line-height:1.45}}
+#headline{{font-size:17px;background:#f4f7fb;border-left:4px solid #1f77b4;padding:.6em 1.2em}}
+#headline li{{margin:.25em 0}}
 table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px;font-size:13px}}
+th{{background:#f0f0f0;text-align:left}}td{{text-align:right}}td:first-child{{text-align:left}}
 figure{{margin:1.5em 0}}img{{max-width:100%}}figcaption{{color:#555}}</style></head>
 <body><h1 id="title">TailSieve report ({html.escape(run.kind)})</h1>
-<p>Source: <code>{html.escape(str(run.source))}</code></p>
-<h2>Summary</h2>{table}
-<h2>Settings</h2><ul>{settings}</ul>
+<ul id="headline">{headline}</ul>
+<h2>Per policy</h2>{summary_table(run)}
 <h2>Figures</h2>
 <div id="figures" data-count="{len(figures)}">{"".join(figs)}</div>
+<details><summary>Settings and source</summary>
+<p>Source: <code>{html.escape(str(run.source))}</code></p><ul>{settings}</ul></details>
 </body></html>
 """

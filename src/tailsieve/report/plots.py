@@ -18,6 +18,12 @@ POOL_COLORS = {"tail": "#d62728", "bulk": "#1f77b4"}
 
 
 def step_times(run: RunData, path: Path) -> Path | None:
+    """Step time of every policy over steps; the y axis starts at zero."""
+    fig = step_times_figure(run)
+    return None if fig is None else _save(fig, path)
+
+
+def step_times_figure(run: RunData) -> plt.Figure | None:
     if not run.steps:
         return None
     fig, ax = plt.subplots(figsize=(8, 4))
@@ -27,10 +33,11 @@ def step_times(run: RunData, path: Path) -> Path | None:
         ax.plot(xs, ys, marker="o", ms=3, label=pol)
     ax.set_xlabel("step")
     ax.set_ylabel("step time (s)")
-    ax.set_title("Step time per policy")
+    ax.set_ylim(bottom=0)
+    ax.set_title("Step time per policy (axis from zero)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    return _save(fig, path)
+    ax.legend(fontsize=8, loc="lower right")
+    return fig
 
 
 def q_m_trajectories(run: RunData, path: Path) -> Path | None:
@@ -51,8 +58,7 @@ def q_m_trajectories(run: RunData, path: Path) -> Path | None:
     return _save(fig, path)
 
 
-def timeline(tl: StepTimeline, path: Path, title: str = "") -> Path:
-    fig, ax = plt.subplots(figsize=(9, 0.45 * tl.num_replicas + 1.6))
+def _draw_timeline(ax: plt.Axes, tl: StepTimeline, title: str) -> None:
     for r in range(tl.num_replicas):
         bars = sorted((b for b in tl.bars if b.replica == r), key=lambda b: b.end_s)
         for k, b in enumerate(bars):
@@ -68,16 +74,40 @@ def timeline(tl: StepTimeline, path: Path, title: str = "") -> Path:
                 linewidth=0.6,
             )
     if tl.cutoff_s > 0:
-        ax.axvline(tl.cutoff_s, color="black", ls="--", lw=1, label=f"cutoff {tl.cutoff_s:.1f}s")
-    ax.axvline(tl.makespan_s, color="purple", ls=":", lw=1, label=f"makespan {tl.makespan_s:.1f}s")
+        ax.axvline(tl.cutoff_s, color="black", ls="--", lw=1, label=f"cutoff {tl.cutoff_s:.1f} s")
+    ax.axvline(tl.makespan_s, color="purple", ls=":", lw=1.5,
+               label=f"step time {tl.makespan_s:.1f} s")
     ax.set_yticks(range(tl.num_replicas))
     tail = set(range(tl.num_replicas - tl.m, tl.num_replicas))
     ax.set_yticklabels(
         [f"r{r} ({'tail' if r in tail else 'bulk'})" for r in range(tl.num_replicas)]
     )
+    ax.set_xlim(left=0)
     ax.set_xlabel("seconds from step start")
-    ax.set_title(title or f"Step {tl.step}: q={tl.q}, m={tl.m} (hatched = aborted at cutoff)")
+    ax.set_title(title)
     ax.legend(fontsize=8, loc="lower right")
+
+
+def timeline(tl: StepTimeline, path: Path, title: str = "") -> Path:
+    """One step of one policy, replica by replica (bars = groups; hatched = aborted)."""
+    fig, ax = plt.subplots(figsize=(9, 0.45 * tl.num_replicas + 1.6))
+    _draw_timeline(
+        ax, tl, title or f"Step {tl.step}: q={tl.q}, m={tl.m} (hatched = aborted at cutoff)"
+    )
+    return _save(fig, path)
+
+
+def timelines_side_by_side(timelines: dict[str, StepTimeline], path: Path) -> Path | None:
+    """The same step of every policy, side by side on one time axis (shared, from zero)."""
+    if not timelines:
+        return None
+    n = len(timelines)
+    rows = max(tl.num_replicas for tl in timelines.values())
+    fig, axes = plt.subplots(
+        1, n, figsize=(min(7.0 * n, 16.0), 0.42 * rows + 1.9), sharex=True, squeeze=False
+    )
+    for ax, (pol, tl) in zip(axes[0], timelines.items(), strict=True):
+        _draw_timeline(ax, tl, f"{pol}: step {tl.step}, q={tl.q}, m={tl.m}")
     return _save(fig, path)
 
 

@@ -33,7 +33,7 @@ class ExecutorConfig:
     """How the live executor talks to replicas."""
 
     backend: Backend = Backend.VLLM
-    model: str = "default"  # served model name sent in each request
+    model: str | None = None  # served model name; None = ask the servers (the one they serve)
     sampling: SamplingParams = field(default_factory=SamplingParams)
     split_groups: bool = True  # n single requests per group (True) or one request with n
     stream: bool = False  # streaming responses (live tokens-so-far; more router CPU)
@@ -115,6 +115,8 @@ class GroupAttempt:
     async def _one(
         self, sample: int, n: int, forced: int | None, seed: int | None
     ) -> list[Response]:
+        if self._cfg.model is None:
+            raise ConfigError("no served model name: LiveExecutor.resolve_model() sets it")
         body = build_request(
             self._cfg.backend,
             self._cfg.model,

@@ -195,6 +195,23 @@ def summaries(results: dict[str, PolicyResult]) -> list[dict[str, Any]]:
     return [r.summary(uniform) for r in results.values()]
 
 
+def timeline_step(results: dict[str, PolicyResult], last_step: int) -> int | None:
+    """The step whose per-replica timelines the report shows side by side for every policy:
+    the last regular step at which a non-uniform policy used a tail pool (else the last
+    regular step all policies ran)."""
+    steps = [{t.step for t in r.timelines if t.step <= last_step} for r in results.values()]
+    common = set.intersection(*steps) if steps else set()
+    with_tail = {
+        t.step
+        for pol, r in results.items()
+        if pol != "uniform"
+        for t in r.timelines
+        if t.m > 0 and t.step in common
+    }
+    pick = with_tail or common
+    return max(pick) if pick else None
+
+
 def write_run(cfg: DemoConfig, results: dict[str, PolicyResult]) -> None:
     """``demo.json`` (settings + summaries), ``steps.jsonl``, ``timelines.json``, ``batches/``."""
     out = cfg.out_dir
@@ -207,13 +224,13 @@ def write_run(cfg: DemoConfig, results: dict[str, PolicyResult]) -> None:
         for r in results.values():
             for m in r.metrics:
                 f.write(json.dumps(asdict(m)) + "\n")
-    timelines = {}
-    for pol, r in results.items():
-        regular = [t for t in r.timelines if t.step <= cfg.steps]
-        with_tail = [t for t in regular if t.m > 0]
-        pick = (with_tail or regular)[-1:] if regular else []
-        if pick:
-            timelines[pol] = pick[0].to_dict()  # the last step that used a tail pool, if any
+    step = timeline_step(results, cfg.steps)
+    timelines = {
+        pol: t.to_dict()
+        for pol, r in results.items()
+        for t in r.timelines
+        if step is not None and t.step == step
+    }
     (out / "timelines.json").write_text(json.dumps(timelines) + "\n")
     for pol, r in results.items():
         folder = out / "batches" / pol

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tailsieve.core.outcome import StepOutcome
 from tailsieve.core.plan import GroupAssignment, StepPlan
@@ -25,6 +25,7 @@ from tailsieve.runtime.attempt import (
     GroupAttempt,
 )
 from tailsieve.runtime.backends import PromptInput, Response
+from tailsieve.runtime.served_model import resolve_served_model, transport_getter
 from tailsieve.runtime.step_state import GroupRun, StepProgress, StepResult, build_result
 from tailsieve.runtime.transport import AiohttpTransport, ReplicaDownError, Transport
 
@@ -115,6 +116,21 @@ class LiveExecutor:
     async def aclose(self) -> None:
         await self._transport.aclose()
 
+    async def resolve_model(self) -> str:
+        """The served model name requests carry: ``config.model``, or when it is None the one
+        model the healthy replicas serve (``runtime.served_model``; several = ``ConfigError``).
+        Resolved once; the config is updated with it."""
+        if self.config.model is not None:
+            return self.config.model
+        urls = [r.url for r in self.replicas if r.healthy] or [r.url for r in self.replicas]
+        name = await resolve_served_model(
+            transport_getter(self._transport.get, self.config.health_timeout_s),
+            urls,
+            self.config.backend,
+        )
+        self.config = replace(self.config, model=name)
+        return name
+
     async def run(self, plan: StepPlan, prompts: Mapping[str, PromptInput]) -> StepResult:
         """Run one step; return the outcome plus the delivered responses."""
         if plan.num_replicas != self.num_replicas:
@@ -131,6 +147,7 @@ class LiveExecutor:
             )
         if not any(self.healthy):
             raise StepFailedError(f"step {plan.step}: no healthy replica")
+        await self.resolve_model()
         loop = asyncio.get_running_loop()
         run = _Run(plan=plan, t0=loop.time(), queue=asyncio.Queue())
         run.busy_until_s = [0.0] * self.num_replicas

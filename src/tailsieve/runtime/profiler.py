@@ -38,6 +38,7 @@ import numpy as np
 
 from tailsieve.errors import ConfigError, ReplicaError
 from tailsieve.model.throughput import ThroughputModel
+from tailsieve.runtime.served_model import resolve_served_model
 
 DEFAULT_BATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
 SHORT_FRACTION = 0.25  # the short round asks for this fraction of the tokens
@@ -50,7 +51,7 @@ class ProfileSettings:
     endpoint: str  # base URL of the replica, e.g. http://127.0.0.1:8000
     batch_sizes: tuple[int, ...] = DEFAULT_BATCH_SIZES  # concurrent requests per measurement
     tokens: int = 200  # max_tokens (= exact response length with ignore_eos) per request
-    model: str | None = None  # served model name; None = the first of GET /v1/models
+    model: str | None = None  # served model name; None = the one the server serves
     prompt: str = "hello"  # prompt text of every request
     timeout_s: float = 600.0  # limit for one batch, seconds
     warmup: bool = True  # send one short request first (compilation, caches)
@@ -122,22 +123,17 @@ def _row(m: BatchMeasurement) -> dict[str, Any]:
 
 
 async def detect_model(session: aiohttp.ClientSession, endpoint: str) -> str:
-    """The first model id served at ``endpoint`` (GET /v1/models)."""
-    data = await _get_json(session, f"{endpoint}/v1/models")
-    try:
-        return str(data["data"][0]["id"])
-    except (KeyError, IndexError, TypeError):
-        raise ReplicaError(f"{endpoint}/v1/models: no model listed ({str(data)[:200]})") from None
+    """The one model served at ``endpoint`` (``runtime.served_model``: GET /v1/models, else
+    SGLang's /get_model_info); several models are a ``ConfigError`` listing them."""
 
+    async def get(url: str) -> tuple[int, str]:
+        try:
+            async with session.get(url) as resp:
+                return resp.status, await resp.text()
+        except (aiohttp.ClientError, OSError) as exc:
+            raise ReplicaError(f"cannot reach {url}: {exc}") from None
 
-async def _get_json(session: aiohttp.ClientSession, url: str) -> Any:
-    try:
-        async with session.get(url) as resp:
-            if resp.status != 200:
-                raise ReplicaError(f"GET {url}: HTTP {resp.status}: {(await resp.text())[:200]}")
-            return await resp.json()
-    except (aiohttp.ClientError, OSError) as exc:
-        raise ReplicaError(f"cannot reach {url}: {exc}") from None
+    return await resolve_served_model(get, [endpoint])
 
 
 async def _one_request(

@@ -50,7 +50,7 @@ class RolloutConfig:
     group_size: int = 8  # n: responses per group
     policy: str = "tailsieve"  # uniform | tailsieve-fixed | tailsieve
     backend: Backend = Backend.VLLM
-    model: str = "default"  # served model name
+    model: str | None = None  # served model name; None = the one model the servers serve
     sampling: SamplingParams = field(default_factory=SamplingParams)
     replay: ForcedLength | None = None  # forced length per (prompt_id, sample): replay mode
     profile: str = "cpu"  # throughput profile (name or JSON path) for the controller's model
@@ -150,6 +150,11 @@ class TailSieveRollout:
             reasons = "; ".join(f"{r.url}: {r.reason}" for r in self.executor.replicas)
             await self.aclose()
             raise ReplicaError(f"no replica answers /health ({reasons})")
+        try:
+            await self.executor.resolve_model()
+        except BaseException:
+            await self.aclose()
+            raise
         return self
 
     async def __aexit__(

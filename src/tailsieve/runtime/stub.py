@@ -9,6 +9,7 @@ are scripted with ``StubFault``; every request start, completion and cancellatio
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,6 +54,7 @@ class StubTransport:
         self.batch_slowdown = batch_slowdown
         self.faults: dict[str, StubFault] = faults or {}
         self.log = StubLog()
+        self.served_models: tuple[str, ...] = ("stub",)  # listed at GET /v1/models
         self._running: dict[str, int] = {}
         self._t0: float | None = None
 
@@ -143,6 +145,10 @@ class StubTransport:
 
     async def get(self, url: str, timeout_s: float | None) -> tuple[int, str]:
         base = self._base(url)
+        if url.endswith("/v1/models"):
+            return 200, json.dumps({"object": "list", "data": [{"id": m} for m in self.served_models]})
+        if url.endswith("/get_model_info"):
+            return 404, "not found"
         self.log.health_checks.append(base)
         f = self.faults.get(base, StubFault())
         if f.refuse or (f.die_after_s is not None and self._clock() >= f.die_after_s):

@@ -109,7 +109,7 @@ class SimSettings:
     group_size: int  # n responses per group
     num_steps: int  # regular steps (warm-up included), a flush step follows for TailSieve
     seed: int = 0
-    q0: int = 1  # controller's initial tail groups
+    q0: int | None = None  # controller's initial tail groups (None: its default)
     m0: int | None = None  # controller's initial tail replicas (None: its default)
     keep_timeline_step: int | None = None  # step whose per-group spans are kept (None: last)
 

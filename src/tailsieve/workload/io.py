@@ -22,6 +22,7 @@ from tailsieve.workload.io_text import (
     read_jsonl_python,
 )
 from tailsieve.workload.io_values import PARQUET_HINT, from_arrow, optional_pyarrow
+from tailsieve.workload.shipped import resolve_trace_path
 from tailsieve.workload.trace import Trace
 
 Engine = Literal["auto", "pyarrow", "python"]
@@ -45,8 +46,9 @@ def read_trace(path: str | Path, engine: Engine = "auto") -> Trace:
 
     ``engine="python"`` forces the pure-Python parser for CSV/JSONL; ``"auto"`` tries pyarrow
     first when it is installed. Raises ``TraceError`` naming file, row and field on any defect.
+    A shipped trace can be named instead of a path (``"aime"``, see ``workload.shipped``).
     """
-    p = Path(path)
+    p = resolve_trace_path(path)
     fmt = _fmt(p)
     if not p.is_file():
         raise TraceError(f"{p}: no such trace file")

@@ -21,6 +21,7 @@ from pathlib import Path
 from tailsieve.errors import ConfigError
 from tailsieve.workload.calibrate import CalibrationTargets
 from tailsieve.workload.io import FORMATS, read_trace
+from tailsieve.workload.shipped import AIME_TRACE_PATH
 from tailsieve.workload.synthetic import SyntheticParams, SyntheticWorkload
 from tailsieve.workload.workload_model import ReplayWorkload, ResampleWorkload, Workload
 
@@ -63,18 +64,15 @@ PRESETS: dict[str, SyntheticParams] = {
     ),
 }
 
-AIME_TRACE_PATH = Path("../shared/data/aime-r1distill-1.5b-lengths.csv")  # from the repo root
-# the same file beside the repository this package is installed from (editable installs)
-AIME_TRACE_IN_REPO = Path(__file__).resolve().parents[3] / AIME_TRACE_PATH
+# the AIME trace ships inside the package (workload/data, with its PROVENANCE.md)
+AIME_TRACE_IN_REPO = AIME_TRACE_PATH
 
 
 def aime_trace_path() -> Path:
-    """The AIME trace: ``../shared/data/...`` relative to the working directory, else relative
-    to the repository this package is installed from (editable installs)."""
-    for candidate in (AIME_TRACE_PATH, AIME_TRACE_IN_REPO):
-        if candidate.is_file():
-            return candidate
-    raise ConfigError(f"AIME trace not found at {AIME_TRACE_PATH} or {AIME_TRACE_IN_REPO}")
+    """The AIME trace shipped inside the package."""
+    if not AIME_TRACE_PATH.is_file():
+        raise ConfigError(f"AIME trace missing from the installed package: {AIME_TRACE_PATH}")
+    return AIME_TRACE_PATH
 
 
 DEFAULT_NUM_PROMPTS = 1000
@@ -98,7 +96,7 @@ def load_workload(
     """A workload from a preset name or a trace file.
 
     * ``paper-math`` / ``aime-r1``: ``SyntheticWorkload`` with ``num_prompts`` prompts (``seed``);
-    * ``aime``: the AIME trace at ``../shared/data`` (relative to the working directory);
+    * ``aime``: the AIME trace shipped in the package (``workload/data``);
     * a ``.jsonl`` / ``.csv`` / ``.parquet`` path: one checkpoint => ``ResampleWorkload``
       (``drift_sigma_log``, drift seeded by ``seed``); several => ``ReplayWorkload``.
     """

@@ -1,0 +1,37 @@
+"""MkDocs hooks.
+
+* ``on_files``: publish a few repository files that live outside ``docs/`` (BENCHMARKS.md and
+  the figures it shows) under their repository paths, so the site renders them as they are,
+  without a second copy to keep in step.
+* ``on_page_markdown``: replace the CLI-reference placeholder with the ``--help`` page of every
+  command, rendered from the commands themselves (``tailsieve.cli.reference``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from mkdocs.structure.files import File, Files
+
+ROOT = Path(__file__).resolve().parents[2]
+REPO_FILES = ("BENCHMARKS.md", "benchmarks/results/paper/*.png")
+
+
+def on_files(files: Files, config: Any) -> Files:
+    for pattern in REPO_FILES:
+        for path in sorted(ROOT.glob(pattern)):
+            rel = path.relative_to(ROOT).as_posix()
+            if files.get_file_from_path(rel) is None:
+                files.append(
+                    File(rel, str(ROOT), config["site_dir"], config["use_directory_urls"])
+                )
+    return files
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str:
+    from tailsieve.cli.reference import PLACEHOLDER, reference_markdown
+
+    if PLACEHOLDER in markdown:
+        return markdown.replace(PLACEHOLDER, reference_markdown())
+    return markdown

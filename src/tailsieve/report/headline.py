@@ -1,0 +1,180 @@
+"""The result of a run in words: speedup over Uniform with a 95% interval, step times, tokens
+wasted, final q and m. Pure functions of ``RunData`` (no I/O); the HTML report prints them first.
+
+The speedup is paired: the same step number of two policies ran the same fresh prompts and (in
+replay) the same lengths, so the interval resamples *steps* (a percentile bootstrap of
+``sum(uniform) / sum(policy)`` over the steps after the warm-up, seeded, 2,000 draws).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tailsieve.report.run_data import RunData
+
+BOOTSTRAP_DRAWS = 2000
+REFERENCE = "uniform"
+DISPLAY_NAMES = {"uniform": "Uniform", "tailsieve": "TailSieve", "tailsieve-fixed": "TailSieve "
+                 "(split held)", "tailsieve-static": "TailSieve (q, m held)"}
+
+
+def display_name(policy: str) -> str:
+    """How a policy is named in sentences (``tailsieve`` -> ``TailSieve``)."""
+    return DISPLAY_NAMES.get(policy, policy)
+
+
+@dataclass(frozen=True, slots=True)
+class PairedSpeedup:
+    """Uniform's total step time over a policy's, on the steps both ran (warm-up excluded)."""
+
+    policy: str
+    num_steps: int  # paired steps
+    speedup: float  # sum(uniform) / sum(policy)
+    low: float | None  # 95% interval (None with fewer than 3 paired steps)
+    high: float | None
+    uniform_mean_s: float
+    policy_mean_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyFacts:
+    """What the headline says about one policy."""
+
+    policy: str
+    mean_step_s: float | None  # steps after the warm-up, flush excluded
+    steady_step_s: float | None  # from the summary (last 3 steps) when present
+    wasted_fraction: float | None  # wasted / generated tokens
+    wasted_tokens: int | None
+    final_q: int | None
+    final_m: int | None
+    num_replicas: int | None
+
+
+def _regular(recs: list[dict[str, Any]]) -> dict[int, float]:
+    """step -> makespan of the regular steps after the warm-up (flush excluded)."""
+    return {
+        int(r["step"]): float(r["makespan_s"])
+        for r in recs
+        if not r.get("is_flush") and int(r.get("step", 0)) > 0 and "makespan_s" in r
+    }
+
+
+def paired_speedup(
+    run: RunData, policy: str, seed: int = 0, draws: int = BOOTSTRAP_DRAWS
+) -> PairedSpeedup | None:
+    """``policy`` against ``uniform`` on their common steps; None if either is missing."""
+    if REFERENCE not in run.steps or policy not in run.steps or policy == REFERENCE:
+        return None
+    u, p = _regular(run.steps[REFERENCE]), _regular(run.steps[policy])
+    common = sorted(set(u) & set(p))
+    if not common:
+        return None
+    us = np.array([u[s] for s in common])
+    ps = np.array([p[s] for s in common])
+    if ps.sum() <= 0:
+        return None
+    low = high = None
+    if len(common) >= 3:
+        rng = np.random.default_rng(seed)
+        idx = rng.integers(0, len(common), size=(draws, len(common)))
+        ratios = us[idx].sum(axis=1) / ps[idx].sum(axis=1)
+        low, high = (float(x) for x in np.percentile(ratios, [2.5, 97.5]))
+    return PairedSpeedup(
+        policy, len(common), float(us.sum() / ps.sum()), low, high,
+        float(us.mean()), float(ps.mean()),
+    )
+
+
+def policy_facts(run: RunData, policy: str) -> PolicyFacts:
+    recs = [r for r in run.steps.get(policy, []) if not r.get("is_flush")]
+    summary = next((s for s in run.summaries if s.get("policy") == policy), {})
+    regular = _regular(run.steps.get(policy, []))
+    every = run.steps.get(policy, [])
+    gen = sum(int(r.get("generated_tokens", 0)) for r in every)
+    wasted = sum(int(r.get("wasted_tokens", 0)) for r in every)
+    has_tokens = any("generated_tokens" in r for r in every)
+    frac = summary.get("wasted_token_fraction")
+    if frac is None and has_tokens and gen:
+        frac = wasted / gen
+    replicas = run.settings.get("replicas")
+    return PolicyFacts(
+        policy=policy,
+        mean_step_s=float(np.mean(list(regular.values()))) if regular else summary.get(
+            "mean_step_s"),
+        steady_step_s=summary.get("steady_step_s"),
+        wasted_fraction=None if frac is None else float(frac),
+        wasted_tokens=wasted if has_tokens else None,
+        final_q=int(recs[-1]["q"]) if recs and "q" in recs[-1] else None,
+        final_m=int(recs[-1]["m"]) if recs and "m" in recs[-1] else None,
+        num_replicas=int(replicas) if isinstance(replicas, int) else None,
+    )
+
+
+def main_policy(run: RunData) -> str | None:
+    """The policy the headline is about: ``tailsieve`` if present, else the first other one."""
+    names = list(dict.fromkeys([*run.steps, *(s.get("policy") for s in run.summaries)]))
+    names = [n for n in names if isinstance(n, str)]
+    if "tailsieve" in names:
+        return "tailsieve"
+    others = [n for n in names if n != REFERENCE]
+    return others[0] if others else (names[0] if names else None)
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+def _s(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f} s"
+
+
+def headline_sentences(run: RunData) -> list[str]:
+    """The headline as a few plain sentences (HTML-free)."""
+    pol = main_policy(run)
+    if pol is None:
+        return ["This run holds no step records to summarise."]
+    facts = policy_facts(run, pol)
+    name = display_name(pol)
+    out: list[str] = []
+    sp = paired_speedup(run, pol)
+    if sp is not None:
+        ci = (
+            f" (95% interval {sp.low:.3f}x to {sp.high:.3f}x over {sp.num_steps} paired steps)"
+            if sp.low is not None and sp.high is not None
+            else f" ({sp.num_steps} paired steps: too few for an interval)"
+        )
+        how = (
+            f"{sp.speedup:.3f}x faster than Uniform"
+            if sp.speedup >= 1
+            else f"slower than Uniform, speedup {sp.speedup:.3f}x"
+        )
+        out.append(
+            f"{name} was {how}{ci}: a mean step of "
+            f"{sp.policy_mean_s:.2f} s against {sp.uniform_mean_s:.2f} s on the same prompts "
+            "(warm-up step excluded)."
+        )
+        uni = policy_facts(run, REFERENCE)
+        if facts.steady_step_s is not None and uni.steady_step_s is not None:
+            out.append(
+                f"Steady state (mean of the last 3 steps): {_s(facts.steady_step_s)} against "
+                f"{_s(uni.steady_step_s)}."
+            )
+    else:
+        out.append(f"{name}: mean step time {_s(facts.mean_step_s)} after the warm-up step.")
+    if facts.wasted_fraction is not None:
+        tokens = f" ({facts.wasted_tokens:,} tokens)" if facts.wasted_tokens is not None else ""
+        out.append(
+            f"Tokens wasted on groups aborted at the cutoff: {_pct(facts.wasted_fraction)} of "
+            f"all generated tokens{tokens}."
+        )
+    if facts.final_m == 0 and pol != REFERENCE:
+        out.append("It ended on uniform routing (m = 0: no tail pool, q = 0).")
+    elif facts.final_q is not None and facts.final_m is not None:
+        of = f" of {facts.num_replicas}" if facts.num_replicas else ""
+        out.append(
+            f"It ended with q = {facts.final_q} tail groups on m = {facts.final_m}{of} replicas."
+        )
+    return out
