@@ -57,6 +57,8 @@ class StepOutcome:
     generated_tokens: int  # all tokens generated this step, wasted included
     num_regenerated: int = 0  # groups regenerated after a replica fault
     replica_busy_s: tuple[float, ...] = field(default=())  # per replica, when known
+    num_preemptions: int = 0  # KV-capacity preemptions (simulated / emulated replicas)
+    recomputed_tokens: int = 0  # tokens prefilled again after those preemptions
 
     @property
     def delivered_ids(self) -> tuple[str, ...]:

@@ -308,7 +308,7 @@ class ReplicaEngine:
                 break
             self._waiting.popleft()
             del self._waiting_ids[req.request_id]
-            recompute = int(round(req.done_tokens))
+            recompute = round(req.done_tokens)
             stall = self.config.prefill_cost_s(req.prompt_tokens + recompute)
             if recompute > 0:
                 self.recomputed_tokens += req.prompt_tokens + recompute

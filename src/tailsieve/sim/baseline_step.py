@@ -19,7 +19,7 @@ import numpy.typing as npt
 from tailsieve.core.outcome import GroupResult, StepOutcome
 from tailsieve.core.pool import Pool
 from tailsieve.errors import ConfigError
-from tailsieve.model.replica_time import replica_completion_times
+from tailsieve.model.replica_time import replica_run
 from tailsieve.policy.registry import get_policy
 from tailsieve.sim.replicas import PoolConfigs
 
@@ -107,13 +107,17 @@ def run_baseline_step(
     ptoks = np.array([prompt_tokens(p) if prompt_tokens else 0 for p in prompt_ids])
     done = np.zeros(lens.shape)
     busy = np.zeros(num_replicas)
+    preempted = recomputed = 0
     for r in range(num_replicas):
         sel = routing.replica == r
         if not sel.any():
             continue
         cfg = pools.tail if r in routing.tail_replicas else pools.bulk
         pt = np.broadcast_to(ptoks[:, None], lens.shape)[sel].tolist()
-        done[sel] = replica_completion_times(lens[sel], cfg, pt if prompt_tokens else None)
+        rr = replica_run(lens[sel], cfg, pt if prompt_tokens else None)
+        done[sel] = rr.done_s
+        preempted += rr.num_preemptions
+        recomputed += rr.recomputed_tokens
         busy[r] = float(done[sel].max())
     groups: list[GroupResult] = []
     tail_time = bulk_time = 0.0
@@ -132,6 +136,7 @@ def run_baseline_step(
         step=step, delivered=tuple(groups), aborted=(), tail_time_s=tail_time,
         bulk_cut_s=bulk_time, makespan_s=max(tail_time, bulk_time), wasted_tokens=0,
         generated_tokens=total, replica_busy_s=tuple(float(b) for b in busy),
+        num_preemptions=preempted, recomputed_tokens=recomputed,
     )
     return outcome, routing
 

@@ -150,6 +150,7 @@ def _record(
         drawn_ids=drawn, delivered_ids=outcome.delivered_ids,
         aborted_ids=tuple(a.prompt_id for a in outcome.aborted),
         delivered_sizes=tuple(len(g.response_tokens) for g in outcome.delivered),
+        num_preemptions=outcome.num_preemptions, recomputed_tokens=outcome.recomputed_tokens,
     )
 
 

@@ -49,13 +49,14 @@ class PoolConfigs:
 
     @property
     def closed_form(self) -> bool:
-        """True when neither pool has a running cap, a prefill cost or a context-length term
-        (the vectorised fast path; otherwise the event engine runs)."""
+        """True when neither pool has a running cap, a prefill cost or a KV capacity, so every
+        plan takes the vectorised fast path (the context term is in the closed form). With
+        them the executor still takes it for plans where nothing can queue or overflow."""
         return all(
             c.max_num_seqs is None
             and c.prefill_s == 0
             and c.prefill_s_per_token == 0
-            and not c.throughput.has_context_term
+            and c.kv_capacity_tokens is None
             for c in (self.bulk, self.tail)
         )
 
