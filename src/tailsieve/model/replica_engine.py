@@ -36,30 +36,10 @@ from collections import deque
 from collections.abc import Hashable
 from dataclasses import dataclass
 
-from tailsieve.errors import ConfigError, TraceError
-from tailsieve.model.throughput import ThroughputModel
+from tailsieve.errors import TraceError
+from tailsieve.model.replica_config import ReplicaConfig
 
-
-@dataclass(frozen=True, slots=True)
-class ReplicaConfig:
-    """Timing parameters of one replica."""
-
-    throughput: ThroughputModel  # effective tau(b) (speculation already applied, if any)
-    max_num_seqs: int | None = None  # cap on running requests; None = all admitted
-    prefill_s: float = 0.0  # fixed stall per admitted request, seconds
-    prefill_s_per_token: float = 0.0  # extra stall per prompt token, seconds
-    kv_capacity_tokens: int | None = None  # KV slots (tokens) of the replica; None = unlimited
-
-    def __post_init__(self) -> None:
-        if self.max_num_seqs is not None and self.max_num_seqs < 1:
-            raise ConfigError(f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
-        if self.kv_capacity_tokens is not None and self.kv_capacity_tokens < 1:
-            raise ConfigError(f"kv_capacity_tokens must be >= 1, got {self.kv_capacity_tokens}")
-        if self.prefill_s < 0 or self.prefill_s_per_token < 0:
-            raise ConfigError("prefill costs must be >= 0")
-
-    def prefill_cost_s(self, prompt_tokens: int) -> float:
-        return self.prefill_s + self.prefill_s_per_token * prompt_tokens
+__all__ = ["Completion", "ReplicaConfig", "ReplicaEngine"]
 
 
 @dataclass(frozen=True, slots=True)
