@@ -31,14 +31,17 @@ IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 
 
-def all_admit_time(lengths: npt.ArrayLike, model: ThroughputModel) -> float:
+def all_admit_time(
+    lengths: npt.ArrayLike, model: ThroughputModel, prompt_tokens: npt.ArrayLike | None = None
+) -> float:
     """Completion time of the last request when all ``lengths`` start together at 0."""
-    arr = np.sort(np.asarray(lengths, dtype=np.float64))[::-1]
+    raw = np.asarray(lengths, dtype=np.float64)
+    arr = np.sort(raw)[::-1]
     n = arr.size
     if n == 0:
         return 0.0
     taus = model.taus(n)
-    return float(np.dot(arr, np.diff(taus))) + context_cost(arr, model)
+    return float(np.dot(arr, np.diff(taus))) + context_cost(raw, model, prompt_tokens)
 
 
 def context_cost(
