@@ -116,14 +116,19 @@ def gap_study(
     num_draws: int,
     num_requests: int,
     rng: np.random.Generator,
+    prompt_pool: npt.ArrayLike | None = None,
 ) -> GapStudy:
-    """For ``num_draws`` random draws of ``num_requests`` lengths from ``pool``, the gap of
-    the best top-k split to the exact 2-replica optimum."""
+    """For ``num_draws`` random draws of ``num_requests`` lengths from ``pool`` (with their
+    ``prompt_pool`` entries, when given), the gap of the best top-k split to the exact
+    2-replica optimum."""
     if num_draws < 1:
         raise ConfigError(f"--draws must be >= 1, got {num_draws}")
     gaps, solve, states = [], [], []
+    arr = np.asarray(pool, dtype=np.float64)
+    prompts = None if prompt_pool is None else np.asarray(prompt_pool, dtype=np.float64)
     for _ in range(num_draws):
-        summary, _, _ = summarize(sample_requests(pool, num_requests, rng), model)
+        idx = sample_requests(np.arange(arr.size), num_requests, rng).astype(int)
+        summary, _, _ = summarize(arr[idx], model, None if prompts is None else prompts[idx])
         gaps.append(summary.topk_gap)
         solve.append(summary.solve_s)
         states.append(summary.retained_states)

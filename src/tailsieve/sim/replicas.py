@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from tailsieve.model.replica_engine import ReplicaConfig
+from tailsieve.model.replica_time import context_costs
 from tailsieve.model.speculative import SpecConfig
 
 
@@ -61,12 +62,16 @@ class PoolConfigs:
         )
 
     def lower_bound_s(self, lengths: Sequence[int] | np.ndarray, num_replicas: int) -> float:
-        """DESIGN section 3 lower bound of one batch on ``num_replicas`` replicas, using the
-        faster pool for each term: ``max(L_max * tau(1), work / (R * max_b b / tau(b)))``."""
+        """DESIGN section 3 lower bound of one batch on ``num_replicas`` replicas, with each
+        term taken on the pool that makes it smaller (``oracle.bounds.makespan_lower_bound``:
+        ``max(L tau(1) + own context, (work / peak + context reads) / R)``)."""
         arr = np.asarray(lengths, dtype=np.float64)
         if arr.size == 0:
             return 0.0
-        models = (self.bulk.throughput, self.tail.throughput)
-        tau1 = min(m.tau(1) for m in models)
-        peak = max(m.peak_aggregate_tokens_per_s(max_batch=int(arr.size)) for m in models)
-        return max(float(arr.max()) * tau1, float(arr.sum()) / (num_replicas * peak))
+        longest, spread = np.inf, np.inf
+        for m in (self.bulk.throughput, self.tail.throughput):
+            ctx = context_costs(arr, m)
+            peak = m.peak_aggregate_tokens_per_s(max_batch=int(arr.size))
+            longest = min(longest, float(np.max(arr * m.tau(1) + ctx)))
+            spread = min(spread, (float(arr.sum()) / peak + float(ctx.sum())) / num_replicas)
+        return max(longest, spread)
