@@ -18,6 +18,7 @@ class GroupResult:
     response_tokens: tuple[int, ...]  # generated tokens of each response (len = group size)
     finish_reasons: tuple[str, ...] = ()  # per response ("stop" / "length"), when known
     attempt: int = 0  # 0 = first attempt; >0 after a fault forced a regeneration
+    prompt_tokens: int = 0  # prompt tokens of each response (context held), 0 when unknown
 
     @property
     def total_tokens(self) -> int:

@@ -184,9 +184,13 @@ def segmented_completion_times(
 
 
 def sorted_segment_completion_times(
-    sorted_lengths: FloatArray, sorted_replicas: npt.NDArray[np.integer], model: ThroughputModel
+    sorted_lengths: FloatArray,
+    sorted_replicas: npt.NDArray[np.integer],
+    model: ThroughputModel,
+    sorted_prompts: FloatArray | None = None,
 ) -> FloatArray:
-    """Like ``segmented_completion_times`` for input already sorted by (replica, length)."""
+    """Like ``segmented_completion_times`` for input already sorted by (replica, length);
+    ``sorted_prompts`` (same order) count as context under the context term."""
     n = sorted_lengths.size
     if n == 0:
         return np.zeros(0)
@@ -196,7 +200,14 @@ def sorted_segment_completion_times(
     pos = np.arange(n) - seg_start
     prev = np.concatenate(([0.0], sorted_lengths[:-1]))
     prev[starts] = 0.0
-    inc = _phase_times(prev, sorted_lengths, np.repeat(sizes, sizes) - pos, model)
+    held = None
+    if sorted_prompts is not None and model.has_context_term and np.any(sorted_prompts):
+        # prompt tokens of the requests still running in each phase: a suffix sum per replica
+        suffix = np.cumsum(sorted_prompts[::-1])[::-1]
+        seg_end = np.repeat(np.concatenate((starts[1:], [n])), sizes)
+        tail = np.concatenate((suffix, [0.0]))[seg_end]
+        held = suffix - tail
+    inc = _phase_times(prev, sorted_lengths, np.repeat(sizes, sizes) - pos, model, held)
     csum = np.cumsum(inc)
     return csum - np.concatenate(([0.0], csum))[seg_start]
 

@@ -155,7 +155,7 @@ def _assemble(
         toks = tuple(int(x) for x in lens[gi])
         delivered.append((int(layout.plan_index[gi]), GroupResult(
             prompt_id=a.prompt_id, pool=a.pool, replica=a.replica, completion_s=end,
-            response_tokens=toks,
+            response_tokens=toks, prompt_tokens=int(layout.prompt_tokens[gi * n]) if n else 0,
         )))
         generated += sum(toks)
         busy[a.replica] = max(busy[a.replica], end)
