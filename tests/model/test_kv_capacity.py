@@ -12,7 +12,13 @@ from hypothesis import strategies as st
 
 from tailsieve.errors import ConfigError, TraceError
 from tailsieve.model.replica_engine import ReplicaConfig, ReplicaEngine
-from tailsieve.model.replica_time import replica_completion_times
+from tailsieve.model.replica_time import (
+    all_admit_completion_times,
+    capacity_cannot_bind,
+    peak_kv_slots,
+    replica_completion_times,
+    replica_run,
+)
 from tailsieve.model.throughput import ThroughputModel
 
 HAND = ThroughputModel.from_pairs([(1, 5.02e-3), (64, 6.28e-3)], name="hand").with_context(55e-9)
@@ -151,3 +157,32 @@ def test_abort_of_preempted_request_returns_its_tokens() -> None:
     assert eng.abort(1) == done
     while eng.has_work():
         eng.pop_next()
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 80), st.integers(0, 50)), min_size=2, max_size=12),
+       st.sampled_from([0, -1]))
+def test_peak_kv_slots_is_exactly_where_capacity_starts_to_bind(
+    reqs: list[tuple[int, int]], delta: int
+) -> None:
+    lengths = [n for n, _ in reqs]
+    prompts = [p for _, p in reqs]
+    peak = peak_kv_slots(lengths, prompts)
+    assert peak <= sum(lengths) + sum(prompts)
+    cap = max(peak + delta, max(n + p for n, p in reqs))
+    cfg = ReplicaConfig(HAND, kv_capacity_tokens=cap)
+    got, eng = run_engine(lengths, prompts, cfg)
+    if cap >= peak:
+        assert capacity_cannot_bind(lengths, cfg, prompts)
+        assert eng.num_preemptions == 0
+        free = all_admit_completion_times(lengths, HAND, prompts)
+        assert got == pytest.approx(free, rel=1e-9)
+        assert replica_run(lengths, cfg, prompts).done_s == pytest.approx(free, rel=1e-12)
+    else:
+        assert not capacity_cannot_bind(lengths, cfg, prompts)
+        # binding shows as a preemption, or as a request not admitted at the start
+        free = all_admit_completion_times(lengths, HAND, prompts)
+        assert eng.num_preemptions >= 1 or not np.allclose(got, free, rtol=1e-9)
+        run = replica_run(lengths, cfg, prompts)
+        assert run.num_preemptions == eng.num_preemptions
+        assert run.done_s == pytest.approx(got, rel=1e-12)

@@ -73,7 +73,8 @@ class ReplicaEngine:
         self._running: dict[Hashable, _Req] = {}
         self._waiting: deque[_Req] = deque()
         self._waiting_ids: dict[Hashable, _Req] = {}
-        self._tau_cache: dict[int, float] = {}
+        self._taus: list[float] = [0.0]  # tau(b) by index b, grown on demand
+        self._next_s: float | None = None  # cached next_event_s (None: state changed)
         self._k = config.throughput.context_s_per_token
         self._sum_prompt = 0.0  # prompt tokens of the running requests
         self._sum_start_p = 0.0  # admission progress of the running requests
@@ -104,11 +105,9 @@ class ReplicaEngine:
         return int(min(req.num_tokens, max(0.0, self._p - req.start_p)))
 
     def _tau(self, b: int) -> float:
-        t = self._tau_cache.get(b)
-        if t is None:
-            t = self.config.throughput.tau(b)
-            self._tau_cache[b] = t
-        return t
+        if b >= len(self._taus):
+            self._taus = self.config.throughput.taus(max(2 * b, 64)).tolist()
+        return self._taus[b]
 
     def kv_tokens(self) -> float:
         """KV tokens held by the running requests (prompt + generated)."""
@@ -117,14 +116,18 @@ class ReplicaEngine:
     def next_event_s(self) -> float:
         """Time of the next internal event (a completion, the end of a prefill stall, or the
         step at which the KV capacity would overflow)."""
+        if self._next_s is not None:
+            return self._next_s
         if not self._running:
-            return math.inf
-        if self._stall_until_s > self.now_s:
-            return self._stall_until_s
-        self._drop_stale()
-        target_p = self._heap[0][0]
-        target_p = min(target_p, self._overflow_p())
-        return self.now_s + self._span_s(max(0.0, target_p - self._p))
+            t = math.inf
+        elif self._stall_until_s > self.now_s:
+            t = self._stall_until_s
+        else:
+            self._drop_stale()
+            target_p = min(self._heap[0][0], self._overflow_p())
+            t = self.now_s + self._span_s(max(0.0, target_p - self._p))
+        self._next_s = t
+        return t
 
     def _overflow_p(self, extra_prompt: float = 0.0, extra_start_p: float = 0.0,
                     extra_running: int = 0) -> float:
@@ -173,12 +176,14 @@ class ReplicaEngine:
                 f"the replica's kv_capacity_tokens {self._cap}"
             )
         req = _Req(request_id, int(num_tokens), int(prompt_tokens))
+        self._next_s = None
         self._waiting.append(req)
         self._waiting_ids[request_id] = req
         self._admit()
 
     def abort(self, request_id: Hashable) -> int:
         """Remove a request at ``now_s``; returns the tokens it had generated (wasted)."""
+        self._next_s = None
         req = self._waiting_ids.pop(request_id, None)
         if req is not None:
             self._waiting.remove(req)
@@ -216,6 +221,7 @@ class ReplicaEngine:
     def _move_to(self, t: float) -> None:
         if t <= self.now_s:
             return
+        self._next_s = None
         if self._running:
             decode_from = max(self.now_s, self._stall_until_s)
             if t > decode_from:
@@ -238,6 +244,7 @@ class ReplicaEngine:
             if finish_p > self._p + eps:
                 break
             heapq.heappop(self._heap)
+            self._next_s = None
             del self._running[rid]
             self._sum_prompt -= req.prompt_tokens
             self._sum_start_p -= req.start_p
@@ -269,6 +276,7 @@ class ReplicaEngine:
             self._waiting.appendleft(req)
             self._waiting_ids[rid] = req
             self.num_preemptions += 1
+            self._next_s = None
             preempted = True
         if preempted:
             self._admit()
@@ -287,6 +295,7 @@ class ReplicaEngine:
             if self._running and not self._fits(req):
                 break
             self._waiting.popleft()
+            self._next_s = None
             del self._waiting_ids[req.request_id]
             recompute = round(req.done_tokens)
             stall = self.config.prefill_cost_s(req.prompt_tokens + recompute)

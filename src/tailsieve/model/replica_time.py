@@ -11,9 +11,9 @@ With a context-length term ``k`` (``ThroughputModel.context_s_per_token``) a ste
 ``k * r * (b^2 - a^2) / 2``, so a replica's time gains ``k * sum_i L_i^2 / 2``, a cost per
 request that does not depend on its neighbours. Prompt tokens ``P_i`` held as context add
 ``k * P_i * L_i`` (also per request). The closed forms hold while nothing queues: no running cap
-reached, no prefill stall and a KV capacity that cannot bind (every request's prompt plus
-response together fit, ``sum_i (P_i + L_i) <= capacity``); otherwise ``replica_run`` runs the
-event engine (preemption and recompute included).
+reached, no prefill stall and a KV capacity that never binds (``peak_kv_slots``, at most
+``sum_i (P_i + L_i)``); otherwise ``replica_run`` runs the event engine (preemption and
+recompute included).
 """
 
 from __future__ import annotations
@@ -101,17 +101,34 @@ def capacity_cannot_bind(
 ) -> bool:
     """True when the closed forms are exact for these requests on this replica: all are
     admitted at once (``max_num_seqs`` not reached, no prefill stall) and the KV capacity
-    cannot bind (``sum(P + L) <= capacity``: the running set always fits)."""
+    never binds (``peak_kv_slots <= capacity``; aborts and survivors after a cutoff only
+    lower the need)."""
     arr = np.asarray(lengths, dtype=np.int64)
     if config.max_num_seqs is not None and arr.size > config.max_num_seqs:
         return False
     if config.prefill_s > 0 or (config.prefill_s_per_token > 0 and prompt_tokens is not None):
         return False
     cap = config.kv_capacity_tokens
-    if cap is None:
-        return True
-    held = int(arr.sum()) + (0 if prompt_tokens is None else int(np.sum(prompt_tokens)))
-    return held <= cap
+    return cap is None or peak_kv_slots(arr, prompt_tokens) <= cap
+
+
+def peak_kv_slots(lengths: npt.ArrayLike, prompt_tokens: npt.ArrayLike | None = None) -> int:
+    """Most KV slots an all-admit run of these requests ever needs: before each decode step the
+    running requests hold their prompt plus generated tokens and need one slot each for the
+    next token, ``C + b``. It peaks at the last step of some request, so it is
+    ``max_j (sum of P over requests still running + b_j * L_j)`` over the requests sorted by
+    length (``L_j`` the j-th shortest, ``b_j`` the requests at least as long). Capacity binds
+    in that run if and only if this exceeds it."""
+    arr = np.asarray(lengths, dtype=np.int64)
+    if arr.size == 0:
+        return 0
+    order = np.argsort(arr, kind="stable")
+    asc = arr[order]
+    running = arr.size - np.arange(arr.size, dtype=np.int64)
+    held = running * asc
+    if prompt_tokens is not None:
+        held = held + np.cumsum(np.asarray(prompt_tokens, dtype=np.int64)[order][::-1])[::-1]
+    return int(held.max())
 
 
 @dataclass(frozen=True, slots=True)
