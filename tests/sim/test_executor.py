@@ -102,7 +102,7 @@ def test_prefill_delays_start() -> None:
 
 
 def test_speculative_tail_config_shortens_tail_time() -> None:
-    base = ReplicaConfig(load_profile("gpu"))
+    base = ReplicaConfig(load_profile("illustrative-flat"))
     plan = build_plan(0, 2, 4, [Placement("a", 0), Placement("t", 1, Pool.TAIL)])
     lens = _lengths({"a": [100, 100, 100, 100], "t": [5000, 4000, 3000, 2000]})
     plain = SimExecutor(PoolConfigs.from_specs(base)).run(plan, lens)
@@ -135,7 +135,7 @@ def test_closed_form_equals_event_driven(
     """Where capacity cannot bind, the closed form (context term and prompt context included)
     equals the event engine, which also runs the (never triggered) capacity checks."""
     rng = np.random.default_rng(seed)
-    model = load_profile("gpu").with_context(context)
+    model = load_profile("illustrative-flat").with_context(context)
     placements = []
     for i in range(num_groups):
         r = int(rng.integers(num_replicas))
