@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tailsieve.model.profiles import DEFAULT_PROFILE
+from tailsieve.model.validation import markdown_table
 
 from .common import REPO
 
@@ -558,6 +559,23 @@ def real_engine(results_root: Path) -> list[str]:
     return [*lines, ""]
 
 
+def decode_model() -> list[str]:
+    """The grounded GPU decode model against public measurements (computed, no results file)."""
+    return [
+        "## The GPU decode model against public measurements (issue 10)",
+        "",
+        "`tau(b, C) = a0 + R(W(b)/BW_eff, b*F/P_eff) + k*C + c_s*b` from a model's config.json "
+        "and the GPU's datasheet (docs/performance-model.md); the shipped profiles "
+        "(`tailsieve profiles`) are made with it. Regenerate with `tailsieve profiles validate`; "
+        "the tolerances are asserted by `tests/model/test_decode_validation.py`. The linear "
+        "rows are a fit-quality check (three efficiencies come from that Vidur table); the "
+        "attention, batch-1 and TPOT rows are predictions.",
+        "",
+        *markdown_table(),
+        "",
+    ]
+
+
 def write(out_dir: Path, path: Path, suite: dict[str, Any] | None = None) -> Path:
     """Write the markdown file ``path`` from the JSON results in ``out_dir``."""
     sections, summary = [], []
@@ -601,6 +619,6 @@ def write(out_dir: Path, path: Path, suite: dict[str, Any] | None = None) -> Pat
         *summary,
         "",
     ]
-    body = head + sections + real_engine(out_dir.parent)
+    body = head + sections + real_engine(out_dir.parent) + decode_model()
     path.write_text("\n".join(body).rstrip() + "\n")
     return path

@@ -32,7 +32,7 @@ def demo(
     profile: Annotated[
         str, typer.Option(help="Throughput profile of the emulated replicas (tailsieve profiles).")
     ] = "qwen3-4b-h100",
-    time_scale: Annotated[float, typer.Option(help="Emulated seconds per modelled second.")] = 0.025,
+    time_scale: Annotated[float, typer.Option(help="Emulated seconds per modelled second.")] = 0.02,
     seed: Annotated[int, typer.Option(help="Seed of workload and sampling.")] = 0,
     progress: Annotated[
         bool, typer.Option("--progress/--no-progress", help="Live progress table.")

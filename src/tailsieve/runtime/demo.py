@@ -40,7 +40,7 @@ class DemoConfig:
     steps: int = 10  # steps after the warm-up step
     workload: str = "paper-math"
     profile: str = DEFAULT_PROFILE  # derived Qwen3-4B on one H100 (tailsieve profiles)
-    time_scale: float = 0.025  # emulated seconds per modelled second (~2 min for the default job)
+    time_scale: float = 0.02  # emulated seconds per modelled second (~100 s for the default job)
     seed: int = 0
     policies: tuple[str, ...] = ("uniform", "tailsieve")
     out_dir: Path = Path("demo-out")
