@@ -56,7 +56,8 @@ def brute_force(
             if running and cap is not None and held() + w.prompt + w.done + 1 > cap:
                 break
             waiting.popleft()
-            stall += cfg.prefill_cost_s(w.prompt + w.done)
+            stall += cfg.recompute_cost_s(w.prompt + w.done) if w.done else cfg.prefill_cost_s(
+                w.prompt)
             if w.done > 0:
                 recomputed += w.prompt + w.done
             running.append(w)
@@ -98,16 +99,18 @@ def run_engine(lengths: list[int], prompts: list[int], cfg: ReplicaConfig):  # t
     st.integers(0, 200),
     st.sampled_from([None, 2, 4]),
     st.sampled_from([0.0, 2e-5]),
+    st.sampled_from([None, 7e-5]),
 )
 def test_preemption_matches_brute_force(
-    reqs: list[tuple[int, int]], slack: int, seqs_cap: int | None, prefill_per_token: float
+    reqs: list[tuple[int, int]], slack: int, seqs_cap: int | None, prefill_per_token: float,
+    recompute: float | None,
 ) -> None:
     lengths = [n for n, _ in reqs]
     prompts = [p for _, p in reqs]
     cap = max(p + n for n, p in reqs) + slack  # every request fits alone
     cfg = ReplicaConfig(HAND, max_num_seqs=seqs_cap, kv_capacity_tokens=cap,
                         prefill_s=1e-4 if prefill_per_token else 0.0,
-                        prefill_s_per_token=prefill_per_token)
+                        prefill_s_per_token=prefill_per_token, recompute_s_per_token=recompute)
     want, preempt, recomputed = brute_force(lengths, prompts, cfg)
     got, eng = run_engine(lengths, prompts, cfg)
     assert got == pytest.approx(want, rel=1e-9, abs=1e-12)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from tailsieve.model.profiles import load_profile
 from tailsieve.model.replica_engine import ReplicaConfig
@@ -39,6 +40,7 @@ def test_trace_prompts_count_as_context(tmp_path: Path) -> None:
         for prefill in (0.0, 1e-5):
             pools = PoolConfigs.single(ReplicaConfig.from_profile(
                 model, prefill_s_per_token=prefill))
+            assert pools.bulk.recompute_s_per_token == pytest.approx(1.0428e-5, rel=1e-3)
             runs = run_policies(["uniform", "seer-oracle", "tailsieve"], settings,
                                 lambda wl=wl: epoch_prompt_ids(wl.prompt_ids(), 1), wl, pools)
             times[(with_prompts, prefill)] = {k: r.run.mean_step_s for k, r in runs.items()}

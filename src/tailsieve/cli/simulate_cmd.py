@@ -96,7 +96,7 @@ def simulate(
         "groups": groups, "group_size": group_size, "steps": steps, "profile": profile,
         "seed": seed, "tail_spec": tail_spec, "bulk_spec": bulk_spec, "q0": q0, "m0": m0,
         "max_num_seqs": base.max_num_seqs, "kv_capacity_tokens": base.kv_capacity_tokens,
-        "prefill_s": prefill_s, "recompute_s_per_token": base.prefill_s_per_token,
+        "prefill_s": prefill_s, "recompute_s_per_token": base.recompute_s_per_token,
     }
     if out is not None:
         _write_records(out, meta, summaries, runs)

@@ -298,7 +298,8 @@ class ReplicaEngine:
             self._next_s = None
             del self._waiting_ids[req.request_id]
             recompute = round(req.done_tokens)
-            stall = self.config.prefill_cost_s(req.prompt_tokens + recompute)
+            stall = (self.config.recompute_cost_s(req.prompt_tokens + recompute) if recompute > 0
+                     else self.config.prefill_cost_s(req.prompt_tokens))
             if recompute > 0:
                 self.recomputed_tokens += req.prompt_tokens + recompute
             if stall > 0:

@@ -87,12 +87,13 @@ class EmulatorConfig:
         KV capacity (a preempted request's recompute costs ``prefill_s_per_token`` per token,
         or, when that is 0, the profile's derived prefill cost)."""
         tp = self.throughput if self.slowdown == 1.0 else self.throughput.scaled(self.slowdown)
-        per_token = self.prefill_s_per_token or prefill_s_per_token_of(tp)
+        recompute = self.prefill_s_per_token or prefill_s_per_token_of(tp)
         return ReplicaConfig(
             throughput=tp,
             max_num_seqs=self.max_num_seqs,
             prefill_s=self.prefill_s,
-            prefill_s_per_token=per_token,
+            prefill_s_per_token=self.prefill_s_per_token,
+            recompute_s_per_token=recompute,
             kv_capacity_tokens=self.kv_capacity_tokens,
         )
 
