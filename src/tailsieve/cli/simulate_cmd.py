@@ -162,18 +162,24 @@ def _print_table(meta: dict[str, Any], summaries: list[dict[str, Any]]) -> None:
                f"profile {meta['profile']}, tail spec {meta['tail_spec']}, "
                f"bulk spec {meta['bulk_spec']}"),
         caption="steady = mean of the last 3 steps; speedups paired against uniform; "
-                "LB ratio = step time / lower bound of the delivered batch, mean over steps",
+                "LB ratio = step time / lower bound of the delivered batch, mean over steps; "
+                "preempt = KV-capacity preemptions per step",
         caption_justify="left",
     )
     table.add_column("policy", no_wrap=True)
-    for col in ("steady s", "speedup", "mean spd", "LB ratio", "wasted", "q", "m"):
+    preempt = any(s["preemptions_per_step"] > 0 for s in summaries)
+    cols = ("steady s", "speedup", "mean spd", "LB ratio", "wasted", *(
+        ("preempt",) if preempt else ()), "q", "m")
+    for col in cols:
         table.add_column(col, justify="right", no_wrap=True)
     for s in summaries:
         qs, ms = s["q_trajectory"], s["m_trajectory"]
         table.add_row(
             s["policy"], f"{s['steady_step_s']:.2f}", f"{s['speedup_vs_uniform']:.3f}x",
             f"{s['mean_speedup_vs_uniform']:.3f}x", f"{s['lower_bound_ratio']:.3f}",
-            f"{100 * s['wasted_token_fraction']:.1f}%", str(qs[-1] if qs else "-"),
+            f"{100 * s['wasted_token_fraction']:.1f}%",
+            *((f"{s['preemptions_per_step']:.1f}",) if preempt else ()),
+            str(qs[-1] if qs else "-"),
             str(ms[-1] if ms else "-"),
         )
     Console().print(table)
