@@ -20,8 +20,8 @@ step at which it would not hold is ``P* = floor((capacity - S0) / b)`` on the in
 grid, an exact event (its time follows from the quadratic above). There the newest running
 request is preempted: its KV is freed and it goes back to the front of the waiting queue,
 keeping the tokens it generated. When it is admitted again, its prompt plus generated tokens
-are recomputed as a prefill (the replica's prefill cost for that many tokens) and it continues
-where it stopped. A waiting request is admitted only if, with it, the next step still fits.
+are recomputed as a prefill (``ReplicaConfig.recompute_cost_s`` for that many tokens) and it
+continues where it stopped. A waiting request is admitted only if, with it, the next step still fits.
 The engine counts preemptions and recomputed tokens.
 
 The engine is pure (no clock, no I/O): callers drive it with ``submit`` / ``abort`` at
