@@ -67,6 +67,8 @@ def test_kv_capacity_flags_preempt_and_switch_off(tmp_path: Path) -> None:
     steps = json.loads((tmp_path / "simulate.json").read_text())["steps"]["uniform"]
     assert sum(r["num_preemptions"] for r in steps) > 0
     assert all(r["recomputed_tokens"] >= r["num_preemptions"] for r in steps)
+    assert all(sum(r["replica_preemptions"]) == r["num_preemptions"] for r in steps)
+    assert any(len(r["replica_preemptions"]) == 4 for r in steps)
     off = json.loads(CliRunner().invoke(app, [*base, "--kv-capacity", "0", "--max-num-seqs",
                                               "0", "--json"]).output)
     assert off["settings"]["kv_capacity_tokens"] is None

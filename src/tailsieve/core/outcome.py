@@ -60,6 +60,7 @@ class StepOutcome:
     replica_busy_s: tuple[float, ...] = field(default=())  # per replica, when known
     num_preemptions: int = 0  # KV-capacity preemptions (simulated / emulated replicas)
     recomputed_tokens: int = 0  # tokens prefilled again after those preemptions
+    replica_preemptions: tuple[int, ...] = field(default=())  # per replica, when any
 
     @property
     def delivered_ids(self) -> tuple[str, ...]:

@@ -111,6 +111,7 @@ def run_baseline_step(
     done = np.zeros(lens.shape)
     busy = np.zeros(num_replicas)
     preempted = recomputed = 0
+    by_replica = [0] * num_replicas
     for r in range(num_replicas):
         sel = routing.replica == r
         if not sel.any():
@@ -120,6 +121,7 @@ def run_baseline_step(
         rr = replica_run(lens[sel], cfg, pt if prompt_tokens else None)
         done[sel] = rr.done_s
         preempted += rr.num_preemptions
+        by_replica[r] = rr.num_preemptions
         recomputed += rr.recomputed_tokens
         busy[r] = float(done[sel].max())
     groups: list[GroupResult] = []
@@ -140,6 +142,7 @@ def run_baseline_step(
         bulk_cut_s=bulk_time, makespan_s=max(tail_time, bulk_time), wasted_tokens=0,
         generated_tokens=total, replica_busy_s=tuple(float(b) for b in busy),
         num_preemptions=preempted, recomputed_tokens=recomputed,
+        replica_preemptions=tuple(by_replica) if preempted else (),
     )
     return outcome, routing
 

@@ -152,6 +152,7 @@ def _record(
         aborted_ids=tuple(a.prompt_id for a in outcome.aborted),
         delivered_sizes=tuple(len(g.response_tokens) for g in outcome.delivered),
         num_preemptions=outcome.num_preemptions, recomputed_tokens=outcome.recomputed_tokens,
+        replica_preemptions=outcome.replica_preemptions,
     )
 
 

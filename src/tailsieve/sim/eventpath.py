@@ -74,4 +74,5 @@ def simulate_events(layout: RequestLayout, configs: Sequence[ReplicaConfig], k: 
         done_s=done, tokens_so_far=so_far, delivered_fresh=chosen, cutoff_s=cutoff,
         num_preemptions=sum(e.num_preemptions for e in engines),
         recomputed_tokens=sum(e.recomputed_tokens for e in engines),
+        replica_preemptions=tuple(e.num_preemptions for e in engines),
     )

@@ -109,7 +109,8 @@ class SimExecutor:
         if res.num_preemptions:
             out = SimStepResult(
                 replace(out.outcome, num_preemptions=res.num_preemptions,
-                        recomputed_tokens=res.recomputed_tokens),
+                        recomputed_tokens=res.recomputed_tokens,
+                        replica_preemptions=res.replica_preemptions),
                 out.spans, out.cutoff_s,
             )
         return out

@@ -86,6 +86,7 @@ class SimResult:
     cutoff_s: float
     num_preemptions: int = 0  # KV-capacity preemptions over all replicas
     recomputed_tokens: int = 0  # tokens prefilled again after those preemptions
+    replica_preemptions: tuple[int, ...] = ()  # preemptions per replica (empty: none anywhere)
 
 
 def choose_fresh(

@@ -34,10 +34,12 @@ class StepRecord:
     delivered_sizes: tuple[int, ...]  # responses per delivered group
     num_preemptions: int = 0  # KV-capacity preemptions over all replicas this step
     recomputed_tokens: int = 0  # tokens prefilled again after those preemptions
+    replica_preemptions: tuple[int, ...] = ()  # per replica (empty when no preemption)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        for k in ("drawn_ids", "delivered_ids", "aborted_ids", "delivered_sizes"):
+        for k in ("drawn_ids", "delivered_ids", "aborted_ids", "delivered_sizes",
+                  "replica_preemptions"):
             d[k] = list(d[k])
         return d
 
