@@ -30,7 +30,7 @@ class OracleSummary:
     best_k: int
     topk_makespan_s: float
     topk_gap: float  # topk / optimal - 1
-    lower_bound_s: float  # max(L_max tau(1), total / (2 peak throughput))
+    lower_bound_s: float  # oracle.bounds.makespan_lower_bound on 2 replicas (context included)
     retained_states: int
     solve_s: float
 
