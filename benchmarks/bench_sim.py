@@ -1,7 +1,9 @@
 """Simulator throughput benchmark: 100 steps of N=256 groups x 8 on 8 replicas (tailsieve).
 
 Run: ``.venv/bin/python benchmarks/bench_sim.py`` (writes benchmarks/results/sim.json).
-Targets: the whole run in < 10 s; the protocol + controller decision per step < 10 ms.
+Profile: the default (qwen3-4b-h100) with its context term, KV capacity (preemption) and
+running cap on. Targets: the whole run in < 10 s; the protocol + controller decision per step
+< 10 ms.
 ``decision_ms_*``: plan_step + update_from_outcome (protocol validation included);
 ``controller_ms_*``: the controller's own targets() + observe().
 """
@@ -64,7 +66,8 @@ RESULTS = Path(__file__).resolve().parent / "results" / "sim.json"
 
 def main() -> dict[str, object]:
     settings = SimSettings(num_replicas=8, num_groups=256, group_size=8, num_steps=100, seed=0)
-    pools = PoolConfigs.from_specs(ReplicaConfig(load_profile(DEFAULT_PROFILE)))
+    # the profile's context term, KV capacity (preemption) and running cap are all on
+    pools = PoolConfigs.from_specs(ReplicaConfig.from_profile(load_profile(DEFAULT_PROFILE)))
     t0 = time.perf_counter()
     wl = resolve_workload("paper-math", seed=0, num_prompts=30000)
     dataset = wl.prompt_ids()
@@ -103,6 +106,11 @@ def main() -> dict[str, object]:
         "num_steps_over_10ms": int((decisions > 0.010).sum()),
         "target_decision_ms": 10.0,
         "steady_step_s": run.steady_step_s,
+        "context_s_per_token": pools.bulk.throughput.context_s_per_token,
+        "kv_capacity_tokens": pools.bulk.kv_capacity_tokens,
+        "max_num_seqs": pools.bulk.max_num_seqs,
+        "preemptions_total": sum(r.num_preemptions for r in run.records),
+        "steps_with_preemption": sum(r.num_preemptions > 0 for r in run.records),
         "q_final": run.q_trajectory[-1],
         "m_final": run.m_trajectory[-1],
         "python": platform.python_version(),

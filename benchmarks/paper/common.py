@@ -74,12 +74,15 @@ def _jsonable(x: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(x)}")
 
 
-def pools_for(profile: str, tail_spec: str = "none", bulk_spec: str = "none") -> PoolConfigs:
-    """Pool timing for a profile with each pool's speculative config (``mtp:3``, ``none``)."""
-    return PoolConfigs.from_specs(
-        ReplicaConfig(load_profile(profile)), SpecConfig.parse(tail_spec),
-        SpecConfig.parse(bulk_spec),
-    )
+def pools_for(
+    profile: str, tail_spec: str = "none", bulk_spec: str = "none", capacity: bool = True
+) -> PoolConfigs:
+    """Pool timing for a profile with each pool's speculative config (``mtp:3``, ``none``);
+    the profile's KV capacity and running cap apply unless ``capacity`` is False."""
+    model = load_profile(profile)
+    base = (ReplicaConfig.from_profile(model) if capacity
+            else ReplicaConfig.from_profile(model, max_num_seqs=None, kv_capacity_tokens=None))
+    return PoolConfigs.from_specs(base, SpecConfig.parse(tail_spec), SpecConfig.parse(bulk_spec))
 
 
 @dataclass(slots=True)

@@ -156,3 +156,24 @@ def test_real_trace(capsys: pytest.CaptureFixture[str]) -> None:
     assert rc == 0
     data = json.loads(out)
     assert data["num_requests"] == 100 and data["topk_gap"] < 0.05
+
+
+def test_oracle_prompts_count_as_context_and_are_checked(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    args = ["oracle", "--lengths", "16000,9000,500", "--profile", "qwen3-4b-h100", "--json"]
+    rc, plain, _ = run(args, capsys)
+    rc2, with_p, _ = run([*args, "--prompts", "4000,100,100"], capsys)
+    assert rc == rc2 == 0
+    assert json.loads(with_p)["optimal_makespan_s"] > json.loads(plain)["optimal_makespan_s"]
+    rc, _, err = run([*args, "--prompts", "1,2"], capsys)
+    assert rc == 2 and "--prompts has 2 entries" in err
+    # a trace's prompt_tokens column is read and raises the optimum the same way
+    path = tmp_path / "p.csv"
+    path.write_text("prompt_id,sample,response_tokens,prompt_tokens\n"
+                    "a,0,16000,4000\na,1,9000,100\nb,0,500,100\n")
+    rc, out, _ = run(["oracle", "--trace", str(path), "--sample-requests", "0",
+                      "--profile", "qwen3-4b-h100", "--json"], capsys)
+    assert rc == 0
+    assert json.loads(out)["optimal_makespan_s"] == pytest.approx(
+        json.loads(with_p)["optimal_makespan_s"])

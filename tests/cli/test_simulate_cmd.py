@@ -54,3 +54,28 @@ def test_bad_policy_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> N
 def test_bad_spec_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([*SMALL, "--tail-spec", "warp:3"]) == 2
     assert "speculative" in capsys.readouterr().err
+
+
+def test_kv_capacity_flags_preempt_and_switch_off(tmp_path: Path) -> None:
+    base = [*SMALL, "--policy", "uniform", "--policy", "tailsieve"]
+    tight = CliRunner().invoke(app, [*base, "--kv-capacity", "30000", "--json",
+                                     "--out", str(tmp_path)])
+    assert tight.exit_code == 0, tight.output
+    data = json.loads(tight.output)
+    assert data["settings"]["kv_capacity_tokens"] == 30000
+    assert data["policies"][0]["preemptions_per_step"] > 0
+    steps = json.loads((tmp_path / "simulate.json").read_text())["steps"]["uniform"]
+    assert sum(r["num_preemptions"] for r in steps) > 0
+    assert all(r["recomputed_tokens"] >= r["num_preemptions"] for r in steps)
+    assert all(sum(r["replica_preemptions"]) == r["num_preemptions"] for r in steps)
+    assert any(len(r["replica_preemptions"]) == 4 for r in steps)
+    off = json.loads(CliRunner().invoke(app, [*base, "--kv-capacity", "0", "--max-num-seqs",
+                                              "0", "--json"]).output)
+    assert off["settings"]["kv_capacity_tokens"] is None
+    assert off["settings"]["max_num_seqs"] is None
+    assert all(p["preemptions_per_step"] == 0 for p in off["policies"])
+    default = json.loads(CliRunner().invoke(app, [*base, "--json"]).output)
+    assert default["settings"]["kv_capacity_tokens"] == 444758
+    # preemption only ever slows a step down
+    assert data["policies"][0]["mean_step_s"] > off["policies"][0]["mean_step_s"]
+    assert main([*base, "--kv-capacity", "-5"]) == 2

@@ -90,8 +90,9 @@ def test_engine_with_prompts_matches_token_by_token(lengths: list[int], prompts:
     exact = token_by_token(lengths, model, p)
     got = engine_times(lengths, ReplicaConfig(model), p)
     assert got == pytest.approx(exact, rel=0.01)
-    # the event path is taken when prompts matter, and it agrees
+    # the closed form with prompt context agrees with the engine
     assert replica_completion_times(lengths, ReplicaConfig(model), p) == pytest.approx(got)
+    assert all_admit_completion_times(lengths, model, p) == pytest.approx(got, rel=1e-9)
 
 
 def test_engine_abort_and_cap_keep_context_sums_consistent() -> None:
@@ -129,6 +130,7 @@ def test_context_term_is_validated_saved_scaled_and_spec_applied(tmp_path: Path)
     assert spec.apply(CPU_K).context_s_per_token == pytest.approx(K / spec.tokens_per_step)
 
 
-def test_simulator_leaves_the_closed_form_when_context_matters() -> None:
+def test_context_term_keeps_the_closed_form_but_capacity_leaves_it() -> None:
     assert PoolConfigs.from_specs(ReplicaConfig(CPU)).closed_form
-    assert not PoolConfigs.from_specs(ReplicaConfig(CPU_K)).closed_form
+    assert PoolConfigs.from_specs(ReplicaConfig(CPU_K)).closed_form
+    assert not PoolConfigs.from_specs(ReplicaConfig(CPU_K, kv_capacity_tokens=10**6)).closed_form

@@ -3,7 +3,8 @@
 Lengths sorted descending; binary ``x_i`` = request i on replica A; binary ``y_ic`` = request i
 is the c-th request on A (``z_ic`` likewise on B). ``sum_c y_ic = x_i`` and
 ``sum_c c*y_ic = sum_{j<=i} x_j`` (big-M, active when ``x_i = 1``) pin ``c`` to the rank, so the replica time is
-``sum L_i (tau(c) - tau(c-1)) y_ic`` exactly. Shares nothing with the DP but ``tau``.
+``sum L_i (tau(c) - tau(c-1)) y_ic`` exactly, plus each request's own context cost
+``k (P_i L_i + L_i^2 / 2)`` on the replica it is on. Shares nothing with the DP but ``tau``.
 """
 
 from __future__ import annotations
@@ -15,8 +16,17 @@ from scipy.sparse import lil_matrix
 from tailsieve.model.throughput import ThroughputModel
 
 
-def milp_makespan(lengths: np.ndarray, model: ThroughputModel, time_limit_s: float = 60.0) -> float:
-    ls = np.sort(np.asarray(lengths, dtype=np.float64))[::-1]
+def milp_makespan(
+    lengths: np.ndarray,
+    model: ThroughputModel,
+    time_limit_s: float = 60.0,
+    prompt_tokens: np.ndarray | None = None,
+) -> float:
+    raw = np.asarray(lengths, dtype=np.float64)
+    order = np.argsort(-raw, kind="stable")
+    ls = raw[order]
+    ps = np.zeros(ls.size) if prompt_tokens is None else np.asarray(prompt_tokens, float)[order]
+    own = model.context_s_per_token * (ps * ls + ls * ls / 2.0)
     n = ls.size
     taus = np.array([model.tau(b) for b in range(n + 1)])
     marg = np.diff(taus)  # marg[c-1] = tau(c) - tau(c-1)
@@ -52,7 +62,7 @@ def milp_makespan(lengths: np.ndarray, model: ThroughputModel, time_limit_s: flo
         add(cb, -np.inf, float(i + 1))
         add({**cb, i: cb[i] + big}, float(i + 1), np.inf)
     for base in (y0, z0):
-        coefs = {base + p: ls[i] * marg[c - 1] for p, (i, c) in enumerate(pairs)}
+        coefs = {base + p: ls[i] * marg[c - 1] + own[i] for p, (i, c) in enumerate(pairs)}
         coefs[m_idx] = -1.0
         add(coefs, -np.inf, 0.0)
     a = lil_matrix((len(rows), nv))

@@ -121,6 +121,26 @@ def test_seer_splits_groups_and_streamrl_isolates_longest() -> None:
     assert all(np.all(r == 0) for r in one.replicas)
 
 
+def test_streamrl_fixed_split_and_context_aware_greedy() -> None:
+    from tailsieve.policy.streamrl_oracle import StreamRLOraclePolicy
+
+    rng = np.random.default_rng(2)
+    groups = make_groups(rng, 16, 8)
+    flat = np.concatenate(groups)
+    tail = np.argsort(-flat, kind="stable")[: int(np.ceil(0.2 * flat.size))]
+    for m in (1, 3, 9):
+        reps = np.concatenate(StreamRLOraclePolicy(num_dedicated=m).route(groups, 4, CPU).replicas)
+        assert set(reps[tail].tolist()) <= set(range(min(m, 3)))
+    with pytest.raises(ConfigError, match="num_dedicated"):
+        StreamRLOraclePolicy(num_dedicated=0)
+    # under a strong context term the Seer greedy balances k*L^2/2 too: never worse than
+    # the same greedy blind to the term, judged by the true (context-aware) makespan
+    heavy = CPU.with_context(3e-6)
+    aware = get_policy("seer-oracle").route(groups, 4, heavy).makespan_s(groups, heavy)
+    blind = get_policy("seer-oracle").route(groups, 4, CPU).makespan_s(groups, heavy)
+    assert aware <= blind * (1 + 1e-9)
+
+
 def test_registry_is_extensible_and_isolated() -> None:
     class Everything0(RoutingPolicy):
         name = "all-on-zero"

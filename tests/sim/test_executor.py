@@ -125,12 +125,17 @@ def test_too_few_fresh_groups_is_an_error() -> None:
     group_size=st.integers(1, 4),
     num_groups=st.integers(1, 12),
     seed=st.integers(0, 2**31 - 1),
+    context=st.sampled_from([0.0, 55e-9, 2e-6]),
+    with_prompts=st.booleans(),
 )
 def test_closed_form_equals_event_driven(
-    num_replicas: int, group_size: int, num_groups: int, seed: int
+    num_replicas: int, group_size: int, num_groups: int, seed: int, context: float,
+    with_prompts: bool,
 ) -> None:
+    """Where capacity cannot bind, the closed form (context term and prompt context included)
+    equals the event engine, which also runs the (never triggered) capacity checks."""
     rng = np.random.default_rng(seed)
-    model = load_profile("illustrative-flat")
+    model = load_profile("illustrative-flat").with_context(context)
     placements = []
     for i in range(num_groups):
         r = int(rng.integers(num_replicas))
@@ -142,8 +147,13 @@ def test_closed_form_equals_event_driven(
     plan = build_plan(3, num_replicas, group_size, placements, num_fresh_to_deliver=k,
                       tail_replicas=(0,) if num_replicas > 1 else ())
     table = {p.prompt_id: rng.integers(1, 3000, group_size).tolist() for p in placements}
-    pools = PoolConfigs.from_specs(ReplicaConfig(model), tail_spec=SpecConfig.parse("mtp:3"))
-    fast, slow = (ex.run(plan, _lengths(table)) for ex in _both(pools))
+    prompts = {p.prompt_id: int(rng.integers(0, 2000)) for p in placements}
+    held = sum(map(sum, table.values())) + group_size * sum(prompts.values())
+    cfg = ReplicaConfig(model, kv_capacity_tokens=held, max_num_seqs=num_groups * group_size)
+    pools = PoolConfigs.from_specs(cfg, tail_spec=SpecConfig.parse("mtp:3"))
+    ptoks = prompts.__getitem__ if with_prompts else None
+    fast, slow = (ex.run(plan, _lengths(table), ptoks) for ex in _both(pools))
+    assert fast.num_preemptions == slow.num_preemptions == 0
     assert fast.delivered_ids == slow.delivered_ids
     assert [a.prompt_id for a in fast.aborted] == [a.prompt_id for a in slow.aborted]
     assert fast.makespan_s == pytest.approx(slow.makespan_s, rel=1e-9)

@@ -6,7 +6,7 @@ import typer
 
 from tailsieve.errors import ConfigError
 from tailsieve.runtime.emulator.config import CRASH_MODES, EmulatorConfig
-from tailsieve.runtime.emulator.runner import serve_forever
+from tailsieve.runtime.emulator.runner import capacity_options, serve_forever
 
 
 def register(app: typer.Typer) -> None:
@@ -20,7 +20,11 @@ def emulate(
     time_scale: float = typer.Option(
         1.0, "--time-scale", help="Real seconds per model second (0.01 = 100x faster)."
     ),
-    max_num_seqs: int = typer.Option(256, "--max-num-seqs", help="Running-sequence cap."),
+    max_num_seqs: int = typer.Option(
+        None, "--max-num-seqs", help="Running-sequence cap (default: the profile's, else 256)."),
+    kv_capacity: int = typer.Option(
+        None, "--kv-capacity", help="KV-cache tokens; when full the newest request is preempted "
+        "and recomputed (default: the profile's; 0 = unlimited)."),
     max_model_len: int = typer.Option(4096, "--max-model-len", help="Prompt + output limit."),
     prefill_s: float = typer.Option(0.0, "--prefill-s", help="Model seconds of prefill stall."),
     crash_after: float = typer.Option(
@@ -46,8 +50,8 @@ def emulate(
     if not 0 <= port <= 65535:
         raise ConfigError(f"--port must be in 0..65535, got {port}")
     config = EmulatorConfig.from_profile(
-        profile, model_name=model_name, time_scale=time_scale, max_num_seqs=max_num_seqs,
-        max_model_len=max_model_len, prefill_s=prefill_s, crash_after_s=crash_after,
+        profile, **capacity_options(max_num_seqs, kv_capacity), model_name=model_name,
+        time_scale=time_scale, max_model_len=max_model_len, prefill_s=prefill_s, crash_after_s=crash_after,
         crash_mode=crash_mode, error_rate=error_rate, slowdown=slowdown, seed=seed,
         length_median_tokens=length_median, length_sigma=length_sigma,
     )

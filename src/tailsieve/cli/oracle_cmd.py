@@ -51,21 +51,42 @@ def parse_lengths(text: str) -> np.ndarray:
 
 def trace_lengths(path: Path) -> np.ndarray:
     """The ``response_tokens`` column of a JSONL/CSV/Parquet trace (validated on read)."""
+    return trace_columns(path)[0]
+
+
+def trace_columns(path: Path) -> tuple[np.ndarray, np.ndarray | None]:
+    """``response_tokens`` and, when the trace has it, ``prompt_tokens`` (context under the
+    profile's context term)."""
     from tailsieve.workload.io import read_trace
 
     trace = read_trace(path)
     if trace.num_rows == 0:
         raise TraceError(f"{path}: the trace has no rows")
-    return np.asarray(trace.response_tokens, dtype=np.float64)
+    prompts = None
+    if trace.prompt_tokens is not None:
+        prompts = np.asarray(trace.prompt_tokens, dtype=np.float64)
+    return np.asarray(trace.response_tokens, dtype=np.float64), prompts
 
 
-def _input_lengths(trace: Path | None, lengths: str | None, sample: int, seed: int) -> np.ndarray:
+def _input_lengths(
+    trace: Path | None, lengths: str | None, sample: int, seed: int, prompts: str | None = None
+) -> tuple[np.ndarray, np.ndarray | None]:
     if (trace is None) == (lengths is None):
         raise ConfigError("give exactly one of --trace FILE or --lengths 100,200,...")
     if lengths is not None:
-        return parse_lengths(lengths)
+        arr = parse_lengths(lengths)
+        if prompts is None:
+            return arr, None
+        ptoks = parse_lengths(prompts)
+        if ptoks.size != arr.size:
+            raise ConfigError(f"--prompts has {ptoks.size} entries, --lengths {arr.size}")
+        return arr, ptoks
     assert trace is not None
-    return sample_requests(trace_lengths(trace), sample, np.random.default_rng(seed))
+    if prompts is not None:
+        raise ConfigError("--prompts goes with --lengths; a trace's prompt_tokens column is used")
+    resp, trace_prompts = trace_columns(trace)
+    idx = sample_requests(np.arange(resp.size), sample, np.random.default_rng(seed)).astype(int)
+    return resp[idx], None if trace_prompts is None else trace_prompts[idx]
 
 
 def oracle(
@@ -73,6 +94,9 @@ def oracle(
         Path | None, typer.Option("--trace", help="Trace file (JSONL/CSV/Parquet) or aime (shipped).")
     ] = None,
     lengths: str = typer.Option(None, "--lengths", help="Inline lengths: 100,200,..."),
+    prompts: str = typer.Option(
+        None, "--prompts", help="Prompt tokens per --lengths entry (context under the profile's "
+        "context term; a trace's prompt_tokens column is read by itself)."),
     sample_requests_n: int = typer.Option(
         100, "--sample-requests", help="Requests drawn from the trace (0 = all rows)."
     ),
@@ -86,8 +110,8 @@ def oracle(
 ) -> None:
     """Exact optimum vs best top-k vs uniform for routing requests onto 2 replicas."""
     model = load_profile(profile)
-    arr = _input_lengths(trace, lengths, sample_requests_n, seed)
-    summary, opt, sweep = summarize(arr, model)
+    arr, ptoks = _input_lengths(trace, lengths, sample_requests_n, seed, prompts)
+    summary, opt, sweep = summarize(arr, model, ptoks)
     if plot is not None:
         draw_figure2(arr, opt, sweep, summary, plot)
     if as_json:
@@ -110,9 +134,10 @@ def oracle_sweep(
     models = [load_profile(p) for p in (profile or [DEFAULT_PROFILE])]
     if sample_requests_n < 1:
         raise ConfigError(f"--sample-requests must be >= 1, got {sample_requests_n}")
-    pool = trace_lengths(trace)
+    pool, prompt_pool = trace_columns(trace)
     studies = [
-        gap_study(pool, m, draws, sample_requests_n, np.random.default_rng(seed)) for m in models
+        gap_study(pool, m, draws, sample_requests_n, np.random.default_rng(seed), prompt_pool)
+        for m in models
     ]
     if as_json:
         print(json.dumps([s.to_dict() for s in studies], indent=2))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 from rich.console import Console
@@ -14,6 +14,7 @@ from tailsieve.errors import ConfigError
 from tailsieve.model.profiles import DEFAULT_PROFILE, load_profile
 from tailsieve.model.replica_engine import ReplicaConfig
 from tailsieve.model.speculative import SpecConfig
+from tailsieve.model.throughput import ThroughputModel
 from tailsieve.sim.driver import (
     ALL_POLICIES,
     KNOWN_POLICIES,
@@ -56,7 +57,12 @@ def simulate(
     m0: int = typer.Option(None, "--m0", help="Controller's initial tail replicas."),
     tail_strength: str = typer.Option(
         None, "--tail-strength", help="weak | real | strong | r (P90/P50 of the lengths)."),
-    max_num_seqs: int = typer.Option(None, "--max-num-seqs", help="Running cap per replica."),
+    max_num_seqs: int = typer.Option(
+        None, "--max-num-seqs", help="Running cap per replica (default: the profile's; 0 = none)."),
+    kv_capacity: int = typer.Option(
+        None, "--kv-capacity",
+        help="KV-cache tokens per replica; when full the newest request is preempted and "
+             "recomputed (default: the profile's; 0 = unlimited)."),
     prefill_s: float = typer.Option(0.0, "--prefill-s", help="Prefill stall per request (s)."),
     num_prompts: int = typer.Option(1000, "--num-prompts", help="Prompts of a synthetic preset."),
     plot: Annotated[
@@ -78,7 +84,7 @@ def simulate(
         num_replicas=replicas, num_groups=groups, group_size=group_size, num_steps=steps,
         seed=seed, q0=q0, m0=m0,
     )
-    base = ReplicaConfig(load_profile(profile), max_num_seqs=max_num_seqs, prefill_s=prefill_s)
+    base = replica_config(load_profile(profile), max_num_seqs, kv_capacity, prefill_s)
     pools = PoolConfigs.from_specs(base, SpecConfig.parse(tail_spec), SpecConfig.parse(bulk_spec))
     wl = resolve_workload(workload, tail_strength, seed=seed, num_prompts=num_prompts)
     dataset = wl.prompt_ids()
@@ -89,7 +95,8 @@ def simulate(
         "workload": workload, "tail_strength": tail_strength or "real", "replicas": replicas,
         "groups": groups, "group_size": group_size, "steps": steps, "profile": profile,
         "seed": seed, "tail_spec": tail_spec, "bulk_spec": bulk_spec, "q0": q0, "m0": m0,
-        "max_num_seqs": max_num_seqs, "prefill_s": prefill_s,
+        "max_num_seqs": base.max_num_seqs, "kv_capacity_tokens": base.kv_capacity_tokens,
+        "prefill_s": prefill_s, "recompute_s_per_token": base.recompute_s_per_token,
     }
     if out is not None:
         _write_records(out, meta, summaries, runs)
@@ -99,6 +106,22 @@ def simulate(
         print(json.dumps({"settings": meta, "policies": summaries}, indent=2))
         return
     _print_table(meta, summaries)
+
+
+def replica_config(
+    model: ThroughputModel, max_num_seqs: int | None, kv_capacity: int | None, prefill_s: float
+) -> ReplicaConfig:
+    """The replica of ``--profile`` with the CLI's overrides: None keeps the profile's value,
+    0 switches the cap off."""
+    for flag, v in (("--max-num-seqs", max_num_seqs), ("--kv-capacity", kv_capacity)):
+        if v is not None and v < 0:
+            raise ConfigError(f"{flag} must be >= 0 (0 = off), got {v}")
+    seqs: int | Literal["profile"] | None = "profile" if max_num_seqs is None else (
+        max_num_seqs or None)
+    cap: int | Literal["profile"] | None = "profile" if kv_capacity is None else (
+        kv_capacity or None)
+    return ReplicaConfig.from_profile(model, max_num_seqs=seqs, kv_capacity_tokens=cap,
+                                      prefill_s=prefill_s)
 
 
 def _write_records(
@@ -139,18 +162,24 @@ def _print_table(meta: dict[str, Any], summaries: list[dict[str, Any]]) -> None:
                f"profile {meta['profile']}, tail spec {meta['tail_spec']}, "
                f"bulk spec {meta['bulk_spec']}"),
         caption="steady = mean of the last 3 steps; speedups paired against uniform; "
-                "LB ratio = step time / lower bound of the delivered batch, mean over steps",
+                "LB ratio = step time / lower bound of the delivered batch, mean over steps; "
+                "preempt = KV-capacity preemptions per step",
         caption_justify="left",
     )
     table.add_column("policy", no_wrap=True)
-    for col in ("steady s", "speedup", "mean spd", "LB ratio", "wasted", "q", "m"):
+    preempt = any(s["preemptions_per_step"] > 0 for s in summaries)
+    cols = ("steady s", "speedup", "mean spd", "LB ratio", "wasted", *(
+        ("preempt",) if preempt else ()), "q", "m")
+    for col in cols:
         table.add_column(col, justify="right", no_wrap=True)
     for s in summaries:
         qs, ms = s["q_trajectory"], s["m_trajectory"]
         table.add_row(
             s["policy"], f"{s['steady_step_s']:.2f}", f"{s['speedup_vs_uniform']:.3f}x",
             f"{s['mean_speedup_vs_uniform']:.3f}x", f"{s['lower_bound_ratio']:.3f}",
-            f"{100 * s['wasted_token_fraction']:.1f}%", str(qs[-1] if qs else "-"),
+            f"{100 * s['wasted_token_fraction']:.1f}%",
+            *((f"{s['preemptions_per_step']:.1f}",) if preempt else ()),
+            str(qs[-1] if qs else "-"),
             str(ms[-1] if ms else "-"),
         )
     Console().print(table)

@@ -71,7 +71,10 @@ class HierarchicalController(Controller):
             (g for g in outcome.delivered if g.prompt_id in rank), key=lambda g: rank[g.prompt_id]
         )
         bulk = [g for g in outcome.delivered if g.prompt_id not in rank]
-        work = StepWork([list(g.response_tokens) for g in (*tail, *bulk)], len(tail))
+        ordered = (*tail, *bulk)
+        prompts = [g.prompt_tokens for g in ordered]
+        work = StepWork([list(g.response_tokens) for g in ordered], len(tail),
+                        prompts if any(prompts) else None)
         st.history.append(work)
         del st.history[: max(0, len(st.history) - self._history_len())]
         self._samples = self.predictor.samples(st.history)

@@ -11,7 +11,9 @@ groups that are still running at the cutoff (the groups a cutoff aborts are, by 
 slowest; what the history knows of them is only that they outlasted the delivered ones), dealt
 round-robin onto ``R - m`` replicas; the bulk time is when its ``N - q`` delivered groups have
 completed.
-Replica times use the all-admit model. Predictions are averaged over the remembered steps.
+Replica times use the all-admit model with the profile's context term (generated tokens, and
+prompt tokens where the outcomes report them). KV-capacity preemption is not predicted.
+Predictions are averaged over the remembered steps.
 """
 
 from __future__ import annotations
@@ -52,23 +54,35 @@ class StepWork:
 
     groups: list[list[int]]  # delivered groups' response lengths, tail groups first
     num_tail: int  # how many leading groups ran in the tail pool (in candidate rank order)
+    prompt_tokens: list[int] | None = None  # per group, prompt tokens of each response
 
     def to_dict(self) -> dict[str, object]:
-        return {"groups": self.groups, "num_tail": self.num_tail}
+        out: dict[str, object] = {"groups": self.groups, "num_tail": self.num_tail}
+        if self.prompt_tokens is not None:
+            out["prompt_tokens"] = self.prompt_tokens
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, object]) -> StepWork:
         groups = d["groups"]
         assert isinstance(groups, list)
-        return cls([[int(x) for x in g] for g in groups], int(d["num_tail"]))  # type: ignore[call-overload]
+        raw = d.get("prompt_tokens")
+        prompts = None if not isinstance(raw, list) else [int(x) for x in raw]
+        return cls([[int(x) for x in g] for g in groups], int(d["num_tail"]),  # type: ignore[call-overload]
+                   prompts)
 
 
 class _StepSample:
     """One remembered step, flattened and pre-sorted for fast predictions."""
 
-    __slots__ = ("asc_group", "asc_len", "by_work", "group_size", "num_groups")
+    __slots__ = ("asc_group", "asc_len", "asc_prompt", "by_work", "group_size", "num_groups")
 
-    def __init__(self, groups: Sequence[Sequence[int]], num_tail: int = 0) -> None:
+    def __init__(
+        self,
+        groups: Sequence[Sequence[int]],
+        num_tail: int = 0,
+        prompt_tokens: Sequence[int] | None = None,
+    ) -> None:
         self.num_groups = len(groups)
         sizes = np.fromiter((len(g) for g in groups), dtype=np.int64, count=self.num_groups)
         flat = np.fromiter((x for g in groups for x in g), dtype=np.float64, count=int(sizes.sum()))
@@ -77,6 +91,10 @@ class _StepSample:
         asc = np.argsort(flat, kind="stable")
         self.asc_len = flat[asc]
         self.asc_group = group_of[asc]
+        self.asc_prompt: FloatArray | None = None
+        if prompt_tokens is not None and any(prompt_tokens):
+            per_group = np.asarray(prompt_tokens, dtype=np.float64)
+            self.asc_prompt = per_group[self.asc_group]
         bulk = np.arange(num_tail, self.num_groups)
         bulk = bulk[np.argsort(-work[bulk], kind="stable")]
         self.by_work = np.concatenate((np.arange(num_tail), bulk)).astype(np.int64)
@@ -97,15 +115,21 @@ class _StepSample:
         req = slot_of_group[self.asc_group]
         keep = req >= 0
         length, slot = self.asc_len[keep], req[keep]
+        prompt = None if self.asc_prompt is None else self.asc_prompt[keep]
         if extra > 0:
             first = int(slot.max()) + 1 if slot.size else 0
             n = self.group_size
             # longer than every real response, so appending keeps the lengths sorted
             length = np.concatenate((length, np.full(extra * n, _RUNNING_TOKENS)))
             slot = np.concatenate((slot, np.repeat(np.arange(first, first + extra), n)))
+            if prompt is not None:  # the still-running groups hold a typical prompt
+                typical = float(np.mean(self.asc_prompt)) if self.asc_prompt is not None else 0.0
+                prompt = np.concatenate((prompt, np.full(extra * n, typical)))
         rep = (slot % num_replicas).astype(np.int16)
         order = np.argsort(rep, kind="stable")
-        return sorted_segment_completion_times(length[order], rep[order], model), slot[order]
+        sorted_prompt = None if prompt is None else prompt[order]
+        times = sorted_segment_completion_times(length[order], rep[order], model, sorted_prompt)
+        return times, slot[order]
 
 
 class PoolTimePredictor:
@@ -125,7 +149,9 @@ class PoolTimePredictor:
 
     def samples(self, history: Sequence[StepWork]) -> list[_StepSample]:
         """Pre-process remembered steps."""
-        return [_StepSample(h.groups, h.num_tail) for h in history if len(h.groups) > 0]
+        return [
+            _StepSample(h.groups, h.num_tail, h.prompt_tokens) for h in history if len(h.groups) > 0
+        ]
 
     def predict(self, history: Sequence[StepWork], q: int, m: int) -> PoolPrediction:
         """Average prediction over remembered steps."""

@@ -18,6 +18,7 @@ class GroupResult:
     response_tokens: tuple[int, ...]  # generated tokens of each response (len = group size)
     finish_reasons: tuple[str, ...] = ()  # per response ("stop" / "length"), when known
     attempt: int = 0  # 0 = first attempt; >0 after a fault forced a regeneration
+    prompt_tokens: int = 0  # prompt tokens of each response (context held), 0 when unknown
 
     @property
     def total_tokens(self) -> int:
@@ -57,6 +58,9 @@ class StepOutcome:
     generated_tokens: int  # all tokens generated this step, wasted included
     num_regenerated: int = 0  # groups regenerated after a replica fault
     replica_busy_s: tuple[float, ...] = field(default=())  # per replica, when known
+    num_preemptions: int = 0  # KV-capacity preemptions (simulated / emulated replicas)
+    recomputed_tokens: int = 0  # tokens prefilled again after those preemptions
+    replica_preemptions: tuple[int, ...] = field(default=())  # per replica, when any
 
     @property
     def delivered_ids(self) -> tuple[str, ...]:

@@ -11,8 +11,21 @@ Also modelled: a cap on running requests (``max_num_seqs``; the rest wait FCFS),
 stall when a request is admitted, aborts, and the throughput model's context-length term (a
 step costs ``tau(b) + k * C`` with ``C`` the running requests' prompt plus generated tokens;
 ``C`` grows by ``b`` per step, so time is a quadratic in progress, still solved in closed
-form). The engine is pure (no clock, no I/O): callers
-drive it with ``submit`` / ``abort`` at ``now_s`` and ``advance`` / ``pop_next``.
+form).
+
+KV capacity (``kv_capacity_tokens``), like vLLM V1 with recompute preemption: a decode step
+needs one KV slot per running request for its new token, so the running set must satisfy
+``C + b <= capacity``. ``C`` is linear in progress (``C = S0 + b * P``), so the first whole
+step at which it would not hold is ``P* = floor((capacity - S0) / b)`` on the integer progress
+grid, an exact event (its time follows from the quadratic above). There the newest running
+request is preempted: its KV is freed and it goes back to the front of the waiting queue,
+keeping the tokens it generated. When it is admitted again, its prompt plus generated tokens
+are recomputed as a prefill (``ReplicaConfig.recompute_cost_s`` for that many tokens) and it
+continues where it stopped. A waiting request is admitted only if, with it, the next step still fits.
+The engine counts preemptions and recomputed tokens.
+
+The engine is pure (no clock, no I/O): callers drive it with ``submit`` / ``abort`` at
+``now_s`` and ``advance`` / ``pop_next``.
 """
 
 from __future__ import annotations
@@ -23,27 +36,10 @@ from collections import deque
 from collections.abc import Hashable
 from dataclasses import dataclass
 
-from tailsieve.errors import ConfigError
-from tailsieve.model.throughput import ThroughputModel
+from tailsieve.errors import TraceError
+from tailsieve.model.replica_config import ReplicaConfig
 
-
-@dataclass(frozen=True, slots=True)
-class ReplicaConfig:
-    """Timing parameters of one replica."""
-
-    throughput: ThroughputModel  # effective tau(b) (speculation already applied, if any)
-    max_num_seqs: int | None = None  # cap on running requests; None = all admitted
-    prefill_s: float = 0.0  # fixed stall per admitted request, seconds
-    prefill_s_per_token: float = 0.0  # extra stall per prompt token, seconds
-
-    def __post_init__(self) -> None:
-        if self.max_num_seqs is not None and self.max_num_seqs < 1:
-            raise ConfigError(f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
-        if self.prefill_s < 0 or self.prefill_s_per_token < 0:
-            raise ConfigError("prefill costs must be >= 0")
-
-    def prefill_cost_s(self, prompt_tokens: int) -> float:
-        return self.prefill_s + self.prefill_s_per_token * prompt_tokens
+__all__ = ["Completion", "ReplicaConfig", "ReplicaEngine"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +56,8 @@ class _Req:
     request_id: Hashable
     num_tokens: int
     prompt_tokens: int
-    start_p: float = math.nan  # progress at admission; NaN while waiting
+    start_p: float = math.nan  # progress at (re)admission minus tokens already generated
+    done_tokens: float = 0.0  # tokens generated before a preemption (kept while waiting)
 
 
 class ReplicaEngine:
@@ -76,11 +73,15 @@ class ReplicaEngine:
         self._running: dict[Hashable, _Req] = {}
         self._waiting: deque[_Req] = deque()
         self._waiting_ids: dict[Hashable, _Req] = {}
-        self._tau_cache: dict[int, float] = {}
+        self._taus: list[float] = [0.0]  # tau(b) by index b, grown on demand
+        self._next_s: float | None = None  # cached next_event_s (None: state changed)
         self._k = config.throughput.context_s_per_token
         self._sum_prompt = 0.0  # prompt tokens of the running requests
         self._sum_start_p = 0.0  # admission progress of the running requests
+        self._cap = config.kv_capacity_tokens
         self.busy_s = 0.0  # seconds with at least one running request
+        self.num_preemptions = 0  # running requests preempted for lack of KV capacity
+        self.recomputed_tokens = 0  # prompt + generated tokens prefilled again after preemption
 
     # ----- queries -------------------------------------------------------------------
     @property
@@ -95,28 +96,49 @@ class ReplicaEngine:
         return bool(self._running) or bool(self._waiting_ids)
 
     def tokens_so_far(self, request_id: Hashable) -> int:
-        """Tokens generated so far by a running request (0 if waiting or unknown)."""
+        """Tokens generated so far by a request (a preempted one keeps its tokens; 0 if
+        unknown)."""
         req = self._running.get(request_id)
         if req is None:
-            return 0
+            waiting = self._waiting_ids.get(request_id)
+            return 0 if waiting is None else int(waiting.done_tokens)
         return int(min(req.num_tokens, max(0.0, self._p - req.start_p)))
 
     def _tau(self, b: int) -> float:
-        t = self._tau_cache.get(b)
-        if t is None:
-            t = self.config.throughput.tau(b)
-            self._tau_cache[b] = t
-        return t
+        if b >= len(self._taus):
+            self._taus = self.config.throughput.taus(max(2 * b, 64)).tolist()
+        return self._taus[b]
+
+    def kv_tokens(self) -> float:
+        """KV tokens held by the running requests (prompt + generated)."""
+        return self._sum_prompt + len(self._running) * self._p - self._sum_start_p
 
     def next_event_s(self) -> float:
-        """Time of the next internal event (a completion or the end of a prefill stall)."""
+        """Time of the next internal event (a completion, the end of a prefill stall, or the
+        step at which the KV capacity would overflow)."""
+        if self._next_s is not None:
+            return self._next_s
         if not self._running:
+            t = math.inf
+        elif self._stall_until_s > self.now_s:
+            t = self._stall_until_s
+        else:
+            self._drop_stale()
+            target_p = min(self._heap[0][0], self._overflow_p())
+            t = self.now_s + self._span_s(max(0.0, target_p - self._p))
+        self._next_s = t
+        return t
+
+    def _overflow_p(self, extra_prompt: float = 0.0, extra_start_p: float = 0.0,
+                    extra_running: int = 0) -> float:
+        """First whole progress ``P`` at which the running set (plus an optional candidate)
+        cannot take another step: ``C(P) + b > capacity``; inf without a capacity or with
+        one request (a request that fits alone was checked at submit)."""
+        b = len(self._running) + extra_running
+        if self._cap is None or b <= 1:
             return math.inf
-        if self._stall_until_s > self.now_s:
-            return self._stall_until_s
-        self._drop_stale()
-        finish_p = self._heap[0][0]
-        return self.now_s + self._span_s(max(0.0, finish_p - self._p))
+        s0 = self._sum_prompt + extra_prompt - self._sum_start_p - extra_start_p
+        return float(math.floor((self._cap - s0) / b + 1e-9))
 
     def step_s(self) -> float:
         """Seconds of the current decode step (0 when idle)."""
@@ -147,17 +169,25 @@ class ReplicaEngine:
             raise ValueError(f"request {request_id!r} is already on this replica")
         if num_tokens < 0:
             raise ValueError(f"request {request_id!r}: num_tokens must be >= 0")
+        need = int(prompt_tokens) + max(int(num_tokens), 1)
+        if self._cap is not None and need > self._cap:
+            raise TraceError(
+                f"request {request_id!r} needs {need} KV tokens (prompt + response), more than "
+                f"the replica's kv_capacity_tokens {self._cap}"
+            )
         req = _Req(request_id, int(num_tokens), int(prompt_tokens))
+        self._next_s = None
         self._waiting.append(req)
         self._waiting_ids[request_id] = req
         self._admit()
 
     def abort(self, request_id: Hashable) -> int:
         """Remove a request at ``now_s``; returns the tokens it had generated (wasted)."""
+        self._next_s = None
         req = self._waiting_ids.pop(request_id, None)
         if req is not None:
             self._waiting.remove(req)
-            return 0
+            return int(req.done_tokens)
         done = self.tokens_so_far(request_id)
         req = self._running.pop(request_id, None)
         if req is None:
@@ -184,16 +214,21 @@ class ReplicaEngine:
                 break
             self._move_to(t)
             out.extend(self._complete_due())
+            self._enforce_capacity()
         self._move_to(until_s)
         return out
 
     def _move_to(self, t: float) -> None:
         if t <= self.now_s:
             return
+        self._next_s = None
         if self._running:
             decode_from = max(self.now_s, self._stall_until_s)
             if t > decode_from:
                 self._p += self._progress_in(t - decode_from)
+                near = round(self._p)
+                if abs(self._p - near) <= 1e-9 * max(1.0, abs(self._p)):
+                    self._p = float(near)  # events sit on whole tokens; undo rounding drift
             self.busy_s += t - self.now_s
         self.now_s = t
 
@@ -209,6 +244,7 @@ class ReplicaEngine:
             if finish_p > self._p + eps:
                 break
             heapq.heappop(self._heap)
+            self._next_s = None
             del self._running[rid]
             self._sum_prompt -= req.prompt_tokens
             self._sum_start_p -= req.start_p
@@ -225,15 +261,50 @@ class ReplicaEngine:
                 return
             heapq.heappop(self._heap)
 
+    def _enforce_capacity(self) -> None:
+        """Preempt the newest running requests until the next step fits the KV capacity."""
+        if self._cap is None:
+            return
+        preempted = False
+        while self._overflow_p() <= self._p + 1e-9:
+            rid = next(reversed(self._running))
+            req = self._running.pop(rid)
+            self._sum_prompt -= req.prompt_tokens
+            self._sum_start_p -= req.start_p
+            req.done_tokens = self._p - req.start_p
+            req.start_p = math.nan
+            self._waiting.appendleft(req)
+            self._waiting_ids[rid] = req
+            self.num_preemptions += 1
+            self._next_s = None
+            preempted = True
+        if preempted:
+            self._admit()
+
+    def _fits(self, req: _Req) -> bool:
+        """Whether the running set with ``req`` admitted can take at least one more step."""
+        if self._cap is None or not self._running:
+            return True
+        start = self._p - req.done_tokens
+        return self._overflow_p(req.prompt_tokens, start, 1) > self._p + 1e-9
+
     def _admit(self) -> None:
         cap = self.config.max_num_seqs
         while self._waiting and (cap is None or len(self._running) < cap):
-            req = self._waiting.popleft()
+            req = self._waiting[0]
+            if self._running and not self._fits(req):
+                break
+            self._waiting.popleft()
+            self._next_s = None
             del self._waiting_ids[req.request_id]
-            stall = self.config.prefill_cost_s(req.prompt_tokens)
+            recompute = round(req.done_tokens)
+            stall = (self.config.recompute_cost_s(req.prompt_tokens + recompute) if recompute > 0
+                     else self.config.prefill_cost_s(req.prompt_tokens))
+            if recompute > 0:
+                self.recomputed_tokens += req.prompt_tokens + recompute
             if stall > 0:
                 self._stall_until_s = max(self._stall_until_s, self.now_s) + stall
-            req.start_p = self._p
+            req.start_p = self._p - req.done_tokens
             self._running[req.request_id] = req
             self._sum_prompt += req.prompt_tokens
             self._sum_start_p += req.start_p

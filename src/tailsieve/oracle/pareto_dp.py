@@ -1,13 +1,15 @@
 """Exact optimum for routing n requests onto 2 identical replicas (DESIGN.md sections 2-3).
 
 Objective: minimise ``max(T_A, T_B)`` where each replica's all-admit time is
-``T = sum_j L_j * (tau(j) - tau(j-1))`` over its requests sorted longest-first.
+``T = sum_j L_j * (tau(j) - tau(j-1)) + sum_j c_j`` over its requests sorted longest-first, with
+``c_j = k * (P_j * L_j + L_j^2 / 2)`` the context term's cost of request ``j`` (``k`` the
+profile's ``context_s_per_token``, ``P_j`` its prompt tokens; 0 without the term).
 
 Algorithm (longest-first Bellman DP):
 
 * Requests are processed in descending length. Adding request ``k+1`` (length ``L``) to a
-  replica already holding ``c`` requests adds exactly ``L * (tau(c+1) - tau(c))``, because
-  every earlier request is at least as long.
+  replica already holding ``c`` requests adds exactly ``L * (tau(c+1) - tau(c)) + c_{k+1}``,
+  because every earlier request is at least as long (the context cost is its own).
 * A state after ``k`` requests is ``(a, T_A, T_B)`` with ``a`` requests on A and ``k - a`` on B.
   Future costs depend only on the counts, and the final makespan is non-decreasing in
   ``(T_A, T_B)``, so for each ``(k, a)`` only Pareto-non-dominated pairs are kept.
@@ -37,6 +39,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tailsieve.errors import TailSieveError, TraceError
+from tailsieve.model.replica_time import context_costs
 from tailsieve.model.throughput import ThroughputModel
 from tailsieve.oracle.split_bound import CountSplitBound, lagrangian_bounds, min_remaining_work
 from tailsieve.oracle.topk import topk_sweep
@@ -81,30 +84,31 @@ def validate_lengths(lengths: npt.ArrayLike) -> FloatArray:
 
 
 def replica_time_s(sorted_desc: FloatArray, marg: FloatArray) -> float:
-    """All-admit time of one replica from its lengths sorted descending."""
+    """All-admit time of one replica from its lengths sorted descending (no context term)."""
     return float(np.dot(sorted_desc, marg[: sorted_desc.size]))
 
 
 def _two_replica_times(
-    lengths: FloatArray, assign: IntArray, marg: FloatArray
+    lengths: FloatArray, assign: IntArray, marg: FloatArray, ctx: FloatArray
 ) -> tuple[float, float]:
     out = []
     for r in (0, 1):
-        part = np.sort(lengths[assign == r])[::-1]
-        out.append(replica_time_s(part, marg))
+        on = assign == r
+        part = np.sort(lengths[on])[::-1]
+        out.append(replica_time_s(part, marg) + float(ctx[on].sum()))
     return out[0], out[1]
 
 
-def _greedy_assignment(ls: FloatArray, marg: FloatArray) -> IntArray:
+def _greedy_assignment(ls: FloatArray, marg: FloatArray, ctx: FloatArray) -> IntArray:
     """Longest-first: each request to the replica whose resulting max time is smaller."""
     t = [0.0, 0.0]
     c = [0, 0]
     out = np.zeros(ls.size, dtype=np.int64)
-    for i, length in enumerate(ls.tolist()):
-        na = (t[0] + length * marg[c[0]], t[1])
-        nb = (t[0], t[1] + length * marg[c[1]])
+    for i, (length, own) in enumerate(zip(ls.tolist(), ctx.tolist(), strict=True)):
+        na = (t[0] + length * marg[c[0]] + own, t[1])
+        nb = (t[0], t[1] + length * marg[c[1]] + own)
         r = 0 if (max(na), na[0]) <= (max(nb), nb[1]) else 1
-        t[r] += length * marg[c[r]]
+        t[r] += length * marg[c[r]] + own
         c[r] += 1
         out[i] = r
     return out
@@ -117,8 +121,10 @@ def solve_two_replicas(
     weights: tuple[float, ...] = DEFAULT_WEIGHTS,
     time_limit_s: float | None = None,
     split_bound_max_n: int = 600,
+    prompt_tokens: npt.ArrayLike | None = None,
 ) -> OptimalSplit:
-    """Exact min-makespan split of ``lengths`` (tokens) onto 2 identical replicas.
+    """Exact min-makespan split of ``lengths`` (tokens) onto 2 identical replicas; with the
+    profile's context term, ``prompt_tokens`` (per request, optional) count as context.
 
     ``beam_width`` sizes the heuristic first pass that seeds the incumbent (0 disables it);
     ``weights`` are the Lagrangian weights of the lower bound (any values in [0, 1] are
@@ -134,18 +140,25 @@ def solve_two_replicas(
         return OptimalSplit(
             0.0, np.zeros(0, dtype=np.int64), (0.0, 0.0), 0, time.perf_counter() - t0, 0.0, True
         )
+    ptoks = None
+    if prompt_tokens is not None:
+        ptoks = validate_lengths(prompt_tokens)
+        if ptoks.size != n:
+            raise TraceError(f"{ptoks.size} prompt lengths for {n} requests")
     order = np.argsort(-arr, kind="stable")
     ls = arr[order]
+    ctx_in = context_costs(arr, model, ptoks)  # per request, input order
+    ctx = ctx_in[order]
     marg = np.diff(model.taus(n))  # marg[c] = tau(c+1) - tau(c), c = 0..n-1
-    tables = [(w, min_remaining_work(ls, marg, w)) for w in weights]
-    split = CountSplitBound(ls, marg, SPLIT_WEIGHTS) if n <= split_bound_max_n else None
+    tables = [(w, min_remaining_work(ls, marg, w, ctx)) for w in weights]
+    split = CountSplitBound(ls, marg, SPLIT_WEIGHTS, ctx) if n <= split_bound_max_n else None
 
     # Incumbent: best top-k split or the greedy split (sorted order).
-    sweep = topk_sweep(ls, model)
+    sweep = topk_sweep(ls, model, None if ptoks is None else ptoks[order])
     topk_assign = (np.arange(n) >= sweep.best_k).astype(np.int64)  # tail = 0 (k longest)
-    greedy_assign = _greedy_assignment(ls, marg)
+    greedy_assign = _greedy_assignment(ls, marg, ctx)
     cands = [topk_assign, greedy_assign]
-    cand_ms = [max(_two_replica_times(ls, a, marg)) for a in cands]
+    cand_ms = [max(_two_replica_times(ls, a, marg, ctx)) for a in cands]
     best_c = int(np.argmin(cand_ms))
     incumbent = float(cand_ms[best_c])
     inc_assign = cands[best_c]
@@ -155,12 +168,12 @@ def solve_two_replicas(
     beam_ms, beam_assign, beam_states = float("inf"), None, 0
     if beam_width > 0:
         beam_ms, beam_assign, beam_states = _layered_dp(
-            ls, marg, tables, split, incumbent, beam_width, deadline
+            ls, marg, ctx, tables, split, incumbent, beam_width, deadline
         )
     if beam_assign is not None and beam_ms < incumbent:
         incumbent, inc_assign = beam_ms, beam_assign
     best_ms, dp_assign, exact_states = _layered_dp(
-        ls, marg, tables, split, incumbent, None, deadline
+        ls, marg, ctx, tables, split, incumbent, None, deadline
     )
     if dp_assign is not None and best_ms < incumbent:
         sorted_assign, from_incumbent = dp_assign, False
@@ -170,7 +183,7 @@ def solve_two_replicas(
         sorted_assign = 1 - sorted_assign
     assign = np.empty(n, dtype=np.int64)
     assign[order] = sorted_assign
-    times = _two_replica_times(arr, assign, marg)
+    times = _two_replica_times(arr, assign, marg, ctx_in)
     return OptimalSplit(
         makespan_s=max(times),
         assignment=assign,
@@ -185,6 +198,7 @@ def solve_two_replicas(
 def _layered_dp(
     ls: FloatArray,
     marg: FloatArray,
+    ctx: FloatArray,
     tables: list[tuple[float, list[FloatArray]]],
     split: CountSplitBound | None,
     incumbent: float,
@@ -206,11 +220,11 @@ def _layered_dp(
     for k in range(n):
         if deadline is not None and time.perf_counter() > deadline:
             raise OracleTimeoutError(f"exact 2-replica solve of {n} requests ran out of time")
-        length = ls[k]
+        length, own = ls[k], ctx[k]
         size = a.size
         ca = np.concatenate((a + 1, a))  # first half: to A; second half: to B
-        cta = np.concatenate((ta + length * marg[a], ta))
-        ctb = np.concatenate((tb, tb + length * marg[k - a]))
+        cta = np.concatenate((ta + length * marg[a] + own, ta))
+        ctb = np.concatenate((tb, tb + length * marg[k - a] + own))
         par = np.concatenate((np.arange(size), np.arange(size)))
         mv = np.concatenate((np.zeros(size, dtype=bool), np.ones(size, dtype=bool)))
         cb = (k + 1) - ca

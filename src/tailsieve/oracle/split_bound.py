@@ -15,6 +15,11 @@ completion with that ``x``:
   ``w``-weighted added work given the counts and ``x`` (a backward DP).
 
 The makespan of every completion is therefore at least ``min_x`` of the largest of these.
+
+With the context term each request also adds its own ``c_i = k * (P_i L_i + L_i^2 / 2)`` to
+the replica it joins (``ctx``, in the same sorted order): the exact backward DPs add it to both
+choices, and ``H`` gains ``Cmin[k][x]``, the sum of the ``x`` smallest ``c`` among requests
+``k..n-1`` (any ``x`` of them cost at least that much; the two sums are bounded separately).
 Tables take ``O(n^3)`` memory per weight, so the solver uses this bound only for moderate ``n``.
 """
 
@@ -30,11 +35,19 @@ IntArray = npt.NDArray[np.int64]
 class CountSplitBound:
     """Precomputed tables for ``ls`` (sorted descending) and marginal costs ``marg``."""
 
-    def __init__(self, ls: FloatArray, marg: FloatArray, weights: tuple[float, ...]) -> None:
+    def __init__(
+        self,
+        ls: FloatArray,
+        marg: FloatArray,
+        weights: tuple[float, ...],
+        ctx: FloatArray | None = None,
+    ) -> None:
         self.n = int(ls.size)
         self.weights = weights
+        c = np.zeros(self.n) if ctx is None else ctx
         self._h = _shortest_work(ls, marg)
-        self._g = [_split_work(ls, marg, w) for w in weights]
+        self._cmin = _smallest_sums(c) if np.any(c) else None
+        self._g = [_split_work(ls, marg, w, c) for w in weights]
 
     def __call__(self, k: int, a: IntArray, ta: FloatArray, tb: FloatArray) -> FloatArray:
         """Lower bound on the final makespan of each state ``(a, ta, tb)`` after ``k``."""
@@ -43,10 +56,13 @@ class CountSplitBound:
             return np.maximum(ta, tb)
         x = np.arange(m + 1)
         b = k - a
-        bound = np.maximum(
-            ta[:, None] + self._h[a[:, None], x[None, :]],
-            tb[:, None] + self._h[b[:, None], (m - x)[None, :]],
-        )
+        ha = self._h[a[:, None], x[None, :]]
+        hb = self._h[b[:, None], (m - x)[None, :]]
+        if self._cmin is not None:
+            cm = self._cmin[k]
+            ha = ha + cm[x][None, :]
+            hb = hb + cm[m - x][None, :]
+        bound = np.maximum(ta[:, None] + ha, tb[:, None] + hb)
         for w, g in zip(self.weights, self._g, strict=True):
             bound = np.maximum(bound, (w * ta + (1.0 - w) * tb)[:, None] + g[k][a])
         result: FloatArray = bound.min(axis=1)
@@ -65,7 +81,13 @@ def _shortest_work(ls: FloatArray, marg: FloatArray) -> FloatArray:
     return h
 
 
-def _split_work(ls: FloatArray, marg: FloatArray, w: float) -> list[FloatArray]:
+def _smallest_sums(ctx: FloatArray) -> list[FloatArray]:
+    """``Cmin[k][x]``: sum of the ``x`` smallest of ``ctx[k:]`` (``x = 0..n-k``)."""
+    n = ctx.size
+    return [np.concatenate(([0.0], np.cumsum(np.sort(ctx[k:])))) for k in range(n + 1)]
+
+
+def _split_work(ls: FloatArray, marg: FloatArray, w: float, ctx: FloatArray) -> list[FloatArray]:
     """``G[k][a, x]``: least ``w``-weighted added work of requests ``k..n-1`` when ``a`` are on
     the ``w``-weighted replica, ``k - a`` on the other, and exactly ``x`` more go to the first."""
     n = ls.size
@@ -76,27 +98,33 @@ def _split_work(ls: FloatArray, marg: FloatArray, w: float) -> list[FloatArray]:
         m = n - k
         a = np.arange(k + 1)[:, None]
         cur = np.full((k + 1, m + 1), np.inf)
-        cur[:, 1:] = w * ls[k] * marg[a] + nxt[1 : k + 2, :]
-        cur[:, :m] = np.minimum(cur[:, :m], (1.0 - w) * ls[k] * marg[k - a] + nxt[0 : k + 1, :])
+        cur[:, 1:] = w * (ls[k] * marg[a] + ctx[k]) + nxt[1 : k + 2, :]
+        cur[:, :m] = np.minimum(
+            cur[:, :m], (1.0 - w) * (ls[k] * marg[k - a] + ctx[k]) + nxt[0 : k + 1, :]
+        )
         out[k] = cur
         nxt = cur
     return out
 
 
-def min_remaining_work(ls: FloatArray, marg: FloatArray, weight: float = 0.5) -> list[FloatArray]:
+def min_remaining_work(
+    ls: FloatArray, marg: FloatArray, weight: float = 0.5, ctx: FloatArray | None = None
+) -> list[FloatArray]:
     """``W[k][a]``: least weighted work ``weight * X + (1 - weight) * Y`` (seconds) of placing
     requests ``k..n-1`` (sorted descending), where ``X`` is what they add to a replica already
     holding ``a`` requests and ``Y`` what they add to the other (holding ``k - a``). Exact by
     backward recursion. For any completion, ``max(T_A + X, T_B + Y) >= weight * (T_A + X) +
     (1 - weight) * (T_B + Y) >= weight * T_A + (1 - weight) * T_B + W[k][a]``."""
     n = ls.size
+    c = np.zeros(n) if ctx is None else ctx
     out: list[FloatArray] = [np.zeros(0)] * (n + 1)
     nxt = np.zeros(n + 1)
     out[n] = nxt
     for k in range(n - 1, -1, -1):
         a = np.arange(k + 1)
         cur = np.minimum(
-            weight * ls[k] * marg[a] + nxt[a + 1], (1.0 - weight) * ls[k] * marg[k - a] + nxt[a]
+            weight * (ls[k] * marg[a] + c[k]) + nxt[a + 1],
+            (1.0 - weight) * (ls[k] * marg[k - a] + c[k]) + nxt[a],
         )
         out[k] = cur
         nxt = cur

@@ -30,7 +30,7 @@ class OracleSummary:
     best_k: int
     topk_makespan_s: float
     topk_gap: float  # topk / optimal - 1
-    lower_bound_s: float  # max(L_max tau(1), total / (2 peak throughput))
+    lower_bound_s: float  # oracle.bounds.makespan_lower_bound on 2 replicas (context included)
     retained_states: int
     solve_s: float
 
@@ -38,33 +38,40 @@ class OracleSummary:
         return asdict(self)
 
 
-def uniform_alternating_makespan_s(lengths: npt.ArrayLike, model: ThroughputModel) -> float:
+def uniform_alternating_makespan_s(
+    lengths: npt.ArrayLike, model: ThroughputModel, prompt_tokens: npt.ArrayLike | None = None
+) -> float:
     """Makespan when requests alternate between 2 replicas in the given order."""
     arr = np.asarray(lengths, dtype=np.float64)
-    return max(all_admit_time(arr[0::2], model), all_admit_time(arr[1::2], model))
+    pt = None if prompt_tokens is None else np.asarray(prompt_tokens, dtype=np.float64)
+    return max(
+        all_admit_time(arr[r::2], model, None if pt is None else pt[r::2]) for r in (0, 1)
+    )
 
 
 def summarize(
-    lengths: npt.ArrayLike, model: ThroughputModel
+    lengths: npt.ArrayLike, model: ThroughputModel, prompt_tokens: npt.ArrayLike | None = None
 ) -> tuple[OracleSummary, OptimalSplit, TopKSweep]:
-    """Solve the exact optimum and the top-k sweep for 2 replicas and summarise them."""
+    """Solve the exact optimum and the top-k sweep for 2 replicas and summarise them
+    (``prompt_tokens``: per request, context under the profile's context term)."""
     arr = validate_lengths(lengths)
     if arr.size == 0:
         raise TraceError("no request lengths given")
-    opt = solve_two_replicas(arr, model)
-    sweep = topk_sweep(arr, model)
+    opt = solve_two_replicas(arr, model, prompt_tokens=prompt_tokens)
+    sweep = topk_sweep(arr, model, prompt_tokens)
     # the top-k split is feasible, so the true gap is >= 0; a negative value is rounding
     gap = max(sweep.best_makespan_s / opt.makespan_s - 1.0, 0.0) if opt.makespan_s > 0 else 0.0
     summary = OracleSummary(
         profile=model.name,
         num_requests=int(arr.size),
         total_tokens=int(arr.sum()),
-        uniform_makespan_s=uniform_alternating_makespan_s(arr, model),
+        uniform_makespan_s=uniform_alternating_makespan_s(arr, model, prompt_tokens),
         optimal_makespan_s=opt.makespan_s,
         best_k=sweep.best_k,
         topk_makespan_s=sweep.best_makespan_s,
         topk_gap=gap,
-        lower_bound_s=makespan_lower_bound(arr, model, num_replicas=2),
+        lower_bound_s=makespan_lower_bound(arr, model, num_replicas=2,
+                                           prompt_tokens=prompt_tokens),
         retained_states=opt.retained_states,
         solve_s=opt.solve_s,
     )
@@ -109,14 +116,19 @@ def gap_study(
     num_draws: int,
     num_requests: int,
     rng: np.random.Generator,
+    prompt_pool: npt.ArrayLike | None = None,
 ) -> GapStudy:
-    """For ``num_draws`` random draws of ``num_requests`` lengths from ``pool``, the gap of
-    the best top-k split to the exact 2-replica optimum."""
+    """For ``num_draws`` random draws of ``num_requests`` lengths from ``pool`` (with their
+    ``prompt_pool`` entries, when given), the gap of the best top-k split to the exact
+    2-replica optimum."""
     if num_draws < 1:
         raise ConfigError(f"--draws must be >= 1, got {num_draws}")
     gaps, solve, states = [], [], []
+    arr = np.asarray(pool, dtype=np.float64)
+    prompts = None if prompt_pool is None else np.asarray(prompt_pool, dtype=np.float64)
     for _ in range(num_draws):
-        summary, _, _ = summarize(sample_requests(pool, num_requests, rng), model)
+        idx = sample_requests(np.arange(arr.size), num_requests, rng).astype(int)
+        summary, _, _ = summarize(arr[idx], model, None if prompts is None else prompts[idx])
         gaps.append(summary.topk_gap)
         solve.append(summary.solve_s)
         states.append(summary.retained_states)

@@ -2,7 +2,8 @@
 
 The ``k`` longest requests go to the *tail* replica, the other ``n - k`` to the *bulk*
 replica; every ``k`` in ``0..n`` is evaluated with the all-admit closed form in ``O(n^2)``
-total (one correlation), which is fast for ``n`` up to several thousands.
+total (one correlation), which is fast for ``n`` up to several thousands. The context term
+adds each request's own ``k * (P * L + L^2 / 2)`` to whichever replica runs it.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from tailsieve.model.replica_time import context_costs
 from tailsieve.model.throughput import ThroughputModel
 
 FloatArray = npt.NDArray[np.float64]
@@ -32,9 +34,16 @@ class TopKSweep:
         return int(self.tail_s.size - 1)
 
 
-def topk_sweep(lengths: npt.ArrayLike, model: ThroughputModel) -> TopKSweep:
-    """Evaluate top-k isolation for ``k = 0..n`` (lengths in tokens, any order)."""
-    ls = np.sort(np.asarray(lengths, dtype=np.float64).ravel())[::-1]
+def topk_sweep(
+    lengths: npt.ArrayLike, model: ThroughputModel, prompt_tokens: npt.ArrayLike | None = None
+) -> TopKSweep:
+    """Evaluate top-k isolation for ``k = 0..n`` (lengths in tokens, any order; ``prompt_tokens``
+    per request count as context)."""
+    raw = np.asarray(lengths, dtype=np.float64).ravel()
+    order = np.argsort(-raw, kind="stable")
+    ls = raw[order]
+    ctx = context_costs(ls, model, None if prompt_tokens is None
+                        else np.asarray(prompt_tokens, dtype=np.float64).ravel()[order])
     n = ls.size
     if n == 0:
         z = np.zeros(1)
@@ -44,6 +53,10 @@ def topk_sweep(lengths: npt.ArrayLike, model: ThroughputModel) -> TopKSweep:
     padded = np.concatenate((ls, np.zeros(n)))
     # bulk[k] = sum_{i>=0, k+i<n} L_{k+i} marg[i]
     bulk = np.correlate(padded, marg, mode="valid")[: n + 1]
+    if np.any(ctx):
+        csum = np.concatenate(([0.0], np.cumsum(ctx)))
+        tail = tail + csum
+        bulk = bulk + (csum[-1] - csum)
     makespan = np.maximum(tail, bulk)
     best = int(np.argmin(makespan))
     return TopKSweep(tail, bulk, makespan, best, float(makespan[best]))

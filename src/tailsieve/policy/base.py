@@ -60,7 +60,8 @@ def greedy_by_time(
     """Longest-first: each request to the replica (among ``replicas``) whose predicted
     all-admit time after adding it is smallest. Returns ``{request index: replica}``.
 
-    Longest-first makes the increment exact: ``L * (tau(c+1) - tau(c))``."""
+    Longest-first makes the increment exact: ``L * (tau(c+1) - tau(c))`` plus, under the
+    context term, the request's own ``k * L^2 / 2``."""
     out: dict[int, int] = {}
     if not replicas:
         return out
@@ -68,8 +69,9 @@ def greedy_by_time(
     reps = list(replicas)
     times = np.zeros(len(reps))
     counts = np.zeros(len(reps), dtype=np.int64)
+    own = model.context_s_per_token * lengths * lengths / 2.0
     for i in np.argsort(-lengths, kind="stable").tolist():
-        after = times + lengths[i] * marg[counts]
+        after = times + lengths[i] * marg[counts] + own[i]
         j = int(np.argmin(after))
         times[j] = after[j]
         counts[j] += 1

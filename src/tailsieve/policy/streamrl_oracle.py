@@ -25,16 +25,20 @@ class StreamRLOraclePolicy(RoutingPolicy):
     """The ``ceil(tail_fraction * N)`` longest requests go to ``m`` dedicated replicas, the
     rest to the other ``R - m`` (groups may split). Within each pool requests are placed
     longest-first onto the replica with the smallest predicted all-admit time. ``m`` is the
-    value in ``1..R-1`` with the smallest predicted makespan (ties: smaller ``m``); with
-    ``R = 1`` everything shares the one replica."""
+    value in ``1..R-1`` with the smallest predicted makespan (ties: smaller ``m``), or
+    ``num_dedicated`` when given (clipped to ``R - 1``); with ``R = 1`` everything shares the
+    one replica."""
 
     name = "streamrl-oracle"
     uses_lengths = True
 
-    def __init__(self, tail_fraction: float = 0.2) -> None:
+    def __init__(self, tail_fraction: float = 0.2, num_dedicated: int | None = None) -> None:
         if not 0.0 < tail_fraction < 1.0:
             raise ConfigError(f"tail_fraction must be in (0, 1), got {tail_fraction}")
+        if num_dedicated is not None and num_dedicated < 1:
+            raise ConfigError(f"num_dedicated must be >= 1, got {num_dedicated}")
         self.tail_fraction = tail_fraction
+        self.num_dedicated = num_dedicated
 
     def route(
         self, groups: Sequence[npt.ArrayLike], num_replicas: int, model: ThroughputModel
@@ -49,7 +53,9 @@ class StreamRLOraclePolicy(RoutingPolicy):
         order = np.argsort(-flat, kind="stable")
         tail_idx, bulk_idx = order[:num_tail], order[num_tail:]
         best: tuple[float, npt.NDArray[np.int64]] | None = None
-        for m in range(1, num_replicas):
+        fixed = self.num_dedicated
+        splits = range(1, num_replicas) if fixed is None else [min(fixed, num_replicas - 1)]
+        for m in splits:
             rep = np.zeros(flat.size, dtype=np.int64)
             for idx, pool in ((tail_idx, range(m)), (bulk_idx, range(m, num_replicas))):
                 placed = greedy_by_time(flat[idx], pool, model)

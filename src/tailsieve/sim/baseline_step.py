@@ -19,7 +19,7 @@ import numpy.typing as npt
 from tailsieve.core.outcome import GroupResult, StepOutcome
 from tailsieve.core.pool import Pool
 from tailsieve.errors import ConfigError
-from tailsieve.model.replica_time import replica_completion_times
+from tailsieve.model.replica_time import replica_run
 from tailsieve.policy.registry import get_policy
 from tailsieve.sim.replicas import PoolConfigs
 
@@ -39,12 +39,13 @@ class RequestRouting:
     q: int = 0  # groups isolated on the tail replicas (top-k oracle), else 0
 
 
-def _pool_time(lens: IntArray, taus: npt.NDArray[np.float64]) -> float:
-    """All-admit replica time with precomputed ``taus[b]`` (closed form, section 2)."""
+def _pool_time(lens: IntArray, taus: npt.NDArray[np.float64], k: float = 0.0) -> float:
+    """All-admit replica time with precomputed ``taus[b]`` and context coefficient ``k``
+    (closed form, section 2)."""
     if lens.size == 0:
         return 0.0
     desc = np.sort(lens)[::-1].astype(np.float64)
-    return float(np.dot(desc, np.diff(taus[: desc.size + 1])))
+    return float(np.dot(desc, np.diff(taus[: desc.size + 1])) + k * np.dot(desc, desc) / 2.0)
 
 
 def route_topk_oracle(lens: IntArray, num_replicas: int, pools: PoolConfigs) -> RequestRouting:
@@ -58,14 +59,16 @@ def route_topk_oracle(lens: IntArray, num_replicas: int, pools: PoolConfigs) -> 
     ranked = lens[rank]
     t_taus = pools.tail.throughput.taus(num_groups * n)
     b_taus = pools.bulk.throughput.taus(num_groups * n)
+    t_k = pools.tail.throughput.context_s_per_token
+    b_k = pools.bulk.throughput.context_s_per_token
     best = (np.inf, 0, 0)
     for m in range(1, num_replicas):
         nb = num_replicas - m
         for q in range(1, num_groups):
-            t_tail = max(_pool_time(ranked[j:q:m].ravel(), t_taus) for j in range(min(m, q)))
+            t_tail = max(_pool_time(ranked[j:q:m].ravel(), t_taus, t_k) for j in range(min(m, q)))
             if t_tail >= best[0]:
                 break  # the tail pool only gets slower as q grows
-            t_bulk = max(_pool_time(ranked[q + j::nb].ravel(), b_taus) for j in range(nb))
+            t_bulk = max(_pool_time(ranked[q + j::nb].ravel(), b_taus, b_k) for j in range(nb))
             if max(t_tail, t_bulk) < best[0]:
                 best = (max(t_tail, t_bulk), q, m)
     _, q, m = best
@@ -107,13 +110,19 @@ def run_baseline_step(
     ptoks = np.array([prompt_tokens(p) if prompt_tokens else 0 for p in prompt_ids])
     done = np.zeros(lens.shape)
     busy = np.zeros(num_replicas)
+    preempted = recomputed = 0
+    by_replica = [0] * num_replicas
     for r in range(num_replicas):
         sel = routing.replica == r
         if not sel.any():
             continue
         cfg = pools.tail if r in routing.tail_replicas else pools.bulk
         pt = np.broadcast_to(ptoks[:, None], lens.shape)[sel].tolist()
-        done[sel] = replica_completion_times(lens[sel], cfg, pt if prompt_tokens else None)
+        rr = replica_run(lens[sel], cfg, pt if prompt_tokens else None)
+        done[sel] = rr.done_s
+        preempted += rr.num_preemptions
+        by_replica[r] = rr.num_preemptions
+        recomputed += rr.recomputed_tokens
         busy[r] = float(done[sel].max())
     groups: list[GroupResult] = []
     tail_time = bulk_time = 0.0
@@ -132,6 +141,8 @@ def run_baseline_step(
         step=step, delivered=tuple(groups), aborted=(), tail_time_s=tail_time,
         bulk_cut_s=bulk_time, makespan_s=max(tail_time, bulk_time), wasted_tokens=0,
         generated_tokens=total, replica_busy_s=tuple(float(b) for b in busy),
+        num_preemptions=preempted, recomputed_tokens=recomputed,
+        replica_preemptions=tuple(by_replica) if preempted else (),
     )
     return outcome, routing
 

@@ -34,6 +34,7 @@ from tailsieve.sim.baseline_step import BASELINE_POLICIES, run_baseline_step
 from tailsieve.sim.executor import SimExecutor, SimStepResult
 from tailsieve.sim.records import PolicyRun, StepRecord
 from tailsieve.sim.replicas import PoolConfigs
+from tailsieve.sim.workloads import trace_prompt_tokens
 
 IntArray = npt.NDArray[np.int64]
 PROTOCOL_POLICIES: tuple[str, ...] = ("tailsieve-fixed", "tailsieve")
@@ -150,12 +151,14 @@ def _record(
         drawn_ids=drawn, delivered_ids=outcome.delivered_ids,
         aborted_ids=tuple(a.prompt_id for a in outcome.aborted),
         delivered_sizes=tuple(len(g.response_tokens) for g in outcome.delivered),
+        num_preemptions=outcome.num_preemptions, recomputed_tokens=outcome.recomputed_tokens,
+        replica_preemptions=outcome.replica_preemptions,
     )
 
 
 def run_baseline(
     name: str, settings: SimSettings, prompt_ids: Iterable[str], lengths: PairedLengths,
-    pools: PoolConfigs,
+    pools: PoolConfigs, prompt_tokens: Callable[[str], int] | None = None,
 ) -> PolicyRun:
     """A one-shot baseline over ``num_steps`` steps of N fresh groups each."""
     stream = PromptStream(prompt_ids)
@@ -165,7 +168,7 @@ def run_baseline(
         if not ids:
             break
         outcome, routing = run_baseline_step(step, ids, lengths, name, settings.num_replicas,
-                                             pools)
+                                             pools, prompt_tokens)
         run.records.append(_record(None, outcome, tuple(ids), routing.q,
                                    len(routing.tail_replicas), pools, settings.num_replicas, 0.0))
     return run
@@ -184,6 +187,7 @@ def run_protocol(
     name: str, settings: SimSettings, prompt_ids: Iterable[str], lengths: PairedLengths,
     pools: PoolConfigs, controller_factory: ControllerFactory = default_controller,
     executor: SimExecutor | None = None,
+    prompt_tokens: Callable[[str], int] | None = None,
 ) -> ProtocolRun:
     """TailSieve (or any controller) through the step protocol, then a flush step."""
     proto = RolloutProtocol(
@@ -205,7 +209,7 @@ def run_protocol(
         t1 = time.perf_counter()
         if not flush and plan.num_required < settings.num_groups:
             raise ConfigError(f"the workload ran out of prompts at step {step}")
-        res = ex.run_detailed(plan, lengths)
+        res = ex.run_detailed(plan, lengths, prompt_tokens)
         t2 = time.perf_counter()
         proto.update_from_outcome(plan, res.outcome)
         t3 = time.perf_counter()
@@ -223,14 +227,16 @@ def run_policies(
 ) -> dict[str, ProtocolRun]:
     """Run each policy on the same prompt stream and lengths (a shared ``PairedLengths``)."""
     lengths = PairedLengths(workload, settings.group_size, settings.seed)
+    table = trace_prompt_tokens(workload)
+    ptoks = None if table is None else (lambda pid: table.get(base_prompt_id(pid), 0))
     out: dict[str, ProtocolRun] = {}
     for name in policies:
         if name in BASELINE_POLICIES:
-            run = run_baseline(name, settings, prompt_ids(), lengths, pools)
+            run = run_baseline(name, settings, prompt_ids(), lengths, pools, ptoks)
             out[name] = ProtocolRun(run, None, None)
         elif name in PROTOCOL_POLICIES or name in EXTRA_POLICIES:
             out[name] = run_protocol(name, settings, prompt_ids(), lengths, pools,
-                                     controller_factory)
+                                     controller_factory, prompt_tokens=ptoks)
         else:
             known = ", ".join(KNOWN_POLICIES)
             raise ConfigError(f"unknown policy {name!r}; choose from {known}")

@@ -1,6 +1,7 @@
 """Event-driven step simulation: one ``ReplicaEngine`` per replica, a global event loop.
 
-Used when a running cap (FCFS queueing) or a prefill cost breaks the closed form. The loop
+Used when a running cap (FCFS queueing), a prefill cost or a KV capacity that can bind
+(preemption) breaks the closed form. The loop
 always advances the replica whose next completion is earliest, so it stops exactly at the
 cutoff; then it aborts the unfinished fresh groups and drains what is left (pinned and tail
 groups) replica by replica. Time moves from event to event, never token by token.
@@ -69,4 +70,9 @@ def simulate_events(layout: RequestLayout, configs: Sequence[ReplicaConfig], k: 
     for e in engines:
         while e.has_work():
             record(e.pop_next())
-    return SimResult(done_s=done, tokens_so_far=so_far, delivered_fresh=chosen, cutoff_s=cutoff)
+    return SimResult(
+        done_s=done, tokens_so_far=so_far, delivered_fresh=chosen, cutoff_s=cutoff,
+        num_preemptions=sum(e.num_preemptions for e in engines),
+        recomputed_tokens=sum(e.recomputed_tokens for e in engines),
+        replica_preemptions=tuple(e.num_preemptions for e in engines),
+    )

@@ -9,16 +9,17 @@ attempt's tokens are wasted. Pinned and tail groups are never aborted, and keep 
 the cutoff on a lighter replica. ``bulk_cut_s = max(cutoff, last pinned completion)``,
 ``tail_time_s`` = last tail completion, ``makespan_s`` = the larger.
 
-Two equivalent engines: with no running cap and no prefill the closed form of
-``all_admit_completion_times`` is used per replica and the cutoff is computed analytically
-(``sim.fastpath``); otherwise a global event loop drives one ``ReplicaEngine`` per replica
-from completion to completion (``sim.eventpath``), never token by token.
+Two equivalent engines: where nothing can queue on any replica (no running cap reached, no
+prefill, a KV capacity that cannot bind: ``replica_time.capacity_cannot_bind``) the closed
+form of ``all_admit_completion_times`` is used per replica and the cutoff is computed
+analytically (``sim.fastpath``); otherwise a global event loop drives one ``ReplicaEngine`` per
+replica from event to event (``sim.eventpath``), never token by token.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -27,6 +28,7 @@ from tailsieve.core.outcome import AbortedGroup, GroupResult, StepOutcome
 from tailsieve.core.plan import GroupAssignment, StepPlan
 from tailsieve.core.pool import Pool
 from tailsieve.errors import ProtocolError
+from tailsieve.model.replica_time import capacity_cannot_bind
 from tailsieve.sim.eventpath import simulate_events
 from tailsieve.sim.fastpath import simulate_closed_form
 from tailsieve.sim.layout import RequestLayout
@@ -91,15 +93,27 @@ class SimExecutor:
             raise ProtocolError(
                 f"step {plan.step}: plan needs {k} fresh bulk groups but launches {num_fresh}"
             )
-        closed = self.pools.closed_form and not (
-            prompt_tokens is not None and self.pools.bulk.prefill_s_per_token > 0
+        closed = not self.force_event_driven and all(
+            capacity_cannot_bind(
+                layout.lengths[a:b], configs[r],
+                None if prompt_tokens is None else layout.prompt_tokens[a:b],
+            )
+            for r, (a, b) in enumerate(layout.replica_slices)
         )
-        if closed and not self.force_event_driven:
+        if closed:
             res = simulate_closed_form(layout, configs, k)
         else:
             res = simulate_events(layout, configs, k)
-        return _assemble(plan, layout, res.done_s, res.tokens_so_far, res.delivered_fresh,
-                         res.cutoff_s)
+        out = _assemble(plan, layout, res.done_s, res.tokens_so_far, res.delivered_fresh,
+                        res.cutoff_s)
+        if res.num_preemptions:
+            out = SimStepResult(
+                replace(out.outcome, num_preemptions=res.num_preemptions,
+                        recomputed_tokens=res.recomputed_tokens,
+                        replica_preemptions=res.replica_preemptions),
+                out.spans, out.cutoff_s,
+            )
+        return out
 
 
 def _assemble(
@@ -142,7 +156,7 @@ def _assemble(
         toks = tuple(int(x) for x in lens[gi])
         delivered.append((int(layout.plan_index[gi]), GroupResult(
             prompt_id=a.prompt_id, pool=a.pool, replica=a.replica, completion_s=end,
-            response_tokens=toks,
+            response_tokens=toks, prompt_tokens=int(layout.prompt_tokens[gi * n]) if n else 0,
         )))
         generated += sum(toks)
         busy[a.replica] = max(busy[a.replica], end)

@@ -1,10 +1,13 @@
-"""Closed-form step simulation (no running cap, no prefill): DESIGN.md section 2.
+"""Closed-form step simulation (nothing queues: DESIGN.md section 2).
 
-All requests of a replica start at t = 0 and advance together, so completion times follow from
-``all_admit_completion_times``. Nothing changes before the cutoff, so those times are exact up
-to it. At the cutoff every request still running has emitted the same number of tokens ``P``
-(the replica's progress, piecewise linear in time); aborted requests keep ``P`` tokens as
-waste, survivors (pinned groups) restart the closed form from the cutoff with ``L - P`` left.
+Used when on every replica all requests are admitted at once and the KV capacity cannot bind
+(``replica_time.capacity_cannot_bind``). All requests of a replica start at t = 0 and advance
+together, so completion times follow from ``all_admit_completion_times`` (context term and
+prompt context included). Nothing changes before the cutoff, so those times are exact up to it.
+At the cutoff every request still running has emitted the same number of tokens ``P`` (the
+replica's progress, from the closed-form inverse of the phase time); aborted requests keep
+``P`` tokens as waste, survivors (pinned groups) restart the closed form from the cutoff with
+``L - P`` left and ``prompt + P`` tokens of context held.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tailsieve.model.replica_engine import ReplicaConfig
-from tailsieve.model.replica_time import all_admit_completion_times
+from tailsieve.model.replica_time import all_admit_completion_times, progress_in
 from tailsieve.model.throughput import ThroughputModel
 from tailsieve.sim.layout import RequestLayout, SimResult, choose_fresh
 
@@ -25,9 +28,11 @@ def progress_at(
     done_s: npt.NDArray[np.float64],
     t_s: float,
     model: ThroughputModel,
+    prompt_tokens: npt.NDArray[np.int64] | None = None,
 ) -> float:
     """Tokens emitted per running request by time ``t_s`` on an all-admit replica."""
-    asc = np.sort(lengths).astype(np.float64)
+    order = np.argsort(lengths, kind="stable")
+    asc = lengths[order].astype(np.float64)
     times = np.sort(done_s)
     j = int(np.searchsorted(times, t_s, side="right"))
     prev_len = float(asc[j - 1]) if j > 0 else 0.0
@@ -35,7 +40,10 @@ def progress_at(
     running = asc.size - j
     if running == 0:
         return prev_len
-    p = prev_len + (t_s - prev_t) / model.tau(running)
+    held = running * prev_len
+    if prompt_tokens is not None:
+        held += float(prompt_tokens[order][j:].sum())
+    p = prev_len + progress_in(t_s - prev_t, running, model, held)
     return min(p, float(asc[j]))
 
 
@@ -44,11 +52,11 @@ def simulate_closed_form(
 ) -> SimResult:
     """Simulate one plan analytically; ``k`` fresh groups are delivered."""
     n = layout.group_size
-    lens = layout.lengths
+    lens, ptoks = layout.lengths, layout.prompt_tokens
     done = np.zeros(lens.size)
     for r, (a, b) in enumerate(layout.replica_slices):
         if b > a:
-            done[a:b] = all_admit_completion_times(lens[a:b], configs[r].throughput)
+            done[a:b] = all_admit_completion_times(lens[a:b], configs[r].throughput, ptoks[a:b])
     group_done = done.reshape(layout.num_groups, n).max(axis=1) if layout.num_groups else done
     chosen, cutoff = choose_fresh(group_done, layout, k)
     so_far = np.zeros(lens.size, dtype=np.int64)
@@ -59,14 +67,15 @@ def simulate_closed_form(
             if not ab.any():
                 continue
             model = configs[r].throughput
-            rep_len, rep_done = lens[a:b], done[a:b]
-            p = progress_at(rep_len, rep_done, cutoff, model)
+            rep_len, rep_done, rep_prompt = lens[a:b], done[a:b], ptoks[a:b]
+            p = progress_at(rep_len, rep_done, cutoff, model, rep_prompt)
             unfinished = rep_done > cutoff
             cut = ab & unfinished
             so_far[a:b][cut] = np.minimum(rep_len[cut], int(p))
             survive = ~ab & unfinished
             if survive.any():
                 left = np.maximum(rep_len[survive] - p, 0.0)
-                rep_done[survive] = cutoff + all_admit_completion_times(left, model)
+                held = rep_prompt[survive] + p
+                rep_done[survive] = cutoff + all_admit_completion_times(left, model, held)
             rep_done[cut] = np.inf
     return SimResult(done_s=done, tokens_so_far=so_far, delivered_fresh=chosen, cutoff_s=cutoff)

@@ -32,10 +32,14 @@ class StepRecord:
     delivered_ids: tuple[str, ...]
     aborted_ids: tuple[str, ...]
     delivered_sizes: tuple[int, ...]  # responses per delivered group
+    num_preemptions: int = 0  # KV-capacity preemptions over all replicas this step
+    recomputed_tokens: int = 0  # tokens prefilled again after those preemptions
+    replica_preemptions: tuple[int, ...] = ()  # per replica (empty when no preemption)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        for k in ("drawn_ids", "delivered_ids", "aborted_ids", "delivered_sizes"):
+        for k in ("drawn_ids", "delivered_ids", "aborted_ids", "delivered_sizes",
+                  "replica_preemptions"):
             d[k] = list(d[k])
         return d
 
@@ -90,6 +94,17 @@ class PolicyRun:
         return float(np.mean(rs)) if rs else 0.0
 
     @property
+    def preemptions_per_step(self) -> float:
+        """Mean KV-capacity preemptions per regular step (all replicas)."""
+        rs = self.regular
+        return float(np.mean([r.num_preemptions for r in rs])) if rs else 0.0
+
+    @property
+    def recomputed_tokens_per_step(self) -> float:
+        rs = self.regular
+        return float(np.mean([r.recomputed_tokens for r in rs])) if rs else 0.0
+
+    @property
     def max_decision_s(self) -> float:
         return max((r.decision_s for r in self.records), default=0.0)
 
@@ -111,6 +126,8 @@ class PolicyRun:
             "lower_bound_ratio": self.lower_bound_ratio,
             "steady_lower_bound_ratio": self.steady_lower_bound_ratio,
             "max_decision_s": self.max_decision_s,
+            "preemptions_per_step": self.preemptions_per_step,
+            "recomputed_tokens_per_step": self.recomputed_tokens_per_step,
             "num_steps": len(self.regular),
         }
         if uniform is not None and self.steady_step_s > 0 and self.mean_step_s > 0:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from tailsieve.model.replica_engine import ReplicaConfig
+from tailsieve.model.replica_time import context_costs
 from tailsieve.model.speculative import SpecConfig
 
 
@@ -49,23 +50,28 @@ class PoolConfigs:
 
     @property
     def closed_form(self) -> bool:
-        """True when neither pool has a running cap, a prefill cost or a context-length term
-        (the vectorised fast path; otherwise the event engine runs)."""
+        """True when neither pool has a running cap, a prefill cost or a KV capacity, so every
+        plan takes the vectorised fast path (the context term is in the closed form). With
+        them the executor still takes it for plans where nothing can queue or overflow."""
         return all(
             c.max_num_seqs is None
             and c.prefill_s == 0
             and c.prefill_s_per_token == 0
-            and not c.throughput.has_context_term
+            and c.kv_capacity_tokens is None
             for c in (self.bulk, self.tail)
         )
 
     def lower_bound_s(self, lengths: Sequence[int] | np.ndarray, num_replicas: int) -> float:
-        """DESIGN section 3 lower bound of one batch on ``num_replicas`` replicas, using the
-        faster pool for each term: ``max(L_max * tau(1), work / (R * max_b b / tau(b)))``."""
+        """DESIGN section 3 lower bound of one batch on ``num_replicas`` replicas, with each
+        term taken on the pool that makes it smaller (``oracle.bounds.makespan_lower_bound``:
+        ``max(L tau(1) + own context, (work / peak + context reads) / R)``)."""
         arr = np.asarray(lengths, dtype=np.float64)
         if arr.size == 0:
             return 0.0
-        models = (self.bulk.throughput, self.tail.throughput)
-        tau1 = min(m.tau(1) for m in models)
-        peak = max(m.peak_aggregate_tokens_per_s(max_batch=int(arr.size)) for m in models)
-        return max(float(arr.max()) * tau1, float(arr.sum()) / (num_replicas * peak))
+        longest, spread = np.inf, np.inf
+        for m in (self.bulk.throughput, self.tail.throughput):
+            ctx = context_costs(arr, m)
+            peak = m.peak_aggregate_tokens_per_s(max_batch=int(arr.size))
+            longest = min(longest, float(np.max(arr * m.tau(1) + ctx)))
+            spread = min(spread, (float(arr.sum()) / peak + float(ctx.sum())) / num_replicas)
+        return max(longest, spread)

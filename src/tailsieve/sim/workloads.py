@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -44,6 +45,20 @@ class TailStrengthWorkload:
         self, prompt_id: str, step: int, n: int, rng: np.random.Generator
     ) -> IntArray:
         return self.transform.apply(self.base.group_lengths(prompt_id, step, n, rng))
+
+
+def trace_prompt_tokens(workload: Any) -> dict[str, int] | None:
+    """Prompt tokens per prompt (the median over its rows) when the workload replays a trace
+    with a ``prompt_tokens`` column, else None. Under the profile's context term the simulator
+    counts them as context held by every response of the group (and charges their prefill
+    when the replica has a prefill cost)."""
+    base = getattr(workload, "base", workload)
+    trace = getattr(base, "trace", None)
+    ptoks = getattr(trace, "prompt_tokens", None)
+    if trace is None or ptoks is None:
+        return None
+    codes = np.asarray(trace.prompt_codes)
+    return {name: int(np.median(ptoks[codes == i])) for i, name in enumerate(trace.prompt_names)}
 
 
 def resolve_workload(

@@ -140,3 +140,33 @@ async def test_streamed_tokens_arrive_over_time(make_server: Any,
         return (stamps[90] - stamps[10]) / 80
 
     await best_of(run, CPU.tau(1))
+
+
+async def test_kv_capacity_preempts_and_every_request_completes(
+    make_server: Any, session: aiohttp.ClientSession, metrics: Any
+) -> None:
+    # 4 x 300 tokens cannot all hold their KV in 700 slots: the newest are preempted, wait,
+    # are recomputed and still deliver all their tokens
+    async with make_server(time_scale=0.01, kv_capacity_tokens=700) as srv:
+        await timed_batch(session, srv.url, 4, 300)
+        m = await metrics(session, srv.url)
+    assert m["vllm:num_preemptions_total"] >= 1
+    assert m["vllm:generation_tokens_total"] == 1200
+    assert m["vllm:request_success_total{finished_reason=length}"] == 4
+
+
+def test_capacity_and_seqs_default_to_the_profile() -> None:
+    from tailsieve.errors import TailSieveError
+    from tailsieve.runtime.emulator import EmulatorConfig
+    from tailsieve.runtime.emulator.runner import capacity_options
+
+    prof = load_profile("qwen3-4b-h100")
+    cfg = EmulatorConfig.from_profile("qwen3-4b-h100")
+    assert cfg.kv_capacity_tokens == prof.kv_capacity_tokens
+    assert cfg.max_num_seqs == prof.max_num_seqs
+    assert cfg.replica_config().kv_capacity_tokens == prof.kv_capacity_tokens
+    off = EmulatorConfig.from_profile("qwen3-4b-h100", **capacity_options(8, 0))
+    assert off.kv_capacity_tokens is None and off.max_num_seqs == 8
+    assert EmulatorConfig.from_profile("cpu").max_num_seqs == 256
+    with pytest.raises(TailSieveError, match="--kv-capacity"):
+        capacity_options(None, -1)

@@ -9,6 +9,7 @@ from typing import Literal
 
 from tailsieve.errors import ConfigError
 from tailsieve.model.profiles import load_profile
+from tailsieve.model.replica_config import prefill_s_per_token_of
 from tailsieve.model.replica_engine import ReplicaConfig
 from tailsieve.model.throughput import ThroughputModel
 
@@ -32,6 +33,7 @@ class EmulatorConfig:
     model_name: str = "tailsieve-emulated"  # served model id (``model`` in requests/responses)
     time_scale: float = 1.0  # real seconds per model second (0.01: 100x faster than the model)
     max_num_seqs: int | None = 256  # running-sequence cap (vLLM's --max-num-seqs); None = no cap
+    kv_capacity_tokens: int | None = None  # KV-cache tokens; when full the newest is preempted
     max_model_len: int = 4096  # prompt + completion token limit per sequence, tokens
     prefill_s: float = 0.0  # model seconds of prefill stall per admitted sequence
     prefill_s_per_token: float = 0.0  # extra model seconds of stall per prompt token
@@ -53,6 +55,8 @@ class EmulatorConfig:
         _positive("length_median_tokens", self.length_median_tokens)
         if self.max_num_seqs is not None and self.max_num_seqs < 1:
             raise ConfigError(f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
+        if self.kv_capacity_tokens is not None and self.kv_capacity_tokens < 1:
+            raise ConfigError(f"kv_capacity_tokens must be >= 1, got {self.kv_capacity_tokens}")
         if self.max_model_len < 2:
             raise ConfigError(f"max_model_len must be >= 2, got {self.max_model_len}")
         for name in ("prefill_s", "prefill_s_per_token", "length_sigma"):
@@ -70,17 +74,27 @@ class EmulatorConfig:
 
     @classmethod
     def from_profile(cls, profile: str | Path, **kwargs: object) -> EmulatorConfig:
-        """Build from a shipped profile name (``cpu``, ``gpu``) or a profile JSON path."""
-        return cls(throughput=load_profile(profile), **kwargs)  # type: ignore[arg-type]
+        """Build from a shipped profile name or a profile JSON path. ``max_num_seqs`` and
+        ``kv_capacity_tokens`` default to the profile's (when it has them)."""
+        model = load_profile(profile)
+        if "max_num_seqs" not in kwargs and model.max_num_seqs is not None:
+            kwargs["max_num_seqs"] = model.max_num_seqs
+        kwargs.setdefault("kv_capacity_tokens", model.kv_capacity_tokens)
+        return cls(throughput=model, **kwargs)  # type: ignore[arg-type]
 
     def replica_config(self) -> ReplicaConfig:
-        """The engine configuration: the profile slowed by ``slowdown``, plus caps and prefill."""
+        """The engine configuration: the profile slowed by ``slowdown``, plus caps, prefill and
+        KV capacity (a preempted request's recompute costs ``prefill_s_per_token`` per token,
+        or, when that is 0, the profile's derived prefill cost)."""
         tp = self.throughput if self.slowdown == 1.0 else self.throughput.scaled(self.slowdown)
+        recompute = self.prefill_s_per_token or prefill_s_per_token_of(tp)
         return ReplicaConfig(
             throughput=tp,
             max_num_seqs=self.max_num_seqs,
             prefill_s=self.prefill_s,
             prefill_s_per_token=self.prefill_s_per_token,
+            recompute_s_per_token=recompute,
+            kv_capacity_tokens=self.kv_capacity_tokens,
         )
 
 

@@ -69,10 +69,16 @@ class _EngineCollector(Collector):
             "Number of requests waiting to be processed.",
             d.num_waiting,
         )
+        kv_cap = d.engine.config.kv_capacity_tokens
         cap = d.engine.config.max_num_seqs
-        usage = d.num_running / cap if cap else 0.0
+        by_seqs = d.num_running / cap if cap else 0.0
+        usage = d.engine.kv_tokens() / kv_cap if kv_cap else by_seqs
         yield self._gauge(
             "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", usage
+        )
+        yield self._counter(
+            "vllm:num_preemptions", "Cumulative number of preemption from the engine.",
+            d.engine.num_preemptions,
         )
         yield self._counter(
             "vllm:prompt_tokens", "Number of prefill tokens processed.", d.stats.prompt_tokens

@@ -45,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--profile", default="cpu")
     p.add_argument("--time-scale", type=float, default=1.0)
-    p.add_argument("--max-num-seqs", type=int, default=256)
+    p.add_argument("--max-num-seqs", type=int, default=None)  # default: the profile's, or 256
+    p.add_argument("--kv-capacity", type=int, default=None)  # default: the profile's; 0 = off
     p.add_argument("--max-model-len", type=int, default=4096)
     p.add_argument("--prefill-s", type=float, default=0.0)
     p.add_argument("--crash-after", type=float, default=None)
@@ -59,14 +60,28 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def capacity_options(max_num_seqs: int | None, kv_capacity: int | None) -> dict[str, object]:
+    """``EmulatorConfig.from_profile`` keywords for the CLI flags: an absent flag keeps the
+    profile's value (``--max-num-seqs`` falls back to 256), ``--kv-capacity 0`` switches the
+    capacity off."""
+    out: dict[str, object] = {}
+    if max_num_seqs is not None:
+        out["max_num_seqs"] = max_num_seqs
+    if kv_capacity is not None:
+        if kv_capacity < 0:
+            raise TailSieveError(f"--kv-capacity must be >= 0 (0 = off), got {kv_capacity}")
+        out["kv_capacity_tokens"] = kv_capacity or None
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         config = EmulatorConfig.from_profile(
             args.profile,
+            **capacity_options(args.max_num_seqs, args.kv_capacity),
             model_name=args.model_name,
             time_scale=args.time_scale,
-            max_num_seqs=args.max_num_seqs,
             max_model_len=args.max_model_len,
             prefill_s=args.prefill_s,
             crash_after_s=args.crash_after,
