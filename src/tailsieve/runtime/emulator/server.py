@@ -299,11 +299,10 @@ class EmulatorServer:
                     break
                 pending = [f for f in futs if not f.done()]
                 wait_s = max(MIN_POLL_S, self.driver.step_real_s()) if req.stream else None
-                waiter = asyncio.ensure_future(aborted.wait())
+                waiter: asyncio.Future[Any] = asyncio.ensure_future(aborted.wait())
                 try:
-                    await asyncio.wait(
-                        [*pending, waiter], timeout=wait_s, return_when=asyncio.FIRST_COMPLETED
-                    )
+                    waits: list[asyncio.Future[Any]] = [*pending, waiter]
+                    await asyncio.wait(waits, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED)
                 finally:
                     waiter.cancel()
         finally:
@@ -322,11 +321,10 @@ class EmulatorServer:
             body = await request.json()
         except (json.JSONDecodeError, UnicodeDecodeError):
             return self._error("request body is not valid JSON", "BadRequestError", 400)
-        if body.get("abort_all"):
-            for ev in self._sglang_aborts.values():
+        rid = str(body.get("rid"))
+        for key, ev in self._sglang_aborts.items():
+            if body.get("abort_all") or key == rid:
                 ev.set()
-        elif (ev := self._sglang_aborts.get(str(body.get("rid")))) is not None:
-            ev.set()
         return web.Response(status=200)
 
     async def _models(self, request: web.Request) -> web.Response:
