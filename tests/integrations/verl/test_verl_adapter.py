@@ -1,0 +1,219 @@
+"""TailSieve inside verl 0.9.1, with verl's real classes: ``generate_sequences`` on real
+``DataProto`` prompts over several steps (emulated replicas, and the real vLLM CPU servers when
+``TAILSIEVE_VLLM_ENDPOINTS`` names them), the trainer's batch assembly with and without
+``TailSieveRayPPOTrainer``, validation, and a save/resume in the middle of a run.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("verl", reason="verl is not installed (bash scripts/setup_verl.sh)")
+
+import torch
+from fit_steps import check_rows, fit_step, make_trainer, uid_groups
+from torch.utils.data import SequentialSampler
+from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+from verl.utils.dataset.rl_dataset import collate_fn
+from verl_helpers import (
+    GROUP_SIZE,
+    NUM_GROUPS,
+    PROMPT_LEN,
+    RESPONSE_LEN,
+    LocalRewardHandle,
+    dataset_row,
+    trainer_batch,
+    verl_config,
+    vllm_endpoints,
+)
+
+from tailsieve.integrations.verl import TailSieveAgentLoopManager, TailSieveRayPPOTrainer
+from tailsieve.integrations.verl.dataloader import TailSieveDataLoader
+
+
+class Ledger:
+    """Every prompt drawn from the dataset, and every delivery, by dataset index."""
+
+    def __init__(self) -> None:
+        self.drawn: list[int] = []
+        self.delivered: list[int] = []
+        self.step_of: dict[int, int] = {}  # index -> step it was drawn
+        self.carried: int = 0  # deliveries of prompts drawn in an earlier step
+
+    def draw(self, batch_dict: dict[str, Any], step: int) -> None:
+        for e in batch_dict["extra_info"]:
+            self.drawn.append(int(e["index"]))
+            self.step_of[int(e["index"])] = step
+
+    def deliver(self, out: Any, step: int) -> None:
+        for uid, idx in uid_groups(out).items():
+            assert len(idx) == GROUP_SIZE, f"uid {uid} has {len(idx)} rows"
+            rows = [out.non_tensor_batch[k][idx[0]] for k in ("extra_info", "reward_model")]
+            extra, rm = rows
+            i = int(extra["index"])
+            for j in idx:  # every row of the group carries the prompt's own fields
+                assert out.non_tensor_batch["extra_info"][j]["tag"] == f"p{i}"
+                assert out.non_tensor_batch["reward_model"][j]["ground_truth"] == f"gt-{i}"
+                assert out.non_tensor_batch["data_source"][j] == "tailsieve/test"
+            assert rm == {"style": "rule", "ground_truth": f"gt-{i}"}
+            self.delivered.append(i)
+            if self.step_of[i] < step:
+                self.carried += 1
+            assert self.step_of[i] >= step - 1  # delivered at most one step after drawn
+
+
+def loader(need: Any, start: int = 0, size: int = 64) -> TailSieveDataLoader:
+    data = [dataset_row(i) for i in range(start, start + size)]
+    return TailSieveDataLoader(data, collate_fn, SequentialSampler(data), need, NUM_GROUPS)
+
+
+def make_manager(config: Any) -> TailSieveAgentLoopManager:
+    handle = LocalRewardHandle(config)
+    return TailSieveAgentLoopManager.create(
+        config=config, llm_client=None, reward_loop_worker_handles=[handle]
+    )
+
+
+def check_step(out: Any, manager: TailSieveAgentLoopManager, ledger: Ledger, step: int) -> None:
+    assert len(out) == NUM_GROUPS * GROUP_SIZE
+    check_rows(out, PROMPT_LEN, RESPONSE_LEN, manager._pad_id)
+    ledger.deliver(out, step)
+    tok = manager._builder.tokenizer if hasattr(manager._builder, "tokenizer") else None
+    for j in range(len(out)):
+        i = int(out.non_tensor_batch["extra_info"][j]["index"])
+        # the reward (tests/integrations/verl/reward_fn.py) saw this row's own ground truth
+        assert float(out.batch["token_level_scores"][j].sum()) == float(i)
+        if tok is not None:
+            mask = out.batch["attention_mask"][j, :PROMPT_LEN].bool()
+            text = tok.decode(out.batch["prompts"][j][mask])
+            assert f"question {i}:" in text  # the prompt tokens are this row's prompt
+    adv = out.batch["advantages"]
+    assert adv.shape == (len(out), RESPONSE_LEN) and bool(torch.isfinite(adv).all())
+
+
+def run_steps(endpoints: list[str], num_steps: int) -> tuple[Ledger, TailSieveAgentLoopManager]:
+    config = verl_config(endpoints)
+    manager = make_manager(config)
+    trainer = make_trainer(TailSieveRayPPOTrainer, config, manager)
+    ledger = Ledger()
+    it = iter(loader(manager.num_fresh_needed))
+    for step in range(num_steps):
+        batch_dict = next(it)
+        ledger.draw(batch_dict, step)
+        out = fit_step(trainer, batch_dict, step)
+        check_step(out, manager, ledger, step)
+    return ledger, manager
+
+
+def final_check(ledger: Ledger, manager: TailSieveAgentLoopManager) -> None:
+    held = [int(r["fields"]["extra_info"]["index"]) for r in manager.state_dict()["rows"]]
+    assert not [k for k, c in Counter(ledger.delivered).items() if c > 1], "duplicated"
+    assert sorted(ledger.delivered + held) == sorted(ledger.drawn), "lost or invented"
+
+
+def test_generate_sequences_emulated(emulators: list[str]) -> None:
+    ledger, manager = run_steps(emulators, num_steps=4)
+    try:
+        assert ledger.carried > 0, "no prompt was carried: the test exercises nothing"
+        final_check(ledger, manager)
+        assert manager.last_batch is not None and manager.last_batch.metrics.num_groups == 4
+    finally:
+        manager.close()
+
+
+@pytest.mark.vllm
+def test_generate_sequences_real_vllm() -> None:
+    ledger, manager = run_steps(vllm_endpoints(), num_steps=3)
+    try:
+        assert ledger.carried > 0
+        final_check(ledger, manager)
+    finally:
+        manager.close()
+
+
+def test_batch_assembly_needs_the_subclass(emulators: list[str]) -> None:
+    """verl's own ``repeat(n).union(gen_output)`` rejects TailSieve's batch (different rows);
+    the subclass accepts it and the reward/advantage path runs on TailSieve's rows."""
+    config = verl_config(emulators)
+    manager = make_manager(config)
+    try:
+        need = manager.num_fresh_needed()
+        assert need > NUM_GROUPS  # step 0 launches extra groups to find the tail
+        batch_dict = collate_fn([dataset_row(i) for i in range(need)])
+        plain = make_trainer(RayPPOTrainer, config, manager)
+        with pytest.raises(AssertionError):
+            fit_step(plain, batch_dict, 0)
+        # the failed step delivered its groups and carried the rest: the next step works
+        ledger = Ledger()
+        trainer = make_trainer(TailSieveRayPPOTrainer, config, manager)
+        batch_dict = collate_fn(
+            [dataset_row(i) for i in range(100, 100 + manager.num_fresh_needed())]
+        )
+        ledger.draw(batch_dict, 1)
+        for i in range(need):
+            ledger.step_of[i] = 0
+        out = fit_step(trainer, batch_dict, 1)
+        check_step(out, manager, ledger, 1)
+        assert ledger.carried > 0  # step 0's cut-off prompts came back first
+    finally:
+        manager.close()
+
+
+def test_validation_answers_every_row_in_order(emulators: list[str]) -> None:
+    config = verl_config(emulators)
+    manager = make_manager(config)
+    try:
+        test_batch = trainer_batch([dataset_row(i) for i in range(5)]).repeat(2, interleave=True)
+        trainer = make_trainer(TailSieveRayPPOTrainer, config, manager)
+        trainer._tailsieve_validating = True
+        gen = trainer._get_gen_batch(test_batch)
+        gen.meta_info = {"validate": True, "global_steps": 0}
+        out = manager.generate_sequences(gen)
+        assert len(out) == 10
+        check_rows(out, PROMPT_LEN, RESPONSE_LEN, manager._pad_id)
+        assert list(out.non_tensor_batch["uid"]) == list(test_batch.non_tensor_batch["uid"])
+        test_batch.union(out)  # verl's own union holds: same rows, same order
+        assert manager.num_carried == 0
+    finally:
+        manager.close()
+
+
+def test_save_resume_mid_run(emulators: list[str], tmp_path: Path) -> None:
+    """Two steps, checkpoint (TailSieve state + dataloader state, as the trainer saves them),
+    a new manager and loader from the checkpoint, two more steps: nothing lost or repeated."""
+    config = verl_config(emulators)
+    ledger = Ledger()
+    manager = make_manager(config)
+    dl = loader(manager.num_fresh_needed)
+    it = iter(dl)
+    trainer = make_trainer(TailSieveRayPPOTrainer, config, manager)
+    for step in range(2):
+        batch_dict = next(it)
+        ledger.draw(batch_dict, step)
+        check_step(fit_step(trainer, batch_dict, step), manager, ledger, step)
+    carried_at_save = manager.num_carried
+    torch.save(manager.state_dict(), tmp_path / "tailsieve.pt")
+    torch.save(dl.state_dict(), tmp_path / "data.pt")
+    manager.close()
+
+    manager2 = make_manager(config)
+    manager2.load_state_dict(torch.load(tmp_path / "tailsieve.pt", weights_only=False))
+    dl2 = loader(manager2.num_fresh_needed)
+    dl2.load_state_dict(torch.load(tmp_path / "data.pt", weights_only=False))
+    assert manager2.num_carried == carried_at_save > 0
+    trainer2 = make_trainer(TailSieveRayPPOTrainer, config, manager2)
+    it2 = iter(dl2)
+    try:
+        for step in range(2, 4):
+            batch_dict = next(it2)
+            ledger.draw(batch_dict, step)
+            check_step(fit_step(trainer2, batch_dict, step), manager2, ledger, step)
+        assert len(set(ledger.drawn)) == len(ledger.drawn)  # the loader resumed in place
+        assert ledger.drawn == list(range(len(ledger.drawn)))
+        final_check(ledger, manager2)
+    finally:
+        manager2.close()
