@@ -127,9 +127,14 @@ def test_generate_sequences_emulated(emulators: list[str]) -> None:
 
 @pytest.mark.vllm
 def test_generate_sequences_real_vllm() -> None:
-    ledger, manager = run_steps(vllm_endpoints(), num_steps=3)
+    """The real vLLM CPU servers (token ids and log-probs from the engine). With one replica
+    there is no tail pool and nothing is carried; scripts/test.sh starts two. One server can
+    act as two replicas: TAILSIEVE_VLLM_ENDPOINTS=http://127.0.0.1:P,http://localhost:P."""
+    endpoints = vllm_endpoints()
+    ledger, manager = run_steps(endpoints, num_steps=3)
     try:
-        assert ledger.carried > 0
+        if len(endpoints) >= 2:
+            assert ledger.carried > 0
         final_check(ledger, manager)
     finally:
         manager.close()
