@@ -39,6 +39,7 @@ class Sample:
 
     status: Status = Status.PENDING
     metadata: dict[str, Any] = field(default_factory=dict)
+    custom_rm_path: str | None = None
 
 
 class BufferedSource:
