@@ -125,7 +125,7 @@ def test_real_slime_steps_and_resume(sglang_workers: list[str], tmp_path: Path) 
     # slime's partial-rollout buffer holds an aborted, half-generated group
     partial = ds.get_samples(1)
     for s in partial[0]:
-        s.tokens = ds.tailsieve._tokenizer.encode(s.prompt, add_special_tokens=False) + [9, 9]
+        s.tokens = [*ds.tailsieve._tokenizer.encode(s.prompt, add_special_tokens=False), 9, 9]
         s.response, s.response_length, s.rollout_log_probs = "ab", 2, [-1.0, -1.0]
         s.status = Sample.Status.ABORTED
     ds.add_samples(partial)
