@@ -95,8 +95,10 @@ def check_step(out: Any, manager: TailSieveAgentLoopManager, ledger: Ledger, ste
     assert adv.shape == (len(out), RESPONSE_LEN) and bool(torch.isfinite(adv).all())
 
 
-def run_steps(endpoints: list[str], num_steps: int) -> tuple[Ledger, TailSieveAgentLoopManager]:
-    config = verl_config(endpoints)
+def run_steps(
+    endpoints: list[str], num_steps: int, *overrides: str
+) -> tuple[Ledger, TailSieveAgentLoopManager]:
+    config = verl_config(endpoints, *overrides)
     manager = make_manager(config)
     trainer = make_trainer(TailSieveRayPPOTrainer, config, manager)
     ledger = Ledger()
@@ -115,8 +117,10 @@ def final_check(ledger: Ledger, manager: TailSieveAgentLoopManager) -> None:
     assert sorted(ledger.delivered + held) == sorted(ledger.drawn), "lost or invented"
 
 
-def test_generate_sequences_emulated(emulators: list[str]) -> None:
-    ledger, manager = run_steps(emulators, num_steps=4)
+@pytest.mark.parametrize("backend", ["vllm", "sglang"])
+def test_generate_sequences_emulated(emulators: list[str], backend: str) -> None:
+    """The emulated replicas speak vLLM's /v1/completions and SGLang's /generate."""
+    ledger, manager = run_steps(emulators, 4, f"+tailsieve.backend={backend}")
     try:
         assert ledger.carried > 0, "no prompt was carried: the test exercises nothing"
         final_check(ledger, manager)

@@ -184,6 +184,11 @@ class TailSieveAgentLoopManager(AgentLoopManager):
 
     # ----- steps -----------------------------------------------------------------------
     def _prompt_row(self, uid: str, fields: dict[str, Any]) -> PromptRow:
+        agent = fields.get("agent_name")
+        if agent not in (None, "single_turn_agent"):
+            raise ConfigError(f"row {uid!r}: agent loop {agent!r}; TailSieve runs single-turn rollouts")
+        if "__do_sample__" in fields:
+            raise ConfigError("TailSieve does not support REMAX (greedy baseline rollouts)")
         if "raw_prompt" not in fields:
             raise ConfigError(f"row {uid!r} has no 'raw_prompt' (verl's RLHFDataset adds it)")
         ids = list(self._builder.build_initial_tokens(list(fields["raw_prompt"])))
