@@ -82,15 +82,14 @@ def check_step(out: Any, manager: TailSieveAgentLoopManager, ledger: Ledger, ste
     assert len(out) == NUM_GROUPS * GROUP_SIZE
     check_rows(out, PROMPT_LEN, RESPONSE_LEN, manager._pad_id)
     ledger.deliver(out, step)
-    tok = manager._builder.tokenizer if hasattr(manager._builder, "tokenizer") else None
+    tok = manager.tokenizer
     for j in range(len(out)):
         i = int(out.non_tensor_batch["extra_info"][j]["index"])
         # the reward (tests/integrations/verl/reward_fn.py) saw this row's own ground truth
         assert float(out.batch["token_level_scores"][j].sum()) == float(i)
-        if tok is not None:
-            mask = out.batch["attention_mask"][j, :PROMPT_LEN].bool()
-            text = tok.decode(out.batch["prompts"][j][mask])
-            assert f"question {i}:" in text  # the prompt tokens are this row's prompt
+        mask = out.batch["attention_mask"][j, :PROMPT_LEN].bool()
+        text = tok.decode(out.batch["prompts"][j][mask])
+        assert f"question {i}:" in text  # the prompt tokens are this row's prompt
     adv = out.batch["advantages"]
     assert adv.shape == (len(out), RESPONSE_LEN) and bool(torch.isfinite(adv).all())
 

@@ -69,6 +69,7 @@ class TailSieveAgentLoopManager(AgentLoopManager):
         self._saved_rollout: dict[str, Any] | None = None  # loaded before the rollout exists
         self._model: str | None = None
         self._builder: Any = None
+        self.tokenizer: Any = None  # verl's hf_tokenizer of actor_rollout_ref.model
         self._pad_id = 0
 
     # ----- set-up ----------------------------------------------------------------------
@@ -87,6 +88,7 @@ class TailSieveAgentLoopManager(AgentLoopManager):
         model = self.config.actor_rollout_ref.model
         path = model.get("tokenizer_path") or model.path
         tokenizer = hf_tokenizer(path, trust_remote_code=bool(model.get("trust_remote_code")))
+        self.tokenizer = tokenizer
         model_type = getattr(AutoConfig.from_pretrained(model.path), "model_type", None)
         kwargs = dict(self.config.data.get("apply_chat_template_kwargs") or {})
         self._builder = create_continuous_token_builder(
