@@ -190,38 +190,55 @@ def test_validation_answers_every_row_in_order(emulators: list[str]) -> None:
         manager.close()
 
 
-def test_save_resume_mid_run(emulators: list[str], tmp_path: Path) -> None:
-    """Two steps, checkpoint (TailSieve state + dataloader state, as the trainer saves them),
-    a new manager and loader from the checkpoint, two more steps: nothing lost or repeated."""
-    config = verl_config(emulators)
-    ledger = Ledger()
+class NoWorkers:
+    """Stands in for the actor worker group: its model checkpoint is not TailSieve's concern."""
+
+    def save_checkpoint(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def load_checkpoint(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+def checkpointing_trainer(config: Any) -> tuple[TailSieveRayPPOTrainer, Any]:
     manager = make_manager(config)
-    dl = loader(manager.num_fresh_needed)
-    it = iter(dl)
     trainer = make_trainer(TailSieveRayPPOTrainer, config, manager)
-    for step in range(2):
+    trainer.actor_rollout_wg, trainer.use_critic, trainer.global_steps = NoWorkers(), False, 0
+    trainer.train_dataloader = loader(manager.num_fresh_needed)
+    return trainer, manager
+
+
+def test_save_resume_mid_run(emulators: list[str], tmp_path: Path) -> None:
+    """Two steps, verl's real ``_save_checkpoint`` (with TailSieve's file), a new trainer and
+    manager resumed by verl's real ``_load_checkpoint``, two more steps: nothing lost or
+    repeated, and the dataloader resumes in place."""
+    ckpt = [f"trainer.default_local_dir={tmp_path}", "trainer.resume_mode=auto"]
+    config = verl_config(emulators, *ckpt)
+    ledger = Ledger()
+    trainer, manager = checkpointing_trainer(config)
+    it = iter(trainer.train_dataloader)
+    for step in (1, 2):
         batch_dict = next(it)
         ledger.draw(batch_dict, step)
         check_step(fit_step(trainer, batch_dict, step), manager, ledger, step)
+        trainer.global_steps = step
     carried_at_save = manager.num_carried
-    torch.save(manager.state_dict(), tmp_path / "tailsieve.pt")
-    torch.save(dl.state_dict(), tmp_path / "data.pt")
+    trainer._save_checkpoint()
+    assert (tmp_path / "global_step_2" / "tailsieve.pt").exists()
+    assert (tmp_path / "latest_checkpointed_iteration.txt").read_text() == "2"
     manager.close()
 
-    manager2 = make_manager(config)
-    manager2.load_state_dict(torch.load(tmp_path / "tailsieve.pt", weights_only=False))
-    dl2 = loader(manager2.num_fresh_needed)
-    dl2.load_state_dict(torch.load(tmp_path / "data.pt", weights_only=False))
+    trainer2, manager2 = checkpointing_trainer(config)
+    trainer2._load_checkpoint()
+    assert trainer2.global_steps == 2
     assert manager2.num_carried == carried_at_save > 0
-    trainer2 = make_trainer(TailSieveRayPPOTrainer, config, manager2)
-    it2 = iter(dl2)
+    it2 = iter(trainer2.train_dataloader)
     try:
-        for step in range(2, 4):
+        for step in (3, 4):
             batch_dict = next(it2)
             ledger.draw(batch_dict, step)
             check_step(fit_step(trainer2, batch_dict, step), manager2, ledger, step)
-        assert len(set(ledger.drawn)) == len(ledger.drawn)  # the loader resumed in place
-        assert ledger.drawn == list(range(len(ledger.drawn)))
+        assert ledger.drawn == list(range(len(ledger.drawn)))  # the loader resumed in place
         final_check(ledger, manager2)
     finally:
         manager2.close()

@@ -14,6 +14,8 @@ from typing import Any
 
 from torchdata.stateful_dataloader import StatefulDataLoader
 
+from tailsieve.errors import ConfigError
+
 
 def _first(rows: list[Any]) -> Any:
     return rows[0]
@@ -64,4 +66,9 @@ class TailSieveDataLoader:
         return {"rows": self._rows.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        if "rows" not in state:
+            raise ConfigError(
+                "the checkpoint's dataloader state was not written by TailSieveDataLoader "
+                "(resume a TailSieve run, or start this one with trainer.resume_mode=disable)"
+            )
         self._rows.load_state_dict(state["rows"])

@@ -119,6 +119,10 @@ class TailSieveRayPPOTrainer(RayPPOTrainer):
         out = super()._load_checkpoint()
         if self.global_steps > 0:
             path = self._tailsieve_path()
+            data = os.path.join(os.path.dirname(path), "data.pt")
+            if os.path.exists(data):  # verl skips it when global_steps % len(loader) == 0,
+                # but a TailSieve epoch has no fixed step count: always resume in place
+                self.train_dataloader.load_state_dict(torch.load(data, weights_only=False))
             if os.path.exists(path):
                 self.async_rollout_manager.load_state_dict(torch.load(path, weights_only=False))
             else:
