@@ -107,6 +107,8 @@ def run_steps(
         ledger.draw(batch_dict, step)
         out = fit_step(trainer, batch_dict, step)
         check_step(out, manager, ledger, step)
+        ts = {k[10:]: round(v, 3) for k, v in out.meta_info["timing"].items() if k[:10] == "tailsieve/"}
+        print(f"step {step}: drew {len(batch_dict['index'])} prompts, {ts}")
     return ledger, manager
 
 
