@@ -93,6 +93,7 @@ class GroupAttempt:
         self._n = group_size
         self._forced = forced_length
         self.progress = progress
+        self._aborts: set[asyncio.Future[None]] = set()  # SGLang /abort_request in flight
 
     async def run(self) -> list[Response]:
         """All ``group_size`` responses in sample order; raises ``ReplicaDownError`` or
@@ -141,8 +142,12 @@ class GroupAttempt:
                     out = parse_response(self._cfg.backend, raw, n, where)
                 break
             except asyncio.CancelledError:
-                if self._cfg.backend is Backend.SGLANG:
-                    await self._abort_sglang(str(body["rid"]))
+                if self._cfg.backend is Backend.SGLANG:  # shielded: the step's clean-up may
+                    task = asyncio.ensure_future(self._abort_sglang(str(body["rid"])))  # cancel
+                    self._aborts.add(task)  # this coroutine again before the abort is sent
+                    task.add_done_callback(self._aborts.discard)
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await asyncio.shield(task)
                 raise
             except ReplicaDownError:
                 raise

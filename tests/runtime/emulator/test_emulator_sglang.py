@@ -101,8 +101,9 @@ async def test_rollout_over_sglang_backend(make_server: Any) -> None:
             num_groups=4,
             group_size=2,
             backend=Backend.SGLANG,
-            sampling=SamplingParams(max_tokens=200, logprobs=0),
+            sampling=SamplingParams(max_tokens=2000, logprobs=0),
         )
+        aborted = 0
         async with TailSieveRollout([a.url, b.url], cfg) as ro:
             for step in range(3):
                 fresh = [
@@ -110,11 +111,13 @@ async def test_rollout_over_sglang_backend(make_server: Any) -> None:
                     for i in range(ro.num_fresh_needed())
                 ]
                 batch = await ro.step(fresh)
+                aborted += batch.metrics.num_aborted
                 assert len(batch.groups) == 4
                 for g in batch.groups:
                     assert len(g.responses) == 2
                     for r in g.responses:
                         assert r.token_ids is not None and len(r.token_ids) == r.num_tokens
                         assert r.logprobs is not None and len(r.logprobs) == r.num_tokens
-        await asyncio.sleep(0.05)
         assert a.driver.num_running == 0 and b.driver.num_running == 0
+        # cut-off requests were aborted by id (POST /abort_request), not only by disconnecting
+        assert aborted > 0 and a.num_abort_requests + b.num_abort_requests >= aborted

@@ -50,6 +50,7 @@ class EmulatorServer:
         self._meta: dict[str, tuple[str, float]] = {}  # seq id -> (finish reason, submitted)
         self._transports: set[asyncio.BaseTransport] = set()
         self._sglang_aborts: dict[str, asyncio.Event] = {}  # running /generate rid -> abort
+        self.num_abort_requests = 0  # POST /abort_request calls received
         self._runner: web.AppRunner | None = None
         self._site: web.TCPSite | None = None
         self._crash_task: asyncio.Task[None] | None = None
@@ -321,6 +322,7 @@ class EmulatorServer:
             body = await request.json()
         except (json.JSONDecodeError, UnicodeDecodeError):
             return self._error("request body is not valid JSON", "BadRequestError", 400)
+        self.num_abort_requests += 1
         rid = str(body.get("rid"))
         for key, ev in self._sglang_aborts.items():
             if body.get("abort_all") or key == rid:
