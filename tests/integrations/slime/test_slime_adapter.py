@@ -201,3 +201,37 @@ def test_needs_the_tailsieve_data_source(sglang_workers: list[str]) -> None:
     args = make_args(sglang_workers)
     with pytest.raises(ConfigError, match="data-source-path"):
         generate_rollout(args, 0, BufferedSource(args))
+
+
+def test_workers_from_slime_router(sglang_workers: list[str]) -> None:
+    """No tailsieve_endpoints: the workers come from the router's GET /workers (slime's shape)."""
+    from aiohttp import web
+
+    from tailsieve.integrations.loop_thread import LoopThread
+
+    async def workers(request: web.Request) -> web.Response:
+        return web.json_response({"workers": [{"url": u} for u in sglang_workers]})
+
+    async def start() -> web.AppRunner:
+        app = web.Application()
+        app.router.add_get("/workers", workers)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        return runner
+
+    loop = LoopThread("router")
+    runner = loop.run(start())
+    port = runner.addresses[0][1]
+    args = make_args([], tailsieve_endpoints=None, sglang_router_ip="127.0.0.1",
+                     sglang_router_port=port)
+    ds = make_source(args)
+    try:
+        out = generate_rollout(args, 0, ds)
+        assert len(out.samples) == N
+        assert ds.tailsieve._ro is not None
+        assert list(ds.tailsieve._ro.executor.replicas[i].url for i in range(2)) == sglang_workers
+    finally:
+        ds.tailsieve.close()
+        loop.run(runner.cleanup())
+        loop.close()

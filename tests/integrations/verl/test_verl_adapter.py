@@ -244,3 +244,42 @@ def test_save_resume_mid_run(emulators: list[str], tmp_path: Path) -> None:
         final_check(ledger, manager2)
     finally:
         manager2.close()
+
+
+class RegistryHandle:
+    """verl's load balancer as its Ray handle is called: ``get_all_servers.remote()``."""
+
+    def __init__(self, servers: list[str]) -> None:
+        self.servers = servers
+        self.get_all_servers = self
+
+    async def _all(self) -> list[str]:
+        return self.servers
+
+    def remote(self) -> Any:
+        return self._all()
+
+
+class ServerClient:
+    """An ``LLMServerClient`` as verl builds it (``_load_balancer`` holds the registry)."""
+
+    def __init__(self, servers: list[str]) -> None:
+        self._load_balancer = RegistryHandle(servers)
+
+
+def test_replicas_from_verl_load_balancer(emulators: list[str]) -> None:
+    """No tailsieve.endpoints: the replicas are the servers verl registered (host:port ids)."""
+    config = verl_config([])
+    client = ServerClient([u.removeprefix("http://") for u in emulators])
+    manager = TailSieveAgentLoopManager.create(
+        config=config, llm_client=client, reward_loop_worker_handles=[LocalRewardHandle(config)]
+    )
+    try:
+        assert manager.endpoints == tuple(sorted(emulators))
+        trainer = make_trainer(TailSieveRayPPOTrainer, config, manager)
+        ledger = Ledger()
+        batch_dict = collate_fn([dataset_row(i) for i in range(manager.num_fresh_needed())])
+        ledger.draw(batch_dict, 0)
+        check_step(fit_step(trainer, batch_dict, 0), manager, ledger, 0)
+    finally:
+        manager.close()
