@@ -36,7 +36,9 @@ def test_example_config_composes() -> None:
         cfg = compose(config_name="tailsieve_grpo", overrides=flags)
     assert cfg.actor_rollout_ref.rollout.agent.agent_loop_manager_class == MANAGER
     check_config(cfg)
-    validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+    validate_config(
+        cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg)
+    )
     s = VerlSettings.from_verl(cfg)
     assert (s.num_groups, s.group_size, s.backend) == (64, 8, Backend.VLLM)
     assert (s.prompt_length, s.response_length, s.endpoints) == (1024, 4096, ())
@@ -51,3 +53,45 @@ def test_bad_settings_are_named() -> None:
         cfg = compose(config_name="tailsieve_grpo", overrides=["trainer.use_v1=true"])
         with pytest.raises(ConfigError, match="use_v1"):
             check_config(cfg)
+
+
+def run_python(*args: str) -> str:
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-W", "ignore", *args], capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout
+
+
+def test_entry_point_composes_the_example() -> None:
+    """``python -m tailsieve.integrations.verl.main`` with the example config (``--cfg job``
+    prints the composed config and stops before Ray starts)."""
+    text = run_python(
+        "-m",
+        "tailsieve.integrations.verl.main",
+        "--config-path",
+        str(EXAMPLE),
+        "--config-name",
+        "tailsieve_grpo",
+        "--cfg",
+        "job",
+    )
+    assert f"agent_loop_manager_class: {MANAGER}" in text
+    assert "tailsieve:" in text and "num_groups: 64" in text
+
+
+def test_task_runner_builds_the_subclass() -> None:
+    """In the task-runner process verl's v0 runner builds TailSieveRayPPOTrainer (checked in
+    a subprocess: the binding is process-wide by design)."""
+    code = (
+        "import verl.trainer.main_ppo_v0 as v0\n"
+        "from tailsieve.integrations.verl.main import bind_trainer\n"
+        "from tailsieve.integrations.verl import TailSieveRayPPOTrainer\n"
+        "cls = bind_trainer()\n"
+        "assert v0.RayPPOTrainer is TailSieveRayPPOTrainer and callable(cls.run)\n"
+        "print('ok')\n"
+    )
+    assert run_python("-c", code).strip().endswith("ok")

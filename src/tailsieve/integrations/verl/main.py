@@ -23,17 +23,23 @@ from tailsieve.errors import ConfigError
 MANAGER = "tailsieve.integrations.verl.TailSieveAgentLoopManager"
 
 
+def bind_trainer() -> Any:
+    """In this process, make verl's v0 task runner build ``TailSieveRayPPOTrainer``; returns
+    verl's (undecorated) ``TaskRunner`` class."""
+    import verl.trainer.main_ppo_v0 as v0
+
+    from tailsieve.integrations.verl.trainer import TailSieveRayPPOTrainer
+
+    v0.RayPPOTrainer = TailSieveRayPPOTrainer
+    return v0.TaskRunner.__ray_actor_class__
+
+
 @ray.remote(num_cpus=1)
 class TailSieveTaskRunner:
-    """verl's v0 ``TaskRunner`` with ``TailSieveRayPPOTrainer``."""
+    """verl's v0 ``TaskRunner`` with ``TailSieveRayPPOTrainer`` (a Ray actor, as verl's is)."""
 
     def run(self, config: Any) -> None:
-        import verl.trainer.main_ppo_v0 as v0
-
-        from tailsieve.integrations.verl.trainer import TailSieveRayPPOTrainer
-
-        v0.RayPPOTrainer = TailSieveRayPPOTrainer
-        v0.TaskRunner.__ray_actor_class__().run(config)
+        bind_trainer()().run(config)
 
 
 def check_config(config: Any) -> None:
