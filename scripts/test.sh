@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run the whole test suite from a fresh clone:
 #   bash scripts/test.sh [pytest args...]
-# Creates .venv (TailSieve + dev tools) and .venv-vllm (the real vLLM CPU engine, test-only),
+# Creates .venv (TailSieve + dev tools), .venv-vllm (the real vLLM CPU engine, test-only) and
+# .venv-verl (verl 0.9.1 on CPU torch, for the verl adapter's tests),
 # builds the tiny local model, starts two vLLM CPU servers unless TAILSIEVE_VLLM_ENDPOINTS
 # already names running ones, runs ruff, mypy, the strict docs build and pytest, and stops what
 # it started.
@@ -53,3 +54,7 @@ echo "test.sh: vLLM endpoints $TAILSIEVE_VLLM_ENDPOINTS" >&2
 NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir "$ROOT/.cache/docs-site"
 echo "test.sh: docs built (mkdocs build --strict)" >&2
 .venv/bin/pytest "$@"
+
+# verl adapter tests with verl's real classes, in their own venv (the main venv skips them)
+bash scripts/setup_verl.sh >&2
+.venv-verl/bin/python -m pytest -p no:cacheprovider tests/integrations/verl -q

@@ -11,6 +11,8 @@ whole group elsewhere.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -91,6 +93,7 @@ class GroupAttempt:
         self._n = group_size
         self._forced = forced_length
         self.progress = progress
+        self._aborts: set[asyncio.Future[None]] = set()  # SGLang /abort_request in flight
 
     async def run(self) -> list[Response]:
         """All ``group_size`` responses in sample order; raises ``ReplicaDownError`` or
@@ -131,6 +134,8 @@ class GroupAttempt:
         where = f"{self._url} prompt {self._prompt.prompt_id!r} sample {sample}"
         retry = 0
         while True:
+            if self._cfg.backend is Backend.SGLANG:
+                body["rid"] = uuid.uuid4().hex  # per-request abort (POST /abort_request)
             try:
                 if self._cfg.stream:
                     out = await self._streamed(body, sample, n, where)
@@ -138,6 +143,14 @@ class GroupAttempt:
                     raw = await self._t.post_json(self._url, body, self._cfg.request_timeout_s)
                     out = parse_response(self._cfg.backend, raw, n, where)
                 break
+            except asyncio.CancelledError:
+                if self._cfg.backend is Backend.SGLANG:  # shielded: the step's clean-up may
+                    task = asyncio.ensure_future(self._abort_sglang(str(body["rid"])))  # cancel
+                    self._aborts.add(task)  # this coroutine again before the abort is sent
+                    task.add_done_callback(self._aborts.discard)
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await asyncio.shield(task)
+                raise
             except ReplicaDownError:
                 raise
             except RequestError as exc:
@@ -153,6 +166,13 @@ class GroupAttempt:
             self.progress.num_finished += 1
             self.progress.finished_tokens += r.num_tokens
         return out
+
+    async def _abort_sglang(self, rid: str) -> None:
+        """SGLang notices a closed connection only at its next 4 s disconnect check: abort the
+        request by id right away (best effort; the closed connection remains the fallback)."""
+        url = self._url.removesuffix(Backend.SGLANG.path) + "/abort_request"
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._t.post_json(url, {"rid": rid}, 2.0), 2.0)
 
     async def _streamed(self, body: JSON, sample: int, n: int, where: str) -> list[Response]:
         texts: dict[int, list[str]] = {}

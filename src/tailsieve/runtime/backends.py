@@ -285,8 +285,12 @@ def _parse_sglang(body: Any) -> list[Response]:
         meta = it["meta_info"]
         fr = meta.get("finish_reason")
         reason = fr.get("type", "unknown") if isinstance(fr, dict) else str(fr or "unknown")
+        if reason == "abort":  # aborted by someone else: a partial response is never delivered
+            raise ValueError(f"request aborted by the server: {fr}")
         ids = it.get("output_ids")
         lps = meta.get("output_token_logprobs")
+        if ids is None and lps:
+            ids = [e[1] for e in lps]  # [logprob, token_id, text] per generated token
         out.append(
             Response(
                 text=it.get("text") or "",

@@ -1,7 +1,8 @@
 """The emulated vLLM replica: an aiohttp server over an ``EngineDriver``.
 
 Endpoints: POST /v1/completions, POST /v1/chat/completions (JSON or SSE), GET /v1/models,
-GET /health, GET /version, GET /metrics. A client that closes its connection aborts its
+GET /health, GET /version, GET /metrics; SGLang's native POST /generate and POST /abort_request
+(``emulator.sglang``). A client that closes its connection aborts its
 sequences (the app runs with ``handler_cancellation=True``, so aiohttp cancels the handler).
 """
 
@@ -22,6 +23,7 @@ from aiohttp import web
 
 from tailsieve.model.replica_engine import Completion
 from tailsieve.runtime.emulator import protocol as P
+from tailsieve.runtime.emulator import sglang as SG
 from tailsieve.runtime.emulator.config import CRASH_EXIT_CODE, EmulatorConfig
 from tailsieve.runtime.emulator.driver import EngineDriver
 from tailsieve.runtime.emulator.metrics import CONTENT_TYPE, EmulatorMetrics
@@ -47,6 +49,8 @@ class EmulatorServer:
         self._rng = np.random.default_rng([config.seed, 0])  # injected errors + lengths
         self._meta: dict[str, tuple[str, float]] = {}  # seq id -> (finish reason, submitted)
         self._transports: set[asyncio.BaseTransport] = set()
+        self._sglang_aborts: dict[str, asyncio.Event] = {}  # running /generate rid -> abort
+        self.num_abort_requests = 0  # POST /abort_request calls received
         self._runner: web.AppRunner | None = None
         self._site: web.TCPSite | None = None
         self._crash_task: asyncio.Task[None] | None = None
@@ -62,6 +66,8 @@ class EmulatorServer:
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
+        app.router.add_post("/generate", self._sglang_generate)
+        app.router.add_post("/abort_request", self._sglang_abort)
         app.router.add_get("/health", self._health)
         app.router.add_get("/version", self._version)
         app.router.add_get("/load", self._load)
@@ -247,6 +253,81 @@ class EmulatorServer:
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp
+
+    async def _sglang_generate(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return self._error("request body is not valid JSON", "BadRequestError", 400)
+        try:
+            req, rid = SG.parse_generate(body, self.config.max_model_len)
+        except P.BadRequest as exc:
+            return self._error(str(exc), exc.err_type, exc.status, exc.param)
+        if self.config.error_rate > 0 and self._rng.random() < self.config.error_rate:
+            return self._error("injected fault", "InternalServerError", 500)
+        rid = rid or uuid.uuid4().hex
+        lengths = self._lengths(req)
+        seq_ids = [f"{rid}-{i}" for i in range(len(lengths))]
+        now = time.monotonic()
+        futs: list[asyncio.Future[Completion]] = []
+        for sid, (k, reason) in zip(seq_ids, lengths, strict=True):
+            self._meta[sid] = (reason, now)
+            futs.append(self.driver.submit(sid, k, req.prompt_tokens[0]))
+        aborted = self._sglang_aborts.setdefault(rid, asyncio.Event())
+        resp: web.StreamResponse | None = None
+        try:
+            while True:
+                self.driver.sync()
+                done = aborted.is_set() or all(f.done() for f in futs)
+                outs = []
+                for i, sid in enumerate(seq_ids):
+                    k, reason = lengths[i]
+                    fin = futs[i].done() and not futs[i].cancelled()
+                    have = k if fin else self.driver.tokens_so_far(sid)
+                    why = reason if fin else ("abort" if done else None)
+                    out = SG.output(
+                        req, sid if req.n > 1 else rid, have, why, time.monotonic() - now
+                    )
+                    if req.n > 1:
+                        out["index"] = i
+                    outs.append(out)
+                if req.stream:
+                    if resp is None:
+                        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+                        await resp.prepare(request)
+                    await resp.write(b"".join(_sse(o) for o in outs))
+                if done:
+                    break
+                pending = [f for f in futs if not f.done()]
+                wait_s = max(MIN_POLL_S, self.driver.step_real_s()) if req.stream else None
+                waiter: asyncio.Future[Any] = asyncio.ensure_future(aborted.wait())
+                try:
+                    waits: list[asyncio.Future[Any]] = [*pending, waiter]
+                    await asyncio.wait(waits, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    waiter.cancel()
+        finally:
+            self._sglang_aborts.pop(rid, None)
+            for sid, fut in zip(seq_ids, futs, strict=True):
+                if not fut.done() or fut.cancelled():
+                    self._abort(sid)
+        if resp is not None:
+            await resp.write(b"data: [DONE]\n\n")
+            await resp.write_eof()
+            return resp
+        return web.json_response(outs if req.n > 1 else outs[0])
+
+    async def _sglang_abort(self, request: web.Request) -> web.Response:
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return self._error("request body is not valid JSON", "BadRequestError", 400)
+        self.num_abort_requests += 1
+        rid = str(body.get("rid"))
+        for key, ev in self._sglang_aborts.items():
+            if body.get("abort_all") or key == rid:
+                ev.set()
+        return web.Response(status=200)
 
     async def _models(self, request: web.Request) -> web.Response:
         name = self.config.model_name
