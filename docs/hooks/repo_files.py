@@ -1,7 +1,7 @@
 """MkDocs hooks.
 
-* ``on_files``: publish a few repository files that live outside ``docs/`` (BENCHMARKS.md and
-  the figures it shows) under their repository paths, so the site renders them as they are,
+* ``on_files``: publish a few repository files that live outside ``docs/`` (BENCHMARKS.md, the
+  figures it shows and the integration examples) under their repository paths, so the site renders them as they are,
   without a second copy to keep in step.
 * ``on_page_markdown``: replace the CLI-reference placeholder with the ``--help`` page of every
   command, rendered from the commands themselves (``tailsieve.cli.reference``).
@@ -15,12 +15,12 @@ from typing import Any
 from mkdocs.structure.files import File, Files
 
 ROOT = Path(__file__).resolve().parents[2]
-REPO_FILES = ("BENCHMARKS.md", "benchmarks/results/paper/*.png")
+REPO_FILES = ("BENCHMARKS.md", "benchmarks/results/paper/*.png", "examples/*/*", "examples/*/*/*")
 
 
 def on_files(files: Files, config: Any) -> Files:
     for pattern in REPO_FILES:
-        for path in sorted(ROOT.glob(pattern)):
+        for path in sorted(p for p in ROOT.glob(pattern) if p.is_file()):
             rel = path.relative_to(ROOT).as_posix()
             if files.get_file_from_path(rel) is None:
                 files.append(
