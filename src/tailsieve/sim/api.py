@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tailsieve.errors import ConfigError
-from tailsieve.model.profiles import load_profile
+from tailsieve.model.profiles import DEFAULT_PROFILE, load_profile
 from tailsieve.model.replica_engine import ReplicaConfig
 from tailsieve.model.speculative import SpecConfig
 from tailsieve.sim.driver import (
@@ -62,7 +62,7 @@ def simulate(
     groups: int = 64,
     group_size: int = 8,
     steps: int = 20,
-    profile: str = "gpu",
+    profile: str = DEFAULT_PROFILE,
     seed: int = 0,
     q0: int | None = None,
     m0: int | None = None,
@@ -70,6 +70,7 @@ def simulate(
     tail_spec: str = "none",
     bulk_spec: str = "none",
     max_num_seqs: int | None = None,
+    kv_capacity_tokens: int | None = None,
     prefill_s: float = 0.0,
     num_prompts: int = 1000,
 ) -> SimulationResult:
@@ -77,7 +78,9 @@ def simulate(
     added as the paired reference) on the same prompts and response lengths.
 
     ``workload``: a preset (``paper-math``, ``aime-r1``), ``aime`` (the shipped AIME trace,
-    resampled) or a trace file. The other arguments mirror the CLI options of the same names.
+    resampled) or a trace file. ``max_num_seqs`` / ``kv_capacity_tokens``: None takes the
+    profile's (0 switches the cap off). The other arguments mirror the CLI options of the same
+    names.
     """
     names = list(policies) if policies else list(ALL_POLICIES)
     for name in names:
@@ -89,7 +92,12 @@ def simulate(
         num_replicas=replicas, num_groups=groups, group_size=group_size, num_steps=steps,
         seed=seed, q0=q0, m0=m0,
     )
-    base = ReplicaConfig(load_profile(profile), max_num_seqs=max_num_seqs, prefill_s=prefill_s)
+    base = ReplicaConfig.from_profile(
+        load_profile(profile),
+        max_num_seqs="profile" if max_num_seqs is None else (max_num_seqs or None),
+        kv_capacity_tokens="profile" if kv_capacity_tokens is None else (kv_capacity_tokens or None),
+        prefill_s=prefill_s,
+    )
     pools = PoolConfigs.from_specs(base, SpecConfig.parse(tail_spec), SpecConfig.parse(bulk_spec))
     wl = resolve_workload(workload, tail_strength, seed=seed, num_prompts=num_prompts)
     dataset = wl.prompt_ids()
@@ -99,7 +107,8 @@ def simulate(
         "workload": workload, "tail_strength": tail_strength or "real", "replicas": replicas,
         "groups": groups, "group_size": group_size, "steps": steps, "profile": profile,
         "seed": seed, "tail_spec": tail_spec, "bulk_spec": bulk_spec, "q0": q0, "m0": m0,
-        "max_num_seqs": max_num_seqs, "prefill_s": prefill_s,
+        "max_num_seqs": base.max_num_seqs, "kv_capacity_tokens": base.kv_capacity_tokens,
+        "prefill_s": prefill_s,
     }
     summaries = {name: r.run.summary(uniform) for name, r in runs.items()}
     return SimulationResult(meta, summaries, runs)

@@ -4,7 +4,7 @@ them as attributes) or from the environment::
     # tailsieve.yaml, passed with --custom-config-path tailsieve.yaml
     tailsieve_policy: tailsieve        # tailsieve | tailsieve-fixed | uniform
     tailsieve_endpoints: []            # [] = ask slime's router (GET /workers) for its workers
-    tailsieve_profile: gpu             # throughput profile of the controller
+    tailsieve_profile: qwen3-4b-h100          # throughput profile of the controller
     tailsieve_controller: {}           # ControllerConfig overrides
 
 Environment fallbacks: ``TAILSIEVE_POLICY``, ``TAILSIEVE_ENDPOINTS`` (comma-separated),
@@ -40,7 +40,7 @@ class SlimeSettings:
     policy: str = "tailsieve"
     endpoints: tuple[str, ...] = ()  # empty: the router's workers
     router_url: str | None = None  # http://{sglang_router_ip}:{sglang_router_port}
-    profile: str = "gpu"
+    profile: str = "qwen3-4b-h100"
     controller: dict[str, Any] = field(default_factory=dict)
     request_timeout_s: float = 3600.0
 
@@ -85,7 +85,7 @@ class SlimeSettings:
             policy=str(opt("tailsieve_policy", "TAILSIEVE_POLICY", "tailsieve")),
             endpoints=tuple(str(e).strip().rstrip("/") for e in eps),
             router_url=f"http://{ip}:{port}" if ip and port else None,
-            profile=str(opt("tailsieve_profile", "TAILSIEVE_PROFILE", "gpu")),
+            profile=str(opt("tailsieve_profile", "TAILSIEVE_PROFILE", "qwen3-4b-h100")),
             controller=dict(getattr(args, "tailsieve_controller", None) or {}),
         )
 

@@ -8,7 +8,7 @@
       endpoints: []           # [] = the servers verl launched; else "http://host:port" URLs
       backend: null           # vllm | sglang (default: actor_rollout_ref.rollout.name)
       model: null             # served model name for vLLM (default: the server's first model)
-      profile: gpu            # throughput profile for the controller (name or JSON path)
+      profile: qwen3-4b-h100         # throughput profile for the controller (name or JSON path)
       controller: {}          # ControllerConfig overrides
       request_timeout_s: 3600.0
       split_groups: true      # n single requests per group (exact abort evidence)
@@ -50,7 +50,7 @@ class VerlSettings:
     policy: str = "tailsieve"
     endpoints: tuple[str, ...] = ()  # empty: ask verl's load balancer for its servers
     model: str | None = None  # served model name (None: discover from /v1/models)
-    profile: str = "gpu"
+    profile: str = "qwen3-4b-h100"
     controller: dict[str, Any] = field(default_factory=dict)
     request_timeout_s: float = 3600.0
     split_groups: bool = True
@@ -96,7 +96,7 @@ class VerlSettings:
             policy=str(ts.get("policy", "tailsieve")),
             endpoints=tuple(str(u).rstrip("/") for u in ts.get("endpoints") or ()),
             model=ts.get("model"),
-            profile=str(ts.get("profile", "gpu")),
+            profile=str(ts.get("profile", "qwen3-4b-h100")),
             controller=dict(ts.get("controller") or {}),
             request_timeout_s=float(ts.get("request_timeout_s", 3600.0)),
             split_groups=bool(ts.get("split_groups", True)),
