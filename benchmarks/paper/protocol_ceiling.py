@@ -1,6 +1,6 @@
 """The protocol's ceiling: the best *static* (q, m) through TailSieve's step protocol.
 
-Issue 4 asks full TailSieve (R = 8, N = 64, n = 8, gpu profile) to reach 90% of the top-k
+Issue 4 asks full TailSieve (R = 8, N = 64, n = 8, GPU profile) to reach 90% of the top-k
 oracle's gain and to beat Uniform Oracle. A controller can only choose (q, m, c) step by step, so
 what the protocol itself allows bounds what any controller reaches. This item measures it by
 exhaustive search: every (q, m) on a grid is run through the real protocol (cutoff, abort,
@@ -29,7 +29,7 @@ import numpy as np
 from tailsieve.sim.driver import SimSettings
 from tailsieve.sim.workloads import resolve_workload
 
-from .common import Timer, fixed_factory, mean, pools_for, savefig, simulate, write_json
+from .common import PROFILE, Timer, fixed_factory, mean, pools_for, savefig, simulate, write_json
 
 NAME = "protocol_ceiling"
 R, N, GROUP = 8, 64, 8
@@ -64,7 +64,7 @@ def run(out_dir: Path, quick: bool, steps: int | None = None,
     num_steps = steps if steps is not None else (8 if quick else 16)
     seed_list = seeds if seeds is not None else ((0,) if quick else (0, 1, 2))
     points = grid(q_max=12) if quick else grid()
-    pools = pools_for("gpu")
+    pools = pools_for(PROFILE)
     results: dict[str, Any] = {}
     for wl_name in workloads:
         ref: dict[str, list[tuple[float, float]]] = {p: [] for p in REFERENCE}
@@ -110,7 +110,7 @@ def run(out_dir: Path, quick: bool, steps: int | None = None,
     payload: dict[str, Any] = {
         "name": NAME,
         "quick": quick,
-        "settings": {"replicas": R, "groups": N, "group_size": GROUP, "profile": "gpu",
+        "settings": {"replicas": R, "groups": N, "group_size": GROUP, "profile": PROFILE,
                      "steps": num_steps, "seeds": list(seed_list), "grid": points,
                      "workloads": list(workloads)},
         "results": results,

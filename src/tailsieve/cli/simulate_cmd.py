@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tailsieve.errors import ConfigError
-from tailsieve.model.profiles import load_profile
+from tailsieve.model.profiles import DEFAULT_PROFILE, load_profile
 from tailsieve.model.replica_engine import ReplicaConfig
 from tailsieve.model.speculative import SpecConfig
 from tailsieve.sim.driver import (
@@ -46,7 +46,8 @@ def simulate(
     policy: Annotated[
         list[str] | None, typer.Option("--policy", help=_POLICY_HELP)
     ] = None,
-    profile: str = typer.Option("gpu", "--profile", help="Throughput profile name or file."),
+    profile: str = typer.Option(DEFAULT_PROFILE, "--profile",
+                                help="Throughput profile name or file (tailsieve profiles)."),
     seed: int = typer.Option(0, "--seed", help="Seed of prompt order and length draws."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
     tail_spec: str = typer.Option("none", "--tail-spec", help="Tail pool speculation, e.g. mtp:3."),
