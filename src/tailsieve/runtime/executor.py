@@ -31,8 +31,9 @@ from tailsieve.runtime.attempt import (
     GroupAttempt,
 )
 from tailsieve.runtime.backends import PromptInput, Response
+from tailsieve.runtime.lean_http import LeanTransport
 from tailsieve.runtime.step_state import GroupRun, StepProgress, StepResult, build_result
-from tailsieve.runtime.transport import AiohttpTransport, ReplicaDownError, Transport
+from tailsieve.runtime.transport import ReplicaDownError, Transport
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +91,7 @@ class LiveExecutor:
             raise ConfigError("need at least one endpoint")
         self.config = config
         self.replicas = [ReplicaState(url=u.rstrip("/")) for u in endpoints]
-        self._transport: Transport = transport or AiohttpTransport()
+        self._transport: Transport = transport or LeanTransport()
         self._forced = forced_length
         self._on_progress = on_progress
         self._addresses = addresses
