@@ -48,7 +48,9 @@ from tailsieve.runtime.demo import StepLengths
 from tailsieve.runtime.emulator import EmulatorFleet
 from tailsieve.runtime.emulator.config import EmulatorConfig
 from tailsieve.runtime.emulator.server import EmulatorServer
+from tailsieve.runtime.lean_http import LeanTransport
 from tailsieve.runtime.rollout import RolloutConfig, TailSieveRollout
+from tailsieve.runtime.transport import AiohttpTransport
 from tailsieve.workload import load_workload
 
 
@@ -71,7 +73,8 @@ async def run(
     prompts = iter(PromptInput(p, text=f"Solve {p}.") for p in wl.prompt_ids())
     rows = []
     prof = cProfile.Profile(time.process_time) if args.cprofile else None
-    async with TailSieveRollout(urls, cfg) as ro:
+    transport = AiohttpTransport() if args.transport == "aiohttp" else LeanTransport()
+    async with TailSieveRollout(urls, cfg, transport=transport) as ro:
         for t in range(args.steps + 1):
             lengths.step = t
             batch_prompts = [next(prompts) for _ in range(ro.num_fresh_needed())]
@@ -192,6 +195,10 @@ def main() -> None:
     ap.add_argument("--base-port", type=int, default=8310, help="first port of hosted replicas")
     ap.add_argument("--cprofile", type=Path, default=None, help="cProfile the last step")
     ap.add_argument("--target", type=float, default=None, help="max share at GPU speed")
+    ap.add_argument(
+        "--transport", choices=("lean", "aiohttp"), default="lean",
+        help="the router's HTTP client for completions (aiohttp: before issue 13)",
+    )  # fmt: skip
     args = ap.parse_args()
     if args.cluster:
         defaults = {"replicas": 8, "groups": 256, "group_size": 8, "time_scale": 1.0,
@@ -242,6 +249,7 @@ def main() -> None:
         "time_scale": args.time_scale,
         "profile": args.profile,
         "return_token_ids": not args.counts_only,
+        "transport": args.transport,
         "steps": rows,
         "max_cpu_fraction_after_warmup": worst,
         "mean_cpu_fraction_after_warmup": sum(r["cpu_fraction"] for r in steady) / len(steady),
