@@ -114,3 +114,20 @@ def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert "--model is required" in capsys.readouterr().err
     assert main(["launch", "--stop", str(tmp_path / "missing.json")]) == 2
     assert "cannot read the state file" in capsys.readouterr().err
+
+
+def test_stop_when_the_cluster_is_gone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    state = tmp_path / "state.json"
+    write_json_atomic(state, {
+        "endpoints": [f"http://127.0.0.1:{dead}"],
+        "replicas": [{"endpoint": f"http://127.0.0.1:{dead}", "host": "127.0.0.1", "pid": 1}],
+        "ray": {"address": f"127.0.0.1:{dead}", "namespace": "tailsieve", "actors": ["a"],
+                "supervisor": "s", "placement_group": "p"},
+    })  # fmt: skip
+    assert main(["launch", "--stop", str(state)]) == 0
+    assert not state.exists() and "stopped pids" in capsys.readouterr().out

@@ -57,7 +57,7 @@ def cli(*args: str, timeout_s: float = 240.0, env: dict[str, str] | None = None)
     return res.stdout
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
     c = Cluster(
         initialize_head=True,
@@ -221,3 +221,16 @@ def test_ray_launch_restart_readmit_exactly_once(
         f"{len(steps)}, regenerated {summary['num_regenerated']}, readmitted "
         f"{summary['num_readmitted']}, planned R per step {summary['planned_replicas']}"
     )
+
+
+def test_pack_placement_fills_one_node(cluster: Cluster, state_file: Path, tmp_path: Path) -> None:
+    cli(
+        "launch", "--ray", "--address", cluster.address, "--engines", f"emulated*3@{EMULATED_PORT}",
+        "--resource", "tailsieve_replica", "--placement", "pack", "--state-file", str(state_file),
+        "--log-dir", str(tmp_path / "launch"), "--detach",
+    )  # fmt: skip
+    reps = json.loads(state_file.read_text())["replicas"]
+    assert len(reps) == 3 and len({r["node_id"] for r in reps}) == 1
+    pids = [int(r["pid"]) for r in reps]
+    cli("launch", "--stop", str(state_file))
+    wait_for(lambda: not any(group_alive(p) for p in pids), 30, "servers to exit")

@@ -146,7 +146,7 @@ class RayFleet:
                 "include_dashboard": False,
                 "object_store_memory": cfg.object_store_mb * 1024 * 1024,
             }
-        ray.init(address=cfg.address, **kw)
+        _init(ray, cfg.address, **kw)
 
     def start(self) -> dict[str, Any]:
         """Place and start every replica, wait until healthy, write the state file."""
@@ -212,7 +212,10 @@ class RayFleet:
                 ).remote(spec)
                 for spec, name in zip(specs, self.state["ray"]["actors"], strict=True)
             ]
-            rows = ray.get([h.info.remote() for h in handles], timeout=timeout_s)
+            try:
+                rows = ray.get([h.info.remote() for h in handles], timeout=timeout_s)
+            except ray.exceptions.RayError as exc:
+                raise ReplicaError(f"a replica server did not start: {exc}") from None
             self.state["replicas"] = rows
             self.state["endpoints"] = [r["endpoint"] for r in rows]
             path = str(lc.state_path.resolve())
@@ -262,6 +265,13 @@ def _actor_resources(cfg: RayLaunchConfig) -> dict[str, float]:
     return {cfg.resource: 1.0} if cfg.resource and not cfg.gpus_per_replica else {}
 
 
+def _init(ray: Any, address: str, **kw: Any) -> None:
+    try:
+        ray.init(address=address, **kw)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise ConfigError(f"cannot connect to Ray at {address!r}: {exc}") from None
+
+
 def _gcs_address(ray: Any) -> str:
     with contextlib.suppress(Exception):
         return str(ray.get_runtime_context().gcs_address)
@@ -289,12 +299,31 @@ def stop_ray_state(ray: Any, state: dict[str, Any], timeout_s: float = 60.0) -> 
 
     with contextlib.suppress(Exception):
         remove_placement_group(get_placement_group(info["placement_group"]))
-    local = _local_addresses()
-    for row in state.get("replicas", []):  # a server on this machine that still answers
+    return pids + _stop_local_servers(state)
+
+
+def _stop_local_servers(state: dict[str, Any]) -> list[int]:
+    """Stop the state file's servers that run on this machine and still answer."""
+    local, pids = _local_addresses(), []
+    for row in state.get("replicas", []):
         if row.get("host") in local and healthy(row["endpoint"], 0.5):
             stop_group(int(row["pid"]), 5.0)
             pids.append(int(row["pid"]))
     return pids
+
+
+def _reachable(address: str, timeout_s: float = 3.0) -> bool:
+    """A TCP connection to the Ray GCS ``host:port`` succeeds."""
+    import socket
+
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        return True  # "auto" and friends: let Ray resolve it
+    try:
+        with socket.create_connection((host, int(port)), timeout_s):
+            return True
+    except OSError:
+        return False
 
 
 def _local_addresses() -> set[str]:
@@ -310,10 +339,16 @@ def stop_from_ray_state(path: str | Path, address: str | None = None) -> list[in
     """``launch --stop STATE`` for a state file written by ``launch --ray``."""
     p = Path(path)
     state = json.loads(p.read_text())
+    addr = address or state["ray"]["address"]
+    if not _reachable(addr):  # the cluster is gone, and its actors with it
+        pids = _stop_local_servers(state)
+        p.unlink(missing_ok=True)
+        return pids
     ray = import_ray()
     if not ray.is_initialized():
-        ray.init(
-            address=address or state["ray"]["address"],
+        _init(
+            ray,
+            addr,
             namespace=state["ray"]["namespace"],
             log_to_driver=False,
         )
