@@ -4,8 +4,9 @@
 holds the engine's children too) bound to the node's address, and waits for ``/health``. A
 watcher thread ends the actor process when the server exits, so Ray restarts the actor
 (``max_restarts``), which starts a fresh server at the next free port of its spec. The server
-also gets ``PR_SET_PDEATHSIG`` so it cannot outlive a killed actor. No Ray import here: the
-fleet wraps the class with ``ray.remote``; node address and restart flag are passed in.
+also gets ``PR_SET_PDEATHSIG`` (SIGTERM, so vLLM still stops its engine processes): it does not
+outlive a killed actor. No Ray import here: the fleet wraps the class with ``ray.remote``; node
+address and restart flag are passed in.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ SERVER_EXIT_CODE = 75  # the actor's exit status when its server died (Ray then 
 def _session_and_deathsig() -> None:  # runs in the child between fork and exec
     os.setsid()
     with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def port_free(host: str, port: int) -> bool:
