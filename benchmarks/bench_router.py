@@ -202,7 +202,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.cluster:
         defaults = {"replicas": 8, "groups": 256, "group_size": 8, "time_scale": 1.0,
-                    "profile": "gpu", "hosts": 0, "steps": 2}  # fmt: skip
+                    "profile": DEFAULT_PROFILE, "hosts": 0, "steps": 2}  # fmt: skip
         preset = {"replicas": 64, "groups": 256, "group_size": 16, "time_scale": 0.1,
                   "profile": "qwen3-4b-h100", "hosts": 8, "steps": 2}  # fmt: skip
         for k, v in preset.items():

@@ -17,7 +17,7 @@ from tailsieve.model.profiles import load_profile
 
 def protocol(policy: str, r: int = 8, m0: int | None = 3) -> RolloutProtocol:
     cfg = ControllerConfig(num_groups=32, num_replicas=r, group_size=2, m0=m0, q0=6)
-    return RolloutProtocol(ProtocolConfig(r, 32, 2), make_controller(policy, cfg, load_profile("gpu")))
+    return RolloutProtocol(ProtocolConfig(r, 32, 2), make_controller(policy, cfg, load_profile("qwen3-4b-h100")))
 
 
 def run(proto: RolloutProtocol, stream: PromptStream, steps: int, rng: np.random.Generator) -> None:
