@@ -160,7 +160,7 @@ def _stop(state: Path) -> list[int]:
     except (OSError, ValueError) as exc:
         raise ConfigError(f"--stop {state}: cannot read the state file ({exc})") from None
     if "ray" in data:
-        from tailsieve.runtime.cluster.fleet import stop_from_ray_state
+        from tailsieve.runtime.cluster.stop import stop_from_ray_state
 
         return stop_from_ray_state(state)
     return stop_from_state(state)

@@ -13,32 +13,21 @@ finds and ends them from another process. Ray is imported lazily (``pip install 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import threading
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tailsieve.errors import ConfigError, ReplicaError
-from tailsieve.runtime.cluster.host import ServerHost, healthy, stop_group
+from tailsieve.runtime.cluster.host import ServerHost
 from tailsieve.runtime.cluster.spec import EngineGroup, ServerSpec, build_specs
 from tailsieve.runtime.cluster.state import write_json_atomic
+from tailsieve.runtime.cluster.stop import connect_ray, import_ray, stop_ray_state
+from tailsieve.runtime.cluster.supervisor import Supervisor
 from tailsieve.runtime.launcher import LaunchConfig
 
 PLACEMENTS = {"spread": "SPREAD", "pack": "PACK"}
-
-
-def import_ray() -> Any:
-    try:
-        import ray
-    except ImportError:
-        raise ConfigError(
-            "launch --ray needs Ray: pip install 'tailsieve[ray]' (or pip install ray)"
-        ) from None
-    return ray
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,47 +70,6 @@ class RayLaunchConfig:
             out[self.resource] = 1.0
         return out
 
-
-class Supervisor:
-    """Polls the server actors and keeps the state file current (runs as a Ray actor)."""
-
-    def __init__(self, state: dict[str, Any], path: str, interval_s: float) -> None:
-        self.state, self.path, self.interval_s = state, path, interval_s
-        self.num_writes = 0
-        threading.Thread(target=self._run, name="tailsieve-supervisor", daemon=True).start()
-
-    def ready(self) -> int:
-        """Number of state file rewrites so far (also: the actor is up)."""
-        return self.num_writes
-
-    def _run(self) -> None:  # pragma: no cover - exercised through Ray in the cluster test
-        ray = import_ray()
-        handles = [
-            ray.get_actor(n, namespace=self.state["ray"]["namespace"])
-            for n in self.state["ray"]["actors"]
-        ]
-        while True:
-            time.sleep(self.interval_s)
-            refs = [h.info.remote() for h in handles]
-            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.interval_s)
-            changed = False
-            for i, ref in enumerate(refs):
-                if ref not in ready:
-                    continue
-                try:
-                    row = ray.get(ref)
-                except Exception:  # restarting or dead: keep the last row
-                    continue
-                if row != self.state["replicas"][i]:
-                    self.state["replicas"][i] = row
-                    changed = True
-            if changed:
-                self.state["endpoints"] = [r["endpoint"] for r in self.state["replicas"]]
-                self.state["updated_at"] = time.time()
-                write_json_atomic(self.path, self.state)
-                self.num_writes += 1
-
-
 class RayFleet:
     """Places, supervises and stops the replica actors of one ``launch --ray``."""
 
@@ -146,7 +94,7 @@ class RayFleet:
                 "include_dashboard": False,
                 "object_store_memory": cfg.object_store_mb * 1024 * 1024,
             }
-        _init(ray, cfg.address, **kw)
+        connect_ray(ray, cfg.address, **kw)
 
     def start(self) -> dict[str, Any]:
         """Place and start every replica, wait until healthy, write the state file."""
@@ -265,96 +213,7 @@ def _actor_resources(cfg: RayLaunchConfig) -> dict[str, float]:
     return {cfg.resource: 1.0} if cfg.resource and not cfg.gpus_per_replica else {}
 
 
-def _init(ray: Any, address: str, **kw: Any) -> None:
-    try:
-        ray.init(address=address, **kw)
-    except (ConnectionError, RuntimeError, ValueError) as exc:
-        raise ConfigError(f"cannot connect to Ray at {address!r}: {exc}") from None
-
-
 def _gcs_address(ray: Any) -> str:
     with contextlib.suppress(Exception):
         return str(ray.get_runtime_context().gcs_address)
     return os.environ.get("RAY_ADDRESS", "auto")
-
-
-def stop_ray_state(ray: Any, state: dict[str, Any], timeout_s: float = 60.0) -> list[int]:
-    """Stop what a Ray state file names: each server (process group), its actor (no restart),
-    the supervisor and the placement group. Returns the server PIDs stopped."""
-    info = state["ray"]
-    ns = info["namespace"]
-    pids: list[int] = []
-    with contextlib.suppress(Exception):
-        ray.kill(ray.get_actor(info["supervisor"], namespace=ns), no_restart=True)
-    for name in info["actors"]:
-        try:
-            h = ray.get_actor(name, namespace=ns)
-        except ValueError:
-            continue  # never created or already gone
-        with contextlib.suppress(Exception):
-            pids.append(int(ray.get(h.stop.remote(), timeout=timeout_s)))
-        with contextlib.suppress(Exception):
-            ray.kill(h, no_restart=True)
-    from ray.util import get_placement_group, remove_placement_group
-
-    with contextlib.suppress(Exception):
-        remove_placement_group(get_placement_group(info["placement_group"]))
-    return pids + _stop_local_servers(state)
-
-
-def _stop_local_servers(state: dict[str, Any]) -> list[int]:
-    """Stop the state file's servers that run on this machine and still answer."""
-    local, pids = _local_addresses(), []
-    for row in state.get("replicas", []):
-        if row.get("host") in local and healthy(row["endpoint"], 0.5):
-            stop_group(int(row["pid"]), 5.0)
-            pids.append(int(row["pid"]))
-    return pids
-
-
-def _reachable(address: str, timeout_s: float = 3.0) -> bool:
-    """A TCP connection to the Ray GCS ``host:port`` succeeds."""
-    import socket
-
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        return True  # "auto" and friends: let Ray resolve it
-    try:
-        with socket.create_connection((host, int(port)), timeout_s):
-            return True
-    except OSError:
-        return False
-
-
-def _local_addresses() -> set[str]:
-    import socket
-
-    out = {"127.0.0.1", "localhost"}
-    with contextlib.suppress(OSError):
-        out.add(socket.gethostbyname(socket.gethostname()))
-    return out
-
-
-def stop_from_ray_state(path: str | Path, address: str | None = None) -> list[int]:
-    """``launch --stop STATE`` for a state file written by ``launch --ray``."""
-    p = Path(path)
-    state = json.loads(p.read_text())
-    addr = address or state["ray"]["address"]
-    if not _reachable(addr):  # the cluster is gone, and its actors with it
-        pids = _stop_local_servers(state)
-        p.unlink(missing_ok=True)
-        return pids
-    ray = import_ray()
-    if not ray.is_initialized():
-        _init(
-            ray,
-            addr,
-            namespace=state["ray"]["namespace"],
-            log_to_driver=False,
-        )
-    try:
-        pids = stop_ray_state(ray, state)
-    finally:
-        ray.shutdown()
-    p.unlink(missing_ok=True)
-    return pids
