@@ -91,6 +91,32 @@ async def test_moved_replica_followed_to_its_new_address() -> None:
         raise AssertionError("a shorter address list must be refused")
 
 
+async def test_replica_moved_mid_step_is_not_blamed_for_its_old_server() -> None:
+    lengths = {"t0": 300, "p0": 250, "p1": 250, "f0": 10, "f1": 20, "f2": 30, "f3": 400}
+    addresses = list(URLS[:3])
+    stub = StubTransport(
+        lambda p, s: lengths[p] + s, 0.001, faults={"http://r1": StubFault(die_after_s=0.1)}
+    )
+    ex = LiveExecutor(
+        URLS[:3], fast(ExecutorConfig(model="m")), transport=stub, addresses=lambda: addresses
+    )
+    plan = make_plan(["t0"], ["p0", "p1"], ["f0", "f1", "f2", "f3"], cut=2)
+    prompts = {a.prompt_id: PromptInput(a.prompt_id, text=a.prompt_id) for a in plan.assignments}
+
+    async def move() -> None:  # Ray restarted r1 elsewhere; its old server dies a bit later
+        await asyncio.sleep(0.04)
+        addresses[1] = "http://r1-new"
+
+    mover = asyncio.create_task(move())
+    result = await ex.run(plan, prompts)
+    await mover
+    validate_outcome(plan, result.outcome)
+    assert result.outcome.num_regenerated == 1  # pinned p1 was on the old r1
+    assert result.groups["p1"].attempt == 1
+    assert ex.replicas[1].url == "http://r1-new" and ex.replicas[1].num_faults == 0
+    assert ex.healthy == (True, True, True) and ex.num_readmitted == 1
+
+
 async def test_next_step_planned_for_the_healthy_replicas() -> None:
     t = table(1)
     stub = StubTransport(lambda p, s: t[p][s], 0.0002)

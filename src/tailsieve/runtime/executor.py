@@ -42,6 +42,7 @@ class _Event:
     prompt_id: str
     attempt: int
     replica: int
+    url: str  # the replica's address when the attempt started
     responses: tuple[Response, ...] = ()
     error: BaseException | None = None
 
@@ -228,9 +229,10 @@ class LiveExecutor:
 
     def _launch(self, run: _Run, g: GroupRun, prompts: Mapping[str, PromptInput]) -> None:
         g.progress = AttemptProgress()
+        url = run.reps[g.replica].url
         attempt = GroupAttempt(
             self._transport,
-            run.reps[g.replica].url,
+            url,
             self.config,
             prompts[g.assignment.prompt_id],
             run.plan.group_size,
@@ -238,18 +240,20 @@ class LiveExecutor:
             g.progress,
         )
         g.task = asyncio.create_task(
-            self._wrap(run, attempt, g.assignment.prompt_id, g.attempt, g.replica)
+            self._wrap(run, attempt, g.assignment.prompt_id, g.attempt, g.replica, url)
         )
 
-    async def _wrap(self, run: _Run, att: GroupAttempt, pid: str, k: int, replica: int) -> None:
+    async def _wrap(
+        self, run: _Run, att: GroupAttempt, pid: str, k: int, replica: int, url: str
+    ) -> None:
         try:
             out = await att.run()
         except ReplicaDownError as exc:
-            run.queue.put_nowait(_Event("down", pid, k, replica, error=exc))
+            run.queue.put_nowait(_Event("down", pid, k, replica, url, error=exc))
         except Exception as exc:
-            run.queue.put_nowait(_Event("fail", pid, k, replica, error=exc))
+            run.queue.put_nowait(_Event("fail", pid, k, replica, url, error=exc))
         else:
-            run.queue.put_nowait(_Event("done", pid, k, replica, responses=tuple(out)))
+            run.queue.put_nowait(_Event("done", pid, k, replica, url, responses=tuple(out)))
 
     def _handle(self, run: _Run, ev: _Event, prompts: Mapping[str, PromptInput]) -> None:
         g = run.groups[ev.prompt_id]
@@ -263,6 +267,10 @@ class LiveExecutor:
                 run.num_fresh_done += 1
                 if run.num_fresh_done == run.plan.num_fresh_to_deliver:
                     self._cut(run)
+        elif ev.kind == "down" and ev.url != run.reps[ev.replica].url:
+            # the replica moved since this attempt began (its old server is gone): regenerate
+            # the group, but the replica at its new address is not at fault
+            self._regenerate(run, [g], prompts)
         elif ev.kind == "down":
             self._replica_down(run, ev.replica, str(ev.error), prompts)
         else:
@@ -281,6 +289,11 @@ class LiveExecutor:
         now = self._now(run)
         run.busy_until_s[replica] = max(run.busy_until_s[replica], now)
         victims = [g for g in run.groups.values() if g.status == "running" and g.replica == replica]
+        self._regenerate(run, victims, prompts)
+
+    def _regenerate(
+        self, run: _Run, victims: list[GroupRun], prompts: Mapping[str, PromptInput]
+    ) -> None:
         for g in victims:
             if g.task is not None:
                 g.task.cancel()
