@@ -13,7 +13,7 @@ ROOT="$PWD"
 if [[ ! -x .venv/bin/python ]]; then
     python3 -m venv .venv
 fi
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev,ray]"
 
 if ! command -v chromium >/dev/null 2>&1; then
     echo "test.sh: installing Debian's chromium for the report rendering test" >&2

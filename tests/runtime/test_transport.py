@@ -1,4 +1,5 @@
-"""``AiohttpTransport`` error classification against a local aiohttp server."""
+"""``AiohttpTransport`` and ``LeanTransport`` error classification against a local aiohttp
+server; the lean client's chunked bodies, dropped connections and cancellation."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 
+from tailsieve.runtime.lean_http import LeanTransport
 from tailsieve.runtime.transport import AiohttpTransport, ReplicaDownError, RequestError
+
+CANCELLED: list[str] = []
 
 
 @pytest.fixture
@@ -40,13 +44,40 @@ async def server() -> AsyncIterator[str]:
             await resp.write(chunk)
         return resp
 
+    async def chunked(_: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse()
+        resp.enable_chunked_encoding()
+        await resp.prepare(_)
+        for part in (b'{"ids": [', b"1, 2, 3", b"]}"):
+            await resp.write(part)
+        return resp
+
+    async def drop(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Length": "100"})
+        await resp.prepare(request)
+        await resp.write(b'{"partial": ')
+        assert request.transport is not None
+        request.transport.abort()
+        return resp
+
+    async def hold(request: web.Request) -> web.Response:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            CANCELLED.append(request.path)
+            raise
+        return web.json_response({})
+
     app = web.Application()
+    app.router.add_post("/chunked", chunked)
+    app.router.add_post("/drop", drop)
+    app.router.add_post("/hold", hold)
     app.router.add_post("/status/{code}", status)
     app.router.add_post("/garbage", garbage)
     app.router.add_post("/ok", ok)
     app.router.add_post("/slow", slow)
     app.router.add_post("/sse", sse)
-    runner = web.AppRunner(app)
+    runner = web.AppRunner(app, handler_cancellation=True)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
@@ -55,8 +86,9 @@ async def server() -> AsyncIterator[str]:
     await runner.cleanup()
 
 
-async def test_classification(server: str) -> None:
-    t = AiohttpTransport()
+@pytest.mark.parametrize("cls", [AiohttpTransport, LeanTransport])
+async def test_classification(server: str, cls: type[AiohttpTransport]) -> None:
+    t = cls()
     try:
         assert await t.post_json(server + "/ok", {"x": 1}, 5) == {"echo": {"x": 1}}
         with pytest.raises(RequestError) as e500:
@@ -79,5 +111,25 @@ async def test_classification(server: str) -> None:
             await t.post_json(f"http://127.0.0.1:{dead}/x", {}, 2)
         with pytest.raises(ReplicaDownError):
             await t.get(f"http://127.0.0.1:{dead}/health", 2)
+    finally:
+        await t.aclose()
+
+
+async def test_lean_chunked_dropped_and_cancelled(server: str) -> None:
+    t = LeanTransport()
+    try:
+        assert await t.post_json(server + "/chunked", {}, 5) == {"ids": [1, 2, 3]}
+        with pytest.raises(ReplicaDownError, match="IncompleteRead"):
+            await t.post_json(server + "/drop", {}, 5)
+        task = asyncio.create_task(t.post_json(server + "/hold", {}, 60))
+        await asyncio.sleep(0.3)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        for _ in range(50):  # closing the connection cancels the server's handler
+            if CANCELLED:
+                break
+            await asyncio.sleep(0.05)
+        assert CANCELLED == ["/hold"]
     finally:
         await t.aclose()

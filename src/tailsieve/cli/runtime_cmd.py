@@ -16,6 +16,8 @@ import typer
 
 from tailsieve.errors import ConfigError
 from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
+from tailsieve.runtime.cluster.spec import EngineGroup
+from tailsieve.runtime.cluster.state import StateFileAddresses
 from tailsieve.runtime.launcher import LaunchConfig, VllmFleet, stop_from_state
 from tailsieve.runtime.observe import ProgressDisplay, RuntimeMetrics, StepLog
 from tailsieve.runtime.replay import ReplayLengths
@@ -63,17 +65,45 @@ def launch(
     stop: Annotated[
         Path | None, typer.Option("--stop", help="Stop the servers of this state file.")
     ] = None,
+    use_ray: bool = typer.Option(False, "--ray", help="Place the servers as Ray actors."),
+    address: str = typer.Option(
+        "auto", "--address", help="--ray: Ray cluster address (auto | local | host:port)."
+    ),
+    placement: str = typer.Option(
+        "spread", "--placement", help="--ray: spread replicas across nodes, or pack them."
+    ),
+    engines: str = typer.Option(
+        None,
+        "--engines",
+        help="--ray: ENGINE[*COUNT][@PORT],... with vllm | sglang | emulated "
+        "(default vllm*R at --base-port).",
+    ),
+    gpus_per_replica: int = typer.Option(
+        0, "--gpus-per-replica", help="--ray: GPUs per replica (tensor parallel); 0 = CPU."
+    ),
+    cpus_per_replica: float = typer.Option(1.0, "--cpus-per-replica", help="--ray: CPUs each."),
+    resource: str = typer.Option(
+        None, "--resource", help="--ray: custom resource a CPU replica takes one unit of."
+    ),
+    max_restarts: int = typer.Option(3, "--max-restarts", help="--ray: restarts per server."),
+    emulator_args: str = typer.Option(
+        "", "--emulator-args", help="--ray: flags of emulated replicas, e.g. '--time-scale 0.1'."
+    ),
+    emulator_profile: str = typer.Option("cpu", "--emulator-profile", help="--ray: profile."),
 ) -> None:
-    """Start R local vLLM servers, wait until healthy, print the endpoints; Ctrl-C stops them."""
+    """Start R vLLM servers (local, or as Ray actors with --ray), wait until healthy, print the
+    endpoints; Ctrl-C stops them."""
     if stop is not None:
-        pids = stop_from_state(stop)
+        pids = _stop(stop)
         typer.echo(f"stopped pids {' '.join(map(str, pids))}")
         return
-    if not model:
+    if not model and not (use_ray and engines and set(_engine_names(engines)) == {"emulated"}):
         raise ConfigError("--model is required (or --stop STATEFILE)")
+    if use_ray and engines:
+        replicas = sum(g.count for g in _engine_groups(engines, base_port))
     kw: dict[str, Any] = {} if python is None else {"python": python}
     cfg = LaunchConfig(
-        model=model,
+        model=model or "",
         replicas=replicas,
         base_port=base_port,
         cores=_ints(cores),
@@ -89,6 +119,15 @@ def launch(
         state_file=state_file,
         **kw,
     )
+    if use_ray:
+        from tailsieve.cli.ray_launch import launch_ray
+
+        groups = _engine_groups(engines or f"vllm*{replicas}", base_port)
+        launch_ray(
+            cfg, groups, address, placement, gpus_per_replica, cpus_per_replica, resource,
+            max_restarts, emulator_profile, tuple(shlex.split(emulator_args)), detach,
+        )  # fmt: skip
+        return
     fleet = VllmFleet(cfg)
     fleet.start_processes()
     try:
@@ -105,6 +144,26 @@ def launch(
     finally:
         if not detach:
             fleet.stop()
+
+
+def _engine_names(text: str) -> list[str]:
+    return [p.split("@")[0].split("*")[0].strip().lower() for p in text.split(",") if p.strip()]
+
+
+def _engine_groups(text: str, base_port: int) -> tuple[EngineGroup, ...]:
+    return EngineGroup.parse_list(text, base_port)
+
+
+def _stop(state: Path) -> list[int]:
+    try:
+        data = json.loads(state.read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--stop {state}: cannot read the state file ({exc})") from None
+    if "ray" in data:
+        from tailsieve.runtime.cluster.stop import stop_from_ray_state
+
+        return stop_from_ray_state(state)
+    return stop_from_state(state)
 
 
 def _read_prompts(path: Path) -> Iterator[PromptInput]:
@@ -187,7 +246,10 @@ def rollout(
         request_timeout_s=request_timeout,
         controller=ctrl,
     )
-    asyncio.run(_drive(urls, cfg, source, steps, flush, progress, metrics_port, log_file, out))
+    provider = StateFileAddresses(state) if state is not None else None
+    asyncio.run(
+        _drive(urls, cfg, source, steps, flush, progress, metrics_port, log_file, out, provider)
+    )
 
 
 def _endpoints(endpoints: str | None, state: Path | None) -> list[str]:
@@ -208,6 +270,7 @@ async def _drive(
     metrics_port: int | None,
     log_file: Path | None,
     out: Path,
+    addresses: StateFileAddresses | None = None,
 ) -> None:
     (out / "batches").mkdir(parents=True, exist_ok=True)
     (out / "steps.jsonl").write_text("")
@@ -225,6 +288,7 @@ async def _drive(
             on_progress=display.update if display else None,
             metrics=metrics,
             step_log=StepLog(log_fh),
+            addresses=addresses,
         ) as ro:
             if display:
                 display.__enter__()
@@ -263,6 +327,8 @@ async def _drive(
         "q": [m.q for m in ms],
         "m": [m.m for m in ms],
         "num_delivered_groups": sum(m.num_groups for m in ms),
+        "num_readmitted": max((m.num_readmitted for m in ms), default=0),
+        "planned_replicas": [m.num_planned_replicas for m in ms],
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     typer.echo(

@@ -36,6 +36,11 @@ class Controller(ABC):
     def observe(self, plan: StepPlan, outcome: StepOutcome) -> None:
         """Consume a finished step and update the targets."""
 
+    def resize(self, num_replicas: int) -> None:
+        """The number of serving replicas changed (a replica failed or came back) before the
+        next ``targets`` call. Default: nothing to re-plan (the protocol caps m at R - 1)."""
+        return None
+
     @abstractmethod
     def state_dict(self) -> dict[str, Any]:
         """JSON-serialisable state; ``load_state_dict`` restores it exactly."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from tailsieve.control.base import Controller, ControlTargets
@@ -12,6 +12,7 @@ from tailsieve.control.outer_loop import OuterLoop
 from tailsieve.control.predictor import PoolPrediction, PoolTimePredictor, StepWork
 from tailsieve.core.outcome import StepOutcome
 from tailsieve.core.plan import StepPlan
+from tailsieve.errors import ConfigError
 from tailsieve.model.throughput import ThroughputModel
 
 
@@ -55,6 +56,7 @@ class HierarchicalController(Controller):
         self.predictor.predict([StepWork([[1, 2], [3, 4], [5, 6]], 1)], 1, 1)
         self._samples: list[Any] = []
         self._cache: dict[tuple[int, int], PoolPrediction] = {}
+        self._m_wanted = m0  # the fixed variant's split, restored when replicas come back
 
     def targets(self) -> ControlTargets:
         st = self.state
@@ -119,6 +121,38 @@ class HierarchicalController(Controller):
         st.m, st.q = od.new_m, od.new_q if od.new_m > 0 else 0
         st.hold_m = cfg.m_hold_steps
         st.hold_q = cfg.hold_after_increase if st.q >= old_q else cfg.hold_after_decrease
+        self.inner.reset()
+
+    def resize(self, num_replicas: int) -> None:
+        """Re-plan m for a new replica count: the outer loop's best split within its radius
+        (from the remembered steps), or m capped at R - 1 when it is off or has no history."""
+        cfg, st = self.config, self.state
+        if num_replicas == cfg.num_replicas:
+            return
+        if num_replicas < 1:
+            raise ConfigError(f"num_replicas must be >= 1, got {num_replicas}")
+        old_r, old_m = cfg.num_replicas, st.m
+        m0 = None if cfg.m0 is None else min(cfg.m0, num_replicas - 1)
+        self.config = cfg = replace(cfg, num_replicas=num_replicas, m0=m0)
+        self.predictor.num_replicas = num_replicas
+        self.outer.config = self.inner.config = cfg
+        self._cache = {}
+        if not cfg.outer_enabled:
+            m = min(self._m_wanted, num_replicas - 1)
+            q = st.q if m > 0 else 0
+        elif st.history:
+            m, q = self.outer.best_split(
+                st.history, min(st.m, num_replicas - 1), st.q, st.k_tail, st.k_bulk
+            )
+        else:
+            m = min(st.m, num_replicas - 1)
+            q = st.q if m > 0 else 0
+        if m > 0 and old_m == 0 and q == 0:
+            q = cfg.q_floor(m)
+        st.m, st.q = m, q
+        st.m_votes = 0
+        st.hold_m = cfg.m_hold_steps if m != old_m else st.hold_m
+        st.last_event = f"R {old_r}->{num_replicas}: m {old_m}->{m}"
         self.inner.reset()
 
     def _inner_decision(self, plan: StepPlan, outcome: StepOutcome) -> InnerDecision:

@@ -81,11 +81,7 @@ class OuterLoop:
         cache: dict[tuple[int, int], PoolPrediction] | None = None,
     ) -> OuterDecision:
         preds = self.evaluate(history, m, k_tail, k_bulk, q, samples, cache)
-        # the corrections describe the selector's pools; uniform routing has no selector, so
-        # its prediction (m = 0) is compared uncorrected
-        spans = {
-            mm: p.makespan(k_tail, k_bulk) if mm > 0 else p.makespan() for mm, p in preds.items()
-        }
+        spans = _spans(preds, k_tail, k_bulk)
         current = spans.get(m, 0.0)
         best = min(spans, key=lambda mm: (spans[mm], abs(mm - m)))
         gain = (current - spans[best]) / current if current > 0 else 0.0
@@ -94,3 +90,26 @@ class OuterLoop:
         new_m = m + (1 if best > m else -1)
         new_q = preds[new_m].q if new_m in preds else q
         return OuterDecision(new_m, new_q if new_m > 0 else 0, spans, gain)
+
+    def best_split(
+        self,
+        history: Sequence[StepWork],
+        m: int,
+        q: int,
+        k_tail: float,
+        k_bulk: float,
+    ) -> tuple[int, int]:
+        """The predicted best (m, q) within the radius of ``m``, without threshold or one-step
+        limit: the re-plan after the replica count changed."""
+        preds = self.evaluate(history, m, k_tail, k_bulk, q)
+        spans = _spans(preds, k_tail, k_bulk)
+        best = min(spans, key=lambda mm: (spans[mm], abs(mm - m)))
+        return best, preds[best].q if best > 0 else 0
+
+
+def _spans(
+    preds: dict[int, PoolPrediction], k_tail: float, k_bulk: float
+) -> dict[int, float]:
+    # the corrections describe the selector's pools; uniform routing has no selector, so its
+    # prediction (m = 0) is compared uncorrected
+    return {mm: p.makespan(k_tail, k_bulk) if mm > 0 else p.makespan() for mm, p in preds.items()}

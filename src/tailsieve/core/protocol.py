@@ -7,7 +7,7 @@ aborted groups into the next candidate set and feeds the controller.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tailsieve.control.base import Controller
@@ -53,6 +53,16 @@ class RolloutProtocol:
         """Fresh prompts the next ``plan_step`` will draw (useful for callers feeding prompts)."""
         shape = self._shape(flush=False)
         return shape[4] + shape[5]
+
+    def set_num_replicas(self, num_replicas: int) -> None:
+        """Plan the coming steps for ``num_replicas`` serving replicas (one failed or came
+        back); the controller re-plans its split. Only between steps."""
+        if self._open is not None:
+            raise ProtocolError("cannot change the replica count in the middle of a step")
+        if num_replicas == self.config.num_replicas:
+            return
+        self.config = replace(self.config, num_replicas=num_replicas)
+        self.controller.resize(num_replicas)
 
     def _shape(self, flush: bool) -> tuple[int, int, int, int, int, int]:
         cfg, cands = self.config, self.candidates

@@ -44,6 +44,7 @@ class ExecutorConfig:
     backoff_s: float = 0.25  # first retry delay; doubles per retry
     backoff_max_s: float = 8.0  # cap of the retry delay
     health_timeout_s: float = 5.0  # GET /health probe timeout
+    probe_interval_s: float = 1.0  # a failed replica's /health is probed this often mid-step
     return_token_ids: bool = True  # ask vLLM for per-choice token ids (needed when n > 1)
 
     def __post_init__(self) -> None:
@@ -51,6 +52,8 @@ class ExecutorConfig:
             raise ConfigError(f"max_retries must be >= 0, got {self.max_retries}")
         if self.backoff_s < 0 or self.backoff_max_s < 0:
             raise ConfigError("backoff_s and backoff_max_s must be >= 0")
+        if self.probe_interval_s <= 0:
+            raise ConfigError(f"probe_interval_s must be > 0, got {self.probe_interval_s}")
         if self.request_timeout_s is not None and self.request_timeout_s <= 0:
             raise ConfigError(f"request_timeout_s must be > 0, got {self.request_timeout_s}")
 

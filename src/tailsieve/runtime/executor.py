@@ -6,6 +6,12 @@ aborted (their tasks cancelled, which closes their HTTP connections). Tail and p
 always waited for. A replica fault (refused, died, timed out) takes the replica out and
 regenerates its in-flight groups from scratch on a healthy replica (same pool first). A group is
 delivered only from one complete attempt; nothing of an aborted or failed attempt is delivered.
+
+Replica lifecycle: a replica taken out is probed (``GET /health``) in the background every
+``probe_interval_s`` while a step runs, and between steps; a 200 re-admits it (mid-step it can
+take regenerated groups again; the caller plans the next step for the new healthy count). An
+``addresses`` callable (e.g. a launch state file rewritten when Ray restarts a server elsewhere)
+is polled at every probe: a replica whose address changed is taken out and probed at the new one.
 """
 
 from __future__ import annotations
@@ -25,9 +31,10 @@ from tailsieve.runtime.attempt import (
     GroupAttempt,
 )
 from tailsieve.runtime.backends import PromptInput, Response
+from tailsieve.runtime.lean_http import LeanTransport
 from tailsieve.runtime.served_model import resolve_served_model, transport_getter
 from tailsieve.runtime.step_state import GroupRun, StepProgress, StepResult, build_result
-from tailsieve.runtime.transport import AiohttpTransport, ReplicaDownError, Transport
+from tailsieve.runtime.transport import ReplicaDownError, Transport
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +43,7 @@ class _Event:
     prompt_id: str
     attempt: int
     replica: int
+    url: str  # the replica's address when the attempt started
     responses: tuple[Response, ...] = ()
     error: BaseException | None = None
 
@@ -55,6 +63,7 @@ class _Run:
     plan: StepPlan
     t0: float
     queue: asyncio.Queue[_Event]
+    reps: list[ReplicaState]  # plan replica index -> replica
     groups: dict[str, GroupRun] = field(default_factory=dict)
     cut_s: float | None = None
     num_fresh_done: int = 0
@@ -68,6 +77,7 @@ class LiveExecutor:
 
     ``forced_length(prompt_id, sample)`` switches on replay mode (max_tokens = L, ignore_eos).
     ``on_progress`` is called with a ``StepProgress`` snapshot after every group event.
+    ``addresses()`` returns the current base URL of every replica (same count and order).
     """
 
     def __init__(
@@ -77,14 +87,17 @@ class LiveExecutor:
         transport: Transport | None = None,
         forced_length: ForcedLength | None = None,
         on_progress: Callable[[StepProgress], None] | None = None,
+        addresses: Callable[[], Sequence[str]] | None = None,
     ) -> None:
         if not endpoints:
             raise ConfigError("need at least one endpoint")
         self.config = config
         self.replicas = [ReplicaState(url=u.rstrip("/")) for u in endpoints]
-        self._transport: Transport = transport or AiohttpTransport()
+        self._transport: Transport = transport or LeanTransport()
         self._forced = forced_length
         self._on_progress = on_progress
+        self._addresses = addresses
+        self.num_readmitted = 0  # replicas returned to service by a probe
 
     @property
     def num_replicas(self) -> int:
@@ -94,24 +107,58 @@ class LiveExecutor:
     def healthy(self) -> tuple[bool, ...]:
         return tuple(r.healthy for r in self.replicas)
 
+    @property
+    def healthy_indices(self) -> list[int]:
+        return [i for i, r in enumerate(self.replicas) if r.healthy]
+
+    def refresh_addresses(self) -> list[int]:
+        """Poll ``addresses``; a replica whose URL changed is taken out (to be probed at its new
+        address). Returns the indices that moved."""
+        if self._addresses is None:
+            return []
+        urls = [u.rstrip("/") for u in self._addresses()]
+        if len(urls) != len(self.replicas):
+            raise ConfigError(
+                f"address provider returned {len(urls)} addresses for {len(self.replicas)} replicas"
+            )
+        moved = [i for i, (r, u) in enumerate(zip(self.replicas, urls, strict=True)) if r.url != u]
+        for i in moved:
+            rep = self.replicas[i]
+            rep.healthy, rep.reason = False, f"moved from {rep.url} to {urls[i]}"
+            rep.url = urls[i]
+        return moved
+
     async def probe(self, only_unhealthy: bool = True) -> tuple[bool, ...]:
         """GET /health on (unhealthy) replicas; a 200 returns a replica to service."""
+        self.refresh_addresses()
 
         async def one(rep: ReplicaState) -> None:
+            was = rep.healthy
+            url = rep.url
             try:
-                status, _ = await self._transport.get(
-                    rep.url + "/health", self.config.health_timeout_s
-                )
+                status, _ = await self._transport.get(url + "/health", self.config.health_timeout_s)
             except ReplicaDownError as exc:
-                rep.healthy, rep.reason = False, str(exc)
+                if rep.url == url:
+                    rep.healthy, rep.reason = False, str(exc)
                 return
+            if rep.url != url or (was and not rep.healthy):
+                return  # moved or taken out by a fault while the probe was in flight
             rep.healthy = status == 200
             rep.reason = "" if rep.healthy else f"/health answered {status}"
+            if rep.healthy and not was:
+                self.num_readmitted += 1
 
         await asyncio.gather(
             *(one(r) for r in self.replicas if r.healthy is False or not only_unhealthy)
         )
         return self.healthy
+
+    async def _probe_loop(self) -> None:
+        """Background re-admission while a step runs."""
+        while True:
+            await asyncio.sleep(self.config.probe_interval_s)
+            if self._addresses is not None or not all(self.healthy):
+                await self.probe()
 
     async def aclose(self) -> None:
         await self._transport.aclose()
@@ -131,12 +178,22 @@ class LiveExecutor:
         self.config = replace(self.config, model=name)
         return name
 
-    async def run(self, plan: StepPlan, prompts: Mapping[str, PromptInput]) -> StepResult:
-        """Run one step; return the outcome plus the delivered responses."""
-        if plan.num_replicas != self.num_replicas:
-            raise ConfigError(
-                f"plan is for {plan.num_replicas} replicas, executor has {self.num_replicas}"
-            )
+    async def run(
+        self,
+        plan: StepPlan,
+        prompts: Mapping[str, PromptInput],
+        replicas: Sequence[int] | None = None,
+    ) -> StepResult:
+        """Run one step; return the outcome plus the delivered responses. ``replicas[j]`` is
+        the executor replica that serves the plan's replica ``j`` (default: all, in order);
+        the outcome's replica indices are the plan's."""
+        active = list(range(self.num_replicas)) if replicas is None else list(replicas)
+        if plan.num_replicas != len(active):
+            raise ConfigError(f"plan is for {plan.num_replicas} replicas, got {len(active)}")
+        if len(set(active)) != len(active) or not all(
+            0 <= i < self.num_replicas for i in active
+        ):
+            raise ConfigError(f"replicas must be distinct indices < {self.num_replicas}")
         missing = [a.prompt_id for a in plan.assignments if a.prompt_id not in prompts]
         if missing:
             raise ConfigError(f"step {plan.step}: no prompt for ids {missing[:5]}")
@@ -145,17 +202,21 @@ class LiveExecutor:
             raise ProtocolError(
                 f"step {plan.step}: cutoff {plan.num_fresh_to_deliver} > {len(fresh)} fresh groups"
             )
-        if not any(self.healthy):
+        reps = [self.replicas[i] for i in active]
+        if not any(r.healthy for r in reps):
+            await self.probe()  # one may have recovered since it was taken out
+        if not any(r.healthy for r in reps):
             raise StepFailedError(f"step {plan.step}: no healthy replica")
         await self.resolve_model()
         loop = asyncio.get_running_loop()
-        run = _Run(plan=plan, t0=loop.time(), queue=asyncio.Queue())
-        run.busy_until_s = [0.0] * self.num_replicas
+        run = _Run(plan=plan, t0=loop.time(), queue=asyncio.Queue(), reps=reps)
+        run.busy_until_s = [0.0] * len(reps)
+        prober = asyncio.create_task(self._probe_loop())
         try:
             for a in sorted(plan.assignments, key=lambda a: (a.order, a.replica)):
                 g = GroupRun(assignment=a, replica=a.replica)
                 run.groups[a.prompt_id] = g
-                if not self.replicas[a.replica].healthy:
+                if not reps[a.replica].healthy:
                     g.replica = self._pick(run, a)
                 self._launch(run, g, prompts)
             if plan.num_fresh_to_deliver == 0 and fresh:
@@ -166,9 +227,9 @@ class LiveExecutor:
                 self._report(run)
         finally:
             tasks = [g.task for g in run.groups.values() if g.task is not None]
-            for t in tasks:
+            for t in (*tasks, prober):
                 t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.gather(*tasks, prober, return_exceptions=True)
         return build_result(
             run.plan,
             run.groups,
@@ -185,9 +246,10 @@ class LiveExecutor:
 
     def _launch(self, run: _Run, g: GroupRun, prompts: Mapping[str, PromptInput]) -> None:
         g.progress = AttemptProgress()
+        url = run.reps[g.replica].url
         attempt = GroupAttempt(
             self._transport,
-            self.replicas[g.replica].url,
+            url,
             self.config,
             prompts[g.assignment.prompt_id],
             run.plan.group_size,
@@ -195,18 +257,20 @@ class LiveExecutor:
             g.progress,
         )
         g.task = asyncio.create_task(
-            self._wrap(run, attempt, g.assignment.prompt_id, g.attempt, g.replica)
+            self._wrap(run, attempt, g.assignment.prompt_id, g.attempt, g.replica, url)
         )
 
-    async def _wrap(self, run: _Run, att: GroupAttempt, pid: str, k: int, replica: int) -> None:
+    async def _wrap(
+        self, run: _Run, att: GroupAttempt, pid: str, k: int, replica: int, url: str
+    ) -> None:
         try:
             out = await att.run()
         except ReplicaDownError as exc:
-            run.queue.put_nowait(_Event("down", pid, k, replica, error=exc))
+            run.queue.put_nowait(_Event("down", pid, k, replica, url, error=exc))
         except Exception as exc:
-            run.queue.put_nowait(_Event("fail", pid, k, replica, error=exc))
+            run.queue.put_nowait(_Event("fail", pid, k, replica, url, error=exc))
         else:
-            run.queue.put_nowait(_Event("done", pid, k, replica, responses=tuple(out)))
+            run.queue.put_nowait(_Event("done", pid, k, replica, url, responses=tuple(out)))
 
     def _handle(self, run: _Run, ev: _Event, prompts: Mapping[str, PromptInput]) -> None:
         g = run.groups[ev.prompt_id]
@@ -220,10 +284,14 @@ class LiveExecutor:
                 run.num_fresh_done += 1
                 if run.num_fresh_done == run.plan.num_fresh_to_deliver:
                     self._cut(run)
+        elif ev.kind == "down" and ev.url != run.reps[ev.replica].url:
+            # the replica moved since this attempt began (its old server is gone): regenerate
+            # the group, but the replica at its new address is not at fault
+            self._regenerate(run, [g], prompts)
         elif ev.kind == "down":
             self._replica_down(run, ev.replica, str(ev.error), prompts)
         else:
-            url = self.replicas[ev.replica].url
+            url = run.reps[ev.replica].url
             raise StepFailedError(
                 f"step {run.plan.step}: prompt {ev.prompt_id!r} on replica {ev.replica} "
                 f"({url}) failed: {ev.error}"
@@ -232,12 +300,17 @@ class LiveExecutor:
     def _replica_down(
         self, run: _Run, replica: int, reason: str, prompts: Mapping[str, PromptInput]
     ) -> None:
-        rep = self.replicas[replica]
+        rep = run.reps[replica]
         rep.healthy, rep.reason = False, reason
         rep.num_faults += 1
         now = self._now(run)
         run.busy_until_s[replica] = max(run.busy_until_s[replica], now)
         victims = [g for g in run.groups.values() if g.status == "running" and g.replica == replica]
+        self._regenerate(run, victims, prompts)
+
+    def _regenerate(
+        self, run: _Run, victims: list[GroupRun], prompts: Mapping[str, PromptInput]
+    ) -> None:
         for g in victims:
             if g.task is not None:
                 g.task.cancel()
@@ -250,9 +323,9 @@ class LiveExecutor:
     def _pick(self, run: _Run, a: GroupAssignment) -> int:
         """A healthy replica for a displaced group: same pool first, fewest running groups."""
         pool = run.plan.tail_replicas if a.pool is Pool.TAIL else run.plan.bulk_replicas
-        healthy = [i for i, r in enumerate(self.replicas) if r.healthy]
+        healthy = [i for i, r in enumerate(run.reps) if r.healthy]
         if not healthy:
-            reasons = "; ".join(f"{r.url}: {r.reason}" for r in self.replicas)
+            reasons = "; ".join(f"{r.url}: {r.reason}" for r in run.reps)
             raise StepFailedError(
                 f"step {run.plan.step}: no healthy replica left for prompt "
                 f"{a.prompt_id!r} ({reasons})"

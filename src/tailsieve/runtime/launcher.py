@@ -71,8 +71,11 @@ class LaunchConfig:
     def state_path(self) -> Path:
         return Path(self.state_file) if self.state_file else Path(self.log_dir) / "state.json"
 
-    def command(self, i: int) -> tuple[list[str], dict[str, str]]:
-        """argv and extra environment of replica ``i``."""
+    def command(
+        self, i: int, host: str = "127.0.0.1", port: int | None = None
+    ) -> tuple[list[str], dict[str, str]]:
+        """argv and extra environment of replica ``i`` (listening on ``host:port``, default
+        ``127.0.0.1:base_port + i``)."""
         argv = [
             self.python,
             "-m",
@@ -87,9 +90,9 @@ class LaunchConfig:
             "--max-model-len",
             str(self.max_model_len),
             "--host",
-            "127.0.0.1",
+            host,
             "--port",
-            str(self.base_port + i),
+            str(self.base_port + i if port is None else port),
         ]
         is_tail = i >= self.replicas - self.tail_replicas
         spec = SpecConfig.parse(self.tail_spec if is_tail else self.bulk_spec).to_vllm_json()

@@ -40,6 +40,8 @@ class StepMetrics:
     num_carried_next: int  # candidates carried into the next step
     num_healthy_replicas: int
     is_flush: bool
+    num_planned_replicas: int = 0  # replicas the step was planned for (healthy at its start)
+    num_readmitted: int = 0  # replicas re-admitted by a health probe so far (cumulative)
 
     def to_json(self) -> str:
         return json.dumps({"event": "tailsieve.step", **asdict(self)}, sort_keys=True)

@@ -18,6 +18,7 @@ in the queue, and are part of ``state_dict``).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -115,6 +116,7 @@ class TailSieveRollout:
         on_progress: Callable[[StepProgress], None] | None = None,
         metrics: RuntimeMetrics | None = None,
         step_log: StepLog | None = None,
+        addresses: Callable[[], Sequence[str]] | None = None,
     ) -> None:
         self.config = config
         r = len(endpoints)
@@ -137,12 +139,14 @@ class TailSieveRollout:
             transport=transport,
             forced_length=config.replay,
             on_progress=on_progress,
+            addresses=addresses,
         )
         self.metrics = metrics
         self.step_log = step_log
         self._pending: deque[PromptInput] = deque()
         self._carried: dict[str, PromptInput] = {}  # content of carried candidates
         self._seen: set[str] = set()  # ids queued or carried (duplicate guard)
+        self._active: list[int] = list(range(r))  # replicas the next step is planned for
 
     async def __aenter__(self) -> TailSieveRollout:
         healthy = await self.executor.probe(only_unhealthy=False)
@@ -150,6 +154,7 @@ class TailSieveRollout:
             reasons = "; ".join(f"{r.url}: {r.reason}" for r in self.executor.replicas)
             await self.aclose()
             raise ReplicaError(f"no replica answers /health ({reasons})")
+        self._set_active()
         try:
             await self.executor.resolve_model()
         except BaseException:
@@ -194,6 +199,7 @@ class TailSieveRollout:
     async def step(self, new_prompts: Iterable[PromptLike] = ()) -> RolloutBatch:
         """Run one step and return exactly ``num_groups`` complete groups."""
         self._add(new_prompts)
+        await self._revive()
         need = self.protocol.num_fresh_needed()
         if len(self._pending) < need:
             raise ConfigError(
@@ -206,22 +212,49 @@ class TailSieveRollout:
         """Deliver all carried prompts (no fresh ones); None when nothing is carried."""
         if not self.protocol.candidates:
             return None
+        await self._revive()
         return await self._run(flush=True)
+
+    async def _revive(self) -> None:
+        """No replica of the planned set is healthy (a failed step): probe and re-plan now."""
+        if not any(self.executor.replicas[i].healthy for i in self._active):
+            await self.refresh_replicas()
+
+    @property
+    def active_replicas(self) -> list[int]:
+        """Replicas (executor indices) the next step is planned for."""
+        return list(self._active)
+
+    def _set_active(self) -> None:
+        active = self.executor.healthy_indices
+        if active:
+            self._active = active
+            self.protocol.set_num_replicas(len(active))  # the controller re-plans m
+
+    async def refresh_replicas(self) -> list[int]:
+        """Probe the replicas now and plan the next step for the healthy ones (done after every
+        step; call it to pick up a change sooner). Returns ``active_replicas``."""
+        await self.executor.probe()
+        self._set_active()
+        return self.active_replicas
 
     async def _run(self, flush: bool) -> RolloutBatch:
         t0 = time.perf_counter()
-        await self.executor.probe()  # bring recovered replicas back between steps
+        active = self._active
         by_id: dict[str, PromptInput] = dict(self._carried)
         plan = self.protocol.plan_step(PromptStream(self._draw(by_id)), flush=flush)
         try:
-            result = await self.executor.run(plan, by_id)
+            result = await self.executor.run(plan, by_id, active)
         except BaseException:
             # the step failed: put its fresh prompts back in front of the queue, in order
             for pid in reversed(plan.fresh_prompt_ids):
                 self._pending.appendleft(by_id[pid])
             self.protocol.abandon_step(plan)
+            await self.refresh_replicas()
             raise
         self.protocol.update_from_outcome(plan, result.outcome)
+        # failed replicas out, recovered ones back: num_fresh_needed() is exact for the next step
+        await self.refresh_replicas()
         delivered = {g.prompt_id for g in result.outcome.delivered}
         self._seen -= delivered
         self._carried = {pid: by_id[pid] for pid in self.protocol.candidates}
@@ -245,12 +278,17 @@ class TailSieveRollout:
             num_carried_next=len(self.protocol.candidates),
             num_healthy_replicas=sum(self.executor.healthy),
             is_flush=flush,
+            num_planned_replicas=len(active),
+            num_readmitted=self.executor.num_readmitted,
         )
         if self.metrics is not None:
             self.metrics.record(metrics, self.executor.healthy)
         if self.step_log is not None:
             self.step_log.write(metrics)
-        groups = tuple(result.groups[g.prompt_id] for g in out.delivered)
+        groups = tuple(
+            dataclasses.replace(result.groups[g.prompt_id], replica=active[g.replica])
+            for g in out.delivered
+        )
         return RolloutBatch(
             step=plan.step,
             groups=groups,

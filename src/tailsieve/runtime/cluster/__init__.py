@@ -1,0 +1,1 @@
+"""Replicas on a Ray cluster (``tailsieve launch --ray``); Ray is imported lazily."""

@@ -1,0 +1,236 @@
+"""``launch --ray`` on a local Ray cluster of a head and two simulated nodes.
+
+Emulated replicas on both nodes plus one real vLLM CPU server (when the vLLM venv and the tiny
+model are there: TAILSIEVE_VLLM_PYTHON, TAILSIEVE_TINY_MODEL_DIR as scripts/test.sh exports);
+``rollout --state`` runs TailSieve steps across them; an emulated server process is SIGKILLed
+mid-step; Ray restarts its actor, which starts a new server at a new port; the supervisor
+rewrites the state file, the router follows it and re-admits the replica; every prompt is
+delivered exactly once; ``launch --stop`` leaves no server process and no actor.
+
+Ray's services bind 127.0.0.1 only (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` makes Ray take the
+loopback address as the node address; the head is started with ``node_ip_address=127.0.0.1``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # before Ray is imported: loopback only
+ray = pytest.importorskip("ray", reason="Ray not installed (pip install 'tailsieve[ray]')")
+from ray.cluster_utils import Cluster  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+VLLM_PYTHON = Path(
+    os.environ.get("TAILSIEVE_VLLM_PYTHON", str(ROOT / ".venv-vllm" / "bin" / "python"))
+)
+MODEL_DIR = Path(os.environ.get("TAILSIEVE_TINY_MODEL_DIR", str(ROOT / ".cache" / "tiny-qwen2")))
+HAS_VLLM = VLLM_PYTHON.exists() and MODEL_DIR.joinpath("config.json").exists()
+EMULATED_PORT, VLLM_PORT = 8310, 8301
+OBJECT_STORE = 80 * 1024 * 1024
+GROUPS, GROUP_SIZE, STEPS = 8, 4, 5
+
+
+def cli(*args: str, timeout_s: float = 240.0, env: dict[str, str] | None = None) -> str:
+    code = "import sys; from tailsieve.cli.main import main; sys.exit(main())"
+    res = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env={**os.environ, **(env or {})},
+    )
+    assert res.returncode == 0, f"tailsieve {args[0]} failed:\n{res.stdout}\n{res.stderr[-3000:]}"
+    return res.stdout
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    c = Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": 0,
+            "node_ip_address": "127.0.0.1",
+            "include_dashboard": False,
+            "object_store_memory": OBJECT_STORE,
+        },
+    )
+    try:
+        for name in ("a", "b"):
+            c.add_node(
+                num_cpus=3,
+                resources={"tailsieve_replica": 3, f"node_{name}": 1},
+                node_ip_address="127.0.0.1",
+                object_store_memory=OBJECT_STORE,
+            )
+        c.wait_for_nodes()
+        yield c
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        c.shutdown()
+
+
+def running(url: str) -> float:
+    try:
+        with urllib.request.urlopen(url + "/metrics", timeout=2) as r:
+            text = r.read().decode()
+    except OSError:
+        return 0.0
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("vllm:num_requests_running")
+    )
+
+
+def group_alive(pid: int) -> bool:
+    try:
+        os.killpg(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def wait_for(cond: Any, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def state_file(tmp_path: Path) -> Iterator[Path]:
+    """The launch state file; whatever it still names is stopped when the test fails."""
+    path = tmp_path / "state.json"
+    yield path
+    if path.exists():
+        subprocess.run(
+            [sys.executable, "-c", "import sys; from tailsieve.cli.main import main; "
+             "sys.exit(main())", "launch", "--stop", str(path)], timeout=120, check=False,
+        )  # fmt: skip
+
+
+def test_ray_launch_restart_readmit_exactly_once(
+    cluster: Cluster, state_file: Path, tmp_path: Path
+) -> None:
+    t0 = time.monotonic()
+    engines = f"emulated*4@{EMULATED_PORT}"
+    extra: list[str] = []
+    if HAS_VLLM:
+        engines += f",vllm@{VLLM_PORT}"
+        extra = ["--model", str(MODEL_DIR), "--python", str(VLLM_PYTHON), "--cores", "0,0,0,0,1"]
+    else:
+        print(f"\nno vLLM CPU server: {VLLM_PYTHON} or {MODEL_DIR} missing; emulated only")
+    out = cli(
+        "launch", "--ray", "--address", cluster.address, "--engines", engines,
+        "--served-model-name", "tiny", "--resource", "tailsieve_replica",
+        "--cpus-per-replica", "1", "--max-restarts", "2", "--placement", "spread",
+        "--emulator-args", "--time-scale 10 --length-median 1000",
+        "--state-file", str(state_file), "--log-dir", str(tmp_path / "launch"),
+        "--health-timeout", "180", "--detach", *extra,
+    )  # fmt: skip
+    t_launch = time.monotonic() - t0
+    first = json.loads(state_file.read_text())
+    reps = first["replicas"]
+    assert out.strip().split(",") == first["endpoints"]
+    assert len({r["node_id"] for r in reps}) == 2, "replicas must be on both simulated nodes"
+    assert all(r["host"] == "127.0.0.1" for r in reps)
+    seen_pids = {int(r["pid"]) for r in reps}
+
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(
+        "".join(json.dumps({"prompt_id": f"q{i}", "prompt": f"Q{i}: 1+{i}="}) + "\n"
+                for i in range(400))
+    )  # fmt: skip
+    run_dir = tmp_path / "rollout"
+    rollout = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from tailsieve.cli.main import main; sys.exit(main())",
+         "rollout", "--state", str(state_file), "--prompts", str(prompts), "--groups",
+         str(GROUPS), "--group-size", str(GROUP_SIZE), "--steps", str(STEPS), "--policy",
+         "tailsieve", "--profile", "cpu", "--model", "tiny", "--max-tokens", "48", "--seed", "0",
+         "--request-timeout", "120", "--out", str(run_dir)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        victim = reps[0]  # an emulated replica
+        steps_file = run_dir / "steps.jsonl"
+        wait_for(
+            lambda: steps_file.exists() and steps_file.read_text().count("\n") >= 1,
+            120, "the first step",
+        )  # fmt: skip
+        wait_for(lambda: running(victim["endpoint"]) >= 2, 60, "the victim to decode")
+        os.killpg(int(victim["pid"]), signal.SIGKILL)
+        killed_in_step = steps_file.read_text().count("\n")
+        _, stderr = rollout.communicate(timeout=240)
+    finally:
+        if rollout.poll() is None:
+            rollout.kill()
+    assert rollout.returncode == 0, stderr[-3000:]
+    t_rollout = time.monotonic() - t0
+
+    after = json.loads(state_file.read_text())
+    moved = after["replicas"][0]
+    assert moved["restarted"] and moved["pid"] != victim["pid"]
+    assert moved["endpoint"] != victim["endpoint"]  # Ray restarted it at a new port
+    assert moved["node_id"] == victim["node_id"]  # same bundle, same node
+    seen_pids |= {int(r["pid"]) for r in after["replicas"]}
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    steps = [json.loads(line) for line in (run_dir / "steps.jsonl").read_text().splitlines()]
+    assert summary["num_regenerated"] >= 1, "the killed server's groups were regenerated"
+    assert summary["num_readmitted"] >= 1, "the restarted replica was re-admitted"
+    assert steps[-1]["num_planned_replicas"] == len(reps)
+
+    delivered: Counter[str] = Counter()
+    on_victim_after = 0
+    for f in sorted((run_dir / "batches").glob("step_*.jsonl")):
+        rows = [json.loads(line) for line in f.read_text().splitlines()]
+        per_group = Counter(r["prompt_id"] for r in rows)
+        assert set(per_group.values()) == {GROUP_SIZE}, f"{f.name}: incomplete group"
+        delivered.update(per_group.keys())
+        if int(f.stem.split("_")[1]) > killed_in_step:
+            on_victim_after += sum(r["replica"] == 0 for r in rows)
+    assert max(delivered.values()) == 1, "a prompt was delivered twice"
+    assert set(delivered) == {f"q{i}" for i in range(len(delivered))}, "a drawn prompt was lost"
+    assert sum(delivered.values()) == summary["num_delivered_groups"]
+    assert on_victim_after > 0, "the re-admitted replica served groups again"
+
+    cli("launch", "--stop", str(state_file), timeout_s=120)
+    assert not state_file.exists()
+    wait_for(lambda: not any(group_alive(p) for p in seen_pids), 30, "servers to exit")
+    ray.init(address=cluster.address, namespace="tailsieve", log_to_driver=False)
+    named = ray.util.list_named_actors(all_namespaces=True)
+    assert not [a for a in named if a["name"].startswith("tailsieve-")], named
+    print(
+        f"\nlaunch {t_launch:.1f} s, launch+rollout {t_rollout:.1f} s, total "
+        f"{time.monotonic() - t0:.1f} s; replicas {len(reps)} (vLLM: {HAS_VLLM}); steps "
+        f"{len(steps)}, regenerated {summary['num_regenerated']}, readmitted "
+        f"{summary['num_readmitted']}, planned R per step {summary['planned_replicas']}"
+    )
+
+
+def test_pack_placement_fills_one_node(cluster: Cluster, state_file: Path, tmp_path: Path) -> None:
+    cli(
+        "launch", "--ray", "--address", cluster.address, "--engines", f"emulated*3@{EMULATED_PORT}",
+        "--resource", "tailsieve_replica", "--placement", "pack", "--state-file", str(state_file),
+        "--log-dir", str(tmp_path / "launch"), "--detach",
+    )  # fmt: skip
+    reps = json.loads(state_file.read_text())["replicas"]
+    assert len(reps) == 3 and len({r["node_id"] for r in reps}) == 1
+    pids = [int(r["pid"]) for r in reps]
+    cli("launch", "--stop", str(state_file))
+    wait_for(lambda: not any(group_alive(p) for p in pids), 30, "servers to exit")
