@@ -19,7 +19,7 @@ def test_json_output_has_every_policy_and_summary_field() -> None:
     assert res.exit_code == 0, res.output
     data = json.loads(res.output)
     names = [p["policy"] for p in data["policies"]]
-    assert names == ["uniform", "uniform-oracle", "streamrl-oracle", "seer-oracle",
+    assert names == ["uniform", "uniform-requests", "uniform-oracle", "streamrl-oracle", "seer-oracle",
                      "topk-oracle", "tailsieve-fixed", "tailsieve"]
     for p in data["policies"]:
         for key in ("steady_step_s", "speedup_vs_uniform", "q_trajectory", "m_trajectory",

@@ -13,6 +13,7 @@ from tailsieve.policy.seer_oracle import SeerOraclePolicy
 from tailsieve.policy.streamrl_oracle import StreamRLOraclePolicy
 from tailsieve.policy.uniform import UniformPolicy
 from tailsieve.policy.uniform_oracle import UniformOraclePolicy
+from tailsieve.policy.uniform_requests import UniformRequestsPolicy
 
 PolicyFactory = Callable[[], RoutingPolicy]
 
@@ -24,6 +25,7 @@ class PolicyName(str, Enum):
     UNIFORM_ORACLE = "uniform-oracle"
     STREAMRL_ORACLE = "streamrl-oracle"
     SEER_ORACLE = "seer-oracle"
+    UNIFORM_REQUESTS = "uniform-requests"  # not in the paper: per-request round-robin
 
 
 class PolicyRegistry:
@@ -58,12 +60,13 @@ def _key(name: str | PolicyName) -> str:
 
 
 def default_registry() -> PolicyRegistry:
-    """A registry holding the four baselines."""
+    """A registry holding the four paper baselines and per-request round-robin."""
     reg = PolicyRegistry()
     reg.register(PolicyName.UNIFORM, UniformPolicy)
     reg.register(PolicyName.UNIFORM_ORACLE, UniformOraclePolicy)
     reg.register(PolicyName.STREAMRL_ORACLE, StreamRLOraclePolicy)
     reg.register(PolicyName.SEER_ORACLE, SeerOraclePolicy)
+    reg.register(PolicyName.UNIFORM_REQUESTS, UniformRequestsPolicy)
     return reg
 
 

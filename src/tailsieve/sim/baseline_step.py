@@ -26,7 +26,8 @@ from tailsieve.sim.replicas import PoolConfigs
 IntArray = npt.NDArray[np.int64]
 
 BASELINE_POLICIES: tuple[str, ...] = (
-    "uniform", "uniform-oracle", "streamrl-oracle", "seer-oracle", "topk-oracle",
+    "uniform", "uniform-requests", "uniform-oracle", "streamrl-oracle", "seer-oracle",
+    "topk-oracle",
 )
 
 
