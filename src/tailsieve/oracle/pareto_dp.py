@@ -53,7 +53,7 @@ DEFAULT_WEIGHTS: tuple[float, ...] = (0.3, 0.4, 0.45, 0.5, 0.55, 0.6, 0.7)
 SPLIT_WEIGHTS: tuple[float, ...] = (0.4, 0.5, 0.6)
 BEAM_PHASES: tuple[float | None, ...] = (None, 0.5, 0.0, 0.75, 0.25, 0.625, 0.125, 0.875, 0.375)
 BEAM_MAX_PASSES = len(BEAM_PHASES)
-TAIL_REQUESTS = 12  # the exact pass joins the last this many requests (tail_join.py)
+TAIL_REQUESTS = 16  # the exact pass joins the last this many requests (tail_join.py)
 SPLIT_MIN_PRUNED = 0.1  # the split bound must prune this share of a layer to stay on ...
 SPLIT_IDLE_LAYERS = 8  # ... else it is skipped for this many layers (skipping is always sound)
 
@@ -128,6 +128,7 @@ def solve_two_replicas(
     split_bound_max_n: int = 600,
     prompt_tokens: npt.ArrayLike | None = None,
     tail_requests: int = TAIL_REQUESTS,
+    beam_tail: int = TAIL_REQUESTS,
 ) -> OptimalSplit:
     """Exact min-makespan split of ``lengths`` (tokens) onto 2 identical replicas; with the
     profile's context term, ``prompt_tokens`` (per request, optional) count as context.
@@ -177,7 +178,8 @@ def solve_two_replicas(
     stale = 0
     for p in range(BEAM_MAX_PASSES if beam_width > 0 else 0):
         beam_ms, beam_assign, states = _layered_dp(
-            ls, marg, ctx, tables, split, incumbent, beam_width, deadline, BEAM_PHASES[p]
+            ls, marg, ctx, tables, split, incumbent, beam_width, deadline, BEAM_PHASES[p],
+            tail=min(beam_tail, n - 1),
         )
         beam_states += states
         if beam_assign is not None and beam_ms < incumbent:
