@@ -42,7 +42,7 @@ from tailsieve.errors import TailSieveError, TraceError
 from tailsieve.model.replica_time import context_costs
 from tailsieve.model.throughput import ThroughputModel
 from tailsieve.oracle.pareto_front import pareto_indices
-from tailsieve.oracle.split_bound import CountSplitBound, lagrangian_bounds, min_remaining_work
+from tailsieve.oracle.split_bound import CountSplitBound, LagrangianBound
 from tailsieve.oracle.tail_join import TailFront, join_front, tail_front
 from tailsieve.oracle.topk import topk_sweep
 
@@ -50,6 +50,11 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 DEFAULT_WEIGHTS: tuple[float, ...] = (0.3, 0.4, 0.45, 0.5, 0.55, 0.6, 0.7)
+# Lagrangian weights 0.5 +- offset, most useful first. With the context term nearly every
+# state's bound peaks within 1e-2 of 0.5 (the cost of balancing the replicas is small next to
+# the total), so a fine grid there prunes orders of magnitude more than a coarse one.
+WEIGHT_OFFSETS: tuple[float, ...] = (3e-3, 3e-2, 0.2, 1e-3, 1e-2, 0.1, 3e-4, 0.05)
+WEIGHT_TABLE_FLOATS = 32_000_000  # memory budget of the Lagrangian tables (256 MB)
 SPLIT_WEIGHTS: tuple[float, ...] = (0.4, 0.5, 0.6)
 BEAM_PHASES: tuple[float | None, ...] = (None, 0.5, 0.0, 0.75, 0.25, 0.625, 0.125, 0.875, 0.375)
 BEAM_MAX_PASSES = len(BEAM_PHASES)
@@ -73,6 +78,14 @@ class OptimalSplit:
     solve_s: float  # wall-clock solve time, seconds
     incumbent_makespan_s: float  # upper bound the exact pass started from (top-k/greedy/beam)
     incumbent_was_optimal: bool  # the exact pass found nothing strictly better
+
+
+def lagrangian_weights(n: int) -> tuple[float, ...]:
+    """0.5 and as many ``0.5 +- WEIGHT_OFFSETS`` pairs as the table budget allows for ``n``."""
+    per_weight = max(1, (n + 1) * (n + 2) // 2)
+    pairs = max(1, (WEIGHT_TABLE_FLOATS // per_weight - 1) // 2)
+    offs = WEIGHT_OFFSETS[:pairs]
+    return tuple(sorted({0.5, *(0.5 - d for d in offs), *(0.5 + d for d in offs)}))
 
 
 def validate_lengths(lengths: npt.ArrayLike) -> FloatArray:
@@ -123,7 +136,7 @@ def solve_two_replicas(
     lengths: npt.ArrayLike,
     model: ThroughputModel,
     beam_width: int = 256,
-    weights: tuple[float, ...] = DEFAULT_WEIGHTS,
+    weights: tuple[float, ...] | None = None,
     time_limit_s: float | None = None,
     split_bound_max_n: int = 600,
     prompt_tokens: npt.ArrayLike | None = None,
@@ -157,7 +170,9 @@ def solve_two_replicas(
     ctx_in = context_costs(arr, model, ptoks)  # per request, input order
     ctx = ctx_in[order]
     marg = np.diff(model.taus(n))  # marg[c] = tau(c+1) - tau(c), c = 0..n-1
-    tables = [(w, min_remaining_work(ls, marg, w, ctx)) for w in weights]
+    if weights is None:
+        weights = lagrangian_weights(n)
+    tables = LagrangianBound(ls, marg, weights, ctx)
     split = CountSplitBound(ls, marg, SPLIT_WEIGHTS, ctx) if n <= split_bound_max_n else None
 
     # Incumbent: best top-k split or the greedy split (sorted order).
@@ -215,7 +230,7 @@ def _layered_dp(
     ls: FloatArray,
     marg: FloatArray,
     ctx: FloatArray,
-    tables: list[tuple[float, list[FloatArray]]],
+    tables: LagrangianBound,
     split: CountSplitBound | None,
     incumbent: float,
     beam_width: int | None,
@@ -254,7 +269,7 @@ def _layered_dp(
         sw = (ca > cb) | ((ca == cb) & (cta > ctb))  # canonical frame: a <= b
         ca = np.where(sw, cb, ca)
         cta, ctb = np.where(sw, ctb, cta), np.where(sw, cta, ctb)
-        lb = lagrangian_bounds(k + 1, ca, cta, ctb, tables)
+        lb = tables(k + 1, ca, cta, ctb)
         keep = np.flatnonzero(lb < incumbent)
         if keep.size:
             keep = keep[pareto_indices(ca[keep], cta[keep], ctb[keep])]
