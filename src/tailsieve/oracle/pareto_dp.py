@@ -19,13 +19,20 @@ Algorithm (longest-first Bellman DP):
   bound ``U`` with a known assignment. A state is dropped when a valid lower bound on every
   completion of it is ``>= U`` -- it cannot beat the incumbent strictly, so the optimum is
   either ``U`` (incumbent returned) or still reachable.
-  Lower bound (Lagrangian): for weights ``w`` in a small grid,
+  Lower bound (Lagrangian): for weights ``w`` in a grid,
   ``max(T_A, T_B, w T_A + (1-w) T_B + W_w(k, a))`` with ``W_w(k, a)`` the exact least
-  ``w``-weighted work of the remaining requests given the counts (a backward DP, ``O(n^2)``).
+  ``w``-weighted work of the remaining requests given the counts (a backward DP, ``O(n^2)``
+  per weight, all weights stacked). The grid is fine around 0.5 (``WEIGHT_OFFSETS``): with
+  the context term the best weight of nearly every state lies within 1e-2 of 0.5, and a
+  coarse grid there leaves orders of magnitude more states alive.
 * For moderate n a stronger bound conditions on how many remaining requests go to A
   (``split_bound.py``); it is evaluated only on states that pass the cheap bound.
-* A beam pass of the same DP (a few hundred best states per layer) runs first; its solution
-  tightens the incumbent. Only the incumbent's value and assignment are carried over.
+* Beam passes of the same DP run first; their best solution tightens the incumbent. The first
+  keeps the states with the lowest bound; the next ones spread the beam evenly over
+  ``T_A - T_B`` (partial sums the later requests can still balance). Only the incumbent's
+  value and assignment are carried over.
+* The last ``TAIL_REQUESTS`` requests are not layered: each state of the layer before them is
+  joined exactly against the Pareto front of what the tail can add (``tail_join.py``).
 
 Exact up to floating-point rounding of the sums (relative ~1e-15).
 """
@@ -146,9 +153,11 @@ def solve_two_replicas(
     """Exact min-makespan split of ``lengths`` (tokens) onto 2 identical replicas; with the
     profile's context term, ``prompt_tokens`` (per request, optional) count as context.
 
-    ``beam_width`` sizes the heuristic first pass that seeds the incumbent (0 disables it);
+    ``beam_width`` sizes the heuristic passes that seed the incumbent (0 disables them);
     ``weights`` are the Lagrangian weights of the lower bound (any values in [0, 1] are
-    valid). Both affect speed only, never the result. With ``time_limit_s`` the solve raises
+    valid; default ``lagrangian_weights(n)``, a fine grid around 0.5 within a 256 MB table
+    budget); the exact pass joins the last ``tail_requests`` requests exactly, the beam
+    passes the last ``beam_tail``. All of these affect speed only, never the result. With ``time_limit_s`` the solve raises
     ``OracleTimeoutError`` once that much wall time has passed (checked per layer). Up to
     ``split_bound_max_n`` requests the stronger count-split bound (``split_bound.py``) also
     prunes; its tables take ``n^3 / 2`` floats (about 110 MB at n = 300, 860 MB at 600)."""
