@@ -81,7 +81,7 @@ class OptimalSplit:
     makespan_s: float  # max of the two replica times, seconds
     assignment: IntArray  # per request in input order: 0 = replica A, 1 = replica B
     replica_times_s: tuple[float, float]  # all-admit time of replica A and B, seconds
-    retained_states: int  # states kept over all layers of both DP passes (beam + exact)
+    retained_states: int  # states kept over all layers of all DP passes and tail fronts
     solve_s: float  # wall-clock solve time, seconds
     incumbent_makespan_s: float  # upper bound the exact pass started from (top-k/greedy/beam)
     incumbent_was_optimal: bool  # the exact pass found nothing strictly better
