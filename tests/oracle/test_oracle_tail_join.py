@@ -160,3 +160,35 @@ def test_tail_and_weights_do_not_change_the_result_at_n60(aime_lengths: np.ndarr
     for kwargs in ({}, {"tail_requests": 5}, {"beam_tail": 0}, {"beam_width": 4}):
         got = solve_two_replicas(lengths, QWEN, prompt_tokens=prompts, **kwargs).makespan_s
         assert got == pytest.approx(ref, rel=1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.integers(0, 16_000), min_size=1, max_size=7),
+    st.lists(st.tuples(st.floats(0.0, 300.0), st.floats(0.0, 300.0)), min_size=1, max_size=6),
+    st.integers(0, 4),
+    st.integers(0, 4),
+    st.floats(0.0, 1.0),
+    st.sampled_from([0, 1, 2]),
+)
+def test_tail_front_pruned_by_join_states_stays_exact_below_the_cap(
+    lengths: list[int], offsets: list[tuple[float, float]], ca: int, cb: int, where: float,
+    which: int,
+) -> None:
+    model = MODELS[which]
+    ls = np.sort(np.array(lengths, dtype=np.float64))[::-1]
+    own = context_costs(ls, model)
+    marg = np.diff(model.taus(ca + cb + ls.size + 1))
+    ta = np.array([o[0] for o in offsets])
+    tb = np.array([o[1] for o in offsets])
+    added = [
+        added_times(ls, own, bits, marg, ca, cb)
+        for bits in itertools.product((0, 1), repeat=ls.size)
+    ]
+    best = np.array([min(max(a + x, b + y) for x, y in added) for a, b in zip(ta, tb, strict=True)])
+    cap = float(best.min() + where * (best.max() - best.min()) + 1e-9)
+    front = tail_front(ls, own, marg, ca, cb, np.inf, np.inf, (ta, tb, cap))
+    vals, _ = join_front(ta, tb, front)
+    below = best < cap
+    assert np.allclose(vals[below], best[below], rtol=1e-12, atol=1e-12)
+    assert np.all(vals >= best * (1 - 1e-12) - 1e-12)

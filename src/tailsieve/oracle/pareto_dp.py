@@ -313,6 +313,7 @@ def _layered_dp(
         front = tail_front(
             ls[head:], ctx[head:], marg, count, head - count,
             incumbent - float(ta[rows].min()), incumbent - float(tb[rows].min()),
+            (ta[rows], tb[rows], incumbent),
         )
         retained += front.num_states
         fronts[count] = front

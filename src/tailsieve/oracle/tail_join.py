@@ -12,6 +12,7 @@ optimum, so the forward DP stops ``M`` layers early; the tail front is built onc
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,12 +42,17 @@ def tail_front(
     count_b: int,
     cap_x_s: float,
     cap_y_s: float,
+    join_states: tuple[FloatArray, FloatArray, float] | None = None,
 ) -> TailFront:
     """Front over all assignments of the tail (lengths sorted descending, each shorter than
     every placed request) to replicas already running ``count_a`` and ``count_b`` requests.
 
     Partial assignments adding ``>= cap_x_s`` to A or ``>= cap_y_s`` to B are dropped (added
-    time only grows, so they cannot complete below the caps); the front may then be empty."""
+    time only grows, so they cannot complete below the caps); the front may then be empty.
+    With ``join_states = (ta, tb, cap)``, the offsets of the states it will be joined with, a
+    partial assignment is also dropped when no single state has both ``ta + X < cap`` and
+    ``tb + Y < cap``: the front then serves exactly every state whose best is below ``cap``."""
+    compatible = None if join_states is None else _compatibility(*join_states)
     x = np.zeros(1)
     y = np.zeros(1)
     ca = np.full(1, count_a, dtype=np.int64)
@@ -60,7 +66,10 @@ def tail_front(
         ny = np.concatenate((y, y + length * marg[cb] + own))
         nca = np.concatenate((ca + 1, ca))
         nbits = np.concatenate((bits, bits | (1 << j)))
-        keep = np.flatnonzero((nx < cap_x_s) & (ny < cap_y_s))
+        ok = (nx < cap_x_s) & (ny < cap_y_s)
+        if compatible is not None:
+            ok &= compatible(nx, ny)
+        keep = np.flatnonzero(ok)
         if keep.size > 1:
             keep = keep[pareto_indices(nca[keep], nx[keep], ny[keep])]
         x, y, ca, bits = nx[keep], ny[keep], nca[keep], nbits[keep]
@@ -74,6 +83,29 @@ def tail_front(
         front = y < prev_min
         x, y, bits = x[front], y[front], bits[front]
     return TailFront(x, y, bits, states)
+
+
+def _compatibility(
+    ta: FloatArray, tb: FloatArray, cap: float
+) -> Callable[[FloatArray, FloatArray], npt.NDArray[np.bool_]]:
+    """Test of added ``(X, Y)``: some state has ``ta + X < cap`` and ``tb + Y < cap``.
+
+    On the states' strict Pareto front (``ta`` rising, ``tb`` falling) the first condition
+    holds on a prefix and the second on a suffix; they meet when the prefix reaches past the
+    suffix's start. Dropping dominated states changes nothing: their dominator passes too."""
+    order = np.lexsort((tb, ta))
+    ta_s, tb_s = ta[order], tb[order]
+    prev_min = np.concatenate(([np.inf], np.minimum.accumulate(tb_s)[:-1]))
+    front = tb_s < prev_min
+    ta_f, neg_tb_f = ta_s[front], -tb_s[front]  # both strictly rising
+
+    def test(x: FloatArray, y: FloatArray) -> npt.NDArray[np.bool_]:
+        prefix_end = np.searchsorted(ta_f, cap - x, side="left")  # ta < cap - x
+        suffix_start = np.searchsorted(neg_tb_f, y - cap, side="right")  # tb < cap - y
+        result: npt.NDArray[np.bool_] = suffix_start < prefix_end
+        return result
+
+    return test
 
 
 def join_front(ta: FloatArray, tb: FloatArray, front: TailFront) -> tuple[FloatArray, IntArray]:
