@@ -143,3 +143,38 @@ def lagrangian_bounds(
     for weight, table in tables:
         lb = np.maximum(lb, weight * ta + (1.0 - weight) * tb + table[k][a])
     return lb
+
+
+class LagrangianBound:
+    """``lagrangian_bounds`` over a whole weight grid at once: the tables of every weight are
+    stacked per ``k`` (shape ``(weights, k + 1)``), built by one backward recursion. Memory:
+    ``len(weights) * n^2 / 2`` floats."""
+
+    def __init__(
+        self, ls: FloatArray, marg: FloatArray, weights: tuple[float, ...],
+        ctx: FloatArray | None = None,
+    ) -> None:
+        n = ls.size
+        c = np.zeros(n) if ctx is None else ctx
+        w = np.asarray(weights, dtype=np.float64).reshape(-1, 1)
+        self._w = w
+        self._tables: list[FloatArray] = [np.zeros((w.size, 0))] * (n + 1)
+        nxt = np.zeros((w.size, n + 1))
+        self._tables[n] = nxt
+        for k in range(n - 1, -1, -1):
+            a = np.arange(k + 1)
+            cur = np.minimum(
+                w * (ls[k] * marg[a] + c[k]) + nxt[:, 1 : k + 2],
+                (1.0 - w) * (ls[k] * marg[k - a] + c[k]) + nxt[:, : k + 1],
+            )
+            self._tables[k] = cur
+            nxt = cur
+
+    def __call__(self, k: int, a: IntArray, ta: FloatArray, tb: FloatArray) -> FloatArray:
+        """Lower bound on the final makespan of each state ``(a, ta, tb)`` after ``k``."""
+        lb = np.maximum(ta, tb)
+        if self._w.size == 0 or a.size == 0:
+            return lb
+        vals = self._w * ta + (1.0 - self._w) * tb + self._tables[k][:, a]
+        result: FloatArray = np.maximum(lb, vals.max(axis=0))
+        return result
