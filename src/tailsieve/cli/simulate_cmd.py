@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -23,6 +25,7 @@ from tailsieve.sim.driver import (
     run_policies,
 )
 from tailsieve.sim.replicas import PoolConfigs
+from tailsieve.sim.speedup_stats import CI_METHOD, STEADY_FROM, SpeedupStat, speedup_table
 from tailsieve.sim.workloads import resolve_workload
 
 _POLICY_HELP = (
@@ -48,6 +51,8 @@ def simulate(
     ] = None,
     profile: str = typer.Option("gpu", "--profile", help="Throughput profile name or file."),
     seed: int = typer.Option(0, "--seed", help="Seed of prompt order and length draws."),
+    seeds: int = typer.Option(1, "--seeds", help="Seeds seed .. seed+K-1 for the paired "
+                              "statistic with its 95% interval (tables show the first seed)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
     tail_spec: str = typer.Option("none", "--tail-spec", help="Tail pool speculation, e.g. mtp:3."),
     bulk_spec: str = typer.Option("none", "--bulk-spec", help="Bulk pool speculation."),
@@ -67,6 +72,8 @@ def simulate(
 ) -> None:
     """Simulate policies on the same prompts and lengths; report steady step time, speedup
     over uniform routing, controller trajectory, wasted tokens and ratio to the lower bound."""
+    if seeds < 1:
+        raise ConfigError(f"--seeds must be >= 1, got {seeds}")
     names = list(policy) if policy else list(ALL_POLICIES)
     for name in names:
         if name not in KNOWN_POLICIES:
@@ -79,25 +86,45 @@ def simulate(
     )
     base = ReplicaConfig(load_profile(profile), max_num_seqs=max_num_seqs, prefill_s=prefill_s)
     pools = PoolConfigs.from_specs(base, SpecConfig.parse(tail_spec), SpecConfig.parse(bulk_spec))
-    wl = resolve_workload(workload, tail_strength, seed=seed, num_prompts=num_prompts)
-    dataset = wl.prompt_ids()
-    runs = run_policies(names, settings, lambda: epoch_prompt_ids(dataset, seed), wl, pools)
+    all_runs = []
+    for sd in range(seed, seed + seeds):
+        wl = resolve_workload(workload, tail_strength, seed=sd, num_prompts=num_prompts)
+        dataset = wl.prompt_ids()
+        all_runs.append(run_policies(names, replace(settings, seed=sd),
+                                     partial(epoch_prompt_ids, dataset, sd), wl, pools))
+    runs = all_runs[0]
     uniform = runs["uniform"].run
     summaries = [r.run.summary(uniform) for r in runs.values()]
+    stats = _paired_stats(all_runs)
+    for summ in summaries:
+        st = stats.get(summ["policy"])
+        summ["paired_stat"] = st.to_dict() if st is not None else None
     meta: dict[str, Any] = {
         "workload": workload, "tail_strength": tail_strength or "real", "replicas": replicas,
         "groups": groups, "group_size": group_size, "steps": steps, "profile": profile,
         "seed": seed, "tail_spec": tail_spec, "bulk_spec": bulk_spec, "q0": q0, "m0": m0,
-        "max_num_seqs": max_num_seqs, "prefill_s": prefill_s,
+        "max_num_seqs": max_num_seqs, "prefill_s": prefill_s, "seeds": seeds,
+        "paired_steady_from": STEADY_FROM, "paired_interval": CI_METHOD,
     }
     if out is not None:
         _write_records(out, meta, summaries, runs)
     if plot is not None:
         _write_plots(plot, runs, replicas)
     if as_json:
-        print(json.dumps({"settings": meta, "policies": summaries}, indent=2))
+        diag = {name: [d for rec in r.run.records if (d := rec.diagnostics_dict()) is not None]
+                for name, r in runs.items()}
+        print(json.dumps({"settings": meta, "policies": summaries, "diagnostics": diag},
+                         indent=2))
         return
     _print_table(meta, summaries)
+
+
+def _paired_stats(all_runs: list[dict[str, ProtocolRun]]) -> dict[str, SpeedupStat]:
+    """The paired statistic per policy; empty when the run is too short for steady steps."""
+    try:
+        return speedup_table([{n: r.run for n, r in runs.items()} for runs in all_runs])
+    except ConfigError:
+        return {}
 
 
 def _write_records(
@@ -138,18 +165,28 @@ def _print_table(meta: dict[str, Any], summaries: list[dict[str, Any]]) -> None:
                f"profile {meta['profile']}, tail spec {meta['tail_spec']}, "
                f"bulk spec {meta['bulk_spec']}"),
         caption="steady = mean of the last 3 steps; speedups paired against uniform; "
-                "LB ratio = step time / lower bound of the delivered batch, mean over steps",
+                f"paired = mean per-step ratio over steps >= {STEADY_FROM} "
+                f"({meta['seeds']} seed(s); 95% t-interval over seeds); "
+                "LB ratio = step time / lower bound of the delivered batch, mean over steps; "
+                "capture = share of each step's q longest groups caught by the previous cutoff",
         caption_justify="left",
     )
     table.add_column("policy", no_wrap=True)
-    for col in ("steady s", "speedup", "mean spd", "LB ratio", "wasted", "q", "m"):
+    for col in ("steady s", "speedup", "mean spd", "paired", "LB ratio", "wasted", "capture",
+                "q", "m"):
         table.add_column(col, justify="right", no_wrap=True)
     for s in summaries:
         qs, ms = s["q_trajectory"], s["m_trajectory"]
+        st, cap = s.get("paired_stat"), s["diagnostics"]["capture_rate"]
+        paired = "-" if st is None else SpeedupStat(**{**st, "per_seed": ()}).label()
         table.add_row(
             s["policy"], f"{s['steady_step_s']:.2f}", f"{s['speedup_vs_uniform']:.3f}x",
-            f"{s['mean_speedup_vs_uniform']:.3f}x", f"{s['lower_bound_ratio']:.3f}",
-            f"{100 * s['wasted_token_fraction']:.1f}%", str(qs[-1] if qs else "-"),
+            f"{s['mean_speedup_vs_uniform']:.3f}x", paired, f"{s['lower_bound_ratio']:.3f}",
+            f"{100 * s['wasted_token_fraction']:.1f}%",
+            "-" if cap is None else f"{100 * cap:.0f}%", str(qs[-1] if qs else "-"),
             str(ms[-1] if ms else "-"),
         )
-    Console().print(table)
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=160)
+    console.print(table)

@@ -10,6 +10,7 @@ from tailsieve.control.config import ControllerConfig
 from tailsieve.control.inner_loop import InnerDecision, InnerLoop
 from tailsieve.control.outer_loop import OuterLoop
 from tailsieve.control.predictor import PoolPrediction, PoolTimePredictor, StepWork
+from tailsieve.core.diagnostics import PredictedPoolTimes
 from tailsieve.core.outcome import StepOutcome
 from tailsieve.core.plan import StepPlan
 from tailsieve.model.throughput import ThroughputModel
@@ -171,3 +172,12 @@ class HierarchicalController(Controller):
         st["history"] = [StepWork.from_dict(h) for h in st["history"]]
         self.state = ControllerState(**st)
         self.inner.load_state_dict(state["inner"])
+
+    def predict_pool_times(self, q: int, m: int) -> PredictedPoolTimes | None:
+        """The predictor's pool times at (q, m) on the remembered steps, raw and corrected by
+        the observed/predicted ratios (uncorrected at m = 0, as the outer loop compares it)."""
+        if not self._samples:
+            return None
+        pred = self._cache.get((q, m)) or self.predictor.predict_samples(self._samples, q, m)
+        kt, kb = (self.state.k_tail, self.state.k_bulk) if m > 0 else (1.0, 1.0)
+        return PredictedPoolTimes(pred.tail_s * kt, pred.bulk_s * kb, pred.tail_s, pred.bulk_s)

@@ -9,7 +9,17 @@ from pathlib import Path
 from tailsieve.errors import ProfileError
 from tailsieve.model.throughput import ThroughputModel
 
-PROFILE_NAMES: tuple[str, ...] = ("cpu", "gpu")
+# Derived GPU profiles: name -> (shipped model config, gpu, tensor parallelism). Each file is
+# exactly what `tailsieve profile --model MODEL --gpu GPU [--tp N]` writes (a test checks it).
+DERIVED_PROFILES: dict[str, tuple[str, str, int]] = {
+    "qwen3-4b-h100": ("qwen3-4b", "h100", 1),
+    "qwen3-30b-a3b-h100-tp2": ("qwen3-30b-a3b", "h100", 2),
+    "qwen3.5-4b-h100": ("qwen3.5-4b", "h100", 1),
+    "qwen3.5-35b-a3b-h100-tp2": ("qwen3.5-35b-a3b", "h100", 2),
+    "qwen3-4b-h200": ("qwen3-4b", "h200", 1),
+}
+DEFAULT_PROFILE = "qwen3-4b-h100"  # default of simulate, demo, oracle and the benchmarks
+PROFILE_NAMES: tuple[str, ...] = (*DERIVED_PROFILES, "cpu", "gpu")
 
 
 def builtin_profile(name: str) -> ThroughputModel:
@@ -21,7 +31,7 @@ def builtin_profile(name: str) -> ThroughputModel:
 
 
 def load_profile(name_or_path: str | Path) -> ThroughputModel:
-    """A shipped profile name (``cpu``, ``gpu``) or a path to a profile JSON file."""
+    """A shipped profile name (see ``PROFILE_NAMES``) or a path to a profile JSON file."""
     key = str(name_or_path)
     if key in PROFILE_NAMES:
         return builtin_profile(key)

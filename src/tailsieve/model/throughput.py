@@ -8,15 +8,21 @@ largest measured batch it continues with the slope of a least-squares fit
 
 Optionally a context-length term: a decode step at batch ``b`` whose running requests hold
 ``C`` tokens of context in total lasts ``tau(b) + context_s_per_token * C`` (attention reads
-every cached token each step). With it, ``tau(b)`` is the step time at zero context. It is 0 in
-the shipped profiles; ``tailsieve profile`` measures it.
+every cached token each step). With it, ``tau(b)`` is the step time at zero context. The derived
+GPU profiles (``tailsieve profile --from-config``) and live measurements (``tailsieve profile
+--endpoint``) set it.
+
+Optional replica facts carried with the curve: ``kv_capacity_tokens`` (KV-cache capacity of one
+replica in tokens), ``max_num_seqs`` (the engine's default running-request cap on that GPU) and
+``provenance`` (a JSON object saying which numbers are measured, by whom, and which are derived
+from what). Files without them (earlier versions) load unchanged.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +50,9 @@ class ThroughputModel:
     name: str = "custom"
     source: str = ""  # where the numbers come from (free text, shown by `tailsieve profiles`)
     context_s_per_token: float = 0.0  # seconds added to a decode step per token of context
+    kv_capacity_tokens: int | None = None  # KV-cache capacity of one replica, tokens (None: unbounded)
+    max_num_seqs: int | None = None  # engine's default running-request cap on that GPU (None: unknown)
+    provenance: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)  # JSON object
     _b: FloatArray = field(init=False, repr=False, compare=False)
     _tau: FloatArray = field(init=False, repr=False, compare=False)
     _slope_s: float = field(init=False, repr=False, compare=False)
@@ -57,6 +66,12 @@ class ThroughputModel:
             raise ProfileError(
                 f"{self.name}: context_s_per_token must be a finite number >= 0, got {k!r}"
             )
+        for label, n in (("kv_capacity_tokens", self.kv_capacity_tokens),
+                         ("max_num_seqs", self.max_num_seqs)):
+            if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+                raise ProfileError(f"{self.name}: {label} must be a positive integer, got {n!r}")
+        if not isinstance(self.provenance, dict):
+            raise ProfileError(f"{self.name}: provenance must be a JSON object (dict)")
         b = np.array([p.batch_size for p in self.points], dtype=np.float64)
         tau = np.array([p.step_s for p in self.points], dtype=np.float64)
         if len(b) >= 2:
@@ -144,16 +159,23 @@ class ThroughputModel:
         if not (math.isfinite(factor) and factor > 0):
             raise ProfileError(f"scale factor must be positive, got {factor!r}")
         pts = tuple(ThroughputPoint(p.batch_size, p.step_s * factor) for p in self.points)
-        return ThroughputModel(
+        return replace(
+            self,
             points=pts,
             name=name or f"{self.name}x{factor:g}",
-            source=self.source,
             context_s_per_token=self.context_s_per_token * factor,
         )
 
     def with_context(self, context_s_per_token: float) -> ThroughputModel:
         """The same ``tau(b)`` table with another context-length coefficient."""
-        return ThroughputModel(self.points, self.name, self.source, float(context_s_per_token))
+        return replace(self, context_s_per_token=float(context_s_per_token))
+
+    def step_s(self, b: float, context_tokens: float = 0.0) -> float:
+        """Seconds of one decode step at batch ``b`` holding ``context_tokens`` in total:
+        ``tau(b) + context_s_per_token * context_tokens`` (0 for an empty replica)."""
+        if b <= 0:
+            return 0.0
+        return self.tau(b) + self.context_s_per_token * max(float(context_tokens), 0.0)
 
     @property
     def has_context_term(self) -> bool:
@@ -167,6 +189,12 @@ class ThroughputModel:
         }
         if self.context_s_per_token > 0:
             out["context_s_per_token"] = self.context_s_per_token
+        if self.kv_capacity_tokens is not None:
+            out["kv_capacity_tokens"] = self.kv_capacity_tokens
+        if self.max_num_seqs is not None:
+            out["max_num_seqs"] = self.max_num_seqs
+        if self.provenance:
+            out["provenance"] = self.provenance
         return out
 
     @classmethod
@@ -193,11 +221,24 @@ class ThroughputModel:
         k = data.get("context_s_per_token", 0.0)
         if isinstance(k, bool) or not isinstance(k, (int, float)):
             raise ProfileError(f"{where}: context_s_per_token must be a number, got {k!r}")
+        caps: dict[str, int | None] = {}
+        for label in ("kv_capacity_tokens", "max_num_seqs"):
+            n = data.get(label)
+            if n is not None and (isinstance(n, bool) or not isinstance(n, (int, float))
+                                  or n != int(n)):
+                raise ProfileError(f"{where}: {label} must be an integer, got {n!r}")
+            caps[label] = None if n is None else int(n)
+        prov = data.get("provenance", {})
+        if not isinstance(prov, dict):
+            raise ProfileError(f"{where}: provenance must be a JSON object, got {prov!r}")
         return cls(
             points=tuple(pts),
             name=name,
             source=str(data.get("source", "")),
             context_s_per_token=float(k),
+            kv_capacity_tokens=caps["kv_capacity_tokens"],
+            max_num_seqs=caps["max_num_seqs"],
+            provenance=prov,
         )
 
     def save(self, path: str | Path) -> None:

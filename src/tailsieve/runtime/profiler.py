@@ -12,6 +12,15 @@ vLLM's API server merges and delays chunks (measured on the CPU build: whole res
 arriving in one burst), so chunk arrival is not a clock, while the end of a response is.
 Noise can make a measured ``tau`` dip below the previous one; the profile stores the running
 maximum (the model requires a non-decreasing curve) and keeps the raw numbers alongside.
+
+With ``context_lengths`` the profiler also fits the context term ``k`` of ``tau(b, C) =
+tau(b, 0) + k * C`` (``C`` = context tokens held by the batch): at a fixed batch it repeats the
+measurement with prompts of those lengths (in tokens, as the server counts them); ``k`` is the
+slope of ``tau`` over ``b x prompt_tokens``. The batch-size points are then reported at zero
+context (the context they were measured at, ``b x (prompt + 5/8 x tokens)`` on average over
+the measured window, times ``k``, subtracted), and ``a0`` (the intercept) and ``c_s`` (the
+slope) of a straight-line fit are recorded in ``provenance``: the same kind of file as a
+derived GPU profile.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
+import numpy as np
 
 from tailsieve.errors import ConfigError, ReplicaError
 from tailsieve.model.throughput import ThroughputModel
@@ -45,6 +55,8 @@ class ProfileSettings:
     timeout_s: float = 600.0  # limit for one batch, seconds
     warmup: bool = True  # send one short request first (compilation, caches)
     repeats: int = 1  # pairs of rounds per batch size; tau is the median over them
+    context_lengths: tuple[int, ...] = ()  # prompt lengths (tokens) of the k sweep; () = no k
+    context_batch: int = 8  # concurrent requests of every round of the k sweep
 
     def __post_init__(self) -> None:
         if not self.endpoint.startswith(("http://", "https://")):
@@ -59,6 +71,12 @@ class ProfileSettings:
             raise ConfigError(f"repeats must be >= 1, got {self.repeats}")
         if self.timeout_s <= 0:
             raise ConfigError(f"timeout_s must be > 0, got {self.timeout_s}")
+        if any(n < 1 for n in self.context_lengths) or \
+                list(self.context_lengths) != sorted(set(self.context_lengths)):
+            raise ConfigError("context lengths must be positive and strictly increasing, got "
+                              f"{self.context_lengths}")
+        if self.context_batch < 1:
+            raise ConfigError(f"context batch must be >= 1, got {self.context_batch}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +89,7 @@ class BatchMeasurement:
     last_done_step_s: float  # same from the last-finishing request of each round (max)
     overhead_s: float  # median end time of the full round minus tokens * step_s
     wall_s: float  # wall time of the full round, seconds
+    prompt_tokens: int = 0  # prompt tokens of every request, as the server counted them
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,22 +98,27 @@ class ProfileResult:
 
     model: ThroughputModel
     measurements: tuple[BatchMeasurement, ...]
+    context_measurements: tuple[BatchMeasurement, ...] = ()  # the k sweep (fixed batch)
 
     def to_dict(self) -> dict[str, Any]:
         """The profile JSON (loadable by ``load_profile``) with the raw measurements added."""
         data = self.model.to_dict()
-        data["measurements"] = [
-            {
-                "batch_size": m.batch_size,
-                "step_s": m.step_s,
-                "first_done_step_s": m.first_done_step_s,
-                "last_done_step_s": m.last_done_step_s,
-                "overhead_s": m.overhead_s,
-                "wall_s": m.wall_s,
-            }
-            for m in self.measurements
-        ]
+        data["measurements"] = [_row(m) for m in self.measurements]
+        if self.context_measurements:
+            data["context_measurements"] = [_row(m) for m in self.context_measurements]
         return data
+
+
+def _row(m: BatchMeasurement) -> dict[str, Any]:
+    return {
+        "batch_size": m.batch_size,
+        "prompt_tokens": m.prompt_tokens,
+        "step_s": m.step_s,
+        "first_done_step_s": m.first_done_step_s,
+        "last_done_step_s": m.last_done_step_s,
+        "overhead_s": m.overhead_s,
+        "wall_s": m.wall_s,
+    }
 
 
 async def detect_model(session: aiohttp.ClientSession, endpoint: str) -> str:
@@ -118,8 +142,9 @@ async def _get_json(session: aiohttp.ClientSession, url: str) -> Any:
 
 async def _one_request(
     session: aiohttp.ClientSession, endpoint: str, model: str, prompt: str, tokens: int, t0: float
-) -> float:
-    """One request for exactly ``tokens`` tokens; returns its end time after ``t0``."""
+) -> tuple[float, int]:
+    """One request for exactly ``tokens`` tokens; its end time after ``t0`` and the prompt
+    tokens the server counted."""
     body = {
         "model": model,
         "prompt": prompt,
@@ -142,13 +167,15 @@ async def _one_request(
             f"{endpoint}: asked for exactly {tokens} tokens (ignore_eos) but usage says {got}; "
             "is the prompt + max_tokens above the server's max_model_len?"
         )
-    return end
+    prompt_tokens = out.get("usage", {}).get("prompt_tokens", 0)
+    return end, int(prompt_tokens) if isinstance(prompt_tokens, int) else 0
 
 
 async def _round(
     session: aiohttp.ClientSession, settings: ProfileSettings, model: str, b: int, tokens: int
-) -> list[float]:
-    """``b`` concurrent requests of ``tokens``; their sorted end times."""
+) -> tuple[list[float], int]:
+    """``b`` concurrent requests of ``tokens``; their sorted end times and the largest prompt
+    token count the server reported."""
     t0 = time.monotonic()
     coros = [
         _one_request(session, settings.endpoint, model, settings.prompt, tokens, t0)
@@ -160,7 +187,7 @@ async def _round(
         raise ReplicaError(
             f"{b} requests of {tokens} tokens took over {settings.timeout_s:g} s"
         ) from None
-    return sorted(ends)
+    return sorted(e for e, _ in ends), max(p for _, p in ends)
 
 
 async def measure_batch_lockstep(
@@ -178,6 +205,7 @@ async def measure_batch_lockstep(
     short = max(1, round(full * SHORT_FRACTION))
     span = full - short
     pairs: list[list[tuple[list[float], list[float]]]] = [[] for _ in settings]
+    prompts = [0 for _ in settings]
     for _ in range(first.repeats):
         shorts = await asyncio.gather(
             *(_round(session, st, mdl, b, short) for st, mdl in zip(settings, models, strict=True))
@@ -186,12 +214,14 @@ async def measure_batch_lockstep(
             *(_round(session, st, mdl, b, full) for st, mdl in zip(settings, models, strict=True))
         )
         for i in range(len(settings)):
-            pairs[i].append((shorts[i], fulls[i]))
-    return [_measurement(b, prs, full, span) for prs in pairs]
+            pairs[i].append((shorts[i][0], fulls[i][0]))
+            prompts[i] = fulls[i][1]
+    return [_measurement(b, prs, full, span, p) for prs, p in zip(pairs, prompts, strict=True)]
 
 
 def _measurement(
-    b: int, pairs: list[tuple[list[float], list[float]]], full: int, span: int
+    b: int, pairs: list[tuple[list[float], list[float]]], full: int, span: int,
+    prompt_tokens: int = 0,
 ) -> BatchMeasurement:
     steps = [(statistics.median(f) - statistics.median(s)) / span for s, f in pairs]
     step = statistics.median(steps)
@@ -203,17 +233,44 @@ def _measurement(
         last_done_step_s=max((f[-1] - s[-1]) / span for s, f in pairs),
         overhead_s=statistics.median(ends_full) - full * step,
         wall_s=ends_full[-1],
+        prompt_tokens=prompt_tokens,
     )
 
 
-def build_model(measurements: list[BatchMeasurement], name: str, source: str) -> ThroughputModel:
-    """A monotone profile from measurements (running maximum of ``step_s``)."""
+def fit_context(measurements: Sequence[BatchMeasurement]) -> float:
+    """``k``: least-squares slope of ``step_s`` over the context ``b x prompt_tokens`` held by
+    the batch (clamped at 0; 0 with fewer than two distinct contexts)."""
+    xs = [m.batch_size * m.prompt_tokens for m in measurements]
+    if len(set(xs)) < 2:
+        return 0.0
+    slope, _ = np.polyfit(np.array(xs, dtype=np.float64),
+                          np.array([m.step_s for m in measurements], dtype=np.float64), 1)
+    return max(float(slope), 0.0)
+
+
+def build_model(measurements: list[BatchMeasurement], name: str, source: str,
+                context_s_per_token: float = 0.0, tokens: int = 0,
+                provenance: dict[str, Any] | None = None) -> ThroughputModel:
+    """A monotone profile from measurements (running maximum of ``step_s``). With a context
+    term ``k`` the points are moved to zero context: each loses ``k`` times the context its
+    batch held on average over the measured window (prompt + 5/8 of ``tokens`` per request)."""
+    mean_generated = (SHORT_FRACTION + 1.0) / 2.0 * tokens
     pairs: list[tuple[int, float]] = []
     top = 0.0
     for m in measurements:
-        top = max(top, m.step_s)
+        held = m.batch_size * (m.prompt_tokens + mean_generated)
+        at_zero = max(m.step_s - context_s_per_token * held, 0.05 * m.step_s)
+        top = max(top, at_zero)
         pairs.append((m.batch_size, top))
-    return ThroughputModel.from_pairs(pairs, name=name, source=source)
+    base = ThroughputModel.from_pairs(pairs, name=name, source=source)
+    prov: dict[str, Any] = {"kind": "measured", **(provenance or {})}
+    if len(pairs) >= 2:
+        c_s, a0 = np.polyfit(np.array([b for b, _ in pairs], dtype=np.float64),
+                             np.array([t for _, t in pairs], dtype=np.float64), 1)
+        prov["fit"] = {"a0_s": float(a0), "c_s_per_request": float(c_s),
+                       "k_s_per_token": context_s_per_token,
+                       "form": "tau(b, C) = a0 + c_s * b + k * C (least squares over the points)"}
+    return replace(base, context_s_per_token=context_s_per_token, provenance=prov)
 
 
 async def profile_endpoint(settings: ProfileSettings, name: str | None = None) -> ProfileResult:
@@ -255,6 +312,18 @@ async def profile_endpoints(
         per_b = [
             await measure_batch_lockstep(session, settings, models, b) for b in first.batch_sizes
         ]
+        per_ctx = [
+            await measure_batch_lockstep(
+                session, [replace(st, prompt=long_prompt(n)) for st in settings], models,
+                first.context_batch)
+            for n in first.context_lengths
+        ]
+        if per_ctx:  # the base prompt at the same batch anchors the fit
+            base = (per_b[first.batch_sizes.index(first.context_batch)]
+                    if first.context_batch in first.batch_sizes
+                    else await measure_batch_lockstep(session, settings, models,
+                                                      first.context_batch))
+            per_ctx.insert(0, base)
     date = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     bs = ",".join(str(b) for b in first.batch_sizes)
     together = (
@@ -273,8 +342,23 @@ async def profile_endpoints(
         )
         name = (names[i] if names else None) or f"measured-{mdl}".replace("/", "_")
         ms = [row[i] for row in per_b]
-        out.append(ProfileResult(build_model(ms, name, source), tuple(ms)))
+        cms = [row[i] for row in per_ctx]
+        k = fit_context(cms)
+        if cms:
+            source += (f" Context term k from {len(cms)} rounds of {st.context_batch} requests "
+                       f"with prompts of {', '.join(str(m.prompt_tokens) for m in cms)} tokens; "
+                       "points moved to zero context.")
+        prov = {"endpoint": st.endpoint, "served_model": mdl, "date": date,
+                "tokens": st.tokens, "repeats": st.repeats}
+        model = build_model(ms, name, source, k, st.tokens, prov)
+        out.append(ProfileResult(model, tuple(ms), tuple(cms)))
     return out
+
+
+def long_prompt(num_words: int) -> str:
+    """A prompt of ``num_words`` repeated words (about one token each; the server's own count
+    is what the fit uses)."""
+    return " ".join(["hello"] * num_words)
 
 
 def mean_profile(results: Sequence[ProfileResult], name: str) -> ThroughputModel:
@@ -288,8 +372,13 @@ def mean_profile(results: Sequence[ProfileResult], name: str) -> ThroughputModel
             raise ConfigError("profiles to average must share their batch sizes")
     pairs: list[tuple[int, float]] = []
     top = 0.0
+    at_zero = any(r.model.context_s_per_token > 0 for r in results)  # points moved by k
     for j, b in enumerate(sizes):
-        top = max(top, statistics.fmean(r.measurements[j].step_s for r in results))
+        top = max(top, statistics.fmean(
+            r.model.points[j].step_s if at_zero else r.measurements[j].step_s for r in results))
         pairs.append((b, top))
     sources = "; ".join(r.model.source for r in results)
-    return ThroughputModel.from_pairs(pairs, name=name, source=f"mean of {len(results)}: {sources}")
+    k = statistics.fmean(r.model.context_s_per_token for r in results)
+    base = ThroughputModel.from_pairs(pairs, name=name, source=f"mean of {len(results)}: {sources}")
+    return replace(base, context_s_per_token=k,
+                   provenance={"kind": "measured", "mean_of": len(results)})

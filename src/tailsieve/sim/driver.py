@@ -25,6 +25,7 @@ import numpy.typing as npt
 from tailsieve.control.base import Controller
 from tailsieve.control.config import ControllerConfig
 from tailsieve.control.factory import make_controller
+from tailsieve.core.diagnostics import PredictedPoolTimes, diagnose_step
 from tailsieve.core.outcome import StepOutcome
 from tailsieve.core.plan import StepPlan
 from tailsieve.core.protocol import ProtocolConfig, RolloutProtocol
@@ -136,7 +137,9 @@ def default_controller(name: str, settings: SimSettings, pools: PoolConfigs) -> 
 def _record(
     plan_or_none: StepPlan | None, outcome: StepOutcome, drawn: tuple[str, ...], q: int, m: int,
     pools: PoolConfigs, num_replicas: int, decision_s: float,
+    prediction: PredictedPoolTimes | None = None, tail_replicas: tuple[int, ...] = (),
 ) -> StepRecord:
+    diag = diagnose_step(outcome, plan_or_none, prediction, tail_replicas, num_replicas)
     lens = np.concatenate([np.asarray(g.response_tokens) for g in outcome.delivered]) \
         if outcome.delivered else np.zeros(0)
     return StepRecord(
@@ -150,6 +153,7 @@ def _record(
         drawn_ids=drawn, delivered_ids=outcome.delivered_ids,
         aborted_ids=tuple(a.prompt_id for a in outcome.aborted),
         delivered_sizes=tuple(len(g.response_tokens) for g in outcome.delivered),
+        diagnostics=diag,
     )
 
 
@@ -167,7 +171,8 @@ def run_baseline(
         outcome, routing = run_baseline_step(step, ids, lengths, name, settings.num_replicas,
                                              pools)
         run.records.append(_record(None, outcome, tuple(ids), routing.q,
-                                   len(routing.tail_replicas), pools, settings.num_replicas, 0.0))
+                                   len(routing.tail_replicas), pools, settings.num_replicas, 0.0,
+                                   tail_replicas=routing.tail_replicas))
     return run
 
 
@@ -205,6 +210,7 @@ def run_protocol(
         t1 = time.perf_counter()
         if not flush and plan.num_required < settings.num_groups:
             raise ConfigError(f"the workload ran out of prompts at step {step}")
+        prediction = proto.controller.predict_pool_times(plan.q, plan.m)
         res = ex.run_detailed(plan, lengths)
         t2 = time.perf_counter()
         proto.update_from_outcome(plan, res.outcome)
@@ -212,7 +218,8 @@ def run_protocol(
         if step == keep:
             timeline = res
         run.records.append(_record(plan, res.outcome, plan.fresh_prompt_ids, plan.q, plan.m,
-                                   pools, settings.num_replicas, (t1 - t0) + (t3 - t2)))
+                                   pools, settings.num_replicas, (t1 - t0) + (t3 - t2),
+                                   prediction))
     return ProtocolRun(run, timeline, proto)
 
 
