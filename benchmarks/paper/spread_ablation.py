@@ -132,19 +132,55 @@ def _row(pairs: list[tuple[PolicyRun, PolicyRun]]) -> dict[str, Any]:
     }
 
 
-def run(out_dir: Path, quick: bool) -> dict[str, Any]:
+# paper Table 1 (DeepScaleR, N = 64): (TailSieve, Uniform Oracle) speedups over Uniform
+PAPER = {"qwen3-4b-h100": (1.254, 1.225), "qwen3-30b-a3b-h100-tp2": (1.112, 1.085)}
+
+
+def run(out_dir: Path, quick: bool, steps: int | None = None,
+        seeds: tuple[int, ...] | None = None,
+        cases: tuple[tuple[str, int, str], ...] = CASES,
+        grid: list[Static] | None = None) -> dict[str, Any]:
+    """Every case: 14 steps x 5 seeds (10 x 2 ``quick``)."""
     timer = Timer()
-    seeds = (0, 1) if quick else (0, 1, 2, 3, 4)
-    num_steps = 10 if quick else 14
-    cases = [run_case(p, r, w, seeds, num_steps, static_grid(r)) for p, r, w in CASES]
+    seed_list = seeds if seeds is not None else ((0, 1) if quick else (0, 1, 2, 3, 4))
+    num_steps = steps if steps is not None else (10 if quick else 14)
+    results = [run_case(p, r, w, seed_list, num_steps, grid or static_grid(r))
+               for p, r, w in cases]
+    _plot(out_dir / f"{NAME}.png", results)
     payload: dict[str, Any] = {
         "name": NAME, "quick": quick,
-        "settings": {"groups": N, "group_size": GROUP, "steps": num_steps, "seeds": list(seeds),
+        "settings": {"groups": N, "group_size": GROUP, "steps": num_steps,
+                     "seeds": list(seed_list), "controller_start": {"q0": 1, "m0": 0},
                      "steady": "paired per-step ratio over steps >= 5, seed mean, 95% t"},
-        "cases": cases, "runtime_s": timer.elapsed_s,
+        "cases": results,
+        "paper": {"table1_tailsieve_vs_uniform_oracle": PAPER},
+        "runtime_s": timer.elapsed_s,
+        "png": f"{NAME}.png",
     }
     write_json(out_dir, NAME, payload)
     return payload
+
+
+def _plot(path: Path, cases: list[dict[str, Any]]) -> None:
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from .common import savefig
+
+    rows = ("uniform-oracle", "seer-oracle", "topk-oracle", "tailsieve-groups", "tailsieve")
+    fig, ax = plt.subplots(figsize=(2.2 * len(cases) + 2, 4))
+    width = 0.8 / len(rows)
+    for i, row in enumerate(rows):
+        ys = [c["rows"][row]["speedup"] for c in cases]
+        ax.bar(np.arange(len(cases)) + (i - len(rows) / 2 + 0.5) * width, ys, width, label=row)
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xticks(np.arange(len(cases)),
+                  [f"{c['profile']}\nR={c['replicas']} {c['workload']}" for c in cases],
+                  fontsize=7)
+    ax.set_ylabel("steady paired speedup vs uniform")
+    ax.legend(fontsize=7)
+    ax.grid(axis="y", alpha=0.3)
+    savefig(fig, path)
 
 
 def main() -> None:

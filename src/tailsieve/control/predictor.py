@@ -110,6 +110,13 @@ class _StepSample:
             if f > 0 else np.full(n, _RUNNING_TOKENS)
             for f, t in aborted
         ]
+        if not self.aborted and self.num_groups and bool(np.all(sizes == n)):
+            # a step without a cutoff: the groups a cutoff would abort are the slowest ones,
+            # so its longest group (by its longest response), still running, stands in
+            slowest = int(np.argmax(flat.reshape(self.num_groups, n).max(axis=1)))
+            grp = np.sort(flat[slowest * n:(slowest + 1) * n])
+            grp[-1] = _RUNNING_TOKENS
+            self.aborted = [grp]
 
     def pool_times(
         self,
