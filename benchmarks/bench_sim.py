@@ -19,7 +19,7 @@ import numpy as np
 from tailsieve.control.base import Controller, ControlTargets
 from tailsieve.core.outcome import StepOutcome
 from tailsieve.core.plan import StepPlan
-from tailsieve.model.profiles import load_profile
+from tailsieve.model.profiles import DEFAULT_PROFILE, load_profile
 from tailsieve.model.replica_engine import ReplicaConfig
 from tailsieve.sim.driver import (
     SimSettings,
@@ -64,7 +64,7 @@ RESULTS = Path(__file__).resolve().parent / "results" / "sim.json"
 
 def main() -> dict[str, object]:
     settings = SimSettings(num_replicas=8, num_groups=256, group_size=8, num_steps=100, seed=0)
-    pools = PoolConfigs.from_specs(ReplicaConfig(load_profile("gpu")))
+    pools = PoolConfigs.from_specs(ReplicaConfig(load_profile(DEFAULT_PROFILE)))
     t0 = time.perf_counter()
     wl = resolve_workload("paper-math", seed=0, num_prompts=30000)
     dataset = wl.prompt_ids()
@@ -84,7 +84,7 @@ def main() -> dict[str, object]:
     requests = sum(len(r.delivered_ids) for r in run.records) * settings.group_size
     launched = requests + sum(r.num_aborted for r in run.records) * settings.group_size
     result: dict[str, object] = {
-        "benchmark": "simulate tailsieve, paper-math, gpu profile",
+        "benchmark": "simulate tailsieve, paper-math, " + DEFAULT_PROFILE + " profile",
         "num_steps": settings.num_steps,
         "num_groups": settings.num_groups,
         "group_size": settings.group_size,
