@@ -7,11 +7,13 @@ receive the first ``q`` groups of that step's priority order (its actual tail gr
 bulk groups by decreasing work), dealt round-robin onto ``m`` replicas. Because the actual tail
 groups come first, the prediction carries the real selector's misses: a long group the cutoff
 did not catch stays in the bulk pool. The bulk pool gets the other groups plus ``c = q`` extra
-groups that are still running at the cutoff (the groups a cutoff aborts are, by construction, the
-slowest; what the history knows of them is only that they outlasted the delivered ones), dealt
-round-robin onto ``R - m`` replicas; the bulk time is when its ``N - q`` delivered groups have
-completed.
-Replica times use the all-admit model. Predictions are averaged over the remembered steps.
+groups standing for the cutoff's: the step's own aborted groups as the cutoff saw them (their
+finished responses at their mean length, the unfinished ones running past every delivered
+response), or, for a step without a cutoff, its slowest group still running; dealt onto
+``R - m`` replicas; the bulk time is when its ``N - q`` delivered groups have completed. Groups
+are dealt whole or, with ``spread``, response by response (as the protocol deals them).
+Replica times use the all-admit model (context term included). The makespan of a (q, m) is the
+mean over the remembered steps of each step's ``max(T_tail, T_bulk)``.
 """
 
 from __future__ import annotations
