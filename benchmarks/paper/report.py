@@ -549,6 +549,16 @@ def real_engine(results_root: Path) -> list[str]:
     return [*lines, ""]
 
 
+def grounded(results_root: Path) -> list[str]:
+    """The grounded-profile suite's section (``benchmarks/grounded_suite.py``), between the
+    markers that suite replaces in place."""
+    md = results_root / "grounded" / "grounded.md"
+    if not md.is_file():
+        return []
+    return ["", "<!-- grounded-suite:begin -->", md.read_text().rstrip(),
+            "<!-- grounded-suite:end -->"]
+
+
 def write(out_dir: Path, path: Path, suite: dict[str, Any] | None = None) -> Path:
     """Write the markdown file ``path`` from the JSON results in ``out_dir``."""
     sections, summary = [], []
@@ -591,6 +601,6 @@ def write(out_dir: Path, path: Path, suite: dict[str, Any] | None = None) -> Pat
         *summary,
         "",
     ]
-    body = head + sections + real_engine(out_dir.parent)
+    body = head + sections + real_engine(out_dir.parent) + grounded(out_dir.parent)
     path.write_text("\n".join(body).rstrip() + "\n")
     return path
