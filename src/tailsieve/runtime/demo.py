@@ -25,6 +25,7 @@ from tailsieve.runtime.observe import StepMetrics
 from tailsieve.runtime.rollout import RolloutBatch, RolloutConfig, TailSieveRollout
 from tailsieve.runtime.step_state import StepProgress
 from tailsieve.sim.driver import PairedLengths
+from tailsieve.sim.speedup_stats import STEADY_FROM, ratios_by_step
 from tailsieve.workload import load_workload
 
 STEADY_STEPS = 3
@@ -39,8 +40,8 @@ class DemoConfig:
     group_size: int = 8
     steps: int = 10  # steps after the warm-up step
     workload: str = "paper-math"
-    profile: str = "gpu"
-    time_scale: float = 0.03  # emulated seconds per modelled second
+    profile: str = "qwen3-4b-h100"  # grounded decode model of Qwen3-4B on one H100
+    time_scale: float = 0.02  # emulated seconds per modelled second
     seed: int = 0
     policies: tuple[str, ...] = ("uniform", "tailsieve")
     out_dir: Path = Path("demo-out")
@@ -81,6 +82,12 @@ class PolicyResult:
     def regular(self) -> list[StepMetrics]:
         return [m for m in self.metrics if not m.is_flush]
 
+    def steady_from(self) -> int:
+        """First step of the paired statistic: ``STEADY_FROM``, or 1 (after the warm-up) when
+        the run is too short to have steps past it."""
+        last = max((m.step for m in self.regular()), default=0)
+        return STEADY_FROM if last >= STEADY_FROM else 1
+
     def summary(self, uniform: PolicyResult | None) -> dict[str, Any]:
         reg = self.regular()
         steady = float(np.mean([m.makespan_s for m in reg[-STEADY_STEPS:]]))
@@ -97,8 +104,15 @@ class PolicyResult:
             else 0.0,
             "speedup_vs_uniform": None,
             "mean_speedup_vs_uniform": None,
+            "paired_speedup": None,  # mean of per-step T_uniform / T_policy over paired_steps
+            "paired_steps": [],
         }
         if uniform is not None:
+            ratios = ratios_by_step({m.step: m.makespan_s for m in uniform.regular()},
+                                    {m.step: m.makespan_s for m in reg}, self.steady_from())
+            if ratios:
+                out["paired_speedup"] = float(np.mean(list(ratios.values())))
+                out["paired_steps"] = list(ratios)
             u = uniform.summary(None)
             out["speedup_vs_uniform"] = u["steady_step_s"] / steady if steady else None
             out["mean_speedup_vs_uniform"] = (
