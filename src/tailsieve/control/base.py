@@ -18,6 +18,7 @@ class ControlTargets:
     q: int  # tail groups (capped by the carried candidates when planned)
     m: int  # tail replicas (0 = uniform routing)
     num_extra: int  # c: extra fresh bulk groups to launch, producing next step's candidates
+    spread: bool = False  # deal each group's responses one by one over its pool's replicas
 
 
 class Controller(ABC):

@@ -38,6 +38,8 @@ class ControllerConfig:
     min_groups_per_tail_replica: int = 2  # q >= this * m: no tail replica left (nearly) idle
     correction_smoothing: float = 0.5  # EMA weight of new observed/predicted ratios
     settle_tolerance: float = 0.2  # inner loop settled when |q* - q| <= max(1, tol * q)
+    spread: bool = True  # deal single responses round-robin over a pool's replicas (a group's
+    # responses on several replicas); False keeps every group on one replica (the paper)
 
     def __post_init__(self) -> None:
         n, r = self.num_groups, self.num_replicas

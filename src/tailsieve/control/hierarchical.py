@@ -48,7 +48,8 @@ class HierarchicalController(Controller):
         self.state = ControllerState(q=config.q0 if m0 > 0 else 0, m=m0)
         self.inner = InnerLoop(config)
         self.predictor = PoolTimePredictor(
-            config.num_groups, config.num_replicas, tail_model, bulk_model or tail_model
+            config.num_groups, config.num_replicas, tail_model, bulk_model or tail_model,
+            spread=config.spread,
         )
         self.outer = OuterLoop(config, self.predictor)
         # one tiny prediction at construction: numpy's first-call costs (~10 ms) are paid here,
@@ -59,10 +60,11 @@ class HierarchicalController(Controller):
 
     def targets(self) -> ControlTargets:
         st = self.state
+        spread = self.config.spread
         if st.m <= 0:
-            return ControlTargets(q=0, m=0, num_extra=0)
+            return ControlTargets(q=0, m=0, num_extra=0, spread=spread)
         q = min(max(st.q, self.config.q_floor(st.m)), self.config.num_groups - 1)
-        return ControlTargets(q=q, m=st.m, num_extra=q)
+        return ControlTargets(q=q, m=st.m, num_extra=q, spread=spread)
 
     def observe(self, plan: StepPlan, outcome: StepOutcome) -> None:
         cfg, st = self.config, self.state

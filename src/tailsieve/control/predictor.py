@@ -66,17 +66,20 @@ class StepWork:
 class _StepSample:
     """One remembered step, flattened and pre-sorted for fast predictions."""
 
-    __slots__ = ("asc_group", "asc_len", "by_work", "group_size", "num_groups")
+    __slots__ = ("asc_group", "asc_len", "asc_resp", "by_work", "group_size", "num_groups")
 
     def __init__(self, groups: Sequence[Sequence[int]], num_tail: int = 0) -> None:
         self.num_groups = len(groups)
         sizes = np.fromiter((len(g) for g in groups), dtype=np.int64, count=self.num_groups)
         flat = np.fromiter((x for g in groups for x in g), dtype=np.float64, count=int(sizes.sum()))
         group_of = np.repeat(np.arange(self.num_groups), sizes)
+        first = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
+        resp = np.arange(flat.size, dtype=np.int64) - np.repeat(first, sizes)
         work = np.bincount(group_of, weights=flat, minlength=self.num_groups)
         asc = np.argsort(flat, kind="stable")
         self.asc_len = flat[asc]
         self.asc_group = group_of[asc]
+        self.asc_resp = resp[asc]
         bulk = np.arange(num_tail, self.num_groups)
         bulk = bulk[np.argsort(-work[bulk], kind="stable")]
         self.by_work = np.concatenate((np.arange(num_tail), bulk)).astype(np.int64)
@@ -88,22 +91,26 @@ class _StepSample:
         num_replicas: int,
         model: ThroughputModel,
         extra: int = 0,
+        spread: bool = False,
     ) -> tuple[FloatArray, IntArray]:
         """Completion time of every request of the groups given a slot (``-1`` = absent) by
-        ``slot_of_group``; slot ``k`` runs on replica ``k % num_replicas``. ``extra`` more
+        ``slot_of_group``; slot ``k`` runs on replica ``k % num_replicas`` (``spread``:
+        response ``j`` of slot ``k`` on replica ``(k * n + j) % num_replicas``). ``extra`` more
         groups (the slots after the last mapped one) hold their replicas' batch slots for the
         whole horizon: groups still running at the cutoff. Returns (times, slot) per request,
         both sorted by (replica, length)."""
         req = slot_of_group[self.asc_group]
         keep = req >= 0
-        length, slot = self.asc_len[keep], req[keep]
+        length, slot, resp = self.asc_len[keep], req[keep], self.asc_resp[keep]
+        n = self.group_size
         if extra > 0:
             first = int(slot.max()) + 1 if slot.size else 0
-            n = self.group_size
             # longer than every real response, so appending keeps the lengths sorted
             length = np.concatenate((length, np.full(extra * n, _RUNNING_TOKENS)))
             slot = np.concatenate((slot, np.repeat(np.arange(first, first + extra), n)))
-        rep = (slot % num_replicas).astype(np.int16)
+            resp = np.concatenate((resp, np.tile(np.arange(n), extra)))
+        pos = slot * n + resp if spread else slot
+        rep = (pos % num_replicas).astype(np.int16)
         order = np.argsort(rep, kind="stable")
         return sorted_segment_completion_times(length[order], rep[order], model), slot[order]
 
@@ -117,11 +124,13 @@ class PoolTimePredictor:
         num_replicas: int,
         tail_model: ThroughputModel,
         bulk_model: ThroughputModel,
+        spread: bool = False,
     ) -> None:
         self.num_groups = num_groups
         self.num_replicas = num_replicas
         self.tail_model = tail_model
         self.bulk_model = bulk_model
+        self.spread = spread  # the protocol deals single responses, not whole groups
 
     def samples(self, history: Sequence[StepWork]) -> list[_StepSample]:
         """Pre-process remembered steps."""
@@ -153,7 +162,7 @@ class PoolTimePredictor:
         if q_eff > 0:
             tail_slot = np.full(n_groups, -1, dtype=np.int64)
             tail_slot[tail_idx] = np.arange(q_eff)
-            times, _ = s.pool_times(tail_slot, m_eff, self.tail_model)
+            times, _ = s.pool_times(tail_slot, m_eff, self.tail_model, spread=self.spread)
             tail_s = float(times.max())
         num_bulk = self.num_replicas - m_eff
         need = n_groups - q_eff
@@ -163,7 +172,9 @@ class PoolTimePredictor:
         in_tail[tail_idx] = True
         bulk_slot = np.full(n_groups, -1, dtype=np.int64)
         bulk_slot[~in_tail] = np.arange(need)
-        times, slot = s.pool_times(bulk_slot, num_bulk, self.bulk_model, extra=q_eff)
+        times, slot = s.pool_times(
+            bulk_slot, num_bulk, self.bulk_model, extra=q_eff, spread=self.spread
+        )
         return tail_s, float(times[slot < need].max())
 
     def balanced_q(

@@ -79,6 +79,7 @@ class RolloutProtocol:
             raise ProtocolError(f"step {self._open.step} was planned but its outcome not consumed")
         cfg = self.config
         q, m, _, p, fresh_deliver, extra = self._shape(flush)
+        spread = self.controller.targets().spread
         fresh = stream.draw(fresh_deliver + extra)
         fresh_deliver = min(fresh_deliver, len(fresh))
         extra = len(fresh) - fresh_deliver
@@ -88,15 +89,26 @@ class RolloutProtocol:
         orders = [0] * cfg.num_replicas
         out: list[GroupAssignment] = []
 
+        n = cfg.group_size
+
         def deal(
             ids: list[str], pool: Pool, replicas: tuple[int, ...], pinned: bool, k0: int
         ) -> int:
+            """Round-robin from slot ``k0``: whole groups, or (spread) single responses."""
             k = k0
             for pid in ids:
-                r = replicas[k % len(replicas)]
-                out.append(GroupAssignment(pid, pool, r, pinned, orders[r]))
-                orders[r] += 1
-                k += 1
+                if spread:
+                    where = tuple(replicas[(k + j) % len(replicas)] for j in range(n))
+                    r = where[0]
+                    out.append(GroupAssignment(pid, pool, r, pinned, orders[r], where))
+                    for x in set(where):
+                        orders[x] += 1
+                    k += n
+                else:
+                    r = replicas[k % len(replicas)]
+                    out.append(GroupAssignment(pid, pool, r, pinned, orders[r]))
+                    orders[r] += 1
+                    k += 1
             return k
 
         deal(self.candidates[:q], Pool.TAIL, tail_replicas, True, 0)

@@ -135,7 +135,8 @@ def _assemble(
             )))
             wasted += waste
             generated += waste
-            busy[a.replica] = max(busy[a.replica], cutoff_s)
+            for r in a.all_replicas:
+                busy[r] = max(busy[r], cutoff_s)
             spans.append(GroupSpan(a.prompt_id, a.replica, a.pool, cutoff_s, False))
             continue
         end = float(done[gi].max()) if n else 0.0
@@ -145,7 +146,9 @@ def _assemble(
             response_tokens=toks,
         )))
         generated += sum(toks)
-        busy[a.replica] = max(busy[a.replica], end)
+        req_rep = layout.request_replica[gi * n:(gi + 1) * n]
+        for r in a.all_replicas:
+            busy[r] = max(busy[r], float(done[gi][req_rep == r].max()))
         spans.append(GroupSpan(a.prompt_id, a.replica, a.pool, end, True))
         if a.pool is Pool.TAIL:
             tail_time = max(tail_time, end)
