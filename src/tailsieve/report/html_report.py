@@ -16,6 +16,7 @@ SUMMARY_KEYS = (
     "mean_step_s",
     "speedup_vs_uniform",
     "mean_speedup_vs_uniform",
+    "paired_speedup",
     "wasted_token_fraction",
     "lower_bound_ratio",
 )
