@@ -4,12 +4,15 @@ Run: ``.venv/bin/python benchmarks/bench_sim.py [--profile NAME] [--out FILE]`` 
 ``gpu`` profile, writes benchmarks/results/sim.json).
 Targets: the whole run in < 10 s; the protocol + controller decision per step < 10 ms.
 ``decision_ms_*``: plan_step + update_from_outcome (protocol validation included);
-``controller_ms_*``: the controller's own targets() + observe().
+``controller_ms_*``: the controller's own targets() + observe(); ``controller_cpu_ms_*``: the
+same in thread CPU time (what it costs on an idle core; the wall times include waiting for a
+core on a loaded machine, see ``load_average_1min``).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import platform
 import time
 from pathlib import Path
@@ -39,19 +42,23 @@ class TimedController(Controller):
         self.inner = inner
         self.name = inner.name
         self.step_s: list[float] = []
+        self.cpu_s: list[float] = []  # thread CPU time: what the decision costs on an idle core
         self._pending = 0.0
+        self._pending_cpu = 0.0
 
     def targets(self) -> ControlTargets:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         out = self.inner.targets()
         self._pending += time.perf_counter() - t0
+        self._pending_cpu += time.thread_time() - c0
         return out
 
     def observe(self, plan: StepPlan, outcome: StepOutcome) -> None:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         self.inner.observe(plan, outcome)
         self.step_s.append(self._pending + time.perf_counter() - t0)
-        self._pending = 0.0
+        self.cpu_s.append(self._pending_cpu + time.thread_time() - c0)
+        self._pending = self._pending_cpu = 0.0
 
     def state_dict(self) -> dict[str, Any]:
         return self.inner.state_dict()
@@ -102,6 +109,10 @@ def main(profile: str = "gpu", out: Path = RESULTS) -> dict[str, object]:
         "controller_ms_mean": round(1e3 * float(np.mean(ctrl)), 4),
         "controller_ms_p99": round(1e3 * float(np.percentile(ctrl, 99)), 4),
         "controller_ms_max": round(1e3 * float(np.max(ctrl)), 4),
+        "controller_cpu_ms_mean": round(1e3 * float(np.mean(timed[0].cpu_s)), 4),
+        "controller_cpu_ms_p99": round(1e3 * float(np.percentile(timed[0].cpu_s, 99)), 4),
+        "controller_cpu_ms_max": round(1e3 * float(np.max(timed[0].cpu_s)), 4),
+        "load_average_1min": round(os.getloadavg()[0], 2),
         "num_steps_over_10ms": int((decisions > 0.010).sum()),
         "target_decision_ms": 10.0,
         "steady_step_s": run.steady_step_s,
