@@ -84,3 +84,11 @@ def test_profile_falls_back_to_the_hand_profile() -> None:
     assert used == HAND
     assert model.tau(1) == pytest.approx(5.02e-3)
     assert model.context_s_per_token == pytest.approx(55e-9)
+
+
+def test_settled_at() -> None:
+    from grounded.fig6b import settled_at
+
+    assert settled_at([0, 4, 4, 8, 9, 8, 9], [0, 2, 2, 2, 2, 2, 2]) == 3
+    assert settled_at([0, 4, 4, 4], [0, 1, 2, 2]) == 2
+    assert settled_at([0, 0, 0], [0, 0, 0]) == 0
