@@ -58,6 +58,8 @@ def simulate(
     bulk_spec: str = typer.Option("none", "--bulk-spec", help="Bulk pool speculation."),
     q0: int = typer.Option(1, "--q0", help="Controller's initial tail groups."),
     m0: int = typer.Option(None, "--m0", help="Controller's initial tail replicas."),
+    spread: bool = typer.Option(True, "--spread/--whole-groups", help="Deal single responses "
+                                "over a pool's replicas (default) or whole groups (the paper)."),
     tail_strength: str = typer.Option(
         None, "--tail-strength", help="weak | real | strong | r (P90/P50 of the lengths)."),
     max_num_seqs: int = typer.Option(None, "--max-num-seqs", help="Running cap per replica."),
@@ -82,7 +84,7 @@ def simulate(
         names.insert(0, "uniform")  # the paired reference
     settings = SimSettings(
         num_replicas=replicas, num_groups=groups, group_size=group_size, num_steps=steps,
-        seed=seed, q0=q0, m0=m0,
+        seed=seed, q0=q0, m0=m0, spread=spread,
     )
     base = ReplicaConfig(load_profile(profile), max_num_seqs=max_num_seqs, prefill_s=prefill_s)
     pools = PoolConfigs.from_specs(base, SpecConfig.parse(tail_spec), SpecConfig.parse(bulk_spec))

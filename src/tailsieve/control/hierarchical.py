@@ -74,7 +74,10 @@ class HierarchicalController(Controller):
             (g for g in outcome.delivered if g.prompt_id in rank), key=lambda g: rank[g.prompt_id]
         )
         bulk = [g for g in outcome.delivered if g.prompt_id not in rank]
-        work = StepWork([list(g.response_tokens) for g in (*tail, *bulk)], len(tail))
+        work = StepWork(
+            [list(g.response_tokens) for g in (*tail, *bulk)], len(tail),
+            [(a.num_finished, a.finished_tokens) for a in outcome.aborted],
+        )
         st.history.append(work)
         del st.history[: max(0, len(st.history) - self._history_len())]
         self._samples = self.predictor.samples(st.history)
@@ -100,12 +103,15 @@ class HierarchicalController(Controller):
             return
         if not cfg.outer_enabled or st.hold_q > 0 or not clean:
             return
-        if st.m > 0 and not (self.inner.state.settled and plan.m == st.m):
+        if st.m > 0 and plan.m != st.m:
             return
+        # between splits only once q has settled; leaving isolation for balance (m = 0) needs
+        # no q, so that move is open while the inner loop is still moving
+        settled = st.m == 0 or self.inner.state.settled
         od = self.outer.decide(
             st.history, st.m, st.q, st.k_tail, st.k_bulk, self._samples, self._cache
         )
-        if od.new_m == st.m:
+        if od.new_m == st.m or not (settled or od.new_m == 0):
             st.m_votes = 0
             return
         up = od.new_m > st.m

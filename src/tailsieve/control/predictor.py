@@ -17,7 +17,7 @@ Replica times use the all-admit model. Predictions are averaged over the remembe
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -38,12 +38,18 @@ class PoolPrediction:
 
     q: int  # tail groups
     m: int  # tail replicas
-    tail_s: float  # predicted T_tail (0 when m == 0 or q == 0)
-    bulk_s: float  # predicted bulk time (cutoff, or last completion when nothing is cut)
+    tail_s: float  # predicted T_tail (0 when m == 0 or q == 0), mean over remembered steps
+    bulk_s: float  # predicted bulk time (cutoff, or last completion when nothing is cut), mean
+    per_step: tuple[tuple[float, float], ...] = ()  # (tail, bulk) of each remembered step
 
     def makespan(self, k_tail: float = 1.0, k_bulk: float = 1.0) -> float:
-        """Makespan after correcting each pool by its observed/predicted ratio."""
-        return max(self.tail_s * k_tail, self.bulk_s * k_bulk)
+        """Mean over remembered steps of ``max(T_tail * k_tail, T_bulk * k_bulk)``, each pool
+        corrected by its observed/predicted ratio. The mean of per-step maxima, not the max of
+        the mean pool times: where the bottleneck alternates between the pools from step to
+        step, the latter is optimistic (uniform routing, one pool, has no such bias)."""
+        if not self.per_step:
+            return max(self.tail_s * k_tail, self.bulk_s * k_bulk)
+        return sum(max(t * k_tail, b * k_bulk) for t, b in self.per_step) / len(self.per_step)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,23 +58,35 @@ class StepWork:
 
     groups: list[list[int]]  # delivered groups' response lengths, tail groups first
     num_tail: int  # how many leading groups ran in the tail pool (in candidate rank order)
+    aborted: list[tuple[int, int]] = field(default_factory=list)  # per aborted group:
+    # (responses finished before the cutoff, their tokens), in abort order
 
     def to_dict(self) -> dict[str, object]:
-        return {"groups": self.groups, "num_tail": self.num_tail}
+        return {"groups": self.groups, "num_tail": self.num_tail,
+                "aborted": [list(a) for a in self.aborted]}
 
     @classmethod
     def from_dict(cls, d: dict[str, object]) -> StepWork:
         groups = d["groups"]
         assert isinstance(groups, list)
-        return cls([[int(x) for x in g] for g in groups], int(d["num_tail"]))  # type: ignore[call-overload]
+        raw = d.get("aborted", [])
+        assert isinstance(raw, list)
+        return cls([[int(x) for x in g] for g in groups], int(d["num_tail"]),  # type: ignore[call-overload]
+                   [(int(a[0]), int(a[1])) for a in raw])
 
 
 class _StepSample:
     """One remembered step, flattened and pre-sorted for fast predictions."""
 
-    __slots__ = ("asc_group", "asc_len", "asc_resp", "by_work", "group_size", "num_groups")
+    __slots__ = ("aborted", "asc_group", "asc_len", "asc_resp", "by_work", "group_size",
+                 "num_groups")
 
-    def __init__(self, groups: Sequence[Sequence[int]], num_tail: int = 0) -> None:
+    def __init__(
+        self,
+        groups: Sequence[Sequence[int]],
+        num_tail: int = 0,
+        aborted: Sequence[tuple[int, int]] = (),
+    ) -> None:
         self.num_groups = len(groups)
         sizes = np.fromiter((len(g) for g in groups), dtype=np.int64, count=self.num_groups)
         flat = np.fromiter((x for g in groups for x in g), dtype=np.float64, count=int(sizes.sum()))
@@ -84,6 +102,21 @@ class _StepSample:
         bulk = bulk[np.argsort(-work[bulk], kind="stable")]
         self.by_work = np.concatenate((np.arange(num_tail), bulk)).astype(np.int64)
         self.group_size = max(1, round(float(sizes.mean()))) if self.num_groups else 1
+        n = self.group_size
+        # each aborted group as the cutoff saw it: finished responses (their mean length),
+        # the others running past every delivered response
+        self.aborted = [
+            np.array([t / f] * min(f, n - 1) + [_RUNNING_TOKENS] * (n - min(f, n - 1)))
+            if f > 0 else np.full(n, _RUNNING_TOKENS)
+            for f, t in aborted
+        ]
+        if not self.aborted and self.num_groups and bool(np.all(sizes == n)):
+            # a step without a cutoff: the groups a cutoff would abort are the slowest ones,
+            # so its longest group (by its longest response), still running, stands in
+            slowest = int(np.argmax(flat.reshape(self.num_groups, n).max(axis=1)))
+            grp = np.sort(flat[slowest * n:(slowest + 1) * n])
+            grp[-1] = _RUNNING_TOKENS
+            self.aborted = [grp]
 
     def pool_times(
         self,
@@ -103,15 +136,22 @@ class _StepSample:
         keep = req >= 0
         length, slot, resp = self.asc_len[keep], req[keep], self.asc_resp[keep]
         n = self.group_size
+        resort = False
         if extra > 0:
             first = int(slot.max()) + 1 if slot.size else 0
-            # longer than every real response, so appending keeps the lengths sorted
-            length = np.concatenate((length, np.full(extra * n, _RUNNING_TOKENS)))
+            if self.aborted:
+                # the step's own aborted groups (cycled): finished responses, then running ones
+                ex = np.concatenate([self.aborted[i % len(self.aborted)] for i in range(extra)])
+                resort = True
+            else:
+                # longer than every real response, so appending keeps the lengths sorted
+                ex = np.full(extra * n, _RUNNING_TOKENS)
+            length = np.concatenate((length, ex))
             slot = np.concatenate((slot, np.repeat(np.arange(first, first + extra), n)))
             resp = np.concatenate((resp, np.tile(np.arange(n), extra)))
         pos = slot * n + resp if spread else slot
         rep = (pos % num_replicas).astype(np.int16)
-        order = np.argsort(rep, kind="stable")
+        order = np.lexsort((length, rep)) if resort else np.argsort(rep, kind="stable")
         return sorted_segment_completion_times(length[order], rep[order], model), slot[order]
 
 
@@ -134,7 +174,9 @@ class PoolTimePredictor:
 
     def samples(self, history: Sequence[StepWork]) -> list[_StepSample]:
         """Pre-process remembered steps."""
-        return [_StepSample(h.groups, h.num_tail) for h in history if len(h.groups) > 0]
+        return [
+            _StepSample(h.groups, h.num_tail, h.aborted) for h in history if len(h.groups) > 0
+        ]
 
     def predict(self, history: Sequence[StepWork], q: int, m: int) -> PoolPrediction:
         """Average prediction over remembered steps."""
@@ -148,7 +190,8 @@ class PoolTimePredictor:
             t, b = self._one(s, q, m)
             tails.append(t)
             bulks.append(b)
-        return PoolPrediction(q, m, float(np.mean(tails)), float(np.mean(bulks)))
+        return PoolPrediction(q, m, float(np.mean(tails)), float(np.mean(bulks)),
+                              tuple(zip(tails, bulks, strict=True)))
 
     def _one(self, s: _StepSample, q: int, m: int) -> tuple[float, float]:
         n_groups = s.num_groups

@@ -113,6 +113,7 @@ class SimSettings:
     q0: int = 1  # controller's initial tail groups
     m0: int | None = None  # controller's initial tail replicas (None: its default)
     keep_timeline_step: int | None = None  # step whose per-group spans are kept (None: last)
+    spread: bool = True  # protocol policies deal single responses (False: whole groups)
 
     def __post_init__(self) -> None:
         for name in ("num_replicas", "num_groups", "group_size", "num_steps"):
@@ -122,7 +123,7 @@ class SimSettings:
     def controller_config(self) -> ControllerConfig:
         return ControllerConfig(
             num_groups=self.num_groups, num_replicas=self.num_replicas,
-            group_size=self.group_size, q0=self.q0, m0=self.m0,
+            group_size=self.group_size, q0=self.q0, m0=self.m0, spread=self.spread,
         )
 
 
