@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_oracle.py --out benchmarks/results/oracle.json
 
-Measures (AIME R1-Distill-1.5B response lengths, cpu and gpu profiles):
+Measures (AIME R1-Distill-1.5B response lengths, cpu and qwen3-4b-h100 profiles):
 1. exact solve of n = 100 requests over 20 random draws: median/max solve time and retained
    DP states;
 2. the largest n solved exactly within the time limit (30 s): one seeded draw per n on a
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/oracle.json"))
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
-    ap.add_argument("--profiles", default="cpu,gpu")
+    ap.add_argument("--profiles", default="cpu,qwen3-4b-h100")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--n100-draws", type=int, default=20)
     ap.add_argument("--gap-draws", type=int, default=100)

@@ -5,8 +5,8 @@
 time (``time.process_time``) is measured around every step, and reported per request and per
 generated token too (what carries over to other replica speeds).
 
-The fraction depends on how fast the replicas are. The default runs them at the ``gpu``
-profile's speed (an H100-class replica serving a ~4B model, ``--time-scale 1``): ~145 s steps,
+The fraction depends on how fast the replicas are. The default runs them at the ``qwen3-4b-h100``
+profile's speed (an H100-class replica serving a ~4B model, ``--time-scale 1``): steps of minutes (the old hand-drawn curve: ~145 s),
 ~8 min in all. ``--profile cpu --time-scale 0.25`` is the stress setting used before: replicas
 ~6x faster per request than that, ~41 s steps.
 
@@ -25,7 +25,7 @@ import platform
 import time
 from pathlib import Path
 
-from tailsieve.model.profiles import load_profile
+from tailsieve.model.profiles import DEFAULT_PROFILE, load_profile
 from tailsieve.runtime.backends import PromptInput, SamplingParams
 from tailsieve.runtime.demo import StepLengths
 from tailsieve.runtime.emulator import EmulatorFleet
@@ -87,7 +87,7 @@ def main() -> None:
     ap.add_argument("--group-size", type=int, default=8)
     ap.add_argument("--steps", type=int, default=2, help="steps after the warm-up step")
     ap.add_argument("--time-scale", type=float, default=1.0)
-    ap.add_argument("--profile", default="gpu")
+    ap.add_argument("--profile", default=DEFAULT_PROFILE)
     ap.add_argument("--one-request-per-group", action="store_true")
     ap.add_argument(
         "--counts-only",

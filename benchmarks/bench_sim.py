@@ -1,7 +1,7 @@
 """Simulator throughput benchmark: 100 steps of N=256 groups x 8 on 8 replicas (tailsieve).
 
 Run: ``.venv/bin/python benchmarks/bench_sim.py [--profile NAME] [--out FILE]`` (default: the
-``gpu`` profile, writes benchmarks/results/sim.json).
+shipped default profile, writes benchmarks/results/sim.json).
 Targets: the whole run in < 10 s; the protocol + controller decision per step < 10 ms.
 ``decision_ms_*``: plan_step + update_from_outcome (protocol validation included);
 ``controller_ms_*``: the controller's own targets() + observe(); ``controller_cpu_ms_*``: the
@@ -23,7 +23,7 @@ import numpy as np
 from tailsieve.control.base import Controller, ControlTargets
 from tailsieve.core.outcome import StepOutcome
 from tailsieve.core.plan import StepPlan
-from tailsieve.model.profiles import load_profile
+from tailsieve.model.profiles import DEFAULT_PROFILE, load_profile
 from tailsieve.model.replica_engine import ReplicaConfig
 from tailsieve.sim.driver import (
     SimSettings,
@@ -70,7 +70,7 @@ class TimedController(Controller):
 RESULTS = Path(__file__).resolve().parent / "results" / "sim.json"
 
 
-def main(profile: str = "gpu", out: Path = RESULTS) -> dict[str, object]:
+def main(profile: str = DEFAULT_PROFILE, out: Path = RESULTS) -> dict[str, object]:
     """Run the benchmark on ``profile`` and write ``out``."""
     settings = SimSettings(num_replicas=8, num_groups=256, group_size=8, num_steps=100, seed=0)
     pools = PoolConfigs.from_specs(ReplicaConfig(load_profile(profile)))
@@ -133,7 +133,8 @@ if __name__ == "__main__":
     import argparse
 
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--profile", default="gpu", help="throughput profile (default gpu)")
+    ap.add_argument("--profile", default=DEFAULT_PROFILE,
+                    help=f"throughput profile (default {DEFAULT_PROFILE})")
     ap.add_argument("--out", type=Path, default=RESULTS, help="result JSON")
     args = ap.parse_args()
     print(json.dumps(main(args.profile, args.out), indent=2))

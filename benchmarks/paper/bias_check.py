@@ -27,6 +27,7 @@ from tailsieve.sim.driver import SimSettings
 from tailsieve.sim.workloads import resolve_workload
 
 from .common import (
+    PROFILE,
     PairedRuns,
     Timer,
     at_step,
@@ -76,7 +77,7 @@ def run(out_dir: Path, quick: bool, steps: int | None = None) -> dict[str, Any]:
         wl = resolve_workload(wl_name, seed=0, num_prompts=2000)
         s = SimSettings(num_replicas=R, num_groups=N, group_size=GROUP, num_steps=num_steps,
                         seed=0)
-        paired = simulate(["uniform", "tailsieve"], s, wl, pools_for("gpu"))
+        paired = simulate(["uniform", "tailsieve"], s, wl, pools_for(PROFILE))
         steady = lambda t: t >= 1  # noqa: E731  (steps 1..S-1; the flush step is not regular)
         lu = delivered_lengths(paired, "uniform", steady)
         lt = delivered_lengths(paired, "tailsieve", steady)
@@ -121,7 +122,7 @@ def run(out_dir: Path, quick: bool, steps: int | None = None) -> dict[str, Any]:
     payload: dict[str, Any] = {
         "name": NAME,
         "quick": quick,
-        "settings": {"profile": "gpu", "replicas": R, "groups": N, "group_size": GROUP,
+        "settings": {"profile": PROFILE, "replicas": R, "groups": N, "group_size": GROUP,
                      "steps": num_steps, "seed": 0},
         "cases": cases,
         "paper": {"claim": "same prompt composition and no routing-induced length bias in "

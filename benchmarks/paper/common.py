@@ -20,7 +20,7 @@ import numpy as np
 
 from tailsieve.control.base import Controller
 from tailsieve.control.static import StaticController
-from tailsieve.model.profiles import load_profile
+from tailsieve.model.profiles import DEFAULT_PROFILE, load_profile
 from tailsieve.model.replica_engine import ReplicaConfig
 from tailsieve.model.speculative import SpecConfig
 from tailsieve.sim.baseline_step import BASELINE_POLICIES
@@ -41,6 +41,7 @@ from tailsieve.workload.presets import AIME_TRACE_IN_REPO
 
 REPO = Path(__file__).resolve().parents[2]
 AIME_CSV = AIME_TRACE_IN_REPO
+PROFILE = DEFAULT_PROFILE  # GPU throughput profile of the suite (derived Qwen3-4B on one H100)
 
 
 def machine_info() -> dict[str, Any]:

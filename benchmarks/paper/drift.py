@@ -4,7 +4,7 @@ shifts from step to step), uniform versus TailSieve (and the top-k oracle for re
 ``paper-math`` with (a) a strong random-walk drift of the global log-length,
 ``drift_sigma_log = 0.1`` per step (the preset has 0.03), and (b) a trend,
 ``drift_mean_log = +0.03`` per step (lengths grow ~2.4x over 30 steps, as responses lengthen
-during RL training). gpu profile, R = 8, N = 64, n = 8. Paper (Qwen3.5-2B GRPO, 30 steps):
+during RL training). qwen3-4b-h100 profile, R = 8, N = 64, n = 8. Paper (Qwen3.5-2B GRPO, 30 steps):
 119.3 s -> 82.5 s per rollout stage, 1.45x, and the gain persists as lengths evolve.
 """
 
@@ -22,6 +22,7 @@ from tailsieve.workload.presets import PRESETS
 from tailsieve.workload.synthetic import SyntheticWorkload
 
 from .common import (
+    PROFILE,
     Timer,
     at_step,
     delivered_lengths,
@@ -48,7 +49,7 @@ def run(out_dir: Path, quick: bool, steps: int | None = None,
     timer = Timer()
     num_steps = steps if steps is not None else (15 if quick else 30)
     seed_list = seeds if seeds is not None else ((0,) if quick else (0, 1))
-    pools = pools_for("gpu")
+    pools = pools_for(PROFILE)
     scenarios: dict[str, Any] = {}
     for label, change in SCENARIOS.items():
         per_seed: list[dict[str, Any]] = []
@@ -89,7 +90,7 @@ def run(out_dir: Path, quick: bool, steps: int | None = None,
     payload: dict[str, Any] = {
         "name": NAME,
         "quick": quick,
-        "settings": {"workload": "paper-math + drift", "profile": "gpu", "replicas": R,
+        "settings": {"workload": "paper-math + drift", "profile": PROFILE, "replicas": R,
                      "groups": N, "group_size": GROUP, "steps": num_steps,
                      "seeds": list(seed_list)},
         "scenarios": scenarios,

@@ -1,6 +1,6 @@
 """Figure 2 and appendix A.4: exact 2-replica oracle versus top-k tail isolation.
 
-For each throughput profile (cpu, gpu): a representative draw of 100 AIME response lengths
+For each throughput profile (cpu, qwen3-4b-h100): a representative draw of 100 AIME response lengths
 (seed 0) with the top-k sweep against the exact optimum (Figure 2b), and the distribution of
 the best-k gap over random draws of 100 requests (appendix A.4; the paper: within 4%).
 """
@@ -17,7 +17,7 @@ from tailsieve.model.profiles import load_profile
 from tailsieve.oracle.summary import gap_study, sample_requests, summarize
 from tailsieve.workload.io import read_trace
 
-from .common import AIME_CSV, Timer, savefig, write_json
+from .common import AIME_CSV, PROFILE, Timer, savefig, write_json
 
 NAME = "fig2_oracle"
 PAPER = {"best_k_gap_max": 0.04, "example_topk_s": 54.84, "example_tail_requests": 4}
@@ -30,7 +30,7 @@ def run(out_dir: Path, quick: bool, draws: int | None = None, num_requests: int 
     num_draws = draws if draws is not None else (20 if quick else 100)
     profiles: dict[str, Any] = {}
     sweeps = {}
-    for prof in ("cpu", "gpu"):
+    for prof in ("cpu", PROFILE):
         model = load_profile(prof)
         example, opt, sweep = summarize(
             sample_requests(pool, num_requests, np.random.default_rng(0)), model
@@ -72,7 +72,7 @@ def run(out_dir: Path, quick: bool, draws: int | None = None, num_requests: int 
 
 def _plot(path: Path, profiles: dict[str, Any], sweeps: dict[str, Any]) -> None:
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
-    for ax, prof in zip(axes[:2], ("cpu", "gpu"), strict=True):
+    for ax, prof in zip(axes[:2], ("cpu", PROFILE), strict=True):
         sw, ex = sweeps[prof], profiles[prof]["example"]
         k = np.arange(sw.tail_s.size)
         ax.plot(k, sw.tail_s, label="tail replica (k longest)")
@@ -87,7 +87,7 @@ def _plot(path: Path, profiles: dict[str, Any], sweeps: dict[str, Any]) -> None:
         ax.set_title(f"{prof}: best k={sw.best_k}, gap {ex['topk_gap']:.2%}")
         ax.legend(fontsize=7)
     ax = axes[2]
-    for prof in ("cpu", "gpu"):
+    for prof in ("cpu", PROFILE):
         g = np.sort(np.array(profiles[prof]["gaps"]) * 100)
         ax.plot(g, np.arange(1, g.size + 1) / g.size, label=prof)
     ax.axvline(4.0, color="r", ls="--", lw=1, label="paper bound 4%")

@@ -1,7 +1,7 @@
 """Figure 3: partial-rollout capture rate of ground-truth long-tail groups versus rho.
 
 Workloads: the AIME R1-Distill-1.5B trace (single checkpoint, so the "next step" is the other
-half of each prompt's samples) and the ``paper-math`` preset; gpu profile (and cpu on AIME).
+half of each prompt's samples) and the ``paper-math`` preset; the qwen3-4b-h100 profile (and cpu on AIME).
 Two ground truths: ``k = G - N`` long-tail groups (capture = precision = recall), and a fixed
 top-5% tail (``tail_fraction = 0.05``: recall). Paper: 85 / 93 / 95% at rho 5 / 10 / 25%.
 """
@@ -20,17 +20,17 @@ from tailsieve.workload.io import read_trace
 from tailsieve.workload.presets import load_workload
 from tailsieve.workload.workload_model import ResampleWorkload
 
-from .common import AIME_CSV, Timer, savefig, write_json
+from .common import AIME_CSV, PROFILE, Timer, savefig, write_json
 
 NAME = "fig3_capture"
 RHOS = (0.05, 0.10, 0.25)
 PAPER = {"0.05": 0.85, "0.1": 0.93, "0.25": 0.95}
 CASES: tuple[tuple[str, str, float | None], ...] = (
-    ("aime", "gpu", None),
+    ("aime", PROFILE, None),
     ("aime", "cpu", None),
-    ("paper-math", "gpu", None),
-    ("aime", "gpu", 0.05),
-    ("paper-math", "gpu", 0.05),
+    ("paper-math", PROFILE, None),
+    ("aime", PROFILE, 0.05),
+    ("paper-math", PROFILE, 0.05),
 )
 
 

@@ -1,7 +1,7 @@
 """Figure 4: the T(q, m) landscape under weak (r = 1.5), real and strong (r = 6) tails.
 
 Workload: ``paper-math`` through the A.5 tail-strength transform; R = 4 replicas, N = 64 groups
-of n = 8, gpu profile (the paper's 4-replica slices, uniform = the 4:0 boundary).
+of n = 8, qwen3-4b-h100 profile (the paper's 4-replica slices, uniform = the 4:0 boundary).
 
 * Predicted: the controller's model (``PoolTimePredictor``) on simulated history -- the
   delivered response work of the last ``HISTORY`` regular steps of a TailSieve run on that
@@ -25,7 +25,17 @@ from tailsieve.control.predictor import PoolTimePredictor, StepWork
 from tailsieve.sim.driver import SimSettings
 from tailsieve.sim.workloads import resolve_workload
 
-from .common import PairedRuns, Timer, fixed_factory, mean, pools_for, savefig, simulate, write_json
+from .common import (
+    PROFILE,
+    PairedRuns,
+    Timer,
+    fixed_factory,
+    mean,
+    pools_for,
+    savefig,
+    simulate,
+    write_json,
+)
 
 NAME = "fig4_landscape"
 STRENGTHS = (("weak", "weak"), ("real", None), ("strong", "strong"))
@@ -54,7 +64,7 @@ def run(out_dir: Path, quick: bool, steps: int | None = None,
     num_steps = steps if steps is not None else (10 if quick else 20)
     gt_steps = max(4, num_steps // 2)
     grid = q_grid if q_grid is not None else ((1, 2, 4, 8, 16, 32) if quick else Q_GRID)
-    pools = pools_for("gpu")
+    pools = pools_for(PROFILE)
     scenes: dict[str, Any] = {}
     for label, strength in STRENGTHS:
         wl = resolve_workload("paper-math", tail_strength=strength, seed=0, num_prompts=2000)
@@ -110,7 +120,7 @@ def run(out_dir: Path, quick: bool, steps: int | None = None,
     payload: dict[str, Any] = {
         "name": NAME,
         "quick": quick,
-        "settings": {"workload": "paper-math", "profile": "gpu", "replicas": R, "groups": N,
+        "settings": {"workload": "paper-math", "profile": PROFILE, "replicas": R, "groups": N,
                      "group_size": GROUP, "steps": num_steps, "ground_truth_steps": gt_steps,
                      "history_steps": HISTORY, "seed": 0},
         "scenes": scenes,

@@ -1,6 +1,6 @@
 """Figure 6b: convergence of the hierarchical controller from different initial allocations.
 
-``paper-math``, gpu profile, R = 4, N = 64, n = 8 (the paper's 2:2 split at convergence).
+``paper-math``, qwen3-4b-h100 profile, R = 4, N = 64, n = 8 (the paper's 2:2 split at convergence).
 
 * inner loop: ``tailsieve-fixed`` (split held at R/2 : R/2) from q0 = 1 and q0 = N/2;
 * outer loop: ``tailsieve`` from m0 = 0 (uniform) and m0 = 3 (tail-heavy).
@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt
 from tailsieve.sim.driver import SimSettings
 from tailsieve.sim.workloads import resolve_workload
 
-from .common import Timer, pools_for, savefig, simulate, write_json
+from .common import PROFILE, Timer, pools_for, savefig, simulate, write_json
 
 NAME = "fig6b_convergence"
 R, N, GROUP = 4, 64, 8
@@ -30,7 +30,7 @@ def run(out_dir: Path, quick: bool, steps: int | None = None) -> dict[str, Any]:
     timer = Timer()
     num_steps = steps if steps is not None else (15 if quick else 30)
     wl = resolve_workload("paper-math", seed=0, num_prompts=3000)
-    pools = pools_for("gpu")
+    pools = pools_for(PROFILE)
     base = {"num_replicas": R, "num_groups": N, "group_size": GROUP, "num_steps": num_steps,
             "seed": 0}
     uni = simulate(["uniform"], SimSettings(**base), wl, pools).run("uniform")
@@ -60,7 +60,7 @@ def run(out_dir: Path, quick: bool, steps: int | None = None) -> dict[str, Any]:
     payload: dict[str, Any] = {
         "name": NAME,
         "quick": quick,
-        "settings": {"workload": "paper-math", "profile": "gpu", **base},
+        "settings": {"workload": "paper-math", "profile": PROFILE, **base},
         "uniform_step_s": [r.makespan_s for r in uni.regular],
         "trajectories": trajectories,
         "paper": PAPER,

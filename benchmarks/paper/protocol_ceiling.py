@@ -1,6 +1,6 @@
 """The protocol's ceiling: the best *static* (q, m) through TailSieve's step protocol.
 
-Issue 4 asks full TailSieve (R = 8, N = 64, n = 8, gpu profile) to reach 90% of the top-k
+Issue 4 asks full TailSieve (R = 8, N = 64, n = 8, GPU profile) to reach 90% of the top-k
 oracle's gain and to beat Uniform Oracle. A controller can only choose (q, m, c) step by step, so
 what the protocol itself allows bounds what any controller reaches. This item measures it by
 exhaustive search: every (q, m) on a grid is run through the real protocol (cutoff, abort,
@@ -32,12 +32,11 @@ import numpy as np
 from tailsieve.sim.driver import SimSettings
 from tailsieve.sim.workloads import resolve_workload
 
-from .common import Timer, fixed_factory, mean, pools_for, savefig, simulate, write_json
+from .common import PROFILE, Timer, fixed_factory, mean, pools_for, savefig, simulate, write_json
 
 NAME = "protocol_ceiling"
 R, N, GROUP = 8, 64, 8
 REFERENCE = ("uniform", "uniform-oracle", "topk-oracle", "tailsieve-fixed", "tailsieve")
-PROFILE = "qwen3-4b-h100"
 
 MULTIPLES = (1, 2, 3, 4, 6)
 

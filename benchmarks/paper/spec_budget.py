@@ -1,6 +1,6 @@
 """Section 4.3 analog: route-specialised speculation budgets, d_bulk + d_tail = 2 d_base.
 
-``paper-math``, gpu profile, R = 8, N = 64, n = 8, MTP (acceptance 0.75 per drafted token,
+``paper-math``, qwen3-4b-h100 profile, R = 8, N = 64, n = 8, MTP (acceptance 0.75 per drafted token,
 the simulator's default). For each d_base in 1..4 and every split (d_bulk, d_tail) with
 d_tail >= d_base: TailSieve (and the fixed-allocation variant and the top-k oracle) with the
 tail pool at d_tail and the bulk pool at d_bulk, against Uniform with d_base on every replica
@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt
 from tailsieve.sim.driver import SimSettings
 from tailsieve.sim.workloads import resolve_workload
 
-from .common import Timer, mean, pools_for, savefig, simulate, write_json
+from .common import PROFILE, Timer, mean, pools_for, savefig, simulate, write_json
 
 NAME = "spec_budget"
 R, N, GROUP = 8, 64, 8
@@ -44,17 +44,17 @@ def run(out_dir: Path, quick: bool, steps: int | None = None,
         wl = resolve_workload("paper-math", seed=seed, num_prompts=2000)
         s = SimSettings(num_replicas=R, num_groups=N, group_size=GROUP, num_steps=num_steps,
                         seed=seed)
-        plain = simulate(["uniform"], s, wl, pools_for("gpu")).run("uniform")
+        plain = simulate(["uniform"], s, wl, pools_for(PROFILE)).run("uniform")
         for d_base in d_bases:
             uni = simulate(["uniform"], s, wl,
-                           pools_for("gpu", spec(d_base), spec(d_base))).run("uniform")
+                           pools_for(PROFILE, spec(d_base), spec(d_base))).run("uniform")
             rows.append({"seed": seed, "d_base": d_base, "policy": "uniform",
                          "d_bulk": d_base, "d_tail": d_base,
                          "steady_speedup": plain.steady_step_s / uni.steady_step_s,
                          "mean_speedup": plain.mean_step_s / uni.mean_step_s})
             for d_bulk in range(d_base, -1, -1):
                 d_tail = 2 * d_base - d_bulk
-                pools = pools_for("gpu", spec(d_tail), spec(d_bulk))
+                pools = pools_for(PROFILE, spec(d_tail), spec(d_bulk))
                 paired = simulate(ROUTED, s, wl, pools)
                 for p in ROUTED:
                     r = paired.run(p)
@@ -68,7 +68,7 @@ def run(out_dir: Path, quick: bool, steps: int | None = None,
     payload: dict[str, Any] = {
         "name": NAME,
         "quick": quick,
-        "settings": {"workload": "paper-math", "profile": "gpu", "method": "mtp",
+        "settings": {"workload": "paper-math", "profile": PROFILE, "method": "mtp",
                      "replicas": R, "groups": N, "group_size": GROUP, "steps": num_steps,
                      "seeds": list(seed_list)},
         "table": table,

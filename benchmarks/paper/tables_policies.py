@@ -1,7 +1,7 @@
 """Tables 1 and 4 analogs: every routing policy, N = 64 / 128 / 256, two workloads, two profiles.
 
 R = 8 replicas, n = 8 responses per group, ``paper-math`` (synthetic, calibrated) and ``aime``
-(the real AIME R1-Distill trace, lengths resampled per prompt); gpu and cpu profiles. Every
+(the real AIME R1-Distill trace, lengths resampled per prompt); qwen3-4b-h100 and cpu profiles. Every
 number is averaged over seeds (the seed sets both the prompt order and the lengths).
 
 * steady = mean of the last 3 regular steps (paper 4.2);
@@ -22,7 +22,7 @@ import numpy as np
 from tailsieve.sim.driver import ALL_POLICIES, SimSettings
 from tailsieve.sim.workloads import resolve_workload
 
-from .common import Timer, mean, pools_for, savefig, simulate, write_json
+from .common import PROFILE, Timer, mean, pools_for, savefig, simulate, write_json
 
 NAME = "tables_policies"
 R, GROUP = 8, 8
@@ -41,7 +41,7 @@ PAPER_TABLE4 = {"64": (1.112, 1.346), "128": (1.023, 1.225), "256": (1.122, 1.30
 def run(out_dir: Path, quick: bool, steps: int | None = None,
         seeds: tuple[int, ...] | None = None, sizes: tuple[int, ...] | None = None,
         workloads: tuple[str, ...] = ("paper-math", "aime"),
-        profiles: tuple[str, ...] = ("gpu", "cpu")) -> dict[str, Any]:
+        profiles: tuple[str, ...] = (PROFILE, "cpu")) -> dict[str, Any]:
     """All policies on every (workload, profile, N); 20 steps x 3 seeds (10 x 1 ``quick``)."""
     timer = Timer()
     num_steps = steps if steps is not None else (10 if quick else 20)

@@ -24,7 +24,7 @@ CASES: dict[str, tuple[dict[str, Any], set[str]]] = {
     "fig4_landscape": ({"steps": 4, "q_grid": (2, 8)}, {"scenes", "settings"}),
     "fig6b_convergence": ({"steps": 4}, {"trajectories", "uniform_step_s"}),
     "tables_policies": ({"steps": 3, "seeds": (0,), "sizes": (16,), "workloads": ("paper-math",),
-                         "profiles": ("gpu",)}, {"rows", "settings"}),
+                         "profiles": ("qwen3-4b-h100",)}, {"rows", "settings"}),
     "spec_budget": ({"steps": 3, "seeds": (0,), "d_bases": (1,)}, {"table", "rows"}),
     "drift": ({"steps": 4, "seeds": (0,)}, {"scenarios", "settings"}),
     "bias_check": ({"steps": 4}, {"cases", "settings"}),
@@ -56,7 +56,7 @@ def test_specific_fields(out_dir: Path) -> None:
         if not (out_dir / f"{name}.json").is_file():
             importlib.import_module(f"paper.{name}").run(out_dir, True, **kwargs)
     fig2 = json.loads((out_dir / "fig2_oracle.json").read_text())
-    for prof in ("cpu", "gpu"):
+    for prof in ("cpu", "qwen3-4b-h100"):
         p = fig2["profiles"][prof]
         assert 0.0 <= p["gap_median"] <= p["gap_max"]
         assert {"optimal_makespan_s", "topk_makespan_s", "best_k"} <= set(p["example"])

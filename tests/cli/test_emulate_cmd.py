@@ -43,7 +43,7 @@ def test_bad_options_raise_tailsieve_errors(args: list[str], exc: type[Exception
 
 
 def test_config_from_profile_validates() -> None:
-    cfg = EmulatorConfig.from_profile("gpu", time_scale=0.1, slowdown=2.0)
+    cfg = EmulatorConfig.from_profile("illustrative-flat", time_scale=0.1, slowdown=2.0)
     assert cfg.replica_config().throughput.tau(1) == pytest.approx(
         2.0 * cfg.throughput.tau(1))
     with pytest.raises(ConfigError):

@@ -33,7 +33,7 @@ def write_trace(tmp_path: Path, lengths: list[int]) -> Path:
 
 def test_inline_lengths_json(capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, _ = run(
-        ["oracle", "--lengths", "100,2000,300,4000,50", "--profile", "gpu", "--json"], capsys
+        ["oracle", "--lengths", "100,2000,300,4000,50", "--profile", "illustrative-flat", "--json"], capsys
     )
     assert rc == 0
     data = json.loads(out)
@@ -50,8 +50,8 @@ def test_inline_lengths_json(capsys: pytest.CaptureFixture[str]) -> None:
         "profile",
     ):
         assert key in data
-    assert data["num_requests"] == 5 and data["profile"] == "gpu"
-    expect = solve_two_replicas([100, 2000, 300, 4000, 50], load_profile("gpu")).makespan_s
+    assert data["num_requests"] == 5 and data["profile"] == "illustrative-flat"
+    expect = solve_two_replicas([100, 2000, 300, 4000, 50], load_profile("illustrative-flat")).makespan_s
     assert data["optimal_makespan_s"] == pytest.approx(expect)
     assert data["lower_bound_s"] <= data["optimal_makespan_s"] <= data["topk_makespan_s"] + 1e-9
     assert data["optimal_makespan_s"] <= data["uniform_makespan_s"] + 1e-9
@@ -131,14 +131,14 @@ def test_sweep_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
             "--profile",
             "cpu",
             "--profile",
-            "gpu",
+            "illustrative-flat",
             "--json",
         ],
         capsys,
     )
     assert rc == 0
     studies = json.loads(out)
-    assert [s["profile"] for s in studies] == ["cpu", "gpu"]
+    assert [s["profile"] for s in studies] == ["cpu", "illustrative-flat"]
     for s in studies:
         assert len(s["gaps"]) == 5 and 0 <= s["gap_median"] <= s["gap_p90"] <= s["gap_max"]
     rc, out, _ = run(

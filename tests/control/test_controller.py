@@ -56,7 +56,7 @@ def q_trajectory(q0: int) -> list[int]:
     cfg = ControllerConfig(
         num_groups=32, num_replicas=4, group_size=2, q0=q0, m0=2, outer_enabled=False, inner_target="rates"
     )
-    proto = RolloutProtocol(ProtocolConfig(4, 32, 2), HierarchicalController(cfg, load_profile("gpu")))
+    proto = RolloutProtocol(ProtocolConfig(4, 32, 2), HierarchicalController(cfg, load_profile("illustrative-flat")))
     stream = PromptStream(f"p{i}" for i in range(10_000))
     rng = np.random.default_rng(0)
     qs = []
@@ -100,8 +100,8 @@ def test_state_roundtrips_through_json_exactly() -> None:
 
 
 def test_fixed_variant_holds_the_split_at_half() -> None:
-    ctl = make_controller("tailsieve-fixed", ControllerConfig(num_groups=64, num_replicas=8), load_profile("gpu"))
+    ctl = make_controller("tailsieve-fixed", ControllerConfig(num_groups=64, num_replicas=8), load_profile("illustrative-flat"))
     assert ctl.targets().m == 4
     with pytest.raises(ConfigError, match="unknown step policy"):
-        make_controller("bogus", ControllerConfig(num_groups=64, num_replicas=8), load_profile("gpu"))
+        make_controller("bogus", ControllerConfig(num_groups=64, num_replicas=8), load_profile("illustrative-flat"))
     assert Pool.TAIL.value == "tail"

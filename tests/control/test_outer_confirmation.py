@@ -16,7 +16,7 @@ from tailsieve.core.protocol import ProtocolConfig, RolloutProtocol
 from tailsieve.core.stream import PromptStream
 from tailsieve.model.profiles import load_profile
 
-GPU = load_profile("gpu")
+GPU = load_profile("illustrative-flat")
 
 
 def uniform_outcome(plan: StepPlan) -> StepOutcome:

@@ -14,7 +14,7 @@ from tailsieve.sim.driver import SimSettings, epoch_prompt_ids, run_policies
 from tailsieve.sim.replicas import PoolConfigs
 from tailsieve.workload import load_workload
 
-GPU = load_profile("gpu")
+GPU = load_profile("illustrative-flat")
 
 
 def test_factory_builds_it_from_q0_and_m0() -> None:

@@ -18,7 +18,7 @@ from tailsieve.model.replica_time import (
 )
 
 CPU = builtin_profile("cpu")
-GPU = builtin_profile("gpu")
+GPU = builtin_profile("illustrative-flat")
 lengths_st = st.lists(st.integers(0, 5_000), min_size=0, max_size=40)
 
 

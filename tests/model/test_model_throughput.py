@@ -121,7 +121,7 @@ def test_unknown_profile_name() -> None:
 
 
 def test_peak_aggregate_and_scaled() -> None:
-    m = builtin_profile("gpu")
+    m = builtin_profile("illustrative-flat")
     peak = m.peak_aggregate_tokens_per_s(512)
     assert peak == pytest.approx(max(b / m.tau(b) for b in range(1, 513)))
     slow = m.scaled(2.0)

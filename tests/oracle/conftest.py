@@ -19,6 +19,6 @@ def aime_lengths() -> np.ndarray:
     return np.loadtxt(AIME_CSV, delimiter=",", skiprows=1, usecols=2)
 
 
-@pytest.fixture(scope="session", params=["cpu", "gpu"])
+@pytest.fixture(scope="session", params=["cpu", "illustrative-flat"])
 def profile(request: pytest.FixtureRequest) -> ThroughputModel:
     return load_profile(request.param)

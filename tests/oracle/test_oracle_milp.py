@@ -11,7 +11,7 @@ from tailsieve.oracle import solve_two_replicas
 
 pytest.importorskip("scipy")
 
-CASES = [("cpu", 20, 1), ("cpu", 24, 2), ("gpu", 20, 3), ("gpu", 30, 4)]
+CASES = [("cpu", 20, 1), ("cpu", 24, 2), ("illustrative-flat", 20, 3), ("illustrative-flat", 30, 4)]
 
 
 @pytest.mark.slow
@@ -28,7 +28,7 @@ def test_dp_equals_milp_on_aime(
 
 @pytest.mark.slow
 def test_dp_equals_milp_with_ties_and_outlier() -> None:
-    model = load_profile("gpu")
+    model = load_profile("illustrative-flat")
     rng = np.random.default_rng(5)
     lengths = np.concatenate([rng.choice([500.0, 2000.0, 16000.0], 21), [120_000.0]])
     assert solve_two_replicas(lengths, model).makespan_s == pytest.approx(

@@ -15,7 +15,7 @@ from tailsieve.model.throughput import ThroughputModel
 from tailsieve.oracle import solve_two_replicas, topk_sweep
 
 CPU = load_profile("cpu")
-GPU = load_profile("gpu")
+GPU = load_profile("illustrative-flat")
 # strongly concave-then-linear curve: aggregate throughput saturates quickly
 STEEP = ThroughputModel.from_pairs([(1, 1.0), (2, 1.05), (3, 3.0), (8, 9.0)], name="steep")
 MODELS = [CPU, GPU, STEEP]

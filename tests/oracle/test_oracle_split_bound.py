@@ -12,7 +12,7 @@ from tailsieve.model.profiles import load_profile
 from tailsieve.oracle.pareto_dp import SPLIT_WEIGHTS
 from tailsieve.oracle.split_bound import CountSplitBound, lagrangian_bounds, min_remaining_work
 
-MODELS = [load_profile("cpu"), load_profile("gpu")]
+MODELS = [load_profile("cpu"), load_profile("illustrative-flat")]
 
 
 def times_of(ls: np.ndarray, bits: tuple[int, ...], taus: np.ndarray) -> tuple[float, float]:

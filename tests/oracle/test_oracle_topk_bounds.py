@@ -14,7 +14,7 @@ from tailsieve.model.replica_time import all_admit_time
 from tailsieve.oracle import makespan_lower_bound, solve_two_replicas, topk_sweep
 
 CPU = load_profile("cpu")
-GPU = load_profile("gpu")
+GPU = load_profile("illustrative-flat")
 
 
 @settings(max_examples=40, deadline=None)

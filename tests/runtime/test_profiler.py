@@ -19,6 +19,7 @@ from tailsieve.runtime.profiler import (
     BatchMeasurement,
     ProfileSettings,
     build_model,
+    fit_context,
     mean_profile,
     profile_endpoint,
     profile_endpoints,
@@ -81,6 +82,9 @@ def test_build_model_is_monotone() -> None:
     {"batch_sizes": (4, 2)},
     {"batch_sizes": (0, 1)},
     {"tokens": 5},
+    {"context_lengths": (0, 100)},
+    {"context_lengths": (500, 100)},
+    {"context_batch": 0},
 ])
 def test_bad_settings(kwargs: dict[str, Any]) -> None:
     base: dict[str, Any] = {"endpoint": "http://127.0.0.1:1"}
@@ -172,3 +176,41 @@ def test_profile_cli_with_two_endpoints_writes_their_mean(tmp_path: Path) -> Non
     for j, p in enumerate(model.points):
         each = [e["measurements"][j]["step_s"] for e in per]
         assert p.step_s == pytest.approx(max(sum(each) / 2, model.points[0].step_s))
+
+
+def test_fit_context_and_zero_context_points() -> None:
+    k = 2e-6
+    ctx = [BatchMeasurement(8, 0.01 + k * 8 * p, 0, 0, 0.0, 1.0, prompt_tokens=p)
+           for p in (1, 200, 800)]
+    assert fit_context(ctx) == pytest.approx(k)
+    assert fit_context(ctx[:1]) == 0.0
+    ms = [BatchMeasurement(b, 0.01 + 1e-4 * b + k * b * (1 + 0.625 * 100), 0, 0, 0.0, 1.0,
+                           prompt_tokens=1) for b in (1, 4, 16)]
+    model = build_model(ms, "m", "src", context_s_per_token=k, tokens=100)
+    assert [p.step_s for p in model.points] == pytest.approx([0.01 + 1e-4 * b for b in (1, 4, 16)])
+    assert model.context_s_per_token == k and model.provenance["kind"] == "measured"
+    assert model.provenance["fit"]["a0_s"] == pytest.approx(0.01)
+    assert model.provenance["fit"]["c_s_per_request"] == pytest.approx(1e-4)
+
+
+async def test_profile_fits_context_term_of_the_emulator() -> None:
+    k = 1e-6  # seconds per step per token of context held by the batch
+    curve = CPU.with_context(k)
+    for _ in range(ATTEMPTS):
+        async with run_emulator(EmulatorConfig(throughput=curve, time_scale=1.0)) as url:
+            settings = ProfileSettings(url, batch_sizes=(1, 8), tokens=100,
+                                       context_lengths=(300, 900), context_batch=8)
+            result = await profile_endpoint(settings, name="emu-k")
+        ok = result.model.context_s_per_token == pytest.approx(k, rel=0.25) and close_to_cpu(
+            result.model)
+        if ok:
+            break
+    assert [m.prompt_tokens for m in result.context_measurements] == [1, 300, 900]
+    assert result.model.context_s_per_token == pytest.approx(k, rel=0.25)
+    assert close_to_cpu(result.model)  # points moved to zero context: the emulator's tau(b)
+    data = result.to_dict()
+    assert data["context_s_per_token"] > 0 and len(data["context_measurements"]) == 3
+    assert data["provenance"]["kind"] == "measured" and "a0_s" in data["provenance"]["fit"]
+    assert "Context term k" in result.model.source
+    loaded = ThroughputModel.from_dict(data)
+    assert loaded.context_s_per_token == result.model.context_s_per_token

@@ -17,7 +17,7 @@ from tailsieve.policy.registry import get_policy
 from tailsieve.sim.baseline_step import BASELINE_POLICIES, route_topk_oracle, run_baseline_step
 from tailsieve.sim.replicas import PoolConfigs
 
-GPU = load_profile("gpu")
+GPU = load_profile("illustrative-flat")
 POOLS = PoolConfigs.from_specs(ReplicaConfig(GPU))
 
 

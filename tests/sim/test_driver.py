@@ -27,7 +27,7 @@ from tailsieve.sim.driver import (
 from tailsieve.sim.records import PolicyRun
 from tailsieve.sim.replicas import PoolConfigs
 
-POOLS = PoolConfigs.from_specs(ReplicaConfig(load_profile("gpu")))
+POOLS = PoolConfigs.from_specs(ReplicaConfig(load_profile("illustrative-flat")))
 
 
 class FakeWorkload:
@@ -172,7 +172,7 @@ def test_real_controllers_keep_invariants(num_replicas: int, num_groups: int, se
 def test_capped_replicas_use_the_event_engine_over_a_whole_run() -> None:
     wl = FakeWorkload(num_prompts=60)
     cfg = SimSettings(num_replicas=4, num_groups=12, group_size=4, num_steps=5, seed=2)
-    capped = PoolConfigs.from_specs(ReplicaConfig(load_profile("gpu"), max_num_seqs=6,
+    capped = PoolConfigs.from_specs(ReplicaConfig(load_profile("illustrative-flat"), max_num_seqs=6,
                                                   prefill_s=0.01))
     runs = run_policies(["uniform", "tailsieve"], cfg, lambda: epoch_prompt_ids(wl.ids, 2), wl,
                         capped)

@@ -105,7 +105,7 @@ def test_prefill_delays_start() -> None:
 
 
 def test_speculative_tail_config_shortens_tail_time() -> None:
-    base = ReplicaConfig(load_profile("gpu"))
+    base = ReplicaConfig(load_profile("illustrative-flat"))
     plan = build_plan(0, 2, 4, [Placement("a", 0), Placement("t", 1, Pool.TAIL)])
     lens = _lengths({"a": [100, 100, 100, 100], "t": [5000, 4000, 3000, 2000]})
     plain = SimExecutor(PoolConfigs.from_specs(base)).run(plan, lens)
@@ -134,7 +134,7 @@ def test_closed_form_equals_event_driven(
     num_replicas: int, group_size: int, num_groups: int, seed: int, spread: bool
 ) -> None:
     rng = np.random.default_rng(seed)
-    model = load_profile("gpu")
+    model = load_profile("illustrative-flat")
     placements = []
     for i in range(num_groups):
         r = int(rng.integers(num_replicas))

@@ -21,7 +21,7 @@ from tailsieve.sim.driver import (
 )
 from tailsieve.sim.replicas import PoolConfigs
 
-POOLS = PoolConfigs.from_specs(ReplicaConfig(load_profile("gpu").with_context(55e-9)))
+POOLS = PoolConfigs.from_specs(ReplicaConfig(load_profile("illustrative-flat").with_context(55e-9)))
 
 
 class FakeWorkload:

@@ -50,7 +50,7 @@ class Iid:
 
 def test_single_replica_persistent_lengths_capture_everything() -> None:
     wl = Fixed(np.random.default_rng(0).permutation(400) * 10 + 100)
-    res = capture_rates(wl, load_profile("gpu"), CaptureConfig(replicas=1, rounds=20))
+    res = capture_rates(wl, load_profile("illustrative-flat"), CaptureConfig(replicas=1, rounds=20))
     for r in res:
         assert r.same_round_capture == 1.0 and r.cross_step_capture == 1.0
 
@@ -58,7 +58,7 @@ def test_single_replica_persistent_lengths_capture_everything() -> None:
 def test_persistent_lengths_capture_is_high_across_replicas() -> None:
     rng = np.random.default_rng(1)
     wl = Fixed(np.rint(np.exp(rng.normal(7, 1, 400))).astype(np.int64))
-    res = capture_rates(wl, load_profile("gpu"), CaptureConfig(rounds=60))
+    res = capture_rates(wl, load_profile("illustrative-flat"), CaptureConfig(rounds=60))
     for r in res:
         assert r.same_round_capture >= 0.8
         assert r.cross_step_capture == pytest.approx(r.same_round_capture)
@@ -66,7 +66,7 @@ def test_persistent_lengths_capture_is_high_across_replicas() -> None:
 
 
 def test_iid_lengths_cross_step_is_near_random() -> None:
-    res = capture_rates(Iid(), load_profile("gpu"), CaptureConfig(rhos=(0.25,), rounds=150))
+    res = capture_rates(Iid(), load_profile("illustrative-flat"), CaptureConfig(rhos=(0.25,), rounds=150))
     r = res[0]
     assert r.same_round_capture > 0.6
     assert r.cross_step_capture == pytest.approx(r.random_baseline, abs=0.06)

@@ -30,7 +30,7 @@ def demo(
     steps: Annotated[int, typer.Option(help="Steps after the warm-up step.")] = 10,
     workload: Annotated[str, typer.Option(help="Workload preset or trace file.")] = "paper-math",
     profile: Annotated[
-        str, typer.Option(help="Throughput profile of the emulated replicas.")
+        str, typer.Option(help="Throughput profile of the emulated replicas (tailsieve profiles).")
     ] = "qwen3-4b-h100",
     time_scale: Annotated[float, typer.Option(help="Emulated seconds per modelled second.")] = 0.02,
     seed: Annotated[int, typer.Option(help="Seed of workload and sampling.")] = 0,

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tailsieve.errors import ConfigError, TraceError
-from tailsieve.model.profiles import load_profile
+from tailsieve.model.profiles import DEFAULT_PROFILE, load_profile
 from tailsieve.oracle.pareto_dp import OptimalSplit
 from tailsieve.oracle.summary import (
     GapStudy,
@@ -77,7 +77,8 @@ def oracle(
         100, "--sample-requests", help="Requests drawn from the trace (0 = all rows)."
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of the draw from the trace."),
-    profile: str = typer.Option("cpu", "--profile", help="Throughput profile: cpu, gpu or FILE."),
+    profile: str = typer.Option(DEFAULT_PROFILE, "--profile",
+                                help="Throughput profile name (tailsieve profiles) or FILE."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
     plot: Annotated[
         Path | None, typer.Option("--plot", help="Write the Figure-2 style plot (PNG/PDF).")
@@ -101,12 +102,12 @@ def oracle_sweep(
     sample_requests_n: int = typer.Option(100, "--sample-requests", help="Requests per draw."),
     seed: int = typer.Option(0, "--seed", help="Seed of the draws."),
     profile: Annotated[
-        list[str] | None, typer.Option("--profile", help="Profile (repeatable): cpu, gpu or FILE.")
+        list[str] | None, typer.Option("--profile", help="Profile (repeatable): a name (tailsieve profiles) or FILE.")
     ] = None,
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """Best-k gap to the exact optimum over random draws (paper appendix A.4)."""
-    models = [load_profile(p) for p in (profile or ["cpu"])]
+    models = [load_profile(p) for p in (profile or [DEFAULT_PROFILE])]
     if sample_requests_n < 1:
         raise ConfigError(f"--sample-requests must be >= 1, got {sample_requests_n}")
     pool = trace_lengths(trace)

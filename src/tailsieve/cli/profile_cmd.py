@@ -140,6 +140,12 @@ def profile(
     console = Console(stderr=out is None)
     for t in tables:
         console.print(t)
+    for st, r in zip(settings, results, strict=True):
+        if r.context_measurements:
+            fit = r.model.provenance.get("fit", {})
+            console.print(f"{st.endpoint}: k = {r.model.context_s_per_token * 1e9:.2f} ns per "
+                          f"context token; a0 = {fit.get('a0_s', 0.0) * 1e3:.3f} ms, c_s = "
+                          f"{fit.get('c_s_per_request', 0.0) * 1e6:.2f} us per request")
     if out is None:
         print(text, end="")
         return

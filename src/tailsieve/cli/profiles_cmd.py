@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 
 import typer
 from rich.console import Console
@@ -10,6 +11,7 @@ from rich.table import Table
 
 from tailsieve.model.profiles import list_profiles, load_profile
 from tailsieve.model.throughput import ThroughputModel
+from tailsieve.model.validation import markdown_table, validation_rows
 
 CONTEXT_PER_REQUEST = 2048  # tokens of context per request in the "b=64 at 2k" column
 COMPARE_BATCHES: tuple[int, ...] = (1, 8, 32, 64, 128, 256)
@@ -21,6 +23,7 @@ def register(app: typer.Typer) -> None:
                       invoke_without_command=True, no_args_is_help=False)
     sub.callback(invoke_without_command=True)(profiles)
     sub.command("compare")(compare)
+    sub.command("validate")(validate)
     app.add_typer(sub, name="profiles")
 
 
@@ -103,3 +106,21 @@ def compare(
                       f"{r['tau_a_s'] * 1e3:.3f}", f"{r['tau_b_s'] * 1e3:.3f}",
                       f"{r['ratio_a_over_b']:.3f}")
     Console().print(table)
+
+
+def validate(
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+) -> None:
+    """The decode model (DESIGN 2b) against public measurements: Vidur's H100 GEMM timings,
+    FlashAttention-3 paged decode on H100, published batch-1 and vLLM TPOT figures."""
+    rows = validation_rows()
+    if as_json:
+        print(json.dumps([{**asdict(r), "off": r.off} for r in rows], indent=2))
+        return
+    table = Table(title="decode model vs public measurements")
+    for col in ("part", "case", "published", "model", "off", "source"):
+        table.add_column(col, justify="right" if col in ("published", "model", "off") else "left",
+                         no_wrap=True, overflow="ellipsis")
+    for line in markdown_table(rows)[2:]:
+        table.add_row(*[c.strip() for c in line.strip("|").split("|")])
+    Console(width=max(Console().width, 160)).print(table)

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tailsieve.errors import ConfigError
-from tailsieve.model.profiles import load_profile
+from tailsieve.model.profiles import DEFAULT_PROFILE, load_profile
 from tailsieve.model.replica_engine import ReplicaConfig
 from tailsieve.model.speculative import SpecConfig
 from tailsieve.sim.driver import (
@@ -49,7 +49,8 @@ def simulate(
     policy: Annotated[
         list[str] | None, typer.Option("--policy", help=_POLICY_HELP)
     ] = None,
-    profile: str = typer.Option("gpu", "--profile", help="Throughput profile name or file."),
+    profile: str = typer.Option(DEFAULT_PROFILE, "--profile",
+                                help="Throughput profile name or file (tailsieve profiles)."),
     seed: int = typer.Option(0, "--seed", help="Seed of prompt order and length draws."),
     seeds: int = typer.Option(1, "--seeds", help="Seeds seed .. seed+K-1 for the paired "
                               "statistic with its 95% interval (tables show the first seed)."),

@@ -209,8 +209,8 @@ def capture(
     groups: Annotated[int, typer.Option("--groups", help="N: groups the step needs.")] = 64,
     group_size: Annotated[int, typer.Option("--group-size", help="n: responses per group.")] = 8,
     profile: Annotated[
-        str, typer.Option("--profile", help="Throughput profile (cpu, gpu, file).")
-    ] = "gpu",
+        str, typer.Option("--profile", help="Throughput profile (a name or a file).")
+    ] = "qwen3-4b-h100",
     rounds: Annotated[int, typer.Option("--rounds", help="Random rounds to average.")] = 200,
     seed: Annotated[int, typer.Option("--seed", help="Seed.")] = 0,
     tail_metric: Annotated[

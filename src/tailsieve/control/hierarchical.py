@@ -79,8 +79,13 @@ class HierarchicalController(Controller):
             [(a.num_finished, a.finished_tokens) for a in outcome.aborted],
         )
         st.history.append(work)
-        del st.history[: max(0, len(st.history) - self._history_len())]
-        self._samples = self.predictor.samples(st.history)
+        keep = self._history_len()
+        del st.history[: max(0, len(st.history) - keep)]
+        if len(self._samples) + 1 >= len(st.history) > 0:
+            # one new pre-processed sample; the older ones are reused
+            self._samples = [*self._samples, *self.predictor.samples([work])][-keep:]
+        else:
+            self._samples = self.predictor.samples(st.history)
         self._cache = {}
         clean = not plan.carried_in_bulk_ids and not plan.is_flush
         self._update_corrections(plan, outcome, work, clean)
@@ -178,6 +183,8 @@ class HierarchicalController(Controller):
         st["history"] = [StepWork.from_dict(h) for h in st["history"]]
         self.state = ControllerState(**st)
         self.inner.load_state_dict(state["inner"])
+        self._samples = self.predictor.samples(self.state.history)
+        self._cache = {}
 
     def predict_pool_times(self, q: int, m: int) -> PredictedPoolTimes | None:
         """The predictor's pool times at (q, m) on the remembered steps, raw and corrected by

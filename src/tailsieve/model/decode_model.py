@@ -208,6 +208,27 @@ class DecodeModel:
         p = self.eff.roofline_p
         return np.asarray((mem**p + comp**p) ** (1.0 / p), dtype=np.float64)
 
+    def layer_linear_s(self, b: npt.ArrayLike) -> FloatArray:
+        """Non-attention time of one dense full-attention layer (projections, MLP, norms,
+        rope, activation, residual adds): what Vidur's ``mlp.csv`` profiles per layer."""
+        m = self.model
+        arr = np.asarray(b, dtype=np.float64)
+        params = (m.full_attention_params + m.dense_mlp_params) / self.tp
+        mem = params * m.dtype_bytes / self.weight_bw
+        comp = arr * 2.0 * params / self.flops
+        p = self.eff.roofline_p
+        act = self.activation_bytes_per_token / m.num_layers / self.weight_bw
+        return np.asarray(self.eff.per_layer_overhead_s + (mem**p + comp**p) ** (1.0 / p)
+                          + arr * act, dtype=np.float64)
+
+    def attention_layer_s(self, context_tokens: npt.ArrayLike) -> FloatArray:
+        """Decode attention time of one full-attention layer over ``context_tokens`` cached
+        tokens in total (the kernel floor plus reading them)."""
+        per_layer = self.kv_bytes_per_token_per_gpu / max(self.model.num_full_attention_layers, 1)
+        arr = np.asarray(context_tokens, dtype=np.float64)
+        return np.asarray(self.eff.attention_floor_s + arr * per_layer / self.attention_bw,
+                          dtype=np.float64)
+
     def tau0(self, b: npt.ArrayLike) -> FloatArray:
         """``tau(b, 0)``: the step at zero context (``tau(0) = 0``)."""
         arr = np.asarray(b, dtype=np.float64)

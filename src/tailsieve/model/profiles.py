@@ -19,11 +19,19 @@ DERIVED_PROFILES: dict[str, tuple[str, str, int]] = {
     "qwen3-4b-h200": ("qwen3-4b", "h200", 1),
 }
 DEFAULT_PROFILE = "qwen3-4b-h100"  # default of simulate, demo, oracle and the benchmarks
-PROFILE_NAMES: tuple[str, ...] = (*DERIVED_PROFILES, "cpu", "gpu")
+# "cpu" is measured on this project's CI machine (vLLM CPU build); "illustrative-flat" is the
+# hand-drawn GPU-shaped curve of earlier versions (no context term, never a default).
+PROFILE_NAMES: tuple[str, ...] = (*DERIVED_PROFILES, "cpu", "illustrative-flat")
+RETIRED: dict[str, str] = {
+    "gpu": "the hand-drawn 'gpu' curve was retired: use qwen3-4b-h100 (derived from the model "
+           "and the GPU) or, for the old curve, illustrative-flat",
+}
 
 
 def builtin_profile(name: str) -> ThroughputModel:
     """A shipped profile by name (see ``PROFILE_NAMES``)."""
+    if name in RETIRED:
+        raise ProfileError(RETIRED[name])
     if name not in PROFILE_NAMES:
         raise ProfileError(f"unknown profile {name!r}; choose one of {', '.join(PROFILE_NAMES)}")
     text = resources.files("tailsieve.model").joinpath("profiles", f"{name}.json").read_text()
@@ -33,6 +41,8 @@ def builtin_profile(name: str) -> ThroughputModel:
 def load_profile(name_or_path: str | Path) -> ThroughputModel:
     """A shipped profile name (see ``PROFILE_NAMES``) or a path to a profile JSON file."""
     key = str(name_or_path)
+    if key in RETIRED and not Path(key).exists():
+        raise ProfileError(RETIRED[key])
     if key in PROFILE_NAMES:
         return builtin_profile(key)
     path = Path(key)

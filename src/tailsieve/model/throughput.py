@@ -72,6 +72,7 @@ class ThroughputModel:
                 raise ProfileError(f"{self.name}: {label} must be a positive integer, got {n!r}")
         if not isinstance(self.provenance, dict):
             raise ProfileError(f"{self.name}: provenance must be a JSON object (dict)")
+        object.__setattr__(self, "provenance", dict(self.provenance))  # not shared by copies
         b = np.array([p.batch_size for p in self.points], dtype=np.float64)
         tau = np.array([p.step_s for p in self.points], dtype=np.float64)
         if len(b) >= 2:

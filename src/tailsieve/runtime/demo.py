@@ -18,7 +18,7 @@ import numpy as np
 
 from tailsieve.core.timeline import StepTimeline
 from tailsieve.errors import ConfigError
-from tailsieve.model.profiles import load_profile
+from tailsieve.model.profiles import DEFAULT_PROFILE, load_profile
 from tailsieve.runtime.backends import PromptInput, SamplingParams
 from tailsieve.runtime.emulator import EmulatorFleet
 from tailsieve.runtime.observe import StepMetrics
@@ -40,8 +40,8 @@ class DemoConfig:
     group_size: int = 8
     steps: int = 10  # steps after the warm-up step
     workload: str = "paper-math"
-    profile: str = "qwen3-4b-h100"  # grounded decode model of Qwen3-4B on one H100
-    time_scale: float = 0.02  # emulated seconds per modelled second
+    profile: str = DEFAULT_PROFILE  # derived Qwen3-4B on one H100 (tailsieve profiles)
+    time_scale: float = 0.02  # emulated seconds per modelled second (~100 s for the default job)
     seed: int = 0
     policies: tuple[str, ...] = ("uniform", "tailsieve")
     out_dir: Path = Path("demo-out")
