@@ -41,9 +41,10 @@ def headline(out_dir: Path, root: Path) -> list[str]:
         ts, uo = _row(rows, "tailsieve"), _row(rows, "uniform-oracle")
         if ts and uo:
             m, lo = ts["paired"]["mean"], ts["paired"]["ci_low"]
-            diag = (f"tailsieve diagnostics over the steady steps: capture of the q longest "
-                    f"groups {fmt_pct(ts['capture_rate'])}, tail-pool idle "
-                    f"{fmt_pct(ts['tail_idle_fraction'])} of its replica-seconds, aborted "
+            pool = ("no tail pool in the steady steps (m = 0)" if ts["tail_idle_fraction"] is None
+                    else f"capture of the q longest groups {fmt_pct(ts['capture_rate'])}, "
+                    f"tail-pool idle {fmt_pct(ts['tail_idle_fraction'])} of its replica-seconds")
+            diag = (f"tailsieve diagnostics over the steady steps: {pool}, aborted "
                     f"attempts {fmt_pct(ts['aborted_replica_fraction'])} of all replica-seconds, "
                     f"observed / predicted step time {fmt_x(ts['makespan_obs_over_pred'])}.")
             verdict = (f"tailsieve {m:.3f}x vs Uniform Oracle {uo['paired']['mean']:.3f}x: "
