@@ -62,7 +62,7 @@ def demo(
     display = ProgressDisplay(Console(stderr=True)) if progress else None
 
     def on_policy(name: str) -> None:
-        console.print(f"[bold]policy {name}[/bold]")
+        console.print(f"[bold]policies {name}, interleaved step by step[/bold]")
 
     if display is not None:
         with display:
