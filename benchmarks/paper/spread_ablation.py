@@ -7,6 +7,7 @@ Every row runs through the real step protocol on the same prompts and lengths as
 * baselines: Uniform Oracle, Seer-style Oracle, top-k oracle (they read lengths);
 * ``tailsieve``: the hierarchical controller from q0 = 1, m0 = 0 with spread dealing (default);
 * ``tailsieve-groups``: the same controller with whole groups (the paper's dealing);
+* ``tailsieve from m0=3``: the default controller started inside isolation (q0 = 1, m0 = 3);
 * static points through the protocol (``tailsieve-static``), the ablation grid: spread on/off,
   balance (m = 0) with and without a cutoff (c extra groups), isolation (q, m) with c = q.
 
@@ -77,9 +78,9 @@ def _static(pt: Static) -> Any:
     return make
 
 
-def _controller(spread: bool) -> Any:
+def _controller(spread: bool, m0: int = 0) -> Any:
     def make(name: str, s: SimSettings, p: PoolConfigs) -> Controller:
-        cfg = dataclasses.replace(s.controller_config(), spread=spread)
+        cfg = dataclasses.replace(s.controller_config(), spread=spread, m0=m0)
         return HierarchicalController(cfg, p.tail.throughput, p.bulk.throughput)
 
     return make
@@ -99,8 +100,9 @@ def run_case(profile: str, num_replicas: int, workload: str, seeds: tuple[int, .
         uni = base.run("uniform")
         for b in BASELINES[1:]:
             runs.setdefault(b, []).append((uni, base.run(b)))
-        for row, spread in (("tailsieve", True), ("tailsieve-groups", False)):
-            run = simulate(["tailsieve"], s, wl, pools, _controller(spread)).run("tailsieve")
+        for row, spread, m0 in (("tailsieve", True, 0), ("tailsieve-groups", False, 0),
+                                ("tailsieve from m0=3", True, min(3, num_replicas - 1))):
+            run = simulate(["tailsieve"], s, wl, pools, _controller(spread, m0)).run("tailsieve")
             runs.setdefault(row, []).append((uni, run))
         for pt in grid:
             run = simulate(["tailsieve"], s, wl, pools, _static(pt)).run("tailsieve")

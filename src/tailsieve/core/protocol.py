@@ -2,7 +2,9 @@
 
 ``plan_step`` turns (carried candidates, controller targets, prompt stream) into a
 ``StepPlan``; an executor runs it; ``update_from_outcome`` checks the invariants, ranks the
-aborted groups into the next candidate set and feeds the controller.
+aborted groups into the next candidate set and feeds the controller. Within a pool, groups are
+dealt round-robin whole, or (``ControlTargets.spread``) response by response; m = 0 with c = 0
+and spread is the "balance" step. See docs/protocol.md.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """``SimExecutor``: run a ``StepPlan`` on simulated replicas and return a ``StepOutcome``.
 
 Semantics (DESIGN.md section 4): every group of the plan is launched at t = 0 on its replica in
-dispatch order (one group = ``group_size`` requests, FCFS when a running cap queues them). The
+dispatch order (one group = ``group_size`` requests, FCFS when a running cap queues them; a
+spread group's requests sit on several replicas, ``GroupAssignment.replicas``). The
 delivered batch is every tail group, every pinned group and the first ``num_fresh_to_deliver``
 fresh bulk groups to complete (a group completes with its last response; ties at one instant go
 by plan order). At that cutoff moment every other fresh bulk group is aborted; the aborted
