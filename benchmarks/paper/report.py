@@ -452,7 +452,11 @@ def ablation(out_dir: Path) -> tuple[list[str], list[str]]:
             f"{_x(ts['speedup'])} | {'above' if c['beats_uniform_oracle'] else 'below'} |")
     lines += ["", "Ablation: every static point of the grid through the protocol "
               "(`tailsieve-static`, same prompts and seeds; c = extra groups launched for the "
-              "cutoff, spread = single responses dealt over the pool, groups = whole groups):", ""]
+              "cutoff, spread = single responses dealt over the pool, groups = whole groups). "
+              "In brackets: tokens wasted on aborted attempts, and the mean delivered response "
+              "length over the steady steps relative to Uniform's on the same prompts (below 1 = "
+              "a routing-induced length bias: a cutoff delivers the first attempts that finished "
+              "early):", ""]
     names = [k for k in r["cases"][0]["rows"] if k.startswith("static")]
     lines += ["| point | " + " | ".join(f"{c['workload']} R={c['replicas']}"
                                         for c in r["cases"]) + " |",
@@ -461,8 +465,10 @@ def ablation(out_dir: Path) -> tuple[list[str], list[str]]:
         cells = []
         for c in r["cases"]:
             row = c["rows"].get(k)
+            ratio = row.get("delivered_length_ratio") if row else None
             cells.append("–" if row is None else
-                         f"{_x(row['speedup'])} ({_pct(row['wasted_token_fraction'], 0)})")
+                         f"{_x(row['speedup'])} ({_pct(row['wasted_token_fraction'], 0)}"
+                         + (f", len {ratio:.3f})" if ratio is not None else ")"))
         lines.append(f"| {k.removeprefix('static ')} | " + " | ".join(cells) + " |")
     lines.append("")
     return lines, summary

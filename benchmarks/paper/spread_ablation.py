@@ -14,7 +14,9 @@ Every row runs through the real step protocol on the same prompts and lengths as
 Speedup: per seed the mean paired per-step ratio ``T_uniform(t) / T_policy(t)`` over the steady
 steps (``sim.speedup_stats``: t >= 5), then the seed mean with a 95% Student-t interval; the
 paper's last-three-steps column beside it. The controller's gap is measured against the best
-static point of the grid (chosen by its seed mean).
+static point of the grid (chosen by its seed mean). ``delivered_length_ratio``: mean delivered
+response length over the steady steps divided by Uniform's on the same prompts (1 = no
+routing-induced length bias; a cutoff delivers the first attempts that finished early).
 
 Run: ``.venv/bin/python -m benchmarks.paper.spread_ablation [--quick]`` (writes
 ``benchmarks/results/paper/spread_ablation.json``).
@@ -35,10 +37,15 @@ from tailsieve.model.replica_engine import ReplicaConfig
 from tailsieve.sim.driver import SimSettings
 from tailsieve.sim.records import PolicyRun
 from tailsieve.sim.replicas import PoolConfigs
-from tailsieve.sim.speedup_stats import last_steps_speedup, seed_speedup, t_interval
+from tailsieve.sim.speedup_stats import (
+    STEADY_FROM,
+    last_steps_speedup,
+    seed_speedup,
+    t_interval,
+)
 from tailsieve.sim.workloads import resolve_workload
 
-from .common import REPO, Timer, simulate, write_json
+from .common import REPO, PairedRuns, Timer, delivered_lengths, simulate, write_json
 
 NAME = "spread_ablation"
 N, GROUP = 64, 8
@@ -52,6 +59,10 @@ CASES = (
     ("qwen3-30b-a3b-h100-tp2", 4, "paper-math"),
 )
 Static = tuple[int, int, int, bool]  # (q, m, c, spread)
+
+
+def _steady(step: int) -> bool:
+    return step >= STEADY_FROM
 
 
 def static_grid(num_replicas: int) -> list[Static]:
@@ -91,6 +102,7 @@ def run_case(profile: str, num_replicas: int, workload: str, seeds: tuple[int, .
     """Every row of one (profile, R, workload) over the seeds."""
     pools = PoolConfigs.single(ReplicaConfig(load_profile(profile)))
     runs: dict[str, list[tuple[PolicyRun, PolicyRun]]] = {}
+    lens: dict[str, list[float]] = {}  # mean delivered length / Uniform's, steady steps
     for seed in seeds:
         name, _, strength = workload.partition("/")
         wl = resolve_workload(name, strength or None, seed=seed, num_prompts=2000)
@@ -98,16 +110,25 @@ def run_case(profile: str, num_replicas: int, workload: str, seeds: tuple[int, .
                         num_steps=num_steps, seed=seed, q0=1, m0=0)
         base = simulate(BASELINES, s, wl, pools)
         uni = base.run("uniform")
+        uni_len = float(delivered_lengths(base, "uniform", _steady).mean())
         for b in BASELINES[1:]:
             runs.setdefault(b, []).append((uni, base.run(b)))
+            lens.setdefault(b, []).append(1.0)
+
+        def add(row: str, paired: PairedRuns, uni: PolicyRun = uni,
+                uni_len: float = uni_len) -> None:
+            runs.setdefault(row, []).append((uni, paired.run("tailsieve")))
+            got = float(delivered_lengths(paired, "tailsieve", _steady).mean())
+            lens.setdefault(row, []).append(got / uni_len)
+
         for row, spread, m0 in (("tailsieve", True, 0), ("tailsieve-groups", False, 0),
                                 ("tailsieve from m0=3", True, min(3, num_replicas - 1))):
-            run = simulate(["tailsieve"], s, wl, pools, _controller(spread, m0)).run("tailsieve")
-            runs.setdefault(row, []).append((uni, run))
+            add(row, simulate(["tailsieve"], s, wl, pools, _controller(spread, m0)))
         for pt in grid:
-            run = simulate(["tailsieve"], s, wl, pools, _static(pt)).run("tailsieve")
-            runs.setdefault(label(pt), []).append((uni, run))
+            add(label(pt), simulate(["tailsieve"], s, wl, pools, _static(pt)))
     rows = {name: _row(pairs) for name, pairs in runs.items()}
+    for name, ratios in lens.items():
+        rows[name]["delivered_length_ratio"] = sum(ratios) / len(ratios)
     statics = {k: v for k, v in rows.items() if k.startswith("static")}
     best = max(statics, key=lambda k: statics[k]["speedup"])
     ts = rows["tailsieve"]["speedup"]
@@ -198,7 +219,8 @@ def main() -> None:
             lo, hi = r["ci95"]
             ci = f"[{lo:.3f}, {hi:.3f}]" if lo is not None else ""
             print(f"  {name:34s} {r['speedup']:.3f}x {ci:16s} last3 {r['last3_speedup']:.3f}x "
-                  f"waste {r['wasted_token_fraction']:.1%} final {r['final_qm'][:3]}")
+                  f"waste {r['wasted_token_fraction']:.1%} len {r['delivered_length_ratio']:.3f} "
+                  f"final {r['final_qm'][:3]}")
 
 
 if __name__ == "__main__":

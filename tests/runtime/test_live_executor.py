@@ -98,7 +98,8 @@ async def test_cutoff_aborts_the_rest_and_waits_for_pinned() -> None:
 
 
 async def test_split_groups_report_finished_responses_at_abort() -> None:
-    lengths = {"a": (5, 5), "b": (5, 5), "c": (5, 2000)}
+    # c's first response ends well before the cutoff (a tie at 5 tokens raced under load)
+    lengths = {"a": (20, 20), "b": (20, 20), "c": (5, 2000)}
     stub = StubTransport(lambda p, s: lengths[p][s], seconds_per_token=0.0005)
     plan = make_plan([], [], ["a", "b", "c"], cut=2, m=0, r=1)
     res = await LiveExecutor(["http://r0"], cfg(), transport=stub).run(plan, prompts_for(plan))
