@@ -38,6 +38,9 @@ def test_demo_runs_both_policies_and_writes_a_report(
     blob = json.loads((out / "demo.json").read_text())
     names = [p["policy"] for p in blob["policies"]]
     assert names == ["uniform", "tailsieve"]
+    ts = blob["policies"][1]
+    assert ts["paired_steps"] == [1, 2, 3]  # a 3-step demo pairs every step after warm-up
+    assert ts["paired_speedup"] > 0
     steps = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
     for policy in names:
         regular = [s for s in steps if s["policy"] == policy and not s["is_flush"]]

@@ -9,7 +9,7 @@ import pytest
 
 from tailsieve.core.diagnostics import PredictedPoolTimes, diagnose_step
 from tailsieve.core.outcome import GroupResult, StepOutcome
-from tailsieve.core.plan import StepPlan
+from tailsieve.core.plan import GroupAssignment, StepPlan
 from tailsieve.core.pool import Pool
 from tailsieve.errors import ConfigError
 from tailsieve.model.replica_engine import ReplicaConfig
@@ -114,3 +114,36 @@ def test_busy_times_derived_when_the_outcome_has_none() -> None:
 def test_prediction_rejects_negative_times() -> None:
     with pytest.raises(ConfigError, match="bulk_s"):
         PredictedPoolTimes(1.0, -1.0, 1.0, 1.0)
+
+
+@pytest.mark.parametrize("ex", EXECUTORS)
+def test_simulator_work_at_cutoff_matches_the_group_estimate(ex: SimExecutor) -> None:
+    plan = _plan()
+    res = ex.run_detailed(plan, lambda pid, step: {"T": [10, 4], "A": [3, 5], "B": [2, 6],
+                                                  "C": [9, 1]}[pid])
+    assert res.work_at_cutoff == ((7.0, 16.0), (0.0, 14.0))
+    d = diagnose_step(res.outcome, plan, work_at_cutoff=res.work_at_cutoff)
+    assert d.aborted_replica_s == pytest.approx(6.0 * 7 / 23)
+
+
+@pytest.mark.parametrize("ex", EXECUTORS)
+def test_spread_groups_count_aborted_work_on_each_replica(ex: SimExecutor) -> None:
+    # R = 2, every group spread: response 0 on replica 0, response 1 on replica 1. A ends at 5,
+    # B at 6 = cutoff. C (9, 1): its replica-1 response finished (1 token), its replica-0
+    # response had 6 tokens at the cutoff.
+    assigns = tuple(GroupAssignment(p, Pool.BULK, 0, False, i, replicas=(0, 1))
+                    for i, p in enumerate(("A", "B", "C")))
+    plan = StepPlan(step=1, num_replicas=2, group_size=2, num_required=2, q=0, m=0,
+                    num_extra=1, tail_replicas=(), bulk_replicas=(0, 1), assignments=assigns,
+                    num_fresh_to_deliver=2, fresh_prompt_ids=("A", "B", "C"),
+                    is_warmup=False, is_flush=False)
+    table = {"A": [3, 5], "B": [2, 6], "C": [9, 1]}
+    res = ex.run_detailed(plan, lambda pid, step: table[pid])
+    assert res.outcome.delivered_ids == ("A", "B")
+    # replica 0: A_0 = 6 against 3 + 2; replica 1: A_1 = 1 against 5 + 6 (no aborted request
+    # still running there, so delivered requests count in full)
+    assert res.work_at_cutoff == ((6.0, 5.0), (1.0, 11.0))
+    d = diagnose_step(res.outcome, plan, work_at_cutoff=res.work_at_cutoff)
+    assert d.cutoff_s == pytest.approx(6.0)
+    assert d.aborted_tokens == 7
+    assert d.aborted_replica_s == pytest.approx(6.0 * 6 / 11 + 6.0 * 1 / 12)

@@ -16,7 +16,8 @@ Fields (all times in seconds from the step's start; see ``docs/diagnostics.md``)
 
 Replica-seconds of aborted attempts: on a bulk replica ``r`` that ran aborted groups, all
 requests still running at the cutoff have emitted the same number of tokens ``P_r`` (all-admit),
-readable from any aborted unfinished response. The replica's time up to the cutoff is split in
+readable from any aborted unfinished response (per request in the simulator, so spread groups
+are counted on each of their replicas). The replica's time up to the cutoff is split in
 proportion to the tokens each request emitted by then: aborted tokens ``A_r`` against the
 delivered requests' ``min(L_i, P_r)``. ``aborted_replica_s = sum_r cutoff * A_r / (A_r + D_r)``.
 Everything is a few passes over the step's groups: cheap enough for every simulated step.
@@ -108,7 +109,11 @@ def _busy_until(outcome: StepOutcome, num_replicas: int, cutoff_s: float) -> lis
     return busy
 
 
-def _aborted_replica_s(outcome: StepOutcome, cutoff_s: float, group_size: int) -> float:
+def _aborted_replica_s(outcome: StepOutcome, cutoff_s: float, group_size: int,
+                       work: Sequence[tuple[float, float]]) -> float:
+    if work:
+        return sum((cutoff_s * a / (a + d) for a, d in work if a > 0), 0.0) \
+            if cutoff_s > 0 else 0.0
     aborted_on: dict[int, int] = {}
     progress: dict[int, float] = {}
     for a in outcome.aborted:
@@ -156,9 +161,13 @@ def diagnose_step(
     prediction: PredictedPoolTimes | None = None,
     tail_replicas: Sequence[int] = (),
     num_replicas: int | None = None,
+    work_at_cutoff: Sequence[tuple[float, float]] = (),
 ) -> StepDiagnostics:
     """Diagnostics of one step. ``plan`` is the protocol's plan (None for a one-shot baseline,
-    which then passes its ``tail_replicas`` and ``num_replicas``)."""
+    which then passes its ``tail_replicas`` and ``num_replicas``). ``work_at_cutoff``, per
+    replica ``(A_r, D_r)`` when the executor knows every request (the simulator), makes the
+    aborted replica-seconds exact for spread groups; without it they are estimated from the
+    groups (each on its first replica)."""
     if plan is not None:
         tails: Sequence[int] = plan.tail_replicas
         reps = plan.num_replicas
@@ -191,7 +200,7 @@ def diagnose_step(
         tail_idle_replica_s=sum((max(0.0, span - busy[r]) for r in tails), 0.0),
         idle_replica_s=sum((max(0.0, span - b) for b in busy), 0.0),
         aborted_tokens=aborted_tokens,
-        aborted_replica_s=_aborted_replica_s(outcome, cutoff, group_size),
+        aborted_replica_s=_aborted_replica_s(outcome, cutoff, group_size, work_at_cutoff),
         wasted_fraction=(
             outcome.wasted_tokens / outcome.generated_tokens if outcome.generated_tokens else 0.0
         ),

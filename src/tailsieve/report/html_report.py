@@ -32,6 +32,8 @@ COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     ("steady_step_s", "Steady step time (s, last 3 steps)", _num("{:.2f}")),
     ("mean_speedup_vs_uniform", "Speedup vs Uniform (mean)", _num("{:.3f}x")),
     ("speedup_vs_uniform", "Speedup vs Uniform (steady)", _num("{:.3f}x")),
+    ("paired_speedup", "Paired speedup vs Uniform (per-step ratio, steady steps)",
+     _num("{:.3f}x")),
     ("wasted_token_fraction", "Tokens wasted (% of generated)", lambda v: f"{100 * v:.1f}%"),
     ("lower_bound_ratio", "Step time / lower bound", _num("{:.2f}")),
     ("q_trajectory", "Final q (tail groups)", _last),

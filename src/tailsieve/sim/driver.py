@@ -140,8 +140,10 @@ def _record(
     plan_or_none: StepPlan | None, outcome: StepOutcome, drawn: tuple[str, ...], q: int, m: int,
     pools: PoolConfigs, num_replicas: int, decision_s: float,
     prediction: PredictedPoolTimes | None = None, tail_replicas: tuple[int, ...] = (),
+    work_at_cutoff: tuple[tuple[float, float], ...] = (),
 ) -> StepRecord:
-    diag = diagnose_step(outcome, plan_or_none, prediction, tail_replicas, num_replicas)
+    diag = diagnose_step(outcome, plan_or_none, prediction, tail_replicas, num_replicas,
+                         work_at_cutoff)
     lens = np.concatenate([np.asarray(g.response_tokens) for g in outcome.delivered]) \
         if outcome.delivered else np.zeros(0)
     return StepRecord(
@@ -224,7 +226,7 @@ def run_protocol(
             timeline = res
         run.records.append(_record(plan, res.outcome, plan.fresh_prompt_ids, plan.q, plan.m,
                                    pools, settings.num_replicas, (t1 - t0) + (t3 - t2),
-                                   prediction))
+                                   prediction, work_at_cutoff=res.work_at_cutoff))
     return ProtocolRun(run, timeline, proto)
 
 

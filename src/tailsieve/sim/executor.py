@@ -30,6 +30,7 @@ from tailsieve.core.plan import GroupAssignment, StepPlan
 from tailsieve.core.pool import Pool
 from tailsieve.errors import ProtocolError
 from tailsieve.model.replica_time import capacity_cannot_bind
+from tailsieve.sim.cutoff_work import work_at_cutoff
 from tailsieve.sim.eventpath import simulate_events
 from tailsieve.sim.fastpath import simulate_closed_form
 from tailsieve.sim.layout import RequestLayout
@@ -59,6 +60,7 @@ class SimStepResult:
     outcome: StepOutcome
     spans: tuple[GroupSpan, ...]
     cutoff_s: float  # the moment the fresh bulk groups were cut off
+    work_at_cutoff: tuple[tuple[float, float], ...] = ()  # per replica (A_r, D_r), cutoff_work
 
 
 class SimExecutor:
@@ -181,4 +183,7 @@ def _assemble(
         generated_tokens=generated,
         replica_busy_s=tuple(float(b) for b in busy),
     )
-    return SimStepResult(outcome=outcome, spans=tuple(spans), cutoff_s=cutoff_s)
+    work = work_at_cutoff(layout, done_s, tokens_so_far, aborted_mask, cutoff_s,
+                          plan.num_replicas)
+    return SimStepResult(outcome=outcome, spans=tuple(spans), cutoff_s=cutoff_s,
+                         work_at_cutoff=work)

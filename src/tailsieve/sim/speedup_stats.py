@@ -57,16 +57,23 @@ def t_interval(values: Sequence[float]) -> tuple[float, float | None, float | No
     return mean, mean - half, mean + half
 
 
+def ratios_by_step(
+    uniform: Mapping[int, float], policy: Mapping[int, float], steady_from: int = STEADY_FROM
+) -> dict[int, float]:
+    """``uniform[t] / policy[t]`` for every step ``t >= steady_from`` both map (step -> step
+    time of a regular step); the live demo passes its measured step times."""
+    return {
+        t: uniform[t] / v for t, v in sorted(policy.items())
+        if t >= steady_from and t in uniform and v > 0
+    }
+
+
 def paired_step_ratios(
     uniform: PolicyRun, policy: PolicyRun, steady_from: int = STEADY_FROM
 ) -> dict[int, float]:
     """``T_uniform(t) / T_policy(t)`` for every steady regular step both runs have."""
-    uni = {r.step: r.makespan_s for r in uniform.regular if r.step >= steady_from}
-    out: dict[int, float] = {}
-    for r in policy.regular:
-        if r.step in uni and r.makespan_s > 0:
-            out[r.step] = uni[r.step] / r.makespan_s
-    return out
+    return ratios_by_step({r.step: r.makespan_s for r in uniform.regular},
+                          {r.step: r.makespan_s for r in policy.regular}, steady_from)
 
 
 def seed_speedup(uniform: PolicyRun, policy: PolicyRun, steady_from: int = STEADY_FROM) -> float:
