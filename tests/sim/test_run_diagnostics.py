@@ -36,7 +36,8 @@ class FakeWorkload:
             np.int64
         )
 
-SETTINGS = SimSettings(num_replicas=4, num_groups=16, group_size=4, num_steps=8, seed=3)
+# m0 = 1: a tail pool and cutoffs from the first step (the spread default starts balanced)
+SETTINGS = SimSettings(num_replicas=4, num_groups=16, group_size=4, num_steps=8, seed=3, m0=1)
 
 
 def _runs(factory=default_controller):  # type: ignore[no-untyped-def]

@@ -46,7 +46,8 @@ def simulate(
     tail_spec: str = typer.Option("none", "--tail-spec", help="Tail pool speculation, e.g. mtp:3."),
     bulk_spec: str = typer.Option("none", "--bulk-spec", help="Bulk pool speculation."),
     q0: int = typer.Option(None, "--q0", help="Controller's initial tail groups (default 1)."),
-    m0: int = typer.Option(None, "--m0", help="Controller's initial tail replicas."),
+    m0: int = typer.Option(None, "--m0", help="Controller's initial tail replicas (default 0 "
+                           "with spread: balance first; 1 with --whole-groups)."),
     spread: bool = typer.Option(True, "--spread/--whole-groups", help="Deal single responses "
                                 "over a pool's replicas (default) or whole groups (the paper)."),
     tail_strength: str = typer.Option(

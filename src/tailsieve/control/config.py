@@ -15,7 +15,7 @@ class ControllerConfig:
     num_replicas: int  # R
     group_size: int = 8  # n responses per group
     q0: int | None = None  # initial tail groups; None = 1 (0 when N = 1)
-    m0: int | None = None  # initial tail replicas; None = 1
+    m0: int | None = None  # initial tail replicas; None = 0 with spread (balance), else 1
     q_min: int = 1  # smallest q once a tail pool exists
     q_max: int | None = None  # largest q; None = N // 2
     momentum: float = 0.5  # damping of the inner-loop momentum (0 = no memory)
@@ -108,6 +108,9 @@ class ControllerConfig:
 
     @property
     def m_start(self) -> int:
+        """Initial tail replicas: ``m0``, or by default 0 with ``spread`` (start in balance
+        mode; the outer loop opens a tail pool when the prediction says it pays) and 1
+        without (isolate from the first step, as the paper)."""
         if self.m0 is not None:
             return self.m0
-        return 1 if self.num_replicas >= 2 else 0
+        return 1 if self.num_replicas >= 2 and not self.spread else 0
