@@ -161,7 +161,7 @@ def grounded_suite(results_root: Path) -> list[str]:
     if not md.is_file():
         return []
     return ["", "<!-- grounded-suite:begin -->", md.read_text().rstrip(),
-            "<!-- grounded-suite:end -->", ""]
+            "<!-- grounded-suite:end -->"]
 
 
 def router_cluster(results_root: Path) -> list[str]:

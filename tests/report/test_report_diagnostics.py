@@ -13,6 +13,7 @@ def test_report_has_diagnostics_tables_and_plot(tmp_path: Path) -> None:
     out = tmp_path / "run"
     assert main(["simulate", "--replicas", "4", "--groups", "16", "--group-size", "4",
                  "--steps", "7", "--num-prompts", "300", "--policy", "tailsieve",
+                 "--m0", "1",  # a tail pool from the start (the spread default starts balanced)
                  "--out", str(out)]) == 0
     data = json.loads((out / "simulate.json").read_text())
     steps = data["steps"]["tailsieve"]
