@@ -17,7 +17,7 @@ if str(BENCH) not in sys.path:
 
 CASES: dict[str, tuple[dict[str, Any], set[str]]] = {
     "headline": ({"steps": 7, "seeds": (0, 1), "policies": ("uniform", "uniform-oracle",
-                                                           "tailsieve"),
+                                                           "tailsieve-fixed", "tailsieve"),
                   "configs": (("t", "paper-math", "qwen3-4b-h100", 4, 16),)}, {"configs"}),
     "table4": ({"steps": 6, "seeds": (0,), "sizes": (16,), "profiles": ("qwen3-4b-h100",)},
                {"cells"}),
