@@ -124,7 +124,9 @@ def grounded_profiles(results_root: Path) -> list[str]:
                   f"preemptions over the run ({sim.get('steps_with_preemption', 0)} steps "
                   "with any). Per-step decision (protocol + controller): mean "
                   f"{sim['decision_ms_mean']:.1f} ms, max {sim['decision_ms_max']:.1f} ms "
-                  f"(target {sim['target_decision_ms']:.0f} ms; wall time on a shared machine)."]
+                  f"(target {sim['target_decision_ms']:.0f} ms; wall time on a shared machine)"
+                  + (f"; the controller's own CPU time at most {sim['controller_cpu_ms_max']:.1f}"
+                     " ms." if "controller_cpu_ms_max" in sim else ".")]
     return [*lines, ""]
 
 
