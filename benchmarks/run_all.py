@@ -34,6 +34,7 @@ MODULES: tuple[str, ...] = (
     "fig6b_convergence",
     "tables_policies",
     "protocol_ceiling",
+    "spread_ablation",
     "spec_budget",
     "drift",
     "bias_check",

@@ -121,12 +121,13 @@ def simulate(
     return PairedRuns(out, lengths, settings)
 
 
-def fixed_factory(q: int, m: int) -> ControllerFactory:
+def fixed_factory(q: int, m: int, spread: bool = False) -> ControllerFactory:
     """A controller factory for ``run_protocol`` holding (q, m) with ``c = q``: the simulated
-    ground truth of one point of the (q, m) landscape (the package's ``StaticController``)."""
+    ground truth of one point of the (q, m) landscape (the package's ``StaticController``);
+    ``spread`` deals single responses instead of whole groups."""
 
     def make(name: str, settings: SimSettings, pools: PoolConfigs) -> Controller:
-        return StaticController(q, m, settings.num_groups, settings.num_replicas)
+        return StaticController(q, m, settings.num_groups, settings.num_replicas, spread=spread)
 
     return make
 

@@ -11,7 +11,10 @@ tails of ``paper-math`` (paper A.5), which also checks the "never lose more than
 this setting.
 
 * grid: m = 1..7, q in {m, 2m, 3m, 4m, 6m} with q <= 24 (the controller keeps q >= 2m; the
-  q = m column shows what that floor costs);
+  q = m column shows what that floor costs), each with whole groups (the paper's dealing) and
+  with spread groups (single responses dealt over the pool, issue 11), plus balance: m = 0 with
+  spread groups and no cutoff;
+* profile: the grounded ``qwen3-4b-h100`` (DESIGN 2b; ``--profile``-style argument ``profile``);
 * speedups are paired per seed against ``uniform`` (mean over steps 1..S-1 and the steady mean
   of the last three steps), then averaged over seeds;
 * the best static point is chosen once per workload by its seed-mean, not per seed (choosing
@@ -35,15 +38,16 @@ NAME = "protocol_ceiling"
 R, N, GROUP = 8, 64, 8
 REFERENCE = ("uniform", "uniform-oracle", "topk-oracle", "tailsieve-fixed", "tailsieve")
 
-
 MULTIPLES = (1, 2, 3, 4, 6)
 
 
-def grid(num_replicas: int = R, q_max: int = 24) -> list[tuple[int, int]]:
-    """(q, m) points searched: m = 1..R-1, q in {m, 2m, 3m, 4m, 6m} up to ``q_max``."""
-    out = []
-    for m in range(1, num_replicas):
-        out.extend((k * m, m) for k in MULTIPLES if k * m <= q_max)
+def grid(num_replicas: int = R, q_max: int = 24) -> list[tuple[int, int, bool]]:
+    """(q, m, spread) points searched: balance (0, 0, spread); m = 1..R-1, q in {m, 2m, 3m,
+    4m, 6m} up to ``q_max``, whole groups and spread."""
+    out = [(0, 0, True)]
+    for spread in (False, True):
+        for m in range(1, num_replicas):
+            out.extend((k * m, m, spread) for k in MULTIPLES if k * m <= q_max)
     return out
 
 
@@ -58,38 +62,40 @@ def resolve(spec: str, seed: int, num_prompts: int) -> Any:
 
 def run(out_dir: Path, quick: bool, steps: int | None = None,
         seeds: tuple[int, ...] | None = None,
-        workloads: tuple[str, ...] = WORKLOADS) -> dict[str, Any]:
+        workloads: tuple[str, ...] = WORKLOADS, profile: str = PROFILE) -> dict[str, Any]:
     """The grid on each workload; 16 steps x 3 seeds (8 steps x 1 seed ``quick``)."""
     timer = Timer()
     num_steps = steps if steps is not None else (8 if quick else 16)
     seed_list = seeds if seeds is not None else ((0,) if quick else (0, 1, 2))
     points = grid(q_max=12) if quick else grid()
-    pools = pools_for(PROFILE)
+    pools = pools_for(profile)
     results: dict[str, Any] = {}
     for wl_name in workloads:
         ref: dict[str, list[tuple[float, float]]] = {p: [] for p in REFERENCE}
-        static: dict[tuple[int, int], list[tuple[float, float]]] = {pt: [] for pt in points}
+        static: dict[tuple[int, int, bool], list[tuple[float, float]]] = {pt: [] for pt in points}
         for seed in seed_list:
             wl = resolve(wl_name, seed, max(1000, 2 * num_steps * N))
             s = SimSettings(num_replicas=R, num_groups=N, group_size=GROUP,
-                            num_steps=num_steps, seed=seed)
+                            num_steps=num_steps, seed=seed, q0=1, m0=0)
             paired = simulate(REFERENCE, s, wl, pools)
             uni = paired.run("uniform")
             for p in REFERENCE:
                 sm = paired.run(p).summary(uni)
                 ref[p].append((sm["mean_speedup_vs_uniform"], sm["speedup_vs_uniform"]))
-            for q, m in points:
+            for q, m, spread in points:
                 run_ = simulate(["tailsieve"], s, wl, pools,
-                                controller_factory=fixed_factory(q, m)).run("tailsieve")
+                                controller_factory=fixed_factory(q, m, spread)).run("tailsieve")
                 sm = run_.summary(uni)
-                static[(q, m)].append((sm["mean_speedup_vs_uniform"], sm["speedup_vs_uniform"]))
+                static[(q, m, spread)].append(
+                    (sm["mean_speedup_vs_uniform"], sm["speedup_vs_uniform"])
+                )
         refs = {p: {"mean_speedup": mean([x[0] for x in v]),
                     "steady_speedup": mean([x[1] for x in v]),
                     "per_seed_mean_speedup": [x[0] for x in v]} for p, v in ref.items()}
-        table = [{"q": q, "m": m, "mean_speedup": mean([x[0] for x in v]),
+        table = [{"q": q, "m": m, "spread": spread, "mean_speedup": mean([x[0] for x in v]),
                   "steady_speedup": mean([x[1] for x in v]),
                   "per_seed_mean_speedup": [x[0] for x in v]}
-                 for (q, m), v in static.items()]
+                 for (q, m, spread), v in static.items()]
         best = max(table, key=lambda r: r["mean_speedup"])
         topk_gain = refs["topk-oracle"]["mean_speedup"] - 1.0
 
@@ -105,12 +111,15 @@ def run(out_dir: Path, quick: bool, steps: int | None = None,
             "target_speedup_90pct_of_topk": 1.0 + 0.9 * topk_gain,
             "best_static_beats_uniform_oracle":
                 best["mean_speedup"] > refs["uniform-oracle"]["mean_speedup"],
+            "tailsieve_gap_to_best_static":
+                refs["tailsieve"]["mean_speedup"] / best["mean_speedup"] - 1.0,
         }
     _plot(out_dir / f"{NAME}.png", results)
     payload: dict[str, Any] = {
         "name": NAME,
         "quick": quick,
-        "settings": {"replicas": R, "groups": N, "group_size": GROUP, "profile": PROFILE,
+        "settings": {"replicas": R, "groups": N, "group_size": GROUP, "profile": profile,
+                     "controller_start": {"q0": 1, "m0": 0},
                      "steps": num_steps, "seeds": list(seed_list), "grid": points,
                      "workloads": list(workloads)},
         "results": results,
@@ -124,12 +133,16 @@ def run(out_dir: Path, quick: bool, steps: int | None = None,
 def _plot(path: Path, results: dict[str, Any]) -> None:
     fig, axes = plt.subplots(1, len(results), figsize=(4.8 * len(results), 4.2), sharey=True)
     for ax, (wl, res) in zip(np.atleast_1d(axes), results.items(), strict=True):
-        by_m: dict[int, list[tuple[int, float]]] = {}
+        by_m: dict[tuple[int, bool], list[tuple[int, float]]] = {}
         for r in res["static"]:
-            by_m.setdefault(r["m"], []).append((r["q"], r["mean_speedup"]))
-        for m, pts in sorted(by_m.items()):
+            if r["m"] > 0:
+                by_m.setdefault((r["m"], r["spread"]), []).append((r["q"], r["mean_speedup"]))
+            else:
+                ax.axhline(r["mean_speedup"], color="tab:green", lw=1.5, label="balance (spread)")
+        for (m, spread), pts in sorted(by_m.items()):
             qs, ys = zip(*sorted(pts), strict=True)
-            ax.plot(qs, ys, "o-", ms=4, label=f"static m={m}")
+            ax.plot(qs, ys, "o-" if spread else "x--", ms=4,
+                    label=f"m={m} {'spread' if spread else 'groups'}")
         styles = {"uniform-oracle": ("k", "--"), "topk-oracle": ("tab:red", "--"),
                   "tailsieve": ("tab:purple", "-")}
         for name, (c, ls) in styles.items():

@@ -1,7 +1,8 @@
 """Write ``BENCHMARKS.md``: this project's figures beside the paper's, from the suite's JSON.
 
 Every number in the file is read from ``benchmarks/results/paper/*.json`` (and
-``benchmarks/results/real_engine.json`` / ``real_engine.md`` when present); the notes that
+``benchmarks/results/real_engine.json`` / ``real_engine.md`` when present, and the sections of
+``report_extra``); the notes that
 say whether a figure is matched are computed from those numbers, and the reasons given are the
 ones the measurements show (see each section).
 """
@@ -16,6 +17,7 @@ from typing import Any
 from tailsieve.model.profiles import DEFAULT_PROFILE
 from tailsieve.model.validation import markdown_table
 
+from . import report_extra
 from .common import REPO
 
 CMD = ".venv/bin/python benchmarks/run_all.py --out benchmarks/results"
@@ -373,7 +375,8 @@ def ceiling(out_dir: Path) -> tuple[list[str], list[str]]:
             f"| {wl} | {_x(ref['uniform-oracle']['mean_speedup'])} "
             f"| {_x(ref['topk-oracle']['mean_speedup'])} "
             f"| {_x(res['target_speedup_90pct_of_topk'])} "
-            f"| ({best['q']}, {best['m']}): {_x(best['mean_speedup'])} "
+            f"| ({best['q']}, {best['m']}{', spread' if best.get('spread') else ''}): "
+            f"{_x(best['mean_speedup'])} "
             f"[{_x(best['steady_speedup'])}] "
             f"| {'–' if share is None else _pct(share, 0)} "
             f"| {_x(ref['tailsieve']['mean_speedup'])} [{_x(ref['tailsieve']['steady_speedup'])}] "
@@ -394,13 +397,81 @@ def ceiling(out_dir: Path) -> tuple[list[str], list[str]]:
               "| m \\ q | " + " | ".join(f"q = {k}m" for k in (1, 2, 3, 4, 6)) + " |",
               "|---|---|---|---|---|---|"]
     for wl, res in r["results"].items():
-        by_m: dict[int, dict[int, float]] = {}
+        by_m: dict[tuple[int, bool], dict[int, float]] = {}
+        balance = [x for x in res["static"] if x["m"] == 0]
         for x in res["static"]:
-            by_m.setdefault(x["m"], {})[x["q"] // x["m"]] = x["mean_speedup"]
-        lines.append(f"| **{wl}** | | | | | |")
-        for m, row in sorted(by_m.items()):
-            lines.append(f"| m = {m} | " + " | ".join(
+            if x["m"] > 0:
+                by_m.setdefault((x["m"], bool(x.get("spread"))), {})[x["q"] // x["m"]] = \
+                    x["mean_speedup"]
+        extra = f" (balance, m = 0 spread: {_x(balance[0]['mean_speedup'])})" if balance else ""
+        lines.append(f"| **{wl}**{extra} | | | | | |")
+        for (m, spread), row in sorted(by_m.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+            tag = " spread" if spread else ""
+            lines.append(f"| m = {m}{tag} | " + " | ".join(
                 _x(row[k]) if k in row else "–" for k in (1, 2, 3, 4, 6)) + " |")
+    lines.append("")
+    return lines, summary
+
+
+def ablation(out_dir: Path) -> tuple[list[str], list[str]]:
+    """Issue 11: the grounded GPU profiles, the must-show table and the lever ablations."""
+    r = _load(out_dir, "spread_ablation")
+    if r is None:
+        return [], []
+    st = r["settings"]
+    lines = ["## Issue 11: grounded GPU profiles, spread groups and balance", ""]
+    lines += _header(r, out_dir, "spread_ablation")
+    lines += [f"N = {st['groups']} x {st['group_size']}, {st['steps']} steps, seeds "
+              f"{st['seeds']}; controller from q0 = 1, m0 = 0. Speedup over Uniform: per seed "
+              "the mean paired per-step ratio over the steady steps (t >= 5), seed mean with a "
+              "95% Student-t interval; the paper's last-three-steps column beside it. Nothing "
+              "but the oracles reads a length.", "",
+              "| profile, R, workload | uniform-oracle | seer-oracle | top-k oracle "
+              "| tailsieve (spread) | last 3 | wasted tokens | tailsieve, whole groups "
+              "| best static point | controller vs best static |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    summary = []
+    for c in r["cases"]:
+        rows = c["rows"]
+
+        def ci(row: dict[str, Any]) -> str:
+            lo, hi = row["ci95"]
+            return _x(row["speedup"]) + (f" [{lo:.3f}, {hi:.3f}]" if lo is not None else "")
+
+        ts = rows["tailsieve"]
+        best = rows[c["best_static"]]
+        lines.append(
+            f"| {c['profile']}, R = {c['replicas']}, {c['workload']} "
+            f"| {_x(rows['uniform-oracle']['speedup'])} | {_x(rows['seer-oracle']['speedup'])} "
+            f"| {_x(rows['topk-oracle']['speedup'])} | **{ci(ts)}** "
+            f"| {_x(ts['last3_speedup'])} | {_pct(ts['wasted_token_fraction'])} "
+            f"| {_x(rows['tailsieve-groups']['speedup'])} "
+            f"| {c['best_static'].removeprefix('static ')}: {_x(best['speedup'])} "
+            f"| {c['controller_gap_to_best_static']:+.1%} |")
+        summary.append(
+            f"| Issue 11 on {c['profile']}, R = {c['replicas']}, {c['workload']}: tailsieve "
+            f"vs Uniform Oracle | {_x(rows['uniform-oracle']['speedup'])} | tailsieve "
+            f"{_x(ts['speedup'])} | {'above' if c['beats_uniform_oracle'] else 'below'} |")
+    lines += ["", "Ablation: every static point of the grid through the protocol "
+              "(`tailsieve-static`, same prompts and seeds; c = extra groups launched for the "
+              "cutoff, spread = single responses dealt over the pool, groups = whole groups). "
+              "In brackets: tokens wasted on aborted attempts, and the mean delivered response "
+              "length over the steady steps relative to Uniform's on the same prompts (below 1 = "
+              "a routing-induced length bias: a cutoff delivers the first attempts that finished "
+              "early):", ""]
+    names = [k for k in r["cases"][0]["rows"] if k.startswith("static")]
+    lines += ["| point | " + " | ".join(f"{c['workload']} R={c['replicas']}"
+                                        for c in r["cases"]) + " |",
+              "|---|" + "---|" * len(r["cases"])]
+    for k in names:
+        cells = []
+        for c in r["cases"]:
+            row = c["rows"].get(k)
+            ratio = row.get("delivered_length_ratio") if row else None
+            cells.append("–" if row is None else
+                         f"{_x(row['speedup'])} ({_pct(row['wasted_token_fraction'], 0)}"
+                         + (f", len {ratio:.3f})" if ratio is not None else ")"))
+        lines.append(f"| {k.removeprefix('static ')} | " + " | ".join(cells) + " |")
     lines.append("")
     return lines, summary
 
@@ -579,10 +650,12 @@ def decode_model() -> list[str]:
 def write(out_dir: Path, path: Path, suite: dict[str, Any] | None = None) -> Path:
     """Write the markdown file ``path`` from the JSON results in ``out_dir``."""
     sections, summary = [], []
-    for fn in (fig2, fig3, fig4, fig6b, tables, ceiling, spec, drift, bias):
+    for fn in (fig2, fig3, fig4, fig6b, tables, ceiling, ablation, spec, drift, bias):
         s, rows = fn(out_dir)
         sections += s
         summary += rows
+        if fn is ablation:
+            sections += report_extra.length_blind(out_dir)
     suite = suite or (_load(out_dir, "suite") or {})
     m = suite.get("machine", {})
     head = [
@@ -619,6 +692,9 @@ def write(out_dir: Path, path: Path, suite: dict[str, Any] | None = None) -> Pat
         *summary,
         "",
     ]
-    body = head + sections + real_engine(out_dir.parent) + decode_model()
+    root = out_dir.parent
+    body = (head + sections + real_engine(root) + decode_model()
+            + report_extra.grounded_profiles(root) + report_extra.grounded_suite(root)
+            + report_extra.router_cluster(root))
     path.write_text("\n".join(body).rstrip() + "\n")
     return path

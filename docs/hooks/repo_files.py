@@ -15,7 +15,8 @@ from typing import Any
 from mkdocs.structure.files import File, Files
 
 ROOT = Path(__file__).resolve().parents[2]
-REPO_FILES = ("BENCHMARKS.md", "benchmarks/results/paper/*.png", "examples/*/*", "examples/*/*/*")
+REPO_FILES = ("BENCHMARKS.md", "benchmarks/results/paper/*.png",
+              "benchmarks/results/grounded/*.png", "examples/*/*", "examples/*/*/*")
 
 
 def on_files(files: Files, config: Any) -> Files:

@@ -28,6 +28,8 @@ CASES: dict[str, tuple[dict[str, Any], set[str]]] = {
     "spec_budget": ({"steps": 3, "seeds": (0,), "d_bases": (1,)}, {"table", "rows"}),
     "drift": ({"steps": 4, "seeds": (0,)}, {"scenarios", "settings"}),
     "bias_check": ({"steps": 4}, {"cases", "settings"}),
+    "spread_ablation": ({"steps": 6, "seeds": (0, 1), "cases": (("qwen3-4b-h100", 4, "paper-math"),),
+                         "grid": [(0, 0, 0, True), (4, 2, 4, True)]}, {"cases", "settings"}),
 }
 
 

@@ -38,6 +38,9 @@ def test_demo_runs_both_policies_and_writes_a_report(
     blob = json.loads((out / "demo.json").read_text())
     names = [p["policy"] for p in blob["policies"]]
     assert names == ["uniform", "tailsieve"]
+    ts = blob["policies"][1]
+    assert ts["paired_steps"] == [1, 2, 3]  # a 3-step demo pairs every step after warm-up
+    assert ts["paired_speedup"] > 0
     steps = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
     for policy in names:
         regular = [s for s in steps if s["policy"] == policy and not s["is_flush"]]
@@ -59,7 +62,12 @@ def test_demo_runs_both_policies_and_writes_a_report(
         [exe, *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120
     )
     assert 'id="figures"' in dom.stdout
-    assert dom.stdout.count("<img") >= 4  # step times, q/m, a timeline, lengths
+    # step times, the timelines and the lengths always; q/m once the controller left balance
+    isolated = any(s["m"] > 0 for s in steps if s["policy"] == "tailsieve")
+    assert dom.stdout.count("<img") >= 3 + isolated
+    for caption in ("Step time per policy", "Per-replica timelines", "Delivered response lengths"):
+        assert caption in dom.stdout
+    assert ("q (tail groups) and m (tail replicas)" in dom.stdout) == isolated
 
 
 def test_demo_rejects_bad_config(capsys: pytest.CaptureFixture[str]) -> None:

@@ -79,3 +79,29 @@ def test_kv_capacity_flags_preempt_and_switch_off(tmp_path: Path) -> None:
     # preemption only ever slows a step down
     assert data["policies"][0]["mean_step_s"] > off["policies"][0]["mean_step_s"]
     assert main([*base, "--kv-capacity", "-5"]) == 2
+
+
+def test_json_has_step_diagnostics_and_the_paired_statistic() -> None:
+    res = CliRunner().invoke(app, [*SMALL[:-4], "--steps", "7", "--num-prompts", "300",
+                                   "--policy", "tailsieve", "--seeds", "2", "--json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    assert data["settings"]["seeds"] == 2 and data["settings"]["paired_steady_from"] == 5
+    ts = next(p for p in data["policies"] if p["policy"] == "tailsieve")
+    stat = ts["paired_stat"]
+    assert stat["num_seeds"] == 2 and len(stat["per_seed"]) == 2
+    assert stat["ci_low"] <= stat["mean"] <= stat["ci_high"]
+    assert stat["num_steady_steps"] == 2  # steps 5 and 6
+    steps = data["diagnostics"]["tailsieve"]
+    assert [d["step"] for d in steps] == list(range(len(steps)))
+    for key in ("predicted_tail_s", "predicted_bulk_s", "cutoff_s", "tail_time_s",
+                "tail_idle_replica_s", "aborted_tokens", "aborted_replica_s", "wasted_fraction",
+                "capture_rate", "tail_obs_over_pred", "bulk_obs_over_pred"):
+        assert key in steps[1]
+    assert steps[0]["predicted_bulk_s"] is None and steps[1]["predicted_bulk_s"] > 0
+    assert data["diagnostics"]["uniform"][0]["aborted_tokens"] == 0
+
+
+def test_seeds_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*SMALL, "--seeds", "0"]) == 2
+    assert "--seeds" in capsys.readouterr().err

@@ -23,13 +23,14 @@ class ScriptedController(Controller):
 
     name = "scripted"
 
-    def __init__(self, script: list[tuple[int, int, int]]) -> None:
+    def __init__(self, script: list[tuple[int, int, int]], spread: bool = False) -> None:
         self.script = script
+        self.spread = spread
         self.i = 0
 
     def targets(self) -> ControlTargets:
         q, m, c = self.script[min(self.i, len(self.script) - 1)]
-        return ControlTargets(q=q, m=m, num_extra=c)
+        return ControlTargets(q=q, m=m, num_extra=c, spread=self.spread)
 
     def observe(self, plan: StepPlan, outcome: StepOutcome) -> None:
         self.i += 1
@@ -70,13 +71,17 @@ def random_execute(plan: StepPlan, rng: np.random.Generator) -> StepOutcome:
     num_prompts=st.integers(0, 120),
     script=st.lists(st.tuples(st.integers(0, 12), st.integers(0, 6), st.integers(0, 12)), min_size=1, max_size=12),
     seed=st.integers(0, 2**31),
+    spread=st.booleans(),
 )
 def test_every_prompt_delivered_exactly_once_within_one_step(
-    num_replicas: int, num_groups: int, group_size: int, num_prompts: int, script: list[tuple[int, int, int]], seed: int
+    num_replicas: int, num_groups: int, group_size: int, num_prompts: int, script: list[tuple[int, int, int]], seed: int,
+    spread: bool,
 ) -> None:
     rng = np.random.default_rng(seed)
     clipped = [(q, m, min(c, num_groups // 2)) for q, m, c in script]
-    proto = RolloutProtocol(ProtocolConfig(num_replicas, num_groups, group_size), ScriptedController(clipped))
+    proto = RolloutProtocol(
+        ProtocolConfig(num_replicas, num_groups, group_size), ScriptedController(clipped, spread)
+    )
     stream = PromptStream(f"p{i}" for i in range(num_prompts))
     drawn_at: dict[str, int] = {}
     delivered_at: dict[str, int] = {}
@@ -87,6 +92,7 @@ def test_every_prompt_delivered_exactly_once_within_one_step(
         for pid in plan.fresh_prompt_ids:
             assert pid not in drawn_at
             drawn_at[pid] = plan.step
+        check_placement(plan, spread)
         outcome = random_execute(plan, rng)
         validate_outcome(plan, outcome)
         for g in outcome.delivered:
@@ -101,6 +107,33 @@ def test_every_prompt_delivered_exactly_once_within_one_step(
         assert set(delivered_at) == set(drawn_at) == {f"p{i}" for i in range(num_prompts)}
     for pid, t in delivered_at.items():
         assert 0 <= t - drawn_at[pid] <= 1
+
+
+def check_placement(plan: StepPlan, spread: bool) -> None:
+    """Every response runs in its group's pool; spread pools hold responses evenly (counts
+    per replica differ by at most one), whole groups otherwise."""
+    n = plan.group_size
+    for pool, reps in ((Pool.TAIL, plan.tail_replicas), (Pool.BULK, plan.bulk_replicas)):
+        counts = dict.fromkeys(reps, 0)
+        for a in plan.assignments:
+            if a.pool is not pool:
+                continue
+            where = a.response_replicas(n)
+            assert set(where) <= set(reps)
+            assert len(set(where)) == (min(n, len(reps)) if spread else 1)
+            for r in where:
+                counts[r] += 1
+        if spread and counts:
+            assert max(counts.values()) - min(counts.values()) <= 1
+
+
+def test_spread_deals_responses_round_robin() -> None:
+    proto = RolloutProtocol(ProtocolConfig(3, 4, 2), ScriptedController([(0, 0, 1)], spread=True))
+    plan = proto.plan_step(PromptStream(f"p{i}" for i in range(10)))
+    assert [a.response_replicas(2) for a in plan.assignments] == [
+        (0, 1), (2, 0), (1, 2), (0, 1), (2, 0)
+    ]
+    assert [a.replica for a in plan.assignments] == [0, 2, 1, 0, 2]
 
 
 def test_warmup_is_uniform_and_launches_extras() -> None:

@@ -98,7 +98,8 @@ async def test_cutoff_aborts_the_rest_and_waits_for_pinned() -> None:
 
 
 async def test_split_groups_report_finished_responses_at_abort() -> None:
-    lengths = {"a": (5, 5), "b": (5, 5), "c": (5, 2000)}
+    # c's first response ends well before the cutoff (a tie at 5 tokens raced under load)
+    lengths = {"a": (20, 20), "b": (20, 20), "c": (5, 2000)}
     stub = StubTransport(lambda p, s: lengths[p][s], seconds_per_token=0.0005)
     plan = make_plan([], [], ["a", "b", "c"], cut=2, m=0, r=1)
     res = await LiveExecutor(["http://r0"], cfg(), transport=stub).run(plan, prompts_for(plan))
@@ -194,3 +195,40 @@ async def test_all_replicas_down_fails() -> None:
     stub = StubTransport(length_of, 0.0001, faults=faults)
     with pytest.raises(StepFailedError, match="no healthy replica"):
         await LiveExecutor(URLS, cfg(), transport=stub).run(PLAN, prompts_for(PLAN))
+
+
+def spread_plan() -> StepPlan:
+    """PLAN with every group's two responses on two different bulk replicas (tail: r2)."""
+    out = []
+    for a in PLAN.assignments:
+        where = (a.replica, a.replica) if a.pool is Pool.TAIL else (a.replica, 1 - a.replica)
+        out.append(GroupAssignment(a.prompt_id, a.pool, a.replica, a.pinned, a.order,
+                                   where if a.pool is Pool.BULK else ()))
+    return StepPlan(**{**{f: getattr(PLAN, f) for f in PLAN.__slots__},  # type: ignore[arg-type]
+                       "assignments": tuple(out)})
+
+
+async def test_spread_group_sends_each_response_to_its_replica() -> None:
+    plan = spread_plan()
+    stub = StubTransport(length_of, seconds_per_token=0.0005)
+    ex = LiveExecutor(URLS, cfg(split_groups=False), transport=stub)
+    res = await ex.run(plan, prompts_for(plan))
+    validate_outcome(plan, res.outcome)
+    urls = {(u, p) for u, p, _ in stub.log.started}
+    for a in plan.assignments:
+        want = {URLS[r] for r in a.response_replicas(2)}
+        assert {u for u, p in urls if p == a.prompt_id} == want
+    assert len(res.outcome.aborted) == 2
+
+
+async def test_spread_group_regenerated_when_one_of_its_replicas_dies() -> None:
+    plan = spread_plan()
+    stub = StubTransport(length_of, 0.0005, faults={"http://r1": StubFault(die_after_s=0.02)})
+    ex = LiveExecutor(URLS, cfg(), transport=stub)
+    res = await ex.run(plan, prompts_for(plan))
+    validate_outcome(plan, res.outcome)
+    assert ex.healthy == (True, False, True)
+    moved = [g for g in res.outcome.delivered if g.attempt > 0]
+    assert moved and res.outcome.num_regenerated >= 1
+    late = [(u, p) for u, p, _ in stub.log.started if p in {g.prompt_id for g in moved}]
+    assert late[-1][0] != "http://r1"

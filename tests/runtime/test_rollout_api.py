@@ -93,11 +93,11 @@ async def test_tailsieve_steps_deliver_every_prompt_once() -> None:
 async def test_state_dict_round_trip_resumes_identically() -> None:
     table = lengths()
     stub = StubTransport(lambda p, s: table[p][s], seconds_per_token=0.0002)
-    async with make(stub) as ro:
+    async with make(stub, controller={"m0": 1}) as ro:  # isolate: the warm-up step carries
         await ro.step(feeder()[: ro.num_fresh_needed()])
         state = json.loads(json.dumps(ro.state_dict()))
         assert state["carried"]  # the warm-up step carries its aborted prompts
-    async with make(stub) as ro2:
+    async with make(stub, controller={"m0": 1}) as ro2:
         ro2.load_state_dict(state)
         assert ro2.state_dict() == state
         assert ro2.num_carried == len(state["carried"])

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tailsieve.core.plan import StepPlan
 from tailsieve.core.pool import Pool
 from tailsieve.errors import ProtocolError
 from tailsieve.model.profiles import load_profile
@@ -127,10 +130,11 @@ def test_too_few_fresh_groups_is_an_error() -> None:
     seed=st.integers(0, 2**31 - 1),
     context=st.sampled_from([0.0, 55e-9, 2e-6]),
     with_prompts=st.booleans(),
+    spread=st.booleans(),
 )
 def test_closed_form_equals_event_driven(
     num_replicas: int, group_size: int, num_groups: int, seed: int, context: float,
-    with_prompts: bool,
+    with_prompts: bool, spread: bool,
 ) -> None:
     """Where capacity cannot bind, the closed form (context term and prompt context included)
     equals the event engine, which also runs the (never triggered) capacity checks."""
@@ -146,6 +150,8 @@ def test_closed_form_equals_event_driven(
     k = int(rng.integers(0, num_fresh + 1)) if num_fresh else 0
     plan = build_plan(3, num_replicas, group_size, placements, num_fresh_to_deliver=k,
                       tail_replicas=(0,) if num_replicas > 1 else ())
+    if spread:
+        plan = _spread_randomly(plan, rng)
     table = {p.prompt_id: rng.integers(1, 3000, group_size).tolist() for p in placements}
     prompts = {p.prompt_id: int(rng.integers(0, 2000)) for p in placements}
     held = sum(map(sum, table.values())) + group_size * sum(prompts.values())
@@ -165,3 +171,30 @@ def test_closed_form_equals_event_driven(
         assert a.num_finished == b.num_finished
         assert abs(a.tokens_so_far - b.tokens_so_far) <= group_size
     assert abs(fast.wasted_tokens - slow.wasted_tokens) <= group_size * len(fast.aborted)
+
+
+def _spread_randomly(plan: StepPlan, rng: np.random.Generator) -> StepPlan:
+    """The plan with every bulk group's responses on random bulk replicas."""
+    out = []
+    for a in plan.assignments:
+        if a.pool is Pool.BULK and len(plan.bulk_replicas) > 1:
+            where = tuple(int(x) for x in rng.choice(plan.bulk_replicas, plan.group_size))
+            a = dataclasses.replace(a, replica=where[0], replicas=where)
+        out.append(a)
+    return dataclasses.replace(plan, assignments=tuple(out))
+
+
+@pytest.mark.parametrize("ex", _both(PoolConfigs.single(ReplicaConfig(LINEAR))))
+def test_spread_group_runs_each_response_on_its_replica(ex: SimExecutor) -> None:
+    # two groups of 2 responses spread over 2 replicas: each replica runs one response of each
+    plan = build_plan(0, 2, 2, [Placement("a", 0), Placement("b", 1)], num_fresh_to_deliver=1)
+    plan = dataclasses.replace(plan, assignments=(
+        dataclasses.replace(plan.assignments[0], replicas=(0, 1)),
+        dataclasses.replace(plan.assignments[1], replicas=(1, 0)),
+    ))
+    out = ex.run(plan, _lengths({"a": [2, 3], "b": [1, 5]}))
+    # replica 0 runs a0 = 2 and b1 = 5; replica 1 runs a1 = 3 and b0 = 1 (tau(b) = b)
+    # a: done at max(2 * 2, 1 * 2 + 2 * 1) = 4 on r0, r1: 1*2 + (3 - 1) * 1 = 4 -> 4
+    assert out.delivered_ids == ("a",)
+    assert out.delivered[0].completion_s == pytest.approx(4.0)
+    assert out.aborted[0].prompt_id == "b" and out.aborted[0].num_finished == 1

@@ -20,7 +20,9 @@ R, N, n = 4, 16, 4
 
 
 def fresh_protocol() -> RolloutProtocol:
-    cfg = ControllerConfig(num_groups=N, num_replicas=R, group_size=n)
+    # m0 = 1: isolate from the first step, so the resumed state holds carried groups and a
+    # tail pool (the spread default starts in balance mode)
+    cfg = ControllerConfig(num_groups=N, num_replicas=R, group_size=n, m0=1)
     return RolloutProtocol(ProtocolConfig(R, N, n), make_controller("tailsieve", cfg, load_profile("cpu")))
 
 

@@ -4,27 +4,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from tailsieve.errors import ConfigError
-from tailsieve.model.profiles import DEFAULT_PROFILE, load_profile
-from tailsieve.model.replica_engine import ReplicaConfig
-from tailsieve.model.speculative import SpecConfig
-from tailsieve.model.throughput import ThroughputModel
-from tailsieve.sim.driver import (
-    ALL_POLICIES,
-    KNOWN_POLICIES,
-    ProtocolRun,
-    SimSettings,
-    epoch_prompt_ids,
-    run_policies,
-)
-from tailsieve.sim.replicas import PoolConfigs
-from tailsieve.sim.workloads import resolve_workload
+from tailsieve.model.profiles import DEFAULT_PROFILE
+from tailsieve.sim.api import simulate as run_simulation
+from tailsieve.sim.driver import ALL_POLICIES, ProtocolRun
+from tailsieve.sim.speedup_stats import STEADY_FROM, SpeedupStat
 
 _POLICY_HELP = (
     "Repeatable; default all: " + ", ".join(ALL_POLICIES)
@@ -50,11 +40,16 @@ def simulate(
     profile: str = typer.Option(DEFAULT_PROFILE, "--profile",
                                 help="Throughput profile name or file (tailsieve profiles)."),
     seed: int = typer.Option(0, "--seed", help="Seed of prompt order and length draws."),
+    seeds: int = typer.Option(1, "--seeds", help="Seeds seed .. seed+K-1 for the paired "
+                              "statistic with its 95% interval (tables show the first seed)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
     tail_spec: str = typer.Option("none", "--tail-spec", help="Tail pool speculation, e.g. mtp:3."),
     bulk_spec: str = typer.Option("none", "--bulk-spec", help="Bulk pool speculation."),
     q0: int = typer.Option(None, "--q0", help="Controller's initial tail groups (default 1)."),
-    m0: int = typer.Option(None, "--m0", help="Controller's initial tail replicas."),
+    m0: int = typer.Option(None, "--m0", help="Controller's initial tail replicas (default 0 "
+                           "with spread: balance first; 1 with --whole-groups)."),
+    spread: bool = typer.Option(True, "--spread/--whole-groups", help="Deal single responses "
+                                "over a pool's replicas (default) or whole groups (the paper)."),
     tail_strength: str = typer.Option(
         None, "--tail-strength", help="weak | real | strong | r (P90/P50 of the lengths)."),
     max_num_seqs: int = typer.Option(
@@ -74,54 +69,31 @@ def simulate(
 ) -> None:
     """Simulate policies on the same prompts and lengths; report steady step time, speedup
     over uniform routing, controller trajectory, wasted tokens and ratio to the lower bound."""
-    names = list(policy) if policy else list(ALL_POLICIES)
-    for name in names:
-        if name not in KNOWN_POLICIES:
-            raise ConfigError(f"unknown policy {name!r}; choose from {', '.join(KNOWN_POLICIES)}")
-    if "uniform" not in names:
-        names.insert(0, "uniform")  # the paired reference
-    settings = SimSettings(
-        num_replicas=replicas, num_groups=groups, group_size=group_size, num_steps=steps,
-        seed=seed, q0=q0, m0=m0,
+    for flag, v, low in (("--seeds", seeds, 1), ("--max-num-seqs", max_num_seqs, 0),
+                         ("--kv-capacity", kv_capacity, 0)):
+        if v is not None and v < low:
+            raise ConfigError(f"{flag} must be >= {low}" + (" (0 = off)" if low == 0 else "")
+                              + f", got {v}")
+    result = run_simulation(
+        workload, policies=policy, replicas=replicas, groups=groups, group_size=group_size,
+        steps=steps, profile=profile, seed=seed, seeds=seeds, q0=q0, m0=m0, spread=spread,
+        tail_strength=tail_strength, tail_spec=tail_spec, bulk_spec=bulk_spec,
+        max_num_seqs=max_num_seqs, kv_capacity_tokens=kv_capacity, prefill_s=prefill_s,
+        num_prompts=num_prompts,
     )
-    base = replica_config(load_profile(profile), max_num_seqs, kv_capacity, prefill_s)
-    pools = PoolConfigs.from_specs(base, SpecConfig.parse(tail_spec), SpecConfig.parse(bulk_spec))
-    wl = resolve_workload(workload, tail_strength, seed=seed, num_prompts=num_prompts)
-    dataset = wl.prompt_ids()
-    runs = run_policies(names, settings, lambda: epoch_prompt_ids(dataset, seed), wl, pools)
-    uniform = runs["uniform"].run
-    summaries = [r.run.summary(uniform) for r in runs.values()]
-    meta: dict[str, Any] = {
-        "workload": workload, "tail_strength": tail_strength or "real", "replicas": replicas,
-        "groups": groups, "group_size": group_size, "steps": steps, "profile": profile,
-        "seed": seed, "tail_spec": tail_spec, "bulk_spec": bulk_spec, "q0": q0, "m0": m0,
-        "max_num_seqs": base.max_num_seqs, "kv_capacity_tokens": base.kv_capacity_tokens,
-        "prefill_s": prefill_s, "recompute_s_per_token": base.recompute_s_per_token,
-    }
+    meta, runs = result.settings, result.runs
+    summaries = list(result.summaries.values())
     if out is not None:
         _write_records(out, meta, summaries, runs)
     if plot is not None:
         _write_plots(plot, runs, replicas)
     if as_json:
-        print(json.dumps({"settings": meta, "policies": summaries}, indent=2))
+        diag = {name: [d for rec in r.run.records if (d := rec.diagnostics_dict()) is not None]
+                for name, r in runs.items()}
+        print(json.dumps({"settings": meta, "policies": summaries, "diagnostics": diag},
+                         indent=2))
         return
     _print_table(meta, summaries)
-
-
-def replica_config(
-    model: ThroughputModel, max_num_seqs: int | None, kv_capacity: int | None, prefill_s: float
-) -> ReplicaConfig:
-    """The replica of ``--profile`` with the CLI's overrides: None keeps the profile's value,
-    0 switches the cap off."""
-    for flag, v in (("--max-num-seqs", max_num_seqs), ("--kv-capacity", kv_capacity)):
-        if v is not None and v < 0:
-            raise ConfigError(f"{flag} must be >= 0 (0 = off), got {v}")
-    seqs: int | Literal["profile"] | None = "profile" if max_num_seqs is None else (
-        max_num_seqs or None)
-    cap: int | Literal["profile"] | None = "profile" if kv_capacity is None else (
-        kv_capacity or None)
-    return ReplicaConfig.from_profile(model, max_num_seqs=seqs, kv_capacity_tokens=cap,
-                                      prefill_s=prefill_s)
 
 
 def _write_records(
@@ -162,24 +134,32 @@ def _print_table(meta: dict[str, Any], summaries: list[dict[str, Any]]) -> None:
                f"profile {meta['profile']}, tail spec {meta['tail_spec']}, "
                f"bulk spec {meta['bulk_spec']}"),
         caption="steady = mean of the last 3 steps; speedups paired against uniform; "
+                f"paired = mean per-step ratio over steps >= {STEADY_FROM} "
+                f"({meta['seeds']} seed(s); 95% t-interval over seeds); "
                 "LB ratio = step time / lower bound of the delivered batch, mean over steps; "
+                "capture = share of each step's q longest groups caught by the previous cutoff; "
                 "preempt = KV-capacity preemptions per step",
         caption_justify="left",
     )
     table.add_column("policy", no_wrap=True)
     preempt = any(s["preemptions_per_step"] > 0 for s in summaries)
-    cols = ("steady s", "speedup", "mean spd", "LB ratio", "wasted", *(
-        ("preempt",) if preempt else ()), "q", "m")
+    cols = ("steady s", "speedup", "mean spd", "paired", "LB ratio", "wasted", *(
+        ("preempt",) if preempt else ()), "capture", "q", "m")
     for col in cols:
         table.add_column(col, justify="right", no_wrap=True)
     for s in summaries:
         qs, ms = s["q_trajectory"], s["m_trajectory"]
+        st, cap = s.get("paired_stat"), s["diagnostics"]["capture_rate"]
+        paired = "-" if st is None else SpeedupStat(**{**st, "per_seed": ()}).label()
         table.add_row(
             s["policy"], f"{s['steady_step_s']:.2f}", f"{s['speedup_vs_uniform']:.3f}x",
-            f"{s['mean_speedup_vs_uniform']:.3f}x", f"{s['lower_bound_ratio']:.3f}",
+            f"{s['mean_speedup_vs_uniform']:.3f}x", paired, f"{s['lower_bound_ratio']:.3f}",
             f"{100 * s['wasted_token_fraction']:.1f}%",
             *((f"{s['preemptions_per_step']:.1f}",) if preempt else ()),
-            str(qs[-1] if qs else "-"),
+            "-" if cap is None else f"{100 * cap:.0f}%", str(qs[-1] if qs else "-"),
             str(ms[-1] if ms else "-"),
         )
-    Console().print(table)
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=160)
+    console.print(table)

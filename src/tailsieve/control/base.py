@@ -6,6 +6,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
+from tailsieve.core.diagnostics import PredictedPoolTimes
 from tailsieve.core.outcome import StepOutcome
 from tailsieve.core.plan import StepPlan
 
@@ -17,6 +18,7 @@ class ControlTargets:
     q: int  # tail groups (capped by the carried candidates when planned)
     m: int  # tail replicas (0 = uniform routing)
     num_extra: int  # c: extra fresh bulk groups to launch, producing next step's candidates
+    spread: bool = False  # deal each group's responses one by one over its pool's replicas
 
 
 class Controller(ABC):
@@ -48,3 +50,9 @@ class Controller(ABC):
     @abstractmethod
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore state written by ``state_dict``."""
+
+    def predict_pool_times(self, q: int, m: int) -> PredictedPoolTimes | None:
+        """The controller's own prediction of the next step's (T_tail, T_bulk_cut) at (q, m),
+        from what it has observed so far; None when it has no model (the default). Used for
+        diagnostics only: it must not change the controller's state."""
+        return None

@@ -15,7 +15,7 @@ class ControllerConfig:
     num_replicas: int  # R
     group_size: int = 8  # n responses per group
     q0: int | None = None  # initial tail groups; None = 1 (0 when N = 1)
-    m0: int | None = None  # initial tail replicas; None = 1
+    m0: int | None = None  # initial tail replicas; None = 0 with spread (balance), else 1
     q_min: int = 1  # smallest q once a tail pool exists
     q_max: int | None = None  # largest q; None = N // 2
     momentum: float = 0.5  # damping of the inner-loop momentum (0 = no memory)
@@ -38,6 +38,8 @@ class ControllerConfig:
     min_groups_per_tail_replica: int = 2  # q >= this * m: no tail replica left (nearly) idle
     correction_smoothing: float = 0.5  # EMA weight of new observed/predicted ratios
     settle_tolerance: float = 0.2  # inner loop settled when |q* - q| <= max(1, tol * q)
+    spread: bool = True  # deal single responses round-robin over a pool's replicas (a group's
+    # responses on several replicas); False keeps every group on one replica (the paper)
 
     def __post_init__(self) -> None:
         n, r = self.num_groups, self.num_replicas
@@ -106,6 +108,9 @@ class ControllerConfig:
 
     @property
     def m_start(self) -> int:
+        """Initial tail replicas: ``m0``, or by default 0 with ``spread`` (start in balance
+        mode; the outer loop opens a tail pool when the prediction says it pays) and 1
+        without (isolate from the first step, as the paper)."""
         if self.m0 is not None:
             return self.m0
-        return 1 if self.num_replicas >= 2 else 0
+        return 1 if self.num_replicas >= 2 and not self.spread else 0

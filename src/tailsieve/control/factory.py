@@ -40,7 +40,8 @@ def make_controller(
     if key is ControllerName.TAILSIEVE_STATIC:
         if config.m0 is None:
             raise ConfigError("tailsieve-static needs m0 (and q0): the split it holds")
-        return StaticController(config.q_start, config.m0, config.num_groups, config.num_replicas)
+        return StaticController(config.q_start, config.m0, config.num_groups, config.num_replicas,
+                                spread=config.spread)
     if key is ControllerName.TAILSIEVE_FIXED:
         m0 = config.m0 if config.m0 is not None else config.num_replicas // 2
         cfg = dataclasses.replace(config, outer_enabled=False, m0=m0)

@@ -10,6 +10,7 @@ from tailsieve.control.config import ControllerConfig
 from tailsieve.control.inner_loop import InnerDecision, InnerLoop
 from tailsieve.control.outer_loop import OuterLoop
 from tailsieve.control.predictor import PoolPrediction, PoolTimePredictor, StepWork
+from tailsieve.core.diagnostics import PredictedPoolTimes
 from tailsieve.core.outcome import StepOutcome
 from tailsieve.core.plan import StepPlan
 from tailsieve.errors import ConfigError
@@ -48,7 +49,8 @@ class HierarchicalController(Controller):
         self.state = ControllerState(q=config.q_start if m0 > 0 else 0, m=m0)
         self.inner = InnerLoop(config)
         self.predictor = PoolTimePredictor(
-            config.num_groups, config.num_replicas, tail_model, bulk_model or tail_model
+            config.num_groups, config.num_replicas, tail_model, bulk_model or tail_model,
+            spread=config.spread,
         )
         self.outer = OuterLoop(config, self.predictor)
         # one tiny prediction at construction: numpy's first-call costs (~10 ms) are paid here,
@@ -60,10 +62,11 @@ class HierarchicalController(Controller):
 
     def targets(self) -> ControlTargets:
         st = self.state
+        spread = self.config.spread
         if st.m <= 0:
-            return ControlTargets(q=0, m=0, num_extra=0)
+            return ControlTargets(q=0, m=0, num_extra=0, spread=spread)
         q = min(max(st.q, self.config.q_floor(st.m)), self.config.num_groups - 1)
-        return ControlTargets(q=q, m=st.m, num_extra=q)
+        return ControlTargets(q=q, m=st.m, num_extra=q, spread=spread)
 
     def observe(self, plan: StepPlan, outcome: StepOutcome) -> None:
         cfg, st = self.config, self.state
@@ -75,11 +78,19 @@ class HierarchicalController(Controller):
         bulk = [g for g in outcome.delivered if g.prompt_id not in rank]
         ordered = (*tail, *bulk)
         prompts = [g.prompt_tokens for g in ordered]
-        work = StepWork([list(g.response_tokens) for g in ordered], len(tail),
-                        prompts if any(prompts) else None)
+        work = StepWork(
+            [list(g.response_tokens) for g in ordered], len(tail),
+            prompts if any(prompts) else None,
+            [(a.num_finished, a.finished_tokens) for a in outcome.aborted],
+        )
         st.history.append(work)
-        del st.history[: max(0, len(st.history) - self._history_len())]
-        self._samples = self.predictor.samples(st.history)
+        keep = self._history_len()
+        del st.history[: max(0, len(st.history) - keep)]
+        if len(self._samples) + 1 >= len(st.history) > 0:
+            # one new pre-processed sample; the older ones are reused
+            self._samples = [*self._samples, *self.predictor.samples([work])][-keep:]
+        else:
+            self._samples = self.predictor.samples(st.history)
         self._cache = {}
         clean = not plan.carried_in_bulk_ids and not plan.is_flush
         self._update_corrections(plan, outcome, work, clean)
@@ -102,12 +113,15 @@ class HierarchicalController(Controller):
             return
         if not cfg.outer_enabled or st.hold_q > 0 or not clean:
             return
-        if st.m > 0 and not (self.inner.state.settled and plan.m == st.m):
+        if st.m > 0 and plan.m != st.m:
             return
+        # between splits only once q has settled; leaving isolation for balance (m = 0) needs
+        # no q, so that move is open while the inner loop is still moving
+        settled = st.m == 0 or self.inner.state.settled
         od = self.outer.decide(
             st.history, st.m, st.q, st.k_tail, st.k_bulk, self._samples, self._cache
         )
-        if od.new_m == st.m:
+        if od.new_m == st.m or not (settled or od.new_m == 0):
             st.m_votes = 0
             return
         up = od.new_m > st.m
@@ -206,3 +220,14 @@ class HierarchicalController(Controller):
         st["history"] = [StepWork.from_dict(h) for h in st["history"]]
         self.state = ControllerState(**st)
         self.inner.load_state_dict(state["inner"])
+        self._samples = self.predictor.samples(self.state.history)
+        self._cache = {}
+
+    def predict_pool_times(self, q: int, m: int) -> PredictedPoolTimes | None:
+        """The predictor's pool times at (q, m) on the remembered steps, raw and corrected by
+        the observed/predicted ratios (uncorrected at m = 0, as the outer loop compares it)."""
+        if not self._samples:
+            return None
+        pred = self._cache.get((q, m)) or self.predictor.predict_samples(self._samples, q, m)
+        kt, kb = (self.state.k_tail, self.state.k_bulk) if m > 0 else (1.0, 1.0)
+        return PredictedPoolTimes(pred.tail_s * kt, pred.bulk_s * kb, pred.tail_s, pred.bulk_s)

@@ -2,7 +2,9 @@
 
 Every split within ``m_radius`` of the current one is predicted at its own balanced q with the
 response-work history and the throughput model, each pool corrected by its observed/predicted
-ratio. The controller moves at most one replica per decision, toward the best split, and only
+ratio. m = 0 (no tail pool: every pool-less step deals all groups over all replicas, the
+"balance" mode when groups are spread) is always a candidate. The controller moves at most one
+replica per decision toward the best split (or straight to m = 0 when that is best), and only
 when the predicted gain exceeds ``m_gain_threshold``.
 """
 
@@ -34,11 +36,13 @@ class OuterLoop:
         self.predictor = predictor
 
     def candidates(self, m: int) -> list[int]:
+        """Splits within ``m_radius`` of ``m``, plus m = 0 (no tail pool: balance) from
+        anywhere when ``allow_uniform``."""
         cfg = self.config
-        lo = 0 if cfg.allow_uniform else 1
-        lo = max(lo, m - cfg.m_radius)
+        lo = max(0 if cfg.allow_uniform else 1, m - cfg.m_radius)
         hi = min(cfg.num_replicas - 1, m + cfg.m_radius)
-        return list(range(lo, hi + 1))
+        near = list(range(lo, hi + 1))
+        return [0, *near] if cfg.allow_uniform and lo > 0 else near
 
     def evaluate(
         self,
@@ -87,7 +91,8 @@ class OuterLoop:
         gain = (current - spans[best]) / current if current > 0 else 0.0
         if best == m or gain <= self.config.m_gain_threshold:
             return OuterDecision(m, q, spans, gain)
-        new_m = m + (1 if best > m else -1)
+        # leaving isolation for balance is one decision; between splits one replica at a time
+        new_m = 0 if best == 0 else m + (1 if best > m else -1)
         new_q = preds[new_m].q if new_m in preds else q
         return OuterDecision(new_m, new_q if new_m > 0 else 0, spans, gain)
 

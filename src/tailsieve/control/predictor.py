@@ -7,13 +7,15 @@ receive the first ``q`` groups of that step's priority order (its actual tail gr
 bulk groups by decreasing work), dealt round-robin onto ``m`` replicas. Because the actual tail
 groups come first, the prediction carries the real selector's misses: a long group the cutoff
 did not catch stays in the bulk pool. The bulk pool gets the other groups plus ``c = q`` extra
-groups that are still running at the cutoff (the groups a cutoff aborts are, by construction, the
-slowest; what the history knows of them is only that they outlasted the delivered ones), dealt
-round-robin onto ``R - m`` replicas; the bulk time is when its ``N - q`` delivered groups have
-completed.
+groups standing for the cutoff's: the step's own aborted groups as the cutoff saw them (their
+finished responses at their mean length, the unfinished ones running past every delivered
+response), or, for a step without a cutoff, its slowest group still running; dealt onto
+``R - m`` replicas; the bulk time is when its ``N - q`` delivered groups have completed. Groups
+are dealt whole or, with ``spread``, response by response (as the protocol deals them).
 Replica times use the all-admit model with the profile's context term (generated tokens, and
-prompt tokens where the outcomes report them). KV-capacity preemption is not predicted.
-Predictions are averaged over the remembered steps.
+prompt tokens where the outcomes report them; the cutoff's stand-ins hold the step's mean
+prompt). KV-capacity preemption is not predicted. The makespan of a (q, m) is the
+mean over the remembered steps of each step's ``max(T_tail, T_bulk)``.
 """
 
 from __future__ import annotations
@@ -22,16 +24,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
-from tailsieve.model.replica_time import sorted_segment_completion_times
+from tailsieve.control.sample_stack import SampleStack
+from tailsieve.control.step_sample import StepSample, StepWork
 from tailsieve.model.throughput import ThroughputModel
 
-IntArray = npt.NDArray[np.int64]
-FloatArray = npt.NDArray[np.float64]
-
-# length standing in for a response still running at the cutoff (never completes before it)
-_RUNNING_TOKENS = 1e9
+__all__ = ["PoolPrediction", "PoolTimePredictor", "StepSample", "StepWork"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,96 +38,18 @@ class PoolPrediction:
 
     q: int  # tail groups
     m: int  # tail replicas
-    tail_s: float  # predicted T_tail (0 when m == 0 or q == 0)
-    bulk_s: float  # predicted bulk time (cutoff, or last completion when nothing is cut)
+    tail_s: float  # predicted T_tail (0 when m == 0 or q == 0), mean over remembered steps
+    bulk_s: float  # predicted bulk time (cutoff, or last completion when nothing is cut), mean
+    per_step: tuple[tuple[float, float], ...] = ()  # (tail, bulk) of each remembered step
 
     def makespan(self, k_tail: float = 1.0, k_bulk: float = 1.0) -> float:
-        """Makespan after correcting each pool by its observed/predicted ratio."""
-        return max(self.tail_s * k_tail, self.bulk_s * k_bulk)
-
-
-@dataclass(frozen=True, slots=True)
-class StepWork:
-    """Response-work record of one step, as the controller remembers it."""
-
-    groups: list[list[int]]  # delivered groups' response lengths, tail groups first
-    num_tail: int  # how many leading groups ran in the tail pool (in candidate rank order)
-    prompt_tokens: list[int] | None = None  # per group, prompt tokens of each response
-
-    def to_dict(self) -> dict[str, object]:
-        out: dict[str, object] = {"groups": self.groups, "num_tail": self.num_tail}
-        if self.prompt_tokens is not None:
-            out["prompt_tokens"] = self.prompt_tokens
-        return out
-
-    @classmethod
-    def from_dict(cls, d: dict[str, object]) -> StepWork:
-        groups = d["groups"]
-        assert isinstance(groups, list)
-        raw = d.get("prompt_tokens")
-        prompts = None if not isinstance(raw, list) else [int(x) for x in raw]
-        return cls([[int(x) for x in g] for g in groups], int(d["num_tail"]),  # type: ignore[call-overload]
-                   prompts)
-
-
-class _StepSample:
-    """One remembered step, flattened and pre-sorted for fast predictions."""
-
-    __slots__ = ("asc_group", "asc_len", "asc_prompt", "by_work", "group_size", "num_groups")
-
-    def __init__(
-        self,
-        groups: Sequence[Sequence[int]],
-        num_tail: int = 0,
-        prompt_tokens: Sequence[int] | None = None,
-    ) -> None:
-        self.num_groups = len(groups)
-        sizes = np.fromiter((len(g) for g in groups), dtype=np.int64, count=self.num_groups)
-        flat = np.fromiter((x for g in groups for x in g), dtype=np.float64, count=int(sizes.sum()))
-        group_of = np.repeat(np.arange(self.num_groups), sizes)
-        work = np.bincount(group_of, weights=flat, minlength=self.num_groups)
-        asc = np.argsort(flat, kind="stable")
-        self.asc_len = flat[asc]
-        self.asc_group = group_of[asc]
-        self.asc_prompt: FloatArray | None = None
-        if prompt_tokens is not None and any(prompt_tokens):
-            per_group = np.asarray(prompt_tokens, dtype=np.float64)
-            self.asc_prompt = per_group[self.asc_group]
-        bulk = np.arange(num_tail, self.num_groups)
-        bulk = bulk[np.argsort(-work[bulk], kind="stable")]
-        self.by_work = np.concatenate((np.arange(num_tail), bulk)).astype(np.int64)
-        self.group_size = max(1, round(float(sizes.mean()))) if self.num_groups else 1
-
-    def pool_times(
-        self,
-        slot_of_group: IntArray,
-        num_replicas: int,
-        model: ThroughputModel,
-        extra: int = 0,
-    ) -> tuple[FloatArray, IntArray]:
-        """Completion time of every request of the groups given a slot (``-1`` = absent) by
-        ``slot_of_group``; slot ``k`` runs on replica ``k % num_replicas``. ``extra`` more
-        groups (the slots after the last mapped one) hold their replicas' batch slots for the
-        whole horizon: groups still running at the cutoff. Returns (times, slot) per request,
-        both sorted by (replica, length)."""
-        req = slot_of_group[self.asc_group]
-        keep = req >= 0
-        length, slot = self.asc_len[keep], req[keep]
-        prompt = None if self.asc_prompt is None else self.asc_prompt[keep]
-        if extra > 0:
-            first = int(slot.max()) + 1 if slot.size else 0
-            n = self.group_size
-            # longer than every real response, so appending keeps the lengths sorted
-            length = np.concatenate((length, np.full(extra * n, _RUNNING_TOKENS)))
-            slot = np.concatenate((slot, np.repeat(np.arange(first, first + extra), n)))
-            if prompt is not None:  # the still-running groups hold a typical prompt
-                typical = float(np.mean(self.asc_prompt)) if self.asc_prompt is not None else 0.0
-                prompt = np.concatenate((prompt, np.full(extra * n, typical)))
-        rep = (slot % num_replicas).astype(np.int16)
-        order = np.argsort(rep, kind="stable")
-        sorted_prompt = None if prompt is None else prompt[order]
-        times = sorted_segment_completion_times(length[order], rep[order], model, sorted_prompt)
-        return times, slot[order]
+        """Mean over remembered steps of ``max(T_tail * k_tail, T_bulk * k_bulk)``, each pool
+        corrected by its observed/predicted ratio. The mean of per-step maxima, not the max of
+        the mean pool times: where the bottleneck alternates between the pools from step to
+        step, the latter is optimistic (uniform routing, one pool, has no such bias)."""
+        if not self.per_step:
+            return max(self.tail_s * k_tail, self.bulk_s * k_bulk)
+        return sum(max(t * k_tail, b * k_bulk) for t, b in self.per_step) / len(self.per_step)
 
 
 class PoolTimePredictor:
@@ -141,60 +61,45 @@ class PoolTimePredictor:
         num_replicas: int,
         tail_model: ThroughputModel,
         bulk_model: ThroughputModel,
+        spread: bool = False,
     ) -> None:
         self.num_groups = num_groups
         self.num_replicas = num_replicas
         self.tail_model = tail_model
         self.bulk_model = bulk_model
+        self.spread = spread  # the protocol deals single responses, not whole groups
+        # the stacked form of the last samples predicted from (keyed by their identities)
+        self._stack: tuple[tuple[int, ...], SampleStack] | None = None
 
-    def samples(self, history: Sequence[StepWork]) -> list[_StepSample]:
+    def samples(self, history: Sequence[StepWork]) -> list[StepSample]:
         """Pre-process remembered steps."""
         return [
-            _StepSample(h.groups, h.num_tail, h.prompt_tokens) for h in history if len(h.groups) > 0
+            StepSample(h.groups, h.num_tail, h.aborted, h.prompt_tokens)
+            for h in history if len(h.groups) > 0
         ]
 
     def predict(self, history: Sequence[StepWork], q: int, m: int) -> PoolPrediction:
         """Average prediction over remembered steps."""
         return self.predict_samples(self.samples(history), q, m)
 
-    def predict_samples(self, samples: Sequence[_StepSample], q: int, m: int) -> PoolPrediction:
+    def predict_samples(self, samples: Sequence[StepSample], q: int, m: int) -> PoolPrediction:
+        """Prediction at (q, m) from pre-processed remembered steps (all in one pass)."""
         if not samples:
             return PoolPrediction(q, m, 0.0, 0.0)
-        tails, bulks = [], []
-        for s in samples:
-            t, b = self._one(s, q, m)
-            tails.append(t)
-            bulks.append(b)
-        return PoolPrediction(q, m, float(np.mean(tails)), float(np.mean(bulks)))
-
-    def _one(self, s: _StepSample, q: int, m: int) -> tuple[float, float]:
-        n_groups = s.num_groups
-        if m <= 0 or q <= 0:
-            q_eff, m_eff = 0, 0
-        else:
-            q_eff = min(n_groups - 1, max(1, round(q * n_groups / self.num_groups)))
-            m_eff = m
-        tail_idx = s.by_work[:q_eff]
-        tail_s = 0.0
-        if q_eff > 0:
-            tail_slot = np.full(n_groups, -1, dtype=np.int64)
-            tail_slot[tail_idx] = np.arange(q_eff)
-            times, _ = s.pool_times(tail_slot, m_eff, self.tail_model)
-            tail_s = float(times.max())
-        num_bulk = self.num_replicas - m_eff
-        need = n_groups - q_eff
-        if need <= 0 or num_bulk <= 0:
-            return tail_s, 0.0
-        in_tail = np.zeros(n_groups, dtype=bool)
-        in_tail[tail_idx] = True
-        bulk_slot = np.full(n_groups, -1, dtype=np.int64)
-        bulk_slot[~in_tail] = np.arange(need)
-        times, slot = s.pool_times(bulk_slot, num_bulk, self.bulk_model, extra=q_eff)
-        return tail_s, float(times[slot < need].max())
+        key = tuple(id(s) for s in samples)
+        if self._stack is None or self._stack[0] != key:
+            self._stack = (key, SampleStack(samples))
+        stack = self._stack[1]
+        q_eff = stack.q_effective(q, m, self.num_groups)
+        m_eff = m if m > 0 and q > 0 else 0
+        tails, bulks = stack.pool_maxima(q_eff, m_eff, self.num_replicas - m_eff, self.spread,
+                                         self.tail_model, self.bulk_model)
+        return PoolPrediction(q, m, float(np.mean(tails)), float(np.mean(bulks)),
+                              tuple(zip(tails, bulks, strict=True)))
 
     def balanced_q(
         self,
-        samples: Sequence[_StepSample],
+        samples: Sequence[StepSample],
         m: int,
         q_lo: int,
         q_hi: int,

@@ -21,16 +21,23 @@ class StaticController(Controller):
 
     name = "tailsieve-static"
 
-    def __init__(self, q: int, m: int, num_groups: int, num_replicas: int) -> None:
+    def __init__(
+        self, q: int, m: int, num_groups: int, num_replicas: int,
+        num_extra: int | None = None, spread: bool = False,
+    ) -> None:
         if not 0 <= m <= num_replicas - 1:
             raise ConfigError(f"m must be in [0, R-1] = [0, {num_replicas - 1}], got {m}")
         if m > 0 and not 1 <= q <= num_groups - 1:
             raise ConfigError(f"q must be in [1, N-1] = [1, {num_groups - 1}], got {q}")
         self.q = q if m > 0 else 0
         self.m = m
+        self.num_extra = self.q if num_extra is None else num_extra
+        if not 0 <= self.num_extra <= num_groups:
+            raise ConfigError(f"num_extra must be in [0, N] = [0, {num_groups}], got {num_extra}")
+        self.spread = spread
 
     def targets(self) -> ControlTargets:
-        return ControlTargets(q=self.q, m=self.m, num_extra=self.q)
+        return ControlTargets(q=self.q, m=self.m, num_extra=self.num_extra, spread=self.spread)
 
     def observe(self, plan: StepPlan, outcome: StepOutcome) -> None:
         return None

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tailsieve.core.pool import Pool
+from tailsieve.errors import ProtocolError
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,7 +20,31 @@ class GroupAssignment:
     pool: Pool  # tail or bulk
     replica: int  # global replica index in 0..num_replicas-1
     pinned: bool  # carried candidate: must be delivered this step, never aborted
-    order: int  # dispatch position on its replica (FCFS order), 0-based
+    order: int  # dispatch position on its (home) replica (FCFS order), 0-based
+    replicas: tuple[int, ...] = ()  # spread group: replica of each response; () = all on replica
+
+    def __post_init__(self) -> None:
+        if self.replicas and self.replicas[0] != self.replica:
+            raise ProtocolError(
+                f"group {self.prompt_id!r}: first response on replica {self.replicas[0]}, "
+                f"home replica {self.replica}"
+            )
+
+    def response_replicas(self, group_size: int) -> tuple[int, ...]:
+        """Replica of each of the group's ``group_size`` responses."""
+        if not self.replicas:
+            return (self.replica,) * group_size
+        if len(self.replicas) != group_size:
+            raise ProtocolError(
+                f"group {self.prompt_id!r} places {len(self.replicas)} responses, "
+                f"the group has {group_size}"
+            )
+        return self.replicas
+
+    @property
+    def all_replicas(self) -> frozenset[int]:
+        """Every replica the group runs on."""
+        return frozenset(self.replicas or (self.replica,))
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +85,8 @@ class StepPlan:
 
     def replica_groups(self, replica: int) -> list[GroupAssignment]:
         """Assignments on one replica in dispatch order."""
-        return sorted((a for a in self.assignments if a.replica == replica), key=lambda a: a.order)
+        return sorted((a for a in self.assignments if replica in a.all_replicas),
+                      key=lambda a: a.order)
 
     def is_abortable(self, a: GroupAssignment) -> bool:
         """Only fresh bulk groups can be aborted at the cutoff."""

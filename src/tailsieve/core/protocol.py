@@ -2,7 +2,9 @@
 
 ``plan_step`` turns (carried candidates, controller targets, prompt stream) into a
 ``StepPlan``; an executor runs it; ``update_from_outcome`` checks the invariants, ranks the
-aborted groups into the next candidate set and feeds the controller.
+aborted groups into the next candidate set and feeds the controller. Within a pool, groups are
+dealt round-robin whole, or (``ControlTargets.spread``) response by response; m = 0 with c = 0
+and spread is the "balance" step. See docs/protocol.md.
 """
 
 from __future__ import annotations
@@ -89,6 +91,7 @@ class RolloutProtocol:
             raise ProtocolError(f"step {self._open.step} was planned but its outcome not consumed")
         cfg = self.config
         q, m, _, p, fresh_deliver, extra = self._shape(flush)
+        spread = self.controller.targets().spread
         fresh = stream.draw(fresh_deliver + extra)
         fresh_deliver = min(fresh_deliver, len(fresh))
         extra = len(fresh) - fresh_deliver
@@ -98,15 +101,26 @@ class RolloutProtocol:
         orders = [0] * cfg.num_replicas
         out: list[GroupAssignment] = []
 
+        n = cfg.group_size
+
         def deal(
             ids: list[str], pool: Pool, replicas: tuple[int, ...], pinned: bool, k0: int
         ) -> int:
+            """Round-robin from slot ``k0``: whole groups, or (spread) single responses."""
             k = k0
             for pid in ids:
-                r = replicas[k % len(replicas)]
-                out.append(GroupAssignment(pid, pool, r, pinned, orders[r]))
-                orders[r] += 1
-                k += 1
+                if spread:
+                    where = tuple(replicas[(k + j) % len(replicas)] for j in range(n))
+                    r = where[0]
+                    out.append(GroupAssignment(pid, pool, r, pinned, orders[r], where))
+                    for x in set(where):
+                        orders[x] += 1
+                    k += n
+                else:
+                    r = replicas[k % len(replicas)]
+                    out.append(GroupAssignment(pid, pool, r, pinned, orders[r]))
+                    orders[r] += 1
+                    k += 1
             return k
 
         deal(self.candidates[:q], Pool.TAIL, tail_replicas, True, 0)

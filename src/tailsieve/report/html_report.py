@@ -1,6 +1,7 @@
 """Self-contained HTML report that reads like a result: the headline in words first (speedup
 over Uniform with its 95% interval, step times, tokens wasted, final q and m), then a table with
-human column names and units (empty columns left out), then the plots (PNGs embedded as base64;
+human column names and units (empty columns left out), the diagnostics of where the step time
+went (``docs/diagnostics.md``), then the plots (PNGs embedded as base64;
 step-time axes from zero; the same step of every policy side by side)."""
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     ("steady_step_s", "Steady step time (s, last 3 steps)", _num("{:.2f}")),
     ("mean_speedup_vs_uniform", "Speedup vs Uniform (mean)", _num("{:.3f}x")),
     ("speedup_vs_uniform", "Speedup vs Uniform (steady)", _num("{:.3f}x")),
+    ("paired_speedup", "Paired speedup vs Uniform (per-step ratio, steady steps)",
+     _num("{:.3f}x")),
     ("wasted_token_fraction", "Tokens wasted (% of generated)", lambda v: f"{100 * v:.1f}%"),
     ("lower_bound_ratio", "Step time / lower bound", _num("{:.2f}")),
     ("q_trajectory", "Final q (tail groups)", _last),
@@ -69,6 +72,8 @@ def write_report(folder: str | Path, out: str | Path | None = None) -> Path:
         )
     add("q (tail groups) and m (tail replicas) over steps",
         plots.q_m_trajectories(run, png_dir / "q_m.png"))
+    add("Predicted vs observed pool times (the controller's prediction for the (q, m) it chose)",
+        plots.predicted_vs_observed(run, png_dir / "predicted_vs_observed.png"))
     add("Delivered response lengths (CDF)",
         plots.length_distributions(run, png_dir / "lengths.png"))
     add("Capture rate versus rho", plots.capture_rates(run, png_dir / "capture.png"))
@@ -101,6 +106,71 @@ def _setting(v: Any) -> str:
     return "" if v is None else str(v)
 
 
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.3f}"
+    if isinstance(v, list):
+        return " ".join(str(x) for x in v[-12:])
+    return "" if v is None else str(v)
+
+
+# (column, key in a step's diagnostics, format)
+STEP_COLUMNS = (
+    ("step", "step", "{}"), ("q", "q", "{}"), ("m", "m", "{}"),
+    ("step s", "makespan_s", "{:.1f}"),
+    ("T_tail pred", "predicted_tail_s", "{:.1f}"), ("T_tail obs", "tail_time_s", "{:.1f}"),
+    ("T_bulk pred", "predicted_bulk_s", "{:.1f}"), ("T_bulk_cut obs", "bulk_cut_s", "{:.1f}"),
+    ("cutoff", "cutoff_s", "{:.1f}"), ("tail idle rep-s", "tail_idle_replica_s", "{:.1f}"),
+    ("aborted tokens", "aborted_tokens", "{}"), ("aborted rep-s", "aborted_replica_s", "{:.1f}"),
+    ("wasted", "wasted_fraction", "{:.1%}"), ("capture", "capture_rate", "{:.0%}"),
+)
+DIAG_KEYS = (
+    "tail_obs_over_pred", "bulk_obs_over_pred", "makespan_obs_over_pred", "tail_idle_fraction",
+    "idle_fraction", "aborted_replica_fraction", "capture_rate",
+)
+
+
+def _cell(fmt: str, v: Any) -> str:
+    return "" if v is None else html.escape(fmt.format(v))
+
+
+def diagnostics_html(run: RunData) -> str:
+    """The per-policy diagnostics summary, the paired statistic and, per protocol policy, the
+    per-step table of where the time went (``docs/diagnostics.md``)."""
+    parts = []
+    rows = []
+    for s in run.summaries:
+        d, st = s.get("diagnostics"), s.get("paired_stat")
+        if not isinstance(d, dict):
+            continue
+        paired = "" if not isinstance(st, dict) else (
+            f"{st['mean']:.3f}x" + (f" [{st['ci_low']:.3f}, {st['ci_high']:.3f}]"
+                                     if st.get("ci_low") is not None else "")
+            + f" ({st['num_seeds']} seed(s), steps >= {st['steady_from']})")
+        cells = "".join(f"<td>{html.escape(_fmt(d.get(k)))}</td>" for k in DIAG_KEYS)
+        rows.append(f"<tr><td>{html.escape(str(s.get('policy')))}</td>"
+                    f"<td>{html.escape(paired)}</td>{cells}</tr>")
+    if rows:
+        head = "".join(f"<th>{k}</th>" for k in ("policy", "paired speedup", *DIAG_KEYS))
+        parts.append(f'<table id="diagnostics"><tr>{head}</tr>{"".join(rows)}</table>')
+    for pol, recs in run.steps.items():
+        diags = [r["diagnostics"] for r in recs if isinstance(r.get("diagnostics"), dict)]
+        if not any(d.get("m") for d in diags):
+            continue
+        head = "".join(f"<th>{c}</th>" for c, _, _ in STEP_COLUMNS)
+        body = "".join(
+            "<tr>" + "".join(f"<td>{_cell(f, d.get(k))}</td>" for _, k, f in STEP_COLUMNS)
+            + "</tr>" for d in diags)
+        parts.append(f"<h3>{html.escape(pol)}: per step</h3>"
+                     f'<table class="steps"><tr>{head}</tr>{body}</table>')
+    if not parts:
+        return ""
+    return ("<h2>Where the step time goes</h2><p>Predicted = the controller's prediction for "
+            "the (q, m) it chose, made before the step; rep-s = replica-seconds; capture = "
+            "share of the step's q longest groups caught by the previous cutoff.</p>"
+            + "".join(parts))
+
+
 def render_html(run: RunData, figures: list[tuple[str, Path]]) -> str:
     headline = "".join(f"<li>{html.escape(x)}</li>" for x in headline_sentences(run))
     settings = "".join(
@@ -126,6 +196,7 @@ figure{{margin:1.5em 0}}img{{max-width:100%}}figcaption{{color:#555}}</style></h
 <body><h1 id="title">TailSieve report ({html.escape(run.kind)})</h1>
 <ul id="headline">{headline}</ul>
 <h2>Per policy</h2>{summary_table(run)}
+{diagnostics_html(run)}
 <h2>Figures</h2>
 <div id="figures" data-count="{len(figures)}">{"".join(figs)}</div>
 <details><summary>Settings and source</summary>

@@ -58,6 +58,34 @@ def q_m_trajectories(run: RunData, path: Path) -> Path | None:
     return _save(fig, path)
 
 
+def predicted_vs_observed(run: RunData, path: Path) -> Path | None:
+    """Per step, the controller's predicted pool times beside the observed ones."""
+    pols = {
+        p: [(r["step"], r["diagnostics"]) for r in recs
+            if isinstance(r.get("diagnostics"), dict) and not r.get("is_flush")
+            and r["diagnostics"].get("predicted_bulk_s") is not None]
+        for p, recs in run.steps.items()
+    }
+    pols = {p: v for p, v in pols.items() if v}
+    if not pols:
+        return None
+    fig, axes = plt.subplots(1, len(pols), figsize=(5.5 * len(pols), 3.8), squeeze=False)
+    for ax, (pol, rows) in zip(axes[0], pols.items(), strict=True):
+        xs = [s for s, _ in rows]
+        for key, label, color in (("tail", "T_tail", POOL_COLORS["tail"]),
+                                  ("bulk", "T_bulk_cut", POOL_COLORS["bulk"])):
+            obs = [d[f"{key}_time_s" if key == "tail" else "bulk_cut_s"] for _, d in rows]
+            pred = [d[f"predicted_{key}_s"] for _, d in rows]
+            ax.plot(xs, obs, "o-", color=color, ms=3, label=f"{label} observed")
+            ax.plot(xs, pred, "x--", color=color, ms=4, label=f"{label} predicted")
+        ax.set_xlabel("step")
+        ax.set_ylabel("seconds")
+        ax.set_title(f"{pol}: predicted vs observed pool times")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
 def _draw_timeline(ax: plt.Axes, tl: StepTimeline, title: str) -> None:
     for r in range(tl.num_replicas):
         bars = sorted((b for b in tl.bars if b.replica == r), key=lambda b: b.end_s)

@@ -1,7 +1,8 @@
-"""One attempt of one group on one replica: its HTTP requests, retries and progress.
+"""One attempt of one group: its HTTP requests, retries and progress.
 
 A group is sent either as one request with ``n = group_size`` or as ``group_size`` single
-requests (``split_groups``, the default): then the executor knows, at an abort, how many
+requests (``split_groups``, the default; always for a spread group, whose responses go to
+several replicas): then the executor knows, at an abort, how many
 responses had finished and how many tokens they hold, and in replay mode each response gets its
 own forced length. Request errors (HTTP 5xx, malformed JSON) are retried here with exponential
 backoff; a dead replica (``ReplicaDownError``) is not retried here: the executor regenerates the
@@ -77,12 +78,13 @@ class AttemptProgress:
 
 
 class GroupAttempt:
-    """Runs the requests of one group attempt against one replica URL."""
+    """Runs the requests of one group attempt against one replica URL, or (a spread group) one
+    URL per response. ``down_sample`` names the response whose replica went down."""
 
     def __init__(
         self,
         transport: Transport,
-        base_url: str,
+        base_url: str | Sequence[str],
         config: ExecutorConfig,
         prompt: PromptInput,
         group_size: int,
@@ -90,20 +92,25 @@ class GroupAttempt:
         progress: AttemptProgress,
     ) -> None:
         self._t = transport
-        self._url = base_url.rstrip("/") + config.backend.path
+        bases = [base_url] * group_size if isinstance(base_url, str) else list(base_url)
+        if len(bases) != group_size:
+            raise ConfigError(f"{len(bases)} replica URLs for a group of {group_size}")
+        self._urls = [b.rstrip("/") + config.backend.path for b in bases]
+        self._url = self._urls[0]
         self._cfg = config
         self._prompt = prompt
         self._n = group_size
         self._forced = forced_length
         self.progress = progress
         self._aborts: set[asyncio.Future[None]] = set()  # SGLang /abort_request in flight
+        self.down_sample = 0  # response whose replica raised ``ReplicaDownError``
 
     async def run(self) -> list[Response]:
         """All ``group_size`` responses in sample order; raises ``ReplicaDownError`` or
         ``RequestFailedError``. Cancelling it cancels (closes) every open request."""
         cfg, pid = self._cfg, self._prompt.prompt_id
         seed = cfg.sampling.seed
-        if not cfg.split_groups:
+        if not cfg.split_groups and len(set(self._urls)) == 1:
             forced = max(self._forced(pid, i) for i in range(self._n)) if self._forced else None
             return await self._one(0, self._n, forced, seed)
         calls = [
@@ -134,27 +141,30 @@ class GroupAttempt:
             stream=self._cfg.stream,
             return_token_ids=self._cfg.return_token_ids,
         )
-        where = f"{self._url} prompt {self._prompt.prompt_id!r} sample {sample}"
+        url = self._urls[sample]
+        where = f"{url} prompt {self._prompt.prompt_id!r} sample {sample}"
         retry = 0
         while True:
             if self._cfg.backend is Backend.SGLANG:
                 body["rid"] = uuid.uuid4().hex  # per-request abort (POST /abort_request)
             try:
                 if self._cfg.stream:
-                    out = await self._streamed(body, sample, n, where)
+                    out = await self._streamed(url, body, sample, n, where)
                 else:
-                    raw = await self._t.post_json(self._url, body, self._cfg.request_timeout_s)
+                    raw = await self._t.post_json(url, body, self._cfg.request_timeout_s)
                     out = parse_response(self._cfg.backend, raw, n, where)
                 break
             except asyncio.CancelledError:
                 if self._cfg.backend is Backend.SGLANG:  # shielded: the step's clean-up may
-                    task = asyncio.ensure_future(self._abort_sglang(str(body["rid"])))  # cancel
-                    self._aborts.add(task)  # this coroutine again before the abort is sent
+                    # cancel this coroutine again before the abort is sent
+                    task = asyncio.ensure_future(self._abort_sglang(url, str(body["rid"])))
+                    self._aborts.add(task)
                     task.add_done_callback(self._aborts.discard)
                     with contextlib.suppress(asyncio.CancelledError):
                         await asyncio.shield(task)
                 raise
             except ReplicaDownError:
+                self.down_sample = sample
                 raise
             except RequestError as exc:
                 if not exc.retryable or retry >= self._cfg.max_retries:
@@ -170,20 +180,22 @@ class GroupAttempt:
             self.progress.finished_tokens += r.num_tokens
         return out
 
-    async def _abort_sglang(self, rid: str) -> None:
+    async def _abort_sglang(self, url: str, rid: str) -> None:
         """SGLang notices a closed connection only at its next 4 s disconnect check: abort the
         request by id right away (best effort; the closed connection remains the fallback)."""
-        url = self._url.removesuffix(Backend.SGLANG.path) + "/abort_request"
+        abort_url = url.removesuffix(Backend.SGLANG.path) + "/abort_request"
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self._t.post_json(url, {"rid": rid}, 2.0), 2.0)
+            await asyncio.wait_for(self._t.post_json(abort_url, {"rid": rid}, 2.0), 2.0)
 
-    async def _streamed(self, body: JSON, sample: int, n: int, where: str) -> list[Response]:
+    async def _streamed(
+        self, url: str, body: JSON, sample: int, n: int, where: str
+    ) -> list[Response]:
         texts: dict[int, list[str]] = {}
         ids: dict[int, list[int]] = {}
         counts: dict[int, int] = {}
         reasons: dict[int, str] = {}
         sg = self._cfg.backend is Backend.SGLANG
-        async for chunk in self._t.stream_json(self._url, body, self._cfg.request_timeout_s):
+        async for chunk in self._t.stream_json(url, body, self._cfg.request_timeout_s):
             for idx, text, tok, cnt, reason in _chunk_items(chunk, sg):
                 if sg:  # SGLang chunks are cumulative
                     texts[idx] = [text]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from contextlib import AsyncExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,8 @@ from tailsieve.runtime.emulator import EmulatorFleet
 from tailsieve.runtime.observe import StepMetrics
 from tailsieve.runtime.rollout import RolloutBatch, RolloutConfig, TailSieveRollout
 from tailsieve.runtime.step_state import StepProgress
-from tailsieve.sim.driver import PairedLengths
+from tailsieve.sim.driver import PairedLengths, epoch_prompt_ids
+from tailsieve.sim.speedup_stats import STEADY_FROM, ratios_by_step
 from tailsieve.workload import load_workload
 
 STEADY_STEPS = 3
@@ -81,6 +83,12 @@ class PolicyResult:
     def regular(self) -> list[StepMetrics]:
         return [m for m in self.metrics if not m.is_flush]
 
+    def steady_from(self) -> int:
+        """First step of the paired statistic: ``STEADY_FROM``, or 1 (after the warm-up) when
+        the run is too short to have steps past it."""
+        last = max((m.step for m in self.regular()), default=0)
+        return STEADY_FROM if last >= STEADY_FROM else 1
+
     def summary(self, uniform: PolicyResult | None) -> dict[str, Any]:
         reg = self.regular()
         steady = float(np.mean([m.makespan_s for m in reg[-STEADY_STEPS:]]))
@@ -97,8 +105,15 @@ class PolicyResult:
             else 0.0,
             "speedup_vs_uniform": None,
             "mean_speedup_vs_uniform": None,
+            "paired_speedup": None,  # mean of per-step T_uniform / T_policy over paired_steps
+            "paired_steps": [],
         }
         if uniform is not None:
+            ratios = ratios_by_step({m.step: m.makespan_s for m in uniform.regular()},
+                                    {m.step: m.makespan_s for m in reg}, self.steady_from())
+            if ratios:
+                out["paired_speedup"] = float(np.mean(list(ratios.values())))
+                out["paired_steps"] = list(ratios)
             u = uniform.summary(None)
             out["speedup_vs_uniform"] = u["steady_step_s"] / steady if steady else None
             out["mean_speedup_vs_uniform"] = (
@@ -107,22 +122,17 @@ class PolicyResult:
         return out
 
 
-def _prompt_stream(workload: Any) -> Iterator[PromptInput]:
-    for pid in workload.prompt_ids():
+def _prompt_stream(workload: Any, seed: int) -> Iterator[PromptInput]:
+    """The simulator's prompt order (``epoch_prompt_ids``): ``tailsieve simulate --seed S
+    --num-prompts P`` with the demo's P = 4 N (steps + 2) replays the same steps."""
+    for pid in epoch_prompt_ids(workload.prompt_ids(), seed):
         yield PromptInput(pid, text=f"Solve problem {pid}.")
 
 
-async def run_policy(
-    policy: str,
-    cfg: DemoConfig,
-    urls: list[str],
-    lengths: StepLengths,
-    workload: Any,
-    controller_profile: Path,
-    on_progress: Callable[[StepProgress], None] | None = None,
-) -> PolicyResult:
-    """Warm-up plus ``cfg.steps`` steps of one policy (and a flush for carried prompts)."""
-    rcfg = RolloutConfig(
+def _rollout_config(
+    policy: str, cfg: DemoConfig, lengths: StepLengths, controller_profile: Path
+) -> RolloutConfig:
+    return RolloutConfig(
         num_groups=cfg.groups,
         group_size=cfg.group_size,
         policy=policy,
@@ -131,19 +141,51 @@ async def run_policy(
         replay=lengths,
         profile=str(controller_profile),
     )
-    res = PolicyResult(policy)
-    prompts = _prompt_stream(workload)
-    async with TailSieveRollout(urls, rcfg, on_progress=on_progress) as ro:
+
+
+@dataclass(slots=True)
+class _Lane:
+    """One policy's rollout inside the interleaved demo."""
+
+    ro: TailSieveRollout
+    lengths: StepLengths
+    prompts: Iterator[PromptInput]
+    result: PolicyResult
+
+
+async def run_interleaved(
+    cfg: DemoConfig,
+    urls: list[str],
+    workload: Any,
+    controller_profile: Path,
+    on_progress: Callable[[StepProgress], None] | None = None,
+) -> dict[str, PolicyResult]:
+    """Warm-up plus ``cfg.steps`` steps of every policy, interleaved step by step (step t of
+    each policy, then step t + 1), then a flush for carried prompts. Emulated time follows the
+    wall clock, so a slower machine lengthens every step; interleaving puts each pair of
+    compared steps at the same moment, which keeps the paired ratio fair under varying load."""
+    async with AsyncExitStack() as stack:
+        lanes: dict[str, _Lane] = {}
+        for policy in cfg.policies:
+            lengths = StepLengths(workload, cfg.group_size, cfg.seed)
+            rcfg = _rollout_config(policy, cfg, lengths, controller_profile)
+            ro = await stack.enter_async_context(
+                TailSieveRollout(urls, rcfg, on_progress=on_progress)
+            )
+            lanes[policy] = _Lane(ro, lengths, _prompt_stream(workload, cfg.seed),
+                                   PolicyResult(policy))
         for t in range(cfg.steps + 1):
-            lengths.step = t
-            need = ro.num_fresh_needed()
-            batch = await ro.step([next(prompts) for _ in range(need)])
-            _record(res, batch)
-        lengths.step = cfg.steps + 1
-        last = await ro.flush()
-        if last is not None:
-            _record(res, last)
-    return res
+            for lane in lanes.values():
+                lane.lengths.step = t
+                need = lane.ro.num_fresh_needed()
+                batch = await lane.ro.step([next(lane.prompts) for _ in range(need)])
+                _record(lane.result, batch)
+        for lane in lanes.values():
+            lane.lengths.step = cfg.steps + 1
+            last = await lane.ro.flush()
+            if last is not None:
+                _record(lane.result, last)
+    return {p: lane.result for p, lane in lanes.items()}
 
 
 def _record(res: PolicyResult, batch: RolloutBatch) -> None:
@@ -159,7 +201,8 @@ async def run_demo(
     on_progress: Callable[[StepProgress], None] | None = None,
     on_policy: Callable[[str], None] | None = None,
 ) -> dict[str, PolicyResult]:
-    """Start the emulators, run every policy, stop the emulators, write the run folder."""
+    """Start the emulators, run every policy (interleaved step by step), stop the emulators,
+    write the run folder. ``on_policy`` receives the policies' names once, before they run."""
     out = cfg.out_dir
     out.mkdir(parents=True, exist_ok=True)
     workload = load_workload(
@@ -168,7 +211,6 @@ async def run_demo(
     scaled = load_profile(cfg.profile).scaled(cfg.time_scale, name=f"{cfg.profile}-scaled")
     profile_path = out / "controller_profile.json"
     scaled.save(profile_path)
-    results: dict[str, PolicyResult] = {}
     with EmulatorFleet.start(
         cfg.replicas,
         profile=cfg.profile,
@@ -179,13 +221,9 @@ async def run_demo(
         max_num_seqs=4096,
         seed=cfg.seed,
     ) as fleet:
-        for policy in cfg.policies:
-            if on_policy is not None:
-                on_policy(policy)
-            lengths = StepLengths(workload, cfg.group_size, cfg.seed)
-            results[policy] = await run_policy(
-                policy, cfg, fleet.urls, lengths, workload, profile_path, on_progress
-            )
+        if on_policy is not None:
+            on_policy(", ".join(cfg.policies))
+        results = await run_interleaved(cfg, fleet.urls, workload, profile_path, on_progress)
     write_run(cfg, results)
     return results
 

@@ -1,6 +1,7 @@
 """The live executor: runs a ``StepPlan`` against real (or emulated) inference servers.
 
-All groups start at t = 0 on their replicas (in dispatch order). Fresh bulk groups race for the
+All groups start at t = 0 on their replicas (in dispatch order); a spread group's responses
+start on several replicas. Fresh bulk groups race for the
 ``num_fresh_to_deliver`` places of the batch; at that moment the remaining fresh bulk groups are
 aborted (their tasks cancelled, which closes their HTTP connections). Tail and pinned groups are
 always waited for. A replica fault (refused, died, timed out) takes the replica out and
@@ -214,10 +215,11 @@ class LiveExecutor:
         prober = asyncio.create_task(self._probe_loop())
         try:
             for a in sorted(plan.assignments, key=lambda a: (a.order, a.replica)):
-                g = GroupRun(assignment=a, replica=a.replica)
+                g = GroupRun(assignment=a, replica=a.replica, replicas=a.replicas)
                 run.groups[a.prompt_id] = g
-                if not reps[a.replica].healthy:
-                    g.replica = self._pick(run, a)
+                for r in sorted(a.all_replicas):
+                    if not reps[r].healthy:
+                        self._move(run, g, r)
                 self._launch(run, g, prompts)
             if plan.num_fresh_to_deliver == 0 and fresh:
                 self._cut(run)
@@ -246,10 +248,11 @@ class LiveExecutor:
 
     def _launch(self, run: _Run, g: GroupRun, prompts: Mapping[str, PromptInput]) -> None:
         g.progress = AttemptProgress()
-        url = run.reps[g.replica].url
+        where = g.replicas or (g.replica,)
+        urls = tuple(run.reps[r].url for r in where)
         attempt = GroupAttempt(
             self._transport,
-            url,
+            list(urls) if g.replicas else urls[0],
             self.config,
             prompts[g.assignment.prompt_id],
             run.plan.group_size,
@@ -257,16 +260,24 @@ class LiveExecutor:
             g.progress,
         )
         g.task = asyncio.create_task(
-            self._wrap(run, attempt, g.assignment.prompt_id, g.attempt, g.replica, url)
+            self._wrap(run, attempt, g.assignment.prompt_id, g.attempt, where, urls)
         )
 
     async def _wrap(
-        self, run: _Run, att: GroupAttempt, pid: str, k: int, replica: int, url: str
+        self,
+        run: _Run,
+        att: GroupAttempt,
+        pid: str,
+        k: int,
+        where: tuple[int, ...],
+        urls: tuple[str, ...],
     ) -> None:
+        replica, url = where[0], urls[0]
         try:
             out = await att.run()
         except ReplicaDownError as exc:
-            run.queue.put_nowait(_Event("down", pid, k, replica, url, error=exc))
+            i = att.down_sample if len(where) > 1 else 0
+            run.queue.put_nowait(_Event("down", pid, k, where[i], urls[i], error=exc))
         except Exception as exc:
             run.queue.put_nowait(_Event("fail", pid, k, replica, url, error=exc))
         else:
@@ -279,14 +290,16 @@ class LiveExecutor:
         now = self._now(run)
         if ev.kind == "done":
             g.status, g.completion_s, g.responses = "done", now, ev.responses
-            run.busy_until_s[g.replica] = max(run.busy_until_s[g.replica], now)
+            for r in {g.replica, *g.replicas}:
+                run.busy_until_s[r] = max(run.busy_until_s[r], now)
             if run.plan.is_abortable(g.assignment):
                 run.num_fresh_done += 1
                 if run.num_fresh_done == run.plan.num_fresh_to_deliver:
                     self._cut(run)
         elif ev.kind == "down" and ev.url != run.reps[ev.replica].url:
             # the replica moved since this attempt began (its old server is gone): regenerate
-            # the group, but the replica at its new address is not at fault
+            # the group where it was placed (the replica answers at its new address), but the
+            # replica is not at fault
             self._regenerate(run, [g], prompts)
         elif ev.kind == "down":
             self._replica_down(run, ev.replica, str(ev.error), prompts)
@@ -305,20 +318,36 @@ class LiveExecutor:
         rep.num_faults += 1
         now = self._now(run)
         run.busy_until_s[replica] = max(run.busy_until_s[replica], now)
-        victims = [g for g in run.groups.values() if g.status == "running" and g.replica == replica]
-        self._regenerate(run, victims, prompts)
+        victims = [g for g in run.groups.values() if g.status == "running" and g.runs_on(replica)]
+        self._regenerate(run, victims, prompts, dead=replica)
 
     def _regenerate(
-        self, run: _Run, victims: list[GroupRun], prompts: Mapping[str, PromptInput]
+        self,
+        run: _Run,
+        victims: list[GroupRun],
+        prompts: Mapping[str, PromptInput],
+        dead: int | None = None,
     ) -> None:
+        """Start ``victims`` again from scratch; the responses they had on replica ``dead`` (if
+        given) move to a healthy replica."""
         for g in victims:
             if g.task is not None:
                 g.task.cancel()
             run.wasted_tokens += g.progress.finished_tokens + max(g.progress.tokens_so_far, 0)
-            g.replica = self._pick(run, g.assignment)
+            if dead is not None:
+                self._move(run, g, dead)
             g.attempt += 1
             run.num_regenerated += 1
             self._launch(run, g, prompts)
+
+    def _move(self, run: _Run, g: GroupRun, dead: int) -> None:
+        """Re-place the responses a group had on replica ``dead`` onto a healthy one."""
+        new = self._pick(run, g.assignment)
+        if g.replicas:
+            g.replicas = tuple(new if r == dead else r for r in g.replicas)
+            g.replica = g.replicas[0]
+        else:
+            g.replica = new
 
     def _pick(self, run: _Run, a: GroupAssignment) -> int:
         """A healthy replica for a displaced group: same pool first, fewest running groups."""
@@ -345,7 +374,8 @@ class LiveExecutor:
                     g.task.cancel()
                 g.status = "aborted"
                 g.completion_s = run.cut_s
-                run.busy_until_s[g.replica] = max(run.busy_until_s[g.replica], run.cut_s)
+                for r in {g.replica, *g.replicas}:
+                    run.busy_until_s[r] = max(run.busy_until_s[r], run.cut_s)
 
     def _finished(self, run: _Run) -> bool:
         if run.num_fresh_done < run.plan.num_fresh_to_deliver:

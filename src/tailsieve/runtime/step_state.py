@@ -18,13 +18,18 @@ class GroupRun:
     """Mutable state of one group during a step (its current attempt)."""
 
     assignment: GroupAssignment
-    replica: int  # replica of the current attempt
+    replica: int  # (home) replica of the current attempt
+    replicas: tuple[int, ...] = ()  # spread group: replica of each response; () = all on replica
     attempt: int = 0  # 0 = first; +1 per fault regeneration
     status: str = "running"  # running | done | aborted
     completion_s: float = 0.0  # done: last response finished; aborted: the cutoff
     responses: tuple[Response, ...] = ()
     progress: AttemptProgress = field(default_factory=AttemptProgress)
     task: asyncio.Task[None] | None = None
+
+    def runs_on(self, replica: int) -> bool:
+        """True when some response of the current attempt is on ``replica``."""
+        return replica == self.replica or replica in self.replicas
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,13 +11,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import Any, Literal
 
 from tailsieve.errors import ConfigError
 from tailsieve.model.profiles import DEFAULT_PROFILE, load_profile
 from tailsieve.model.replica_engine import ReplicaConfig
 from tailsieve.model.speculative import SpecConfig
+from tailsieve.model.throughput import ThroughputModel
 from tailsieve.sim.driver import (
     ALL_POLICIES,
     KNOWN_POLICIES,
@@ -27,6 +29,7 @@ from tailsieve.sim.driver import (
     run_policies,
 )
 from tailsieve.sim.replicas import PoolConfigs
+from tailsieve.sim.speedup_stats import CI_METHOD, STEADY_FROM, SpeedupStat, speedup_table
 from tailsieve.sim.workloads import resolve_workload
 
 
@@ -64,8 +67,10 @@ def simulate(
     steps: int = 20,
     profile: str = DEFAULT_PROFILE,
     seed: int = 0,
+    seeds: int = 1,
     q0: int | None = None,
     m0: int | None = None,
+    spread: bool = True,
     tail_strength: str | None = None,
     tail_spec: str = "none",
     bulk_spec: str = "none",
@@ -79,36 +84,72 @@ def simulate(
 
     ``workload``: a preset (``paper-math``, ``aime-r1``), ``aime`` (the shipped AIME trace,
     resampled) or a trace file. ``max_num_seqs`` / ``kv_capacity_tokens``: None takes the
-    profile's (0 switches the cap off). The other arguments mirror the CLI options of the same
-    names.
+    profile's (0 switches the cap off). ``spread``: protocol policies deal single responses
+    over a pool's replicas (False: whole groups, as the paper). ``seeds``: seeds
+    ``seed .. seed+seeds-1`` are simulated for each summary's ``paired_stat`` (mean per-step
+    ratio with its 95% interval over seeds); summaries and runs are the first seed's. The other
+    arguments mirror the CLI options of the same names.
     """
+    if seeds < 1:
+        raise ConfigError(f"seeds must be >= 1, got {seeds}")
     names = list(policies) if policies else list(ALL_POLICIES)
     for name in names:
         if name not in KNOWN_POLICIES:
             raise ConfigError(f"unknown policy {name!r}; choose from {', '.join(KNOWN_POLICIES)}")
     if "uniform" not in names:
-        names.insert(0, "uniform")
+        names.insert(0, "uniform")  # the paired reference
     settings = SimSettings(
         num_replicas=replicas, num_groups=groups, group_size=group_size, num_steps=steps,
-        seed=seed, q0=q0, m0=m0,
+        seed=seed, q0=q0, m0=m0, spread=spread,
     )
-    base = ReplicaConfig.from_profile(
-        load_profile(profile),
-        max_num_seqs="profile" if max_num_seqs is None else (max_num_seqs or None),
-        kv_capacity_tokens="profile" if kv_capacity_tokens is None else (kv_capacity_tokens or None),
-        prefill_s=prefill_s,
-    )
+    base = replica_config(load_profile(profile), max_num_seqs, kv_capacity_tokens, prefill_s)
     pools = PoolConfigs.from_specs(base, SpecConfig.parse(tail_spec), SpecConfig.parse(bulk_spec))
-    wl = resolve_workload(workload, tail_strength, seed=seed, num_prompts=num_prompts)
-    dataset = wl.prompt_ids()
-    runs = run_policies(names, settings, lambda: epoch_prompt_ids(dataset, seed), wl, pools)
+    all_runs = []
+    for sd in range(seed, seed + seeds):
+        wl = resolve_workload(workload, tail_strength, seed=sd, num_prompts=num_prompts)
+        dataset = wl.prompt_ids()
+        all_runs.append(run_policies(names, replace(settings, seed=sd),
+                                     partial(epoch_prompt_ids, dataset, sd), wl, pools))
+    runs = all_runs[0]
     uniform = runs["uniform"].run
+    stats = _paired_stats(all_runs)
+    summaries = {}
+    for name, r in runs.items():
+        summ = r.run.summary(uniform)
+        st = stats.get(name)
+        summ["paired_stat"] = st.to_dict() if st is not None else None
+        summaries[name] = summ
     meta: dict[str, Any] = {
         "workload": workload, "tail_strength": tail_strength or "real", "replicas": replicas,
         "groups": groups, "group_size": group_size, "steps": steps, "profile": profile,
-        "seed": seed, "tail_spec": tail_spec, "bulk_spec": bulk_spec, "q0": q0, "m0": m0,
+        "seed": seed, "seeds": seeds, "tail_spec": tail_spec, "bulk_spec": bulk_spec,
+        "q0": q0, "m0": m0, "spread": spread,
         "max_num_seqs": base.max_num_seqs, "kv_capacity_tokens": base.kv_capacity_tokens,
-        "prefill_s": prefill_s,
+        "prefill_s": prefill_s, "recompute_s_per_token": base.recompute_s_per_token,
+        "paired_steady_from": STEADY_FROM, "paired_interval": CI_METHOD,
     }
-    summaries = {name: r.run.summary(uniform) for name, r in runs.items()}
     return SimulationResult(meta, summaries, runs)
+
+
+def replica_config(
+    model: ThroughputModel, max_num_seqs: int | None, kv_capacity: int | None, prefill_s: float
+) -> ReplicaConfig:
+    """The replica of ``model`` with overrides: None keeps the profile's value, 0 switches
+    the cap off."""
+    for flag, v in (("max_num_seqs", max_num_seqs), ("kv_capacity", kv_capacity)):
+        if v is not None and v < 0:
+            raise ConfigError(f"{flag} must be >= 0 (0 = off), got {v}")
+    seqs: int | Literal["profile"] | None = "profile" if max_num_seqs is None else (
+        max_num_seqs or None)
+    cap: int | Literal["profile"] | None = "profile" if kv_capacity is None else (
+        kv_capacity or None)
+    return ReplicaConfig.from_profile(model, max_num_seqs=seqs, kv_capacity_tokens=cap,
+                                      prefill_s=prefill_s)
+
+
+def _paired_stats(all_runs: list[dict[str, ProtocolRun]]) -> dict[str, SpeedupStat]:
+    """The paired statistic per policy; empty when the run is too short for steady steps."""
+    try:
+        return speedup_table([{n: r.run for n, r in runs.items()} for runs in all_runs])
+    except ConfigError:
+        return {}

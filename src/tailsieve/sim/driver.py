@@ -25,6 +25,7 @@ import numpy.typing as npt
 from tailsieve.control.base import Controller
 from tailsieve.control.config import ControllerConfig
 from tailsieve.control.factory import make_controller
+from tailsieve.core.diagnostics import PredictedPoolTimes, diagnose_step
 from tailsieve.core.outcome import StepOutcome
 from tailsieve.core.plan import StepPlan
 from tailsieve.core.protocol import ProtocolConfig, RolloutProtocol
@@ -113,6 +114,7 @@ class SimSettings:
     q0: int | None = None  # controller's initial tail groups (None: its default)
     m0: int | None = None  # controller's initial tail replicas (None: its default)
     keep_timeline_step: int | None = None  # step whose per-group spans are kept (None: last)
+    spread: bool = True  # protocol policies deal single responses (False: whole groups)
 
     def __post_init__(self) -> None:
         for name in ("num_replicas", "num_groups", "group_size", "num_steps"):
@@ -122,7 +124,7 @@ class SimSettings:
     def controller_config(self) -> ControllerConfig:
         return ControllerConfig(
             num_groups=self.num_groups, num_replicas=self.num_replicas,
-            group_size=self.group_size, q0=self.q0, m0=self.m0,
+            group_size=self.group_size, q0=self.q0, m0=self.m0, spread=self.spread,
         )
 
 
@@ -137,7 +139,11 @@ def default_controller(name: str, settings: SimSettings, pools: PoolConfigs) -> 
 def _record(
     plan_or_none: StepPlan | None, outcome: StepOutcome, drawn: tuple[str, ...], q: int, m: int,
     pools: PoolConfigs, num_replicas: int, decision_s: float,
+    prediction: PredictedPoolTimes | None = None, tail_replicas: tuple[int, ...] = (),
+    work_at_cutoff: tuple[tuple[float, float], ...] = (),
 ) -> StepRecord:
+    diag = diagnose_step(outcome, plan_or_none, prediction, tail_replicas, num_replicas,
+                         work_at_cutoff)
     lens = np.concatenate([np.asarray(g.response_tokens) for g in outcome.delivered]) \
         if outcome.delivered else np.zeros(0)
     return StepRecord(
@@ -153,6 +159,7 @@ def _record(
         delivered_sizes=tuple(len(g.response_tokens) for g in outcome.delivered),
         num_preemptions=outcome.num_preemptions, recomputed_tokens=outcome.recomputed_tokens,
         replica_preemptions=outcome.replica_preemptions,
+        diagnostics=diag,
     )
 
 
@@ -170,7 +177,8 @@ def run_baseline(
         outcome, routing = run_baseline_step(step, ids, lengths, name, settings.num_replicas,
                                              pools, prompt_tokens)
         run.records.append(_record(None, outcome, tuple(ids), routing.q,
-                                   len(routing.tail_replicas), pools, settings.num_replicas, 0.0))
+                                   len(routing.tail_replicas), pools, settings.num_replicas, 0.0,
+                                   tail_replicas=routing.tail_replicas))
     return run
 
 
@@ -209,6 +217,7 @@ def run_protocol(
         t1 = time.perf_counter()
         if not flush and plan.num_required < settings.num_groups:
             raise ConfigError(f"the workload ran out of prompts at step {step}")
+        prediction = proto.controller.predict_pool_times(plan.q, plan.m)
         res = ex.run_detailed(plan, lengths, prompt_tokens)
         t2 = time.perf_counter()
         proto.update_from_outcome(plan, res.outcome)
@@ -216,7 +225,8 @@ def run_protocol(
         if step == keep:
             timeline = res
         run.records.append(_record(plan, res.outcome, plan.fresh_prompt_ids, plan.q, plan.m,
-                                   pools, settings.num_replicas, (t1 - t0) + (t3 - t2)))
+                                   pools, settings.num_replicas, (t1 - t0) + (t3 - t2),
+                                   prediction, work_at_cutoff=res.work_at_cutoff))
     return ProtocolRun(run, timeline, proto)
 
 

@@ -23,8 +23,8 @@ def simulate_events(layout: RequestLayout, configs: Sequence[ReplicaConfig], k: 
     n = layout.group_size
     lens, ptoks = layout.lengths, layout.prompt_tokens
     engines = [ReplicaEngine(c) for c in configs]
-    for r, (a, b) in enumerate(layout.replica_slices):
-        for i in range(a, b):
+    for r, idx in enumerate(layout.replica_requests):
+        for i in idx.tolist():
             engines[r].submit(i, int(lens[i]), int(ptoks[i]))
     done = np.full(lens.size, np.inf)
     left = np.full(layout.num_groups, n, dtype=np.int64)
@@ -61,8 +61,8 @@ def simulate_events(layout: RequestLayout, configs: Sequence[ReplicaConfig], k: 
     chosen, cutoff = choose_fresh(group_done, layout, k)
     so_far = np.zeros(lens.size, dtype=np.int64)
     for g in np.flatnonzero(layout.fresh & ~chosen):
-        r = layout.groups[g].replica
         for i in range(g * n, (g + 1) * n):
+            r = int(layout.request_replica[i])
             if done[i] > cutoff:
                 so_far[i] = engines[r].tokens_so_far(i)
                 engines[r].abort(i)

@@ -1,7 +1,8 @@
 """``SimExecutor``: run a ``StepPlan`` on simulated replicas and return a ``StepOutcome``.
 
 Semantics (DESIGN.md section 4): every group of the plan is launched at t = 0 on its replica in
-dispatch order (one group = ``group_size`` requests, FCFS when a running cap queues them). The
+dispatch order (one group = ``group_size`` requests, FCFS when a running cap queues them; a
+spread group's requests sit on several replicas, ``GroupAssignment.replicas``). The
 delivered batch is every tail group, every pinned group and the first ``num_fresh_to_deliver``
 fresh bulk groups to complete (a group completes with its last response; ties at one instant go
 by plan order). At that cutoff moment every other fresh bulk group is aborted; the aborted
@@ -29,6 +30,7 @@ from tailsieve.core.plan import GroupAssignment, StepPlan
 from tailsieve.core.pool import Pool
 from tailsieve.errors import ProtocolError
 from tailsieve.model.replica_time import capacity_cannot_bind
+from tailsieve.sim.cutoff_work import work_at_cutoff
 from tailsieve.sim.eventpath import simulate_events
 from tailsieve.sim.fastpath import simulate_closed_form
 from tailsieve.sim.layout import RequestLayout
@@ -58,6 +60,7 @@ class SimStepResult:
     outcome: StepOutcome
     spans: tuple[GroupSpan, ...]
     cutoff_s: float  # the moment the fresh bulk groups were cut off
+    work_at_cutoff: tuple[tuple[float, float], ...] = ()  # per replica (A_r, D_r), cutoff_work
 
 
 class SimExecutor:
@@ -95,10 +98,10 @@ class SimExecutor:
             )
         closed = not self.force_event_driven and all(
             capacity_cannot_bind(
-                layout.lengths[a:b], configs[r],
-                None if prompt_tokens is None else layout.prompt_tokens[a:b],
+                layout.lengths[idx], configs[r],
+                None if prompt_tokens is None else layout.prompt_tokens[idx],
             )
-            for r, (a, b) in enumerate(layout.replica_slices)
+            for r, idx in enumerate(layout.replica_requests)
         )
         if closed:
             res = simulate_closed_form(layout, configs, k)
@@ -149,7 +152,8 @@ def _assemble(
             )))
             wasted += waste
             generated += waste
-            busy[a.replica] = max(busy[a.replica], cutoff_s)
+            for r in a.all_replicas:
+                busy[r] = max(busy[r], cutoff_s)
             spans.append(GroupSpan(a.prompt_id, a.replica, a.pool, cutoff_s, False))
             continue
         end = float(done[gi].max()) if n else 0.0
@@ -159,7 +163,9 @@ def _assemble(
             response_tokens=toks, prompt_tokens=int(layout.prompt_tokens[gi * n]) if n else 0,
         )))
         generated += sum(toks)
-        busy[a.replica] = max(busy[a.replica], end)
+        req_rep = layout.request_replica[gi * n:(gi + 1) * n]
+        for r in a.all_replicas:
+            busy[r] = max(busy[r], float(done[gi][req_rep == r].max()))
         spans.append(GroupSpan(a.prompt_id, a.replica, a.pool, end, True))
         if a.pool is Pool.TAIL:
             tail_time = max(tail_time, end)
@@ -177,4 +183,7 @@ def _assemble(
         generated_tokens=generated,
         replica_busy_s=tuple(float(b) for b in busy),
     )
-    return SimStepResult(outcome=outcome, spans=tuple(spans), cutoff_s=cutoff_s)
+    work = work_at_cutoff(layout, done_s, tokens_so_far, aborted_mask, cutoff_s,
+                          plan.num_replicas)
+    return SimStepResult(outcome=outcome, spans=tuple(spans), cutoff_s=cutoff_s,
+                         work_at_cutoff=work)

@@ -54,28 +54,29 @@ def simulate_closed_form(
     n = layout.group_size
     lens, ptoks = layout.lengths, layout.prompt_tokens
     done = np.zeros(lens.size)
-    for r, (a, b) in enumerate(layout.replica_slices):
-        if b > a:
-            done[a:b] = all_admit_completion_times(lens[a:b], configs[r].throughput, ptoks[a:b])
+    for r, idx in enumerate(layout.replica_requests):
+        if idx.size:
+            done[idx] = all_admit_completion_times(lens[idx], configs[r].throughput, ptoks[idx])
     group_done = done.reshape(layout.num_groups, n).max(axis=1) if layout.num_groups else done
     chosen, cutoff = choose_fresh(group_done, layout, k)
     so_far = np.zeros(lens.size, dtype=np.int64)
     aborted_req = np.repeat(layout.fresh & ~chosen, n)
     if aborted_req.any():
-        for r, (a, b) in enumerate(layout.replica_slices):
-            ab = aborted_req[a:b]
+        for r, idx in enumerate(layout.replica_requests):
+            ab = aborted_req[idx]
             if not ab.any():
                 continue
             model = configs[r].throughput
-            rep_len, rep_done, rep_prompt = lens[a:b], done[a:b], ptoks[a:b]
+            rep_len, rep_done, rep_prompt = lens[idx], done[idx], ptoks[idx]
             p = progress_at(rep_len, rep_done, cutoff, model, rep_prompt)
             unfinished = rep_done > cutoff
             cut = ab & unfinished
-            so_far[a:b][cut] = np.minimum(rep_len[cut], int(p))
+            so_far[idx[cut]] = np.minimum(rep_len[cut], int(p))
             survive = ~ab & unfinished
             if survive.any():
                 left = np.maximum(rep_len[survive] - p, 0.0)
                 held = rep_prompt[survive] + p
                 rep_done[survive] = cutoff + all_admit_completion_times(left, model, held)
             rep_done[cut] = np.inf
+            done[idx] = rep_done
     return SimResult(done_s=done, tokens_so_far=so_far, delivered_fresh=chosen, cutoff_s=cutoff)

@@ -1,4 +1,4 @@
-"""Flat request arrays of one plan, laid out replica by replica in dispatch (FCFS) order."""
+"""Flat request arrays of one plan, with each replica's requests in dispatch (FCFS) order."""
 
 from __future__ import annotations
 
@@ -17,14 +17,17 @@ BoolArray = npt.NDArray[np.bool_]
 
 @dataclass(frozen=True, slots=True)
 class RequestLayout:
-    """Group ``g`` (in replica, dispatch order) owns requests ``g*n .. g*n+n-1``."""
+    """Group ``g`` (plan order) owns requests ``g*n .. g*n+n-1`` (response ``j`` = request
+    ``g*n+j``); ``replica_requests[r]`` lists replica ``r``'s requests in dispatch order (plan
+    order, then response index). A spread group's responses sit on several replicas."""
 
-    groups: tuple[GroupAssignment, ...]  # sorted by (replica, order)
+    groups: tuple[GroupAssignment, ...]  # plan order
     plan_index: IntArray  # per group: position in plan.assignments (tie-break order)
     fresh: BoolArray  # per group: abortable (fresh bulk)
     lengths: IntArray  # per request: response tokens
     prompt_tokens: IntArray  # per request: prompt tokens (prefill)
-    replica_slices: tuple[tuple[int, int], ...]  # per replica: [start, stop) request indices
+    request_replica: IntArray  # per request: its replica
+    replica_requests: tuple[IntArray, ...]  # per replica: request indices, dispatch order
     group_size: int
 
     @classmethod
@@ -35,17 +38,15 @@ class RequestLayout:
         prompt_tokens: Callable[[str], int] | None = None,
     ) -> RequestLayout:
         n = plan.group_size
-        order = sorted(
-            range(len(plan.assignments)),
-            key=lambda i: (plan.assignments[i].replica, plan.assignments[i].order, i),
-        )
-        groups = tuple(plan.assignments[i] for i in order)
+        groups = plan.assignments
         seen: set[str] = set()
         lens = np.zeros(len(groups) * n, dtype=np.int64)
         ptoks = np.zeros(len(groups) * n, dtype=np.int64)
+        reps = np.zeros(len(groups) * n, dtype=np.int64)
         for gi, a in enumerate(groups):
-            if not 0 <= a.replica < plan.num_replicas:
-                raise ProtocolError(f"step {plan.step}: {a.prompt_id!r} on bad replica {a.replica}")
+            where = a.response_replicas(n)
+            if not all(0 <= r < plan.num_replicas for r in where):
+                raise ProtocolError(f"step {plan.step}: {a.prompt_id!r} on bad replica {where}")
             if a.prompt_id in seen:
                 raise ProtocolError(f"step {plan.step}: prompt {a.prompt_id!r} launched twice")
             seen.add(a.prompt_id)
@@ -56,18 +57,22 @@ class RequestLayout:
                     f"expected ({n},)"
                 )
             lens[gi * n:(gi + 1) * n] = arr
+            reps[gi * n:(gi + 1) * n] = where
             if prompt_tokens is not None:
                 ptoks[gi * n:(gi + 1) * n] = int(prompt_tokens(a.prompt_id))
-        reps = np.array([a.replica for a in groups], dtype=np.int64)
-        bounds = np.searchsorted(reps, np.arange(plan.num_replicas + 1)) * n
-        slices = tuple((int(bounds[r]), int(bounds[r + 1])) for r in range(plan.num_replicas))
+        order = np.argsort(reps, kind="stable")  # plan order, then response, within a replica
+        bounds = np.searchsorted(reps[order], np.arange(plan.num_replicas + 1))
+        per_replica = tuple(
+            order[bounds[r]:bounds[r + 1]] for r in range(plan.num_replicas)
+        )
         return cls(
             groups=groups,
-            plan_index=np.array(order, dtype=np.int64),
+            plan_index=np.arange(len(groups), dtype=np.int64),
             fresh=np.array([plan.is_abortable(a) for a in groups], dtype=bool),
             lengths=lens,
             prompt_tokens=ptoks,
-            replica_slices=slices,
+            request_replica=reps,
+            replica_requests=per_replica,
             group_size=n,
         )
 

@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from tailsieve.core.diagnostics import StepDiagnostics
+
 STEADY_STEPS = 3  # steady step time = mean of the last three regular steps (paper 4.2)
 
 
@@ -35,13 +37,26 @@ class StepRecord:
     num_preemptions: int = 0  # KV-capacity preemptions over all replicas this step
     recomputed_tokens: int = 0  # tokens prefilled again after those preemptions
     replica_preemptions: tuple[int, ...] = ()  # per replica (empty when no preemption)
+    diagnostics: StepDiagnostics | None = None  # where the step's time went (core.diagnostics)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         for k in ("drawn_ids", "delivered_ids", "aborted_ids", "delivered_sizes",
                   "replica_preemptions"):
             d[k] = list(d[k])
+        d["diagnostics"] = self.diagnostics_dict()
         return d
+
+    def diagnostics_dict(self) -> dict[str, Any] | None:
+        """The step's diagnostics with the derived ratios (None when not recorded)."""
+        dg = self.diagnostics
+        if dg is None:
+            return None
+        return {
+            "step": self.step, "q": self.q, "m": self.m, "makespan_s": self.makespan_s,
+            **asdict(dg), "capture_rate": dg.capture_rate,
+            "tail_obs_over_pred": dg.tail_ratio, "bulk_obs_over_pred": dg.bulk_ratio,
+        }
 
 
 @dataclass(slots=True)
@@ -112,6 +127,33 @@ class PolicyRun:
     def mean_decision_s(self) -> float:
         return float(np.mean([r.decision_s for r in self.records])) if self.records else 0.0
 
+    def diagnostics_summary(self, first_step: int = 1) -> dict[str, float | None]:
+        """Step diagnostics pooled over the regular steps from ``first_step`` (default: after
+        the warm-up): observed/predicted pool times (mean of per-step ratios), idle and aborted
+        replica-seconds as fractions of the replica-seconds of those steps, capture rate."""
+        ds = [(r, r.diagnostics) for r in self.regular if r.step >= first_step and r.diagnostics]
+
+        def mean_or_none(xs: list[float]) -> float | None:
+            return float(np.mean(xs)) if xs else None
+
+        def ratio(num: float, den: float) -> float | None:
+            return num / den if den > 0 else None
+
+        span = sum(r.makespan_s * d.num_replicas for r, d in ds)
+        tail_span = sum(r.makespan_s * r.m for r, d in ds)
+        pred_span = [r.makespan_s / p for r, d in ds if (p := d.predicted_makespan_s)]
+        return {
+            "tail_obs_over_pred": mean_or_none([x for _, d in ds if (x := d.tail_ratio)]),
+            "bulk_obs_over_pred": mean_or_none([x for _, d in ds if (x := d.bulk_ratio)]),
+            "makespan_obs_over_pred": mean_or_none(pred_span),
+            "tail_idle_fraction": ratio(sum(d.tail_idle_replica_s for _, d in ds), tail_span),
+            "idle_fraction": ratio(sum(d.idle_replica_s for _, d in ds), span),
+            "aborted_replica_fraction": ratio(sum(d.aborted_replica_s for _, d in ds), span),
+            "aborted_tokens": float(sum(d.aborted_tokens for _, d in ds)),
+            "capture_rate": ratio(float(sum(d.capture_candidates for _, d in ds)),
+                                  float(sum(d.capture_k for _, d in ds))),
+        }
+
     def summary(self, uniform: PolicyRun | None = None) -> dict[str, Any]:
         """The per-policy numbers the CLI prints; speedups are paired against ``uniform``."""
         out: dict[str, Any] = {
@@ -129,8 +171,16 @@ class PolicyRun:
             "preemptions_per_step": self.preemptions_per_step,
             "recomputed_tokens_per_step": self.recomputed_tokens_per_step,
             "num_steps": len(self.regular),
+            "paired_speedup": None,
+            "paired_steady_from": None,
+            "diagnostics": self.diagnostics_summary(),
         }
         if uniform is not None and self.steady_step_s > 0 and self.mean_step_s > 0:
+            from tailsieve.sim.speedup_stats import STEADY_FROM, paired_step_ratios
+
             out["speedup_vs_uniform"] = uniform.steady_step_s / self.steady_step_s
             out["mean_speedup_vs_uniform"] = uniform.mean_step_s / self.mean_step_s
+            ratios = paired_step_ratios(uniform, self, STEADY_FROM)
+            out["paired_speedup"] = float(np.mean(list(ratios.values()))) if ratios else None
+            out["paired_steady_from"] = STEADY_FROM
         return out

@@ -32,6 +32,7 @@ def make_args(workers: list[str], tmp: Path | None = None, **kw: Any) -> Namespa
         rollout_stop=None,
         tailsieve_endpoints=list(workers),
         tailsieve_profile="cpu",
+        tailsieve_controller={"m0": 1},  # a tail pool and a cutoff (carry) from step 0
         custom_rm_path="slime_like.label_reward",
         group_rm=False,
         num_prompts=64,

@@ -102,6 +102,7 @@ async def test_rollout_over_sglang_backend(make_server: Any) -> None:
             group_size=2,
             backend=Backend.SGLANG,
             sampling=SamplingParams(max_tokens=2000, logprobs=0),
+            controller={"m0": 1},  # a tail pool and a cutoff from the first step
         )
         aborted = 0
         async with TailSieveRollout([a.url, b.url], cfg) as ro:
