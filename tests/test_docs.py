@@ -30,7 +30,8 @@ def test_docs_build_strict_and_fail_on_a_broken_link(tmp_path: Path) -> None:
     root.mkdir()
     for name in ("mkdocs.yml", "BENCHMARKS.md"):
         shutil.copy2(REPO / name, root / name)
-    for folder in ("docs", "src", "benchmarks/results/paper", "examples"):
+    for folder in ("docs", "src", "benchmarks/results/paper", "benchmarks/results/grounded",
+                   "examples"):
         shutil.copytree(REPO / folder, root / folder,
                         ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     ok = _build(root, tmp_path / "site")
