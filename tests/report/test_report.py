@@ -202,3 +202,24 @@ def test_demo_picks_the_same_step_for_every_policy() -> None:
                                               at(5, 0)])
     assert timeline_step({"uniform": uni, "tailsieve": ts}, last_step=5) == 3
     assert timeline_step({"uniform": uni}, last_step=4) == 4
+
+
+def test_timeline_puts_a_spread_group_on_every_replica_it_ran_on() -> None:
+    a = (
+        GroupAssignment("s0", Pool.BULK, 0, False, 0, (0, 1)),
+        GroupAssignment("s1", Pool.BULK, 1, False, 0, (1, 0)),
+        GroupAssignment("w0", Pool.BULK, 0, False, 1),
+    )
+    plan = StepPlan(1, 2, 2, 2, 0, 0, 0, (), (0, 1), a, 2, ("s0", "s1", "w0"), False, False)
+    out = StepOutcome(
+        1,
+        (GroupResult("s0", Pool.BULK, 0, 5.0, (50, 40)),
+         GroupResult("s1", Pool.BULK, 1, 3.0, (30, 20))),
+        (AbortedGroup("w0", 0, 1, 20, -1, 60),),
+        0.0, 5.0, 5.0, 60, 200,
+    )
+    tl = StepTimeline.from_step(plan, out)
+    by_id = {b.prompt_id: b for b in tl.bars}
+    assert by_id["s0"].on_replicas == (0, 1) and by_id["s1"].on_replicas == (0, 1)
+    assert by_id["w0"].on_replicas == (0,)
+    assert StepTimeline.from_dict(tl.to_dict()) == tl

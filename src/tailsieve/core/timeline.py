@@ -11,7 +11,7 @@ from tailsieve.core.plan import StepPlan
 
 @dataclass(frozen=True, slots=True)
 class TimelineBar:
-    """One group's attempt on its replica."""
+    """One group's attempt on its replica (a spread group: on every replica it ran on)."""
 
     prompt_id: str
     replica: int
@@ -20,6 +20,12 @@ class TimelineBar:
     end_s: float  # completion time, or the cutoff for an aborted attempt
     aborted: bool  # cut off at the cutoff; its prompt became a candidate
     tokens: int  # tokens of the delivered attempt, or wasted tokens when aborted
+    replicas: tuple[int, ...] = ()  # spread group: the replicas of its responses; () = replica
+
+    @property
+    def on_replicas(self) -> tuple[int, ...]:
+        """Every replica the attempt ran on (a spread group's bar ends with its whole group)."""
+        return tuple(sorted(set(self.replicas))) if self.replicas else (self.replica,)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +58,7 @@ class StepTimeline:
                 g.completion_s,
                 False,
                 g.total_tokens,
+                _placed(assign[g.prompt_id].replicas, g.replica),
             )
             for g in outcome.delivered
         ]
@@ -64,6 +71,7 @@ class StepTimeline:
                 cutoff,
                 True,
                 a.wasted_tokens,
+                _placed(assign[a.prompt_id].replicas, a.replica),
             )
             for a in outcome.aborted
         ]
@@ -86,5 +94,12 @@ class StepTimeline:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StepTimeline:
-        bars = tuple(TimelineBar(**b) for b in d["bars"])
+        bars = tuple(
+            TimelineBar(**{**b, "replicas": tuple(b.get("replicas", ()))}) for b in d["bars"]
+        )
         return cls(**{**d, "bars": bars})
+
+
+def _placed(planned: tuple[int, ...], replica: int) -> tuple[int, ...]:
+    """A spread group's planned replicas, unless a fault moved it (then its delivering one)."""
+    return planned if planned and replica in planned else ()

@@ -171,7 +171,8 @@ def headline_sentences(run: RunData) -> list[str]:
             f"all generated tokens{tokens}."
         )
     if facts.final_m == 0 and pol != REFERENCE:
-        out.append("It ended on uniform routing (m = 0: no tail pool, q = 0).")
+        out.append("It ended in balance (m = 0: no tail pool; with spread dealing, the default, "
+                   "each group's responses run over all replicas).")
     elif facts.final_q is not None and facts.final_m is not None:
         of = f" of {facts.num_replicas}" if facts.num_replicas else ""
         out.append(

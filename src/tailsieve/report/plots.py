@@ -88,7 +88,7 @@ def predicted_vs_observed(run: RunData, path: Path) -> Path | None:
 
 def _draw_timeline(ax: plt.Axes, tl: StepTimeline, title: str) -> None:
     for r in range(tl.num_replicas):
-        bars = sorted((b for b in tl.bars if b.replica == r), key=lambda b: b.end_s)
+        bars = sorted((b for b in tl.bars if r in b.on_replicas), key=lambda b: b.end_s)
         for k, b in enumerate(bars):
             h = 0.8 / max(len(bars), 1)
             ax.barh(
@@ -117,7 +117,8 @@ def _draw_timeline(ax: plt.Axes, tl: StepTimeline, title: str) -> None:
 
 
 def timeline(tl: StepTimeline, path: Path, title: str = "") -> Path:
-    """One step of one policy, replica by replica (bars = groups; hatched = aborted)."""
+    """One step of one policy, replica by replica (bars = groups; hatched = aborted; a spread
+    group has a bar on each replica it ran on, ending when the whole group ended)."""
     fig, ax = plt.subplots(figsize=(9, 0.45 * tl.num_replicas + 1.6))
     _draw_timeline(
         ax, tl, title or f"Step {tl.step}: q={tl.q}, m={tl.m} (hatched = aborted at cutoff)"
@@ -135,7 +136,8 @@ def timelines_side_by_side(timelines: dict[str, StepTimeline], path: Path) -> Pa
         1, n, figsize=(min(7.0 * n, 16.0), 0.42 * rows + 1.9), sharex=True, squeeze=False
     )
     for ax, (pol, tl) in zip(axes[0], timelines.items(), strict=True):
-        _draw_timeline(ax, tl, f"{pol}: step {tl.step}, q={tl.q}, m={tl.m}")
+        spread = " (groups spread over replicas)" if any(b.replicas for b in tl.bars) else ""
+        _draw_timeline(ax, tl, f"{pol}: step {tl.step}, q={tl.q}, m={tl.m}{spread}")
     return _save(fig, path)
 
 
