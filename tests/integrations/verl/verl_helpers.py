@@ -59,6 +59,9 @@ def verl_config(endpoints: list[str], *extra: str) -> Any:
         "algorithm.adv_estimator=grpo",
         f"+tailsieve.endpoints=[{','.join(endpoints)}]",
         "+tailsieve.profile=cpu",
+        # start isolated (a tail pool, a cutoff, carried prompts): the default m0 = 0 starts in
+        # balance, which carries nothing, and these tests exercise the carry path
+        "+tailsieve.controller.m0=1",
         *extra,
     ]
     with initialize_config_dir(config_dir=cfg_dir, version_base=None):
