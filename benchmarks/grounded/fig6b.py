@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib.pyplot as plt
+from paper.fig6b_convergence import PAPER, draw_trajectories
 
 from tailsieve.sim.speedup_stats import seed_speedup
 
@@ -29,7 +30,6 @@ from .common import (
 NAME = "fig6b"
 R, N = 4, 64
 PROFILE_35B = "qwen3.5-35b-a3b-h100-tp2"
-PAPER = {"q_converged": 4, "m_converged": 2}
 CASES: tuple[tuple[str, str, dict[str, int]], ...] = (
     ("inner", "tailsieve-fixed", {"q0": 1}),
     ("inner", "tailsieve-fixed", {"q0": N // 2}),
@@ -84,17 +84,7 @@ def run(out_dir: Path, quick: bool, steps: int | None = None, seed: int = 0,
 def _plot(path: Path, panels: list[dict[str, Any]]) -> None:
     fig, axes = plt.subplots(len(panels), 2, figsize=(11, 3.6 * len(panels)), squeeze=False)
     for (a, b), panel in zip(axes, panels, strict=True):
-        for t in panel["trajectories"]:
-            init = ", ".join(f"{k}={v}" for k, v in t["init"].items())
-            if t["loop"] == "inner":
-                a.step(range(len(t["q"])), t["q"], where="post", label=f"{t['policy']} {init}")
-            else:
-                b.step(range(len(t["m"])), t["m"], where="post", label=f"m ({init})")
-                a.step(range(len(t["q"])), t["q"], where="post", ls=":",
-                       label=f"{t['policy']} {init} (q)")
-        a.axhline(PAPER["q_converged"], color="k", ls="--", lw=0.8, label="paper q = 4")
-        b.axhline(PAPER["m_converged"], color="k", ls="--", lw=0.8, label="paper m = 2")
-        a.set_yscale("symlog", linthresh=8)
+        draw_trajectories(a, b, panel["trajectories"])
         a.set(xlabel="step", ylabel="q (tail groups)", title=f"{panel['profile']}: inner loop")
         b.set(xlabel="step", ylabel=f"m (tail replicas of {R})", title="outer loop")
         for ax in (a, b):

@@ -71,8 +71,9 @@ def run(out_dir: Path, quick: bool, steps: int | None = None) -> dict[str, Any]:
     return payload
 
 
-def _plot(path: Path, trajectories: list[dict[str, Any]]) -> None:
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+def draw_trajectories(a: Any, b: Any, trajectories: list[dict[str, Any]]) -> None:
+    """q over steps on axes ``a`` (inner and outer loop runs), m on ``b``, with the paper's
+    converged values as reference lines."""
     for t in trajectories:
         init = ", ".join(f"{k}={v}" for k, v in t["init"].items())
         if t["loop"] == "inner":
@@ -84,6 +85,11 @@ def _plot(path: Path, trajectories: list[dict[str, Any]]) -> None:
     a.axhline(PAPER["q_converged"], color="k", ls="--", lw=0.8, label="paper q = 4")
     b.axhline(PAPER["m_converged"], color="k", ls="--", lw=0.8, label="paper m = 2")
     a.set_yscale("symlog", linthresh=8)
+
+
+def _plot(path: Path, trajectories: list[dict[str, Any]]) -> None:
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+    draw_trajectories(a, b, trajectories)
     a.set(xlabel="step", ylabel="q (tail groups)", title="inner loop (split held 2:2)")
     b.set(xlabel="step", ylabel="m (tail replicas of 4)", title="outer loop")
     for ax in (a, b):
