@@ -56,6 +56,8 @@ class _Req:
     request_id: Hashable
     num_tokens: int
     prompt_tokens: int
+    prefill_tokens: int  # prompt tokens to prefill at first admission (uncached ones)
+    continuation: bool  # the prompt carries a moved response's prefix (recompute rate)
     start_p: float = math.nan  # progress at (re)admission minus tokens already generated
     done_tokens: float = 0.0  # tokens generated before a preemption (kept while waiting)
 
@@ -163,19 +165,39 @@ class ReplicaEngine:
         return 2.0 * dt / (rate + math.sqrt(rate * rate + 2.0 * curv * dt))
 
     # ----- inputs --------------------------------------------------------------------
-    def submit(self, request_id: Hashable, num_tokens: int, prompt_tokens: int = 0) -> None:
-        """Add a request at ``now_s``; it runs at once unless the cap is reached."""
+    def submit(
+        self,
+        request_id: Hashable,
+        num_tokens: int,
+        prompt_tokens: int = 0,
+        *,
+        cached_tokens: int = 0,
+        continuation: bool = False,
+    ) -> None:
+        """Add a request at ``now_s``; it runs at once unless the cap is reached.
+
+        ``cached_tokens``: leading prompt tokens already in this replica's prefix cache; they are
+        not prefilled again. ``continuation``: the prompt carries a moved response's prefix
+        (its prompt plus the tokens earlier pieces generated); the uncached part is prefilled
+        at the recompute rate (``ReplicaConfig.recompute_cost_s``), as vLLM recomputes a
+        preempted request, instead of the first-prefill cost."""
         if request_id in self._running or request_id in self._waiting_ids:
             raise ValueError(f"request {request_id!r} is already on this replica")
         if num_tokens < 0:
             raise ValueError(f"request {request_id!r}: num_tokens must be >= 0")
+        if not 0 <= cached_tokens <= max(int(prompt_tokens), 0):
+            raise ValueError(
+                f"request {request_id!r}: cached_tokens must be in [0, prompt_tokens], "
+                f"got {cached_tokens} of {prompt_tokens}"
+            )
         need = int(prompt_tokens) + max(int(num_tokens), 1)
         if self._cap is not None and need > self._cap:
             raise TraceError(
                 f"request {request_id!r} needs {need} KV tokens (prompt + response), more than "
                 f"the replica's kv_capacity_tokens {self._cap}"
             )
-        req = _Req(request_id, int(num_tokens), int(prompt_tokens))
+        req = _Req(request_id, int(num_tokens), int(prompt_tokens),
+                   int(prompt_tokens) - int(cached_tokens), bool(continuation))
         self._next_s = None
         self._waiting.append(req)
         self._waiting_ids[request_id] = req
@@ -298,8 +320,12 @@ class ReplicaEngine:
             self._next_s = None
             del self._waiting_ids[req.request_id]
             recompute = round(req.done_tokens)
-            stall = (self.config.recompute_cost_s(req.prompt_tokens + recompute) if recompute > 0
-                     else self.config.prefill_cost_s(req.prompt_tokens))
+            if recompute > 0:
+                stall = self.config.recompute_cost_s(req.prompt_tokens + recompute)
+            elif req.continuation:
+                stall = self.config.recompute_cost_s(req.prefill_tokens)
+            else:
+                stall = self.config.prefill_cost_s(req.prefill_tokens)
             if recompute > 0:
                 self.recomputed_tokens += req.prompt_tokens + recompute
             if stall > 0:
