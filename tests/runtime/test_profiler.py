@@ -73,7 +73,7 @@ def test_build_model_is_monotone() -> None:
           BatchMeasurement(2, 0.009, 0.009, 0.009, 0.0, 1.0),  # noise: faster at b=2
           BatchMeasurement(4, 0.012, 0.012, 0.012, 0.0, 1.0)]
     model = build_model(ms, "m", "src")
-    assert [p.step_s for p in model.points] == [0.010, 0.010, 0.012]
+    assert [p.step_s for p in model.points] == pytest.approx([0.010, 0.010, 0.012])
 
 
 @pytest.mark.parametrize("kwargs", [
