@@ -4,8 +4,8 @@
 preset      calibrated to                                                  source
 =========== ============================================================== =====================
 paper-math  P50 1,160, P90 4,115 tokens; ~3% truncated at 16,384; prompt   paper §2.3, Table A.3,
-            share of (log) length variance ~0.65; cross-checkpoint tail     DESIGN.md §7
-            AUC > 0.95
+            share of (log) length variance ~0.65; cross-checkpoint tail     docs: design,
+            AUC > 0.95                                                     workloads
 aime-r1     P50 7,598, P90 12,722; 2.2% truncated at 16,000; between-prompt ``aime-r1distill-1.5b-
             share of log-length variance 0.68                               lengths.csv``
 =========== ============================================================== =====================
