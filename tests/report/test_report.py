@@ -154,6 +154,9 @@ def test_headline_states_the_paired_speedup_with_its_interval(tmp_path: Path) ->
     assert f"{sp.speedup:.3f}x faster than Uniform" in words and "95% interval" in words
     assert "10.0% of all generated tokens" in words
     assert "q = 6 tail groups on m = 2 of 8 replicas" in words
+    assert f"a mean step of {sp.policy_mean_s:.2f} emulated s against" in words  # a demo's unit
+    run.kind = "simulate"
+    assert "modelled s against" in " ".join(headline_sentences(run))
 
 
 def test_report_reads_like_a_result(tmp_path: Path) -> None:

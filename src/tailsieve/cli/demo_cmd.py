@@ -75,18 +75,19 @@ def demo(
     paired_cols = _steps_label(next((s["paired_steps"] for s in rows if s["paired_steps"]), []))
     table = Table(
         title="Uniform vs TailSieve (live runtime, emulated replicas)",
-        caption=f"step s = modelled {profile} seconds (emulated / {time_scale:g}); paired "
+        caption=f"emulated s = seconds on the emulated replicas ({time_scale:g} x the modelled "
+                f"{profile} seconds); paired "
                 f"speedup = mean of per-step Uniform/TailSieve step-time ratios over "
                 f"{paired_cols}; last 3 = the paper's steady column",
         caption_justify="left",
     )
-    for col in ("policy", "mean step s", f"paired speedup ({paired_cols})", "last 3",
+    for col in ("policy", "mean step (emulated s)", f"paired speedup ({paired_cols})", "last 3",
                 "q over steps", "m over steps", "tokens wasted"):
         table.add_column(col)
     for s in rows:
         table.add_row(
             s["policy"],
-            f"{s['mean_step_s'] / time_scale:.1f}",
+            f"{s['mean_step_s']:.2f}",
             _x(s["paired_speedup"]),
             _x(s["speedup_vs_uniform"]),
             " ".join(map(str, s["q_trajectory"])),

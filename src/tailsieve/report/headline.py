@@ -127,8 +127,18 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.1f}%"
 
 
-def _s(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.2f} s"
+def time_unit(run: RunData) -> str:
+    """The unit of the run's step times: a demo runs emulated replicas (emulated seconds,
+    ``time_scale`` of the modelled ones), ``simulate`` models them, a rollout measures them."""
+    if run.kind == "demo":
+        return "emulated s"
+    if run.kind == "simulate":
+        return "modelled s"
+    return "s"
+
+
+def _s(x: float | None, unit: str = "s") -> str:
+    return "n/a" if x is None else f"{x:.2f} {unit}"
 
 
 def headline_sentences(run: RunData) -> list[str]:
@@ -139,6 +149,7 @@ def headline_sentences(run: RunData) -> list[str]:
     facts = policy_facts(run, pol)
     name = display_name(pol)
     out: list[str] = []
+    unit = time_unit(run)
     sp = paired_speedup(run, pol)
     if sp is not None:
         ci = (
@@ -153,17 +164,19 @@ def headline_sentences(run: RunData) -> list[str]:
         )
         out.append(
             f"{name} was {how}{ci}: a mean step of "
-            f"{sp.policy_mean_s:.2f} s against {sp.uniform_mean_s:.2f} s on the same prompts "
+            f"{_s(sp.policy_mean_s, unit)} against {_s(sp.uniform_mean_s, unit)} on the same "
+            "prompts "
             "(warm-up step excluded)."
         )
         uni = policy_facts(run, REFERENCE)
         if facts.steady_step_s is not None and uni.steady_step_s is not None:
             out.append(
-                f"Steady state (mean of the last 3 steps): {_s(facts.steady_step_s)} against "
-                f"{_s(uni.steady_step_s)}."
+                f"Steady state (mean of the last 3 steps): {_s(facts.steady_step_s, unit)} "
+                f"against {_s(uni.steady_step_s, unit)}."
             )
     else:
-        out.append(f"{name}: mean step time {_s(facts.mean_step_s)} after the warm-up step.")
+        out.append(f"{name}: mean step time {_s(facts.mean_step_s, unit)} after the warm-up "
+                   "step.")
     if facts.wasted_fraction is not None:
         tokens = f" ({facts.wasted_tokens:,} tokens)" if facts.wasted_tokens is not None else ""
         out.append(
