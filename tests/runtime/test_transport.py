@@ -22,6 +22,12 @@ async def server() -> AsyncIterator[str]:
         code = int(request.match_info["code"])
         return web.Response(status=code, text="oops")
 
+    async def engine_dead(_: web.Request) -> web.Response:
+        # what vLLM's API server answers once its EngineCore process has died
+        body = {"error": {"message": "EngineCore encountered an issue. See stack trace (above) "
+                          "for the root cause.", "type": "InternalServerError", "code": 500}}
+        return web.json_response(body, status=500)
+
     async def garbage(_: web.Request) -> web.Response:
         return web.Response(text="not json")
 
@@ -74,6 +80,7 @@ async def server() -> AsyncIterator[str]:
     app.router.add_post("/hold", hold)
     app.router.add_post("/status/{code}", status)
     app.router.add_post("/garbage", garbage)
+    app.router.add_post("/engine-dead", engine_dead)
     app.router.add_post("/ok", ok)
     app.router.add_post("/slow", slow)
     app.router.add_post("/sse", sse)
@@ -99,6 +106,8 @@ async def test_classification(server: str, cls: type[AiohttpTransport]) -> None:
         assert not e400.value.retryable
         with pytest.raises(ReplicaDownError, match="503"):
             await t.post_json(server + "/status/503", {}, 5)
+        with pytest.raises(ReplicaDownError, match="engine died"):
+            await t.post_json(server + "/engine-dead", {}, 5)
         with pytest.raises(RequestError, match="malformed JSON"):
             await t.post_json(server + "/garbage", {}, 5)
         with pytest.raises(ReplicaDownError, match="timed out"):

@@ -3,8 +3,9 @@
 Everything that talks to a replica goes through a ``Transport``; tests swap in a stub. Errors are
 classified here, once, into what the executor acts on:
 
-- ``ReplicaDownError``: connection refused / reset / closed mid-request, a timeout, or HTTP 503.
-  The replica is treated as dead: its in-flight groups are regenerated elsewhere.
+- ``ReplicaDownError``: connection refused / reset / closed mid-request, a timeout, HTTP 503, or
+  vLLM's HTTP 500 for a dead engine (``EngineDeadError``: the API server outlived its
+  EngineCore process and shuts down next). The replica is treated as dead: its in-flight groups are regenerated elsewhere.
 - ``RequestError``: the replica answered, but badly (HTTP 5xx, malformed JSON). Retried with
   backoff; ``retryable`` is False for HTTP 4xx (a client bug that retrying cannot fix).
 """
@@ -68,10 +69,17 @@ def _classify(url: str, exc: BaseException) -> ReplicaError:
     return ReplicaDownError(f"{url}: {type(exc).__name__}: {exc}")
 
 
+ENGINE_DEAD_MARKERS = ("EngineCore encountered an issue", "EngineDeadError")
+"""Text of vLLM's ``EngineDeadError`` (``vllm/v1/engine/exceptions.py``), sent as HTTP 500."""
+
+
 def _check_status(url: str, status: int, body: str) -> None:
-    """HTTP 503 means the server is going away: a replica fault, not a request error."""
+    """HTTP 503, or vLLM's HTTP 500 for a dead EngineCore, means the server is going away: a
+    replica fault, not a request error."""
     if status == 503:
         raise ReplicaDownError(f"{url}: HTTP 503 (service unavailable): {body[:200]}")
+    if status == 500 and any(m in body for m in ENGINE_DEAD_MARKERS):
+        raise ReplicaDownError(f"{url}: HTTP 500, the engine died: {body[:200]}")
     if status >= 400:
         raise RequestError(
             f"{url}: HTTP {status}: {body[:300]}", status=status, retryable=status >= 500
