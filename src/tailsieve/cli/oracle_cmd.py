@@ -1,5 +1,5 @@
 """``tailsieve oracle`` and ``tailsieve oracle-sweep``: the exact 2-replica optimum, the
-top-k sweep and the best-k gap study (DESIGN.md section 3, paper Figure 2 and A.4)."""
+top-k sweep and the best-k gap study (docs/design.md, "Offline oracle", paper Figure 2 and A.4)."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from tailsieve.errors import ConfigError
 
 @dataclass(frozen=True, slots=True)
 class ControllerConfig:
-    """Settings of the hierarchical (q, m) controller (DESIGN.md section 5)."""
+    """Settings of the hierarchical (q, m) controller (docs/design.md, "Controller")."""
 
     num_groups: int  # N: groups per delivered batch
     num_replicas: int  # R

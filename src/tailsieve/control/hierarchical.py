@@ -1,4 +1,4 @@
-"""The hierarchical controller: inner loop on q, outer loop on m (DESIGN.md section 5)."""
+"""The hierarchical controller: inner loop on q, outer loop on m (docs/design.md, "Controller")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Inner loop: balance tail and bulk completion times by moving q (DESIGN.md section 5)."""
+"""Inner loop: balance tail and bulk completion times by moving q (docs/design.md, "Controller")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Outer loop: choose the replica split m by marginal-capacity balance (DESIGN.md section 5).
+"""Outer loop: choose the replica split m by marginal-capacity balance (docs/design.md, "Controller").
 
 Every split within ``m_radius`` of the current one is predicted at its own balanced q with the
 response-work history and the throughput model, each pool corrected by its observed/predicted

@@ -1,5 +1,5 @@
 """Predicted pool times ``T_tail(q, m)`` and ``T_bulk(N - q, R - m)`` from response-work
-history and the measured throughput model (DESIGN.md section 5, outer loop).
+history and the measured throughput model (docs/design.md, "Controller", outer loop).
 
 Each remembered step holds its delivered groups' response lengths, the groups that ran in the
 tail pool first (in candidate rank order). For a hypothetical ``q`` the tail pool is predicted to

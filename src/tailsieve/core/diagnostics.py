@@ -54,7 +54,7 @@ class PredictedPoolTimes:
 
 @dataclass(frozen=True, slots=True)
 class StepDiagnostics:
-    """Where one step's time went (DESIGN.md section 4 quantities, measured)."""
+    """Where one step's time went (docs/design.md, "One step" quantities, measured)."""
 
     cutoff_s: float  # last needed fresh bulk completion (0: no fresh groups; baselines: T_bulk)
     tail_time_s: float  # T_tail observed

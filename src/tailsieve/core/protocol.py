@@ -1,4 +1,4 @@
-"""The TailSieve step protocol (DESIGN.md section 4), pure: no I/O, no clock.
+"""The TailSieve step protocol (docs/design.md, "One step"), pure: no I/O, no clock.
 
 ``plan_step`` turns (carried candidates, controller targets, prompt stream) into a
 ``StepPlan``; an executor runs it; ``update_from_outcome`` checks the invariants, ranks the

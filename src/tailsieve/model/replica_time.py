@@ -1,4 +1,4 @@
-"""Closed-form replica times under the all-admit decode model (DESIGN.md section 2).
+"""Closed-form replica times under the all-admit decode model (docs/design.md, "Execution model").
 
 With lengths sorted ``L1 >= ... >= Ln`` all starting at time 0,
 ``T = sum_j L_j * (tau(j) - tau(j-1))``. A request shorter than the ``c`` already on a replica

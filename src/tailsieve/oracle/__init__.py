@@ -1,5 +1,5 @@
 """Offline oracles with known lengths: the exact 2-replica optimum, the top-k sweep and a
-makespan lower bound (DESIGN.md section 3). Pure functions over numpy arrays."""
+makespan lower bound (docs/design.md, "Offline oracle"). Pure functions over numpy arrays."""
 
 from tailsieve.oracle.bounds import makespan_lower_bound
 from tailsieve.oracle.pareto_dp import (

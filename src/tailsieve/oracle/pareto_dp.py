@@ -1,4 +1,4 @@
-"""Exact optimum for routing n requests onto 2 identical replicas (DESIGN.md sections 2-3).
+"""Exact optimum for routing n requests onto 2 identical replicas (docs/design.md, "Execution model" to "Offline oracle").
 
 Objective: minimise ``max(T_A, T_B)`` where each replica's all-admit time is
 ``T = sum_j L_j * (tau(j) - tau(j-1)) + sum_j c_j`` over its requests sorted longest-first, with

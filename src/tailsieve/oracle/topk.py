@@ -1,4 +1,4 @@
-"""Top-k isolation sweep for 2 replicas (DESIGN.md section 3).
+"""Top-k isolation sweep for 2 replicas (docs/design.md, "Offline oracle").
 
 The ``k`` longest requests go to the *tail* replica, the other ``n - k`` to the *bulk*
 replica; every ``k`` in ``0..n`` is evaluated with the all-admit closed form in ``O(n^2)``

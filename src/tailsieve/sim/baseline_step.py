@@ -1,4 +1,4 @@
-"""One-shot baseline routings (DESIGN.md section 3, paper A.2), simulated as one step.
+"""One-shot baseline routings (docs/design.md, "Offline oracle", paper A.2), simulated as one step.
 
 A baseline routes the step's N groups once, without cutoffs or candidates; the step ends when
 the last replica finishes. Oracle policies read the realized lengths before routing (they are

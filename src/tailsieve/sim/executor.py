@@ -1,6 +1,6 @@
 """``SimExecutor``: run a ``StepPlan`` on simulated replicas and return a ``StepOutcome``.
 
-Semantics (DESIGN.md section 4): every group of the plan is launched at t = 0 on its replica in
+Semantics (docs/design.md, "One step"): every group of the plan is launched at t = 0 on its replica in
 dispatch order (one group = ``group_size`` requests, FCFS when a running cap queues them; a
 spread group's requests sit on several replicas, ``GroupAssignment.replicas``). The
 delivered batch is every tail group, every pinned group and the first ``num_fresh_to_deliver``

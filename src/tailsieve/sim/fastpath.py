@@ -1,4 +1,4 @@
-"""Closed-form step simulation (nothing queues: DESIGN.md section 2).
+"""Closed-form step simulation (nothing queues: docs/design.md, "Execution model").
 
 Used when on every replica all requests are admitted at once and the KV capacity cannot bind
 (``replica_time.capacity_cannot_bind``). All requests of a replica start at t = 0 and advance

@@ -1,6 +1,6 @@
 """Per-pool replica timing for the simulator: which ``ReplicaConfig`` each replica runs.
 
-The tail pool and the bulk pool may run different speculative configs (DESIGN.md section 6),
+The tail pool and the bulk pool may run different speculative configs (docs/design.md, "Route-specialized speculative decoding"),
 so each pool gets its own effective throughput model. A replica's pool is decided per step by
 the plan (``tail_replicas``); in warm-up / uniform steps every replica is a bulk replica.
 Restart cost of moving a replica between pools with different configs is not modelled.
