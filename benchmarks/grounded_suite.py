@@ -10,7 +10,7 @@
 Items (``benchmarks/grounded/<name>.py``): ``headline`` (every policy, 4B R = 8, 30B R = 4, weak /
 strong tails, AIME), ``table4`` (N = 64 / 128 / 256), ``fig6b`` (convergence), ``table2``
 (routing, + MTP, + DFlash) and ``decision`` (``bench_sim.py`` on ``qwen3-4b-h100``). Writes
-``<out>/<name>.json|png`` and ``<out>/grounded.md``, and puts that section into ``BENCHMARKS.md``
+``<out>/<name>.json|png`` and ``<out>/grounded.md``, and puts that section into ``benchmarks/results/REPORT.md``
 between its markers.
 """
 
@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="2 seeds x 12 steps")
     p.add_argument("--only", default="", help=f"comma-separated subset of {', '.join(ITEMS)}")
     p.add_argument("--report-only", action="store_true", help="only rewrite the markdown")
-    p.add_argument("--markdown", default=str(HERE.parent / "BENCHMARKS.md"),
+    p.add_argument("--markdown", default=str(HERE / "results" / "REPORT.md"),
                    help="file that receives the section ('' = none)")
     args = p.parse_args(argv)
     names = [n.strip() for n in args.only.split(",") if n.strip()] or list(ITEMS)

@@ -1,10 +1,10 @@
-"""Run the paper-reproduction suite and write ``BENCHMARKS.md`` (issue 6 item 3).
+"""Run the paper-reproduction suite and write the full report ``benchmarks/results/REPORT.md``.
 
 ::
 
     .venv/bin/python benchmarks/run_all.py [--quick] [--real-engine] --out benchmarks/results
     .venv/bin/python benchmarks/run_all.py --only fig2_oracle,bias_check
-    .venv/bin/python benchmarks/run_all.py --report-only      # rewrite BENCHMARKS.md only
+    .venv/bin/python benchmarks/run_all.py --report-only      # rewrite the report only
 
 Each item lives in ``benchmarks/paper/<name>.py`` with ``run(out_dir, quick) -> dict`` and
 writes ``<out>/paper/<name>.json`` and ``.png``. ``--real-engine`` also runs
@@ -50,8 +50,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="also run benchmarks/bench_real_engine.py (two vLLM CPU servers)")
     p.add_argument("--only", default="", help=f"comma-separated subset of {', '.join(MODULES)}")
     p.add_argument("--report-only", action="store_true",
-                   help="only rewrite BENCHMARKS.md from the existing JSON")
-    p.add_argument("--markdown", default=str(HERE.parent / "BENCHMARKS.md"),
+                   help="only rewrite the report from the existing JSON")
+    p.add_argument("--markdown", default=str(HERE / "results" / "REPORT.md"),
                    help="where to write the report")
     return p.parse_args(argv)
 

@@ -28,7 +28,8 @@ def _build(root: Path, site: Path) -> subprocess.CompletedProcess[str]:
 def test_docs_build_strict_and_fail_on_a_broken_link(tmp_path: Path) -> None:
     root = tmp_path / "repo"
     root.mkdir()
-    for name in ("mkdocs.yml", "BENCHMARKS.md"):
+    for name in ("mkdocs.yml", "BENCHMARKS.md", "benchmarks/results/REPORT.md"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / name, root / name)
     for folder in ("docs", "src", "benchmarks/results/paper", "benchmarks/results/grounded",
                    "examples"):

@@ -2,6 +2,6 @@
 
 Each module has ``run(out_dir: Path, quick: bool, **tiny) -> dict`` writing ``<name>.json`` and
 ``<name>.png`` under ``out_dir``; ``benchmarks/grounded_suite.py`` runs them and writes the
-markdown section ``grounded.md`` (embedded in ``BENCHMARKS.md``). Numbers use the paired
+markdown section ``grounded.md`` (embedded in ``benchmarks/results/REPORT.md``). Numbers use the paired
 statistic of ``tailsieve.sim.speedup_stats``.
 """

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -155,7 +156,7 @@ def section(out_dir: Path, root: Path) -> list[str]:
     if not body:
         return []
     return [
-        "## Grounded profiles: the issue-11 must-show items (paired statistic)", "",
+        "## Grounded profiles: every policy, paired statistic", "",
         f"Regenerate everything in this section: `{CMD}` (`--quick`: 2 seeds, 12 steps; "
         f"`--only headline,table4`: a subset). Results: `{_rel(out_dir, '', root)}`.", "",
         "Statistic (`tailsieve.sim.speedup_stats`, `docs/diagnostics.md`): per seed, the mean "
@@ -170,6 +171,18 @@ def section(out_dir: Path, root: Path) -> list[str]:
     ]
 
 
+def relink_images(text: str, root: Path, md_dir: Path) -> str:
+    """Image links written relative to the repository ``root``, made relative to ``md_dir`` (the
+    directory of the markdown file that shows them)."""
+    try:
+        prefix = Path(os.path.relpath(root.resolve(), md_dir.resolve())).as_posix()
+    except ValueError:
+        return text
+    if prefix == ".":
+        return text
+    return text.replace("](benchmarks/", f"]({prefix}/benchmarks/")
+
+
 def write(out_dir: Path, root: Path, markdown: Path | None) -> Path:
     """Write ``out_dir/grounded.md``; with ``markdown``, also put the section between the
     markers in that file (appended when the markers are absent)."""
@@ -178,7 +191,7 @@ def write(out_dir: Path, root: Path, markdown: Path | None) -> Path:
     md.write_text(text)
     if markdown is not None:
         old = markdown.read_text() if markdown.is_file() else ""
-        block = f"{BEGIN}\n{text}{END}\n"
+        block = f"{BEGIN}\n{relink_images(text, root, markdown.parent)}{END}\n"
         if BEGIN in old and END in old:
             head, _, rest = old.partition(BEGIN)
             _, _, tail = rest.partition(END)

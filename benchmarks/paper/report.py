@@ -1,4 +1,4 @@
-"""Write ``BENCHMARKS.md``: this project's figures beside the paper's, from the suite's JSON.
+"""Write the full benchmark report (``benchmarks/results/REPORT.md``): this project's figures beside the paper's, from the suite's JSON.
 
 Every number in the file is read from ``benchmarks/results/paper/*.json`` (and
 ``benchmarks/results/real_engine.json`` / ``real_engine.md`` when present, and the sections of
@@ -14,6 +14,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from grounded.report import relink_images
+
 from tailsieve.model.profiles import DEFAULT_PROFILE
 from tailsieve.model.validation import markdown_table
 
@@ -25,7 +27,7 @@ CMD = ".venv/bin/python benchmarks/run_all.py --out benchmarks/results"
 
 def _gpu_key(names: Any) -> str:
     """The GPU profile's key in a results file: the default derived profile, or the retired
-    hand-drawn ``gpu`` curve in results written before issue 10."""
+    hand-drawn ``gpu`` curve in older results files."""
     return DEFAULT_PROFILE if DEFAULT_PROFILE in names else "gpu"
 
 
@@ -353,7 +355,7 @@ def ceiling(out_dir: Path) -> tuple[list[str], list[str]]:
     if r is None:
         return [], []
     st = r["settings"]
-    lines = ["## The protocol's ceiling: best static (q, m) versus the issue-4 targets", ""]
+    lines = ["## The protocol's ceiling: best static (q, m) versus the 90%-of-top-k targets", ""]
     lines += _header(r, out_dir, "protocol_ceiling")
     lines += [f"R = {st['replicas']}, N = {st['groups']}, n = {st['group_size']}, "
               f"{st['profile']} profile, {st['steps']} steps, seeds {st['seeds']}; mean speedup "
@@ -382,7 +384,7 @@ def ceiling(out_dir: Path) -> tuple[list[str], list[str]]:
             f"| {_x(ref['tailsieve']['mean_speedup'])} [{_x(ref['tailsieve']['steady_speedup'])}] "
             f"| {_x(ref['tailsieve-fixed']['mean_speedup'])} |")
         summary.append(
-            f"| Issue 4 target on {wl} (R = 8, N = 64, GPU profile): 90% of top-k gain = "
+            f"| 90%-of-top-k target on {wl} (R = 8, N = 64, GPU profile): 90% of top-k gain = "
             f"{_x(res['target_speedup_90pct_of_topk'])} | – | best static (q, m) through the "
             f"protocol {_x(best['mean_speedup'])}, tailsieve {_x(ref['tailsieve']['mean_speedup'])}"
             f" | {'reachable' if best['mean_speedup'] >= res['target_speedup_90pct_of_topk'] else 'above the protocol ceiling'} |")
@@ -414,12 +416,12 @@ def ceiling(out_dir: Path) -> tuple[list[str], list[str]]:
 
 
 def ablation(out_dir: Path) -> tuple[list[str], list[str]]:
-    """Issue 11: the grounded GPU profiles, the must-show table and the lever ablations."""
+    """The grounded GPU profiles, the must-show table and the lever ablations."""
     r = _load(out_dir, "spread_ablation")
     if r is None:
         return [], []
     st = r["settings"]
-    lines = ["## Issue 11: grounded GPU profiles, spread groups and balance", ""]
+    lines = ["## Grounded GPU profiles: spread groups and balance", ""]
     lines += _header(r, out_dir, "spread_ablation")
     lines += [f"N = {st['groups']} x {st['group_size']}, {st['steps']} steps, seeds "
               f"{st['seeds']}; controller from q0 = 1, m0 = 0. Speedup over Uniform: per seed "
@@ -449,7 +451,7 @@ def ablation(out_dir: Path) -> tuple[list[str], list[str]]:
             f"| {c['best_static'].removeprefix('static ')}: {_x(best['speedup'])} "
             f"| {c['controller_gap_to_best_static']:+.1%} |")
         summary.append(
-            f"| Issue 11 on {c['profile']}, R = {c['replicas']}, {c['workload']}: tailsieve "
+            f"| Grounded, {c['profile']}, R = {c['replicas']}, {c['workload']}: tailsieve "
             f"vs Uniform Oracle | {_x(rows['uniform-oracle']['speedup'])} | tailsieve "
             f"{_x(ts['speedup'])} | {'above' if c['beats_uniform_oracle'] else 'below'} |")
     lines += ["", "Ablation: every static point of the grid through the protocol "
@@ -633,7 +635,7 @@ def real_engine(results_root: Path) -> list[str]:
 def decode_model() -> list[str]:
     """The grounded GPU decode model against public measurements (computed, no results file)."""
     return [
-        "## The GPU decode model against public measurements (issue 10)",
+        "## The GPU decode model against public measurements",
         "",
         "`tau(b, C) = a0 + R(W(b)/BW_eff, b*F/P_eff) + k*C + c_s*b` from a model's config.json "
         "and the GPU's datasheet (docs/performance-model.md); the shipped profiles "
@@ -678,8 +680,7 @@ def write(out_dir: Path, path: Path, suite: dict[str, Any] | None = None) -> Pat
         "simulated results are deterministic given the seeds.",
         "",
         "Everything except the real-engine section is simulated: all-admit decode replicas "
-        f"with the shipped `{DEFAULT_PROFILE}` / `cpu` throughput profiles (results written "
-        "before issue 10 used the retired hand-drawn `gpu` curve), the project's step protocol and "
+        f"with the shipped `{DEFAULT_PROFILE}` / `cpu` throughput profiles, the project's step protocol and "
         "controller, synthetic `paper-math` lengths (calibrated to the paper's math workload) "
         "and the real AIME R1-Distill-1.5B lengths. The paper measures 8x H100 with vLLM. A "
         "figure the project does not match is reported as measured, with the reason; nothing "
@@ -696,5 +697,5 @@ def write(out_dir: Path, path: Path, suite: dict[str, Any] | None = None) -> Pat
     body = (head + sections + real_engine(root) + decode_model()
             + report_extra.grounded_profiles(root) + report_extra.grounded_suite(root)
             + report_extra.router_cluster(root))
-    path.write_text("\n".join(body).rstrip() + "\n")
+    path.write_text(relink_images("\n".join(body).rstrip() + "\n", REPO, path.parent))
     return path

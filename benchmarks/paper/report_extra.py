@@ -1,4 +1,4 @@
-"""BENCHMARKS.md sections whose results come from outside ``benchmarks/paper/``: the grounded
+"""Report sections whose results come from outside ``benchmarks/paper/``: the grounded
 GPU profiles (``benchmarks/bench_grounded.py`` -> ``results/grounded.json``), the length-blind
 bound (``paper/length_blind_bound.json``), the grounded must-show suite
 (``benchmarks/grounded_suite.py`` -> ``results/grounded/grounded.md``) and the router at
@@ -24,13 +24,13 @@ def _x(v: float) -> str:
 
 
 def grounded_profiles(results_root: Path) -> list[str]:
-    """Issue 10's grounded-profile section from ``grounded.json`` (and ``sim.json``)."""
+    """The grounded-profile section from ``grounded.json`` (and ``sim.json``)."""
     r = _read(results_root / "grounded.json")
     if r is None:
         return []
     st, m = r["settings"], r.get("machine", {})
     lines = [
-        "## Grounded GPU profiles: Table 1 baselines, KV-capacity preemption, speed (issue 10)",
+        "## Grounded GPU profiles: Table 1 baselines, KV-capacity preemption, speed",
         "",
         "Generated from `benchmarks/results/grounded.json` and `benchmarks/results/sim.json`. "
         "Commands:",
@@ -131,13 +131,13 @@ def grounded_profiles(results_root: Path) -> list[str]:
 
 
 def length_blind(out_dir: Path) -> list[str]:
-    """Issue 11's ceiling analysis: what bounds a length-blind router (one-shot routings)."""
+    """The ceiling analysis: what bounds a length-blind router (one-shot routings)."""
     r = _read(out_dir / "length_blind_bound.json")
     if r is None:
         return []
     keys = ("uniform-oracle", "seer-oracle", "seer-ctx", "spread", "best isolate-oracle",
             "lower bound")
-    lines = ["## What bounds a length-blind router (issue 11)", "",
+    lines = ["## What bounds a length-blind router", "",
              "Regenerate: `.venv/bin/python -m benchmarks.paper.length_blind_bound`. One-shot "
              "routings of the same steps (no cutoff, no carry-over), all-admit model with the "
              f"context term, N = {r['groups']} x {r['group_size']}, {r['seeds']} seeds x "
@@ -167,7 +167,7 @@ def grounded_suite(results_root: Path) -> list[str]:
 
 
 def router_cluster(results_root: Path) -> list[str]:
-    """Issue 13's router-at-cluster-scale section, kept as written from its runs."""
+    """The router-at-cluster-scale section, kept as written from its runs."""
     md = results_root / "router_cluster.md"
     if not md.is_file():
         return []

@@ -15,7 +15,7 @@ from typing import Any
 from mkdocs.structure.files import File, Files
 
 ROOT = Path(__file__).resolve().parents[2]
-REPO_FILES = ("BENCHMARKS.md", "benchmarks/results/paper/*.png",
+REPO_FILES = ("BENCHMARKS.md", "benchmarks/results/REPORT.md", "benchmarks/results/paper/*.png",
               "benchmarks/results/grounded/*.png", "examples/*/*", "examples/*/*/*")
 
 
