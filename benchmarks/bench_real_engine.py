@@ -107,7 +107,7 @@ async def amain(args: argparse.Namespace, endpoints: list[str], servers: str,
     prof = dict(tokens=args.profile_tokens, repeats=args.profile_repeats,
                 ttft_repeats=args.ttft_repeats, out_dir=out, prompt=prompts[0].text or "")
     log("profiling all servers in lockstep (the one profile every prediction uses)")
-    before = await measure(endpoints, model, bs, label="before", **prof)  # type: ignore[arg-type]
+    before = await measure(endpoints, model, bs, label="before", **prof)
     mean_path = out / "profile_mean_before.json"
     before.mean_model().save(mean_path)
     log(f"live: {steps} steps of N={groups} x n={n} per policy, interleaved")
@@ -116,7 +116,7 @@ async def amain(args: argparse.Namespace, endpoints: list[str], servers: str,
                                  steps, str(mean_path))
     live_wall = time.perf_counter() - t0
     log("profiling again after the live steps (profiling drift)")
-    after = await measure(endpoints, model, bs, label="after", **prof)  # type: ignore[arg-type]
+    after = await measure(endpoints, model, bs, label="after", **prof)
 
     per_policy: dict[str, Any] = {}
     model_before = before.mean_model()
