@@ -1,7 +1,8 @@
 """Paper Table 1 baselines and KV-capacity preemption on the grounded GPU profiles (issue 10).
 
-Run: ``.venv/bin/python benchmarks/bench_grounded.py`` (writes
-benchmarks/results/grounded.json; ``--quick``: 2 seeds, 4 steps).
+Run: ``.venv/bin/python benchmarks/bench_grounded.py --out benchmarks/results/grounded.json``
+(the committed result; without ``--out`` a file under the system temp dir; ``--quick``: 2 seeds,
+4 steps).
 
 (a) Table 1's baseline rows, paired per seed: paper-math, N = 64 groups x 8, Uniform, Uniform
     Oracle, StreamRL-style Oracle, Seer-style Oracle and the top-k oracle, on ``qwen3-4b-h100``
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from outdir import default_out
 from paper.common import Timer, machine_info, pools_for, simulate
 
 from tailsieve.core.stream import PromptStream
@@ -43,7 +45,7 @@ from tailsieve.sim.driver import PairedLengths, SimSettings, epoch_prompt_ids
 from tailsieve.sim.replicas import PoolConfigs
 from tailsieve.sim.workloads import resolve_workload
 
-RESULTS = Path(__file__).resolve().parent / "results" / "grounded.json"
+RESULTS = default_out("grounded.json")
 GROUP = 8
 # Paper Table 1 (DeepScaleR, 8x H100, N = 64 x 8): speedup over Uniform per model
 PAPER = {
@@ -204,10 +206,17 @@ def aime_preemption(seeds: tuple[int, ...], steps: int) -> list[dict[str, Any]]:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="2 seeds, 4 steps")
-    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--seeds", type=int, default=None, help="number of seeds (overrides)")
+    ap.add_argument("--steps", type=int, default=None, help="steps per run (overrides)")
+    ap.add_argument("--out", type=Path, default=RESULTS,
+                    help="result JSON (default: under the system temp dir)")
     args = ap.parse_args(argv)
     seeds = (0, 1) if args.quick else (0, 1, 2, 3, 4)
     steps = 4 if args.quick else 10
+    if args.seeds is not None:
+        seeds = tuple(range(args.seeds))
+    if args.steps is not None:
+        steps = args.steps
     timer = Timer()
     payload: dict[str, Any] = {
         "name": "grounded",

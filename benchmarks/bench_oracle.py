@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from outdir import default_out
 
 from tailsieve.model.profiles import load_profile
 from tailsieve.model.throughput import ThroughputModel
@@ -107,7 +108,8 @@ def bench_largest_n(
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--out", type=Path, default=Path("benchmarks/results/oracle.json"))
+    ap.add_argument("--out", type=Path, default=default_out("oracle.json"),
+                    help="result JSON (default: under the system temp dir)")
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
     ap.add_argument("--profiles", default="cpu,qwen3-4b-h100")
     ap.add_argument("--seed", type=int, default=0)

@@ -42,6 +42,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from outdir import default_out
+
 from tailsieve.model.profiles import DEFAULT_PROFILE, load_profile
 from tailsieve.runtime.backends import PromptInput, SamplingParams
 from tailsieve.runtime.demo import StepLengths
@@ -154,7 +156,8 @@ def hosted_replicas(n: int, hosts: int, base_port: int, profile: str, time_scale
     procs, urls = [], []
     try:
         for h in range(hosts):
-            ports = list(range(base_port + h, base_port + n, hosts))
+            # base_port 0: every replica on a free port the system picks
+            ports = [base_port + i if base_port else 0 for i in range(h, n, hosts)]
             parent, child = ctx.Pipe()
             p = ctx.Process(target=_host, args=(ports, profile, time_scale, child), daemon=True)
             p.start()
@@ -171,7 +174,7 @@ def hosted_replicas(n: int, hosts: int, base_port: int, profile: str, time_scale
             p.join(10)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--replicas", type=int, default=8)
     ap.add_argument("--groups", type=int, default=256)
@@ -185,21 +188,23 @@ def main() -> None:
         action="store_true",
         help="do not ask for per-response token ids (usage gives exact counts when split)",
     )
-    ap.add_argument("--out", type=Path, default=Path("benchmarks/results/router.json"))
+    ap.add_argument("--out", type=Path, default=default_out("router.json"),
+                    help="result JSON (default: under the system temp dir)")
     ap.add_argument(
         "--cluster",
         action="store_true",
         help="64 replicas, 256 groups x 16, qwen3-4b-h100 at --time-scale 0.1, hosted replicas",
     )
     ap.add_argument("--hosts", type=int, default=0, help="host the replicas in K processes")
-    ap.add_argument("--base-port", type=int, default=8310, help="first port of hosted replicas")
+    ap.add_argument("--base-port", type=int, default=8310,
+                    help="first port of hosted replicas (0: free ports)")
     ap.add_argument("--cprofile", type=Path, default=None, help="cProfile the last step")
     ap.add_argument("--target", type=float, default=None, help="max share at GPU speed")
     ap.add_argument(
         "--transport", choices=("lean", "aiohttp"), default="lean",
         help="the router's HTTP client for completions (aiohttp: before issue 13)",
     )  # fmt: skip
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.cluster:
         defaults = {"replicas": 8, "groups": 256, "group_size": 8, "time_scale": 1.0,
                     "profile": DEFAULT_PROFILE, "hosts": 0, "steps": 2}  # fmt: skip

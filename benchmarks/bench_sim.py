@@ -1,7 +1,8 @@
 """Simulator throughput benchmark: 100 steps of N=256 groups x 8 on 8 replicas (tailsieve).
 
 Run: ``.venv/bin/python benchmarks/bench_sim.py [--profile NAME] [--out FILE]`` (default: the
-shipped default profile, qwen3-4b-h100, writes benchmarks/results/sim.json), with the profile's
+shipped default profile, qwen3-4b-h100; ``--out benchmarks/results/sim.json`` for the committed
+result, default a file under the system temp dir), with the profile's
 context term, KV capacity (preemption) and running cap on.
 Targets: the whole run in < 10 s; the protocol + controller decision per step < 10 ms.
 ``decision_ms_*``: plan_step + update_from_outcome (protocol validation included);
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from outdir import default_out
 
 from tailsieve.control.base import Controller, ControlTargets
 from tailsieve.core.outcome import StepOutcome
@@ -68,12 +70,14 @@ class TimedController(Controller):
         self.inner.load_state_dict(state)
 
 
-RESULTS = Path(__file__).resolve().parent / "results" / "sim.json"
+RESULTS = default_out("sim.json")
 
 
-def main(profile: str = DEFAULT_PROFILE, out: Path = RESULTS) -> dict[str, object]:
+def main(profile: str = DEFAULT_PROFILE, out: Path = RESULTS, num_steps: int = 100,
+         num_groups: int = 256) -> dict[str, object]:
     """Run the benchmark on ``profile`` and write ``out``."""
-    settings = SimSettings(num_replicas=8, num_groups=256, group_size=8, num_steps=100, seed=0)
+    settings = SimSettings(num_replicas=8, num_groups=num_groups, group_size=8,
+                           num_steps=num_steps, seed=0)
     # the profile's context term, KV capacity (preemption) and running cap are all on
     pools = PoolConfigs.from_specs(ReplicaConfig.from_profile(load_profile(profile)))
     t0 = time.perf_counter()
@@ -136,12 +140,21 @@ def main(profile: str = DEFAULT_PROFILE, out: Path = RESULTS) -> dict[str, objec
     return result
 
 
-if __name__ == "__main__":
+def cli(argv: list[str] | None = None) -> int:
+    """The command line: ``--profile``, ``--out``, ``--steps``, ``--groups``."""
     import argparse
 
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--profile", default=DEFAULT_PROFILE,
                     help=f"throughput profile (default {DEFAULT_PROFILE})")
-    ap.add_argument("--out", type=Path, default=RESULTS, help="result JSON")
-    args = ap.parse_args()
-    print(json.dumps(main(args.profile, args.out), indent=2))
+    ap.add_argument("--out", type=Path, default=RESULTS,
+                    help="result JSON (default: under the system temp dir)")
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--groups", type=int, default=256)
+    args = ap.parse_args(argv)
+    print(json.dumps(main(args.profile, args.out, args.steps, args.groups), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(cli())

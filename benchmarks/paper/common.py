@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -40,6 +41,12 @@ from tailsieve.sim.replicas import PoolConfigs
 from tailsieve.workload.presets import AIME_TRACE_IN_REPO
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def default_out(name: str) -> Path:
+    """Default output of a module run on its own: under the system temp dir, never inside the
+    repository (as ``benchmarks/outdir.py``; the committed results need ``--out``)."""
+    return Path(tempfile.gettempdir()) / "tailsieve-bench" / name
 AIME_CSV = AIME_TRACE_IN_REPO
 PROFILE = DEFAULT_PROFILE  # GPU throughput profile of the suite (derived Qwen3-4B on one H100)
 

@@ -34,7 +34,7 @@ from tailsieve.policy.registry import get_policy
 from tailsieve.sim.driver import PairedLengths, epoch_prompt_ids
 from tailsieve.sim.workloads import resolve_workload
 
-from .common import REPO, Timer, write_json
+from .common import Timer, default_out, write_json
 
 NAME = "length_blind_bound"
 N, GROUP = 64, 8
@@ -108,12 +108,13 @@ def run_case(profile: str, r: int, workload: str, seeds: tuple[int, ...],
             "best_isolate_oracle_point": best_iso}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "paper")
+    ap.add_argument("--out", type=Path, default=default_out("paper"),
+                    help="folder (default: under the system temp dir)")
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=6)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     timer = Timer()
     cases = [run_case(p, r, w, tuple(range(args.seeds)), args.steps) for p, r, w in CASES]
     write_json(args.out, NAME, {"name": NAME, "groups": N, "group_size": GROUP,

@@ -1,7 +1,7 @@
 """Write the full benchmark report (``benchmarks/results/REPORT.md``): this project's figures beside the paper's, from the suite's JSON.
 
 Every number in the file is read from ``benchmarks/results/paper/*.json`` (and
-``benchmarks/results/real_engine.json`` / ``real_engine.md`` when present, and the sections of
+``benchmarks/results/real_engine/real_engine.json`` / ``real_engine.md`` when present, and the sections of
 ``report_extra``); the notes that
 say whether a figure is matched are computed from those numbers, and the reasons given are the
 ones the measurements show (see each section).
@@ -22,7 +22,7 @@ from tailsieve.model.validation import markdown_table
 from . import report_extra
 from .common import REPO
 
-CMD = ".venv/bin/python benchmarks/run_all.py --out benchmarks/results"
+CMD = ".venv/bin/python benchmarks/run_all.py --out benchmarks/results --markdown benchmarks/results/REPORT.md"
 
 
 def _gpu_key(names: Any) -> str:
@@ -613,14 +613,14 @@ def bias(out_dir: Path) -> tuple[list[str], list[str]]:
 
 
 def real_engine(results_root: Path) -> list[str]:
-    js, md = results_root / "real_engine.json", results_root / "real_engine.md"
+    js, md = results_root / "real_engine" / "real_engine.json", results_root / "real_engine" / "real_engine.md"
     lines = ["## Real engines: two vLLM CPU servers", ""]
     if not js.is_file():
-        return [*lines, "No `benchmarks/results/real_engine.json` yet. Run "
+        return [*lines, "No `benchmarks/results/real_engine/real_engine.json` yet. Run "
                 f"`{CMD} --real-engine` (starts two vLLM CPU servers; see "
                 "`benchmarks/bench_real_engine.py`).", ""]
     when = datetime.fromtimestamp(js.stat().st_mtime, UTC).strftime("%Y-%m-%d %H:%M UTC")
-    lines += [f"Results from `benchmarks/results/real_engine.json`, measured {when} by "
+    lines += [f"Results from `benchmarks/results/real_engine/real_engine.json`, measured {when} by "
               "`benchmarks/bench_real_engine.py` (rerun with `--real-engine`).", ""]
     if md.is_file():
         body = md.read_text().strip().splitlines()

@@ -45,7 +45,7 @@ from tailsieve.sim.speedup_stats import (
 )
 from tailsieve.sim.workloads import resolve_workload
 
-from .common import REPO, PairedRuns, Timer, delivered_lengths, simulate, write_json
+from .common import PairedRuns, Timer, default_out, delivered_lengths, simulate, write_json
 
 NAME = "spread_ablation"
 N, GROUP = 64, 8
@@ -206,12 +206,19 @@ def _plot(path: Path, cases: list[dict[str, Any]]) -> None:
     savefig(fig, path)
 
 
-def main() -> None:
+# --smoke: the smallest shape that runs every row kind (2 seeds for the confidence interval)
+SMOKE: dict[str, Any] = {"steps": 6, "seeds": (0, 1), "cases": (("qwen3-4b-h100", 4, "paper-math"),),
+                         "grid": [(0, 0, 0, True), (4, 2, 4, True)]}
+
+
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "paper")
-    args = ap.parse_args()
-    payload = run(args.out, args.quick)
+    ap.add_argument("--smoke", action="store_true", help="one tiny case: checks the code runs")
+    ap.add_argument("--out", type=Path, default=default_out("paper"),
+                    help="folder (default: under the system temp dir)")
+    args = ap.parse_args(argv)
+    payload = run(args.out, args.quick, **(SMOKE if args.smoke else {}))
     for c in payload["cases"]:
         print(f"== {c['profile']} R={c['replicas']} {c['workload']}: best {c['best_static']}, "
               f"controller gap {c['controller_gap_to_best_static']:+.1%}")

@@ -195,7 +195,8 @@ def rollout(
     steps: int = typer.Option(4, "--steps", help="Steps to run (then a flush step)."),
     policy: str = typer.Option(
         "tailsieve", "--policy",
-        help="tailsieve | tailsieve-fixed | tailsieve-static (with --q0, --m0) | uniform."
+        help="tailsieve | tailsieve-fixed | tailsieve-static (with --q0, --m0) | uniform | "
+        "uniform-requests."
     ),
     profile: str = typer.Option("cpu", "--profile", help="Throughput profile name or file."),
     backend: Annotated[Backend, typer.Option("--backend")] = Backend.VLLM,

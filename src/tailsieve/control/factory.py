@@ -16,6 +16,7 @@ from tailsieve.model.throughput import ThroughputModel
 
 class ControllerName(str, Enum):
     UNIFORM = "uniform"
+    UNIFORM_REQUESTS = "uniform-requests"
     TAILSIEVE_FIXED = "tailsieve-fixed"
     TAILSIEVE = "tailsieve"
     TAILSIEVE_STATIC = "tailsieve-static"
@@ -27,7 +28,8 @@ def make_controller(
     tail_model: ThroughputModel,
     bulk_model: ThroughputModel | None = None,
 ) -> Controller:
-    """``uniform``; ``tailsieve-fixed`` (inner loop only, split held at ``m0``, default R // 2);
+    """``uniform`` (groups whole, round-robin); ``uniform-requests`` (single responses
+    round-robin, as a per-request load balancer); ``tailsieve-fixed`` (inner loop only, split held at ``m0``, default R // 2);
     ``tailsieve`` (inner and outer loop); ``tailsieve-static`` (q and m held at ``q0`` and
     ``m0``, no feedback)."""
     try:
@@ -37,6 +39,8 @@ def make_controller(
         raise ConfigError(f"unknown step policy {name!r}; choose one of {names}") from None
     if key is ControllerName.UNIFORM:
         return UniformController()
+    if key is ControllerName.UNIFORM_REQUESTS:
+        return UniformController(spread=True)
     if key is ControllerName.TAILSIEVE_STATIC:
         if config.m0 is None:
             raise ConfigError("tailsieve-static needs m0 (and q0): the split it holds")

@@ -10,12 +10,21 @@ from tailsieve.core.plan import StepPlan
 
 
 class UniformController(Controller):
-    """Groups kept whole and spread round-robin over all replicas; no cutoff, no candidates."""
+    """No tail pool, no cutoff, no candidates: every group launched fresh over all replicas.
 
-    name = "uniform"
+    ``spread=False`` (``uniform``, the paper's baseline): groups kept whole, dealt round-robin.
+    ``spread=True`` (``uniform-requests``): single responses dealt round-robin, response ``j`` of
+    the step (groups in order) on replica ``j mod R``, the placement of the simulator's
+    ``uniform-requests`` policy (``tailsieve.policy.uniform_requests``) and of a per-request
+    load balancer.
+    """
+
+    def __init__(self, spread: bool = False) -> None:
+        self.spread = spread
+        self.name = "uniform-requests" if spread else "uniform"
 
     def targets(self) -> ControlTargets:
-        return ControlTargets(q=0, m=0, num_extra=0)
+        return ControlTargets(q=0, m=0, num_extra=0, spread=self.spread)
 
     def observe(self, plan: StepPlan, outcome: StepOutcome) -> None:
         return None

@@ -49,7 +49,7 @@ class RolloutConfig:
 
     num_groups: int  # N: groups per delivered batch
     group_size: int = 8  # n: responses per group
-    policy: str = "tailsieve"  # uniform | tailsieve-fixed | tailsieve
+    policy: str = "tailsieve"  # uniform | uniform-requests | tailsieve-fixed | tailsieve
     backend: Backend = Backend.VLLM
     model: str | None = None  # served model name; None = the one model the servers serve
     sampling: SamplingParams = field(default_factory=SamplingParams)

@@ -1,0 +1,133 @@
+"""The simulator's prediction of the live steps, the profiling drift and the policy ordering."""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+from typing import Any
+
+from real_engine.live import LiveStep, outcome_dict, plan_dict
+from real_engine.profiles import Profiled
+from tailsieve.control.config import ControllerConfig
+from tailsieve.control.factory import make_controller
+from tailsieve.core.outcome import StepOutcome
+from tailsieve.core.protocol import ProtocolConfig, RolloutProtocol
+from tailsieve.core.stream import PromptStream
+from tailsieve.model.replica_engine import ReplicaConfig
+from tailsieve.model.throughput import ThroughputModel
+from tailsieve.runtime.replay import ReplayLengths
+from tailsieve.sim.executor import SimExecutor
+from tailsieve.sim.replicas import PoolConfigs
+
+PRIMARY = "profile"  # the one profile, measured before the live steps, + measured prefill
+AFTER = "profile_after"  # the same measurement repeated after the live steps (drift)
+NO_PREFILL = "profile,no_prefill"
+
+
+def sim_pools(model: ThroughputModel, prefill_s: float) -> PoolConfigs:
+    return PoolConfigs.single(ReplicaConfig(throughput=model, prefill_s=prefill_s))
+
+
+def replay_sim(live: list[LiveStep], pools: PoolConfigs, lengths: ReplayLengths,
+               n: int) -> list[StepOutcome]:
+    """The simulator on exactly the live plans and lengths."""
+    ex = SimExecutor(pools)
+    return [ex.run(s.plan, lambda pid, _st: [lengths(pid, j) for j in range(n)]) for s in live]
+
+
+def closed_loop_sim(policy: str, pools: PoolConfigs, profile: ThroughputModel,
+                    lengths: ReplayLengths, prompt_ids: list[str], groups: int, n: int,
+                    num_replicas: int, steps: int) -> list[StepOutcome]:
+    """``tailsieve simulate``-style: the protocol and its controller driven by the simulator
+    (its own plans), same prompt order and lengths, then a flush if anything is carried."""
+    ccfg = ControllerConfig(num_groups=groups, num_replicas=num_replicas, group_size=n)
+    proto = RolloutProtocol(
+        ProtocolConfig(num_replicas=num_replicas, num_groups=groups, group_size=n),
+        make_controller(policy, ccfg, profile),
+    )
+    stream = PromptStream(iter(prompt_ids))
+    ex = SimExecutor(pools)
+    out: list[StepOutcome] = []
+    for i in range(steps + 1):
+        if i == steps and not proto.candidates:
+            break
+        plan = proto.plan_step(stream, flush=i == steps)
+        o = ex.run(plan, lambda pid, _st: [lengths(pid, j) for j in range(n)])
+        proto.update_from_outcome(plan, o)
+        out.append(o)
+    return out
+
+
+def rel_err(sim: float, live: float) -> float:
+    return (sim - live) / live if live > 0 else float("nan")
+
+
+def policy_result(ls: list[LiveStep], before: Profiled, after: Profiled, lengths: ReplayLengths,
+                  n: int, closed: list[StepOutcome]) -> dict[str, Any]:
+    """Per step and in total: live, simulated from the one profile (primary), from the profile
+    measured after the live steps, and without prefill; mean step over the regular steps."""
+    model = before.mean_model()
+    variants = {PRIMARY: sim_pools(model, before.prefill_s),
+                AFTER: sim_pools(after.mean_model(), after.prefill_s),
+                NO_PREFILL: sim_pools(model, 0.0)}
+    sims = {k: replay_sim(ls, v, lengths, n) for k, v in variants.items()}
+    rows: list[dict[str, Any]] = []
+    for i, s in enumerate(ls):
+        live = s.outcome.makespan_s
+        rows.append({
+            "step": s.plan.step, "q": s.plan.q, "m": s.plan.m, "is_flush": s.plan.is_flush,
+            "live_makespan_s": round(live, 4),
+            "live_tail_time_s": round(s.outcome.tail_time_s, 4),
+            "live_bulk_cut_s": round(s.outcome.bulk_cut_s, 4),
+            "live_wall_s": round(s.wall_s, 4),
+            "sim_makespan_s": {k: round(v[i].makespan_s, 4) for k, v in sims.items()},
+            "rel_err": {k: round(rel_err(v[i].makespan_s, live), 4) for k, v in sims.items()},
+            "loadavg": s.loadavg,
+            "plan": plan_dict(s.plan),
+            "live_outcome": outcome_dict(s.outcome),
+            "sim_outcome": outcome_dict(sims[PRIMARY][i]),
+        })
+    reg = [i for i, s in enumerate(ls) if not s.plan.is_flush]
+    live_mean = statistics.fmean(ls[i].outcome.makespan_s for i in reg)
+    sim_mean = {k: statistics.fmean(v[i].makespan_s for i in reg) for k, v in sims.items()}
+    live_total = sum(s.outcome.makespan_s for s in ls)
+    sim_total = {k: sum(o.makespan_s for o in v) for k, v in sims.items()}
+    errs = [r["rel_err"][PRIMARY] for r in rows]
+    return {
+        "steps": rows,
+        "num_regular_steps": len(reg),
+        "live_mean_step_s": round(live_mean, 4),
+        "sim_mean_step_s": {k: round(v, 4) for k, v in sim_mean.items()},
+        "mean_step_rel_err": {k: round(rel_err(v, live_mean), 4) for k, v in sim_mean.items()},
+        "live_total_s": round(live_total, 4),
+        "sim_total_s": {k: round(v, 4) for k, v in sim_total.items()},
+        "total_rel_err": {k: round(rel_err(v, live_total), 4) for k, v in sim_total.items()},
+        "step_rel_err_range": [round(min(errs), 4), round(max(errs), 4)],
+        "drift_rel": round(rel_err(sim_mean[AFTER], sim_mean[PRIMARY]), 4),
+        "closed_loop_sim": {
+            "step_makespans_s": [round(o.makespan_s, 4) for o in closed],
+            "total_s": round(sum(o.makespan_s for o in closed), 4),
+            "total_rel_err_vs_live": round(rel_err(sum(o.makespan_s for o in closed),
+                                                   live_total), 4),
+        },
+    }
+
+
+def ordering(policies: dict[str, Any], drift: float) -> list[dict[str, Any]]:
+    """Every pair of policies: their live and simulated mean-step difference (relative to the
+    second), whether the live difference exceeds the drift, and whether the simulator orders
+    them as live did."""
+    out: list[dict[str, Any]] = []
+    for a, b in itertools.combinations(policies, 2):
+        la, lb = policies[a]["live_mean_step_s"], policies[b]["live_mean_step_s"]
+        sa, sb = (policies[a]["sim_mean_step_s"][PRIMARY],
+                  policies[b]["sim_mean_step_s"][PRIMARY])
+        live_d, sim_d = rel_err(la, lb), rel_err(sa, sb)
+        out.append({
+            "pair": [a, b],
+            "live_diff_rel": round(live_d, 4),
+            "sim_diff_rel": round(sim_d, 4),
+            "exceeds_drift": abs(live_d) > drift,
+            "same_order": (live_d > 0) == (sim_d > 0),
+        })
+    return out

@@ -1,0 +1,130 @@
+"""Smoke runs of every simulated benchmark script at a tiny shape: each runs its code path end
+to end in seconds, writes into ``tmp_path`` and leaves the repository untouched. The full runs
+stay out of the tests. (The paper and grounded modules have their own tiny runs in
+``test_paper_suite.py`` and ``test_grounded_suite.py``; the live scripts are in
+``test_smoke_live.py``.)"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tests.benchmarks.smoke_helpers import BENCH, ROOT, repo_unchanged
+
+# every script under benchmarks/ and the test that runs it; a new script must be added here
+SCRIPTS = {
+    "bench_grounded.py": "test_bench_grounded",
+    "bench_oracle.py": "test_bench_oracle",
+    "bench_real_engine.py": "test_smoke_live.py::test_bench_real_engine_*",
+    "bench_router.py": "test_smoke_live.py::test_bench_router_*",
+    "bench_sim.py": "test_bench_sim",
+    "bench_trace_io.py": "test_bench_trace_io_defaults_outside_the_repo",
+    "grounded_suite.py": "test_grounded_suite",
+    "run_all.py": "test_run_all",
+    "paper/length_blind_bound.py": "test_paper_module_mains",
+    "paper/spread_ablation.py": "test_paper_module_mains",
+}
+# modules that are not scripts: helpers and the items the suites above run
+NOT_SCRIPTS = {"outdir.py"}
+PACKAGES = ("paper", "grounded", "real_engine")
+
+
+def test_every_script_has_a_smoke_run() -> None:
+    """A script added to ``benchmarks/`` without a smoke run here fails this test."""
+    found = {p.name for p in BENCH.glob("*.py")} - NOT_SCRIPTS
+    found |= {str(p.relative_to(BENCH)) for pkg in PACKAGES for p in (BENCH / pkg).glob("*.py")
+              if "__main__" in p.read_text()}
+    assert found == set(SCRIPTS), sorted(found ^ set(SCRIPTS))
+
+
+def test_bench_sim(tmp_path: Path) -> None:
+    out = tmp_path / "sim.json"
+    with repo_unchanged():
+        assert importlib.import_module("bench_sim").cli(
+            ["--out", str(out), "--steps", "3", "--groups", "16"]) == 0
+    data = json.loads(out.read_text())
+    assert data["num_steps"] == 3 and data["num_groups"] == 16
+    assert data["delivered_requests"] == 3 * 16 * 8
+    assert data["decision_ms_max"] >= data["decision_ms_mean"] > 0
+
+
+def test_bench_trace_io_defaults_outside_the_repo(tmp_path: Path) -> None:
+    """Run as a user would (a subprocess, no ``--out``): the result lands in the system temp
+    dir (here ``TMPDIR=tmp_path``), nothing inside the repository."""
+    env = {**os.environ, "TMPDIR": str(tmp_path),
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    with repo_unchanged():
+        subprocess.run([sys.executable, str(BENCH / "bench_trace_io.py"), "--rows", "800",
+                        "--repeats", "1"], cwd=ROOT, env=env, check=True, capture_output=True,
+                       timeout=120)
+    data = json.loads((tmp_path / "tailsieve-bench" / "trace_io.json").read_text())
+    assert data["rows"] == 800
+    assert {"jsonl", "csv"} <= set(data["formats"])
+    assert data["formats"]["csv"]["read_python_s"] > 0
+
+
+def test_bench_oracle(tmp_path: Path) -> None:
+    out = tmp_path / "oracle.json"
+    with repo_unchanged():
+        assert importlib.import_module("bench_oracle").main(
+            ["--out", str(out), "--profiles", "cpu", "--n100-draws", "1", "--gap-draws", "1",
+             "--time-limit-s", "1", "--scaling-budget-s", "1"]) == 0
+    data = json.loads(out.read_text())
+    assert [r["profile"] for r in data["n100"]] == ["cpu"]
+    assert data["appendix_a4"][0]["gap_median"] >= 0
+
+
+def test_bench_grounded(tmp_path: Path) -> None:
+    out = tmp_path / "grounded.json"
+    with repo_unchanged():
+        payload = importlib.import_module("bench_grounded").main(
+            ["--out", str(out), "--seeds", "1", "--steps", "2"])
+    data = json.loads(out.read_text())
+    assert data["settings"]["seeds"] == [0] and data["settings"]["steps"] == 2
+    assert {r["policy"] for r in data["table1"]} >= {"uniform", "uniform-oracle"}
+    assert payload["aime_preemption"]
+
+
+def test_grounded_suite(tmp_path: Path) -> None:
+    md = tmp_path / "B.md"
+    md.write_text("# Bench\n")
+    with repo_unchanged():
+        rc = importlib.import_module("grounded_suite").main(
+            ["--smoke", "--out", str(tmp_path / "g"), "--markdown", str(md)])
+    assert rc == 0
+    for name in ("headline", "table4", "fig6b", "table2"):
+        assert json.loads((tmp_path / "g" / f"{name}.json").read_text())["name"] == name
+    assert json.loads((tmp_path / "g" / "sim_decision.json").read_text())["num_steps"] == 3
+    assert "Grounded" in md.read_text()
+
+
+def test_run_all(tmp_path: Path) -> None:
+    """The suite's driver and report, with two items (every item has its own tiny run in
+    ``test_paper_suite.py``); the report lands in ``<out>/REPORT.md`` by default."""
+    with repo_unchanged():
+        rc = importlib.import_module("run_all").main(
+            ["--smoke", "--only", "fig3_capture,protocol_ceiling", "--out", str(tmp_path)])
+    assert rc == 0
+    suite = json.loads((tmp_path / "paper" / "suite.json").read_text())
+    assert suite["mode"] == "smoke" and suite["failed"] == []
+    assert (tmp_path / "paper" / "protocol_ceiling.json").is_file()
+    text = (tmp_path / "REPORT.md").read_text()
+    assert "Figure 3" in text and "Real engines" in text
+
+
+@pytest.mark.parametrize(("module", "argv"), [
+    ("paper.length_blind_bound", ["--seeds", "1", "--steps", "2"]),
+    ("paper.spread_ablation", ["--smoke"]),
+])
+def test_paper_module_mains(module: str, argv: list[str], tmp_path: Path) -> None:
+    """The paper modules that have a command line of their own (``python -m
+    benchmarks.paper.<name>``)."""
+    name = module.split(".")[1]
+    with repo_unchanged():
+        importlib.import_module(module).main([*argv, "--out", str(tmp_path)])
+    assert json.loads((tmp_path / f"{name}.json").read_text())
