@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.benchmarks.smoke_helpers import repo_unchanged
+from smoke_helpers import repo_unchanged
 
 ENDPOINTS = os.environ.get("TAILSIEVE_VLLM_ENDPOINTS", "")
 POLICIES = ("uniform", "uniform-requests", "tailsieve")
