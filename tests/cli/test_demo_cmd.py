@@ -1,4 +1,4 @@
-"""The demo end to end (small): emulated replicas, live runtime, both policies, a report that
+"""The demo end to end (small): emulated replicas, live runtime, every policy, a report that
 opens in a real headless Chromium."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ def _chromium() -> str | None:
 
 
 @pytest.mark.slow
-def test_demo_runs_both_policies_and_writes_a_report(
+def test_demo_runs_every_policy_and_writes_a_report(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "demo"
@@ -30,15 +30,17 @@ def test_demo_runs_both_policies_and_writes_a_report(
     )
     assert rc == 0
     printed = capsys.readouterr().out
-    assert "Uniform (95% interval" in printed or "than Uniform" in printed
+    assert "than per-request round-robin" in printed and "than Uniform" in printed
+    assert printed.index("round-robin (95%") < printed.index("Uniform (95%")  # the user's baseline first
     assert "Tokens wasted on groups aborted at the cutoff" in printed
     timelines = json.loads((out / "timelines.json").read_text())
-    assert set(timelines) == {"uniform", "tailsieve"}
+    assert set(timelines) == {"uniform", "uniform-requests", "tailsieve"}
     assert len({t["step"] for t in timelines.values()}) == 1  # the same step, side by side
     blob = json.loads((out / "demo.json").read_text())
     names = [p["policy"] for p in blob["policies"]]
-    assert names == ["uniform", "tailsieve"]
-    ts = blob["policies"][1]
+    assert names == ["uniform", "uniform-requests", "tailsieve"]
+    ts = blob["policies"][2]
+    assert ts["paired_speedup_vs_requests"] > 0
     assert ts["paired_steps"] == [1, 2, 3]  # a 3-step demo pairs every step after warm-up
     assert ts["paired_speedup"] > 0
     steps = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]

@@ -159,6 +159,26 @@ def test_headline_states_the_paired_speedup_with_its_interval(tmp_path: Path) ->
     assert "modelled s against" in " ".join(headline_sentences(run))
 
 
+def test_headline_leads_with_the_baseline_a_user_already_has(tmp_path: Path) -> None:
+    """With ``uniform-requests`` in the run, the first sentence compares with it (what a
+    per-request load balancer does), the second with Uniform."""
+    from tailsieve.report.headline import headline_sentences, paired_speedup
+
+    make_paired_run(tmp_path)
+    steps = tmp_path / "steps.jsonl"
+    extra = [{"policy": "uniform-requests", "step": s, "makespan_s": t, "q": 0, "m": 0,
+              "is_flush": False, "generated_tokens": 1000, "wasted_tokens": 0}
+             for s, t in enumerate([12.0, 9.5, 10.0, 9.0, 9.5, 9.0])]
+    steps.write_text(steps.read_text() + "".join(json.dumps(r) + "\n" for r in extra))
+    run = load_run(tmp_path)
+    over_rr = paired_speedup(run, "tailsieve", reference="uniform-requests")
+    assert over_rr is not None and over_rr.speedup == pytest.approx(47.0 / 46.5)
+    first, second = headline_sentences(run)[:2]
+    assert first.startswith(f"TailSieve was {over_rr.speedup:.3f}x faster than per-request "
+                            "round-robin")
+    assert "faster than Uniform" in second
+
+
 def test_report_reads_like_a_result(tmp_path: Path) -> None:
     make_paired_run(tmp_path)
     text = write_report(tmp_path).read_text()

@@ -31,3 +31,13 @@ def test_short_demo_pairs_every_step_after_warmup() -> None:
     ts = PolicyResult("tailsieve", [_m("tailsieve", t, 3.0) for t in range(3)])
     s = ts.summary(uni)
     assert s["paired_steps"] == [1, 2] and s["paired_speedup"] == pytest.approx(2.0)
+
+
+def test_paired_speedup_over_per_request_round_robin() -> None:
+    uni = PolicyResult("uniform", [_m("uniform", t, 6.0) for t in range(3)])
+    rr = PolicyResult("uniform-requests", [_m("uniform-requests", t, 4.0) for t in range(3)])
+    ts = PolicyResult("tailsieve", [_m("tailsieve", t, 3.0) for t in range(3)])
+    s = ts.summary(uni, rr)
+    assert s["paired_speedup"] == pytest.approx(2.0)
+    assert s["paired_speedup_vs_requests"] == pytest.approx(4.0 / 3.0)
+    assert rr.summary(uni, rr)["paired_speedup_vs_requests"] is None  # not against itself

@@ -1,9 +1,10 @@
-"""The result of a run in words: speedup over Uniform with a 95% interval, step times, tokens
-wasted, final q and m. Pure functions of ``RunData`` (no I/O); the HTML report prints them first.
+"""The result of a run in words: speedup over the baseline a user already has (per-request
+round-robin, ``uniform-requests``, when the run holds it) and over Uniform, each with a 95%
+interval, step times, tokens wasted, final q and m. Pure functions of ``RunData`` (no I/O); the HTML report prints them first.
 
 The speedup is paired: the same step number of two policies ran the same fresh prompts and (in
 replay) the same lengths, so the interval resamples *steps* (a percentile bootstrap of
-``sum(uniform) / sum(policy)`` over the steps after the warm-up, seeded, 2,000 draws).
+``sum(reference) / sum(policy)`` over the steps after the warm-up, seeded, 2,000 draws).
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from tailsieve.report.run_data import RunData
 
 BOOTSTRAP_DRAWS = 2000
 REFERENCE = "uniform"
-DISPLAY_NAMES = {"uniform": "Uniform", "tailsieve": "TailSieve", "tailsieve-fixed": "TailSieve "
-                 "(split held)", "tailsieve-static": "TailSieve (q, m held)"}
+USER_BASELINE = "uniform-requests"  # what a per-request load balancer already does
+DISPLAY_NAMES = {"uniform": "Uniform", "uniform-requests": "per-request round-robin",
+                 "tailsieve": "TailSieve", "tailsieve-fixed": "TailSieve (split held)",
+                 "tailsieve-static": "TailSieve (q, m held)"}
 
 
 def display_name(policy: str) -> str:
@@ -28,14 +31,16 @@ def display_name(policy: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class PairedSpeedup:
-    """Uniform's total step time over a policy's, on the steps both ran (warm-up excluded)."""
+    """A reference policy's total step time over a policy's, on the steps both ran (warm-up
+    excluded)."""
 
     policy: str
+    reference: str  # the policy compared against (``uniform`` unless asked otherwise)
     num_steps: int  # paired steps
-    speedup: float  # sum(uniform) / sum(policy)
+    speedup: float  # sum(reference) / sum(policy)
     low: float | None  # 95% interval (None with fewer than 3 paired steps)
     high: float | None
-    uniform_mean_s: float
+    reference_mean_s: float
     policy_mean_s: float
 
 
@@ -63,12 +68,13 @@ def _regular(recs: list[dict[str, Any]]) -> dict[int, float]:
 
 
 def paired_speedup(
-    run: RunData, policy: str, seed: int = 0, draws: int = BOOTSTRAP_DRAWS
+    run: RunData, policy: str, seed: int = 0, draws: int = BOOTSTRAP_DRAWS,
+    reference: str = REFERENCE,
 ) -> PairedSpeedup | None:
-    """``policy`` against ``uniform`` on their common steps; None if either is missing."""
-    if REFERENCE not in run.steps or policy not in run.steps or policy == REFERENCE:
+    """``policy`` against ``reference`` on their common steps; None if either is missing."""
+    if reference not in run.steps or policy not in run.steps or policy == reference:
         return None
-    u, p = _regular(run.steps[REFERENCE]), _regular(run.steps[policy])
+    u, p = _regular(run.steps[reference]), _regular(run.steps[policy])
     common = sorted(set(u) & set(p))
     if not common:
         return None
@@ -83,7 +89,7 @@ def paired_speedup(
         ratios = us[idx].sum(axis=1) / ps[idx].sum(axis=1)
         low, high = (float(x) for x in np.percentile(ratios, [2.5, 97.5]))
     return PairedSpeedup(
-        policy, len(common), float(us.sum() / ps.sum()), low, high,
+        policy, reference, len(common), float(us.sum() / ps.sum()), low, high,
         float(us.mean()), float(ps.mean()),
     )
 
@@ -141,8 +147,27 @@ def _s(x: float | None, unit: str = "s") -> str:
     return "n/a" if x is None else f"{x:.2f} {unit}"
 
 
+def _speedup_sentence(name: str, sp: PairedSpeedup, unit: str) -> str:
+    ci = (
+        f" (95% interval {sp.low:.3f}x to {sp.high:.3f}x over {sp.num_steps} paired steps)"
+        if sp.low is not None and sp.high is not None
+        else f" ({sp.num_steps} paired steps: too few for an interval)"
+    )
+    ref = display_name(sp.reference)
+    how = (
+        f"{sp.speedup:.3f}x faster than {ref}"
+        if sp.speedup >= 1
+        else f"slower than {ref}, speedup {sp.speedup:.3f}x"
+    )
+    return (
+        f"{name} was {how}{ci}: a mean step of {_s(sp.policy_mean_s, unit)} against "
+        f"{_s(sp.reference_mean_s, unit)} on the same prompts (warm-up step excluded)."
+    )
+
+
 def headline_sentences(run: RunData) -> list[str]:
-    """The headline as a few plain sentences (HTML-free)."""
+    """The headline as a few plain sentences (HTML-free): first against the baseline a user
+    already has (``uniform-requests``) when the run holds it, then against Uniform."""
     pol = main_policy(run)
     if pol is None:
         return ["This run holds no step records to summarise."]
@@ -150,29 +175,16 @@ def headline_sentences(run: RunData) -> list[str]:
     name = display_name(pol)
     out: list[str] = []
     unit = time_unit(run)
-    sp = paired_speedup(run, pol)
-    if sp is not None:
-        ci = (
-            f" (95% interval {sp.low:.3f}x to {sp.high:.3f}x over {sp.num_steps} paired steps)"
-            if sp.low is not None and sp.high is not None
-            else f" ({sp.num_steps} paired steps: too few for an interval)"
-        )
-        how = (
-            f"{sp.speedup:.3f}x faster than Uniform"
-            if sp.speedup >= 1
-            else f"slower than Uniform, speedup {sp.speedup:.3f}x"
-        )
-        out.append(
-            f"{name} was {how}{ci}: a mean step of "
-            f"{_s(sp.policy_mean_s, unit)} against {_s(sp.uniform_mean_s, unit)} on the same "
-            "prompts "
-            "(warm-up step excluded)."
-        )
-        uni = policy_facts(run, REFERENCE)
-        if facts.steady_step_s is not None and uni.steady_step_s is not None:
+    pairs = [paired_speedup(run, pol, reference=ref) for ref in (USER_BASELINE, REFERENCE)]
+    found = [sp for sp in pairs if sp is not None]
+    for sp in found:
+        out.append(_speedup_sentence(name, sp, unit))
+    if found:
+        ref = policy_facts(run, found[0].reference)
+        if facts.steady_step_s is not None and ref.steady_step_s is not None:
             out.append(
                 f"Steady state (mean of the last 3 steps): {_s(facts.steady_step_s, unit)} "
-                f"against {_s(uni.steady_step_s, unit)}."
+                f"against {_s(ref.steady_step_s, unit)} ({display_name(ref.policy)})."
             )
     else:
         out.append(f"{name}: mean step time {_s(facts.mean_step_s, unit)} after the warm-up "
@@ -183,7 +195,7 @@ def headline_sentences(run: RunData) -> list[str]:
             f"Tokens wasted on groups aborted at the cutoff: {_pct(facts.wasted_fraction)} of "
             f"all generated tokens{tokens}."
         )
-    if facts.final_m == 0 and pol != REFERENCE:
+    if facts.final_m == 0 and pol not in (REFERENCE, USER_BASELINE):
         out.append("It ended in balance (m = 0: no tail pool; with spread dealing, the default, "
                    "each group's responses run over all replicas).")
     elif facts.final_q is not None and facts.final_m is not None:

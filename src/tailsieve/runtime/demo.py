@@ -1,8 +1,9 @@
-"""The embedded default job: Uniform versus TailSieve on emulated replicas, end to end.
+"""The embedded default job: Uniform, per-request round-robin and TailSieve on emulated
+replicas, end to end.
 
 Starts emulated vLLM-compatible replicas on loopback (time-scaled GPU-shaped profile), replays
-a synthetic workload through the real live runtime (HTTP, cutoff, aborts), first with Uniform
-routing and then with TailSieve on the same prompts and lengths, and writes a run folder that
+a synthetic workload through the real live runtime (HTTP, cutoff, aborts) with every policy,
+interleaved step by step on the same prompts and lengths, and writes a run folder that
 ``tailsieve report`` renders.
 """
 
@@ -44,7 +45,7 @@ class DemoConfig:
     profile: str = DEFAULT_PROFILE  # derived Qwen3-4B on one H100 (tailsieve profiles)
     time_scale: float = 0.02  # emulated seconds per modelled second (~100 s for the default job)
     seed: int = 0
-    policies: tuple[str, ...] = ("uniform", "tailsieve")
+    policies: tuple[str, ...] = ("uniform", "uniform-requests", "tailsieve")
     out_dir: Path = Path("demo-out")
 
     def __post_init__(self) -> None:
@@ -89,7 +90,16 @@ class PolicyResult:
         last = max((m.step for m in self.regular()), default=0)
         return STEADY_FROM if last >= STEADY_FROM else 1
 
-    def summary(self, uniform: PolicyResult | None) -> dict[str, Any]:
+    def paired_over(self, ref: PolicyResult) -> dict[int, float]:
+        """step -> ``T_ref / T_self`` over the steady steps both ran."""
+        return ratios_by_step({m.step: m.makespan_s for m in ref.regular()},
+                              {m.step: m.makespan_s for m in self.regular()}, self.steady_from())
+
+    def summary(
+        self, uniform: PolicyResult | None, requests: PolicyResult | None = None
+    ) -> dict[str, Any]:
+        """Step times, trajectories, waste, and the paired speedups over ``uniform`` and over
+        ``requests`` (per-request round-robin, the baseline a user already has)."""
         reg = self.regular()
         steady = float(np.mean([m.makespan_s for m in reg[-STEADY_STEPS:]]))
         after_warmup = float(np.mean([m.makespan_s for m in reg[1:]] or [0.0]))
@@ -107,10 +117,14 @@ class PolicyResult:
             "mean_speedup_vs_uniform": None,
             "paired_speedup": None,  # mean of per-step T_uniform / T_policy over paired_steps
             "paired_steps": [],
+            "paired_speedup_vs_requests": None,  # the same, over uniform-requests
         }
+        if requests is not None and requests is not self:
+            over = self.paired_over(requests)
+            if over:
+                out["paired_speedup_vs_requests"] = float(np.mean(list(over.values())))
         if uniform is not None:
-            ratios = ratios_by_step({m.step: m.makespan_s for m in uniform.regular()},
-                                    {m.step: m.makespan_s for m in reg}, self.steady_from())
+            ratios = self.paired_over(uniform)
             if ratios:
                 out["paired_speedup"] = float(np.mean(list(ratios.values())))
                 out["paired_steps"] = list(ratios)
@@ -229,8 +243,8 @@ async def run_demo(
 
 
 def summaries(results: dict[str, PolicyResult]) -> list[dict[str, Any]]:
-    uniform = results.get("uniform")
-    return [r.summary(uniform) for r in results.values()]
+    uniform, requests = results.get("uniform"), results.get("uniform-requests")
+    return [r.summary(uniform, requests) for r in results.values()]
 
 
 def timeline_step(results: dict[str, PolicyResult], last_step: int) -> int | None:
