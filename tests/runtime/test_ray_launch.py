@@ -234,3 +234,40 @@ def test_pack_placement_fills_one_node(cluster: Cluster, state_file: Path, tmp_p
     pids = [int(r["pid"]) for r in reps]
     cli("launch", "--stop", str(state_file))
     wait_for(lambda: not any(group_alive(p) for p in pids), 30, "servers to exit")
+
+
+def test_replica_out_of_restarts_is_marked_dead(
+    cluster: Cluster, state_file: Path, tmp_path: Path
+) -> None:
+    """``--max-restarts 0``: the killed server's actor is not restarted; the supervisor marks
+    its row dead (no live address or PID, a reason and a time); ``launch --stop`` still works."""
+    cli(
+        "launch", "--ray", "--address", cluster.address, "--engines", f"emulated*2@{EMULATED_PORT}",
+        "--resource", "tailsieve_replica", "--max-restarts", "0", "--state-file", str(state_file),
+        "--log-dir", str(tmp_path / "launch"), "--detach",
+    )  # fmt: skip
+    reps = json.loads(state_file.read_text())["replicas"]
+    assert [r["status"] for r in reps] == ["alive", "alive"]
+    victim = reps[1]
+    os.killpg(int(victim["pid"]), signal.SIGKILL)
+    t0 = time.monotonic()
+
+    def marked() -> bool:
+        return json.loads(state_file.read_text()).get("dead") == [1]
+
+    wait_for(marked, 60, "the dead replica to be marked in the state file")
+    print(f"\nmarked dead {time.monotonic() - t0:.1f} s after the kill")
+    after = json.loads(state_file.read_text())
+    dead = after["replicas"][1]
+    assert dead["status"] == "dead" and dead["endpoint"] is None and dead["pid"] is None
+    assert dead["last_pid"] == victim["pid"] and dead["last_endpoint"] == victim["endpoint"]
+    assert "out of restarts" in dead["reason"] and dead["dead_at"] >= after["replicas"][0][
+        "started_at"
+    ]
+    assert after["replicas"][0]["status"] == "alive"
+    assert after["endpoints"] == [reps[0]["endpoint"], victim["endpoint"]]
+    pid0 = int(reps[0]["pid"])
+    out = cli("launch", "--stop", str(state_file), timeout_s=120)
+    assert str(pid0) in out
+    assert not state_file.exists()
+    wait_for(lambda: not group_alive(pid0), 30, "the live server to exit")
