@@ -150,3 +150,21 @@ def test_launch_ray_impossible_placement_exits_2_fast(tmp_path: os.PathLike[str]
     assert not os.path.exists(state)
     assert elapsed < 30.0
     print(f"\n50 replicas on 6 CPUs: exit 2 after {elapsed:.1f} s")
+
+
+def test_connect_ray_resolves_auto_and_never_calls_init(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--address auto`` with ``RAY_ADDRESS`` naming a dead head: refused before ``ray.init``."""
+    pytest.importorskip("ray", reason="Ray not installed (pip install 'tailsieve[ray]')")
+    from types import SimpleNamespace
+
+    from tailsieve.runtime.cluster.stop import connect_ray
+
+    port = closed_port()
+    monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{port}")
+
+    def init(**kw: object) -> None:
+        raise AssertionError("ray.init must not be called")
+
+    # (Ray canonicalizes 127.0.0.1 to the node address)
+    with pytest.raises(ConfigError, match=rf"cannot reach Ray at auto \([^)]*:{port}\)"):
+        connect_ray(SimpleNamespace(init=init), "auto")

@@ -192,6 +192,7 @@ def test_ray_launch_restart_readmit_exactly_once(
     summary = json.loads((run_dir / "summary.json").read_text())
     steps = [json.loads(line) for line in (run_dir / "steps.jsonl").read_text().splitlines()]
     assert summary["num_regenerated"] >= 1, "the killed server's groups were regenerated"
+    assert summary["wasted_tokens"] > 0, "the regenerated attempts' tokens count as wasted"
     assert summary["num_readmitted"] >= 1, "the restarted replica was re-admitted"
     assert steps[-1]["num_planned_replicas"] == len(reps)
 
@@ -218,7 +219,9 @@ def test_ray_launch_restart_readmit_exactly_once(
     print(
         f"\nlaunch {t_launch:.1f} s, launch+rollout {t_rollout:.1f} s, total "
         f"{time.monotonic() - t0:.1f} s; replicas {len(reps)} (vLLM: {HAS_VLLM}); steps "
-        f"{len(steps)}, regenerated {summary['num_regenerated']}, readmitted "
+        f"{len(steps)}, regenerated {summary['num_regenerated']} (wasted "
+        f"{summary['wasted_tokens']} tokens, {summary['estimated_wasted_tokens']} estimated), "
+        f"readmitted "
         f"{summary['num_readmitted']}, planned R per step {summary['planned_replicas']}"
     )
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from tailsieve.errors import ConfigError, ReplicaError
 from tailsieve.runtime.cluster.host import ServerHost
-from tailsieve.runtime.cluster.preflight import check_placement
+from tailsieve.runtime.cluster.preflight import check_placement, check_reachable
 from tailsieve.runtime.cluster.spec import EngineGroup, ServerSpec, build_specs
 from tailsieve.runtime.cluster.state import set_replicas, write_json_atomic
 from tailsieve.runtime.cluster.stop import connect_ray, import_ray, stop_ray_state
@@ -77,6 +77,7 @@ class RayFleet:
 
     def __init__(self, config: RayLaunchConfig) -> None:
         self.config = config
+        check_reachable(config.address)  # HOST:PORT: before the (slow) Ray import; auto later
         self.ray = import_ray()
         self.run_id = uuid.uuid4().hex[:8]
         self.state: dict[str, Any] = {}
