@@ -192,6 +192,7 @@ def test_ray_launch_restart_readmit_exactly_once(
     summary = json.loads((run_dir / "summary.json").read_text())
     steps = [json.loads(line) for line in (run_dir / "steps.jsonl").read_text().splitlines()]
     assert summary["num_regenerated"] >= 1, "the killed server's groups were regenerated"
+    assert summary["wasted_tokens"] > 0, "the regenerated attempts' tokens count as wasted"
     assert summary["num_readmitted"] >= 1, "the restarted replica was re-admitted"
     assert steps[-1]["num_planned_replicas"] == len(reps)
 
@@ -218,7 +219,9 @@ def test_ray_launch_restart_readmit_exactly_once(
     print(
         f"\nlaunch {t_launch:.1f} s, launch+rollout {t_rollout:.1f} s, total "
         f"{time.monotonic() - t0:.1f} s; replicas {len(reps)} (vLLM: {HAS_VLLM}); steps "
-        f"{len(steps)}, regenerated {summary['num_regenerated']}, readmitted "
+        f"{len(steps)}, regenerated {summary['num_regenerated']} (wasted "
+        f"{summary['wasted_tokens']} tokens, {summary['estimated_wasted_tokens']} estimated), "
+        f"readmitted "
         f"{summary['num_readmitted']}, planned R per step {summary['planned_replicas']}"
     )
 
@@ -234,3 +237,40 @@ def test_pack_placement_fills_one_node(cluster: Cluster, state_file: Path, tmp_p
     pids = [int(r["pid"]) for r in reps]
     cli("launch", "--stop", str(state_file))
     wait_for(lambda: not any(group_alive(p) for p in pids), 30, "servers to exit")
+
+
+def test_replica_out_of_restarts_is_marked_dead(
+    cluster: Cluster, state_file: Path, tmp_path: Path
+) -> None:
+    """``--max-restarts 0``: the killed server's actor is not restarted; the supervisor marks
+    its row dead (no live address or PID, a reason and a time); ``launch --stop`` still works."""
+    cli(
+        "launch", "--ray", "--address", cluster.address, "--engines", f"emulated*2@{EMULATED_PORT}",
+        "--resource", "tailsieve_replica", "--max-restarts", "0", "--state-file", str(state_file),
+        "--log-dir", str(tmp_path / "launch"), "--detach",
+    )  # fmt: skip
+    reps = json.loads(state_file.read_text())["replicas"]
+    assert [r["status"] for r in reps] == ["alive", "alive"]
+    victim = reps[1]
+    os.killpg(int(victim["pid"]), signal.SIGKILL)
+    t0 = time.monotonic()
+
+    def marked() -> bool:
+        return json.loads(state_file.read_text()).get("dead") == [1]
+
+    wait_for(marked, 60, "the dead replica to be marked in the state file")
+    print(f"\nmarked dead {time.monotonic() - t0:.1f} s after the kill")
+    after = json.loads(state_file.read_text())
+    dead = after["replicas"][1]
+    assert dead["status"] == "dead" and dead["endpoint"] is None and dead["pid"] is None
+    assert dead["last_pid"] == victim["pid"] and dead["last_endpoint"] == victim["endpoint"]
+    assert "out of restarts" in dead["reason"] and dead["dead_at"] >= after["replicas"][0][
+        "started_at"
+    ]
+    assert after["replicas"][0]["status"] == "alive"
+    assert after["endpoints"] == [reps[0]["endpoint"], victim["endpoint"]]
+    pid0 = int(reps[0]["pid"])
+    out = cli("launch", "--stop", str(state_file), timeout_s=120)
+    assert str(pid0) in out
+    assert not state_file.exists()
+    wait_for(lambda: not group_alive(pid0), 30, "the live server to exit")

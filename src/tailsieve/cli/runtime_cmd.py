@@ -324,6 +324,7 @@ async def _drive(
         ),
         "generated_tokens": sum(m.generated_tokens for m in ms),
         "wasted_tokens": sum(m.wasted_tokens for m in ms),
+        "estimated_wasted_tokens": sum(m.estimated_wasted_tokens for m in ms),
         "num_regenerated": sum(m.num_regenerated for m in ms),
         "q": [m.q for m in ms],
         "m": [m.m for m in ms],

@@ -70,6 +70,9 @@ class AttemptProgress:
     num_finished: int = 0  # responses finished
     finished_tokens: int = 0  # tokens of the finished responses
     live_tokens: dict[int, int] = field(default_factory=dict)  # streaming: sample -> tokens
+    started_s: dict[int, float] = field(default_factory=dict)  # unfinished: sample -> sent at
+    finished_s: float = 0.0  # request seconds of the finished responses (sent to last token)
+    streaming: bool = False  # unfinished responses' tokens are observed (live_tokens)
 
     @property
     def tokens_so_far(self) -> int:
@@ -144,7 +147,11 @@ class GroupAttempt:
         url = self._urls[sample]
         where = f"{url} prompt {self._prompt.prompt_id!r} sample {sample}"
         retry = 0
+        clock = asyncio.get_running_loop().time
+        self.progress.streaming = self._cfg.stream
         while True:
+            sent_s = clock()
+            self.progress.started_s.update(dict.fromkeys(range(sample, sample + n), sent_s))
             if self._cfg.backend is Backend.SGLANG:
                 body["rid"] = uuid.uuid4().hex  # per-request abort (POST /abort_request)
             try:
@@ -163,8 +170,11 @@ class GroupAttempt:
                     with contextlib.suppress(asyncio.CancelledError):
                         await asyncio.shield(task)
                 raise
-            except ReplicaDownError:
+            except ReplicaDownError as exc:
                 self.down_sample = sample
+                if _refused(exc):  # the server was gone before these requests: none generated
+                    for s in [s for s, u in enumerate(self._urls) if u == url]:
+                        self.progress.started_s.pop(s, None)
                 raise
             except RequestError as exc:
                 if not exc.retryable or retry >= self._cfg.max_retries:
@@ -174,8 +184,10 @@ class GroupAttempt:
                 delay = min(self._cfg.backoff_max_s, self._cfg.backoff_s * 2**retry)
                 retry += 1
                 await asyncio.sleep(delay)
+        done_s = clock()
         for i, r in enumerate(out):
             self.progress.live_tokens.pop(sample + i, None)
+            self.progress.finished_s += done_s - self.progress.started_s.pop(sample + i, sent_s)
             self.progress.num_finished += 1
             self.progress.finished_tokens += r.num_tokens
         return out
@@ -222,6 +234,18 @@ class GroupAttempt:
             )
             for i in range(n)
         ]
+
+
+def _refused(exc: BaseException) -> bool:
+    """The connection was refused: the request never reached a server."""
+    e: BaseException | None = exc
+    for _ in range(8):
+        if e is None:
+            break
+        if isinstance(e, ConnectionRefusedError) or type(e).__name__ == "ClientConnectorError":
+            return True
+        e = e.__cause__ or e.__context__
+    return "refused" in str(exc).lower()
 
 
 def _chunk_items(chunk: JSON, sglang: bool) -> list[tuple[int, str, list[int] | None, int, str]]:

@@ -36,6 +36,7 @@ from tailsieve.runtime.lean_http import LeanTransport
 from tailsieve.runtime.served_model import resolve_served_model, transport_getter
 from tailsieve.runtime.step_state import GroupRun, StepProgress, StepResult, build_result
 from tailsieve.runtime.transport import ReplicaDownError, Transport
+from tailsieve.runtime.waste import WasteCounter
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +69,7 @@ class _Run:
     groups: dict[str, GroupRun] = field(default_factory=dict)
     cut_s: float | None = None
     num_fresh_done: int = 0
-    wasted_tokens: int = 0
+    discarded: list[tuple[str, AttemptProgress, float]] = field(default_factory=list)  # faults
     num_regenerated: int = 0
     busy_until_s: list[float] = field(default_factory=list)
 
@@ -99,6 +100,7 @@ class LiveExecutor:
         self._on_progress = on_progress
         self._addresses = addresses
         self.num_readmitted = 0  # replicas returned to service by a probe
+        self.waste = WasteCounter(config.sampling.max_tokens, forced_length)  # runtime.waste
 
     @property
     def num_replicas(self) -> int:
@@ -236,9 +238,11 @@ class LiveExecutor:
             run.plan,
             run.groups,
             run.cut_s,
-            run.wasted_tokens,
+            run.discarded,
             run.num_regenerated,
             run.busy_until_s,
+            self.waste,
+            run.t0,
         )
 
     # -- internals ---------------------------------------------------------------------------
@@ -333,7 +337,7 @@ class LiveExecutor:
         for g in victims:
             if g.task is not None:
                 g.task.cancel()
-            run.wasted_tokens += g.progress.finished_tokens + max(g.progress.tokens_so_far, 0)
+            run.discarded.append((g.assignment.prompt_id, g.progress, run.t0 + self._now(run)))
             if dead is not None:
                 self._move(run, g, dead)
             g.attempt += 1

@@ -42,6 +42,7 @@ class StepMetrics:
     is_flush: bool
     num_planned_replicas: int = 0  # replicas the step was planned for (healthy at its start)
     num_readmitted: int = 0  # replicas re-admitted by a health probe so far (cumulative)
+    estimated_wasted_tokens: int = 0  # part of wasted_tokens estimated (runtime.waste)
 
     def to_json(self) -> str:
         return json.dumps({"event": "tailsieve.step", **asdict(self)}, sort_keys=True)

@@ -90,7 +90,8 @@ class RolloutBatch:
     timeline: StepTimeline | None = None  # per-replica spans of this step (for plots)
 
     def rows(self) -> Iterator[dict[str, Any]]:
-        """One dict per response (for JSONL export)."""
+        """One dict per response (for JSONL export); ``replica`` is the replica that response
+        ran on (executor index, as in the launch state file), ``home_replica`` its group's."""
         for g in self.groups:
             for i, r in enumerate(g.responses):
                 yield {
@@ -100,7 +101,8 @@ class RolloutBatch:
                     "response_tokens": r.num_tokens,
                     "finish_reason": r.finish_reason,
                     "pool": g.pool.value,
-                    "replica": g.replica,
+                    "replica": g.response_replica(i),
+                    "home_replica": g.replica,
                     "attempt": g.attempt,
                 }
 
@@ -274,6 +276,7 @@ class TailSieveRollout:
             num_regenerated=out.num_regenerated,
             generated_tokens=out.generated_tokens,
             wasted_tokens=out.wasted_tokens,
+            estimated_wasted_tokens=out.estimated_wasted_tokens,
             delivered_tokens=sum(g.total_tokens for g in out.delivered),
             num_carried_next=len(self.protocol.candidates),
             num_healthy_replicas=sum(self.executor.healthy),
@@ -286,7 +289,11 @@ class TailSieveRollout:
         if self.step_log is not None:
             self.step_log.write(metrics)
         groups = tuple(
-            dataclasses.replace(result.groups[g.prompt_id], replica=active[g.replica])
+            dataclasses.replace(
+                d := result.groups[g.prompt_id],
+                replica=active[d.replica],
+                replicas=tuple(active[r] for r in d.replicas),
+            )
             for g in out.delivered
         )
         return RolloutBatch(

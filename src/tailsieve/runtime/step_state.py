@@ -11,6 +11,7 @@ from tailsieve.core.plan import GroupAssignment, StepPlan
 from tailsieve.core.pool import Pool
 from tailsieve.runtime.attempt import AttemptProgress
 from tailsieve.runtime.backends import Response
+from tailsieve.runtime.waste import WasteCounter
 
 
 @dataclass(slots=True)
@@ -39,9 +40,14 @@ class GroupResponses:
     prompt_id: str
     responses: tuple[Response, ...]
     pool: Pool
-    replica: int
+    replica: int  # home replica of the delivered attempt (its first response's)
     attempt: int
     completion_s: float
+    replicas: tuple[int, ...] = ()  # replica each response ran on (delivered attempt)
+
+    def response_replica(self, sample: int) -> int:
+        """The replica that generated response ``sample``."""
+        return self.replicas[sample] if self.replicas else self.replica
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,15 +105,22 @@ def build_result(
     plan: StepPlan,
     groups: Mapping[str, GroupRun],
     cut_s: float | None,
-    fault_wasted_tokens: int,
+    discarded: Sequence[tuple[str, AttemptProgress, float]],
     num_regenerated: int,
     busy_until_s: Sequence[float],
+    waste: WasteCounter,
+    t0: float = 0.0,
 ) -> StepResult:
-    """Fill ``StepOutcome`` (in plan order) and the delivered responses."""
+    """Fill ``StepOutcome`` (in plan order) and the delivered responses. ``discarded``: the
+    attempts a fault threw away (prompt id, progress, when on the loop clock); ``t0``: the
+    step's start on that clock. Wasted tokens are counted by ``waste`` (``runtime.waste``)."""
     delivered: list[GroupResult] = []
     aborted: list[AbortedGroup] = []
     data: dict[str, GroupResponses] = {}
-    wasted = fault_wasted_tokens
+    waste.learn([*(g.progress for g in groups.values()), *(p for _, p, _ in discarded)])
+    lost_to_faults = [waste.count(pid, p, at_s) for pid, p, at_s in discarded]
+    wasted = sum(w.total for w in lost_to_faults)
+    estimated = sum(w.estimated for w in lost_to_faults)
     for a in plan.assignments:
         g = groups[a.prompt_id]
         if g.status == "done":
@@ -123,12 +136,20 @@ def build_result(
                 )
             )
             data[a.prompt_id] = GroupResponses(
-                a.prompt_id, g.responses, a.pool, g.replica, g.attempt, g.completion_s
+                a.prompt_id,
+                g.responses,
+                a.pool,
+                g.replica,
+                g.attempt,
+                g.completion_s,
+                g.replicas or (g.replica,) * len(g.responses),
             )
         elif g.status == "aborted":
             p = g.progress
-            lost = p.finished_tokens + max(p.tokens_so_far, 0)
+            w = waste.count(a.prompt_id, p, t0 + (cut_s or g.completion_s))
+            lost = w.total
             wasted += lost
+            estimated += w.estimated
             aborted.append(
                 AbortedGroup(
                     prompt_id=a.prompt_id,
@@ -137,6 +158,7 @@ def build_result(
                     finished_tokens=p.finished_tokens,
                     tokens_so_far=p.tokens_so_far,
                     wasted_tokens=lost,
+                    estimated_tokens=w.estimated,
                 )
             )
     tail_times = [r.completion_s for r in delivered if r.pool is Pool.TAIL]
@@ -155,5 +177,6 @@ def build_result(
         generated_tokens=produced + wasted,
         num_regenerated=num_regenerated,
         replica_busy_s=tuple(busy_until_s),
+        estimated_wasted_tokens=estimated,
     )
     return StepResult(outcome=outcome, groups=data)

@@ -21,8 +21,9 @@ from typing import Any
 
 from tailsieve.errors import ConfigError, ReplicaError
 from tailsieve.runtime.cluster.host import ServerHost
+from tailsieve.runtime.cluster.preflight import check_placement, check_reachable
 from tailsieve.runtime.cluster.spec import EngineGroup, ServerSpec, build_specs
-from tailsieve.runtime.cluster.state import write_json_atomic
+from tailsieve.runtime.cluster.state import set_replicas, write_json_atomic
 from tailsieve.runtime.cluster.stop import connect_ray, import_ray, stop_ray_state
 from tailsieve.runtime.cluster.supervisor import Supervisor
 from tailsieve.runtime.launcher import LaunchConfig
@@ -70,11 +71,13 @@ class RayLaunchConfig:
             out[self.resource] = 1.0
         return out
 
+
 class RayFleet:
     """Places, supervises and stops the replica actors of one ``launch --ray``."""
 
     def __init__(self, config: RayLaunchConfig) -> None:
         self.config = config
+        check_reachable(config.address)  # HOST:PORT: before the (slow) Ray import; auto later
         self.ray = import_ray()
         self.run_id = uuid.uuid4().hex[:8]
         self.state: dict[str, Any] = {}
@@ -96,6 +99,23 @@ class RayFleet:
             }
         connect_ray(ray, cfg.address, **kw)
 
+    def _check_fits(self) -> None:
+        """Refuse at once a placement that can never fit the cluster (``ConfigError``)."""
+        ray = self.ray
+        try:
+            nodes = [
+                {str(k): float(v) for k, v in n.get("Resources", {}).items()}
+                for n in ray.nodes()
+                if n.get("Alive")
+            ]
+            check_placement(
+                self.config.bundle, self.config.launch.replicas, ray.cluster_resources(), nodes
+            )
+        except ConfigError:
+            if self._local and ray.is_initialized():
+                ray.shutdown()
+            raise
+
     def start(self) -> dict[str, Any]:
         """Place and start every replica, wait until healthy, write the state file."""
         ray, cfg = self.ray, self.config
@@ -106,6 +126,7 @@ class RayFleet:
         )
 
         self.connect()
+        self._check_fits()
         lc = cfg.launch
         specs = build_specs(
             cfg.engines,
@@ -164,8 +185,7 @@ class RayFleet:
                 rows = ray.get([h.info.remote() for h in handles], timeout=timeout_s)
             except ray.exceptions.RayError as exc:
                 raise ReplicaError(f"a replica server did not start: {exc}") from None
-            self.state["replicas"] = rows
-            self.state["endpoints"] = [r["endpoint"] for r in rows]
+            set_replicas(self.state, rows)
             path = str(lc.state_path.resolve())
             write_json_atomic(path, self.state)
             node = ray.get_runtime_context().get_node_id()

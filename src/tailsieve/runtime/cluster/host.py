@@ -136,6 +136,7 @@ class ServerHost:
             "engine": s.engine,
             "pool": s.pool,
             "spec": s.spec,
+            "status": "alive",
             "endpoint": self.url,
             "host": self.node_ip,
             "port": self.port,

@@ -10,6 +10,8 @@ from typing import Any
 
 from tailsieve.errors import ConfigError
 from tailsieve.runtime.cluster.host import healthy, stop_group
+from tailsieve.runtime.cluster.preflight import check_reachable, split_host_port, tcp_reachable
+from tailsieve.runtime.cluster.state import is_dead
 
 
 def import_ray() -> Any:
@@ -23,7 +25,10 @@ def import_ray() -> Any:
 
 
 def connect_ray(ray: Any, address: str, **kw: Any) -> None:
-    """``ray.init`` with a one-line ``ConfigError`` when the cluster cannot be reached."""
+    """``ray.init`` with a one-line ``ConfigError`` when the cluster cannot be reached: a
+    ``host:port`` (or the one ``auto`` resolves to) that refuses a TCP connection is refused in
+    seconds, before ``ray.init`` (which would retry for minutes)."""
+    check_reachable(address, resolve=_resolve_address)
     try:
         ray.init(address=address, **kw)
     except (ConnectionError, RuntimeError, ValueError) as exc:
@@ -55,25 +60,29 @@ def stop_ray_state(ray: Any, state: dict[str, Any], timeout_s: float = 60.0) -> 
 
 
 def _stop_local_servers(state: dict[str, Any]) -> list[int]:
-    """Stop the state file's servers that run on this machine and still answer."""
+    """Stop the state file's servers that run on this machine and still answer (a replica
+    marked dead has no server left)."""
     local, pids = _local_addresses(), []
     for row in state.get("replicas", []):
+        if is_dead(row) or not row.get("endpoint") or row.get("pid") is None:
+            continue
         if row.get("host") in local and healthy(row["endpoint"], 0.5):
             stop_group(int(row["pid"]), 5.0)
             pids.append(int(row["pid"]))
     return pids
 
 
+def _resolve_address(address: str) -> str | None:
+    """Ray's own resolution of ``auto`` (``RAY_ADDRESS``, the last ``ray start``)."""
+    from ray._private.services import canonicalize_bootstrap_address
+
+    return canonicalize_bootstrap_address(address)
+
+
 def _reachable(address: str, timeout_s: float = 3.0) -> bool:
-    """A TCP connection to the Ray GCS ``host:port`` succeeds."""
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        return True  # "auto" and friends: let Ray resolve it
-    try:
-        with socket.create_connection((host, int(port)), timeout_s):
-            return True
-    except OSError:
-        return False
+    """A TCP connection to the Ray GCS ``host:port`` succeeds (True when it names no port)."""
+    hp = split_host_port(address)
+    return hp is None or tcp_reachable(hp[0], hp[1], timeout_s) is None
 
 
 def _local_addresses() -> set[str]:

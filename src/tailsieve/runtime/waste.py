@@ -1,0 +1,75 @@
+"""Tokens of discarded attempts: counted exactly where observed, estimated where not.
+
+A group attempt is discarded at the cutoff (a fresh bulk group aborted) or by a fault (the
+group is regenerated from scratch elsewhere). All tokens it generated are wasted:
+
+- finished responses: exact (each response's ``num_tokens``);
+- unfinished streamed responses (``stream=True``): exact, the tokens received so far;
+- unfinished non-streamed responses: the server says nothing until a response finishes, and a
+  dead server never will. Each is estimated as its elapsed request seconds times the observed
+  per-request decode rate: the tokens per request-second of every response this executor has
+  seen finish (from sending the request to its last token, so time spent queued lowers the
+  rate: when requests queue, the estimate is low), capped at the response's token limit
+  (``max_tokens``, or its forced length in replay mode). Before any response has finished,
+  nothing is estimated (0). A request that hung without generating is still estimated at the
+  rate: stream for exact counts.
+
+The estimated part is reported on its own (``StepOutcome.estimated_wasted_tokens``,
+``AbortedGroup.estimated_tokens``) and included in ``wasted_tokens``. Tokens of a request that
+failed with an HTTP error and was retried are not counted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from tailsieve.runtime.attempt import AttemptProgress, ForcedLength
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptWaste:
+    """Wasted tokens of one discarded attempt."""
+
+    exact: int  # finished responses + streamed tokens of unfinished ones
+    estimated: int  # unfinished non-streamed responses (rate x elapsed, capped)
+
+    @property
+    def total(self) -> int:
+        return self.exact + self.estimated
+
+
+@dataclass(slots=True)
+class WasteCounter:
+    """Learns the per-request decode rate from finished responses; counts discarded attempts.
+    One per executor (the rate carries over steps)."""
+
+    max_tokens: int  # a response's token limit
+    forced: ForcedLength | None = None  # replay mode: the forced length is the limit
+    rate_tokens: int = 0  # tokens of the finished responses learned from
+    rate_s: float = 0.0  # their request seconds
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        """Observed tokens per request-second; None before any response finished."""
+        if self.rate_tokens <= 0 or self.rate_s <= 0:
+            return None
+        return self.rate_tokens / self.rate_s
+
+    def learn(self, attempts: Iterable[AttemptProgress]) -> None:
+        """Add the finished responses of ``attempts`` (each attempt once) to the rate."""
+        for p in attempts:
+            self.rate_tokens += p.finished_tokens
+            self.rate_s += p.finished_s
+
+    def count(self, prompt_id: str, p: AttemptProgress, end_s: float) -> AttemptWaste:
+        """Wasted tokens of an attempt discarded at ``end_s`` (the event loop's clock)."""
+        exact = p.finished_tokens + max(p.tokens_so_far, 0)
+        rate = self.tokens_per_s
+        if rate is None or p.streaming:
+            return AttemptWaste(exact, 0)
+        est = 0
+        for sample, start_s in p.started_s.items():
+            cap = self.forced(prompt_id, sample) if self.forced is not None else self.max_tokens
+            est += round(min(max(0.0, end_s - start_s) * rate, float(cap)))
+        return AttemptWaste(exact, est)
