@@ -126,6 +126,7 @@ def simulate(
         "q0": q0, "m0": m0, "spread": spread,
         "max_num_seqs": base.max_num_seqs, "kv_capacity_tokens": base.kv_capacity_tokens,
         "prefill_s": prefill_s, "recompute_s_per_token": base.recompute_s_per_token,
+        "recompute_s_per_token_pair": base.recompute_s_per_token_pair,
         "paired_steady_from": STEADY_FROM, "paired_interval": CI_METHOD,
     }
     return SimulationResult(meta, summaries, runs)
