@@ -105,7 +105,7 @@ def profile(
     shared machine); the file holds their mean plus each one under `per_endpoint`.
 
     Derived (`--from-config CONFIG.json` or `--model NAME`, with `--gpu` and `--tp`): the
-    decode model of DESIGN 2b from the model's architecture and the GPU's datasheet, with the
+    decode model (docs/performance-model.md) from the model's architecture and the GPU's datasheet, with the
     KV capacity and provenance. The output loads with `--profile FILE` wherever a profile is
     accepted."""
     if not endpoint:
