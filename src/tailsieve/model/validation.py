@@ -72,8 +72,8 @@ MHA_LAYER: dict[str, object] = {
     "torch_dtype": "float16",
 }
 
-# Published batch-1 decode speed of ~4B models on one H100 (docs/performance-model.md): 133-200
-# tok/s.
+# Published batch-1 decode speed of ~4B models on one H100: 133-200 tok/s
+# (docs/design.md, "GPU decode model").
 PUBLISHED_4B_H100_TOK_S = (133.0, 200.0)
 
 # vLLM serving measurements at concurrency 1 (tenstorrent/tt-inference-server GPU references,
@@ -167,7 +167,7 @@ def validation_rows(eff: Efficiencies | None = None) -> list[ValidationRow]:
     speed = 1.0 / q4.tau(1)
     nearest = min(max(speed, lo), hi)
     rows.append(ValidationRow("batch-1", f"Qwen3-4B on H100, b = 1 (published {lo:.0f}-{hi:.0f})",
-                              nearest, speed, "tok/s", "published 4B figures (docs/performance-model.md)"))
+                              nearest, speed, "tok/s", "docs/design.md, GPU decode model (published 4B figures)"))
     for model, gpu, tpot, src in TPOT_REFERENCES:
         dm = DecodeModel(_model(model), _gpu(gpu), 1, e)
         rows.append(ValidationRow("tpot", f"{model} on {gpu}, b = 1, ~600 tokens of context",
