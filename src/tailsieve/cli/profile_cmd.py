@@ -199,6 +199,12 @@ def derived_table(prof: ThroughputModel, dm: DecodeModel) -> Table:
         ("KV capacity", f"{prof.kv_capacity_tokens:,} tokens"),
         ("max_num_seqs (vLLM default)", f"{prof.max_num_seqs}"),
     ]
+    if prof.prefill is not None:
+        pre = prof.prefill
+        rows.append(("prefill per token (+ attention per pair)",
+                     f"{pre.s_per_token * 1e6:.2f} us (+ {pre.s_per_token_pair * 1e12:.1f} ps)"))
+        rows.append(("prefill, 2k / 8k-token prompt",
+                     f"{pre.tokens_per_s(2048):,.0f} / {pre.tokens_per_s(8192):,.0f} tok/s"))
     if m.num_linear_attention_layers:
         rows.append(("linear-attention state per sequence",
                      f"{m.linear_state_bytes_per_seq / 1e6:.1f} MB "
