@@ -129,3 +129,23 @@ def test_profiles_compare(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert rc == 0 and "1.000" in out
     rc, _, err = run(["profiles", "compare", "gpu", "cpu"], capsys)
     assert rc == 2 and "retired" in err
+
+
+@pytest.mark.parametrize("columns", [100, 80])
+def test_profiles_validate_is_readable_at_100_columns(
+        columns: int, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from tailsieve.model.validation import format_value, validation_rows
+
+    monkeypatch.setenv("COLUMNS", str(columns))
+    rc, out, _ = run(["profiles", "validate"], capsys)
+    assert rc == 0
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= columns
+    rows = validation_rows()
+    assert {r.part for r in rows} >= {"prefill", "linear", "attention", "tpot"}
+    for r in rows:  # every number is printed whole, on the row of its table line
+        small = r.measured < 1e-3
+        want = (format_value(r.measured, r.unit, small), format_value(r.model, r.unit, small),
+                f"{100 * r.off:+.1f}%")
+        assert any(all(w in line for w in want) for line in lines), want
+    assert "[1] microsoft/vidur" in out and "docs.nvidia.com/nim" in out.replace("\n", "")

@@ -105,3 +105,22 @@ def test_json_has_step_diagnostics_and_the_paired_statistic() -> None:
 def test_seeds_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([*SMALL, "--seeds", "0"]) == 2
     assert "--seeds" in capsys.readouterr().err
+
+
+def test_fluid_bound_next_to_the_oracles(tmp_path: Path) -> None:
+    args = [*SMALL, "--policy", "uniform", "--policy", "seer-oracle"]
+    res = CliRunner().invoke(app, [*args, "--json"])
+    assert res.exit_code == 0, res.output
+    uni = json.loads(res.output)["policies"][0]
+    assert uni["policy"] == "uniform" and len(uni["fluid_bound_steps_s"]) == uni["num_steps"]
+    assert uni["fluid_bound_total_s"] == pytest.approx(sum(uni["fluid_bound_steps_s"]))
+    assert 0 < uni["steady_fluid_bound_s"] <= uni["steady_step_s"]
+    res = CliRunner().invoke(app, [*args, "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    row = next(line for line in res.output.splitlines() if "fluid bound" in line and "│" in line)
+    assert f"{uni['steady_fluid_bound_s']:.2f}" in row
+    assert f"<= {uni['steady_step_s'] / uni['steady_fluid_bound_s']:.3f}x" in row
+    assert f"uniform {uni['fluid_bound_ratio']:.3f}" in res.output.replace("\n", " ")
+    steps = json.loads((tmp_path / "simulate.json").read_text())["steps"]["uniform"]
+    assert [s["fluid_bound_s"] for s in steps if not s["is_flush"]] == \
+        pytest.approx(uni["fluid_bound_steps_s"])

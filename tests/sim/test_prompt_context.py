@@ -40,7 +40,9 @@ def test_trace_prompts_count_as_context(tmp_path: Path) -> None:
         for prefill in (0.0, 1e-5):
             pools = PoolConfigs.single(ReplicaConfig.from_profile(
                 model, prefill_s_per_token=prefill))
-            assert pools.bulk.recompute_s_per_token == pytest.approx(1.0428e-5, rel=1e-3)
+            # the profile's prefill model: 2 x (active - lm_head) params / (0.64 x 989 TFLOP/s)
+            assert pools.bulk.recompute_s_per_token == pytest.approx(1.14804e-5, rel=1e-3)
+            assert pools.bulk.recompute_s_per_token_pair == pytest.approx(9.3185e-10, rel=1e-3)
             runs = run_policies(["uniform", "seer-oracle", "tailsieve"], settings,
                                 lambda wl=wl: epoch_prompt_ids(wl.prompt_ids(), 1), wl, pools)
             times[(with_prompts, prefill)] = {k: r.run.mean_step_s for k, r in runs.items()}

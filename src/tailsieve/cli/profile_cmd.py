@@ -105,7 +105,7 @@ def profile(
     shared machine); the file holds their mean plus each one under `per_endpoint`.
 
     Derived (`--from-config CONFIG.json` or `--model NAME`, with `--gpu` and `--tp`): the
-    decode model of DESIGN 2b from the model's architecture and the GPU's datasheet, with the
+    decode model (docs/performance-model.md) from the model's architecture and the GPU's datasheet, with the
     KV capacity and provenance. The output loads with `--profile FILE` wherever a profile is
     accepted."""
     if not endpoint:
@@ -199,6 +199,12 @@ def derived_table(prof: ThroughputModel, dm: DecodeModel) -> Table:
         ("KV capacity", f"{prof.kv_capacity_tokens:,} tokens"),
         ("max_num_seqs (vLLM default)", f"{prof.max_num_seqs}"),
     ]
+    if prof.prefill is not None:
+        pre = prof.prefill
+        rows.append(("prefill per token (+ attention per pair)",
+                     f"{pre.s_per_token * 1e6:.2f} us (+ {pre.s_per_token_pair * 1e12:.1f} ps)"))
+        rows.append(("prefill, 2k / 8k-token prompt",
+                     f"{pre.tokens_per_s(2048):,.0f} / {pre.tokens_per_s(8192):,.0f} tok/s"))
     if m.num_linear_attention_layers:
         rows.append(("linear-attention state per sequence",
                      f"{m.linear_state_bytes_per_seq / 1e6:.1f} MB "

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from tailsieve.model.profiles import list_profiles, load_profile
 from tailsieve.model.throughput import ThroughputModel
-from tailsieve.model.validation import markdown_table, validation_rows
+from tailsieve.model.validation import ValidationRow, format_value, validation_rows
 
 CONTEXT_PER_REQUEST = 2048  # tokens of context per request in the "b=64 at 2k" column
 COMPARE_BATCHES: tuple[int, ...] = (1, 8, 32, 64, 128, 256)
@@ -111,16 +111,33 @@ def compare(
 def validate(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
-    """The decode model (DESIGN 2b) against public measurements: Vidur's H100 GEMM timings,
-    FlashAttention-3 paged decode on H100, published batch-1 and vLLM TPOT figures."""
+    """The decode and prefill models against public measurements: Vidur's H100 GEMM timings,
+    FlashAttention-3 paged decode on H100, published batch-1 and vLLM TPOT figures, and NIM's
+    published time to first token (prefill)."""
     rows = validation_rows()
     if as_json:
         print(json.dumps([{**asdict(r), "off": r.off} for r in rows], indent=2))
         return
-    table = Table(title="decode model vs public measurements")
-    for col in ("part", "case", "published", "model", "off", "source"):
-        table.add_column(col, justify="right" if col in ("published", "model", "off") else "left",
-                         no_wrap=True, overflow="ellipsis")
-    for line in markdown_table(rows)[2:]:
-        table.add_row(*[c.strip() for c in line.strip("|").split("|")])
-    Console(width=max(Console().width, 160)).print(table)
+    console = Console()
+    console.print(validation_table(rows))
+    sources = list(dict.fromkeys(r.source for r in rows))
+    for i, src in enumerate(sources, start=1):
+        console.print(f"[{i}] {src}", highlight=False, markup=False)
+
+
+def validation_table(rows: list[ValidationRow]) -> Table:
+    """The validation rows as a table that stays readable at 100 columns: the numbers never
+    shrink (no_wrap, minimum width), the case wraps, sources are numbered footnotes."""
+    sources = list(dict.fromkeys(r.source for r in rows))
+    table = Table(title="decode and prefill models vs public measurements", expand=False)
+    table.add_column("part", overflow="fold", max_width=12)
+    table.add_column("case", overflow="fold", ratio=1)
+    for col in ("published", "model", "off"):
+        table.add_column(col, justify="right", no_wrap=True, min_width=9 if col != "off" else 7)
+    table.add_column("src", justify="right", no_wrap=True, min_width=3)
+    for r in rows:
+        small = r.measured < 1e-3
+        table.add_row(r.part, r.case, format_value(r.measured, r.unit, small),
+                      format_value(r.model, r.unit, small), f"{100 * r.off:+.1f}%",
+                      f"[{sources.index(r.source) + 1}]")
+    return table

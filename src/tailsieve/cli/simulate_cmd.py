@@ -159,7 +159,30 @@ def _print_table(meta: dict[str, Any], summaries: list[dict[str, Any]]) -> None:
             "-" if cap is None else f"{100 * cap:.0f}%", str(qs[-1] if qs else "-"),
             str(ms[-1] if ms else "-"),
         )
+    add_fluid_bound_row(table, summaries)
     console = Console()
     if not console.is_terminal:
         console = Console(width=160)
     console.print(table)
+    console.print(fluid_bound_line(summaries), highlight=False)
+
+
+def add_fluid_bound_row(table: Table, summaries: list[dict[str, Any]]) -> None:
+    """A last row under the policies and oracles: the fluid perfect-balance bound of the
+    baselines' batches (steady) and the most any placement could gain over uniform."""
+    base = next((s for s in summaries if s["policy"] == "uniform"), summaries[0])
+    bound = base["steady_fluid_bound_s"]
+    gain = f"<= {base['steady_step_s'] / bound:.3f}x" if bound > 0 else "-"
+    table.add_row("fluid bound", f"{bound:.2f}", gain,
+                  *([""] * (len(table.columns) - 3)), style="italic")
+
+
+def fluid_bound_line(summaries: list[dict[str, Any]]) -> str:
+    """The fluid perfect-balance bound summed over the regular steps, and per policy the
+    summed step time over the summed bound of the batches it delivered (>= 1)."""
+    base = next((s for s in summaries if s["policy"] == "uniform"), summaries[0])
+    ratios = ", ".join(f"{s['policy']} {s['fluid_bound_ratio']:.3f}" for s in summaries)
+    return (f"fluid bound = no placement of the delivered responses, free moves included, is "
+            f"faster (docs/simulator.md): summed {base['fluid_bound_total_s']:.1f} s over "
+            f"{base['num_steps']} steps (uniform {base['step_total_s']:.1f} s); summed step "
+            f"time / bound: {ratios}")

@@ -62,6 +62,11 @@ class Efficiencies:
     # (input preparation, sampler bookkeeping, output processing). An estimate, not a
     # measurement: 0.3 ms.
     step_overhead_s: float = 0.3e-3
+    # Achieved fraction of dense bf16 peak in a prefill (long GEMMs and causal attention over a
+    # chunk of tokens): Vidur H100 Llama-2-7B, the non-attention operators of one layer on a
+    # 1,024-token chunk take 0.657 ms for 2 x 202 M parameters x 1,024 tokens = 0.64 x 989
+    # TFLOP/s. FlashAttention-3 reports 0.6-0.75 of peak for long causal bf16 attention.
+    prefill_compute: float = 0.64
     # Passes over the fp32 logits per request (lm_head write, softmax, top-p/top-k, sample).
     logits_passes: float = 4.0
     # One small all-reduce over NVLink with vLLM's custom all-reduce: Vidur h100_dgx
@@ -77,7 +82,7 @@ class Efficiencies:
 
     def __post_init__(self) -> None:
         for label in ("weight_bandwidth", "compute", "attention_bandwidth",
-                      "gpu_memory_utilization"):
+                      "gpu_memory_utilization", "prefill_compute"):
             v = getattr(self, label)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and 0 < v <= 1):
                 raise ConfigError(f"efficiency {label} must be in (0, 1], got {v!r}")

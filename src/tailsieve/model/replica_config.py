@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from tailsieve.errors import ConfigError
+from tailsieve.model.prefill import PrefillModel
 from tailsieve.model.throughput import ThroughputModel
 
 
@@ -20,6 +21,10 @@ class ReplicaConfig:
     kv_capacity_tokens: int | None = None  # KV slots (tokens) of the replica; None = unlimited
     recompute_s_per_token: float | None = None  # stall per token recomputed after a
     # preemption (prompt + generated), seconds; None = prefill_s_per_token
+    prefill_s_per_token_pair: float = 0.0  # causal-attention stall per (prefilled token,
+    # earlier token) pair of a first prefill, seconds (tailsieve.model.prefill)
+    recompute_s_per_token_pair: float | None = None  # the same for a recompute or a
+    # continuation's prefix; None = prefill_s_per_token_pair
 
     def __post_init__(self) -> None:
         if self.max_num_seqs is not None and self.max_num_seqs < 1:
@@ -30,15 +35,23 @@ class ReplicaConfig:
             raise ConfigError("prefill costs must be >= 0")
         if self.recompute_s_per_token is not None and self.recompute_s_per_token < 0:
             raise ConfigError("recompute_s_per_token must be >= 0")
+        if self.prefill_s_per_token_pair < 0 or (self.recompute_s_per_token_pair or 0.0) < 0:
+            raise ConfigError("prefill/recompute s_per_token_pair must be >= 0")
 
-    def prefill_cost_s(self, prompt_tokens: int) -> float:
-        return self.prefill_s + self.prefill_s_per_token * prompt_tokens
+    def prefill_cost_s(self, prompt_tokens: int, start: int = 0) -> float:
+        """Stall of a first prefill of ``prompt_tokens`` tokens at positions ``start ..``
+        (``start`` leading tokens are cached)."""
+        return self.prefill_s + PrefillModel(
+            self.prefill_s_per_token, self.prefill_s_per_token_pair).cost_s(prompt_tokens, start)
 
-    def recompute_cost_s(self, tokens: int) -> float:
-        """Stall to readmit a preempted request holding ``tokens`` (prompt + generated)."""
+    def recompute_cost_s(self, tokens: int, start: int = 0) -> float:
+        """Stall to prefill ``tokens`` again (a preempted request's prompt + generated tokens,
+        or a continuation's uncached prefix at positions ``start ..``)."""
         per = self.prefill_s_per_token if self.recompute_s_per_token is None else (
             self.recompute_s_per_token)
-        return self.prefill_s + per * tokens
+        pair = self.prefill_s_per_token_pair if self.recompute_s_per_token_pair is None else (
+            self.recompute_s_per_token_pair)
+        return self.prefill_s + PrefillModel(per, pair).cost_s(tokens, start)
 
     @classmethod
     def from_profile(
@@ -48,7 +61,7 @@ class ReplicaConfig:
         max_num_seqs: int | Literal["profile"] | None = "profile",
         kv_capacity_tokens: int | Literal["profile"] | None = "profile",
         prefill_s: float = 0.0,
-        prefill_s_per_token: float = 0.0,
+        prefill_s_per_token: float | Literal["profile"] = 0.0,
         recompute_s_per_token: float | Literal["profile"] = "profile",
     ) -> ReplicaConfig:
         """A replica running ``throughput``; ``"profile"`` takes the value the profile carries
@@ -56,29 +69,41 @@ class ReplicaConfig:
         ``recompute_s_per_token``, the compute-bound prefill cost of a derived profile
         (``prefill_s_per_token_of``; 0 for a table without provenance). ``None`` switches a
         cap off. The first prefill of a request costs ``prefill_s`` + ``prefill_s_per_token``
-        per prompt token (0 by default: the step model is decode-only)."""
+        per prompt token (0 by default: the step model is decode-only; ``"profile"`` charges
+        the profile's prefill model, attention term included). A recompute or a continuation's
+        prefix costs the profile's prefill model (linear and attention terms) by default."""
+        pre = prefill_model_of(throughput)
+        first = pre if prefill_s_per_token == "profile" else PrefillModel(prefill_s_per_token)
+        rec = pre if recompute_s_per_token == "profile" else PrefillModel(recompute_s_per_token)
         return cls(
             throughput=throughput,
             max_num_seqs=throughput.max_num_seqs if max_num_seqs == "profile" else max_num_seqs,
             kv_capacity_tokens=(throughput.kv_capacity_tokens
                                 if kv_capacity_tokens == "profile" else kv_capacity_tokens),
             prefill_s=prefill_s,
-            prefill_s_per_token=prefill_s_per_token,
-            recompute_s_per_token=(prefill_s_per_token_of(throughput)
-                                   if recompute_s_per_token == "profile"
-                                   else recompute_s_per_token),
+            prefill_s_per_token=first.s_per_token,
+            prefill_s_per_token_pair=first.s_per_token_pair,
+            recompute_s_per_token=rec.s_per_token,
+            recompute_s_per_token_pair=rec.s_per_token_pair,
         )
 
 
-def prefill_s_per_token_of(throughput: ThroughputModel) -> float:
-    """Seconds per prefilled token of a derived profile: FLOPs per token over the GPU's dense
-    bf16 FLOP/s times the compute efficiency (prefill is compute-bound; the quadratic attention
-    part is left out). 0 when the profile's provenance lacks those figures (measured tables).
-    The simulator charges it where vLLM prefills again: recomputing a preempted request."""
+def prefill_model_of(throughput: ThroughputModel) -> PrefillModel:
+    """The prefill cost a profile carries (its ``prefill`` section: ``tailsieve.model.
+    prefill``). A derived profile written before that section existed gets its linear part
+    from its provenance (FLOPs per token over peak x compute efficiency, no attention term);
+    a table without either costs nothing (measured tables)."""
+    if throughput.prefill is not None:
+        return throughput.prefill
     prov = throughput.provenance
     try:
         flops = float(prov["derived"]["flops_per_token_per_gpu"])
         peak = float(prov["gpu"]["bf16_flop_per_s"]) * float(prov["efficiencies"]["compute"])
     except (KeyError, TypeError, ValueError):
-        return 0.0
-    return flops / peak if peak > 0 and flops > 0 else 0.0
+        return PrefillModel(0.0)
+    return PrefillModel(flops / peak if peak > 0 and flops > 0 else 0.0)
+
+
+def prefill_s_per_token_of(throughput: ThroughputModel) -> float:
+    """Seconds per prefilled token of a profile (the linear part of ``prefill_model_of``)."""
+    return prefill_model_of(throughput).s_per_token

@@ -320,12 +320,13 @@ class ReplicaEngine:
             self._next_s = None
             del self._waiting_ids[req.request_id]
             recompute = round(req.done_tokens)
+            cached = req.prompt_tokens - req.prefill_tokens
             if recompute > 0:
                 stall = self.config.recompute_cost_s(req.prompt_tokens + recompute)
             elif req.continuation:
-                stall = self.config.recompute_cost_s(req.prefill_tokens)
+                stall = self.config.recompute_cost_s(req.prefill_tokens, cached)
             else:
-                stall = self.config.prefill_cost_s(req.prefill_tokens)
+                stall = self.config.prefill_cost_s(req.prefill_tokens, cached)
             if recompute > 0:
                 self.recomputed_tokens += req.prompt_tokens + recompute
             if stall > 0:

@@ -15,7 +15,9 @@ GPU profiles (``tailsieve profile --from-config``) and live measurements (``tail
 Optional replica facts carried with the curve: ``kv_capacity_tokens`` (KV-cache capacity of one
 replica in tokens), ``max_num_seqs`` (the engine's default running-request cap on that GPU) and
 ``provenance`` (a JSON object saying which numbers are measured, by whom, and which are derived
-from what). Files without them (earlier versions) load unchanged.
+from what) and ``prefill`` (the replica's prefill cost, ``tailsieve.model.prefill``: seconds per
+prefilled token plus the causal-attention coefficient). Files without them (earlier versions)
+load unchanged.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tailsieve.errors import ProfileError
+from tailsieve.model.prefill import PrefillModel
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -53,6 +56,7 @@ class ThroughputModel:
     kv_capacity_tokens: int | None = None  # KV-cache capacity of one replica, tokens (None: unbounded)
     max_num_seqs: int | None = None  # engine's default running-request cap on that GPU (None: unknown)
     provenance: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)  # JSON object
+    prefill: PrefillModel | None = None  # prefill cost of one replica (None: not modelled)
     _b: FloatArray = field(init=False, repr=False, compare=False)
     _tau: FloatArray = field(init=False, repr=False, compare=False)
     _slope_s: float = field(init=False, repr=False, compare=False)
@@ -165,6 +169,7 @@ class ThroughputModel:
             points=pts,
             name=name or f"{self.name}x{factor:g}",
             context_s_per_token=self.context_s_per_token * factor,
+            prefill=None if self.prefill is None else self.prefill.scaled(factor),
         )
 
     def with_context(self, context_s_per_token: float) -> ThroughputModel:
@@ -194,6 +199,8 @@ class ThroughputModel:
             out["kv_capacity_tokens"] = self.kv_capacity_tokens
         if self.max_num_seqs is not None:
             out["max_num_seqs"] = self.max_num_seqs
+        if self.prefill is not None:
+            out["prefill"] = self.prefill.to_dict()
         if self.provenance:
             out["provenance"] = self.provenance
         return out
@@ -232,6 +239,8 @@ class ThroughputModel:
         prov = data.get("provenance", {})
         if not isinstance(prov, dict):
             raise ProfileError(f"{where}: provenance must be a JSON object, got {prov!r}")
+        raw_prefill = data.get("prefill")
+        prefill = None if raw_prefill is None else PrefillModel.from_dict(raw_prefill, where)
         return cls(
             points=tuple(pts),
             name=name,
@@ -240,6 +249,7 @@ class ThroughputModel:
             kv_capacity_tokens=caps["kv_capacity_tokens"],
             max_num_seqs=caps["max_num_seqs"],
             provenance=prov,
+            prefill=prefill,
         )
 
     def save(self, path: str | Path) -> None:

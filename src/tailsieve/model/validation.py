@@ -17,6 +17,7 @@ from tailsieve.model.decode_model import DecodeModel, Efficiencies
 from tailsieve.model.derive import shipped_config
 from tailsieve.model.gpu_spec import MIB, GpuSpec, gpu_spec
 from tailsieve.model.model_config import ModelConfig
+from tailsieve.model.prefill import derive_prefill
 
 # Llama-2-7B as configured on the Hugging Face hub (meta-llama/Llama-2-7b-hf config.json).
 LLAMA2_7B: dict[str, object] = {
@@ -91,11 +92,31 @@ TPOT_REFERENCES: tuple[tuple[str, str, float, str], ...] = (
 )
 
 
+# Prefill, published: NVIDIA NIM LLM benchmarking guide, "Performance" page, Llama-3.3-70b-instruct,
+# NIM 1.8.0 on 2 x H100 80GB, fp8, TP2, 5000 input / 500 output tokens, concurrency 1: TTFT
+# 406.77 ms (and 47.77 ms for 500 input / 2000 output tokens). TTFT also holds the HTTP round
+# trip, tokenization and scheduling (tens of ms), so the short prompt bounds the fixed part.
+# The GEMMs run in fp8: the model is evaluated with H100's dense fp8 peak (1,979 TFLOP/s, twice
+# bf16; NVIDIA H100 datasheet) at the same prefill efficiency.
+LLAMA33_70B: dict[str, object] = {
+    "num_hidden_layers": 80, "hidden_size": 8192, "num_attention_heads": 64,
+    "num_key_value_heads": 8, "intermediate_size": 28672, "vocab_size": 128256,
+    "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+}
+NIM_SOURCE = ("NVIDIA NIM LLM benchmarking, Performance, Llama-3.3-70b-instruct 1.8.0, "
+              "2 x H100 fp8 TP2, concurrency 1 "
+              "(https://docs.nvidia.com/nim/benchmarking/llm/1.0.0/performance)")
+NIM_LLAMA33_70B_TTFT_S: dict[int, float] = {5000: 406.77e-3, 500: 47.77e-3}
+H100_FP8 = GpuSpec("h100-fp8", "NVIDIA H100 SXM5 80GB (dense fp8 peak)", 3.35e12, 1979e12,
+                   81559 * MIB, 450e9, 1024,
+                   "NVIDIA H100 datasheet (SXM5: 1,979 TFLOP/s dense fp8)")
+
+
 @dataclass(frozen=True, slots=True)
 class ValidationRow:
     """One comparison of the model with a published measurement."""
 
-    part: str  # linear | attention | batch-1 | tpot
+    part: str  # linear | attention | batch-1 | tpot | prefill
     case: str  # what was measured
     measured: float  # the published figure (seconds, or tokens/s for batch-1 rows)
     model: float  # the model at the same configuration
@@ -151,10 +172,23 @@ def validation_rows(eff: Efficiencies | None = None) -> list[ValidationRow]:
         dm = DecodeModel(_model(model), _gpu(gpu), 1, e)
         rows.append(ValidationRow("tpot", f"{model} on {gpu}, b = 1, ~600 tokens of context",
                                   tpot, dm.tau(1, 600), "s", src))
+    rows.extend(prefill_rows(e))
     return rows
 
 
-def _fmt(x: float, unit: str, small: bool) -> str:
+def prefill_rows(eff: Efficiencies | None = None) -> list[ValidationRow]:
+    """The prefill model (``tailsieve.model.prefill``) against published time to first
+    token (one uncached prompt, concurrency 1)."""
+    e = eff or Efficiencies()
+    llama = ModelConfig.from_hf(LLAMA33_70B, "llama-3.3-70b")
+    pre = derive_prefill(llama, H100_FP8, 2, e.prefill_compute)
+    return [ValidationRow("prefill", f"Llama-3.3-70B fp8 on 2 x H100 (TP2), {n:,}-token prompt",
+                          ttft, pre.cost_s(n), "s", NIM_SOURCE)
+            for n, ttft in NIM_LLAMA33_70B_TTFT_S.items()]
+
+
+def format_value(x: float, unit: str, small: bool) -> str:
+    """A published or modelled figure with its unit (us or ms for seconds)."""
     if unit != "s":
         return f"{x:.0f} {unit}"
     return f"{x * 1e6:.1f} us" if small else f"{x * 1e3:.3f} ms"
@@ -165,6 +199,6 @@ def markdown_table(rows: list[ValidationRow] | None = None) -> list[str]:
     out = ["| part | case | published | model | off | source |", "|---|---|---:|---:|---:|---|"]
     for r in rows if rows is not None else validation_rows():
         small = r.measured < 1e-3
-        out.append(f"| {r.part} | {r.case} | {_fmt(r.measured, r.unit, small)} | "
-                   f"{_fmt(r.model, r.unit, small)} | {100 * r.off:+.1f}% | {r.source} |")
+        out.append(f"| {r.part} | {r.case} | {format_value(r.measured, r.unit, small)} | "
+                   f"{format_value(r.model, r.unit, small)} | {100 * r.off:+.1f}% | {r.source} |")
     return out

@@ -6,6 +6,7 @@
     result = simulate("paper-math", policies=["uniform", "tailsieve"], steps=20, seed=0)
     result.speedup("tailsieve")          # uniform's steady step time / tailsieve's
     result.summaries["tailsieve"]        # the row ``tailsieve simulate --json`` prints
+    result.fluid_bound_s()               # the fluid perfect-balance bound of those batches
 """
 
 from __future__ import annotations
@@ -51,6 +52,16 @@ class SimulationResult:
         if value is None:
             raise ConfigError(f"no speedup for {policy!r}: a step time was zero")
         return float(value)
+
+    def fluid_bound_s(self, policy: str = "uniform", steady: bool = True) -> float:
+        """The fluid perfect-balance bound (``oracle.fluid_bound``) of the batches ``policy``
+        delivered: the mean of the last 3 regular steps (pairs with the steady step time) or,
+        with ``steady=False``, the sum over the regular steps. The baselines deliver the same
+        batches, so theirs is one number; no placement, moves at zero cost included, beats it."""
+        if policy not in self.summaries:
+            raise ConfigError(f"policy {policy!r} was not simulated; have {list(self.summaries)}")
+        key = "steady_fluid_bound_s" if steady else "fluid_bound_total_s"
+        return float(self.summaries[policy][key])
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON ``tailsieve simulate --json`` prints (settings + a list of summaries)."""
@@ -126,6 +137,7 @@ def simulate(
         "q0": q0, "m0": m0, "spread": spread,
         "max_num_seqs": base.max_num_seqs, "kv_capacity_tokens": base.kv_capacity_tokens,
         "prefill_s": prefill_s, "recompute_s_per_token": base.recompute_s_per_token,
+        "recompute_s_per_token_pair": base.recompute_s_per_token_pair,
         "paired_steady_from": STEADY_FROM, "paired_interval": CI_METHOD,
     }
     return SimulationResult(meta, summaries, runs)

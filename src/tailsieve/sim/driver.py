@@ -160,6 +160,7 @@ def _record(
         num_preemptions=outcome.num_preemptions, recomputed_tokens=outcome.recomputed_tokens,
         replica_preemptions=outcome.replica_preemptions,
         diagnostics=diag,
+        fluid_bound_s=pools.fluid_bound_s(outcome.delivered, num_replicas),
     )
 
 

@@ -38,6 +38,8 @@ class StepRecord:
     recomputed_tokens: int = 0  # tokens prefilled again after those preemptions
     replica_preemptions: tuple[int, ...] = ()  # per replica (empty when no preemption)
     diagnostics: StepDiagnostics | None = None  # where the step's time went (core.diagnostics)
+    fluid_bound_s: float = 0.0  # fluid perfect-balance bound of the delivered batch
+    # (oracle.fluid_bound: no placement, moves at zero cost included, is faster)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -127,6 +129,23 @@ class PolicyRun:
     def mean_decision_s(self) -> float:
         return float(np.mean([r.decision_s for r in self.records])) if self.records else 0.0
 
+    @property
+    def fluid_bound_steps_s(self) -> list[float]:
+        """The fluid perfect-balance bound of each regular step's delivered batch."""
+        return [r.fluid_bound_s for r in self.regular]
+
+    @property
+    def steady_fluid_bound_s(self) -> float:
+        """Mean fluid bound of the last three regular steps (pairs with ``steady_step_s``)."""
+        tail = self.regular[-STEADY_STEPS:]
+        return float(np.mean([r.fluid_bound_s for r in tail])) if tail else 0.0
+
+    @property
+    def fluid_bound_ratio(self) -> float:
+        """Summed step time over the summed fluid bound, regular steps (>= 1; 0 when none)."""
+        bound = sum(r.fluid_bound_s for r in self.regular)
+        return sum(r.makespan_s for r in self.regular) / bound if bound > 0 else 0.0
+
     def diagnostics_summary(self, first_step: int = 1) -> dict[str, float | None]:
         """Step diagnostics pooled over the regular steps from ``first_step`` (default: after
         the warm-up): observed/predicted pool times (mean of per-step ratios), idle and aborted
@@ -174,6 +193,11 @@ class PolicyRun:
             "paired_speedup": None,
             "paired_steady_from": None,
             "diagnostics": self.diagnostics_summary(),
+            "fluid_bound_steps_s": self.fluid_bound_steps_s,
+            "fluid_bound_total_s": float(sum(self.fluid_bound_steps_s)),
+            "step_total_s": float(sum(r.makespan_s for r in self.regular)),
+            "steady_fluid_bound_s": self.steady_fluid_bound_s,
+            "fluid_bound_ratio": self.fluid_bound_ratio,
         }
         if uniform is not None and self.steady_step_s > 0 and self.mean_step_s > 0:
             from tailsieve.sim.speedup_stats import STEADY_FROM, paired_step_ratios

@@ -13,9 +13,11 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from tailsieve.core.outcome import GroupResult
 from tailsieve.model.replica_engine import ReplicaConfig
 from tailsieve.model.replica_time import context_costs
 from tailsieve.model.speculative import SpecConfig
+from tailsieve.oracle.fluid_bound import fluid_bound_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,3 +77,15 @@ class PoolConfigs:
             longest = min(longest, float(np.max(arr * m.tau(1) + ctx)))
             spread = min(spread, (float(arr.sum()) / peak + float(ctx.sum())) / num_replicas)
         return max(longest, spread)
+
+    def fluid_bound_s(self, delivered: Sequence[GroupResult], num_replicas: int) -> float:
+        """The fluid perfect-balance bound (``oracle.fluid_bound``) of a delivered batch on
+        ``num_replicas`` replicas, prompts counted as context, on the pool whose decode model
+        makes it smaller (identical pools without speculation)."""
+        if not delivered:
+            return 0.0
+        lens = np.concatenate([np.asarray(g.response_tokens, dtype=np.int64) for g in delivered])
+        prompts = np.concatenate([np.full(len(g.response_tokens), g.prompt_tokens, dtype=np.int64)
+                                  for g in delivered])
+        return min(fluid_bound_s(lens, c.throughput, num_replicas, prompts)
+                   for c in (self.bulk, self.tail))

@@ -9,7 +9,7 @@ from typing import Literal
 
 from tailsieve.errors import ConfigError
 from tailsieve.model.profiles import load_profile
-from tailsieve.model.replica_config import prefill_s_per_token_of
+from tailsieve.model.replica_config import prefill_model_of
 from tailsieve.model.replica_engine import ReplicaConfig
 from tailsieve.model.throughput import ThroughputModel
 
@@ -85,15 +85,18 @@ class EmulatorConfig:
     def replica_config(self) -> ReplicaConfig:
         """The engine configuration: the profile slowed by ``slowdown``, plus caps, prefill and
         KV capacity (a preempted request's recompute costs ``prefill_s_per_token`` per token,
-        or, when that is 0, the profile's derived prefill cost)."""
+        or, when that is 0, the profile's prefill model, attention term included)."""
         tp = self.throughput if self.slowdown == 1.0 else self.throughput.scaled(self.slowdown)
-        recompute = self.prefill_s_per_token or prefill_s_per_token_of(tp)
+        pre = prefill_model_of(tp)
+        recompute = self.prefill_s_per_token or pre.s_per_token
+        pair = 0.0 if self.prefill_s_per_token else pre.s_per_token_pair
         return ReplicaConfig(
             throughput=tp,
             max_num_seqs=self.max_num_seqs,
             prefill_s=self.prefill_s,
             prefill_s_per_token=self.prefill_s_per_token,
             recompute_s_per_token=recompute,
+            recompute_s_per_token_pair=pair,
             kv_capacity_tokens=self.kv_capacity_tokens,
         )
 
