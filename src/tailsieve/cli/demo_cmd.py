@@ -1,4 +1,4 @@
-"""``tailsieve demo``: the embedded default job (emulated replicas, Uniform vs TailSieve)."""
+"""``tailsieve demo``: the embedded default job (emulated replicas; uniform, uniform-requests and tailsieve)."""
 
 from __future__ import annotations
 
