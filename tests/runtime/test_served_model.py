@@ -107,10 +107,11 @@ async def test_a_given_model_is_checked_against_each_replica_and_the_error_names
         "http://a/v1/models": (200, models("tiny")),
         "http://b/v1/models": (200, models("other")),
     })
-    with pytest.raises(ConfigError, match=r"'tiny' is not served by replica 1 at http://b, "
-                                          r"which serves other;"):
+    with pytest.raises(ConfigError, match=r"'tiny' is not served by replica 1 \(http://b, "
+                                          r"serves other\);"):
         await check_served_model(get, ["http://a", "http://b/"], "tiny")
-    with pytest.raises(ConfigError, match=r"replica 0 at http://a \(and 1 more"):
+    with pytest.raises(ConfigError, match=r"by replica 0 \(http://a, serves tiny\) nor "
+                                          r"replica 1 \(http://b, serves other\);"):
         await check_served_model(get, ["http://a", "http://b"], "wrong")
 
 

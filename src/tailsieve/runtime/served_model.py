@@ -110,9 +110,9 @@ async def check_served_model(
            if ids and name not in ids]
     if not bad:
         return
-    i, url, ids = bad[0]
-    more = f" (and {len(bad) - 1} more replica(s))" if len(bad) > 1 else ""
+    named = " nor ".join(f"replica {i} ({url}, serves {', '.join(ids)})" for i, url, ids in bad[:3])
+    more = f" nor {len(bad) - 3} more" if len(bad) > 3 else ""
     raise ConfigError(
-        f"--model {name!r} is not served by replica {i} at {url}{more}, which serves "
-        f"{', '.join(ids)}; pass one of those, or leave --model out to use the served one"
+        f"--model {name!r} is not served by {named}{more}; pass a served name, or leave --model "
+        "out to use the one the replicas serve"
     )
