@@ -137,3 +137,10 @@ def tcp_port(port: int, flag: str) -> int:
     if not 1 <= port <= 65535:
         raise ConfigError(f"{flag} must be in 1..65535, got {port}")
     return port
+
+
+def output_files(*pairs: tuple[Path | None, str]) -> None:
+    """``output_file`` for each ``(path, flag)`` whose path is given."""
+    for path, flag in pairs:
+        if path is not None:
+            output_file(path, flag)

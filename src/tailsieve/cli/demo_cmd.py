@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from tailsieve.cli import checks
 from tailsieve.report.headline import headline_sentences
 from tailsieve.report.html_report import write_report
 from tailsieve.report.run_data import load_run
@@ -42,6 +43,7 @@ def demo(
 ) -> None:
     """Start emulated replicas on 127.0.0.1, run a warm-up and STEPS steps with Uniform and then
     with TailSieve through the live runtime, print the comparison and write an HTML report."""
+    checks.output_dir(out)
     cfg = DemoConfig(
         replicas=replicas,
         groups=groups,
