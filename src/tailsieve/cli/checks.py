@@ -76,7 +76,8 @@ def read_prompts(path: Path, flag: str = "--prompts") -> list[PromptInput]:
 
 
 def state_endpoints(path: Path, flag: str = "--state") -> list[str]:
-    """The ``endpoints`` of a launch state file (a JSON object with a non-empty list)."""
+    """The ``endpoints`` of a launch state file (a JSON object with a non-empty list; entries
+    are taken as ``StateFileAddresses`` takes them)."""
     text = read_text(path, flag)
     try:
         data = json.loads(text)
@@ -86,7 +87,7 @@ def state_endpoints(path: Path, flag: str = "--state") -> list[str]:
             f"column {exc.colno})"
         ) from None
     urls = data.get("endpoints") if isinstance(data, dict) else None
-    if not isinstance(urls, list) or not urls or not all(isinstance(u, str) for u in urls):
+    if not isinstance(urls, list) or not urls:
         raise ConfigError(
             f"{flag} {path}: not a launch state file (no 'endpoints' list of URLs)"
         )
