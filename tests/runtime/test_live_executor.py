@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tailsieve.core.plan import GroupAssignment, StepPlan
@@ -236,3 +238,15 @@ async def test_spread_group_regenerated_when_one_of_its_replicas_dies() -> None:
     assert moved and res.outcome.num_regenerated >= 1
     late = [(u, p) for u, p, _ in stub.log.started if p in {g.prompt_id for g in moved}]
     assert late[-1][0] != "http://r1"
+
+
+async def test_failed_request_names_the_replica_that_answered_it() -> None:
+    """A spread group's response on r1 fails (HTTP 400): the error names replica 1 and r1's
+    URL, not the group's home replica paired with another replica's URL."""
+    plan = spread_plan()
+    stub = StubTransport(length_of, 0.0005, faults={"http://r1": StubFault(num_http_400=1000)})
+    with pytest.raises(StepFailedError) as err:
+        await LiveExecutor(URLS, cfg(), transport=stub).run(plan, prompts_for(plan))
+    m = re.search(r"on replica (\d) \((\S+)\) failed: (\S+)/v1/completions", str(err.value))
+    assert m is not None, str(err.value)
+    assert URLS[int(m[1])] == m[2] == m[3] == "http://r1"

@@ -8,7 +8,11 @@ import pytest
 
 from tailsieve.errors import ConfigError, ReplicaError
 from tailsieve.runtime.backends import Backend
-from tailsieve.runtime.served_model import resolve_served_model, served_models
+from tailsieve.runtime.served_model import (
+    check_served_model,
+    resolve_served_model,
+    served_models,
+)
 from tailsieve.runtime.stub import StubTransport
 
 
@@ -96,3 +100,21 @@ async def test_executor_resolves_once_from_the_stub() -> None:
     assert await ex.resolve_model() == "stub" and ex.config.model == "stub"
     stub.served_models = ("changed",)
     assert await ex.resolve_model() == "stub"
+
+
+async def test_a_given_model_is_checked_against_each_replica_and_the_error_names_it() -> None:
+    get, _ = fake_servers({
+        "http://a/v1/models": (200, models("tiny")),
+        "http://b/v1/models": (200, models("other")),
+    })
+    with pytest.raises(ConfigError, match=r"'tiny' is not served by replica 1 \(http://b, "
+                                          r"serves other\);"):
+        await check_served_model(get, ["http://a", "http://b/"], "tiny")
+    with pytest.raises(ConfigError, match=r"by replica 0 \(http://a, serves tiny\) nor "
+                                          r"replica 1 \(http://b, serves other\);"):
+        await check_served_model(get, ["http://a", "http://b"], "wrong")
+
+
+async def test_a_replica_listing_no_model_takes_the_name_on_trust() -> None:
+    get, _ = fake_servers({"http://a/v1/models": (200, models("tiny"))})
+    await check_served_model(get, ["http://a", "http://silent"], "tiny")

@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from tailsieve.cli import checks
 from tailsieve.report.headline import headline_sentences
 from tailsieve.report.html_report import write_report
 from tailsieve.report.run_data import load_run
@@ -43,6 +44,7 @@ def demo(
     """Start emulated replicas on 127.0.0.1, run a warm-up and STEPS steps with Uniform,
     per-request round-robin (uniform-requests) and TailSieve, interleaved step by step through
     the live runtime, print the comparison and write an HTML report."""
+    checks.output_dir(out)
     cfg = DemoConfig(
         replicas=replicas,
         groups=groups,

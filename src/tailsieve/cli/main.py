@@ -56,11 +56,18 @@ _register_all()
 
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point: usage errors exit 2 (click), ``TailSieveError`` exits 2
-    with one line on stderr, never a traceback."""
+    with one line on stderr, never a traceback. The commands check their file arguments up
+    front (``cli.checks``); a file-system error that still gets here (a file removed meanwhile)
+    is reported the same way."""
     try:
         app(args=argv)
     except TailSieveError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        if exc.filename is None:  # not about a file (a socket, ...): a real failure
+            raise
+        print(f"error: {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     except SystemExit as exc:  # click ends every run with SystemExit
         code = exc.code

@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from tailsieve.cli import checks
 from tailsieve.errors import ConfigError, TraceError
 from tailsieve.model.profiles import DEFAULT_PROFILE, load_profile
 from tailsieve.oracle.pareto_dp import OptimalSplit
@@ -109,6 +110,7 @@ def oracle(
     ] = None,
 ) -> None:
     """Exact optimum vs best top-k vs uniform for routing requests onto 2 replicas."""
+    checks.output_files((plot, "--plot"))
     model = load_profile(profile)
     arr, ptoks = _input_lengths(trace, lengths, sample_requests_n, seed, prompts)
     summary, opt, sweep = summarize(arr, model, ptoks)

@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from tailsieve.cli import checks
 from tailsieve.errors import ConfigError
 from tailsieve.model.decode_model import DecodeModel, Efficiencies
 from tailsieve.model.derive import (
@@ -108,6 +109,7 @@ def profile(
     decode model (docs/performance-model.md) from the model's architecture and the GPU's datasheet, with the
     KV capacity and provenance. The output loads with `--profile FILE` wherever a profile is
     accepted."""
+    checks.output_files((Path(out) if out else None, "--out"))
     if not endpoint:
         if from_config is None and model is None:
             raise ConfigError("give --endpoint URL (measure) or --from-config CONFIG.json / "

@@ -8,20 +8,25 @@ import json
 import shlex
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import IO, Annotated, Any
 
 import typer
 
+from tailsieve.cli import checks
+from tailsieve.control.budget import PromptBudget, prompts_needed
+from tailsieve.control.config import ControllerConfig
 from tailsieve.errors import ConfigError
+from tailsieve.model.profiles import load_profile
 from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
 from tailsieve.runtime.cluster.spec import EngineGroup
 from tailsieve.runtime.cluster.state import StateFileAddresses
 from tailsieve.runtime.launcher import LaunchConfig, VllmFleet, stop_from_state
+from tailsieve.runtime.lean_http import LeanTransport
 from tailsieve.runtime.observe import ProgressDisplay, RuntimeMetrics, StepLog
 from tailsieve.runtime.replay import ReplayLengths
 from tailsieve.runtime.rollout import RolloutBatch, RolloutConfig, TailSieveRollout
+from tailsieve.runtime.served_model import check_served_model, transport_getter
 
 
 def register(app: typer.Typer) -> None:
@@ -166,17 +171,6 @@ def _stop(state: Path) -> list[int]:
     return stop_from_state(state)
 
 
-def _read_prompts(path: Path) -> Iterator[PromptInput]:
-    with path.open() as fh:
-        for i, line in enumerate(fh, 1):
-            if line.strip():
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise ConfigError(f"{path}:{i}: not JSON ({exc.msg})") from None
-                yield PromptInput.from_dict(row, f"{path}:{i}")
-
-
 def rollout(
     endpoints: str = typer.Option(None, "--endpoints", help="Comma-separated server URLs."),
     state: Annotated[
@@ -220,19 +214,30 @@ def rollout(
     out: Annotated[Path, typer.Option("--out", help="Output folder.")] = Path("out/rollout"),
 ) -> None:
     """Run live TailSieve steps; write DIR/batches/step_XXXX.jsonl, steps.jsonl, summary.json."""
-    urls = _endpoints(endpoints, state)
+    # every file argument is checked before a replica is contacted or an output is written
+    urls = checks.state_endpoints(state) if state is not None else _endpoints(endpoints)
     replay = None
     if replay_trace is not None:
         replay = ReplayLengths.from_file(
             replay_trace, length_scale=length_scale, max_tokens=max_tokens
         )
     if prompts is not None:
-        source: Iterator[PromptInput] = _read_prompts(prompts)
+        source, where = checks.read_prompts(prompts), str(prompts)
     elif replay is not None:
-        source = iter(replay.prompts())
+        source, where = replay.prompts(), f"--replay-trace {replay_trace}"
     else:
         raise ConfigError("give --prompts FILE or --replay-trace FILE")
+    load_profile(profile)
     ctrl = {k: v for k, v in (("q0", q0), ("m0", m0)) if v is not None}
+    ccfg = ControllerConfig(
+        num_groups=groups, num_replicas=len(urls), group_size=group_size, q0=q0, m0=m0
+    )
+    _check_budget(where, len(source), prompts_needed(policy, ccfg, steps), policy)
+    checks.output_dir(out)
+    if log_file is not None:
+        checks.output_file(log_file, "--log-file")
+    if metrics_port is not None:
+        checks.tcp_port(metrics_port, "--metrics-port")
     cfg = RolloutConfig(
         num_groups=groups,
         group_size=group_size,
@@ -253,18 +258,49 @@ def rollout(
     )
 
 
-def _endpoints(endpoints: str | None, state: Path | None) -> list[str]:
-    if state is not None:
-        return list(json.loads(state.read_text())["endpoints"])
+def _check_budget(where: str, num_prompts: int, budget: PromptBudget, policy: str) -> None:
+    """Refuse a run whose prompts run out before its last step (see ``control.budget``)."""
+    if num_prompts >= budget.num_needed:
+        return
+    n, steps = budget.num_groups, budget.num_steps
+    extra = (
+        f" and up to {budget.max_extra} extra groups that the {policy} policy launches in the "
+        "last step and delivers in the flush step"
+        if budget.max_extra
+        else ""
+    )
+    fit = max(0, (num_prompts - budget.max_extra) // n)
+    raise ConfigError(
+        f"{where} has {num_prompts} prompts; --groups {n} x --steps {steps} needs at least "
+        f"{budget.num_needed}: {budget.num_delivered} delivered ({n} per step){extra}; give at "
+        f"least {budget.num_needed} prompts or at most --steps {fit}"
+    )
+
+
+def _endpoints(endpoints: str | None) -> list[str]:
     if not endpoints:
         raise ConfigError("give --endpoints URL,URL or --state FILE")
-    return [u.strip() for u in endpoints.split(",") if u.strip()]
+    urls = [u.strip() for u in endpoints.split(",") if u.strip()]
+    if not urls:
+        raise ConfigError(f"--endpoints {endpoints!r}: no URL")
+    return urls
+
+
+async def _check_model(urls: list[str], model: str | None, backend: Backend) -> None:
+    """A given ``--model`` must be one the replicas list (the error names the replica)."""
+    if model is None:
+        return
+    transport = LeanTransport()
+    try:
+        await check_served_model(transport_getter(transport.get), urls, model, backend)
+    finally:
+        await transport.aclose()
 
 
 async def _drive(
     urls: list[str],
     cfg: RolloutConfig,
-    source: Iterator[PromptInput],
+    source: list[PromptInput],
     steps: int,
     flush: bool,
     progress: bool,
@@ -273,14 +309,12 @@ async def _drive(
     out: Path,
     addresses: StateFileAddresses | None = None,
 ) -> None:
-    (out / "batches").mkdir(parents=True, exist_ok=True)
-    (out / "steps.jsonl").write_text("")
+    await _check_model(urls, cfg.model, cfg.backend)
     metrics = RuntimeMetrics()
-    if metrics_port is not None:
-        await metrics.serve(metrics_port)
-    log_fh = log_file.open("a") if log_file is not None else sys.stderr
     display = ProgressDisplay() if progress else None
     batches: list[RolloutBatch] = []
+    num_used = 0
+    log_fh: IO[str] | None = None
     t0 = time.perf_counter()
     try:
         async with TailSieveRollout(
@@ -288,16 +322,32 @@ async def _drive(
             cfg,
             on_progress=display.update if display else None,
             metrics=metrics,
-            step_log=StepLog(log_fh),
             addresses=addresses,
         ) as ro:
+            # the replicas answer and serve the model: only now is anything written
+            if metrics_port is not None:
+                try:
+                    await metrics.serve(metrics_port)
+                except OSError as exc:
+                    raise ConfigError(
+                        f"--metrics-port {metrics_port}: cannot listen ({exc.strerror or exc})"
+                    ) from None
+            (out / "batches").mkdir(parents=True, exist_ok=True)
+            (out / "steps.jsonl").write_text("")
+            log_fh = log_file.open("a") if log_file is not None else None
+            ro.step_log = StepLog(log_fh or sys.stderr)
             if display:
                 display.__enter__()
             for _ in range(steps):
                 need = ro.num_fresh_needed()
-                new = [p for _, p in zip(range(need), source, strict=False)]
-                if len(new) < need:
-                    break  # prompt source exhausted
+                new = source[num_used : num_used + need]
+                if len(new) < need:  # not expected: the budget was checked up front
+                    typer.echo(
+                        f"warning: prompts ran out after {len(batches)} steps: step "
+                        f"{len(batches)} needs {need}, {len(new)} left", err=True
+                    )
+                    break
+                num_used += need
                 batches.append(await ro.step(new))
                 _write(out, batches[-1])
             if flush and (last := await ro.flush()) is not None:
@@ -306,7 +356,7 @@ async def _drive(
     finally:
         if display:
             display.__exit__(None, None, None)
-        if log_file is not None:
+        if log_fh is not None:
             log_fh.close()
         await metrics.aclose()
     ms = [b.metrics for b in batches]
@@ -331,6 +381,8 @@ async def _drive(
         "num_delivered_groups": sum(m.num_groups for m in ms),
         "num_readmitted": max((m.num_readmitted for m in ms), default=0),
         "planned_replicas": [m.num_planned_replicas for m in ms],
+        "num_prompts": len(source),
+        "num_prompts_used": num_used,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     typer.echo(

@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from tailsieve.cli import checks
 from tailsieve.errors import ConfigError
 from tailsieve.model.profiles import DEFAULT_PROFILE
 from tailsieve.sim.api import simulate as run_simulation
@@ -74,6 +75,9 @@ def simulate(
         if v is not None and v < low:
             raise ConfigError(f"{flag} must be >= {low}" + (" (0 = off)" if low == 0 else "")
                               + f", got {v}")
+    for folder, flag in ((out, "--out"), (plot, "--plot")):
+        if folder is not None:
+            checks.output_dir(folder, flag)
     result = run_simulation(
         workload, policies=policy, replicas=replicas, groups=groups, group_size=group_size,
         steps=steps, profile=profile, seed=seed, seeds=seeds, q0=q0, m0=m0, spread=spread,

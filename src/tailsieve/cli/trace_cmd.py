@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from tailsieve.cli import checks
 from tailsieve.errors import ConfigError, TraceError
 from tailsieve.workload.capture import CaptureConfig, capture_rates, default_step_pairs
 from tailsieve.workload.io import read_trace, write_trace
@@ -72,6 +73,7 @@ def stats(
     ] = None,
 ) -> None:
     """Length percentiles, truncation, variance shares and tail-ranking AUC of a trace."""
+    checks.output_files((plot, "--plot"), (rank_plot, "--rank-plot"))
     trace = read_trace(file)
     out = trace_stats(trace, max_tokens=max_tokens, top_fraction=top_fraction)
     if plot is not None or rank_plot is not None:
@@ -106,6 +108,7 @@ def synth(
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Generate a synthetic trace from a calibrated preset."""
+    checks.output_files((out, "--out"), (plot, "--plot"))
     wl = SyntheticWorkload(preset(preset_name), num_prompts=prompts, seed=seed)
     trace = wl.generate_trace(steps, samples, seed=seed)
     write_trace(trace, out)
@@ -148,6 +151,7 @@ def transform(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Stretch or compress the upper half of the lengths so that P90/P50 = r (paper A.5)."""
+    checks.output_files((out, "--out"))
     trace = read_trace(file)
     tf = fit_tail_transform(trace.response_tokens, tail_strength)
     new = trace.with_lengths(tf.apply(trace.response_tokens))
@@ -232,6 +236,7 @@ def capture(
     ] = None,
 ) -> None:
     """Capture rate of ground-truth long-tail groups by the partial-rollout cutoff."""
+    checks.output_files((plot, "--plot"))
     from tailsieve.model.profiles import load_profile
 
     extra = list(ctx.args)

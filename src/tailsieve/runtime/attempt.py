@@ -60,7 +60,12 @@ class ExecutorConfig:
 
 
 class RequestFailedError(RequestError):
-    """A request error that retries could not fix (or that is not retryable)."""
+    """A request error that retries could not fix (or that is not retryable); ``sample`` is
+    the response whose request failed (its replica is the one that answered)."""
+
+    def __init__(self, message: str, status: int | None = None, sample: int = 0) -> None:
+        super().__init__(message, status=status, retryable=False)
+        self.sample = sample
 
 
 @dataclass(slots=True)
@@ -179,7 +184,8 @@ class GroupAttempt:
             except RequestError as exc:
                 if not exc.retryable or retry >= self._cfg.max_retries:
                     raise RequestFailedError(
-                        f"{where}: {exc} (after {retry} retries)", status=exc.status
+                        f"{where}: {exc} (after {retry} retries)", status=exc.status,
+                        sample=sample,
                     ) from exc
                 delay = min(self._cfg.backoff_max_s, self._cfg.backoff_s * 2**retry)
                 retry += 1

@@ -218,11 +218,11 @@ async def run_demo(
     """Start the emulators, run every policy (interleaved step by step), stop the emulators,
     write the run folder. ``on_policy`` receives the policies' names once, before they run."""
     out = cfg.out_dir
-    out.mkdir(parents=True, exist_ok=True)
     workload = load_workload(
         cfg.workload, num_prompts=4 * cfg.groups * (cfg.steps + 2), seed=cfg.seed
     )
     scaled = load_profile(cfg.profile).scaled(cfg.time_scale, name=f"{cfg.profile}-scaled")
+    out.mkdir(parents=True, exist_ok=True)  # only once the inputs loaded
     profile_path = out / "controller_profile.json"
     scaled.save(profile_path)
     with EmulatorFleet.start(

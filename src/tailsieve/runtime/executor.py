@@ -30,6 +30,7 @@ from tailsieve.runtime.attempt import (
     ExecutorConfig,
     ForcedLength,
     GroupAttempt,
+    RequestFailedError,
 )
 from tailsieve.runtime.backends import PromptInput, Response
 from tailsieve.runtime.lean_http import LeanTransport
@@ -283,7 +284,9 @@ class LiveExecutor:
             i = att.down_sample if len(where) > 1 else 0
             run.queue.put_nowait(_Event("down", pid, k, where[i], urls[i], error=exc))
         except Exception as exc:
-            run.queue.put_nowait(_Event("fail", pid, k, replica, url, error=exc))
+            failed = exc.sample if isinstance(exc, RequestFailedError) else 0
+            i = failed if len(where) > 1 else 0  # the replica that answered the request
+            run.queue.put_nowait(_Event("fail", pid, k, where[i], urls[i], error=exc))
         else:
             run.queue.put_nowait(_Event("done", pid, k, replica, url, responses=tuple(out)))
 
@@ -308,10 +311,11 @@ class LiveExecutor:
         elif ev.kind == "down":
             self._replica_down(run, ev.replica, str(ev.error), prompts)
         else:
-            url = run.reps[ev.replica].url
+            rep = run.reps[ev.replica]
+            index = next(i for i, r in enumerate(self.replicas) if r is rep)
             raise StepFailedError(
-                f"step {run.plan.step}: prompt {ev.prompt_id!r} on replica {ev.replica} "
-                f"({url}) failed: {ev.error}"
+                f"step {run.plan.step}: prompt {ev.prompt_id!r} on replica {index} "
+                f"({ev.url}) failed: {ev.error}"
             ) from ev.error
 
     def _replica_down(

@@ -90,3 +90,29 @@ def transport_getter(get: Callable[[str, float | None], Awaitable[tuple[int, str
             raise ReplicaError(f"cannot reach {url}: {exc}") from None
 
     return one
+
+
+async def check_served_model(
+    get: Getter, endpoints: Sequence[str], name: str, backend: Backend = Backend.VLLM
+) -> None:
+    """``ConfigError`` when an endpoint lists its models and ``name`` is not among them; the
+    message names that replica by its index in ``endpoints`` and its URL. An endpoint that lists
+    nothing (or cannot be reached) is not judged: the name is then taken on trust."""
+
+    async def listing(e: str) -> tuple[str, ...]:
+        try:
+            return await served_models(get, e, backend)
+        except (ConfigError, ReplicaError):
+            return ()
+
+    per = await asyncio.gather(*(listing(e) for e in endpoints))
+    bad = [(i, e.rstrip("/"), ids) for i, (e, ids) in enumerate(zip(endpoints, per, strict=True))
+           if ids and name not in ids]
+    if not bad:
+        return
+    named = " nor ".join(f"replica {i} ({url}, serves {', '.join(ids)})" for i, url, ids in bad[:3])
+    more = f" nor {len(bad) - 3} more" if len(bad) > 3 else ""
+    raise ConfigError(
+        f"--model {name!r} is not served by {named}{more}; pass a served name, or leave --model "
+        "out to use the one the replicas serve"
+    )

@@ -49,6 +49,8 @@ def read_trace(path: str | Path, engine: Engine = "auto") -> Trace:
     A shipped trace can be named instead of a path (``"aime"``, see ``workload.shipped``).
     """
     p = resolve_trace_path(path)
+    if p.is_dir():
+        raise TraceError(f"{p}: is a folder, not a trace file")
     fmt = _fmt(p)
     if not p.is_file():
         raise TraceError(f"{p}: no such trace file")

@@ -1,0 +1,147 @@
+"""Checks of the CLI's file arguments, run before any replica is contacted or any output is
+written: a missing file, a folder given for a file, an unreadable or malformed file is a
+``ConfigError`` naming the flag and the path (one ``error:`` line, exit 2)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from tailsieve.errors import ConfigError
+from tailsieve.runtime.backends import PromptInput
+
+
+def input_file(path: Path, flag: str) -> Path:
+    """``path`` if it is a readable file; else ``ConfigError`` saying what it is instead."""
+    if not path.exists():
+        raise ConfigError(f"{flag} {path}: no such file")
+    if path.is_dir():
+        raise ConfigError(f"{flag} {path}: is a folder, not a file")
+    try:
+        with path.open("rb") as fh:
+            fh.read(1)
+    except OSError as exc:
+        raise ConfigError(f"{flag} {path}: cannot read it ({exc.strerror or exc})") from None
+    return path
+
+
+def read_text(path: Path, flag: str) -> str:
+    """The whole text of ``input_file(path)`` (UTF-8)."""
+    try:
+        return input_file(path, flag).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{flag} {path}: not UTF-8 text ({exc.reason} at byte {exc.start})") \
+            from None
+
+
+def json_error(where: str, line: int, exc: json.JSONDecodeError) -> ConfigError:
+    """``where:line: not JSON: <json's message>: line L column C`` (L: the file's line)."""
+    return ConfigError(f"{where}:{line}: not JSON: {exc.msg}: line {line} column {exc.colno}")
+
+
+def read_prompts(path: Path, flag: str = "--prompts") -> list[PromptInput]:
+    """Every prompt of a JSONL prompt file, validated whole before anything runs: each
+    non-blank line one object ``{prompt_id, prompt | prompt_token_ids | messages}``, ids unique,
+    at least one prompt. Errors name ``file:line``."""
+    out: list[PromptInput] = []
+    first: dict[str, int] = {}
+    for i, line in enumerate(read_text(path, flag).splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row: Any = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise json_error(str(path), i, exc) from None
+        where = f"{path}:{i}"
+        if not isinstance(row, dict):
+            raise ConfigError(f"{where}: expected a JSON object, got {type(row).__name__}")
+        try:
+            p = PromptInput.from_dict(row, where)
+        except ConfigError as exc:
+            msg = str(exc)
+            raise ConfigError(msg if msg.startswith(where) else f"{where}: {msg}") from None
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{where}: bad prompt fields ({exc})") from None
+        if p.prompt_id in first:
+            raise ConfigError(
+                f"{where}: prompt_id {p.prompt_id!r} repeats line {first[p.prompt_id]}"
+            )
+        first[p.prompt_id] = i
+        out.append(p)
+    if not out:
+        raise ConfigError(f"{flag} {path}: no prompts (the file has no non-blank line)")
+    return out
+
+
+def state_endpoints(path: Path, flag: str = "--state") -> list[str]:
+    """The ``endpoints`` of a launch state file (a JSON object with a non-empty list; entries
+    are taken as ``StateFileAddresses`` takes them)."""
+    text = read_text(path, flag)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"{flag} {path}: not a launch state file (not JSON: {exc.msg}: line {exc.lineno} "
+            f"column {exc.colno})"
+        ) from None
+    urls = data.get("endpoints") if isinstance(data, dict) else None
+    if not isinstance(urls, list) or not urls:
+        raise ConfigError(
+            f"{flag} {path}: not a launch state file (no 'endpoints' list of URLs)"
+        )
+    return [str(u) for u in urls]
+
+
+def _existing_ancestor(path: Path) -> Path:
+    p = path.absolute()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p
+
+
+def output_dir(path: Path, flag: str = "--out") -> Path:
+    """``path`` if it is a folder, or can be made one (nothing on the way is a file and the
+    first existing folder above it is writable). Creates nothing."""
+    if path.exists():
+        if not path.is_dir():
+            raise ConfigError(f"{flag} {path}: exists and is not a folder")
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise ConfigError(f"{flag} {path}: the folder is not writable")
+        return path
+    base = _existing_ancestor(path)
+    if not base.is_dir():
+        raise ConfigError(f"{flag} {path}: {base} is a file, not a folder")
+    if not os.access(base, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag} {path}: cannot create it ({base} is not writable)")
+    return path
+
+
+def output_file(path: Path, flag: str) -> Path:
+    """``path`` if a file can be written there: not a folder, its folder exists and is
+    writable (an existing file must be writable). Creates nothing."""
+    if path.is_dir():
+        raise ConfigError(f"{flag} {path}: is a folder, not a file")
+    parent = path.absolute().parent
+    if not parent.is_dir():
+        raise ConfigError(f"{flag} {path}: no such folder {path.parent}")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise ConfigError(f"{flag} {path}: the file is not writable")
+    if not path.exists() and not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag} {path}: cannot create it ({path.parent} is not writable)")
+    return path
+
+
+def tcp_port(port: int, flag: str) -> int:
+    """``port`` if it is a valid TCP port number (1..65535)."""
+    if not 1 <= port <= 65535:
+        raise ConfigError(f"{flag} must be in 1..65535, got {port}")
+    return port
+
+
+def output_files(*pairs: tuple[Path | None, str]) -> None:
+    """``output_file`` for each ``(path, flag)`` whose path is given."""
+    for path, flag in pairs:
+        if path is not None:
+            output_file(path, flag)
