@@ -80,6 +80,7 @@ def policy_result(ls: list[LiveStep], before: Profiled, after: Profiled, lengths
             "live_tail_time_s": round(s.outcome.tail_time_s, 4),
             "live_bulk_cut_s": round(s.outcome.bulk_cut_s, 4),
             "live_wall_s": round(s.wall_s, 4),
+            "run_order": s.seq,
             "sim_makespan_s": {k: round(v[i].makespan_s, 4) for k, v in sims.items()},
             "rel_err": {k: round(rel_err(v[i].makespan_s, live), 4) for k, v in sims.items()},
             "loadavg": s.loadavg,

@@ -14,7 +14,7 @@ def markdown(res: dict[str, Any]) -> str:
     lines = [
         "# Real engine vs simulator",
         "",
-        f"{len(res['endpoints'])} {res['servers']} replicas ({res['model']}), "
+        f"{len(res['endpoints'])} replicas ({res['servers']}, model `{res['model']}`), "
         f"N = {res['groups']} groups x n = {res['group_size']}, {res['steps']} steps per policy "
         "(+ a flush where prompts are carried), policies interleaved step by step, AIME lengths "
         f"x {res['length_scale']:.5f} (<= {res['max_forced_tokens']} tokens), replay "

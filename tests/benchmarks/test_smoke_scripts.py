@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.benchmarks.smoke_helpers import BENCH, ROOT, repo_unchanged
+from smoke_helpers import BENCH, ROOT, repo_unchanged
 
 # every script under benchmarks/ and the test that runs it; a new script must be added here
 SCRIPTS = {
