@@ -52,7 +52,13 @@ def check_result(res: dict[str, Any], out: Path, steps: int) -> None:
     assert res["drift"] == pytest.approx(
         max(abs(d["drift_rel"]) for d in res["policies"].values()))
     assert len(res["ordering"]) == 3
-    assert isinstance(res["ordering_ok"], bool)
+    assert isinstance(res["ordering_ok"], bool) and "live_noise" in res
+    pair = {tuple(o["pair"]): o for o in res["ordering"]}
+    assert not pair["uniform", "uniform-requests"]["identical_plans"]
+    for o in res["ordering"]:  # identical plans: the simulator predicts a tie, not an order
+        assert (o["same_order"] is None) == o["identical_plans"]
+        if o["identical_plans"]:
+            assert o["sim_diff_rel"] == pytest.approx(0.0, abs=1e-4)
     # interleaved: step t of every policy ran before step t + 1 of any
     order = {(p, r["step"]): r["run_order"] for p, d in res["policies"].items()
              for r in d["steps"] if not r["is_flush"]}
