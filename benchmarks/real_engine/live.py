@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ class LiveStep:
     outcome: StepOutcome
     wall_s: float
     loadavg: str
+    seq: int  # position of this step among all policies' steps, in the order they ran
 
 
 class Recorder:
@@ -69,10 +71,10 @@ def check_batch(lane: Lane, batch: RolloutBatch, lengths: ReplayLengths, groups:
     assert len(lane.delivered) == len(set(lane.delivered)), f"{lane.policy}: delivered twice"
 
 
-def record(lane: Lane, batch: RolloutBatch) -> None:
+def record(lane: Lane, batch: RolloutBatch, seq: int) -> None:
     plan, res = lane.recorder.captured[-1]
     assert plan.step == batch.step, (lane.policy, plan.step, batch.step)
-    lane.steps.append(LiveStep(plan, res.outcome, batch.metrics.wall_s, loadavg()))
+    lane.steps.append(LiveStep(plan, res.outcome, batch.metrics.wall_s, loadavg(), seq))
     log(f"{lane.policy} step {plan.step}{' (flush)' if plan.is_flush else ''}: makespan "
         f"{res.outcome.makespan_s:.3f} s q={plan.q} m={plan.m} aborted={len(res.outcome.aborted)}")
 
@@ -91,6 +93,7 @@ async def run_interleaved(policies: list[str], endpoints: list[str], model: str,
             for p in policies}
     async with AsyncExitStack() as stack:
         lanes: list[Lane] = []
+        seq = itertools.count()
         for p in policies:
             ro = await stack.enter_async_context(TailSieveRollout(endpoints, cfgs[p]))
             lanes.append(Lane(p, ro, Recorder(ro.executor), iter(prompts)))
@@ -100,12 +103,12 @@ async def run_interleaved(policies: list[str], endpoints: list[str], model: str,
                 need = lane.ro.num_fresh_needed()
                 batch = await lane.ro.step([next(lane.prompts) for _ in range(need)])
                 check_batch(lane, batch, lengths, groups, group_size)
-                record(lane, batch)
+                record(lane, batch, next(seq))
         for lane in lanes:
             last = await lane.ro.flush()
             if last is not None:
                 check_batch(lane, last, lengths, None, group_size)
-                record(lane, last)
+                record(lane, last, next(seq))
     return {lane.policy: lane.steps for lane in lanes}
 
 

@@ -80,6 +80,7 @@ def policy_result(ls: list[LiveStep], before: Profiled, after: Profiled, lengths
             "live_tail_time_s": round(s.outcome.tail_time_s, 4),
             "live_bulk_cut_s": round(s.outcome.bulk_cut_s, 4),
             "live_wall_s": round(s.wall_s, 4),
+            "run_order": s.seq,
             "sim_makespan_s": {k: round(v[i].makespan_s, 4) for k, v in sims.items()},
             "rel_err": {k: round(rel_err(v[i].makespan_s, live), 4) for k, v in sims.items()},
             "loadavg": s.loadavg,
@@ -113,12 +114,21 @@ def policy_result(ls: list[LiveStep], before: Profiled, after: Profiled, lengths
     }
 
 
+def placements(d: dict[str, Any]) -> list[list[tuple[str, tuple[int, ...]]]]:
+    """Every step's groups and the replica of each response: equal for two policies that ran
+    exactly the same plans (then their live difference is noise, and the simulator predicts a
+    tie)."""
+    return [[(a["prompt_id"], tuple(a["replicas"])) for a in r["plan"]["assignments"]]
+            for r in d["steps"]]
+
+
 def ordering(policies: dict[str, Any], drift: float) -> list[dict[str, Any]]:
     """Every pair of policies: their live and simulated mean-step difference (relative to the
-    second), whether the live difference exceeds the drift, and whether the simulator orders
-    them as live did."""
+    second), whether the live difference exceeds the drift, whether they ran identical plans,
+    and whether the simulator orders them as live did (None for identical plans: a tie)."""
     out: list[dict[str, Any]] = []
     for a, b in itertools.combinations(policies, 2):
+        same_plans = placements(policies[a]) == placements(policies[b])
         la, lb = policies[a]["live_mean_step_s"], policies[b]["live_mean_step_s"]
         sa, sb = (policies[a]["sim_mean_step_s"][PRIMARY],
                   policies[b]["sim_mean_step_s"][PRIMARY])
@@ -128,6 +138,20 @@ def ordering(policies: dict[str, Any], drift: float) -> list[dict[str, Any]]:
             "live_diff_rel": round(live_d, 4),
             "sim_diff_rel": round(sim_d, 4),
             "exceeds_drift": abs(live_d) > drift,
-            "same_order": (live_d > 0) == (sim_d > 0),
+            "identical_plans": same_plans,
+            "same_order": None if same_plans else (live_d > 0) == (sim_d > 0),
         })
     return out
+
+
+def summarize_ordering(res: dict[str, Any]) -> None:
+    """(Re)derive ``ordering``, ``ordering_ok`` and ``live_noise`` from the recorded steps: the
+    ordering must be right for every pair of different plans whose live difference exceeds the
+    drift; ``live_noise`` is the largest live difference between two policies that ran the very
+    same plans (None when no two did)."""
+    pairs = ordering(res["policies"], res["drift"])
+    res["ordering"] = pairs
+    res["ordering_ok"] = all(o["same_order"] for o in pairs
+                             if o["exceeds_drift"] and not o["identical_plans"])
+    same = [abs(o["live_diff_rel"]) for o in pairs if o["identical_plans"]]
+    res["live_noise"] = max(same) if same else None

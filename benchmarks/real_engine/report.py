@@ -14,7 +14,7 @@ def markdown(res: dict[str, Any]) -> str:
     lines = [
         "# Real engine vs simulator",
         "",
-        f"{len(res['endpoints'])} {res['servers']} replicas ({res['model']}), "
+        f"{len(res['endpoints'])} replicas ({res['servers']}, model `{res['model']}`), "
         f"N = {res['groups']} groups x n = {res['group_size']}, {res['steps']} steps per policy "
         "(+ a flush where prompts are carried), policies interleaved step by step, AIME lengths "
         f"x {res['length_scale']:.5f} (<= {res['max_forced_tokens']} tokens), replay "
@@ -50,15 +50,20 @@ def markdown(res: dict[str, Any]) -> str:
     ]
     for o in res["ordering"]:
         a, b = o["pair"]
+        order = ("tie: identical plans" if o.get("identical_plans")
+                 else "yes" if o["same_order"] else "NO")
         lines.append(f"| {a} vs {b} | {o['live_diff_rel']:+.1%} | {o['sim_diff_rel']:+.1%} | "
-                     f"{'yes' if o['exceeds_drift'] else 'no'} | "
-                     f"{'yes' if o['same_order'] else 'NO'} |")
+                     f"{'yes' if o['exceeds_drift'] else 'no'} | {order} |")
+    judged = [o for o in res["ordering"] if o["exceeds_drift"] and not o.get("identical_plans")]
+    noise = res.get("live_noise")
     lines += [
         "",
-        f"Ordering right wherever the live difference exceeds the drift: "
-        f"**{'yes' if res['ordering_ok'] else 'NO'}** "
-        f"({sum(o['exceeds_drift'] for o in res['ordering'])} of {len(res['ordering'])} pairs "
-        "exceed it).",
+        f"Ordering right wherever the live difference exceeds the drift (pairs with different "
+        f"plans): **{'yes' if res['ordering_ok'] else 'NO'}** ({len(judged)} of "
+        f"{len(res['ordering'])} pairs judged)."
+        + ("" if noise is None else
+           f" Live noise: policies that ran identical plans differ live by up to "
+           f"**{noise:.1%}**."),
         "",
         "Per step (live vs simulated makespan, seconds):",
         "",

@@ -39,8 +39,8 @@ class Servers:
         self.emulate = emulate
         self.time_scale = time_scale
         self.log_dir = log_dir
-        self.kind = ("given" if endpoints else "emulated" if emulate
-                     else "vLLM CPU (started here)")
+        self.kind = ("running servers (--endpoints)" if endpoints else "emulated" if emulate
+                     else "vLLM CPU servers started here")
         self._fleet: EmulatorFleet | None = None
         self._started_vllm = False
 

@@ -17,13 +17,13 @@ from smoke_helpers import repo_unchanged
 
 ENDPOINTS = os.environ.get("TAILSIEVE_VLLM_ENDPOINTS", "")
 POLICIES = ("uniform", "uniform-requests", "tailsieve")
-TINY = ["--groups", "2", "--group-size", "2", "--steps", "2", "--batch-sizes", "1,2",
-        "--profile-tokens", "40", "--profile-repeats", "1", "--ttft-repeats", "2",
-        "--max-response-tokens", "24"]
+TINY = ["--groups", "2", "--group-size", "2", "--batch-sizes", "1,2", "--profile-repeats", "1",
+        "--ttft-repeats", "2"]
 
 
-def run_real_engine(out: Path, servers: list[str]) -> dict[str, Any]:
-    argv = [*servers, *TINY, "--out", str(out)]
+def run_real_engine(out: Path, servers: list[str], steps: int, tokens: int) -> dict[str, Any]:
+    argv = [*servers, *TINY, "--steps", str(steps), "--profile-tokens", str(tokens),
+            "--max-response-tokens", str(tokens), "--out", str(out)]
     for p in POLICIES:
         argv += ["--policy", p]
     with repo_unchanged():
@@ -32,11 +32,11 @@ def run_real_engine(out: Path, servers: list[str]) -> dict[str, Any]:
     return res
 
 
-def check_result(res: dict[str, Any], out: Path) -> None:
+def check_result(res: dict[str, Any], out: Path, steps: int) -> None:
     assert list(res["policies"]) == list(POLICIES)
     for pol, d in res["policies"].items():
         regular = [r for r in d["steps"] if not r["is_flush"]]
-        assert len(regular) == 2, pol
+        assert len(regular) == steps, pol
         assert d["live_mean_step_s"] > 0 and d["sim_mean_step_s"]["profile"] > 0
         for r in d["steps"]:  # the per-step error table: live vs simulated, every step
             assert r["live_makespan_s"] > 0 and r["sim_makespan_s"]["profile"] > 0
@@ -52,8 +52,18 @@ def check_result(res: dict[str, Any], out: Path) -> None:
     assert res["drift"] == pytest.approx(
         max(abs(d["drift_rel"]) for d in res["policies"].values()))
     assert len(res["ordering"]) == 3
-    assert isinstance(res["ordering_ok"], bool)
-    # every policy was run interleaved: the steps of all policies alternate in the log order
+    assert isinstance(res["ordering_ok"], bool) and "live_noise" in res
+    pair = {tuple(o["pair"]): o for o in res["ordering"]}
+    assert not pair["uniform", "uniform-requests"]["identical_plans"]
+    for o in res["ordering"]:  # identical plans: the simulator predicts a tie, not an order
+        assert (o["same_order"] is None) == o["identical_plans"]
+        if o["identical_plans"]:
+            assert o["sim_diff_rel"] == pytest.approx(0.0, abs=1e-4)
+    # interleaved: step t of every policy ran before step t + 1 of any
+    order = {(p, r["step"]): r["run_order"] for p, d in res["policies"].items()
+             for r in d["steps"] if not r["is_flush"]}
+    for t in range(steps - 1):
+        assert max(order[p, t] for p in POLICIES) < min(order[p, t + 1] for p in POLICIES)
     md = (out / "real_engine.md").read_text()
     assert "| policy | live mean step | simulated | error |" in md
     assert "Profiling drift" in md and "| uniform-requests | 0 |" in md
@@ -62,17 +72,17 @@ def check_result(res: dict[str, Any], out: Path) -> None:
 
 def test_bench_real_engine_emulated(tmp_path: Path) -> None:
     res = run_real_engine(tmp_path, ["--endpoints", "", "--emulate", "2",
-                                     "--emulate-time-scale", "0.5"])
+                                     "--emulate-time-scale", "0.5"], steps=2, tokens=40)
     assert res["servers"] == "emulated"
-    check_result(res, tmp_path)
+    check_result(res, tmp_path, steps=2)
 
 
 @pytest.mark.vllm
 @pytest.mark.skipif(not ENDPOINTS, reason="TAILSIEVE_VLLM_ENDPOINTS not set (no vLLM servers)")
 def test_bench_real_engine_vllm(tmp_path: Path) -> None:
-    res = run_real_engine(tmp_path, ["--endpoints", ENDPOINTS])
-    assert res["servers"] == "given"
-    check_result(res, tmp_path)
+    res = run_real_engine(tmp_path, ["--endpoints", ENDPOINTS], steps=1, tokens=20)
+    assert res["servers"] == "running servers (--endpoints)"
+    check_result(res, tmp_path, steps=1)
 
 
 @pytest.mark.parametrize("hosted", [False, True], ids=["fleet", "hosted"])
