@@ -13,8 +13,9 @@ T_tailsieve(t)``, per seed; then the mean over seeds with a 95% Student-t interv
 moves per step, moved tokens per step, destination prefill seconds per step and the wasted
 token fraction. Cases: the issue's three targets (4B paper-math R = 8, 4B AIME trace R = 8,
 30B-A3B TP2 R = 4 with Uniform Oracle beside it) and the guards (weak tail, prefill priced at
-4x the derived cost, i.e. a quarter of the derived prefill rate, and every other shipped
-profile).
+4x the derived cost, i.e. a quarter of the derived prefill rate, MTP depth 3 on every replica
+with the simulator's default acceptance rates (defaults, not measurements), and every other
+shipped profile).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import numpy as np
 
 from tailsieve.model.profiles import load_profile
 from tailsieve.model.replica_engine import ReplicaConfig
+from tailsieve.model.speculative import SpecConfig
 from tailsieve.sim.driver import SimSettings, epoch_prompt_ids, run_policies
 from tailsieve.sim.replicas import PoolConfigs
 from tailsieve.sim.speedup_stats import STEADY_FROM, seed_speedup, t_interval
@@ -48,6 +50,7 @@ class Case:
     tail_strength: str | None = None
     prefill_scale: float = 1.0  # multiplies the derived per-token prefill (recompute) cost
     oracle: bool = False  # also run uniform-oracle (paired over uniform-requests)
+    spec: str = "none"  # speculative decoding on every replica (acceptance: defaults)
 
 
 CASES: tuple[Case, ...] = (
@@ -59,6 +62,7 @@ CASES: tuple[Case, ...] = (
     Case("4b-aime-prefill-x4", "qwen3-4b-h100", "aime", 8, 0.99, prefill_scale=4.0),
     Case("30b-a3b-prefill-x4", "qwen3-30b-a3b-h100-tp2", "paper-math", 4, 0.99,
          prefill_scale=4.0),
+    Case("4b-paper-math-mtp3", "qwen3-4b-h100", "paper-math", 8, 0.99, spec="mtp:3"),
     Case("4b-h200-paper-math", "qwen3-4b-h200", "paper-math", 8, 0.99),
     Case("qwen3.5-4b-paper-math", "qwen3.5-4b-h100", "paper-math", 8, 0.99),
     Case("qwen3.5-35b-a3b-paper-math-r4", "qwen3.5-35b-a3b-h100-tp2", "paper-math", 4, 0.99),
@@ -72,7 +76,8 @@ def pools_for(case: Case) -> PoolConfigs:
     if case.prefill_scale != 1.0:
         per = base.recompute_s_per_token or 0.0
         base = dataclasses.replace(base, recompute_s_per_token=per * case.prefill_scale)
-    return PoolConfigs.single(base)
+    spec = SpecConfig.parse(case.spec)
+    return PoolConfigs.from_specs(base, spec, spec)
 
 
 def run_case(case: Case, seeds: list[int], steps: int, groups: int) -> dict[str, Any]:

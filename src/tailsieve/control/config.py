@@ -44,8 +44,8 @@ class ControllerConfig:
     # (core.balancer); the re-balance interval and the gain a move needs come from measurements
     seam_s: float = 0.05  # cost of one move beyond its prefill: round trip + one scheduling
     # iteration, seconds (a default estimate until measured on the real engine)
-    checks_per_step: int = 0  # re-balance checks per expected step; 0 = one per expected
-    # completion on a replica (N * n / R)
+    checks_per_step: int = 32  # timed re-balance checks per expected step (plus checks at
+    # completions, at most two per interval): the interval scales with the measured step time
 
     def __post_init__(self) -> None:
         n, r = self.num_groups, self.num_replicas
@@ -88,8 +88,8 @@ class ControllerConfig:
             raise ConfigError(
                 "need 1 <= min_groups_per_tail_replica <= max_groups_per_tail_replica"
             )
-        if self.seam_s < 0 or self.checks_per_step < 0:
-            raise ConfigError("seam_s and checks_per_step must be >= 0")
+        if self.seam_s < 0 or self.checks_per_step < 1:
+            raise ConfigError("need seam_s >= 0 and checks_per_step >= 1")
         if self.history_steps < 1:
             raise ConfigError(f"history_steps must be >= 1, got {self.history_steps}")
         if not (0.0 < self.correction_smoothing <= 1.0):

@@ -29,12 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tailsieve.core.balancer import (
-    BalanceSettings,
-    ReplicaLoad,
-    RunningResponse,
-    plan_moves,
-)
+from tailsieve.core.balancer import BalanceSettings, ReplicaLoad, plan_moves
 from tailsieve.model.replica_engine import Completion, ReplicaConfig, ReplicaEngine
 from tailsieve.sim.layout import RequestLayout, SimResult, choose_fresh
 
@@ -70,6 +65,7 @@ def simulate_with_moves(
     num_rep = len(configs)
     engines = [ReplicaEngine(c) for c in configs]
     tails = frozenset(tail_replicas)
+    per_token = [c.recompute_cost_s(1) - c.prefill_s for c in configs]  # recompute rate
     taus: dict[int, Callable[[int], float]] = {}
     for c in configs:
         if id(c.throughput) not in taus:
@@ -118,28 +114,24 @@ def simulate_with_moves(
             if e.now_s < t:
                 record(e.advance(t))
 
-    def cached_on(i: int) -> tuple[tuple[int, int], ...]:
-        p = int(ptoks[i])
-        base = [(r, p) for r in group_reps[i // n]] if p else []
-        base += [(r, cache[r][i]) for r in range(num_rep) if i in cache[r]]
-        return tuple(base)
+    def cached(rid: object, r: int) -> int:
+        i = rid[0]  # type: ignore[index]
+        p = int(ptoks[i]) if r in group_reps[i // n] else 0
+        return max(p, cache[r].get(i, 0))
 
     def rebalance(t: float) -> None:
         stats.num_checks += 1
         loads = []
         for r, e in enumerate(engines):
             cfg = configs[r]
-            running = tuple(
-                RunningResponse(rid, ctx, cached_on(rid[0]))  # type: ignore[index]
-                for rid, ctx in e.running_contexts()
-            )
             loads.append(ReplicaLoad(
-                r, running, taus[id(cfg.throughput)], cfg.throughput.context_s_per_token,
-                _per_token(cfg), cfg.prefill_s, accepts=e.num_waiting == 0,
+                r, e.num_running, e.kv_tokens(), e.running_contexts,
+                taus[id(cfg.throughput)], cfg.throughput.context_s_per_token,
+                per_token[r], cfg.prefill_s, accepts=e.num_waiting == 0,
                 pool=int(r in tails),
             ))
         moves = plan_moves(loads, balance.horizon_at(t), balance.seam_s,
-                           balance.max_moves_per_check)
+                           balance.max_moves_per_check, cached)
         nonlocal seq
         for mv in moves:
             rid = mv.key
@@ -249,7 +241,3 @@ def simulate_with_moves(
     )
     return res, stats
 
-
-def _per_token(cfg: ReplicaConfig) -> float:
-    """Seconds per prefilled continuation token on this replica (the recompute rate)."""
-    return cfg.recompute_cost_s(1) - cfg.prefill_s
