@@ -50,17 +50,21 @@ def _random_plan(rng: np.random.Generator, num_replicas: int, group_size: int,
     seed=st.integers(0, 2**31 - 1),
     interval_s=st.sampled_from([0.05, 0.5, 3.0]),
     with_prompts=st.booleans(),
+    cap=st.sampled_from([None, 2, 5]),
+    tight_kv=st.booleans(),
 )
 def test_moves_keep_exactly_once_whole_groups_and_token_exact_chains(
     num_replicas: int, group_size: int, num_groups: int, seed: int, interval_s: float,
-    with_prompts: bool,
+    with_prompts: bool, cap: int | None, tight_kv: bool,
 ) -> None:
+    """Under moves, running caps (queueing) and a KV capacity that preempts."""
     rng = np.random.default_rng(seed)
     plan = _random_plan(rng, num_replicas, group_size, num_groups)
     table = {a.prompt_id: rng.integers(1, 4000, group_size).tolist() for a in plan.assignments}
     prompts = {a.prompt_id: int(rng.integers(0, 500)) for a in plan.assignments}
     ptoks = prompts.__getitem__ if with_prompts else None
-    cfg = ReplicaConfig.from_profile(MODEL, max_num_seqs=None, kv_capacity_tokens=None)
+    kv = 6000 if tight_kv else None  # one request fits alone (< 4,000 + 500 tokens)
+    cfg = ReplicaConfig.from_profile(MODEL, max_num_seqs=cap, kv_capacity_tokens=kv)
     bal = BalanceSettings(interval_s=interval_s, horizon_s=30.0, seam_s=0.01)
     layout = RequestLayout.build(plan, _lengths(table), ptoks)
     configs = [cfg] * num_replicas

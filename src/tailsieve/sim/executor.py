@@ -15,6 +15,8 @@ prefill, a KV capacity that cannot bind: ``replica_time.capacity_cannot_bind``) 
 form of ``all_admit_completion_times`` is used per replica and the cutoff is computed
 analytically (``sim.fastpath``); otherwise a global event loop drives one ``ReplicaEngine`` per
 replica from event to event (``sim.eventpath``), never token by token.
+A plan with ``balance`` settings (the ``tailsieve`` policy's balance steps) runs on the event
+engine with re-balance checks and moves by continuation (``sim.movepath``, ``core.balancer``).
 """
 
 from __future__ import annotations
