@@ -235,8 +235,9 @@ class HierarchicalController(Controller):
         if plan.m > 0 and plan.q > 0 and pred.tail_s > 0 and outcome.tail_time_s > 0:
             st.k_tail = (1 - a) * st.k_tail + a * (outcome.tail_time_s / pred.tail_s)
         if pred.bulk_s > 0 and outcome.bulk_cut_s > 0:
-            if plan.m == 0 and plan.balance is not None:
-                # balanced m = 0: how much the moves gained over the no-move prediction
+            if plan.m == 0 and plan.balance is not None and outcome.num_moves > 0:
+                # balanced m = 0: how much the moves gained over the no-move prediction (an
+                # executor that made no move, e.g. one without moves, keeps the old update)
                 obs = outcome.makespan_s / pred.bulk_s
                 st.k_uniform = (1 - a) * st.k_uniform + a * obs
                 return
