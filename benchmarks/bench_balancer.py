@@ -31,9 +31,11 @@ from typing import Any
 
 import numpy as np
 
+from tailsieve.core.balancer import ReplicaLoad, plan_moves
 from tailsieve.model.profiles import load_profile
 from tailsieve.model.replica_engine import ReplicaConfig
 from tailsieve.model.speculative import SpecConfig
+from tailsieve.sim import movepath
 from tailsieve.sim.driver import SimSettings, epoch_prompt_ids, run_policies
 from tailsieve.sim.replicas import PoolConfigs
 from tailsieve.sim.speedup_stats import STEADY_FROM, seed_speedup, t_interval
@@ -80,8 +82,24 @@ def pools_for(case: Case) -> PoolConfigs:
     return PoolConfigs.from_specs(base, spec, spec)
 
 
+class _TimedPlanMoves:
+    """Wraps the simulator's ``plan_moves`` to time every re-balance decision of a case."""
+
+    def __init__(self) -> None:
+        self.times_s: list[float] = []
+        self.inner = movepath.plan_moves
+
+    def __call__(self, *args: Any, **kw: Any) -> Any:
+        t0 = time.perf_counter()
+        out = self.inner(*args, **kw)
+        self.times_s.append(time.perf_counter() - t0)
+        return out
+
+
 def run_case(case: Case, seeds: list[int], steps: int, groups: int) -> dict[str, Any]:
     pools = pools_for(case)
+    timed = _TimedPlanMoves()
+    movepath.plan_moves = timed  # type: ignore[assignment]
     names = ["uniform-requests", "tailsieve", *(("uniform-oracle",) if case.oracle else ())]
     per_seed: list[dict[str, Any]] = []
     t0 = time.perf_counter()
@@ -112,6 +130,8 @@ def run_case(case: Case, seeds: list[int], steps: int, groups: int) -> dict[str,
         if case.oracle:
             row["uniform_oracle_speedup"] = seed_speedup(ur, runs["uniform-oracle"].run)
         per_seed.append(row)
+    movepath.plan_moves = timed.inner  # type: ignore[assignment]
+    ms = np.array(timed.times_s) * 1e3 if timed.times_s else np.zeros(1)
     mean, lo, hi = t_interval([r["speedup"] for r in per_seed])
     out: dict[str, Any] = {
         **dataclasses.asdict(case), "seeds": seeds, "steps": steps, "groups": groups,
@@ -120,6 +140,9 @@ def run_case(case: Case, seeds: list[int], steps: int, groups: int) -> dict[str,
         "meets_target": mean >= case.target,
         "wasted_token_fraction_max": max(r["wasted_token_fraction"] for r in per_seed),
         "elapsed_s": round(time.perf_counter() - t0, 1),
+        "decisions": len(timed.times_s),
+        "decision_ms_p50": float(np.percentile(ms, 50)),
+        "decision_ms_p99": float(np.percentile(ms, 99)),
         "per_seed": per_seed,
     }
     for key in ("moves_per_step", "moved_tokens_per_step", "prefill_s_per_step",
@@ -131,10 +154,41 @@ def run_case(case: Case, seeds: list[int], steps: int, groups: int) -> dict[str,
     return out
 
 
+def decision_timing(num_replicas: int = 64, per_replica: int = 64, calls: int = 300,
+                    seed: int = 0) -> dict[str, Any]:
+    """Wall time of one re-balance decision (``plan_moves``) at ``num_replicas`` x
+    ``per_replica`` responses in flight, contexts drawn from 0-16k tokens with a random load
+    skew per replica (a worst case: every call makes its 64 allowed moves), on the 4B
+    profile's cost model."""
+    cfg = ReplicaConfig.from_profile(load_profile("qwen3-4b-h100"))
+    taus = cfg.throughput.taus(num_replicas * per_replica + 2).tolist()
+    k = cfg.throughput.context_s_per_token
+    per_token = cfg.recompute_s_per_token or 0.0
+    rng = np.random.default_rng(seed)
+    times, moves = [], []
+    for _ in range(calls):
+        loads = []
+        for r in range(num_replicas):
+            b = int(rng.integers(per_replica // 2, per_replica + 1))
+            ctx = (rng.integers(0, 16_000, b) * rng.uniform(0.5, 1.0)).astype(int).tolist()
+            items = [((r, j), c) for j, c in enumerate(ctx)]
+            loads.append(ReplicaLoad.of(r, items, taus.__getitem__, k, per_token))
+        t0 = time.perf_counter()
+        out = plan_moves(loads, horizon_s=200.0, seam_s=0.05)
+        times.append(time.perf_counter() - t0)
+        moves.append(len(out))
+    ms = np.array(times) * 1e3
+    return {"num_replicas": num_replicas, "in_flight": num_replicas * per_replica,
+            "calls": calls, "p50_ms": float(np.percentile(ms, 50)),
+            "p99_ms": float(np.percentile(ms, 99)), "max_ms": float(ms.max()),
+            "mean_moves": float(np.mean(moves))}
+
+
 def to_markdown(rows: list[dict[str, Any]]) -> str:
     head = ("| case | profile | R | tailsieve over uniform-requests (95% CI) | target | "
-            "moves/step | moved tokens/step | prefill s/step | wasted | uniform-oracle |\n"
-            "|---|---|---|---|---|---|---|---|---|---|\n")
+            "moves/step | moved tokens/step | prefill s/step | wasted | uniform-oracle | "
+            "decision p99 ms |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|\n")
     lines = []
     for r in rows:
         lo, hi = r["speedup_ci"]
@@ -145,7 +199,7 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
             f"{'>=' if r['target'] > 1 else 'never below '}{r['target']:.2f}x | "
             f"{r['moves_per_step']:.0f} | {r['moved_tokens_per_step']:,.0f} | "
             f"{r['prefill_s_per_step']:.1f} | {100 * r['wasted_token_fraction_max']:.2f}% | "
-            f"{'-' if orc is None else f'{orc:.3f}x'} |")
+            f"{'-' if orc is None else f'{orc:.3f}x'} | {r['decision_ms_p99']:.2f} |")
     return head + "\n".join(lines) + "\n"
 
 
@@ -164,6 +218,9 @@ def main(argv: list[str] | None = None) -> int:
         known = ", ".join(c.name for c in CASES)
         print(f"unknown case in {args.cases}; choose from {known}", file=sys.stderr)
         return 2
+    timing = decision_timing()
+    print(f"decision at {timing['in_flight']} in flight: p50 {timing['p50_ms']:.3f} ms, "
+          f"p99 {timing['p99_ms']:.3f} ms ({timing['mean_moves']:.1f} moves per call)", flush=True)
     rows = []
     for case in chosen:
         row = run_case(case, list(range(seeds)), steps, args.groups)
@@ -175,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     payload = {
         "command": "PYTHONPATH=src python benchmarks/bench_balancer.py " + " ".join(
             argv if argv is not None else sys.argv[1:]),
-        "baseline": "uniform-requests", "steady_from": STEADY_FROM, "cases": rows,
+        "baseline": "uniform-requests", "steady_from": STEADY_FROM,
+        "decision_timing": timing, "cases": rows,
     }
     (args.out / "balancer.json").write_text(json.dumps(payload, indent=1) + "\n")
     (args.out / "balancer.md").write_text(to_markdown(rows))
