@@ -184,6 +184,28 @@ def decision_timing(num_replicas: int = 64, per_replica: int = 64, calls: int = 
             "mean_moves": float(np.mean(moves))}
 
 
+def scale_timing(steps: int = 3, replicas: int = 64, groups: int = 512) -> dict[str, Any]:
+    """Decision times inside a simulated run at ``replicas`` x ``groups * 8`` in flight (the
+    ``tailsieve`` policy alone, 4B profile, paper-math)."""
+    pools = pools_for(Case("scale", "qwen3-4b-h100", "paper-math", replicas, 0.99))
+    timed = _TimedPlanMoves()
+    movepath.plan_moves = timed  # type: ignore[assignment]
+    wl = resolve_workload("paper-math", seed=0, num_prompts=4000)
+    ds = wl.prompt_ids()
+    settings = SimSettings(num_replicas=replicas, num_groups=groups, group_size=8,
+                           num_steps=steps, seed=0)
+    try:
+        run = run_policies(["tailsieve"], settings, lambda: epoch_prompt_ids(ds, 0), wl,
+                           pools)["tailsieve"].run
+    finally:
+        movepath.plan_moves = timed.inner  # type: ignore[assignment]
+    ms = np.array(timed.times_s) * 1e3 if timed.times_s else np.zeros(1)
+    return {"replicas": replicas, "in_flight": groups * 8, "steps": steps,
+            "decisions": len(timed.times_s), "p50_ms": float(np.percentile(ms, 50)),
+            "p99_ms": float(np.percentile(ms, 99)), "max_ms": float(ms.max()),
+            "moves_per_step": run.moves_per_step}
+
+
 def to_markdown(rows: list[dict[str, Any]]) -> str:
     head = ("| case | profile | R | tailsieve over uniform-requests (95% CI) | target | "
             "moves/step | moved tokens/step | prefill s/step | wasted | uniform-oracle | "
@@ -219,6 +241,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"unknown case in {args.cases}; choose from {known}", file=sys.stderr)
         return 2
     timing = decision_timing()
+    scale = scale_timing()
+    print(f"in a simulated run at {scale['in_flight']} in flight on {scale['replicas']} "
+          f"replicas: p50 {scale['p50_ms']:.2f} ms, p99 {scale['p99_ms']:.2f} ms", flush=True)
     print(f"decision at {timing['in_flight']} in flight: p50 {timing['p50_ms']:.3f} ms, "
           f"p99 {timing['p99_ms']:.3f} ms ({timing['mean_moves']:.1f} moves per call)", flush=True)
     rows = []
@@ -233,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": "PYTHONPATH=src python benchmarks/bench_balancer.py " + " ".join(
             argv if argv is not None else sys.argv[1:]),
         "baseline": "uniform-requests", "steady_from": STEADY_FROM,
-        "decision_timing": timing, "cases": rows,
+        "decision_timing": timing, "decision_timing_in_sim_64x4096": scale, "cases": rows,
     }
     (args.out / "balancer.json").write_text(json.dumps(payload, indent=1) + "\n")
     (args.out / "balancer.md").write_text(to_markdown(rows))
