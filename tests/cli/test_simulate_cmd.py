@@ -96,8 +96,12 @@ def test_json_has_step_diagnostics_and_the_paired_statistic() -> None:
     assert [d["step"] for d in steps] == list(range(len(steps)))
     for key in ("predicted_tail_s", "predicted_bulk_s", "cutoff_s", "tail_time_s",
                 "tail_idle_replica_s", "aborted_tokens", "aborted_replica_s", "wasted_fraction",
-                "capture_rate", "tail_obs_over_pred", "bulk_obs_over_pred"):
+                "capture_rate", "tail_obs_over_pred", "bulk_obs_over_pred", "num_moves",
+                "moved_tokens", "prefill_s"):
         assert key in steps[1]
+    for key in ("moves_per_step", "moved_tokens_per_step", "prefill_s_per_step"):
+        assert ts[key] >= 0
+    assert data["diagnostics"]["uniform"][1]["num_moves"] == 0
     assert steps[0]["predicted_bulk_s"] is None and steps[1]["predicted_bulk_s"] > 0
     assert data["diagnostics"]["uniform"][0]["aborted_tokens"] == 0
 

@@ -63,6 +63,9 @@ class StepOutcome:
     recomputed_tokens: int = 0  # tokens prefilled again after those preemptions
     replica_preemptions: tuple[int, ...] = field(default=())  # per replica, when any
     estimated_wasted_tokens: int = 0  # part of wasted_tokens estimated, not observed
+    num_moves: int = 0  # running responses moved to another replica by continuation
+    moved_tokens: int = 0  # prefix tokens (prompt + generated) those continuations carried
+    prefill_s: float = 0.0  # destination seconds spent prefilling their uncached prefixes
 
     @property
     def delivered_ids(self) -> tuple[str, ...]:

@@ -1,0 +1,190 @@
+"""The balancer: which running responses to move where, while a step runs (pure, no I/O).
+
+Imbalance re-forms while a step runs: after each completion some replicas carry several long
+contexts and others sit nearly idle. A running response can be moved by continuation (stop it,
+send prompt + generated tokens as the new prompt elsewhere); the destination pays a prefill of
+the uncached prefix plus a seam (round trip + one scheduling iteration).
+
+Each replica's predicted decode iteration cost is ``c_r = tau_r(b_r) + k_r * C_r`` (``b_r``
+running responses holding ``C_r`` context tokens; ``tau_r`` is the replica's *effective* curve,
+speculative decoding already applied, so each replica's mode is priced). A response on replica
+``r`` advances one token per ``c_r`` seconds, so the slowest-advancing responses are those on
+the replica with the highest cost. Greedy rule (lengths are never read):
+
+    while the replica ``top`` with the highest cost can shed one running response ``x``
+    (context ``x`` tokens) to another replica ``d`` of its pool such that
+    ``new = max(c_top without x, c_d with x) < c_top`` and the predicted time saved over the
+    horizon, ``horizon_s * (c_top - new) / c_top``, exceeds the move's cost
+    (``prefill_s(uncached prefix of x on d) + seam_s``), make the best such move.
+
+``horizon_s`` is how much longer the step is expected to run (the caller's estimate: the
+controller's from its measurements). A response moved in a call is not moved again in it.
+
+Cost: ``new`` is ``max(A - k x, B + k x)`` for fixed ``A`` (top without any response) and ``B``
+(``d`` with one more), and the move's cost grows with ``x``, so for each destination only three
+responses can be best: the smallest context, and the two around ``x* = (A - B) / 2k``. A check
+reads every replica's count and context sum (O(R)), returns at once when no destination could
+pay even at ``x*`` with nothing to prefill, and otherwise sorts only the top replica's
+responses. Prefix-cache hits (``cached``) lower a candidate's cost but do not widen the search.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+
+from tailsieve.errors import ConfigError
+
+__all__ = ["BalanceSettings", "Move", "ReplicaLoad", "plan_moves"]
+
+Running = Sequence[tuple[Hashable, int]]  # (key, context tokens) of the running responses
+
+
+@dataclass(frozen=True, slots=True)
+class BalanceSettings:
+    """How a step re-balances (chosen by the controller from its measurements and profile)."""
+
+    interval_s: float  # seconds between re-balance checks (also checked at completions)
+    horizon_s: float  # expected remaining step time used to price a move's gain, seconds
+    seam_s: float = 0.05  # round trip + one scheduling iteration per move, seconds
+    max_moves_per_check: int = 64  # moves one check may make
+    expected_step_s: float = 0.0  # the controller's step-time estimate (0: unknown)
+
+    def __post_init__(self) -> None:
+        if not self.interval_s > 0:
+            raise ConfigError(f"interval_s must be > 0, got {self.interval_s}")
+        if self.horizon_s < 0 or self.seam_s < 0 or self.expected_step_s < 0:
+            raise ConfigError("horizon_s, seam_s and expected_step_s must be >= 0")
+        if self.max_moves_per_check < 0:
+            raise ConfigError("max_moves_per_check must be >= 0")
+
+    def horizon_at(self, elapsed_s: float) -> float:
+        """Expected remaining time at ``elapsed_s`` into the step: the controller's estimate
+        less the time spent (``horizon_s`` without an estimate), never below the time spent so
+        far (a heavy-tailed step that has run for ``t`` is expected to run on for about as
+        long) nor below one interval."""
+        left = self.expected_step_s - elapsed_s if self.expected_step_s > 0 else self.horizon_s
+        return max(left, elapsed_s, self.interval_s)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaLoad:
+    """One replica's load and its decode/prefill cost model."""
+
+    replica: int
+    num_running: int  # b
+    context_tokens: float  # C: prompt + generated tokens held by the running responses
+    running: Callable[[], Running]  # the running responses, read only when needed
+    tau: Callable[[int], float]  # seconds per decode iteration at b running (effective)
+    context_s_per_token: float  # k: seconds per iteration per context token held
+    prefill_s_per_token: float  # seconds to prefill one uncached prefix token (recompute rate)
+    prefill_s: float = 0.0  # fixed cost per admitted continuation, seconds
+    accepts: bool = True  # may receive moves (False: e.g. a replica with queued requests)
+    pool: int = 0  # moves stay within a pool (the tail pool and the bulk pool differ)
+
+    @classmethod
+    def of(cls, replica: int, running: Running, tau: Callable[[int], float],
+           context_s_per_token: float, prefill_s_per_token: float, **kw: object) -> ReplicaLoad:
+        """A load from an explicit list of ``(key, context tokens)``."""
+        items = tuple(running)
+        return cls(replica, len(items), float(sum(c for _, c in items)), lambda: items, tau,
+                   context_s_per_token, prefill_s_per_token, **kw)  # type: ignore[arg-type]
+
+    def cost_s(self, b: int, context: float) -> float:
+        return self.tau(b) + self.context_s_per_token * context if b > 0 else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """Move ``key`` from replica ``src`` to replica ``dst``."""
+
+    key: Hashable
+    src: int
+    dst: int
+    prefix_tokens: int  # context tokens the continuation carries
+    prefill_tokens: int  # of them, not cached on ``dst``
+    predicted_gain_s: float  # predicted step time saved, net of the move cost
+
+
+def plan_moves(
+    loads: Sequence[ReplicaLoad], horizon_s: float, seam_s: float, max_moves: int = 64,
+    cached: Callable[[Hashable, int], int] | None = None,
+) -> list[Move]:
+    """Greedy moves for one re-balance check (see the module docstring). ``cached(key,
+    replica)``: prefix tokens of that response already in that replica's cache (default 0)."""
+    nr = len(loads)
+    if max_moves <= 0 or nr < 2 or horizon_s <= 0:
+        return []
+    b = [ld.num_running for ld in loads]
+    ctx = [float(ld.context_tokens) for ld in loads]
+    cost = [ld.cost_s(b[i], ctx[i]) for i, ld in enumerate(loads)]
+    sorted_ctx: dict[int, list[tuple[int, int, Hashable]]] = {}  # replica -> (ctx, seq, key)
+    out: list[Move] = []
+    while len(out) < max_moves:
+        top = max(range(nr), key=cost.__getitem__)
+        c_top = cost[top]
+        if b[top] < 1 or c_top <= 0:
+            break
+        lt = loads[top]
+        k_top = lt.context_s_per_token
+        a = lt.cost_s(b[top] - 1, ctx[top]) if b[top] > 1 else None  # top without x, + k x
+        dests = []
+        for d, ld in enumerate(loads):
+            if d == top or not ld.accepts or ld.pool != lt.pool:
+                continue
+            base = ld.tau(b[d] + 1) + ld.context_s_per_token * ctx[d]
+            if base >= c_top:
+                continue
+            # the best new top cost any x could reach, with nothing to prefill
+            k_d = ld.context_s_per_token
+            if a is None:
+                ideal = base
+            elif k_top + k_d > 0:
+                ideal = max(base, (a * k_d + base * k_top) / (k_top + k_d))
+            else:
+                ideal = max(a, base)
+            if horizon_s * (c_top - ideal) / c_top - seam_s - ld.prefill_s > 0:
+                dests.append((d, base))
+        if not dests:
+            break
+        if top not in sorted_ctx:
+            sorted_ctx[top] = sorted((c, i, key) for i, (key, c) in enumerate(lt.running()))
+        cands = sorted_ctx[top]
+        if not cands:
+            break
+        best: tuple[float, int, int, int] | None = None  # (net gain, index, dst, uncached)
+        for d, base in dests:
+            ld = loads[d]
+            k_d = ld.context_s_per_token
+            if a is None or k_top + k_d <= 0:
+                star = len(cands)
+            else:
+                x_star = (a - base) / (k_top + k_d)
+                star = bisect.bisect_left(cands, (x_star,))
+            for j in {0, star - 1, min(star, len(cands) - 1)}:
+                if j < 0:
+                    continue
+                x = cands[j][0]
+                c_src = a - k_top * x if a is not None else 0.0
+                new = max(c_src, base + k_d * x)
+                if new >= c_top:
+                    continue
+                hit = min(cached(cands[j][2], ld.replica), x) if cached is not None else 0
+                uncached = x - hit
+                net = horizon_s * (c_top - new) / c_top - (
+                    ld.prefill_s + ld.prefill_s_per_token * uncached + seam_s)
+                if net > 0 and (best is None or net > best[0]):
+                    best = (net, j, d, uncached)
+        if best is None:
+            break
+        net, j, d, uncached = best
+        x, _, key = cands.pop(j)
+        b[top] -= 1
+        ctx[top] -= x
+        b[d] += 1
+        ctx[d] += x
+        cost[top] = lt.cost_s(b[top], ctx[top])
+        cost[d] = loads[d].cost_s(b[d], ctx[d])
+        out.append(Move(key, lt.replica, loads[d].replica, x, uncached, net))
+    return out
