@@ -4,7 +4,7 @@
 
     .venv/bin/python benchmarks/bench_real_engine.py \\
         --policy uniform --policy uniform-requests --policy tailsieve \\
-        --groups 5 --group-size 3 --steps 5 --out /tmp/real_engine
+        --groups 5 --group-size 3 --steps 5     # writes under $TMPDIR/tailsieve-bench/
 
 1. Servers: ``--endpoints URL,URL`` (default ``$TAILSIEVE_VLLM_ENDPOINTS``) uses running
    servers; ``--emulate R`` starts R emulated replicas (the ``cpu`` profile, for a quick check
