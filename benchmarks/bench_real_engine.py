@@ -4,7 +4,7 @@
 
     .venv/bin/python benchmarks/bench_real_engine.py \\
         --policy uniform --policy uniform-requests --policy tailsieve \\
-        --groups 5 --group-size 3 --steps 5 --out /tmp/real_engine
+        --groups 5 --group-size 3 --steps 5     # writes under $TMPDIR/tailsieve-bench/
 
 1. Servers: ``--endpoints URL,URL`` (default ``$TAILSIEVE_VLLM_ENDPOINTS``) uses running
    servers; ``--emulate R`` starts R emulated replicas (the ``cpu`` profile, for a quick check
@@ -14,7 +14,9 @@
    profile --endpoint A --endpoint B``: every round on all servers at once, the load of a live
    step), then the time to first token at b=1 (the per-request ``prefill_s`` the simulator
    charges). Every policy is predicted from this one profile, and the controllers use it.
-3. Live: ``--steps`` steps of every ``--policy`` through ``TailSieveRollout`` in replay mode
+3. Live: ``--steps`` steps of every ``--policy`` (repeatable: any live policy, ``uniform``,
+   ``uniform-requests``, ``tailsieve-fixed``, ``tailsieve``, ``tailsieve-static`` with ``--q0``
+   and ``--m0``) through ``TailSieveRollout`` in replay mode
    (``max_tokens = L``, ``ignore_eos``), interleaved step by step (step t of each policy, the
    order rotating), then a flush for carried prompts. AIME lengths scaled so the longest fits
    ``max-model-len`` minus the prompt. Every batch is checked: N groups of n responses, each
@@ -59,7 +61,7 @@ from tailsieve.runtime.backends import PromptInput
 from tailsieve.runtime.replay import ReplayLengths
 from tailsieve.workload.presets import AIME_TRACE_IN_REPO
 
-LIVE_POLICIES = tuple(c.value for c in ControllerName if c.value != "tailsieve-static")
+LIVE_POLICIES = tuple(c.value for c in ControllerName)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -74,6 +76,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--policy", action="append", choices=LIVE_POLICIES, default=None,
                    help="a live policy (repeatable; default: uniform, uniform-requests, "
                         "tailsieve)")
+    p.add_argument("--q0", type=int, default=None, help="initial tail groups (controllers)")
+    p.add_argument("--m0", type=int, default=None,
+                   help="initial tail replicas (tailsieve-static holds q0 and m0)")
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--groups", type=int, default=8, help="N groups per batch")
     p.add_argument("--group-size", type=int, default=4, help="n responses per group")
@@ -121,8 +126,9 @@ async def amain(args: argparse.Namespace, endpoints: list[str], servers: str,
     before.mean_model().save(mean_path)
     log(f"live: {steps} steps of N={groups} x n={n} per policy, interleaved")
     t0, load0 = time.perf_counter(), loadavg()
+    overrides = {k: v for k, v in (("q0", args.q0), ("m0", args.m0)) if v is not None}
     live = await run_interleaved(policies, endpoints, model, lengths, prompts, groups, n,
-                                 steps, str(mean_path))
+                                 steps, str(mean_path), overrides)
     live_wall = time.perf_counter() - t0
     log("profiling again after the live steps (profiling drift)")
     after = await measure(endpoints, model, bs, label="after", **prof)
@@ -132,7 +138,7 @@ async def amain(args: argparse.Namespace, endpoints: list[str], servers: str,
     for policy, ls in live.items():
         closed = closed_loop_sim(policy, sim_pools(model_before, before.prefill_s),
                                  model_before, lengths, prompt_ids, groups, n, len(endpoints),
-                                 steps)
+                                 steps, overrides)
         per_policy[policy] = policy_result(ls, before, after, lengths, n, closed)
     drift = max(abs(d["drift_rel"]) for d in per_policy.values())
     res = {
@@ -144,6 +150,7 @@ async def amain(args: argparse.Namespace, endpoints: list[str], servers: str,
         "model": model,
         "max_model_len": max_len,
         "groups": groups, "group_size": n, "steps": steps, "policies_run": policies,
+        "controller_overrides": overrides,
         "settings": {"batch_sizes": list(bs), "profile_tokens": args.profile_tokens,
                      "profile_repeats": args.profile_repeats,
                      "ttft_repeats": args.ttft_repeats},

@@ -82,14 +82,17 @@ def record(lane: Lane, batch: RolloutBatch, seq: int) -> None:
 async def run_interleaved(policies: list[str], endpoints: list[str], model: str,
                           lengths: ReplayLengths, prompts: list[PromptInput], groups: int,
                           group_size: int, steps: int, profile_path: str,
+                          controller: dict[str, Any] | None = None,
                           ) -> dict[str, list[LiveStep]]:
     """``steps`` steps of every policy, interleaved (step t of each policy, then step t + 1; the
     order rotates by one policy every step, so none always runs first), then a flush of each
     policy that carries prompts. Every policy reads the prompts in the same order and uses the
-    same controller profile. Every batch is checked (``check_batch``)."""
+    same controller profile and ``controller`` overrides (``q0``, ``m0``). Every batch is
+    checked (``check_batch``)."""
     cfgs = {p: RolloutConfig(num_groups=groups, group_size=group_size, policy=p, model=model,
                              sampling=SamplingParams(max_tokens=1024, temperature=1.0, seed=0),
-                             replay=lengths, request_timeout_s=600.0, profile=profile_path)
+                             replay=lengths, request_timeout_s=600.0, profile=profile_path,
+                             controller=dict(controller or {}))
             for p in policies}
     async with AsyncExitStack() as stack:
         lanes: list[Lane] = []

@@ -37,10 +37,12 @@ def replay_sim(live: list[LiveStep], pools: PoolConfigs, lengths: ReplayLengths,
 
 def closed_loop_sim(policy: str, pools: PoolConfigs, profile: ThroughputModel,
                     lengths: ReplayLengths, prompt_ids: list[str], groups: int, n: int,
-                    num_replicas: int, steps: int) -> list[StepOutcome]:
+                    num_replicas: int, steps: int,
+                    controller: dict[str, Any] | None = None) -> list[StepOutcome]:
     """``tailsieve simulate``-style: the protocol and its controller driven by the simulator
     (its own plans), same prompt order and lengths, then a flush if anything is carried."""
-    ccfg = ControllerConfig(num_groups=groups, num_replicas=num_replicas, group_size=n)
+    ccfg = ControllerConfig(num_groups=groups, num_replicas=num_replicas, group_size=n,
+                            **(controller or {}))
     proto = RolloutProtocol(
         ProtocolConfig(num_replicas=num_replicas, num_groups=groups, group_size=n),
         make_controller(policy, ccfg, profile),
