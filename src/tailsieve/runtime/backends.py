@@ -98,6 +98,8 @@ class Response:
     finish_reason: str  # "stop" | "length" | server-specific
     token_ids: tuple[int, ...] | None = None
     logprobs: tuple[float, ...] | None = None  # logprob of each sampled token, when asked
+    text_offsets: tuple[int, ...] | None = None  # start of each token's text (vLLM logprobs)
+    prompt_token_ids: tuple[int, ...] | None = None  # the prompt as the server tokenized it
 
 
 def build_request(
@@ -251,12 +253,16 @@ def _parse_openai(backend: Backend, body: Any, n: int) -> list[Response]:
             lp = ch.get("logprobs") or {}
             content = lp.get("content") if isinstance(lp, dict) else None
             logprobs = tuple(float(e["logprob"]) for e in content) if content else None
+            offsets = None
         else:
             text = ch.get("text") or ""
             lp = ch.get("logprobs") or {}
             vals = lp.get("token_logprobs") if isinstance(lp, dict) else None
             logprobs = tuple(float(v) for v in vals if v is not None) if vals else None
+            offs = lp.get("text_offset") if isinstance(lp, dict) else None
+            offsets = _int_tuple(offs) if offs else None
         ids = ch.get("token_ids")
+        pids = ch.get("prompt_token_ids")
         token_ids = _int_tuple(ids) if ids is not None else None
         if token_ids is not None:
             num = len(token_ids)
@@ -273,6 +279,8 @@ def _parse_openai(backend: Backend, body: Any, n: int) -> list[Response]:
                 finish_reason=str(ch.get("finish_reason") or "unknown"),
                 token_ids=token_ids,
                 logprobs=logprobs,
+                text_offsets=offsets,
+                prompt_token_ids=_int_tuple(pids) if pids is not None else None,
             )
         )
     return out
