@@ -111,6 +111,7 @@ class LiveExecutor:
         self._run: _Run | None = None  # the step running now
         self.num_relocations = 0  # continuation: responses continued elsewhere after a fault
         self.num_moves = 0  # continuation: responses moved by ``move``
+        self.chains: dict[str, list[ResponseChain]] = {}  # continuation: the last step's chains
 
     @property
     def num_replicas(self) -> int:
@@ -225,6 +226,7 @@ class LiveExecutor:
         run = _Run(plan=plan, t0=loop.time(), queue=asyncio.Queue(), reps=reps)
         run.busy_until_s = [0.0] * len(reps)
         self._run = run
+        self.chains = run.chains
         prober = asyncio.create_task(self._probe_loop())
         try:
             for a in sorted(plan.assignments, key=lambda a: (a.order, a.replica)):
