@@ -14,9 +14,10 @@ from test_live_executor import make_plan, prompts_for
 from tailsieve.core.protocol import validate_outcome
 from tailsieve.errors import ConfigError
 from tailsieve.runtime.attempt import ExecutorConfig
-from tailsieve.runtime.backends import SamplingParams
+from tailsieve.runtime.backends import PromptInput, SamplingParams
 from tailsieve.runtime.chain import ChainError
 from tailsieve.runtime.executor import LiveExecutor
+from tailsieve.runtime.rollout import RolloutConfig, TailSieveRollout
 from tailsieve.runtime.step_state import StepResult
 from tailsieve.runtime.stub import StubFault, StubTransport, token_at
 
@@ -181,3 +182,30 @@ def test_moves_and_faults_keep_exactly_once_whole_groups_exact_chains(
     delivered = [d.prompt_id for d in res.outcome.delivered]
     assert len(delivered) == len(set(delivered)) == 5  # t0, p0 + 3 fresh, once each
     assert_exact(res, length_of, stub, text=not stream)
+
+
+async def test_rollout_api_with_continuation_and_a_dead_replica() -> None:
+    """``RolloutConfig(continuation=True, piece_tokens=...)`` end to end: a replica that dies
+    mid-run costs no group regeneration, and every response is token-exact."""
+
+    table = {f"p{i}": 30 + (i * 37) % 300 for i in range(200)}
+    length_of = lengths_fn(table)
+    urls = [f"http://r{i}" for i in range(4)]
+    stub = StubTransport(
+        length_of, seconds_per_token=0.0002, faults={"http://r1": StubFault(die_after_s=0.05)}
+    )
+    cfg = RolloutConfig(
+        num_groups=8, group_size=2, model="m", sampling=SamplingParams(max_tokens=2000, seed=0),
+        continuation=True, piece_tokens=40,
+    )  # fmt: skip
+    source = iter(PromptInput(p, text=p) for p in table)
+    async with TailSieveRollout(urls, cfg, transport=stub) as ro:
+        for _ in range(3):
+            batch = await ro.step([next(source) for _ in range(ro.num_fresh_needed())])
+            assert batch.metrics.num_regenerated == 0
+            for g in batch.groups:
+                for s, r in enumerate(g.responses):
+                    want = length_of(g.prompt_id, s)
+                    assert r.token_ids == tuple(token_at(s, j) for j in range(want))
+    assert stub.log.broken_chains == []
+    assert not ro.executor.healthy[1]
