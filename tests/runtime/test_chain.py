@@ -96,3 +96,23 @@ def test_penalties_are_refused_with_one_line(sp: SamplingParams) -> None:
 
 def test_neutral_penalties_are_fine() -> None:
     check_continuable(SamplingParams(presence_penalty=0.0, extra={"repetition_penalty": 1.0}))
+
+
+def test_continued_prompt_is_encoded_once_and_spliced() -> None:
+    import json
+
+    from tailsieve.runtime.backends import EncodedIds
+    from tailsieve.runtime.lean_http import _drop_prompt_ids, _encode
+
+    c = ResponseChain(max_tokens=10, prompt_ids=(5, 6))
+    c.add(piece(["a", "b"], 0), 2)
+    first = c.next_prompt(PromptInput("p", text="hi")).token_ids
+    c.add(piece(["c"], 2), 1)
+    ids = c.next_prompt(PromptInput("p", text="hi")).token_ids
+    assert isinstance(first, EncodedIds) and isinstance(ids, EncodedIds)
+    assert ids == (5, 6, 0, 1, 2) and json.loads(ids.json) == list(ids)
+    body = {"model": "m", "prompt": ids, "max_tokens": 3}
+    assert json.loads(_encode(body)) == {"model": "m", "prompt": [5, 6, 0, 1, 2], "max_tokens": 3}
+    raw = b'{"choices":[{"token_ids":[1,2],"prompt_token_ids":[5,6,0]}],"usage":{}}'
+    out = json.loads(_drop_prompt_ids(raw))
+    assert out["choices"][0] == {"token_ids": [1, 2], "prompt_token_ids": None}

@@ -120,8 +120,9 @@ async def test_move_with_streaming_keeps_the_streamed_tokens() -> None:
     stub = StubTransport(length_of, seconds_per_token=0.001)
     ex = LiveExecutor(URLS, ccfg(piece_tokens=None, stream=True), transport=stub)
 
-    async def mover() -> None:
-        await asyncio.sleep(0.05)
+    async def mover() -> None:  # once t0's response 1 has streamed some tokens
+        while ex._run is None or ex._run.groups["t0"].progress.live_tokens.get(1, 0) < 10:
+            await asyncio.sleep(0.002)
         assert ex.move("t0", 1, 1)
 
     task = asyncio.create_task(mover())

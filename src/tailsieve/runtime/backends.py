@@ -58,6 +58,20 @@ class SamplingParams:
             raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
 
 
+class EncodedIds(tuple[int, ...]):
+    """Token ids with their compact JSON encoding cached (``json``): a continued piece's prompt,
+    encoded once per piece by appending to the previous piece's encoding. ``LeanTransport``
+    splices ``json`` into the request instead of encoding the ids again, and does not parse
+    the prompt ids the server echoes back."""
+
+    json: str
+
+    def __new__(cls, ids: tuple[int, ...], encoded: str) -> EncodedIds:
+        obj = super().__new__(cls, ids)
+        obj.json = encoded
+        return obj
+
+
 @dataclass(frozen=True, slots=True)
 class PromptInput:
     """One prompt: exactly one of ``text``, ``token_ids`` or ``messages``."""
@@ -162,7 +176,10 @@ def _openai_request(
     else:
         if prompt.messages is not None:
             raise ConfigError(f"prompt {prompt.prompt_id!r}: chat messages need backend vllm-chat")
-        body["prompt"] = list(prompt.token_ids) if prompt.token_ids is not None else prompt.text
+        ids = prompt.token_ids
+        body["prompt"] = (
+            ids if isinstance(ids, EncodedIds) else list(ids) if ids is not None else prompt.text
+        )
         if sampling.logprobs is not None:
             body["logprobs"] = sampling.logprobs
     if return_token_ids or num_samples > 1:
@@ -209,7 +226,8 @@ def _sglang_request(
     sp.update(sampling.extra)
     body: JSON = {"sampling_params": sp, "stream": stream}
     if prompt.token_ids is not None:
-        body["input_ids"] = list(prompt.token_ids)
+        ids = prompt.token_ids
+        body["input_ids"] = ids if isinstance(ids, EncodedIds) else list(ids)
     elif prompt.text is not None:
         body["text"] = prompt.text
     else:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tailsieve.errors import ConfigError
-from tailsieve.runtime.backends import PromptInput, Response, SamplingParams
+from tailsieve.runtime.backends import EncodedIds, PromptInput, Response, SamplingParams
 
 PENALTY_KEYS = ("presence_penalty", "frequency_penalty", "repetition_penalty")
 SEED_WARNING = (
@@ -96,6 +96,8 @@ class ResponseChain:
     pieces: list[Piece] = field(default_factory=list)
     stop: tuple[str, ...] = ()
     final: Response | None = None  # set when the chain is complete
+    _encoded: list[str] = field(default_factory=list)  # JSON of the prefix, built per piece
+    _encoded_pieces: int = 0  # pieces already in ``_encoded``
 
     @property
     def generated_ids(self) -> tuple[int, ...]:
@@ -124,7 +126,17 @@ class ResponseChain:
             return prompt
         if self.prompt_ids is None:
             raise ChainError(f"prompt {prompt.prompt_id!r}: its token ids are unknown")
-        return PromptInput(prompt.prompt_id, token_ids=self.prompt_ids + self.generated_ids)
+        if not self._encoded or self._encoded_pieces > len(self.pieces):
+            self._encoded = [",".join(map(str, self.prompt_ids))]
+            self._encoded_pieces = 0
+        for p in self.pieces[self._encoded_pieces :]:
+            if p.token_ids:
+                self._encoded.append(",".join(map(str, p.token_ids)))
+        self._encoded_pieces = len(self.pieces)
+        ids = EncodedIds(
+            self.prompt_ids + self.generated_ids, "[" + ",".join(x for x in self._encoded if x) + "]"
+        )
+        return PromptInput(prompt.prompt_id, token_ids=ids)
 
     def piece_sampling(self, sampling: SamplingParams, piece_tokens: int | None) -> SamplingParams:
         """Sampling of the next piece: max_tokens = what is left (at most ``piece_tokens``),
@@ -154,6 +166,7 @@ class ResponseChain:
         """Forget the last piece (it is outside the chain)."""
         self.pieces.pop()
         self.final = None
+        self._encoded = []
 
     def join(self) -> Response:
         """The response as if generated in one go (cut at a stop string across a seam)."""

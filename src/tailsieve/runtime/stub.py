@@ -153,7 +153,7 @@ class StubTransport:
         """(prompt text, tokens already generated) of a text prompt or a continuation (the
         prompt's ids plus the generated ids). A continuation whose generated part is not what
         this sample generated is logged in ``log.broken_chains``."""
-        if not isinstance(raw, list):
+        if not isinstance(raw, list | tuple):
             return str(raw), 0
         head = [t for t in raw if t >= PROMPT_BASE]
         tail = list(raw[len(head) :])
@@ -171,12 +171,12 @@ class StubTransport:
         if int(payload.get("n", 1)) == 1:  # tokens stream as they are generated
             s0 = max(int(payload.get("seed", -1)), 0)
             raw = payload.get("prompt")
-            done = sum(1 for t in raw if t < PROMPT_BASE) if isinstance(raw, list) else 0
+            done = sum(1 for t in raw if t < PROMPT_BASE) if isinstance(raw, list | tuple) else 0
             loop = asyncio.get_running_loop()
             t0, cap = loop.time(), int(payload["max_tokens"])
             text = (
                 "".join(chr(t - PROMPT_BASE) for t in raw if t >= PROMPT_BASE)
-                if isinstance(raw, list)
+                if isinstance(raw, list | tuple)
                 else str(raw)
             )
             if not payload.get("ignore_eos"):
