@@ -208,6 +208,13 @@ def rollout(
     seed: int = typer.Option(None, "--seed", help="Base sampling seed."),
     split: bool = typer.Option(True, "--split/--no-split", help="n single requests per group."),
     stream: bool = typer.Option(False, "--stream/--no-stream"),
+    continuation: bool = typer.Option(
+        False, "--continuation/--no-continuation",
+        help="Responses as chains of pieces: a fault loses only the work since the last seam.",
+    ),
+    piece_tokens: int = typer.Option(
+        None, "--piece-tokens", help="Continuation: max tokens per piece (seams every so often)."
+    ),
     request_timeout: float = typer.Option(3600.0, "--request-timeout"),
     q0: int = typer.Option(None, "--q0"),
     m0: int = typer.Option(None, "--m0"),
@@ -246,6 +253,8 @@ def rollout(
         stream=stream,
         request_timeout_s=request_timeout,
         controller=ctrl,
+        continuation=continuation or piece_tokens is not None,
+        piece_tokens=piece_tokens,
     )
     provider = StateFileAddresses(state) if state is not None else None
     asyncio.run(

@@ -18,6 +18,7 @@ is polled at every probe: a replica whose address changed is taken out and probe
 from __future__ import annotations
 
 import asyncio
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -32,6 +33,8 @@ from tailsieve.runtime.attempt import (
     GroupAttempt,
 )
 from tailsieve.runtime.backends import PromptInput, Response
+from tailsieve.runtime.chain import SEED_WARNING, ResponseChain, check_continuable
+from tailsieve.runtime.chain_attempt import ChainedAttempt
 from tailsieve.runtime.lean_http import LeanTransport
 from tailsieve.runtime.served_model import resolve_served_model, transport_getter
 from tailsieve.runtime.step_state import GroupRun, StepProgress, StepResult, build_result
@@ -71,6 +74,8 @@ class _Run:
     wasted_tokens: int = 0
     num_regenerated: int = 0
     busy_until_s: list[float] = field(default_factory=list)
+    chains: dict[str, list[ResponseChain]] = field(default_factory=dict)  # continuation mode
+    attempts: dict[str, ChainedAttempt] = field(default_factory=dict)
 
 
 class LiveExecutor:
@@ -93,12 +98,20 @@ class LiveExecutor:
         if not endpoints:
             raise ConfigError("need at least one endpoint")
         self.config = config
+        if config.continuation:
+            check_continuable(config.sampling)  # one clear line, before any request
+            if config.sampling.seed is not None:
+                warnings.warn(SEED_WARNING, UserWarning, stacklevel=2)
         self.replicas = [ReplicaState(url=u.rstrip("/")) for u in endpoints]
         self._transport: Transport = transport or LeanTransport()
         self._forced = forced_length
         self._on_progress = on_progress
         self._addresses = addresses
         self.num_readmitted = 0  # replicas returned to service by a probe
+        self._run: _Run | None = None  # the step running now
+        self.num_relocations = 0  # continuation: responses continued elsewhere after a fault
+        self.num_moves = 0  # continuation: responses moved by ``move``
+        self.chains: dict[str, list[ResponseChain]] = {}  # continuation: the last step's chains
 
     @property
     def num_replicas(self) -> int:
@@ -212,6 +225,8 @@ class LiveExecutor:
         loop = asyncio.get_running_loop()
         run = _Run(plan=plan, t0=loop.time(), queue=asyncio.Queue(), reps=reps)
         run.busy_until_s = [0.0] * len(reps)
+        self._run = run
+        self.chains = run.chains
         prober = asyncio.create_task(self._probe_loop())
         try:
             for a in sorted(plan.assignments, key=lambda a: (a.order, a.replica)):
@@ -232,6 +247,7 @@ class LiveExecutor:
             for t in (*tasks, prober):
                 t.cancel()
             await asyncio.gather(*tasks, prober, return_exceptions=True)
+            self._run = None
         return build_result(
             run.plan,
             run.groups,
@@ -246,8 +262,55 @@ class LiveExecutor:
     def _now(self, run: _Run) -> float:
         return asyncio.get_running_loop().time() - run.t0
 
+    def move(self, prompt_id: str, sample: int, to_replica: int) -> bool:
+        """Continue response ``sample`` of group ``prompt_id`` on plan replica ``to_replica``
+        (continuation mode, during ``run``): its running piece is aborted and the response goes
+        on from its last seam there (streaming: from its last streamed token). False when the
+        group or the response is not running."""
+        run = self._run
+        if not self.config.continuation:
+            raise ConfigError("move() needs ExecutorConfig(continuation=True)")
+        if run is None or not 0 <= to_replica < len(run.reps):
+            raise ConfigError(f"move: no running step, or no replica {to_replica}")
+        g = run.groups.get(prompt_id)
+        att = run.attempts.get(prompt_id)
+        if g is None or att is None or g.status != "running":
+            return False
+        if not att.move(sample, to_replica, run.reps[to_replica].url):
+            return False
+        g.replicas = tuple(to_replica if j == sample else r for j, r in enumerate(g.replicas))
+        g.replica = g.replicas[0]
+        self.num_moves += 1
+        return True
+
+    def generated(self, prompt_id: str) -> list[tuple[int, ...]]:
+        """Continuation mode: the token ids each response of a running group has generated
+        up to its last seam."""
+        run = self._run
+        chains = run.chains.get(prompt_id, []) if run is not None else []
+        return [c.generated_ids for c in chains]
+
+    def _relocate(
+        self, run: _Run, g: GroupRun, sample: int, replica: int, url: str, exc: BaseException
+    ) -> tuple[int, str]:
+        """A response's piece failed with ``ReplicaDownError``: take the replica out (unless it
+        moved address since) and name where the response continues."""
+        rep = run.reps[replica]
+        if rep.url == url.rstrip("/") and rep.healthy:
+            rep.healthy, rep.reason = False, str(exc)
+            rep.num_faults += 1
+            run.busy_until_s[replica] = max(run.busy_until_s[replica], self._now(run))
+        new = replica if rep.healthy else self._pick(run, g.assignment)
+        g.replicas = tuple(new if j == sample else r for j, r in enumerate(g.replicas))
+        g.replica = g.replicas[0]
+        self.num_relocations += 1
+        return new, run.reps[new].url
+
     def _launch(self, run: _Run, g: GroupRun, prompts: Mapping[str, PromptInput]) -> None:
         g.progress = AttemptProgress()
+        if self.config.continuation:
+            self._launch_chains(run, g, prompts[g.assignment.prompt_id])
+            return
         where = g.replicas or (g.replica,)
         urls = tuple(run.reps[r].url for r in where)
         attempt = GroupAttempt(
@@ -263,10 +326,33 @@ class LiveExecutor:
             self._wrap(run, attempt, g.assignment.prompt_id, g.attempt, where, urls)
         )
 
+    def _launch_chains(self, run: _Run, g: GroupRun, prompt: PromptInput) -> None:
+        n = run.plan.group_size
+        if not g.replicas:
+            g.replicas = (g.replica,) * n
+        pid = g.assignment.prompt_id
+        sp = self.config.sampling
+        chains = run.chains.setdefault(
+            pid, [ResponseChain(sp.max_tokens, prompt.token_ids, stop=sp.stop or ()) for _ in
+                  range(n)]
+        )
+        where = [(r, run.reps[r].url) for r in g.replicas]
+
+        def relocate(sample: int, replica: int, url: str, exc: BaseException) -> tuple[int, str]:
+            return self._relocate(run, g, sample, replica, url, exc)
+
+        att = ChainedAttempt(
+            self._transport, where, self.config, prompt, chains, self._forced, g.progress,
+            relocate,
+        )
+        run.attempts[pid] = att
+        urls = tuple(u for _, u in where)
+        g.task = asyncio.create_task(self._wrap(run, att, pid, g.attempt, g.replicas, urls))
+
     async def _wrap(
         self,
         run: _Run,
-        att: GroupAttempt,
+        att: GroupAttempt | ChainedAttempt,
         pid: str,
         k: int,
         where: tuple[int, ...],
@@ -362,8 +448,10 @@ class LiveExecutor:
         same = [i for i in healthy if i in pool] or healthy
         load = {i: 0 for i in same}
         for g in run.groups.values():
-            if g.status == "running" and g.replica in load:
-                load[g.replica] += 1
+            if g.status == "running":
+                for r in g.replicas or (g.replica,):
+                    if r in load:
+                        load[r] += 1
         return min(same, key=lambda i: (load[i], i))
 
     def _cut(self, run: _Run) -> None:

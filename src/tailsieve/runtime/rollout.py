@@ -61,6 +61,8 @@ class RolloutConfig:
     max_retries: int = 3
     controller: dict[str, Any] = field(default_factory=dict)  # ControllerConfig overrides
     return_token_ids: bool = True  # per-response token ids from vLLM (False: counts only)
+    continuation: bool = False  # responses as chains of pieces (moves; a fault loses a piece)
+    piece_tokens: int | None = None  # continuation: max tokens per piece
 
     def __post_init__(self) -> None:
         if self.num_groups < 1 or self.group_size < 1:
@@ -77,6 +79,8 @@ class RolloutConfig:
             request_timeout_s=self.request_timeout_s,
             max_retries=self.max_retries,
             return_token_ids=self.return_token_ids,
+            continuation=self.continuation,
+            piece_tokens=self.piece_tokens,
         )
 
 
