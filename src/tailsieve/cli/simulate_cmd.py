@@ -138,13 +138,15 @@ def _print_table(meta: dict[str, Any], summaries: list[dict[str, Any]]) -> None:
                 f"({meta['seeds']} seed(s); 95% t-interval over seeds); "
                 "LB ratio = step time / lower bound of the delivered batch, mean over steps; "
                 "capture = share of each step's q longest groups caught by the previous cutoff; "
-                "preempt = KV-capacity preemptions per step",
+                "preempt = KV-capacity preemptions per step; moves = responses moved by "
+                "continuation per step (prefill s per step)",
         caption_justify="left",
     )
     table.add_column("policy", no_wrap=True)
     preempt = any(s["preemptions_per_step"] > 0 for s in summaries)
+    moves = any(s.get("moves_per_step", 0) > 0 for s in summaries)
     cols = ("steady s", "speedup", "mean spd", "paired", "LB ratio", "wasted", *(
-        ("preempt",) if preempt else ()), "capture", "q", "m")
+        ("preempt",) if preempt else ()), *(("moves",) if moves else ()), "capture", "q", "m")
     for col in cols:
         table.add_column(col, justify="right", no_wrap=True)
     for s in summaries:
@@ -156,6 +158,7 @@ def _print_table(meta: dict[str, Any], summaries: list[dict[str, Any]]) -> None:
             f"{s['mean_speedup_vs_uniform']:.3f}x", paired, f"{s['lower_bound_ratio']:.3f}",
             f"{100 * s['wasted_token_fraction']:.1f}%",
             *((f"{s['preemptions_per_step']:.1f}",) if preempt else ()),
+            *((f"{s['moves_per_step']:.0f} ({s['prefill_s_per_step']:.1f} s)",) if moves else ()),
             "-" if cap is None else f"{100 * cap:.0f}%", str(qs[-1] if qs else "-"),
             str(ms[-1] if ms else "-"),
         )

@@ -6,6 +6,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
+from tailsieve.core.balancer import BalanceSettings
 from tailsieve.core.diagnostics import PredictedPoolTimes
 from tailsieve.core.outcome import StepOutcome
 from tailsieve.core.plan import StepPlan
@@ -19,6 +20,7 @@ class ControlTargets:
     m: int  # tail replicas (0 = uniform routing)
     num_extra: int  # c: extra fresh bulk groups to launch, producing next step's candidates
     spread: bool = False  # deal each group's responses one by one over its pool's replicas
+    balance: BalanceSettings | None = None  # move running responses while the step runs
 
 
 class Controller(ABC):

@@ -40,6 +40,12 @@ class ControllerConfig:
     settle_tolerance: float = 0.2  # inner loop settled when |q* - q| <= max(1, tol * q)
     spread: bool = True  # deal single responses round-robin over a pool's replicas (a group's
     # responses on several replicas); False keeps every group on one replica (the paper)
+    balance: bool = False  # move running responses between replicas while a step runs
+    # (core.balancer); the re-balance interval and the gain a move needs come from measurements
+    seam_s: float = 0.05  # cost of one move beyond its prefill: round trip + one scheduling
+    # iteration, seconds (a default estimate until measured on the real engine)
+    checks_per_step: int = 0  # re-balance checks per expected step; 0 = one per expected
+    # completion on a replica (N * n / R)
 
     def __post_init__(self) -> None:
         n, r = self.num_groups, self.num_replicas
@@ -82,6 +88,8 @@ class ControllerConfig:
             raise ConfigError(
                 "need 1 <= min_groups_per_tail_replica <= max_groups_per_tail_replica"
             )
+        if self.seam_s < 0 or self.checks_per_step < 0:
+            raise ConfigError("seam_s and checks_per_step must be >= 0")
         if self.history_steps < 1:
             raise ConfigError(f"history_steps must be >= 1, got {self.history_steps}")
         if not (0.0 < self.correction_smoothing <= 1.0):

@@ -50,4 +50,5 @@ def make_controller(
         m0 = config.m0 if config.m0 is not None else config.num_replicas // 2
         cfg = dataclasses.replace(config, outer_enabled=False, m0=m0)
         return HierarchicalController(cfg, tail_model, bulk_model, name=key.value)
-    return HierarchicalController(config, tail_model, bulk_model, name=key.value)
+    return HierarchicalController(dataclasses.replace(config, balance=True), tail_model,
+                                  bulk_model, name=key.value)

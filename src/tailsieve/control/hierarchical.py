@@ -10,6 +10,7 @@ from tailsieve.control.config import ControllerConfig
 from tailsieve.control.inner_loop import InnerDecision, InnerLoop
 from tailsieve.control.outer_loop import OuterLoop
 from tailsieve.control.predictor import PoolPrediction, PoolTimePredictor, StepWork
+from tailsieve.core.balancer import BalanceSettings
 from tailsieve.core.diagnostics import PredictedPoolTimes
 from tailsieve.core.outcome import StepOutcome
 from tailsieve.core.plan import StepPlan
@@ -31,6 +32,8 @@ class ControllerState:
     m_votes: int = 0  # consecutive outer decisions for the same move (+ up, - down)
     history: list[StepWork] = field(default_factory=list)  # recent delivered response work
     last_event: str = ""  # human-readable note on the last decision
+    k_uniform: float = 1.0  # observed/predicted step time of balanced m = 0 steps (EMA; moves)
+    step_ema_s: float = 0.0  # observed step time (EMA): the balancer's horizon
 
 
 class HierarchicalController(Controller):
@@ -64,9 +67,28 @@ class HierarchicalController(Controller):
         st = self.state
         spread = self.config.spread
         if st.m <= 0:
-            return ControlTargets(q=0, m=0, num_extra=0, spread=spread)
+            return ControlTargets(q=0, m=0, num_extra=0, spread=spread,
+                                  balance=self.balance_settings())
         q = min(max(st.q, self.config.q_floor(st.m)), self.config.num_groups - 1)
         return ControlTargets(q=q, m=st.m, num_extra=q, spread=spread)
+
+    def balance_settings(self) -> BalanceSettings | None:
+        """How a balance step (m = 0) re-balances (None when balancing is off; steps with a
+        tail pool run as the paper's protocol, so the outer loop compares the split's
+        predicted time against m = 0 corrected by what moves gained there). From measurements:
+        the horizon is the observed step time (EMA); a check comes about once per expected
+        completion on a replica (the step time over the responses a replica holds), so the
+        interval scales with the step and the batch, not with one configuration. Before any
+        step was observed: one check per 40 seams (a check's moves each cost at least one)."""
+        cfg, st = self.config, self.state
+        if not cfg.balance:
+            return None
+        per_replica = max(1.0, cfg.num_groups * cfg.group_size / max(1, cfg.num_replicas))
+        checks = cfg.checks_per_step or per_replica
+        seam = cfg.seam_s
+        interval = st.step_ema_s / checks if st.step_ema_s > 0 else 40.0 * seam
+        return BalanceSettings(interval_s=max(interval, 1e-3), horizon_s=st.step_ema_s,
+                               seam_s=seam, expected_step_s=st.step_ema_s)
 
     def observe(self, plan: StepPlan, outcome: StepOutcome) -> None:
         cfg, st = self.config, self.state
@@ -94,6 +116,10 @@ class HierarchicalController(Controller):
         self._cache = {}
         clean = not plan.carried_in_bulk_ids and not plan.is_flush
         self._update_corrections(plan, outcome, work, clean)
+        if not plan.is_flush and outcome.makespan_s > 0:
+            a = cfg.correction_smoothing
+            st.step_ema_s = outcome.makespan_s if st.step_ema_s <= 0 else (
+                (1 - a) * st.step_ema_s + a * outcome.makespan_s)
         st.last_event = ""
         if st.hold_q > 0:
             st.hold_q -= 1
@@ -119,7 +145,8 @@ class HierarchicalController(Controller):
         # no q, so that move is open while the inner loop is still moving
         settled = st.m == 0 or self.inner.state.settled
         od = self.outer.decide(
-            st.history, st.m, st.q, st.k_tail, st.k_bulk, self._samples, self._cache
+            st.history, st.m, st.q, st.k_tail, st.k_bulk, self._samples, self._cache,
+            st.k_uniform,
         )
         if od.new_m == st.m or not (settled or od.new_m == 0):
             st.m_votes = 0
@@ -156,7 +183,8 @@ class HierarchicalController(Controller):
             q = st.q if m > 0 else 0
         elif st.history:
             m, q = self.outer.best_split(
-                st.history, min(st.m, num_replicas - 1), st.q, st.k_tail, st.k_bulk
+                st.history, min(st.m, num_replicas - 1), st.q, st.k_tail, st.k_bulk,
+                st.k_uniform,
             )
         else:
             m = min(st.m, num_replicas - 1)
@@ -208,6 +236,11 @@ class HierarchicalController(Controller):
         if plan.m > 0 and plan.q > 0 and pred.tail_s > 0 and outcome.tail_time_s > 0:
             st.k_tail = (1 - a) * st.k_tail + a * (outcome.tail_time_s / pred.tail_s)
         if pred.bulk_s > 0 and outcome.bulk_cut_s > 0:
+            if plan.m == 0 and plan.balance is not None:
+                # balanced m = 0: how much the moves gained over the no-move prediction
+                obs = outcome.makespan_s / pred.bulk_s
+                st.k_uniform = (1 - a) * st.k_uniform + a * obs
+                return
             st.k_bulk = (1 - a) * st.k_bulk + a * (outcome.bulk_cut_s / pred.bulk_s)
 
     def state_dict(self) -> dict[str, Any]:

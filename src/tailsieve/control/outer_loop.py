@@ -83,9 +83,10 @@ class OuterLoop:
         k_bulk: float,
         samples: Sequence[Any] | None = None,
         cache: dict[tuple[int, int], PoolPrediction] | None = None,
+        k_uniform: float = 1.0,
     ) -> OuterDecision:
         preds = self.evaluate(history, m, k_tail, k_bulk, q, samples, cache)
-        spans = _spans(preds, k_tail, k_bulk)
+        spans = _spans(preds, k_tail, k_bulk, k_uniform)
         current = spans.get(m, 0.0)
         best = min(spans, key=lambda mm: (spans[mm], abs(mm - m)))
         gain = (current - spans[best]) / current if current > 0 else 0.0
@@ -103,18 +104,21 @@ class OuterLoop:
         q: int,
         k_tail: float,
         k_bulk: float,
+        k_uniform: float = 1.0,
     ) -> tuple[int, int]:
         """The predicted best (m, q) within the radius of ``m``, without threshold or one-step
         limit: the re-plan after the replica count changed."""
         preds = self.evaluate(history, m, k_tail, k_bulk, q)
-        spans = _spans(preds, k_tail, k_bulk)
+        spans = _spans(preds, k_tail, k_bulk, k_uniform)
         best = min(spans, key=lambda mm: (spans[mm], abs(mm - m)))
         return best, preds[best].q if best > 0 else 0
 
 
 def _spans(
-    preds: dict[int, PoolPrediction], k_tail: float, k_bulk: float
+    preds: dict[int, PoolPrediction], k_tail: float, k_bulk: float, k_uniform: float = 1.0
 ) -> dict[int, float]:
     # the corrections describe the selector's pools; uniform routing has no selector, so its
-    # prediction (m = 0) is compared uncorrected
-    return {mm: p.makespan(k_tail, k_bulk) if mm > 0 else p.makespan() for mm, p in preds.items()}
+    # prediction (m = 0) is compared uncorrected, except for what moves while the step runs
+    # (the balancer) gained there: ``k_uniform``, observed/predicted of balanced m = 0 steps
+    return {mm: p.makespan(k_tail, k_bulk) if mm > 0 else p.makespan() * k_uniform
+            for mm, p in preds.items()}

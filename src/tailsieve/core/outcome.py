@@ -61,6 +61,9 @@ class StepOutcome:
     num_preemptions: int = 0  # KV-capacity preemptions (simulated / emulated replicas)
     recomputed_tokens: int = 0  # tokens prefilled again after those preemptions
     replica_preemptions: tuple[int, ...] = field(default=())  # per replica, when any
+    num_moves: int = 0  # running responses moved to another replica by continuation
+    moved_tokens: int = 0  # prefix tokens (prompt + generated) those continuations carried
+    prefill_s: float = 0.0  # destination seconds spent prefilling their uncached prefixes
 
     @property
     def delivered_ids(self) -> tuple[str, ...]:

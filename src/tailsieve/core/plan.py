@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tailsieve.core.balancer import BalanceSettings
 from tailsieve.core.pool import Pool
 from tailsieve.errors import ProtocolError
 
@@ -65,6 +66,7 @@ class StepPlan:
     fresh_prompt_ids: tuple[str, ...]  # prompts newly drawn from the stream this step
     is_warmup: bool  # step 0: no candidates yet, uniform over all replicas
     is_flush: bool  # final step: drains the carried candidates, draws nothing
+    balance: BalanceSettings | None = None  # re-balance running responses by moves (None: off)
 
     @property
     def num_launched(self) -> int:

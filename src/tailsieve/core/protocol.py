@@ -91,7 +91,8 @@ class RolloutProtocol:
             raise ProtocolError(f"step {self._open.step} was planned but its outcome not consumed")
         cfg = self.config
         q, m, _, p, fresh_deliver, extra = self._shape(flush)
-        spread = self.controller.targets().spread
+        targets = self.controller.targets()
+        spread = targets.spread
         fresh = stream.draw(fresh_deliver + extra)
         fresh_deliver = min(fresh_deliver, len(fresh))
         extra = len(fresh) - fresh_deliver
@@ -141,6 +142,7 @@ class RolloutProtocol:
             fresh_prompt_ids=tuple(fresh),
             is_warmup=self.step == 0,
             is_flush=flush,
+            balance=targets.balance,
         )
         self._open = plan
         return plan

@@ -106,6 +106,13 @@ class ReplicaEngine:
             return 0 if waiting is None else int(waiting.done_tokens)
         return int(min(req.num_tokens, max(0.0, self._p - req.start_p)))
 
+    def running_contexts(self) -> list[tuple[Hashable, int]]:
+        """``(request_id, context tokens)`` of every running request: its prompt (for a
+        continuation, the carried prefix) plus the tokens it has generated here so far."""
+        p = self._p
+        return [(rid, req.prompt_tokens + int(min(req.num_tokens, max(0.0, p - req.start_p))))
+                for rid, req in self._running.items()]
+
     def _tau(self, b: int) -> float:
         if b >= len(self._taus):
             self._taus = self.config.throughput.taus(max(2 * b, 64)).tolist()

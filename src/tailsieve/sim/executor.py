@@ -34,6 +34,7 @@ from tailsieve.sim.cutoff_work import work_at_cutoff
 from tailsieve.sim.eventpath import simulate_events
 from tailsieve.sim.fastpath import simulate_closed_form
 from tailsieve.sim.layout import RequestLayout
+from tailsieve.sim.movepath import MoveStats, simulate_with_moves
 from tailsieve.sim.replicas import PoolConfigs
 
 LengthsFn = Callable[[str, int], "Sequence[int] | npt.NDArray[np.int64]"]
@@ -96,14 +97,18 @@ class SimExecutor:
             raise ProtocolError(
                 f"step {plan.step}: plan needs {k} fresh bulk groups but launches {num_fresh}"
             )
-        closed = not self.force_event_driven and all(
+        moves: MoveStats | None = None
+        closed = plan.balance is None and not self.force_event_driven and all(
             capacity_cannot_bind(
                 layout.lengths[idx], configs[r],
                 None if prompt_tokens is None else layout.prompt_tokens[idx],
             )
             for r, idx in enumerate(layout.replica_requests)
         )
-        if closed:
+        if plan.balance is not None:
+            res, moves = simulate_with_moves(layout, configs, k, plan.balance,
+                                             tail_replicas=plan.tail_replicas)
+        elif closed:
             res = simulate_closed_form(layout, configs, k)
         else:
             res = simulate_events(layout, configs, k)
@@ -114,7 +119,13 @@ class SimExecutor:
                 replace(out.outcome, num_preemptions=res.num_preemptions,
                         recomputed_tokens=res.recomputed_tokens,
                         replica_preemptions=res.replica_preemptions),
-                out.spans, out.cutoff_s,
+                out.spans, out.cutoff_s, out.work_at_cutoff,
+            )
+        if moves is not None and moves.num_moves:
+            out = SimStepResult(
+                replace(out.outcome, num_moves=moves.num_moves, moved_tokens=moves.moved_tokens,
+                        prefill_s=moves.prefill_s),
+                out.spans, out.cutoff_s, out.work_at_cutoff,
             )
         return out
 

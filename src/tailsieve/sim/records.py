@@ -120,6 +120,26 @@ class PolicyRun:
         return float(np.mean([r.recomputed_tokens for r in rs])) if rs else 0.0
 
     @property
+    def moves_per_step(self) -> float:
+        """Mean responses moved by continuation per regular step (the balancer)."""
+        rs = self.regular
+        return float(np.mean([r.diagnostics.num_moves if r.diagnostics else 0 for r in rs])) \
+            if rs else 0.0
+
+    @property
+    def moved_tokens_per_step(self) -> float:
+        rs = self.regular
+        return float(np.mean([r.diagnostics.moved_tokens if r.diagnostics else 0
+                              for r in rs])) if rs else 0.0
+
+    @property
+    def prefill_s_per_step(self) -> float:
+        """Mean destination prefill seconds of the moves per regular step."""
+        rs = self.regular
+        return float(np.mean([r.diagnostics.prefill_s if r.diagnostics else 0.0
+                              for r in rs])) if rs else 0.0
+
+    @property
     def max_decision_s(self) -> float:
         return max((r.decision_s for r in self.records), default=0.0)
 
@@ -170,6 +190,9 @@ class PolicyRun:
             "max_decision_s": self.max_decision_s,
             "preemptions_per_step": self.preemptions_per_step,
             "recomputed_tokens_per_step": self.recomputed_tokens_per_step,
+            "moves_per_step": self.moves_per_step,
+            "moved_tokens_per_step": self.moved_tokens_per_step,
+            "prefill_s_per_step": self.prefill_s_per_step,
             "num_steps": len(self.regular),
             "paired_speedup": None,
             "paired_steady_from": None,

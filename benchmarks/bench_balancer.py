@@ -1,0 +1,182 @@
+"""The balancer (moves by continuation) against per-request round-robin, paired, over seeds.
+
+Run: ``PYTHONPATH=src python benchmarks/bench_balancer.py --out benchmarks/results/balancer``
+(``--seeds 5 --steps 20`` by default; ``--cases NAME ...`` runs a subset; ``--quick``: 2 seeds,
+12 steps). Writes ``balancer.json`` and ``balancer.md`` into ``--out``.
+
+Every case runs ``uniform-requests`` (what a per-request load balancer already does) and
+``tailsieve`` (its controller in balance mode: the same dealing plus moves while the step
+runs, ``core.balancer``) on the same prompts and lengths (the simulator's paired lengths), the
+profile's context term, KV capacity and running cap on. Speedup = mean over steady steps
+(index >= 5, as ``tailsieve simulate``'s paired column) of ``T_uniform-requests(t) /
+T_tailsieve(t)``, per seed; then the mean over seeds with a 95% Student-t interval. Beside it:
+moves per step, moved tokens per step, destination prefill seconds per step and the wasted
+token fraction. Cases: the issue's three targets (4B paper-math R = 8, 4B AIME trace R = 8,
+30B-A3B TP2 R = 4 with Uniform Oracle beside it) and the guards (weak tail, prefill priced at
+4x the derived cost, i.e. a quarter of the derived prefill rate, and every other shipped
+profile).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tailsieve.model.profiles import load_profile
+from tailsieve.model.replica_engine import ReplicaConfig
+from tailsieve.sim.driver import SimSettings, epoch_prompt_ids, run_policies
+from tailsieve.sim.replicas import PoolConfigs
+from tailsieve.sim.speedup_stats import STEADY_FROM, seed_speedup, t_interval
+from tailsieve.sim.workloads import resolve_workload
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    name: str
+    profile: str
+    workload: str
+    replicas: int
+    target: float  # speedup over uniform-requests the issue asks for (guards: 0.99)
+    tail_strength: str | None = None
+    prefill_scale: float = 1.0  # multiplies the derived per-token prefill (recompute) cost
+    oracle: bool = False  # also run uniform-oracle (paired over uniform-requests)
+
+
+CASES: tuple[Case, ...] = (
+    Case("4b-paper-math-r8", "qwen3-4b-h100", "paper-math", 8, 1.10),
+    Case("4b-aime-r8", "qwen3-4b-h100", "aime", 8, 1.04),
+    Case("30b-a3b-paper-math-r4", "qwen3-30b-a3b-h100-tp2", "paper-math", 4, 1.07, oracle=True),
+    Case("4b-paper-math-weak-tail", "qwen3-4b-h100", "paper-math", 8, 0.99, tail_strength="weak"),
+    Case("4b-paper-math-prefill-x4", "qwen3-4b-h100", "paper-math", 8, 0.99, prefill_scale=4.0),
+    Case("4b-aime-prefill-x4", "qwen3-4b-h100", "aime", 8, 0.99, prefill_scale=4.0),
+    Case("30b-a3b-prefill-x4", "qwen3-30b-a3b-h100-tp2", "paper-math", 4, 0.99,
+         prefill_scale=4.0),
+    Case("4b-h200-paper-math", "qwen3-4b-h200", "paper-math", 8, 0.99),
+    Case("qwen3.5-4b-paper-math", "qwen3.5-4b-h100", "paper-math", 8, 0.99),
+    Case("qwen3.5-35b-a3b-paper-math-r4", "qwen3.5-35b-a3b-h100-tp2", "paper-math", 4, 0.99),
+    Case("cpu-paper-math", "cpu", "paper-math", 8, 0.99),
+    Case("illustrative-flat-paper-math", "illustrative-flat", "paper-math", 8, 0.99),
+)
+
+
+def pools_for(case: Case) -> PoolConfigs:
+    base = ReplicaConfig.from_profile(load_profile(case.profile))
+    if case.prefill_scale != 1.0:
+        per = base.recompute_s_per_token or 0.0
+        base = dataclasses.replace(base, recompute_s_per_token=per * case.prefill_scale)
+    return PoolConfigs.single(base)
+
+
+def run_case(case: Case, seeds: list[int], steps: int, groups: int) -> dict[str, Any]:
+    pools = pools_for(case)
+    names = ["uniform-requests", "tailsieve", *(("uniform-oracle",) if case.oracle else ())]
+    per_seed: list[dict[str, Any]] = []
+    t0 = time.perf_counter()
+    for sd in seeds:
+        wl = resolve_workload(case.workload, case.tail_strength, seed=sd)
+        dataset = wl.prompt_ids()
+        settings = SimSettings(num_replicas=case.replicas, num_groups=groups, group_size=8,
+                               num_steps=steps, seed=sd)
+        runs = run_policies(names, settings, lambda ds=dataset, s=sd: epoch_prompt_ids(ds, s),
+                            wl, pools)
+        ur, ts = runs["uniform-requests"].run, runs["tailsieve"].run
+        steady = [r for r in ts.regular if r.step >= STEADY_FROM]
+        row: dict[str, Any] = {
+            "seed": sd,
+            "speedup": seed_speedup(ur, ts),
+            "uniform_requests_step_s": float(np.mean([r.makespan_s for r in ur.regular
+                                                      if r.step >= STEADY_FROM])),
+            "tailsieve_step_s": float(np.mean([r.makespan_s for r in steady])),
+            "moves_per_step": float(np.mean([r.diagnostics.num_moves for r in steady
+                                             if r.diagnostics])),
+            "moved_tokens_per_step": float(np.mean([r.diagnostics.moved_tokens for r in steady
+                                                    if r.diagnostics])),
+            "prefill_s_per_step": float(np.mean([r.diagnostics.prefill_s for r in steady
+                                                 if r.diagnostics])),
+            "wasted_token_fraction": ts.wasted_token_fraction,
+            "m_trajectory": ts.m_trajectory,
+        }
+        if case.oracle:
+            row["uniform_oracle_speedup"] = seed_speedup(ur, runs["uniform-oracle"].run)
+        per_seed.append(row)
+    mean, lo, hi = t_interval([r["speedup"] for r in per_seed])
+    out: dict[str, Any] = {
+        **dataclasses.asdict(case), "seeds": seeds, "steps": steps, "groups": groups,
+        "speedup_mean": mean, "speedup_ci": [lo, hi],
+        "min_seed_speedup": min(r["speedup"] for r in per_seed),
+        "meets_target": mean >= case.target,
+        "wasted_token_fraction_max": max(r["wasted_token_fraction"] for r in per_seed),
+        "elapsed_s": round(time.perf_counter() - t0, 1),
+        "per_seed": per_seed,
+    }
+    for key in ("moves_per_step", "moved_tokens_per_step", "prefill_s_per_step",
+                "uniform_requests_step_s", "tailsieve_step_s"):
+        out[key] = float(np.mean([r[key] for r in per_seed]))
+    if case.oracle:
+        out["uniform_oracle_speedup_mean"] = float(np.mean(
+            [r["uniform_oracle_speedup"] for r in per_seed]))
+    return out
+
+
+def to_markdown(rows: list[dict[str, Any]]) -> str:
+    head = ("| case | profile | R | tailsieve over uniform-requests (95% CI) | target | "
+            "moves/step | moved tokens/step | prefill s/step | wasted | uniform-oracle |\n"
+            "|---|---|---|---|---|---|---|---|---|---|\n")
+    lines = []
+    for r in rows:
+        lo, hi = r["speedup_ci"]
+        ci = "" if lo is None else f" ({lo:.3f}-{hi:.3f})"
+        orc = r.get("uniform_oracle_speedup_mean")
+        lines.append(
+            f"| {r['name']} | {r['profile']} | {r['replicas']} | {r['speedup_mean']:.3f}x{ci} | "
+            f"{'>=' if r['target'] > 1 else 'never below '}{r['target']:.2f}x | "
+            f"{r['moves_per_step']:.0f} | {r['moved_tokens_per_step']:,.0f} | "
+            f"{r['prefill_s_per_step']:.1f} | {100 * r['wasted_token_fraction_max']:.2f}% | "
+            f"{'-' if orc is None else f'{orc:.3f}x'} |")
+    return head + "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=Path("benchmarks/results/balancer"))
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--groups", type=int, default=64)
+    ap.add_argument("--cases", nargs="*", default=None, help="case names (default: all)")
+    ap.add_argument("--quick", action="store_true", help="2 seeds, 12 steps")
+    args = ap.parse_args(argv)
+    seeds, steps = (2, 12) if args.quick else (args.seeds, args.steps)
+    chosen = [c for c in CASES if args.cases is None or c.name in args.cases]
+    if args.cases and len(chosen) != len(args.cases):
+        known = ", ".join(c.name for c in CASES)
+        print(f"unknown case in {args.cases}; choose from {known}", file=sys.stderr)
+        return 2
+    rows = []
+    for case in chosen:
+        row = run_case(case, list(range(seeds)), steps, args.groups)
+        rows.append(row)
+        print(f"{case.name}: {row['speedup_mean']:.3f}x (min seed {row['min_seed_speedup']:.3f}) "
+              f"moves/step {row['moves_per_step']:.0f} prefill {row['prefill_s_per_step']:.1f} s "
+              f"[{row['elapsed_s']} s]", flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "command": "PYTHONPATH=src python benchmarks/bench_balancer.py " + " ".join(
+            argv if argv is not None else sys.argv[1:]),
+        "baseline": "uniform-requests", "steady_from": STEADY_FROM, "cases": rows,
+    }
+    (args.out / "balancer.json").write_text(json.dumps(payload, indent=1) + "\n")
+    (args.out / "balancer.md").write_text(to_markdown(rows))
+    print(to_markdown(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

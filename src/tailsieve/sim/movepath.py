@@ -1,0 +1,255 @@
+"""Event-driven step simulation with moves by continuation (the balancer at work).
+
+Like ``sim.eventpath`` (one ``ReplicaEngine`` per replica, time from event to event), plus
+re-balance checks: every ``BalanceSettings.interval_s`` (and at a completion when half an
+interval has passed since the last check) every replica is advanced to the moment, the pure
+balancer (``core.balancer.plan_moves``) is asked for moves, and each move is applied:
+
+- the response stops on its replica ``A`` with ``g`` tokens generated there (a *piece*);
+- after the seam (``seam_s``: round trip + one scheduling iteration) it continues on ``B`` as a
+  new piece whose prompt is its prompt plus every token generated so far, asking for the
+  remaining tokens; ``B`` prefills the uncached part of that prefix at the recompute rate
+  (``ReplicaEngine.submit(..., cached_tokens=, continuation=True)``).
+
+Prefix cache: a replica keeps the prefix of every response that left it (a response continued
+where it ran before only prefills what it generated since), and the prompt of every group it
+was dealt (spread siblings share it). Eviction is not modelled.
+
+A delivered response is the chain of its pieces: contiguous token ranges that add up to its
+length. Exactly-once and whole groups are kept as in ``eventpath``: the cutoff aborts unchosen
+fresh groups wherever their pieces are (running, waiting or in transit).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tailsieve.core.balancer import (
+    BalanceSettings,
+    ReplicaLoad,
+    RunningResponse,
+    plan_moves,
+)
+from tailsieve.model.replica_engine import Completion, ReplicaConfig, ReplicaEngine
+from tailsieve.sim.layout import RequestLayout, SimResult, choose_fresh
+
+Piece = tuple[int, int, int]  # (replica, first token index, end token index) of one piece
+
+
+@dataclass(slots=True)
+class MoveStats:
+    """What moving cost in one step."""
+
+    num_moves: int = 0
+    moved_tokens: int = 0  # prefix tokens carried by continuations (prompt + generated)
+    prefill_tokens: int = 0  # of them, not in the destination's prefix cache
+    prefill_s: float = 0.0  # destination stall for those prefills, seconds
+    num_checks: int = 0  # re-balance checks made
+    pieces: list[list[Piece]] = field(default_factory=list)  # per request: its chain
+
+
+def simulate_with_moves(
+    layout: RequestLayout,
+    configs: Sequence[ReplicaConfig],
+    k: int,
+    balance: BalanceSettings,
+    keep_pieces: bool = False,
+    tail_replicas: Sequence[int] = (),
+) -> tuple[SimResult, MoveStats]:
+    """Simulate one plan with re-balancing; ``k`` fresh groups are delivered. Moves stay
+    within a pool (``tail_replicas`` form the tail pool); ``keep_pieces`` records every
+    response's chain of pieces in the returned stats."""
+    n = layout.group_size
+    lens, ptoks = layout.lengths, layout.prompt_tokens
+    nreq = int(lens.size)
+    num_rep = len(configs)
+    engines = [ReplicaEngine(c) for c in configs]
+    tails = frozenset(tail_replicas)
+    taus: dict[int, Callable[[int], float]] = {}
+    for c in configs:
+        if id(c.throughput) not in taus:
+            arr = c.throughput.taus(nreq + 2).tolist()
+            taus[id(c.throughput)] = arr.__getitem__
+    piece_no = [0] * nreq
+    done_prev = [0] * nreq  # tokens of the request's finished pieces
+    cur = layout.request_replica.tolist()  # replica of the current piece (-1: in transit)
+    cache: list[dict[int, int]] = [{} for _ in range(num_rep)]  # replica -> request -> tokens
+    group_reps: list[tuple[int, ...]] = [()] * layout.num_groups
+    for g in range(layout.num_groups):
+        group_reps[g] = tuple(sorted(set(layout.request_replica[g * n:(g + 1) * n].tolist())))
+    stats = MoveStats(pieces=[[] for _ in range(nreq)] if keep_pieces else [])
+    piece_start = [0] * nreq
+    for r, idx in enumerate(layout.replica_requests):
+        for i in idx.tolist():
+            engines[r].submit((i, 0), int(lens[i]), int(ptoks[i]))
+    done = np.full(nreq, np.inf)
+    left = np.full(layout.num_groups, n, dtype=np.int64)
+    group_done = np.full(layout.num_groups, np.inf)
+    aborted = np.zeros(nreq, dtype=bool)
+    pending: list[tuple[float, int, int, int]] = []  # (time, seq, request, destination)
+    seq = 0
+    fresh_done = 0
+
+    def end_piece(i: int, r: int, upto: int) -> None:
+        if keep_pieces:
+            stats.pieces[i].append((r, piece_start[i], upto))
+        piece_start[i] = upto
+
+    def record(comps: list[Completion]) -> None:
+        nonlocal fresh_done
+        for c in comps:
+            i = c.request_id[0]  # type: ignore[index]
+            end_piece(i, cur[i], done_prev[i] + c.num_tokens)
+            done_prev[i] += c.num_tokens
+            done[i] = c.time_s
+            g = i // n
+            left[g] -= 1
+            if left[g] == 0:
+                group_done[g] = c.time_s
+                fresh_done += int(layout.fresh[g])
+
+    def advance_all(t: float) -> None:
+        for e in engines:
+            if e.now_s < t:
+                record(e.advance(t))
+
+    def cached_on(i: int) -> tuple[tuple[int, int], ...]:
+        p = int(ptoks[i])
+        base = [(r, p) for r in group_reps[i // n]] if p else []
+        base += [(r, cache[r][i]) for r in range(num_rep) if i in cache[r]]
+        return tuple(base)
+
+    def rebalance(t: float) -> None:
+        stats.num_checks += 1
+        loads = []
+        for r, e in enumerate(engines):
+            cfg = configs[r]
+            running = tuple(
+                RunningResponse(rid, ctx, cached_on(rid[0]))  # type: ignore[index]
+                for rid, ctx in e.running_contexts()
+            )
+            loads.append(ReplicaLoad(
+                r, running, taus[id(cfg.throughput)], cfg.throughput.context_s_per_token,
+                _per_token(cfg), cfg.prefill_s, accepts=e.num_waiting == 0,
+                pool=int(r in tails),
+            ))
+        moves = plan_moves(loads, balance.horizon_at(t), balance.seam_s,
+                           balance.max_moves_per_check)
+        nonlocal seq
+        for mv in moves:
+            rid = mv.key
+            i = rid[0]  # type: ignore[index]
+            g = engines[mv.src].tokens_so_far(rid)
+            engines[mv.src].abort(rid)
+            end_piece(i, mv.src, done_prev[i] + g)
+            done_prev[i] += g
+            cache[mv.src][i] = int(ptoks[i]) + done_prev[i]
+            piece_no[i] += 1
+            cur[i] = -1
+            heapq.heappush(pending, (t + balance.seam_s, seq, i, mv.dst))
+            seq += 1
+
+    def submit_pending(t: float) -> None:
+        while pending and pending[0][0] <= t:
+            _, _, i, d = heapq.heappop(pending)
+            if aborted[i]:
+                continue
+            e = engines[d]
+            if e.now_s < t:
+                record(e.advance(t))
+            prefix = int(ptoks[i]) + done_prev[i]
+            p = int(ptoks[i]) if d in group_reps[i // n] else 0
+            cached = min(prefix, max(p, cache[d].get(i, 0)))
+            cfg = configs[d]
+            stats.num_moves += 1
+            stats.moved_tokens += prefix
+            stats.prefill_tokens += prefix - cached
+            stats.prefill_s += cfg.recompute_cost_s(prefix - cached)
+            cur[i] = d
+            e.submit((i, piece_no[i]), int(lens[i]) - done_prev[i], prefix,
+                     cached_tokens=cached, continuation=True)
+
+    def cut(t: float) -> tuple[np.ndarray, float]:
+        advance_all(t)
+        chosen, cutoff = choose_fresh(group_done, layout, k)
+        for g in np.flatnonzero(layout.fresh & ~chosen):
+            for i in range(g * n, (g + 1) * n):
+                if np.isfinite(done[i]):
+                    continue
+                aborted[i] = True
+                r = cur[i]
+                if r >= 0:
+                    rid = (i, piece_no[i])
+                    so_far = engines[r].tokens_so_far(rid)
+                    engines[r].abort(rid)
+                    end_piece(i, r, done_prev[i] + so_far)
+                    done_prev[i] += so_far
+                    cur[i] = -1
+        return chosen, cutoff
+
+    chosen: np.ndarray | None = None
+    cutoff = 0.0
+    if k == 0:
+        chosen, cutoff = cut(0.0)
+    t_check = balance.interval_s
+    last_check = 0.0
+    half = balance.interval_s / 2.0
+    stats_done = [0]  # completions popped from engines (checks at completions)
+    while True:
+        t_eng, r_eng = math.inf, -1
+        for r, e in enumerate(engines):
+            te = e.next_event_s()
+            if te < t_eng:
+                t_eng, r_eng = te, r
+        t_pend = pending[0][0] if pending else math.inf
+        if math.isinf(t_eng) and math.isinf(t_pend):
+            break
+        if t_pend <= t_eng and t_pend <= t_check:
+            t = t_pend
+            submit_pending(t)
+        elif t_check < t_eng:
+            t = t_check
+            advance_all(t)
+            if chosen is None and fresh_done >= k:
+                chosen, cutoff = cut(t)
+            rebalance(t)
+            last_check = t
+            t_check += balance.interval_s
+        else:
+            t = t_eng
+            ndone = stats_done[0]
+            comps = engines[r_eng].pop_next()
+            record(comps)
+            stats_done[0] += len(comps)
+            if chosen is None and fresh_done >= k:
+                chosen, cutoff = cut(t)
+            if stats_done[0] > ndone and t - last_check >= half:
+                advance_all(t)
+                rebalance(t)
+                last_check = t
+                t_check = t + balance.interval_s
+            continue
+        if chosen is None and fresh_done >= k:
+            chosen, cutoff = cut(t)
+    if chosen is None:
+        chosen, cutoff = choose_fresh(group_done, layout, k)
+    so_far = np.zeros(nreq, dtype=np.int64)
+    so_far[aborted] = np.asarray(done_prev, dtype=np.int64)[aborted]
+    done[aborted] = np.inf
+    res = SimResult(
+        done_s=done, tokens_so_far=so_far, delivered_fresh=chosen, cutoff_s=cutoff,
+        num_preemptions=sum(e.num_preemptions for e in engines),
+        recomputed_tokens=sum(e.recomputed_tokens for e in engines),
+        replica_preemptions=tuple(e.num_preemptions for e in engines),
+    )
+    return res, stats
+
+
+def _per_token(cfg: ReplicaConfig) -> float:
+    """Seconds per prefilled continuation token on this replica (the recompute rate)."""
+    return cfg.recompute_cost_s(1) - cfg.prefill_s

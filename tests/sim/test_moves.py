@@ -1,0 +1,133 @@
+"""Moves by continuation in the simulator: pieces, chains, exactly-once, whole groups."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tailsieve.core.balancer import BalanceSettings
+from tailsieve.core.plan import StepPlan
+from tailsieve.core.pool import Pool
+from tailsieve.model.profiles import load_profile
+from tailsieve.model.replica_engine import ReplicaConfig
+from tailsieve.sim.executor import SimExecutor
+from tailsieve.sim.layout import RequestLayout
+from tailsieve.sim.movepath import simulate_with_moves
+from tailsieve.sim.plans import Placement, build_plan
+from tailsieve.sim.replicas import PoolConfigs
+
+MODEL = load_profile("qwen3-4b-h100")
+
+
+def _lengths(table: dict[str, list[int]]):  # type: ignore[no-untyped-def]
+    return lambda pid, step: table[pid]
+
+
+def _random_plan(rng: np.random.Generator, num_replicas: int, group_size: int,
+                 num_groups: int) -> StepPlan:
+    placements = []
+    for i in range(num_groups):
+        r = int(rng.integers(num_replicas))
+        tail = num_replicas > 2 and r == 0
+        pinned = not tail and rng.random() < 0.2
+        placements.append(Placement(f"p{i}", r, Pool.TAIL if tail else Pool.BULK, pinned))
+    num_fresh = sum(p.pool is Pool.BULK and not p.pinned for p in placements)
+    k = int(rng.integers(0, num_fresh + 1)) if num_fresh else 0
+    return build_plan(2, num_replicas, group_size, placements, num_fresh_to_deliver=k,
+                      tail_replicas=(0,) if num_replicas > 2 else ())
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    num_replicas=st.integers(2, 4),
+    group_size=st.integers(1, 4),
+    num_groups=st.integers(1, 10),
+    seed=st.integers(0, 2**31 - 1),
+    interval_s=st.sampled_from([0.05, 0.5, 3.0]),
+    with_prompts=st.booleans(),
+)
+def test_moves_keep_exactly_once_whole_groups_and_token_exact_chains(
+    num_replicas: int, group_size: int, num_groups: int, seed: int, interval_s: float,
+    with_prompts: bool,
+) -> None:
+    rng = np.random.default_rng(seed)
+    plan = _random_plan(rng, num_replicas, group_size, num_groups)
+    table = {a.prompt_id: rng.integers(1, 4000, group_size).tolist() for a in plan.assignments}
+    prompts = {a.prompt_id: int(rng.integers(0, 500)) for a in plan.assignments}
+    ptoks = prompts.__getitem__ if with_prompts else None
+    cfg = ReplicaConfig.from_profile(MODEL, max_num_seqs=None, kv_capacity_tokens=None)
+    bal = BalanceSettings(interval_s=interval_s, horizon_s=30.0, seam_s=0.01)
+    layout = RequestLayout.build(plan, _lengths(table), ptoks)
+    configs = [cfg] * num_replicas
+    res, stats = simulate_with_moves(layout, configs, plan.num_fresh_to_deliver, bal,
+                                     keep_pieces=True, tail_replicas=plan.tail_replicas)
+    aborted_groups = layout.fresh & ~res.delivered_fresh
+    for i, chain in enumerate(stats.pieces):
+        g = i // group_size
+        # contiguous pieces from token 0; each piece on the replica the previous one left for
+        assert chain and chain[0][1] == 0
+        assert chain[0][0] == layout.request_replica[i]
+        for (r0, _, e0), (r1, s1, _) in itertools.pairwise(chain):
+            assert s1 == e0 and r1 != r0
+            # moves stay within a pool
+            assert (r0 in plan.tail_replicas) == (r1 in plan.tail_replicas)
+        end = chain[-1][2]
+        if aborted_groups[g]:
+            assert end <= layout.lengths[i]
+            if not np.isfinite(res.done_s[i]):
+                assert res.tokens_so_far[i] == end
+        else:
+            assert end == layout.lengths[i]  # the chain delivers exactly the target length
+            assert np.isfinite(res.done_s[i])
+    # the executor's outcome: every launched group exactly once, delivered groups whole
+    out = SimExecutor(PoolConfigs.single(cfg)).run(
+        dataclasses.replace(plan, balance=bal), _lengths(table), ptoks)
+    launched = [a.prompt_id for a in plan.assignments]
+    seen = list(out.delivered_ids) + [a.prompt_id for a in out.aborted]
+    assert sorted(seen) == sorted(launched)
+    assert len(out.delivered) == plan.num_required
+    for grp in out.delivered:
+        assert grp.response_tokens == tuple(table[grp.prompt_id])
+    assert out.wasted_tokens == sum(a.wasted_tokens for a in out.aborted)
+
+
+def _skewed_plan() -> tuple[StepPlan, dict[str, list[int]]]:
+    # replica 0 holds 6 long responses, replica 1 one short: imbalance to fix by moving
+    placements = [Placement(f"a{i}", 0) for i in range(6)] + [Placement("b", 1)]
+    plan = build_plan(1, 2, 1, placements)
+    table = {f"a{i}": [20_000] for i in range(6)} | {"b": [100]}
+    return plan, table
+
+
+def test_moves_shorten_an_imbalanced_step() -> None:
+    plan, table = _skewed_plan()
+    cfg = ReplicaConfig.from_profile(MODEL, max_num_seqs=None, kv_capacity_tokens=None)
+    ex = SimExecutor(PoolConfigs.single(cfg))
+    still = ex.run(plan, _lengths(table))
+    bal = BalanceSettings(interval_s=1.0, horizon_s=still.makespan_s, seam_s=0.05)
+    moved = ex.run(dataclasses.replace(plan, balance=bal), _lengths(table))
+    assert moved.num_moves >= 2
+    assert moved.moved_tokens > 0 and moved.prefill_s > 0
+    assert moved.makespan_s < 0.9 * still.makespan_s
+    assert [g.response_tokens for g in moved.delivered] == [g.response_tokens
+                                                            for g in still.delivered]
+    assert moved.wasted_tokens == 0
+
+
+def test_expensive_prefill_stops_moves() -> None:
+    plan, table = _skewed_plan()
+    cfg = dataclasses.replace(
+        ReplicaConfig.from_profile(MODEL, max_num_seqs=None, kv_capacity_tokens=None),
+        recompute_s_per_token=1.0,  # a second per prefilled token: no move can pay
+    )
+    ex = SimExecutor(PoolConfigs.single(cfg))
+    still = ex.run(plan, _lengths(table))
+    bal = BalanceSettings(interval_s=1.0, horizon_s=still.makespan_s, seam_s=0.05)
+    moved = ex.run(dataclasses.replace(plan, balance=bal), _lengths(table))
+    assert moved.num_moves == 0
+    assert moved.makespan_s == pytest.approx(still.makespan_s, rel=1e-9)
