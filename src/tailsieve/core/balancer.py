@@ -66,6 +66,8 @@ class RunningResponse:
     context_tokens: int  # prompt + tokens generated so far (what a continuation must prefill)
     cached_on: tuple[tuple[int, int], ...] = ()  # (replica, leading tokens of this
     # response's prefix already in that replica's prefix cache)
+    movable: bool = True  # False: counted in its replica's load, never moved (e.g. it has not
+    # progressed since its last move)
 
     def cached_tokens(self, replica: int) -> int:
         """Prefix tokens of this response cached on ``replica`` (at most its context)."""
@@ -129,7 +131,7 @@ def plan_moves(
                 continue  # even an empty-context response would make d the new top
             t_shed = lt.cost_s(b[top] - 1, 0.0)
             for j, x in enumerate(resp[top]):
-                if x.key in moved:
+                if x.key in moved or not x.movable:
                     continue
                 c_src = t_shed + lt.context_s_per_token * (ctx[top] - x.context_tokens) \
                     if b[top] > 1 else 0.0

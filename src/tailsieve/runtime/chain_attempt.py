@@ -127,6 +127,11 @@ class ChainedAttempt:
             req.cancel()
         return True
 
+    def streamed_tokens(self, sample: int) -> int:
+        """Tokens the running piece of response ``sample`` has streamed so far (0 unstreamed)."""
+        part = self._partial.get(sample)
+        return len(part.ids) if part is not None else 0
+
     async def run(self) -> list[Response]:
         """The group's responses in sample order (each a joined chain)."""
         parts = await _all_or_first_error([self._chain(i) for i in range(len(self.chains))])

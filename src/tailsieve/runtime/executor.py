@@ -26,6 +26,7 @@ from tailsieve.core.outcome import StepOutcome
 from tailsieve.core.plan import GroupAssignment, StepPlan
 from tailsieve.core.pool import Pool
 from tailsieve.errors import ConfigError, ProtocolError, StepFailedError
+from tailsieve.model.replica_config import ReplicaConfig
 from tailsieve.runtime.attempt import (
     AttemptProgress,
     ExecutorConfig,
@@ -36,6 +37,7 @@ from tailsieve.runtime.backends import PromptInput, Response
 from tailsieve.runtime.chain import SEED_WARNING, ResponseChain, check_continuable
 from tailsieve.runtime.chain_attempt import ChainedAttempt
 from tailsieve.runtime.lean_http import LeanTransport
+from tailsieve.runtime.rebalancer import LiveRebalancer, LiveResponse, MoveTally
 from tailsieve.runtime.served_model import resolve_served_model, transport_getter
 from tailsieve.runtime.step_state import GroupRun, StepProgress, StepResult, build_result
 from tailsieve.runtime.transport import ReplicaDownError, Transport
@@ -76,6 +78,7 @@ class _Run:
     busy_until_s: list[float] = field(default_factory=list)
     chains: dict[str, list[ResponseChain]] = field(default_factory=dict)  # continuation mode
     attempts: dict[str, ChainedAttempt] = field(default_factory=dict)
+    rebalancer: LiveRebalancer | None = None
 
 
 class LiveExecutor:
@@ -84,6 +87,9 @@ class LiveExecutor:
     ``forced_length(prompt_id, sample)`` switches on replay mode (max_tokens = L, ignore_eos).
     ``on_progress`` is called with a ``StepProgress`` snapshot after every group event.
     ``addresses()`` returns the current base URL of every replica (same count and order).
+    ``balance_costs`` (the controller's cost model, one ``ReplicaConfig`` or one per replica)
+    switches on the live rebalancer (``runtime.rebalancer``) for steps whose plan carries
+    ``BalanceSettings`` when ``config.continuation`` is on.
     """
 
     def __init__(
@@ -94,6 +100,7 @@ class LiveExecutor:
         forced_length: ForcedLength | None = None,
         on_progress: Callable[[StepProgress], None] | None = None,
         addresses: Callable[[], Sequence[str]] | None = None,
+        balance_costs: ReplicaConfig | Sequence[ReplicaConfig] | None = None,
     ) -> None:
         if not endpoints:
             raise ConfigError("need at least one endpoint")
@@ -112,6 +119,12 @@ class LiveExecutor:
         self.num_relocations = 0  # continuation: responses continued elsewhere after a fault
         self.num_moves = 0  # continuation: responses moved by ``move``
         self.chains: dict[str, list[ResponseChain]] = {}  # continuation: the last step's chains
+        if isinstance(balance_costs, ReplicaConfig):
+            balance_costs = [balance_costs] * len(endpoints)
+        if balance_costs is not None and len(balance_costs) != len(endpoints):
+            raise ConfigError(f"balance_costs: {len(balance_costs)} for {len(endpoints)} replicas")
+        self.balance_costs = balance_costs
+        self.last_moves = MoveTally()  # the last step's re-balancing
 
     @property
     def num_replicas(self) -> int:
@@ -228,6 +241,7 @@ class LiveExecutor:
         self._run = run
         self.chains = run.chains
         prober = asyncio.create_task(self._probe_loop())
+        tasks_extra: list[asyncio.Task[None]] = []
         try:
             for a in sorted(plan.assignments, key=lambda a: (a.order, a.replica)):
                 g = GroupRun(assignment=a, replica=a.replica, replicas=a.replicas)
@@ -238,16 +252,22 @@ class LiveExecutor:
                 self._launch(run, g, prompts)
             if plan.num_fresh_to_deliver == 0 and fresh:
                 self._cut(run)
+            balancer = self._start_rebalancer(run, active)
+            if balancer is not None:
+                tasks_extra.append(balancer)
             while not self._finished(run):
                 ev = await run.queue.get()
                 self._handle(run, ev, prompts)
+                if ev.kind == "done" and run.rebalancer is not None:
+                    run.rebalancer.poke()
                 self._report(run)
         finally:
             tasks = [g.task for g in run.groups.values() if g.task is not None]
-            for t in (*tasks, prober):
+            for t in (*tasks, *tasks_extra, prober):
                 t.cancel()
-            await asyncio.gather(*tasks, prober, return_exceptions=True)
+            await asyncio.gather(*tasks, *tasks_extra, prober, return_exceptions=True)
             self._run = None
+            self.last_moves = run.rebalancer.tally if run.rebalancer else MoveTally()
         return build_result(
             run.plan,
             run.groups,
@@ -282,6 +302,39 @@ class LiveExecutor:
         g.replica = g.replicas[0]
         self.num_moves += 1
         return True
+
+    def _start_rebalancer(self, run: _Run, active: list[int]) -> asyncio.Task[None] | None:
+        if run.plan.balance is None or not self.config.continuation or not self.balance_costs:
+            return None
+        costs = self.balance_costs
+        run.rebalancer = LiveRebalancer(
+            self, run.plan.balance, [costs[i] for i in active],
+            lambda: [r.healthy for r in run.reps], lambda: self._now(run),
+        )
+        return asyncio.create_task(run.rebalancer.loop())
+
+    def running_responses(self) -> list[LiveResponse]:
+        """Continuation mode, during ``run``: every response still generating, where it runs
+        (plan replica) and the context tokens known (prompt + generated up to its last seam
+        + what its running piece streamed)."""
+        run = self._run
+        if run is None:
+            return []
+        tails = set(run.plan.tail_replicas)
+        out = []
+        for pid, att in run.attempts.items():
+            g = run.groups[pid]
+            if g.status != "running":
+                continue
+            dealt = tuple(sorted(g.assignment.all_replicas))
+            for i, chain in enumerate(att.chains):
+                if chain.done:
+                    continue
+                rep = att.where[i][0]
+                p = len(chain.prompt_ids or ())
+                ctx = p + chain.num_generated + att.streamed_tokens(i)
+                out.append(LiveResponse(pid, i, rep, ctx, p, dealt, int(rep in tails)))
+        return out
 
     def generated(self, prompt_id: str) -> list[tuple[int, ...]]:
         """Continuation mode: the token ids each response of a running group has generated
