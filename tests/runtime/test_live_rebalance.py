@@ -126,6 +126,7 @@ async def test_rollout_tailsieve_with_continuation_moves_and_records_them() -> N
             num_groups=8, group_size=2, model="m", policy=policy,
             sampling=SamplingParams(max_tokens=2000, seed=0), continuation=True,
             piece_tokens=40, stream=True, profile="cpu",
+            controller={"seam_s": 0.001},  # the stub's time scale: ms per move
         )  # fmt: skip
         source = iter(PromptInput(p, text=p) for p in table)
         async with TailSieveRollout(urls, cfg, transport=stub) as ro:
