@@ -36,6 +36,11 @@ def demo(
     ] = "qwen3-4b-h100",
     time_scale: Annotated[float, typer.Option(help="Emulated seconds per modelled second.")] = 0.02,
     seed: Annotated[int, typer.Option(help="Seed of workload and sampling.")] = 0,
+    moves: Annotated[
+        bool,
+        typer.Option("--moves/--no-moves",
+                     help="tailsieve moves running responses between replicas (continuation)."),
+    ] = True,
     progress: Annotated[
         bool, typer.Option("--progress/--no-progress", help="Live progress table.")
     ] = True,
@@ -44,6 +49,7 @@ def demo(
     per-request round-robin (uniform-requests) and TailSieve, interleaved step by step through
     the live runtime, print the comparison and write an HTML report."""
     cfg = DemoConfig(
+        moves=moves,
         replicas=replicas,
         groups=groups,
         group_size=group_size,
