@@ -215,6 +215,14 @@ def rollout(
     piece_tokens: int = typer.Option(
         None, "--piece-tokens", help="Continuation: max tokens per piece (seams every so often)."
     ),
+    rebalance: bool = typer.Option(
+        True, "--rebalance/--no-rebalance",
+        help="Continuation + policy tailsieve: move running responses between replicas while a "
+        "step runs (the controller's balance settings).",
+    ),
+    seam_s: float = typer.Option(
+        None, "--seam-s", help="Rebalance: cost of one move beyond its prefill (seconds)."
+    ),
     request_timeout: float = typer.Option(3600.0, "--request-timeout"),
     q0: int = typer.Option(None, "--q0"),
     m0: int = typer.Option(None, "--m0"),
@@ -239,7 +247,7 @@ def rollout(
         source = iter(replay.prompts())
     else:
         raise ConfigError("give --prompts FILE or --replay-trace FILE")
-    ctrl = {k: v for k, v in (("q0", q0), ("m0", m0)) if v is not None}
+    ctrl = {k: v for k, v in (("q0", q0), ("m0", m0), ("seam_s", seam_s)) if v is not None}
     cfg = RolloutConfig(
         num_groups=groups,
         group_size=group_size,
@@ -255,6 +263,7 @@ def rollout(
         controller=ctrl,
         continuation=continuation or piece_tokens is not None,
         piece_tokens=piece_tokens,
+        rebalance=rebalance,
     )
     provider = StateFileAddresses(state) if state is not None else None
     asyncio.run(

@@ -122,6 +122,8 @@ class PolicyResult:
             "paired_speedup": None,  # mean of per-step T_uniform / T_policy over paired_steps
             "paired_steps": [],
             "paired_speedup_vs_requests": None,  # the same, over uniform-requests
+            "moves_per_step": float(np.mean([float(m.num_moves) for m in reg] or [0.0])),
+            "moved_tokens_per_step": float(np.mean([float(m.moved_tokens) for m in reg] or [0.0])),
         }
         if requests is not None and requests is not self:
             over = self.paired_over(requests)
