@@ -50,7 +50,9 @@ class DemoConfig:
     seed: int = 0
     policies: tuple[str, ...] = ("uniform", "uniform-requests", "tailsieve")
     out_dir: Path = Path("demo-out")
-    moves: bool = True  # tailsieve runs with continuation (streamed) and the live rebalancer
+    moves: bool = True  # tailsieve runs with continuation and the live rebalancer
+    piece_tokens: int = 512  # moves: max tokens per piece (a move drops at most the running
+    # piece's tokens; pieces, not streaming, keep the router's load low at emulated speed)
 
     def __post_init__(self) -> None:
         if self.replicas < 2:
@@ -161,10 +163,10 @@ def _rollout_config(
         sampling=SamplingParams(max_tokens=32768, temperature=0.7, seed=cfg.seed),
         replay=lengths,
         profile=str(controller_profile),
-        # moves: streamed pieces (a move keeps what was streamed), the controller's seam in
-        # emulated seconds (the profile is scaled by time_scale, so is the seam)
+        # moves: pieces of at most piece_tokens; the controller's seam in emulated seconds (the
+        # profile is scaled by time_scale, so is the seam)
         continuation=moves,
-        stream=moves,
+        piece_tokens=cfg.piece_tokens if moves else None,
         controller={"seam_s": _MODEL_SEAM_S * cfg.time_scale} if moves else {},
     )
 
