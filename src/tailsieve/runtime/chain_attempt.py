@@ -107,6 +107,7 @@ class ChainedAttempt:
         self._inflight: dict[int, asyncio.Future[Response]] = {}
         self._partial: dict[int, _Partial] = {}
         self._lost_on_move: dict[int, bool] = {}
+        self._started: dict[int, float] = {}  # loop time the running piece of a response began
         self.stats = ChainStats()
         self.down_sample = 0
         # stop strings across a seam need each token's text offset: ask vLLM for logprobs
@@ -131,6 +132,13 @@ class ChainedAttempt:
         """Tokens the running piece of response ``sample`` has streamed so far (0 unstreamed)."""
         part = self._partial.get(sample)
         return len(part.ids) if part is not None else 0
+
+    def unstreamed_age_s(self, sample: int) -> float:
+        """Seconds the running piece of ``sample`` has generated without streaming (what a move
+        would drop and the destination decode again); 0 when streaming or between pieces."""
+        if self._cfg.stream or sample not in self._inflight:
+            return 0.0
+        return asyncio.get_running_loop().time() - self._started.get(sample, 0.0)
 
     async def run(self) -> list[Response]:
         """The group's responses in sample order (each a joined chain)."""
@@ -162,6 +170,7 @@ class ChainedAttempt:
                 self._piece(url, body, i, f"{url} prompt {pid!r} sample {i}")
             )
             self._inflight[i] = req
+            self._started[i] = asyncio.get_running_loop().time()
             try:
                 await asyncio.wait({req})
             finally:

@@ -333,7 +333,8 @@ class LiveExecutor:
                 rep = att.where[i][0]
                 p = len(chain.prompt_ids or ())
                 ctx = p + chain.num_generated + att.streamed_tokens(i)
-                out.append(LiveResponse(pid, i, rep, ctx, p, dealt, int(rep in tails)))
+                out.append(LiveResponse(pid, i, rep, ctx, p, dealt, int(rep in tails),
+                                        att.unstreamed_age_s(i)))
         return out
 
     def generated(self, prompt_id: str) -> list[tuple[int, ...]]:

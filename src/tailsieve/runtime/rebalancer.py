@@ -14,7 +14,9 @@ that completed, or a group that was cut or regenerated meanwhile, is not moved.
 
 Progress: a moved response is not moved again until the executor has seen it generate more
 (a piece completed or streamed a token), so a response cannot ping-pong without advancing (an
-unstreamed piece that is moved loses the tokens it generated; streamed ones are kept).
+unstreamed piece that is moved loses the tokens it generated; streamed ones are kept). A planned
+move whose predicted gain does not cover re-decoding what an unstreamed piece would drop (the
+piece's age so far) is skipped.
 
 Prefix cache as the balancer sees it: a group's prompt is cached on the replicas it was dealt;
 a response that left a replica leaves its prefix (prompt + generated so far) cached there.
@@ -42,6 +44,7 @@ class LiveResponse:
     prompt_tokens: int  # of them, the prompt's (0 when not known yet)
     dealt: tuple[int, ...]  # plan replicas the group was dealt (its prompt is cached there)
     pool: int  # 1 = tail pool, 0 = bulk pool
+    at_risk_s: float = 0.0  # decode a move would drop: the age of an unstreamed running piece
 
 
 @dataclass(slots=True)
@@ -76,6 +79,7 @@ class LiveRebalancer:
     tally: MoveTally = field(default_factory=MoveTally)
     _cache: dict[tuple[str, int], dict[int, int]] = field(default_factory=dict)
     _moved_at: dict[tuple[str, int], int] = field(default_factory=dict)  # context at last move
+    _at_risk: dict[tuple[str, int], float] = field(default_factory=dict)
     _poked: bool = False
     _last_s: float = 0.0
 
@@ -86,6 +90,7 @@ class LiveRebalancer:
     def loads(self) -> list[ReplicaLoad]:
         """One ``ReplicaLoad`` per healthy plan replica, from the executor's running view."""
         ok = self.healthy()
+        self._at_risk = {}
         by_rep: dict[int, list[RunningResponse]] = {j: [] for j, h in enumerate(ok) if h}
         pool_of: dict[int, int] = {}
         for x in self.executor.running_responses():
@@ -94,6 +99,7 @@ class LiveRebalancer:
             cached = [(r, x.prompt_tokens) for r in x.dealt] if x.prompt_tokens else []
             cached += list(self._cache.get((x.prompt_id, x.sample), {}).items())
             key = (x.prompt_id, x.sample)
+            self._at_risk[key] = x.at_risk_s
             movable = x.context_tokens > self._moved_at.get(key, -1)
             by_rep[x.replica].append(
                 RunningResponse(key, x.context_tokens, tuple(cached), movable)
@@ -121,6 +127,8 @@ class LiveRebalancer:
         for mv in moves:
             key: tuple[str, int] = mv.key  # type: ignore[assignment]
             pid, sample = key
+            if mv.predicted_gain_s <= self._at_risk.get(key, 0.0):
+                continue  # the gain does not cover re-decoding what an unstreamed piece drops
             if not self.executor.move(pid, sample, mv.dst):
                 continue
             made += 1
