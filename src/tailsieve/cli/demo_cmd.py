@@ -39,8 +39,9 @@ def demo(
     moves: Annotated[
         bool,
         typer.Option("--moves/--no-moves",
-                     help="tailsieve moves running responses between replicas (continuation)."),
-    ] = True,
+                     help="tailsieve moves running responses between replicas (continuation, "
+                          "pieces of 512 tokens); off by default, see docs/runtime.md."),
+    ] = False,
     progress: Annotated[
         bool, typer.Option("--progress/--no-progress", help="Live progress table.")
     ] = True,
