@@ -145,3 +145,20 @@ async def test_rollout_tailsieve_with_continuation_moves_and_records_them() -> N
         moved[policy] = n
     assert moved["uniform-requests"] == 0
     assert moved["tailsieve"] >= 1
+
+
+def test_an_unmovable_response_counts_in_the_load_but_never_moves() -> None:
+    from tailsieve.core.balancer import ReplicaLoad, RunningResponse, plan_moves
+
+    def tau(b: int) -> float:
+        return 0.01 + 0.005 * b
+
+    def loads(movable: bool) -> list[ReplicaLoad]:
+        run = tuple(RunningResponse(("g", i), 100, (), movable or i > 0) for i in range(4))
+        return [ReplicaLoad(0, run, tau, 0.0, 1e-6), ReplicaLoad(1, (), tau, 0.0, 1e-6)]
+
+    free = plan_moves(loads(True), horizon_s=10.0, seam_s=0.001)
+    held = plan_moves(loads(False), horizon_s=10.0, seam_s=0.001)
+    assert free and held  # the pile is shed either way
+    assert ("g", 0) not in {m.key for m in held}
+    assert len(held) == len(free)  # the held response still counts in replica 0's load
