@@ -133,6 +133,15 @@ class ChainedAttempt:
         part = self._partial.get(sample)
         return len(part.ids) if part is not None else 0
 
+    def prompt_tokens(self, sample: int) -> int:
+        """Prompt tokens of response ``sample`` as far as known (its chain's prompt ids, else
+        those its running stream echoed; 0 before either)."""
+        ids = self.chains[sample].prompt_ids
+        if ids is None:
+            part = self._partial.get(sample)
+            ids = part.prompt_ids if part is not None else None
+        return len(ids or ())
+
     def unstreamed_age_s(self, sample: int) -> float:
         """Seconds the running piece of ``sample`` has generated without streaming (what a move
         would drop and the destination decode again); 0 when streaming or between pieces."""

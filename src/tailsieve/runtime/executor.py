@@ -331,7 +331,7 @@ class LiveExecutor:
                 if chain.done:
                     continue
                 rep = att.where[i][0]
-                p = len(chain.prompt_ids or ())
+                p = att.prompt_tokens(i)
                 ctx = p + chain.num_generated + att.streamed_tokens(i)
                 out.append(LiveResponse(pid, i, rep, ctx, p, dealt, int(rep in tails),
                                         att.unstreamed_age_s(i)))
