@@ -71,6 +71,9 @@ async def run(
         profile=str(profile_path),
         split_groups=not args.one_request_per_group,
         return_token_ids=not args.counts_only,
+        stream=args.stream,
+        continuation=args.continuation or args.piece_tokens is not None,
+        piece_tokens=args.piece_tokens,
     )
     prompts = iter(PromptInput(p, text=f"Solve {p}.") for p in wl.prompt_ids())
     rows = []
@@ -188,6 +191,9 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="do not ask for per-response token ids (usage gives exact counts when split)",
     )
+    ap.add_argument("--stream", action="store_true", help="streamed responses")
+    ap.add_argument("--continuation", action="store_true", help="responses as piece chains")
+    ap.add_argument("--piece-tokens", type=int, default=None, help="continuation: piece cap")
     ap.add_argument("--out", type=Path, default=default_out("router.json"),
                     help="result JSON (default: under the system temp dir)")
     ap.add_argument(
@@ -255,6 +261,12 @@ def main(argv: list[str] | None = None) -> None:
         "profile": args.profile,
         "return_token_ids": not args.counts_only,
         "transport": args.transport,
+        "stream": args.stream,
+        "continuation": args.continuation or args.piece_tokens is not None,
+        "piece_tokens": args.piece_tokens,
+        "cpu_us_per_delivered_token_after_warmup": sum(
+            r["cpu_us_per_delivered_token"] for r in steady
+        ) / len(steady),
         "steps": rows,
         "max_cpu_fraction_after_warmup": worst,
         "mean_cpu_fraction_after_warmup": sum(r["cpu_fraction"] for r in steady) / len(steady),

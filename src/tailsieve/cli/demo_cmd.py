@@ -37,6 +37,12 @@ def demo(
     ] = "qwen3-4b-h100",
     time_scale: Annotated[float, typer.Option(help="Emulated seconds per modelled second.")] = 0.02,
     seed: Annotated[int, typer.Option(help="Seed of workload and sampling.")] = 0,
+    moves: Annotated[
+        bool,
+        typer.Option("--moves/--no-moves",
+                     help="tailsieve moves running responses between replicas (continuation, "
+                          "pieces of 512 tokens); off by default, see docs/runtime.md."),
+    ] = False,
     progress: Annotated[
         bool, typer.Option("--progress/--no-progress", help="Live progress table.")
     ] = True,
@@ -46,6 +52,7 @@ def demo(
     the live runtime, print the comparison and write an HTML report."""
     checks.output_dir(out)
     cfg = DemoConfig(
+        moves=moves,
         replicas=replicas,
         groups=groups,
         group_size=group_size,

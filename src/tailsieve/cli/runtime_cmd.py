@@ -202,6 +202,21 @@ def rollout(
     seed: int = typer.Option(None, "--seed", help="Base sampling seed."),
     split: bool = typer.Option(True, "--split/--no-split", help="n single requests per group."),
     stream: bool = typer.Option(False, "--stream/--no-stream"),
+    continuation: bool = typer.Option(
+        False, "--continuation/--no-continuation",
+        help="Responses as chains of pieces: a fault loses only the work since the last seam.",
+    ),
+    piece_tokens: int = typer.Option(
+        None, "--piece-tokens", help="Continuation: max tokens per piece (seams every so often)."
+    ),
+    rebalance: bool = typer.Option(
+        True, "--rebalance/--no-rebalance",
+        help="Continuation + policy tailsieve: move running responses between replicas while a "
+        "step runs (the controller's balance settings).",
+    ),
+    seam_s: float = typer.Option(
+        None, "--seam-s", help="Rebalance: cost of one move beyond its prefill (seconds)."
+    ),
     request_timeout: float = typer.Option(3600.0, "--request-timeout"),
     q0: int = typer.Option(None, "--q0"),
     m0: int = typer.Option(None, "--m0"),
@@ -228,7 +243,7 @@ def rollout(
     else:
         raise ConfigError("give --prompts FILE or --replay-trace FILE")
     load_profile(profile)
-    ctrl = {k: v for k, v in (("q0", q0), ("m0", m0)) if v is not None}
+    ctrl = {k: v for k, v in (("q0", q0), ("m0", m0), ("seam_s", seam_s)) if v is not None}
     ccfg = ControllerConfig(
         num_groups=groups, num_replicas=len(urls), group_size=group_size, q0=q0, m0=m0
     )
@@ -251,6 +266,9 @@ def rollout(
         stream=stream,
         request_timeout_s=request_timeout,
         controller=ctrl,
+        continuation=continuation or piece_tokens is not None,
+        piece_tokens=piece_tokens,
+        rebalance=rebalance,
     )
     provider = StateFileAddresses(state) if state is not None else None
     asyncio.run(

@@ -47,6 +47,8 @@ class ExecutorConfig:
     health_timeout_s: float = 5.0  # GET /health probe timeout
     probe_interval_s: float = 1.0  # a failed replica's /health is probed this often mid-step
     return_token_ids: bool = True  # ask vLLM for per-choice token ids (needed when n > 1)
+    continuation: bool = False  # responses are chains of pieces: moves, faults lose one piece
+    piece_tokens: int | None = None  # continuation: max tokens per piece (None = no bound)
 
     def __post_init__(self) -> None:
         if self.max_retries < 0:
@@ -55,6 +57,10 @@ class ExecutorConfig:
             raise ConfigError("backoff_s and backoff_max_s must be >= 0")
         if self.probe_interval_s <= 0:
             raise ConfigError(f"probe_interval_s must be > 0, got {self.probe_interval_s}")
+        if self.piece_tokens is not None and self.piece_tokens < 1:
+            raise ConfigError(f"piece_tokens must be >= 1, got {self.piece_tokens}")
+        if self.piece_tokens is not None and not self.continuation:
+            raise ConfigError("piece_tokens needs continuation=True")
         if self.request_timeout_s is not None and self.request_timeout_s <= 0:
             raise ConfigError(f"request_timeout_s must be > 0, got {self.request_timeout_s}")
 

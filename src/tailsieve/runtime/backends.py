@@ -58,6 +58,20 @@ class SamplingParams:
             raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
 
 
+class EncodedIds(tuple[int, ...]):
+    """Token ids with their compact JSON encoding cached (``json``): a continued piece's prompt,
+    encoded once per piece by appending to the previous piece's encoding. ``LeanTransport``
+    splices ``json`` into the request instead of encoding the ids again, and does not parse
+    the prompt ids the server echoes back."""
+
+    json: str
+
+    def __new__(cls, ids: tuple[int, ...], encoded: str) -> EncodedIds:
+        obj = super().__new__(cls, ids)
+        obj.json = encoded
+        return obj
+
+
 @dataclass(frozen=True, slots=True)
 class PromptInput:
     """One prompt: exactly one of ``text``, ``token_ids`` or ``messages``."""
@@ -98,6 +112,8 @@ class Response:
     finish_reason: str  # "stop" | "length" | server-specific
     token_ids: tuple[int, ...] | None = None
     logprobs: tuple[float, ...] | None = None  # logprob of each sampled token, when asked
+    text_offsets: tuple[int, ...] | None = None  # start of each token's text (vLLM logprobs)
+    prompt_token_ids: tuple[int, ...] | None = None  # the prompt as the server tokenized it
 
 
 def build_request(
@@ -160,7 +176,10 @@ def _openai_request(
     else:
         if prompt.messages is not None:
             raise ConfigError(f"prompt {prompt.prompt_id!r}: chat messages need backend vllm-chat")
-        body["prompt"] = list(prompt.token_ids) if prompt.token_ids is not None else prompt.text
+        ids = prompt.token_ids
+        body["prompt"] = (
+            ids if isinstance(ids, EncodedIds) else list(ids) if ids is not None else prompt.text
+        )
         if sampling.logprobs is not None:
             body["logprobs"] = sampling.logprobs
     if return_token_ids or num_samples > 1:
@@ -207,7 +226,8 @@ def _sglang_request(
     sp.update(sampling.extra)
     body: JSON = {"sampling_params": sp, "stream": stream}
     if prompt.token_ids is not None:
-        body["input_ids"] = list(prompt.token_ids)
+        ids = prompt.token_ids
+        body["input_ids"] = ids if isinstance(ids, EncodedIds) else list(ids)
     elif prompt.text is not None:
         body["text"] = prompt.text
     else:
@@ -251,12 +271,16 @@ def _parse_openai(backend: Backend, body: Any, n: int) -> list[Response]:
             lp = ch.get("logprobs") or {}
             content = lp.get("content") if isinstance(lp, dict) else None
             logprobs = tuple(float(e["logprob"]) for e in content) if content else None
+            offsets = None
         else:
             text = ch.get("text") or ""
             lp = ch.get("logprobs") or {}
             vals = lp.get("token_logprobs") if isinstance(lp, dict) else None
             logprobs = tuple(float(v) for v in vals if v is not None) if vals else None
+            offs = lp.get("text_offset") if isinstance(lp, dict) else None
+            offsets = _int_tuple(offs) if offs else None
         ids = ch.get("token_ids")
+        pids = ch.get("prompt_token_ids")
         token_ids = _int_tuple(ids) if ids is not None else None
         if token_ids is not None:
             num = len(token_ids)
@@ -273,6 +297,8 @@ def _parse_openai(backend: Backend, body: Any, n: int) -> list[Response]:
                 finish_reason=str(ch.get("finish_reason") or "unknown"),
                 token_ids=token_ids,
                 logprobs=logprobs,
+                text_offsets=offsets,
+                prompt_token_ids=_int_tuple(pids) if pids is not None else None,
             )
         )
     return out

@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from contextlib import AsyncExitStack
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from tailsieve.control.config import ControllerConfig
 from tailsieve.core.timeline import StepTimeline
 from tailsieve.errors import ConfigError
 from tailsieve.model.profiles import DEFAULT_PROFILE, load_profile
@@ -31,6 +32,8 @@ from tailsieve.sim.speedup_stats import STEADY_FROM, ratios_by_step
 from tailsieve.workload import load_workload
 
 STEADY_STEPS = 3
+# the controller's default seam (modelled seconds per move beyond its prefill)
+_MODEL_SEAM_S = float(next(f.default for f in fields(ControllerConfig) if f.name == "seam_s"))  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +50,10 @@ class DemoConfig:
     seed: int = 0
     policies: tuple[str, ...] = ("uniform", "uniform-requests", "tailsieve")
     out_dir: Path = Path("demo-out")
+    moves: bool = False  # tailsieve runs with continuation and the live rebalancer (off by
+    # default: on emulated replicas at x0.02 time the per-piece overhead outweighs the gain)
+    piece_tokens: int = 512  # moves: max tokens per piece (a move drops at most the running
+    # piece's tokens; pieces, not streaming, keep the router's load low at emulated speed)
 
     def __post_init__(self) -> None:
         if self.replicas < 2:
@@ -118,6 +125,8 @@ class PolicyResult:
             "paired_speedup": None,  # mean of per-step T_uniform / T_policy over paired_steps
             "paired_steps": [],
             "paired_speedup_vs_requests": None,  # the same, over uniform-requests
+            "moves_per_step": float(np.mean([float(m.num_moves) for m in reg] or [0.0])),
+            "moved_tokens_per_step": float(np.mean([float(m.moved_tokens) for m in reg] or [0.0])),
         }
         if requests is not None and requests is not self:
             over = self.paired_over(requests)
@@ -146,6 +155,7 @@ def _prompt_stream(workload: Any, seed: int) -> Iterator[PromptInput]:
 def _rollout_config(
     policy: str, cfg: DemoConfig, lengths: StepLengths, controller_profile: Path
 ) -> RolloutConfig:
+    moves = cfg.moves and policy == "tailsieve"
     return RolloutConfig(
         num_groups=cfg.groups,
         group_size=cfg.group_size,
@@ -154,6 +164,11 @@ def _rollout_config(
         sampling=SamplingParams(max_tokens=32768, temperature=0.7, seed=cfg.seed),
         replay=lengths,
         profile=str(controller_profile),
+        # moves: pieces of at most piece_tokens; the controller's seam in emulated seconds (the
+        # profile is scaled by time_scale, so is the seam)
+        continuation=moves,
+        piece_tokens=cfg.piece_tokens if moves else None,
+        controller={"seam_s": _MODEL_SEAM_S * cfg.time_scale} if moves else {},
     )
 
 

@@ -18,6 +18,7 @@ is polled at every probe: a replica whose address changed is taken out and probe
 from __future__ import annotations
 
 import asyncio
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -25,6 +26,7 @@ from tailsieve.core.outcome import StepOutcome
 from tailsieve.core.plan import GroupAssignment, StepPlan
 from tailsieve.core.pool import Pool
 from tailsieve.errors import ConfigError, ProtocolError, StepFailedError
+from tailsieve.model.replica_config import ReplicaConfig
 from tailsieve.runtime.attempt import (
     AttemptProgress,
     ExecutorConfig,
@@ -33,7 +35,10 @@ from tailsieve.runtime.attempt import (
     RequestFailedError,
 )
 from tailsieve.runtime.backends import PromptInput, Response
+from tailsieve.runtime.chain import SEED_WARNING, ResponseChain, check_continuable
+from tailsieve.runtime.chain_attempt import ChainedAttempt
 from tailsieve.runtime.lean_http import LeanTransport
+from tailsieve.runtime.rebalancer import LiveRebalancer, LiveResponse, MoveTally
 from tailsieve.runtime.served_model import resolve_served_model, transport_getter
 from tailsieve.runtime.step_state import GroupRun, StepProgress, StepResult, build_result
 from tailsieve.runtime.transport import ReplicaDownError, Transport
@@ -73,6 +78,9 @@ class _Run:
     discarded: list[tuple[str, AttemptProgress, float]] = field(default_factory=list)  # faults
     num_regenerated: int = 0
     busy_until_s: list[float] = field(default_factory=list)
+    chains: dict[str, list[ResponseChain]] = field(default_factory=dict)  # continuation mode
+    attempts: dict[str, ChainedAttempt] = field(default_factory=dict)
+    rebalancer: LiveRebalancer | None = None
 
 
 class LiveExecutor:
@@ -81,6 +89,9 @@ class LiveExecutor:
     ``forced_length(prompt_id, sample)`` switches on replay mode (max_tokens = L, ignore_eos).
     ``on_progress`` is called with a ``StepProgress`` snapshot after every group event.
     ``addresses()`` returns the current base URL of every replica (same count and order).
+    ``balance_costs`` (the controller's cost model, one ``ReplicaConfig`` or one per replica)
+    switches on the live rebalancer (``runtime.rebalancer``) for steps whose plan carries
+    ``BalanceSettings`` when ``config.continuation`` is on.
     """
 
     def __init__(
@@ -91,10 +102,15 @@ class LiveExecutor:
         forced_length: ForcedLength | None = None,
         on_progress: Callable[[StepProgress], None] | None = None,
         addresses: Callable[[], Sequence[str]] | None = None,
+        balance_costs: ReplicaConfig | Sequence[ReplicaConfig] | None = None,
     ) -> None:
         if not endpoints:
             raise ConfigError("need at least one endpoint")
         self.config = config
+        if config.continuation:
+            check_continuable(config.sampling)  # one clear line, before any request
+            if config.sampling.seed is not None:
+                warnings.warn(SEED_WARNING, UserWarning, stacklevel=2)
         self.replicas = [ReplicaState(url=u.rstrip("/")) for u in endpoints]
         self._transport: Transport = transport or LeanTransport()
         self._forced = forced_length
@@ -102,6 +118,16 @@ class LiveExecutor:
         self._addresses = addresses
         self.num_readmitted = 0  # replicas returned to service by a probe
         self.waste = WasteCounter(config.sampling.max_tokens, forced_length)  # runtime.waste
+        self._run: _Run | None = None  # the step running now
+        self.num_relocations = 0  # continuation: responses continued elsewhere after a fault
+        self.num_moves = 0  # continuation: responses moved by ``move``
+        self.chains: dict[str, list[ResponseChain]] = {}  # continuation: the last step's chains
+        if isinstance(balance_costs, ReplicaConfig):
+            balance_costs = [balance_costs] * len(endpoints)
+        if balance_costs is not None and len(balance_costs) != len(endpoints):
+            raise ConfigError(f"balance_costs: {len(balance_costs)} for {len(endpoints)} replicas")
+        self.balance_costs = balance_costs
+        self.last_moves = MoveTally()  # the last step's re-balancing
 
     @property
     def num_replicas(self) -> int:
@@ -215,7 +241,10 @@ class LiveExecutor:
         loop = asyncio.get_running_loop()
         run = _Run(plan=plan, t0=loop.time(), queue=asyncio.Queue(), reps=reps)
         run.busy_until_s = [0.0] * len(reps)
+        self._run = run
+        self.chains = run.chains
         prober = asyncio.create_task(self._probe_loop())
+        tasks_extra: list[asyncio.Task[None]] = []
         try:
             for a in sorted(plan.assignments, key=lambda a: (a.order, a.replica)):
                 g = GroupRun(assignment=a, replica=a.replica, replicas=a.replicas)
@@ -226,15 +255,22 @@ class LiveExecutor:
                 self._launch(run, g, prompts)
             if plan.num_fresh_to_deliver == 0 and fresh:
                 self._cut(run)
+            balancer = self._start_rebalancer(run, active)
+            if balancer is not None:
+                tasks_extra.append(balancer)
             while not self._finished(run):
                 ev = await run.queue.get()
                 self._handle(run, ev, prompts)
+                if ev.kind == "done" and run.rebalancer is not None:
+                    run.rebalancer.poke()
                 self._report(run)
         finally:
             tasks = [g.task for g in run.groups.values() if g.task is not None]
-            for t in (*tasks, prober):
+            for t in (*tasks, *tasks_extra, prober):
                 t.cancel()
-            await asyncio.gather(*tasks, prober, return_exceptions=True)
+            await asyncio.gather(*tasks, *tasks_extra, prober, return_exceptions=True)
+            self._run = None
+            self.last_moves = run.rebalancer.tally if run.rebalancer else MoveTally()
         return build_result(
             run.plan,
             run.groups,
@@ -251,8 +287,89 @@ class LiveExecutor:
     def _now(self, run: _Run) -> float:
         return asyncio.get_running_loop().time() - run.t0
 
+    def move(self, prompt_id: str, sample: int, to_replica: int) -> bool:
+        """Continue response ``sample`` of group ``prompt_id`` on plan replica ``to_replica``
+        (continuation mode, during ``run``): its running piece is aborted and the response goes
+        on from its last seam there (streaming: from its last streamed token). False when the
+        group or the response is not running."""
+        run = self._run
+        if not self.config.continuation:
+            raise ConfigError("move() needs ExecutorConfig(continuation=True)")
+        if run is None or not 0 <= to_replica < len(run.reps):
+            raise ConfigError(f"move: no running step, or no replica {to_replica}")
+        g = run.groups.get(prompt_id)
+        att = run.attempts.get(prompt_id)
+        if g is None or att is None or g.status != "running":
+            return False
+        if not att.move(sample, to_replica, run.reps[to_replica].url):
+            return False
+        g.replicas = tuple(to_replica if j == sample else r for j, r in enumerate(g.replicas))
+        g.replica = g.replicas[0]
+        self.num_moves += 1
+        return True
+
+    def _start_rebalancer(self, run: _Run, active: list[int]) -> asyncio.Task[None] | None:
+        if run.plan.balance is None or not self.config.continuation or not self.balance_costs:
+            return None
+        costs = self.balance_costs
+        run.rebalancer = LiveRebalancer(
+            self, run.plan.balance, [costs[i] for i in active],
+            lambda: [r.healthy for r in run.reps], lambda: self._now(run),
+        )
+        return asyncio.create_task(run.rebalancer.loop())
+
+    def running_responses(self) -> list[LiveResponse]:
+        """Continuation mode, during ``run``: every response still generating, where it runs
+        (plan replica) and the context tokens known (prompt + generated up to its last seam
+        + what its running piece streamed)."""
+        run = self._run
+        if run is None:
+            return []
+        tails = set(run.plan.tail_replicas)
+        out = []
+        for pid, att in run.attempts.items():
+            g = run.groups[pid]
+            if g.status != "running":
+                continue
+            dealt = tuple(sorted(g.assignment.all_replicas))
+            for i, chain in enumerate(att.chains):
+                if chain.done:
+                    continue
+                rep = att.where[i][0]
+                p = att.prompt_tokens(i)
+                ctx = p + chain.num_generated + att.streamed_tokens(i)
+                out.append(LiveResponse(pid, i, rep, ctx, p, dealt, int(rep in tails),
+                                        att.unstreamed_age_s(i)))
+        return out
+
+    def generated(self, prompt_id: str) -> list[tuple[int, ...]]:
+        """Continuation mode: the token ids each response of a running group has generated
+        up to its last seam."""
+        run = self._run
+        chains = run.chains.get(prompt_id, []) if run is not None else []
+        return [c.generated_ids for c in chains]
+
+    def _relocate(
+        self, run: _Run, g: GroupRun, sample: int, replica: int, url: str, exc: BaseException
+    ) -> tuple[int, str]:
+        """A response's piece failed with ``ReplicaDownError``: take the replica out (unless it
+        moved address since) and name where the response continues."""
+        rep = run.reps[replica]
+        if rep.url == url.rstrip("/") and rep.healthy:
+            rep.healthy, rep.reason = False, str(exc)
+            rep.num_faults += 1
+            run.busy_until_s[replica] = max(run.busy_until_s[replica], self._now(run))
+        new = replica if rep.healthy else self._pick(run, g.assignment)
+        g.replicas = tuple(new if j == sample else r for j, r in enumerate(g.replicas))
+        g.replica = g.replicas[0]
+        self.num_relocations += 1
+        return new, run.reps[new].url
+
     def _launch(self, run: _Run, g: GroupRun, prompts: Mapping[str, PromptInput]) -> None:
         g.progress = AttemptProgress()
+        if self.config.continuation:
+            self._launch_chains(run, g, prompts[g.assignment.prompt_id])
+            return
         where = g.replicas or (g.replica,)
         urls = tuple(run.reps[r].url for r in where)
         attempt = GroupAttempt(
@@ -268,10 +385,33 @@ class LiveExecutor:
             self._wrap(run, attempt, g.assignment.prompt_id, g.attempt, where, urls)
         )
 
+    def _launch_chains(self, run: _Run, g: GroupRun, prompt: PromptInput) -> None:
+        n = run.plan.group_size
+        if not g.replicas:
+            g.replicas = (g.replica,) * n
+        pid = g.assignment.prompt_id
+        sp = self.config.sampling
+        chains = run.chains.setdefault(
+            pid, [ResponseChain(sp.max_tokens, prompt.token_ids, stop=sp.stop or ()) for _ in
+                  range(n)]
+        )
+        where = [(r, run.reps[r].url) for r in g.replicas]
+
+        def relocate(sample: int, replica: int, url: str, exc: BaseException) -> tuple[int, str]:
+            return self._relocate(run, g, sample, replica, url, exc)
+
+        att = ChainedAttempt(
+            self._transport, where, self.config, prompt, chains, self._forced, g.progress,
+            relocate,
+        )
+        run.attempts[pid] = att
+        urls = tuple(u for _, u in where)
+        g.task = asyncio.create_task(self._wrap(run, att, pid, g.attempt, g.replicas, urls))
+
     async def _wrap(
         self,
         run: _Run,
-        att: GroupAttempt,
+        att: GroupAttempt | ChainedAttempt,
         pid: str,
         k: int,
         where: tuple[int, ...],
@@ -370,8 +510,10 @@ class LiveExecutor:
         same = [i for i in healthy if i in pool] or healthy
         load = {i: 0 for i in same}
         for g in run.groups.values():
-            if g.status == "running" and g.replica in load:
-                load[g.replica] += 1
+            if g.status == "running":
+                for r in g.replicas or (g.replica,):
+                    if r in load:
+                        load[r] += 1
         return min(same, key=lambda i: (load[i], i))
 
     def _cut(self, run: _Run) -> None:

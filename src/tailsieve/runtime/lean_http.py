@@ -17,6 +17,7 @@ import json
 from typing import Any
 from urllib.parse import urlsplit
 
+from tailsieve.runtime.backends import EncodedIds
 from tailsieve.runtime.transport import (
     JSON,
     AiohttpTransport,
@@ -45,6 +46,8 @@ class LeanTransport(AiohttpTransport):
         except ValueError as exc:  # a malformed length or chunk size
             raise RequestError(f"{url}: malformed HTTP response ({exc})") from exc
         _check_status(url, status, body[:400].decode("utf-8", "replace"))
+        if isinstance(payload.get("prompt"), EncodedIds):
+            body = _drop_prompt_ids(body)
         try:
             return json.loads(body)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -58,7 +61,7 @@ class LeanTransport(AiohttpTransport):
             self._connect_timeout_s,
         )
         try:
-            data = json.dumps(payload, separators=(",", ":")).encode()
+            data = _encode(payload)
             writer.write(
                 f"POST {path} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
                 "Content-Type: application/json\r\nAccept: application/json\r\n"
@@ -87,6 +90,31 @@ class LeanTransport(AiohttpTransport):
             raise
         writer.close()
         return status, body
+
+
+def _encode(payload: JSON) -> bytes:
+    """Compact JSON; a continued piece's prompt (``EncodedIds``) is spliced in pre-encoded."""
+    ids = payload.get("prompt")
+    if not isinstance(ids, EncodedIds):
+        return json.dumps(payload, separators=(",", ":")).encode()
+    rest = json.dumps({k: v for k, v in payload.items() if k != "prompt"}, separators=(",", ":"))
+    return (rest[:-1] + (',"prompt":' if len(rest) > 2 else '"prompt":') + ids.json + "}").encode()
+
+
+_PROMPT_IDS = b'"prompt_token_ids":['
+
+
+def _drop_prompt_ids(body: bytes) -> bytes:
+    """Blank the echoed prompt ids of a continued piece (the router sent them): parsing them
+    again would cost as much as the piece's own tokens. A list of ints holds no ``]``."""
+    i = body.find(_PROMPT_IDS)
+    while i >= 0:
+        j = body.find(b"]", i + len(_PROMPT_IDS))
+        if j < 0:
+            break
+        body = body[:i] + b'"prompt_token_ids":null' + body[j + 1 :]
+        i = body.find(_PROMPT_IDS, i + 1)
+    return body
 
 
 async def _read_chunked(reader: asyncio.StreamReader) -> bytes:

@@ -43,6 +43,10 @@ class StepMetrics:
     num_planned_replicas: int = 0  # replicas the step was planned for (healthy at its start)
     num_readmitted: int = 0  # replicas re-admitted by a health probe so far (cumulative)
     estimated_wasted_tokens: int = 0  # part of wasted_tokens estimated (runtime.waste)
+    num_moves: int = 0  # responses moved by the live rebalancer in this step
+    moved_tokens: int = 0  # prefix tokens those moves carried (prompt + generated)
+    prefill_tokens: int = 0  # of them, predicted uncached on the destination
+    prefill_s: float = 0.0  # the cost model's prefill seconds for those tokens
 
     def to_json(self) -> str:
         return json.dumps({"event": "tailsieve.step", **asdict(self)}, sort_keys=True)

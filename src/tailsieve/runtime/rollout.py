@@ -33,6 +33,7 @@ from tailsieve.core.stream import PromptStream
 from tailsieve.core.timeline import StepTimeline
 from tailsieve.errors import ConfigError, ReplicaError
 from tailsieve.model.profiles import load_profile
+from tailsieve.model.replica_config import ReplicaConfig
 from tailsieve.runtime.attempt import ExecutorConfig, ForcedLength
 from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
 from tailsieve.runtime.executor import LiveExecutor
@@ -61,6 +62,10 @@ class RolloutConfig:
     max_retries: int = 3
     controller: dict[str, Any] = field(default_factory=dict)  # ControllerConfig overrides
     return_token_ids: bool = True  # per-response token ids from vLLM (False: counts only)
+    continuation: bool = False  # responses as chains of pieces (moves; a fault loses a piece)
+    piece_tokens: int | None = None  # continuation: max tokens per piece
+    rebalance: bool = True  # continuation: move running responses while a step runs when the
+    # policy's controller supplies BalanceSettings (``tailsieve``; runtime.rebalancer)
 
     def __post_init__(self) -> None:
         if self.num_groups < 1 or self.group_size < 1:
@@ -77,6 +82,8 @@ class RolloutConfig:
             request_timeout_s=self.request_timeout_s,
             max_retries=self.max_retries,
             return_token_ids=self.return_token_ids,
+            continuation=self.continuation,
+            piece_tokens=self.piece_tokens,
         )
 
 
@@ -128,7 +135,8 @@ class TailSieveRollout:
             group_size=config.group_size,
             **config.controller,
         )
-        controller = make_controller(config.policy, ccfg, load_profile(config.profile))
+        profile = load_profile(config.profile)
+        controller = make_controller(config.policy, ccfg, profile)
         self.protocol = RolloutProtocol(
             ProtocolConfig(
                 num_replicas=r, num_groups=config.num_groups, group_size=config.group_size
@@ -142,6 +150,8 @@ class TailSieveRollout:
             forced_length=config.replay,
             on_progress=on_progress,
             addresses=addresses,
+            balance_costs=(ReplicaConfig.from_profile(profile)
+                           if config.continuation and config.rebalance else None),
         )
         self.metrics = metrics
         self.step_log = step_log
@@ -283,6 +293,10 @@ class TailSieveRollout:
             is_flush=flush,
             num_planned_replicas=len(active),
             num_readmitted=self.executor.num_readmitted,
+            num_moves=self.executor.last_moves.num_moves,
+            moved_tokens=self.executor.last_moves.moved_tokens,
+            prefill_tokens=self.executor.last_moves.prefill_tokens,
+            prefill_s=self.executor.last_moves.prefill_s,
         )
         if self.metrics is not None:
             self.metrics.record(metrics, self.executor.healthy)

@@ -2,13 +2,16 @@
 
 Each request of ``L`` tokens takes ``L * seconds_per_token`` (scaled by the number of requests
 running on that replica when ``batch_slowdown`` > 0). Lengths come from ``length_of(prompt,
-sample)`` unless the request forces them (``ignore_eos`` + ``max_tokens``). Faults per replica URL
+sample)`` unless the request forces them (``ignore_eos`` + ``max_tokens``). A prompt given as token
+ids is a continuation: the prompt's ids then the tokens generated so far (checked to be exactly
+what that sample generated). Faults per replica URL
 are scripted with ``StubFault``; every request start, completion and cancellation is recorded.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -37,6 +40,21 @@ class StubLog:
     completed: list[tuple[str, str]] = field(default_factory=list)
     cancelled: list[tuple[str, str]] = field(default_factory=list)
     health_checks: list[str] = field(default_factory=list)
+    continued: list[tuple[str, str, int, int]] = field(default_factory=list)  # url, prompt, s, done
+    broken_chains: list[tuple[str, str, int]] = field(default_factory=list)  # not token-exact
+
+
+PROMPT_BASE = 10_000_000  # prompt token ids: PROMPT_BASE + ord(char) of the prompt text
+
+
+def token_at(sample: int, position: int) -> int:
+    """The token id sample ``sample`` generates at ``position`` (distinct per sample)."""
+    return sample * 100_000 + position
+
+
+def prompt_ids(text: str) -> list[int]:
+    """The stub's tokenization of a text prompt."""
+    return [PROMPT_BASE + ord(c) for c in text]
 
 
 class StubTransport:
@@ -70,7 +88,6 @@ class StubTransport:
     async def post_json(self, url: str, payload: JSON, timeout_s: float | None) -> Any:
         base = self._base(url)
         f = self.faults.get(base, StubFault())
-        prompt = str(payload.get("prompt"))
         if f.refuse or (f.die_after_s is not None and self._clock() >= f.die_after_s):
             raise ReplicaDownError(f"{url}: connection refused")
         for attr, status in (("num_http_500", 500), ("num_http_400", 400)):
@@ -83,13 +100,19 @@ class StubTransport:
         n = int(payload.get("n", 1))
         seed = int(payload.get("seed", -1))
         sample0 = max(seed, 0) if seed >= 0 else 0
+        prompt, done = self._split_prompt(payload.get("prompt"), sample0, url)
         if payload.get("ignore_eos"):
             lengths = [int(payload["max_tokens"])] * n
         else:
             lengths = [
-                min(self.length_of(prompt, sample0 + i), int(payload["max_tokens"]))
+                max(0, min(self.length_of(prompt, sample0 + i) - done, int(payload["max_tokens"])))
                 for i in range(n)
             ]
+        ended = [
+            not payload.get("ignore_eos")
+            and done + k >= self.length_of(prompt, sample0 + i)
+            for i, k in enumerate(lengths)
+        ]
         self.log.started.append((base, prompt, seed))
         self._running[base] = self._running.get(base, 0) + 1
         try:
@@ -116,21 +139,66 @@ class StubTransport:
             "choices": [
                 {
                     "index": i,
-                    "text": f"{prompt}:{sample0 + i}",
-                    "finish_reason": "length" if payload.get("ignore_eos") else "stop",
-                    "token_ids": list(range(length)),
+                    "text": f"{prompt}:{sample0 + i}" if done == 0 else "",
+                    "finish_reason": "stop" if ended[i] else "length",
+                    "token_ids": [token_at(sample0 + i, done + j) for j in range(length)],
+                    "prompt_token_ids": prompt_ids(prompt),
                 }
                 for i, length in enumerate(lengths)
             ],
             "usage": {"completion_tokens": sum(lengths)},
         }
 
+    def _split_prompt(self, raw: Any, sample: int, url: str) -> tuple[str, int]:
+        """(prompt text, tokens already generated) of a text prompt or a continuation (the
+        prompt's ids plus the generated ids). A continuation whose generated part is not what
+        this sample generated is logged in ``log.broken_chains``."""
+        if not isinstance(raw, list | tuple):
+            return str(raw), 0
+        head = [t for t in raw if t >= PROMPT_BASE]
+        tail = list(raw[len(head) :])
+        text = "".join(chr(t - PROMPT_BASE) for t in head)
+        if tail != [token_at(sample, j) for j in range(len(tail))]:
+            self.log.broken_chains.append((url, text, sample))
+        self.log.continued.append((self._base(url), text, sample, len(tail)))
+        return text, len(tail)
+
     async def stream_json(
         self, url: str, payload: JSON, timeout_s: float | None
     ) -> AsyncIterator[JSON]:
-        body = await self.post_json(url, payload, timeout_s)
+        task = asyncio.ensure_future(self.post_json(url, payload, timeout_s))
+        sent = 0
+        if int(payload.get("n", 1)) == 1:  # tokens stream as they are generated
+            s0 = max(int(payload.get("seed", -1)), 0)
+            raw = payload.get("prompt")
+            done = sum(1 for t in raw if t < PROMPT_BASE) if isinstance(raw, list | tuple) else 0
+            loop = asyncio.get_running_loop()
+            t0, cap = loop.time(), int(payload["max_tokens"])
+            text = (
+                "".join(chr(t - PROMPT_BASE) for t in raw if t >= PROMPT_BASE)
+                if isinstance(raw, list | tuple)
+                else str(raw)
+            )
+            if not payload.get("ignore_eos"):
+                cap = min(cap, self.length_of(text, s0) - done)
+            try:
+                while not task.done():
+                    await asyncio.wait({task}, timeout=self.seconds_per_token * 4)
+                    k = min(int((loop.time() - t0) / self.seconds_per_token), cap)
+                    if task.done() or k <= sent:
+                        continue
+                    toks = [token_at(s0, done + j) for j in range(sent, k)]
+                    first = {"prompt_token_ids": prompt_ids(text)} if sent == 0 else {}
+                    sent = k
+                    yield {"choices": [{"index": 0, "text": "", "token_ids": toks, **first}]}
+            finally:
+                if not task.done():
+                    task.cancel()
+                    with contextlib.suppress(BaseException):
+                        await task
+        body = await task
         for ch in body["choices"]:
-            for tok in ch["token_ids"]:
+            for tok in ch["token_ids"][sent:]:
                 yield {"choices": [{"index": ch["index"], "text": "", "token_ids": [tok]}]}
             yield {
                 "choices": [

@@ -20,7 +20,8 @@ from tailsieve.model.replica_engine import Completion, ReplicaConfig, ReplicaEng
 class SeqStats:
     """Cumulative per-replica counters (what ``/metrics`` exposes)."""
 
-    prompt_tokens: int = 0  # prompt tokens of every admitted sequence
+    prompt_tokens: int = 0  # prompt tokens prefilled (uncached) of every admitted sequence
+    cached_prompt_tokens: int = 0  # prompt tokens found in the prefix cache
     finished_tokens: int = 0  # tokens of completed or aborted sequences
     num_finished: int = 0  # sequences that completed
     num_aborted: int = 0  # sequences aborted before completing
@@ -95,14 +96,28 @@ class EngineDriver:
 
     # ----- sequences -----------------------------------------------------------------
     def submit(
-        self, seq_id: str, num_tokens: int, prompt_tokens: int
+        self,
+        seq_id: str,
+        num_tokens: int,
+        prompt_tokens: int,
+        cached_tokens: int = 0,
+        continuation: bool = False,
     ) -> asyncio.Future[Completion]:
-        """Start a sequence now; the future resolves when its last token is emitted."""
+        """Start a sequence now; the future resolves when its last token is emitted.
+        ``cached_tokens`` leading prompt tokens are in the prefix cache (not prefilled);
+        ``continuation``: the prompt carries a moved response's prefix."""
         self.sync()
         fut: asyncio.Future[Completion] = asyncio.get_running_loop().create_future()
-        self.engine.submit(seq_id, num_tokens, prompt_tokens)
+        self.engine.submit(
+            seq_id,
+            num_tokens,
+            prompt_tokens,
+            cached_tokens=cached_tokens,
+            continuation=continuation,
+        )
         self._futures[seq_id] = fut
-        self.stats.prompt_tokens += prompt_tokens
+        self.stats.prompt_tokens += prompt_tokens - cached_tokens
+        self.stats.cached_prompt_tokens += cached_tokens
         self._wake.set()
         return fut
 

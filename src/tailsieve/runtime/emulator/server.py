@@ -11,11 +11,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -27,6 +29,7 @@ from tailsieve.runtime.emulator import sglang as SG
 from tailsieve.runtime.emulator.config import CRASH_EXIT_CODE, EmulatorConfig
 from tailsieve.runtime.emulator.driver import EngineDriver
 from tailsieve.runtime.emulator.metrics import CONTENT_TYPE, EmulatorMetrics
+from tailsieve.runtime.emulator.prefix_cache import PrefixCache
 
 MIN_POLL_S = 0.001  # shortest wait between streamed chunk writes, real seconds
 SHUTDOWN_TIMEOUT_S = 1.0  # grace for in-flight handlers on aclose, real seconds
@@ -48,6 +51,8 @@ class EmulatorServer:
         self.metrics = EmulatorMetrics(self.driver, config.model_name)
         self._rng = np.random.default_rng([config.seed, 0])  # injected errors + lengths
         self._meta: dict[str, tuple[str, float]] = {}  # seq id -> (finish reason, submitted)
+        self._seq_prompt: dict[str, tuple[int, ...]] = {}  # seq id -> prompt ids (to cache)
+        self.prefix_cache = PrefixCache()
         self._transports: set[asyncio.BaseTransport] = set()
         self._sglang_aborts: dict[str, asyncio.Event] = {}  # running /generate rid -> abort
         self.num_abort_requests = 0  # POST /abort_request calls received
@@ -137,11 +142,29 @@ class EmulatorServer:
     def _on_complete(self, c: Completion) -> None:
         reason, t0 = self._meta.pop(str(c.request_id), ("length", 0.0))
         self.metrics.finished(reason, c.num_tokens, time.monotonic() - t0)
+        self._cache(str(c.request_id), c.num_tokens)
 
     def _abort(self, seq_id: str) -> None:
         tokens = self.driver.abort(seq_id)  # may complete it first (then _on_complete ran)
         self._meta.pop(seq_id, None)
-        del tokens  # counted in generation_tokens_total; like vLLM, no request_success sample
+        self._cache(seq_id, tokens)  # counted in generation_tokens_total; no request_success
+
+    def _cache(self, seq_id: str, num_generated: int) -> None:
+        """The prompt and the generated tokens of a finished or aborted sequence stay in this
+        replica's prefix cache (a response continued here finds its prefix)."""
+        ids = self._seq_prompt.pop(seq_id, None)
+        if ids is not None:
+            self.prefix_cache.insert(ids + (P.FILLER_TOKEN_ID,) * num_generated)
+
+    def _submit(self, sid: str, k: int, prompt_ids: tuple[int, ...]) -> asyncio.Future[Completion]:
+        """Start a sequence; a token-id prompt pays prefill only for its uncached tokens, and
+        one that ends in generated (filler) tokens is a continuation (recompute rate)."""
+        if all(t == P.PROMPT_TOKEN_ID for t in prompt_ids):  # a text prompt: no cache
+            return self.driver.submit(sid, k, len(prompt_ids))
+        self._seq_prompt[sid] = prompt_ids
+        cached = self.prefix_cache.lookup(prompt_ids)
+        cont = _generated_suffix(prompt_ids) > 0
+        return self.driver.submit(sid, k, len(prompt_ids), cached_tokens=cached, continuation=cont)
 
     def _lengths(self, req: P.GenRequest) -> list[tuple[int, str]]:
         """(tokens, finish_reason) of every sequence, prompt-major then choice."""
@@ -150,12 +173,17 @@ class EmulatorServer:
         for p, prompt_len in enumerate(req.prompt_tokens):
             cap = min(req.max_tokens, cfg.max_model_len - prompt_len)  # vLLM clips silently
             rng = self._rng if req.seed is None else np.random.default_rng([req.seed, p])
+            done = _generated_suffix(req.prompt_ids[p]) if req.prompt_ids else 0
             for _ in range(req.n):
                 if req.ignore_eos:
                     out.append((cap, "length"))
                     continue
                 draw = rng.lognormal(np.log(cfg.length_median_tokens), cfg.length_sigma)
-                k = int(min(max(round(float(draw)), req.min_tokens, 1), cap))
+                if done and round(float(draw)) <= done:  # drawn given it reached ``done``
+                    draw = _conditional_draw(
+                        float(rng.random()), done, cfg.length_median_tokens, cfg.length_sigma
+                    )
+                k = int(min(max(round(float(draw)) - done, req.min_tokens, 1), cap))
                 out.append((k, "length" if k == cap else "stop"))
         return out
 
@@ -192,7 +220,7 @@ class EmulatorServer:
         now = time.monotonic()
         for i, (sid, (k, reason)) in enumerate(zip(seq_ids, lengths, strict=True)):
             self._meta[sid] = (reason, now)
-            futs.append(self.driver.submit(sid, k, req.prompt_tokens[i // req.n]))
+            futs.append(self._submit(sid, k, req.prompt_ids[i // req.n]))
         try:
             if req.stream:
                 return await self._stream(request, req, rid, seq_ids, futs, lengths)
@@ -272,7 +300,7 @@ class EmulatorServer:
         futs: list[asyncio.Future[Completion]] = []
         for sid, (k, reason) in zip(seq_ids, lengths, strict=True):
             self._meta[sid] = (reason, now)
-            futs.append(self.driver.submit(sid, k, req.prompt_tokens[0]))
+            futs.append(self._submit(sid, k, req.prompt_ids[0]))
         aborted = self._sglang_aborts.setdefault(rid, asyncio.Event())
         resp: web.StreamResponse | None = None
         try:
@@ -369,3 +397,22 @@ async def run_emulator(
     """Run an emulator in this event loop; yields its base URL (``http://127.0.0.1:PORT``)."""
     async with EmulatorServer(config, host, port) as server:
         yield server.url
+
+
+def _generated_suffix(ids: tuple[int, ...]) -> int:
+    """Trailing generated (filler) tokens of a prompt: a continuation's tokens so far."""
+    n = 0
+    for t in reversed(ids):
+        if t != P.FILLER_TOKEN_ID:
+            break
+        n += 1
+    return n
+
+
+def _conditional_draw(u: float, done: int, median: float, sigma: float) -> float:
+    """A lognormal length drawn given that it exceeds ``done`` tokens (inverse CDF on the tail),
+    for a continuation whose own draw ended before the tokens it already has."""
+    nd = NormalDist(math.log(median), sigma)
+    lo = nd.cdf(math.log(done + 0.5))
+    q = min(lo + u * (1.0 - lo), 1.0 - 1e-12)
+    return max(math.exp(nd.inv_cdf(q)), done + 1.0)

@@ -1,0 +1,249 @@
+"""A response as a chain of pieces: continuation, joining, and history-dependent sampling.
+
+A response may be generated as several requests ("pieces"). Piece ``k + 1`` is sent with the
+prompt's token ids plus every token the earlier pieces generated as its prompt, and with the
+remaining ``max_tokens``. The next token depends only on that prefix under the same weights, so
+the continuation samples from the same distribution (vLLM recomputes a preempted request the
+same way). ``ResponseChain.join`` delivers the chain in the form of a response generated in one
+go: token ids, text and logprobs concatenated, the last piece's finish reason.
+
+What depends on generation history is handled here, once:
+
+- stop strings: the server checks only the text of its own piece, so a stop string that spans a
+  seam is found in the joined text and the response is cut where the server would have cut it
+  (text before the stop string, token ids up to the token that completed it);
+- ``min_tokens``: each piece asks for the floor minus the tokens already generated;
+- presence / frequency / repetition penalties: a continued piece would count only its own
+  tokens as history, so a chain refuses them (``ChainError``, one line) — a response with a
+  penalty runs as one uninterrupted piece, with no moves;
+- per-request seeds: a continued piece restarts the seeded generator, so seeded determinism is
+  not kept across a seam (``SEED_WARNING``); the tokens are still sampled under the policy.
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from tailsieve.errors import ConfigError
+from tailsieve.runtime.backends import EncodedIds, PromptInput, Response, SamplingParams
+
+PENALTY_KEYS = ("presence_penalty", "frequency_penalty", "repetition_penalty")
+SEED_WARNING = (
+    "per-request seeds are not kept across a seam: a continued piece restarts the seeded "
+    "generator, so a chained response is not reproducible from its seed"
+)
+
+
+class ChainError(ConfigError):
+    """A response cannot be continued (history-dependent sampling option, no token ids)."""
+
+
+def penalties_of(sampling: SamplingParams) -> list[str]:
+    """Names of history-dependent penalties set to a non-neutral value."""
+    out: list[str] = []
+    for key in PENALTY_KEYS:
+        val = getattr(sampling, key, None) if key == "presence_penalty" else None
+        if val is None:
+            val = sampling.extra.get(key)
+        neutral = 1.0 if key == "repetition_penalty" else 0.0
+        if val is not None and float(val) != neutral:
+            out.append(f"{key}={val}")
+    return out
+
+
+def check_continuable(sampling: SamplingParams) -> None:
+    """Raise ``ChainError`` (one line) when responses under ``sampling`` cannot be continued."""
+    bad = penalties_of(sampling)
+    if bad:
+        raise ChainError(
+            f"cannot continue a response sampled with {', '.join(bad)}: the penalty depends on "
+            "the tokens generated so far, which a continued piece would not count; drop the "
+            "penalty or turn continuation off"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """One request's part of a response."""
+
+    token_ids: tuple[int, ...]
+    text: str
+    finish_reason: str  # "stop" | "length" (piece cap or response cap) | "moved" | ...
+    logprobs: tuple[float, ...] | None = None
+    text_offsets: tuple[int, ...] | None = None  # start of each token's text in ``text``
+    replica: int = -1  # executor replica that generated it (-1 = unknown)
+
+    @classmethod
+    def of(cls, r: Response, replica: int = -1) -> Piece:
+        if r.token_ids is None:
+            raise ChainError(
+                "a piece came back without token ids: continuation needs them "
+                "(vLLM: return_token_ids; SGLang: output_ids)"
+            )
+        return cls(r.token_ids, r.text, r.finish_reason, r.logprobs, r.text_offsets, replica)
+
+
+@dataclass(slots=True)
+class ResponseChain:
+    """The pieces of one response so far. ``max_tokens``: the response's cap (all pieces)."""
+
+    max_tokens: int
+    prompt_ids: tuple[int, ...] | None = None  # known once a server tokenized the prompt
+    pieces: list[Piece] = field(default_factory=list)
+    stop: tuple[str, ...] = ()
+    final: Response | None = None  # set when the chain is complete
+    _encoded: list[str] = field(default_factory=list)  # JSON of the prefix, built per piece
+    _encoded_pieces: int = 0  # pieces already in ``_encoded``
+
+    @property
+    def generated_ids(self) -> tuple[int, ...]:
+        return tuple(t for p in self.pieces for t in p.token_ids)
+
+    @property
+    def num_generated(self) -> int:
+        return sum(len(p.token_ids) for p in self.pieces)
+
+    @property
+    def remaining(self) -> int:
+        return self.max_tokens - self.num_generated
+
+    @property
+    def done(self) -> bool:
+        return self.final is not None
+
+    def can_continue(self) -> bool:
+        """A continuation can be sent (the prompt's token ids are known, or nothing yet)."""
+        return not self.pieces or self.prompt_ids is not None
+
+    def next_prompt(self, prompt: PromptInput) -> PromptInput:
+        """The prompt of the next piece: the original one, or its token ids plus the tokens
+        generated so far."""
+        if not self.pieces:
+            return prompt
+        if self.prompt_ids is None:
+            raise ChainError(f"prompt {prompt.prompt_id!r}: its token ids are unknown")
+        if not self._encoded or self._encoded_pieces > len(self.pieces):
+            self._encoded = [",".join(map(str, self.prompt_ids))]
+            self._encoded_pieces = 0
+        for p in self.pieces[self._encoded_pieces :]:
+            if p.token_ids:
+                self._encoded.append(",".join(map(str, p.token_ids)))
+        self._encoded_pieces = len(self.pieces)
+        ids = EncodedIds(
+            self.prompt_ids + self.generated_ids, "[" + ",".join(x for x in self._encoded if x) + "]"
+        )
+        return PromptInput(prompt.prompt_id, token_ids=ids)
+
+    def piece_sampling(self, sampling: SamplingParams, piece_tokens: int | None) -> SamplingParams:
+        """Sampling of the next piece: max_tokens = what is left (at most ``piece_tokens``),
+        ``min_tokens`` reduced by what was generated."""
+        cap = self.remaining if piece_tokens is None else min(self.remaining, piece_tokens)
+        extra: dict[str, Any] = dict(sampling.extra)
+        if "min_tokens" in extra:
+            extra["min_tokens"] = max(0, min(int(extra["min_tokens"]) - self.num_generated, cap))
+        if cap == sampling.max_tokens and extra == sampling.extra:
+            return sampling
+        return replace(sampling, max_tokens=cap, extra=extra)
+
+    def add(self, piece: Piece, piece_cap: int) -> None:
+        """Append a piece generated under a cap of ``piece_cap`` tokens; completes the chain
+        when the response ended (stop, its own cap, a stop string across a seam)."""
+        self.pieces.append(piece)
+        if (
+            _seam_stop(self)
+            or piece.finish_reason not in ("length", "moved")
+            or self.remaining <= 0
+        ):
+            self.final = self.join()
+        elif piece.finish_reason == "length" and len(piece.token_ids) < piece_cap:
+            self.final = self.join()  # the server clipped it (model length): it ends here
+
+    def drop_last(self) -> None:
+        """Forget the last piece (it is outside the chain)."""
+        self.pieces.pop()
+        self.final = None
+        self._encoded = []
+
+    def join(self) -> Response:
+        """The response as if generated in one go (cut at a stop string across a seam)."""
+        cut = _seam_stop(self)
+        pieces = self.pieces
+        text = "".join(p.text for p in pieces)
+        ids = self.generated_ids
+        lps: tuple[float, ...] | None = None
+        if all(p.logprobs is not None for p in pieces) and pieces:
+            lps = tuple(x for p in pieces for x in p.logprobs or ())
+        reason = pieces[-1].finish_reason if pieces else "length"
+        if cut is not None:
+            text, num = cut
+            ids, reason = ids[:num], "stop"
+            lps = lps[:num] if lps is not None else None
+        elif reason == "moved":
+            reason = "length"
+        return Response(
+            text=text, num_tokens=len(ids), finish_reason=reason, token_ids=ids, logprobs=lps
+        )
+
+
+def _seam_stop(chain: ResponseChain) -> tuple[str, int] | None:
+    """(text, number of tokens) of the response cut at the first stop string that spans a seam,
+    or None. The server cut stop strings inside its own piece already."""
+    if not chain.stop or len(chain.pieces) < 2:
+        return None
+    best: tuple[int, int, int] | None = None  # (token index completing it, start, seam piece)
+    start = 0
+    starts: list[int] = []
+    for p in chain.pieces:
+        starts.append(start)
+        start += len(p.text)
+    text = "".join(p.text for p in chain.pieces)
+    tok_base = 0
+    for k in range(1, len(chain.pieces)):
+        tok_base += len(chain.pieces[k - 1].token_ids)
+        seam = starts[k]
+        for s in chain.stop:
+            if not s:
+                continue
+            lo = max(0, seam - len(s) + 1)
+            at = text.find(s, lo, seam + len(s) - 1)
+            if at < 0 or at >= seam:
+                continue
+            j = _completing_token(chain.pieces[k], at + len(s) - seam)
+            cand = (tok_base + j, at, k)
+            if best is None or cand[:2] < best[:2]:
+                best = cand
+        if best is not None:
+            break  # an earlier seam's stop ends the response before any later one
+    if best is None:
+        return None
+    return text[: best[1]], best[0] + 1
+
+
+def _completing_token(piece: Piece, end: int) -> int:
+    """Index in ``piece`` of the token whose text reaches character ``end`` of the piece."""
+    offs = piece.text_offsets
+    n = len(piece.token_ids)
+    if offs is None or len(offs) != n:
+        raise ChainError(
+            "a stop string spans a seam but the piece has no per-token text offsets "
+            "(vLLM: request logprobs; SGLang is not supported for stop strings with moves)"
+        )
+    for j in range(n):
+        tok_end = offs[j + 1] if j + 1 < n else len(piece.text)
+        if tok_end >= end:
+            return j
+    return n - 1
+
+
+def join_all(chains: Sequence[ResponseChain]) -> list[Response]:
+    """The delivered responses of complete chains, in order."""
+    out: list[Response] = []
+    for c in chains:
+        if c.final is None:
+            raise ChainError("a chain is not complete")
+        out.append(c.final)
+    return out

@@ -1,0 +1,272 @@
+"""One group whose responses are chains of pieces (``ExecutorConfig.continuation``).
+
+Each response runs as its own loop of pieces (``runtime.chain``): one request per piece, at
+most ``piece_tokens`` tokens each (the piece ends are the seams where the router knows exactly
+what a response has generated). Between two pieces a response can change replica:
+
+- a move (``ChainedAttempt.move``, e.g. from a balancer): the running piece is aborted; with
+  streaming the tokens it streamed are kept as a piece, without streaming they are dropped and
+  generated again on the destination (at most ``piece_tokens`` of them);
+- a fault (``ReplicaDownError``): the executor's ``relocate`` takes the replica out and names a
+  healthy one; the response continues there from its last seam. The group's other responses
+  keep running where they are.
+
+A request error is retried with backoff as in ``GroupAttempt``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from tailsieve.runtime.attempt import (
+    AttemptProgress,
+    ExecutorConfig,
+    ForcedLength,
+    RequestFailedError,
+    _all_or_first_error,
+    _chunk_items,
+)
+from tailsieve.runtime.backends import (
+    Backend,
+    PromptInput,
+    Response,
+    build_request,
+    parse_response,
+)
+from tailsieve.runtime.chain import Piece, ResponseChain, check_continuable
+from tailsieve.runtime.transport import JSON, ReplicaDownError, RequestError, Transport
+
+Relocate = Callable[[int, int, str, BaseException], tuple[int, str]]
+"""(sample, replica, url the piece was sent to, error) -> (new replica, its base URL)."""
+
+
+@dataclass(slots=True)
+class _Partial:
+    """What a streamed piece has delivered so far."""
+
+    ids: list[int] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    offsets: list[int] = field(default_factory=list)  # text offset of one-token chunks
+    num_chars: int = 0
+    reason: str = ""
+    prompt_ids: tuple[int, ...] | None = None
+
+    def piece(self, replica: int, reason: str) -> Response:
+        lps = tuple(self.logprobs) if len(self.logprobs) == len(self.ids) else None
+        return Response(
+            text="".join(self.texts),
+            num_tokens=len(self.ids),
+            finish_reason=self.reason or reason,
+            token_ids=tuple(self.ids),
+            logprobs=lps,
+            text_offsets=tuple(self.offsets) if len(self.offsets) == len(self.ids) else None,
+            prompt_token_ids=self.prompt_ids,
+        )
+
+
+@dataclass(slots=True)
+class ChainStats:
+    """Seams and losses of one attempt (read by the executor and benchmarks)."""
+
+    num_pieces: int = 0
+    num_moves: int = 0
+    num_relocations: int = 0  # continued elsewhere after a fault
+    num_lost_pieces: int = 0  # pieces aborted before their end whose tokens were dropped
+    lost_tokens: int = 0  # tokens known to be dropped (streamed, or counted by the server)
+
+
+class ChainedAttempt:
+    """Runs one group as ``group_size`` chains; ``where[i]`` = (replica, base URL) of response
+    ``i``. ``chains`` outlive the attempt (the executor keeps them)."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        where: list[tuple[int, str]],
+        config: ExecutorConfig,
+        prompt: PromptInput,
+        chains: list[ResponseChain],
+        forced_length: ForcedLength | None,
+        progress: AttemptProgress,
+        relocate: Relocate,
+    ) -> None:
+        check_continuable(config.sampling)
+        self._t = transport
+        self.where = list(where)
+        self._cfg = config
+        self._prompt = prompt
+        self.chains = chains
+        self._forced = forced_length
+        self.progress = progress
+        self._relocate = relocate
+        self._inflight: dict[int, asyncio.Future[Response]] = {}
+        self._partial: dict[int, _Partial] = {}
+        self._lost_on_move: dict[int, bool] = {}
+        self._started: dict[int, float] = {}  # loop time the running piece of a response began
+        self.stats = ChainStats()
+        self.down_sample = 0
+        # stop strings across a seam need each token's text offset: ask vLLM for logprobs
+        self._want_offsets = bool(config.sampling.stop) and config.backend is Backend.VLLM
+        self._sampling = config.sampling
+        if self._want_offsets and config.sampling.logprobs is None:
+            self._sampling = replace(config.sampling, logprobs=0)
+
+    def move(self, sample: int, replica: int, base_url: str) -> bool:
+        """Continue response ``sample`` on ``replica`` from now on: its running piece is
+        aborted (streamed tokens kept). False when the response is already complete."""
+        if self.chains[sample].done:
+            return False
+        self.where[sample] = (replica, base_url.rstrip("/"))
+        self.stats.num_moves += 1
+        req = self._inflight.get(sample)
+        if req is not None and not req.done():
+            req.cancel()
+        return True
+
+    def streamed_tokens(self, sample: int) -> int:
+        """Tokens the running piece of response ``sample`` has streamed so far (0 unstreamed)."""
+        part = self._partial.get(sample)
+        return len(part.ids) if part is not None else 0
+
+    def prompt_tokens(self, sample: int) -> int:
+        """Prompt tokens of response ``sample`` as far as known (its chain's prompt ids, else
+        those its running stream echoed; 0 before either)."""
+        ids = self.chains[sample].prompt_ids
+        if ids is None:
+            part = self._partial.get(sample)
+            ids = part.prompt_ids if part is not None else None
+        return len(ids or ())
+
+    def unstreamed_age_s(self, sample: int) -> float:
+        """Seconds the running piece of ``sample`` has generated without streaming (what a move
+        would drop and the destination decode again); 0 when streaming or between pieces."""
+        if self._cfg.stream or sample not in self._inflight:
+            return 0.0
+        return asyncio.get_running_loop().time() - self._started.get(sample, 0.0)
+
+    async def run(self) -> list[Response]:
+        """The group's responses in sample order (each a joined chain)."""
+        parts = await _all_or_first_error([self._chain(i) for i in range(len(self.chains))])
+        return [r for part in parts for r in part]
+
+    async def _chain(self, i: int) -> list[Response]:
+        chain = self.chains[i]
+        pid = self._prompt.prompt_id
+        seed = self._cfg.sampling.seed
+        if self._forced is not None and not chain.pieces:
+            chain.max_tokens = self._forced(pid, i)
+        while not chain.done:
+            replica, base = self.where[i]
+            url = base + self._cfg.backend.path
+            sp = chain.piece_sampling(self._sampling, self._cfg.piece_tokens)
+            body = build_request(
+                self._cfg.backend,
+                self._cfg.model or "",
+                chain.next_prompt(self._prompt),
+                sp,
+                1,
+                forced_tokens=sp.max_tokens if self._forced is not None else None,
+                seed=seed + i if seed is not None else None,
+                stream=self._cfg.stream,
+                return_token_ids=True,
+            )
+            req = asyncio.ensure_future(
+                self._piece(url, body, i, f"{url} prompt {pid!r} sample {i}")
+            )
+            self._inflight[i] = req
+            self._started[i] = asyncio.get_running_loop().time()
+            try:
+                await asyncio.wait({req})
+            finally:
+                if not req.done():  # this response's task is cancelled (cutoff, step end)
+                    req.cancel()
+                    with contextlib.suppress(BaseException):
+                        await req
+                self._inflight.pop(i, None)
+            partial = self._partial.pop(i, None)
+            if req.cancelled() or isinstance(req.exception(), ReplicaDownError):
+                self._keep_partial(chain, partial, replica)
+                if not req.cancelled():
+                    exc = req.exception()
+                    assert exc is not None
+                    self.stats.num_relocations += 1
+                    self.down_sample = i
+                    self.where[i] = self._relocate(i, replica, base, exc)
+                continue
+            resp = req.result()
+            if chain.prompt_ids is None:
+                chain.prompt_ids = resp.prompt_token_ids or self._prompt.token_ids
+            chain.add(Piece.of(resp, replica), sp.max_tokens)
+            self.stats.num_pieces += 1
+        final = chain.final
+        assert final is not None
+        if self._sampling is not self._cfg.sampling:
+            final = replace(final, logprobs=None)  # asked only for the text offsets
+        self.progress.num_finished += 1
+        self.progress.finished_tokens += final.num_tokens
+        self.progress.live_tokens.pop(i, None)
+        return [final]
+
+    def _keep_partial(self, chain: ResponseChain, partial: _Partial | None, replica: int) -> None:
+        """A piece ended early (move or fault): keep what it streamed, drop the rest."""
+        self.stats.num_lost_pieces += 1
+        if partial is None or not partial.ids:
+            return
+        if chain.prompt_ids is None:
+            chain.prompt_ids = partial.prompt_ids or self._prompt.token_ids
+        if chain.prompt_ids is None:  # cannot continue it: it starts again from scratch
+            self.stats.lost_tokens += len(partial.ids)
+            return
+        chain.add(Piece.of(partial.piece(replica, "moved"), replica), len(partial.ids) + 1)
+        self.stats.num_pieces += 1
+
+    async def _piece(self, url: str, body: JSON, sample: int, where: str) -> Response:
+        retry = 0
+        while True:
+            if self._cfg.backend is Backend.SGLANG:
+                body["rid"] = uuid.uuid4().hex
+            try:
+                if self._cfg.stream:
+                    return await self._streamed(url, body, sample, where)
+                raw = await self._t.post_json(url, body, self._cfg.request_timeout_s)
+                return parse_response(self._cfg.backend, raw, 1, where)[0]
+            except RequestError as exc:
+                if not exc.retryable or retry >= self._cfg.max_retries:
+                    raise RequestFailedError(
+                        f"{where}: {exc} (after {retry} retries)", status=exc.status
+                    ) from exc
+                delay = min(self._cfg.backoff_max_s, self._cfg.backoff_s * 2**retry)
+                retry += 1
+                await asyncio.sleep(delay)
+
+    async def _streamed(self, url: str, body: JSON, sample: int, where: str) -> Response:
+        if self._cfg.backend is not Backend.VLLM:
+            raise RequestFailedError(f"{where}: streamed pieces need the vllm backend")
+        part = self._partial[sample] = _Partial()
+        async for chunk in self._t.stream_json(url, body, self._cfg.request_timeout_s):
+            for ch in chunk.get("choices") or []:
+                pids = ch.get("prompt_token_ids")
+                if pids:
+                    part.prompt_ids = tuple(int(t) for t in pids)
+                lp = ch.get("logprobs") or {}
+                vals = lp.get("token_logprobs") if isinstance(lp, dict) else None
+                if vals:
+                    part.logprobs.extend(float(v) for v in vals if v is not None)
+            for _, text, toks, _, reason in _chunk_items(chunk, False):
+                part.texts.append(text)
+                if toks and len(toks) == 1:
+                    part.offsets.append(part.num_chars)
+                part.num_chars += len(text)
+                part.ids.extend(toks or [])
+                if reason:
+                    part.reason = reason
+            self.progress.live_tokens[sample] = len(part.ids)
+        if not part.reason:
+            raise RequestError(f"{where}: stream ended without a finish reason")
+        del self._partial[sample]
+        return part.piece(-1, part.reason)

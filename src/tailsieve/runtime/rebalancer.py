@@ -1,0 +1,176 @@
+"""The live rebalancer: the pure balancer (``core.balancer``) at work while a live step runs.
+
+Only the I/O-side glue lives here. Every ``BalanceSettings.interval_s`` (and at a completion
+when half an interval has passed since the last check) the rebalancer reads the executor's
+view of its running responses (``LiveExecutor.running_responses``: context tokens = prompt
+tokens + every token the executor knows the response generated, i.e. up to its last seam, plus
+what its running piece streamed), builds one ``ReplicaLoad`` per healthy replica from the
+controller's cost model (a ``ReplicaConfig`` per replica: the profile's ``tau(b)``, context and
+recompute rates), asks ``plan_moves`` for moves and makes each with ``LiveExecutor.move``.
+
+Exactly-once, whole groups and token-exact chains are the executor's and the chain's: a move
+only changes where a running response's next piece goes (``ChainedAttempt.move``); a response
+that completed, or a group that was cut or regenerated meanwhile, is not moved.
+
+Progress: a moved response is not moved again until the executor has seen it generate more
+(a piece completed or streamed a token), so a response cannot ping-pong without advancing (an
+unstreamed piece that is moved loses the tokens it generated; streamed ones are kept). A planned
+move whose predicted gain does not cover re-decoding what an unstreamed piece would drop (the
+piece's age so far) is skipped.
+
+Prefix cache as the balancer sees it: a group's prompt is cached on the replicas it was dealt;
+a response that left a replica leaves its prefix (prompt + generated so far) cached there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from tailsieve.core.balancer import BalanceSettings, ReplicaLoad, Running, plan_moves
+from tailsieve.model.replica_config import ReplicaConfig
+
+
+@dataclass(frozen=True, slots=True)
+class LiveResponse:
+    """One running response as the executor knows it."""
+
+    prompt_id: str
+    sample: int
+    replica: int  # plan replica its current piece runs on (or its next piece will)
+    context_tokens: int  # prompt + generated tokens known so far
+    prompt_tokens: int  # of them, the prompt's (0 when not known yet)
+    dealt: tuple[int, ...]  # plan replicas the group was dealt (its prompt is cached there)
+    pool: int  # 1 = tail pool, 0 = bulk pool
+    at_risk_s: float = 0.0  # decode a move would drop: the age of an unstreamed running piece
+
+
+@dataclass(slots=True)
+class MoveTally:
+    """What the rebalancer did in one step (``StepMetrics`` reads it)."""
+
+    num_checks: int = 0
+    num_moves: int = 0
+    moved_tokens: int = 0  # prefix tokens carried by moved responses (prompt + generated)
+    prefill_tokens: int = 0  # of them, predicted uncached on the destination
+    prefill_s: float = 0.0  # predicted prefill of those tokens (the cost model's), seconds
+
+
+class Mover(Protocol):
+    """What the rebalancer needs from the executor (``LiveExecutor`` is one)."""
+
+    def running_responses(self) -> list[LiveResponse]: ...
+
+    def move(self, prompt_id: str, sample: int, to_replica: int) -> bool: ...
+
+
+@dataclass(slots=True)
+class LiveRebalancer:
+    """Re-balances one live step; ``costs[j]`` is plan replica ``j``'s cost model and
+    ``healthy()`` says which plan replicas may hold responses now."""
+
+    executor: Mover
+    settings: BalanceSettings
+    costs: Sequence[ReplicaConfig]
+    healthy: Callable[[], Sequence[bool]]
+    clock: Callable[[], float]  # seconds since the step started
+    tally: MoveTally = field(default_factory=MoveTally)
+    _cache: dict[tuple[str, int], dict[int, int]] = field(default_factory=dict)
+    _moved_at: dict[tuple[str, int], int] = field(default_factory=dict)  # context at last move
+    _at_risk: dict[tuple[str, int], float] = field(default_factory=dict)
+    _cached: dict[tuple[str, int], dict[int, int]] = field(default_factory=dict)
+    _poked: bool = False
+    _last_s: float = 0.0
+
+    def poke(self) -> None:
+        """A completion: check now if half an interval has passed since the last check."""
+        self._poked = True
+
+    def loads(self) -> list[ReplicaLoad]:
+        """One ``ReplicaLoad`` per healthy plan replica, from the executor's running view. A
+        response that has not progressed since its last move counts in its replica's load but
+        is not a candidate; prefix-cache hits are kept for ``cached``."""
+        ok = self.healthy()
+        self._at_risk = {}
+        self._cached = {}
+        load: dict[int, list[tuple[tuple[str, int], int]]] = {j: [] for j, h in enumerate(ok) if h}
+        cands: dict[int, list[tuple[tuple[str, int], int]]] = {j: [] for j in load}
+        pool_of: dict[int, int] = {}
+        for x in self.executor.running_responses():
+            if x.replica not in load:
+                continue  # on a replica taken out: the executor relocates it
+            key = (x.prompt_id, x.sample)
+            hits = {r: x.prompt_tokens for r in x.dealt} if x.prompt_tokens else {}
+            hits.update(self._cache.get(key, {}))
+            self._cached[key] = hits
+            self._at_risk[key] = x.at_risk_s
+            load[x.replica].append((key, x.context_tokens))
+            if x.context_tokens > self._moved_at.get(key, -1):
+                cands[x.replica].append((key, x.context_tokens))
+            pool_of[x.replica] = x.pool
+        out = []
+        for j, running in load.items():
+            c = self.costs[j]
+            tp = c.throughput
+            out.append(ReplicaLoad(
+                j, len(running), float(sum(n for _, n in running)), _const(tuple(cands[j])),
+                tp.tau, tp.context_s_per_token, c.recompute_cost_s(1) - c.prefill_s,
+                c.prefill_s, pool=pool_of.get(j, 0),
+            ))
+        return out
+
+    def cached_tokens(self, key: Hashable, replica: int) -> int:
+        """Prefix tokens of response ``key`` already cached on ``replica``."""
+        return self._cached.get(key, {}).get(replica, 0)  # type: ignore[call-overload]
+
+    def check(self) -> int:
+        """One re-balance check: plan moves and make them. Returns the moves made."""
+        now = self.clock()
+        self._last_s = now
+        self.tally.num_checks += 1
+        loads = self.loads()
+        s = self.settings
+        moves = plan_moves(loads, s.horizon_at(now), s.seam_s, s.max_moves_per_check,
+                           cached=self.cached_tokens)
+        made = 0
+        for mv in moves:
+            key: tuple[str, int] = mv.key  # type: ignore[assignment]
+            pid, sample = key
+            if mv.predicted_gain_s <= self._at_risk.get(key, 0.0):
+                continue  # the gain does not cover re-decoding what an unstreamed piece drops
+            if not self.executor.move(pid, sample, mv.dst):
+                continue
+            made += 1
+            self._cache.setdefault((pid, sample), {})[mv.src] = mv.prefix_tokens
+            self._moved_at[(pid, sample)] = mv.prefix_tokens
+            t = self.tally
+            t.num_moves += 1
+            t.moved_tokens += mv.prefix_tokens
+            t.prefill_tokens += mv.prefill_tokens
+            t.prefill_s += self.costs[mv.dst].recompute_cost_s(mv.prefill_tokens)
+        return made
+
+    async def loop(self) -> None:
+        """Check every ``interval_s``, and at a completion half an interval after the last
+        check; runs until cancelled (the executor cancels it when the step ends)."""
+        interval = self.settings.interval_s
+        while True:
+            due = self._last_s + (interval / 2 if self._poked else interval)
+            wait = due - self.clock()
+            if wait > 0:
+                # a poke is noticed within a quarter interval
+                await asyncio.sleep(min(wait, interval / 4))
+                continue
+            self._poked = False
+            self.check()
+
+
+__all__ = ["LiveRebalancer", "LiveResponse", "MoveTally", "Mover"]
+
+
+
+def _const(items: Running) -> Callable[[], Running]:
+    """The balancer reads a replica's candidates through a callable."""
+    return lambda: items

@@ -1,0 +1,77 @@
+"""The emulator serves continuations: token-id prompts, a per-replica prefix cache (prefill
+only for uncached tokens), and a continued response's length consistent with its one-go draw."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tailsieve.runtime.emulator import EmulatorServer
+from tailsieve.runtime.emulator.prefix_cache import PrefixCache
+from tailsieve.runtime.emulator.protocol import FILLER_TOKEN_ID
+
+ServerFactory = Any  # conftest.make_server
+
+PROMPT = list(range(1000, 1100))  # 100 prompt token ids
+
+
+async def complete(session: aiohttp.ClientSession, url: str, body: dict) -> dict:  # type: ignore[type-arg]
+    async with session.post(url + "/v1/completions", json=body) as resp:
+        assert resp.status == 200
+        out: dict = await resp.json()  # type: ignore[type-arg]
+        return out
+
+
+def test_prefix_cache_blocks_and_lru() -> None:
+    c = PrefixCache(block_tokens=4, max_blocks=3)
+    assert c.lookup(list(range(10))) == 0
+    c.insert(list(range(10)))  # 2 full blocks
+    assert c.lookup(list(range(10))) == 8
+    assert c.lookup([*range(8), 99, 98]) == 8
+    assert c.lookup([1, *range(1, 10)]) == 0  # first block differs: nothing after it counts
+    c.insert(list(range(100, 112)))  # 3 more blocks: the oldest are evicted
+    assert c.lookup(list(range(10))) == 0
+    assert c.lookup(list(range(4))) == 0  # the last prompt token is always computed
+
+
+async def test_continuation_length_matches_the_one_go_draw(
+    fast_server: EmulatorServer, session: aiohttp.ClientSession
+) -> None:
+    body = {"prompt": PROMPT, "max_tokens": 4000, "seed": 5, "return_token_ids": True}
+    one = await complete(session, fast_server.url, body)
+    total = len(one["choices"][0]["token_ids"])
+    assert total > 20
+    first = await complete(session, fast_server.url, {**body, "max_tokens": 20})
+    ids = first["choices"][0]["token_ids"]
+    assert len(ids) == 20 and first["choices"][0]["finish_reason"] == "length"
+    rest = await complete(
+        session, fast_server.url, {**body, "prompt": PROMPT + ids, "max_tokens": 4000 - 20}
+    )
+    assert len(rest["choices"][0]["token_ids"]) == total - 20
+    assert rest["choices"][0]["finish_reason"] == one["choices"][0]["finish_reason"]
+
+
+async def test_prefill_is_charged_only_for_uncached_tokens(
+    make_server: ServerFactory, session: aiohttp.ClientSession
+) -> None:
+    async with make_server(time_scale=0.01) as a, make_server(time_scale=0.01) as b:
+        body = {"prompt": PROMPT, "max_tokens": 64, "ignore_eos": True}
+        await complete(session, a.url, body)
+        cont = {**body, "prompt": PROMPT + [FILLER_TOKEN_ID] * 64}
+        before_a = a.driver.stats.prompt_tokens
+        await complete(session, a.url, cont)  # same replica: prompt and piece are cached
+        assert a.driver.stats.cached_prompt_tokens == 160  # 10 full blocks of 16
+        assert a.driver.stats.prompt_tokens - before_a == 164 - 160
+        await complete(session, b.url, cont)  # another replica: the whole prefix is prefilled
+        assert b.driver.stats.cached_prompt_tokens == 0
+        assert b.driver.stats.prompt_tokens == 164
+
+
+@pytest.mark.parametrize("done", [1, 50, 500])
+def test_conditional_draw_exceeds_done(done: int) -> None:
+    from tailsieve.runtime.emulator.server import _conditional_draw
+
+    for u in (0.0, 0.3, 0.999):
+        assert round(_conditional_draw(u, done, 200.0, 1.0)) > done

@@ -1,0 +1,118 @@
+"""Pieces joined into one response: exact concatenation, stop strings across a seam,
+min_tokens, penalties refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from tailsieve.runtime.backends import PromptInput, SamplingParams
+from tailsieve.runtime.chain import ChainError, Piece, ResponseChain, check_continuable
+
+
+def piece(texts: list[str], first_id: int, reason: str = "length") -> Piece:
+    offs, at = [], 0
+    for t in texts:
+        offs.append(at)
+        at += len(t)
+    ids = tuple(range(first_id, first_id + len(texts)))
+    lps = tuple(-0.1 * (i + 1) for i in ids)
+    return Piece(ids, "".join(texts), reason, lps, tuple(offs))
+
+
+def test_join_is_exact_concatenation() -> None:
+    c = ResponseChain(max_tokens=10, prompt_ids=(5, 6))
+    c.add(piece(["a", "b", "c"], 0), 3)
+    assert not c.done and c.remaining == 7
+    nxt = c.next_prompt(PromptInput("p", text="hi"))
+    assert nxt.token_ids == (5, 6, 0, 1, 2)
+    c.add(piece(["d", "e"], 3, "stop"), 3)
+    assert c.done and c.final is not None
+    r = c.final
+    assert r.token_ids == (0, 1, 2, 3, 4) and r.text == "abcde" and r.finish_reason == "stop"
+    assert r.logprobs == pytest.approx([-0.1 * (i + 1) for i in range(5)])
+
+
+def test_cap_reached_ends_with_length() -> None:
+    c = ResponseChain(max_tokens=4, prompt_ids=(1,))
+    c.add(piece(["a", "b"], 0), 2)
+    c.add(piece(["c", "d"], 2), 2)
+    assert c.final is not None and c.final.finish_reason == "length"
+    assert c.final.num_tokens == 4
+
+
+def test_stop_string_across_a_seam_cuts_where_the_server_would() -> None:
+    # one go: tokens "xx", "EN", "Dyy", ... with stop "END": the server stops at the token that
+    # completes "END" ("Dyy", index 2) and returns the text before it
+    c = ResponseChain(max_tokens=20, prompt_ids=(1,), stop=("END",))
+    c.add(piece(["xx", "EN"], 0), 2)
+    assert not c.done
+    c.add(piece(["Dyy", "zz"], 2), 2)
+    assert c.final is not None
+    assert c.final.text == "xx"
+    assert c.final.token_ids == (0, 1, 2)
+    assert c.final.finish_reason == "stop"
+    assert c.final.logprobs is not None and len(c.final.logprobs) == 3
+
+
+def test_stop_string_inside_a_piece_is_the_servers() -> None:
+    c = ResponseChain(max_tokens=20, prompt_ids=(1,), stop=("END",))
+    c.add(piece(["xx", "E"], 0), 2)
+    c.add(piece(["a", "b"], 2, "stop"), 2)  # no stop string spans the seam
+    assert c.final is not None and c.final.text == "xxEab" and c.final.num_tokens == 4
+
+
+def test_stop_across_a_seam_without_offsets_is_refused() -> None:
+    c = ResponseChain(max_tokens=20, prompt_ids=(1,), stop=("END",))
+    c.add(Piece((0, 1), "xxEN", "length"), 2)
+    with pytest.raises(ChainError, match="text offsets"):
+        c.add(Piece((2,), "D", "length"), 2)
+
+
+def test_min_tokens_reduced_by_generated() -> None:
+    sp = SamplingParams(max_tokens=100, extra={"min_tokens": 30})
+    c = ResponseChain(max_tokens=100, prompt_ids=(1,))
+    assert c.piece_sampling(sp, 16).extra["min_tokens"] == 16  # capped at the piece
+    c.add(piece(["a"] * 16, 0), 16)
+    assert c.piece_sampling(sp, 16).extra["min_tokens"] == 14
+    assert c.piece_sampling(sp, 16).max_tokens == 16
+    c.add(piece(["a"] * 16, 16), 16)
+    assert c.piece_sampling(sp, None).extra["min_tokens"] == 0
+    assert c.piece_sampling(sp, None).max_tokens == 68
+
+
+@pytest.mark.parametrize(
+    "sp",
+    [
+        SamplingParams(presence_penalty=0.5),
+        SamplingParams(extra={"frequency_penalty": 0.2}),
+        SamplingParams(extra={"repetition_penalty": 1.1}),
+    ],
+)
+def test_penalties_are_refused_with_one_line(sp: SamplingParams) -> None:
+    with pytest.raises(ChainError) as err:
+        check_continuable(sp)
+    assert "\n" not in str(err.value) and "penalty" in str(err.value)
+
+
+def test_neutral_penalties_are_fine() -> None:
+    check_continuable(SamplingParams(presence_penalty=0.0, extra={"repetition_penalty": 1.0}))
+
+
+def test_continued_prompt_is_encoded_once_and_spliced() -> None:
+    import json
+
+    from tailsieve.runtime.backends import EncodedIds
+    from tailsieve.runtime.lean_http import _drop_prompt_ids, _encode
+
+    c = ResponseChain(max_tokens=10, prompt_ids=(5, 6))
+    c.add(piece(["a", "b"], 0), 2)
+    first = c.next_prompt(PromptInput("p", text="hi")).token_ids
+    c.add(piece(["c"], 2), 1)
+    ids = c.next_prompt(PromptInput("p", text="hi")).token_ids
+    assert isinstance(first, EncodedIds) and isinstance(ids, EncodedIds)
+    assert ids == (5, 6, 0, 1, 2) and json.loads(ids.json) == list(ids)
+    body = {"model": "m", "prompt": ids, "max_tokens": 3}
+    assert json.loads(_encode(body)) == {"model": "m", "prompt": [5, 6, 0, 1, 2], "max_tokens": 3}
+    raw = b'{"choices":[{"token_ids":[1,2],"prompt_token_ids":[5,6,0]}],"usage":{}}'
+    out = json.loads(_drop_prompt_ids(raw))
+    assert out["choices"][0] == {"token_ids": [1, 2], "prompt_token_ids": None}

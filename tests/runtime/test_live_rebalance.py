@@ -1,0 +1,167 @@
+"""The live rebalancer (``runtime.rebalancer``) with the stub transport: an imbalanced step makes
+moves, and every group is still delivered exactly once, whole, each response token-exact."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import warnings
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_continuation import URLS, assert_exact, ccfg, lengths_fn
+from test_live_executor import prompts_for
+
+from tailsieve.core.balancer import BalanceSettings
+from tailsieve.core.plan import GroupAssignment, StepPlan
+from tailsieve.core.pool import Pool
+from tailsieve.core.protocol import validate_outcome
+from tailsieve.model.replica_config import ReplicaConfig
+from tailsieve.model.throughput import ThroughputModel
+from tailsieve.runtime.backends import PromptInput, SamplingParams
+from tailsieve.runtime.executor import LiveExecutor
+from tailsieve.runtime.rollout import RolloutConfig, TailSieveRollout
+from tailsieve.runtime.stub import StubTransport, token_at
+
+warnings.filterwarnings("ignore", message="per-request seeds")
+
+# a batch-bound cost model: one more running response costs 5 ms per iteration
+COSTS = ReplicaConfig(
+    throughput=ThroughputModel.from_pairs([(1, 0.01), (64, 0.01 + 63 * 0.005)], name="t"),
+    recompute_s_per_token=1e-6,
+)
+BALANCE = BalanceSettings(interval_s=0.01, horizon_s=1.0, seam_s=0.001, expected_step_s=1.0)
+
+
+def piled_plan(ids: list[str], cut: int | None = None, r: int = 3) -> StepPlan:
+    """Every group dealt to replica 0, the others idle: the most imbalanced step. ``cut``
+    fresh groups delivered of ``ids`` (None: all pinned)."""
+    pin = cut is None
+    out = tuple(GroupAssignment(p, Pool.BULK, 0, pin, k) for k, p in enumerate(ids))
+    k = len(ids) if cut is None else cut
+    return StepPlan(
+        step=1, num_replicas=r, group_size=2, num_required=k, q=0, m=0,
+        num_extra=len(ids) - k, tail_replicas=(), bulk_replicas=tuple(range(r)),
+        assignments=out, num_fresh_to_deliver=0 if pin else k,
+        fresh_prompt_ids=() if pin else tuple(ids), is_warmup=False, is_flush=False,
+        balance=BALANCE,
+    )  # fmt: skip
+
+
+IDS = [f"g{i}" for i in range(6)]
+TABLE = {p: 200 + 40 * i for i, p in enumerate(IDS)}
+
+
+async def run_piled(stream: bool, cut: int | None, balance: bool = True) -> None:
+    length_of = lengths_fn(TABLE)
+    stub = StubTransport(length_of, seconds_per_token=0.0005)
+    plan = piled_plan(IDS, cut)
+    if not balance:
+        plan = dataclasses.replace(plan, balance=None)
+    ex = LiveExecutor(URLS, ccfg(piece_tokens=32, stream=stream), transport=stub,
+                      balance_costs=COSTS)
+    res = await ex.run(plan, prompts_for(plan))
+    validate_outcome(plan, res.outcome)
+    delivered = [d.prompt_id for d in res.outcome.delivered]
+    assert len(delivered) == len(set(delivered)) == (len(IDS) if cut is None else cut)
+    assert_exact(res, length_of, stub, text=not stream)
+    tally = ex.last_moves
+    if not balance:
+        assert tally.num_moves == 0 and tally.num_checks == 0
+        return
+    assert tally.num_checks >= 1
+    assert tally.num_moves >= 1 and ex.num_moves == tally.num_moves
+    assert tally.moved_tokens >= tally.prefill_tokens >= 0
+    # pieces ran on the idle replicas: the moves reached them
+    assert {u for u, *_ in stub.log.continued} & {URLS[1], URLS[2]}
+
+
+async def test_piled_step_moves_and_delivers_every_group_once_token_exact() -> None:
+    await run_piled(stream=False, cut=None)
+
+
+async def test_piled_step_with_streaming_and_a_cutoff() -> None:
+    await run_piled(stream=True, cut=4)
+
+
+async def test_no_balance_settings_no_moves() -> None:
+    await run_piled(stream=False, cut=None, balance=False)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    lengths=st.lists(st.integers(1, 300), min_size=6, max_size=6),
+    piece=st.sampled_from([None, 16, 50]),
+    stream=st.booleans(),
+    cut=st.sampled_from([None, 1, 3, 6]),
+    interval=st.sampled_from([0.002, 0.01]),
+)
+def test_rebalanced_steps_keep_exactly_once_whole_groups_exact_chains(
+    lengths: list[int], piece: int | None, stream: bool, cut: int | None, interval: float
+) -> None:
+    length_of = lengths_fn(dict(zip(IDS, lengths, strict=True)))
+    stub = StubTransport(length_of, seconds_per_token=0.0003)
+    plan = dataclasses.replace(piled_plan(IDS, cut),
+                               balance=dataclasses.replace(BALANCE, interval_s=interval))
+    ex = LiveExecutor(URLS, ccfg(piece_tokens=piece, stream=stream), transport=stub,
+                      balance_costs=COSTS)
+    res = asyncio.run(ex.run(plan, prompts_for(plan)))
+    validate_outcome(plan, res.outcome)
+    delivered = [d.prompt_id for d in res.outcome.delivered]
+    assert len(delivered) == len(set(delivered)) == (len(IDS) if cut is None else cut)
+    assert_exact(res, length_of, stub, text=not stream)
+
+
+async def test_rollout_tailsieve_with_continuation_moves_and_records_them() -> None:
+    """``RolloutConfig(policy="tailsieve", continuation=True)``: the controller's balance
+    settings switch the live rebalancer on; moves land in ``StepMetrics``; uniform-requests
+    makes none."""
+    table = {f"p{i}": 20 + (i * 97) % 400 for i in range(400)}
+    length_of = lengths_fn(table)
+    urls = [f"http://r{i}" for i in range(4)]
+    moved = {}
+    for policy in ("tailsieve", "uniform-requests"):
+        stub = StubTransport(length_of, seconds_per_token=0.0002)
+        cfg = RolloutConfig(
+            num_groups=8, group_size=2, model="m", policy=policy,
+            sampling=SamplingParams(max_tokens=2000, seed=0), continuation=True,
+            piece_tokens=40, stream=True, profile="cpu",
+            controller={"seam_s": 0.001},  # the stub's time scale: ms per move
+        )  # fmt: skip
+        source = iter(PromptInput(p, text=p) for p in table)
+        async with TailSieveRollout(urls, cfg, transport=stub) as ro:
+            n = 0
+            for _ in range(5):
+                batch = await ro.step([next(source) for _ in range(ro.num_fresh_needed())])
+                assert len({g.prompt_id for g in batch.groups}) == len(batch.groups) == 8
+                for g in batch.groups:
+                    for s, r in enumerate(g.responses):
+                        want = length_of(g.prompt_id, s)
+                        assert r.token_ids == tuple(token_at(s, j) for j in range(want))
+                m = batch.metrics
+                assert m.moved_tokens >= m.prefill_tokens >= 0
+                n += m.num_moves
+        assert stub.log.broken_chains == []
+        moved[policy] = n
+    assert moved["uniform-requests"] == 0
+    assert moved["tailsieve"] >= 1
+
+
+def test_an_unmovable_response_counts_in_the_load_but_never_moves() -> None:
+    """What the rebalancer builds for a response that has not progressed since its last move:
+    counted in its replica's load (``num_running``, ``context_tokens``), not a candidate."""
+    from tailsieve.core.balancer import ReplicaLoad, plan_moves
+
+    def tau(b: int) -> float:
+        return 0.01 + 0.005 * b
+
+    def loads(movable: bool) -> list[ReplicaLoad]:
+        cands = tuple((("g", i), 100) for i in range(4) if movable or i > 0)
+        return [ReplicaLoad(0, 4, 400.0, lambda: cands, tau, 0.0, 1e-6),
+                ReplicaLoad.of(1, (), tau, 0.0, 1e-6)]
+
+    free = plan_moves(loads(True), horizon_s=10.0, seam_s=0.001)
+    held = plan_moves(loads(False), horizon_s=10.0, seam_s=0.001)
+    assert free and held  # the pile is shed either way
+    assert ("g", 0) not in {m.key for m in held}
+    assert len(held) == len(free)  # the held response still counts in replica 0's load
