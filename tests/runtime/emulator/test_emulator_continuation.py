@@ -75,3 +75,39 @@ def test_conditional_draw_exceeds_done(done: int) -> None:
 
     for u in (0.0, 0.3, 0.999):
         assert round(_conditional_draw(u, done, 200.0, 1.0)) > done
+
+
+@pytest.mark.parametrize("backend", ["vllm", "sglang"])
+async def test_live_chains_over_the_emulator(make_server: ServerFactory, backend: str) -> None:
+    """The live executor's pieces against the emulator (vLLM token-id prompts, SGLang
+    ``input_ids``): each response is its forced length, in several pieces, and the pieces after
+    the first find their prefix in the replica's cache."""
+    import warnings
+
+    from tailsieve.core.plan import GroupAssignment, StepPlan
+    from tailsieve.core.pool import Pool
+    from tailsieve.runtime.attempt import ExecutorConfig
+    from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
+    from tailsieve.runtime.executor import LiveExecutor
+
+    plan = StepPlan(
+        step=0, num_replicas=1, group_size=2, num_required=1, q=0, m=0, num_extra=0,
+        tail_replicas=(), bulk_replicas=(0,), assignments=(GroupAssignment("g", Pool.BULK, 0,
+        False, 0),), num_fresh_to_deliver=1, fresh_prompt_ids=("g",), is_warmup=True,
+        is_flush=False,
+    )  # fmt: skip
+    async with make_server(time_scale=0.01) as srv:
+        cfg = ExecutorConfig(
+            backend=Backend(backend), model=srv.config.model_name,
+            sampling=SamplingParams(max_tokens=500), continuation=True, piece_tokens=16,
+        )  # fmt: skip
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ex = LiveExecutor([srv.url], cfg, forced_length=lambda p, i: 40 + i)
+        res = await ex.run(plan, {"g": PromptInput("g", token_ids=tuple(PROMPT))})
+        await ex.aclose()
+    got = res.groups["g"].responses
+    assert [r.num_tokens for r in got] == [40, 41]
+    assert all(r.token_ids == (FILLER_TOKEN_ID,) * r.num_tokens for r in got)
+    assert [len(c.pieces) for c in ex.chains["g"]] == [3, 3]
+    assert srv.prefix_cache.hit_tokens >= 2 * 2 * 96  # pieces 2 and 3 of both: prompt cached
