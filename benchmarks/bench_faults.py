@@ -19,7 +19,7 @@ tokens. Variants:
   last seam);
 - ``continue-stream``: continuation with streaming (from their last streamed token).
 
-    PYTHONPATH=src .venv/bin/python benchmarks/bench_faults.py --out /tmp/faults.json
+    PYTHONPATH=src .venv/bin/python benchmarks/bench_faults.py --out benchmarks/results/faults.json
 """
 
 from __future__ import annotations
@@ -169,7 +169,7 @@ def main() -> None:
     ap.add_argument("--profile", default="qwen3-4b-h100")
     ap.add_argument("--time-scale", type=float, default=0.1)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", type=Path, default=Path("/tmp/bench_faults.json"))
+    ap.add_argument("--out", type=Path, default=Path("benchmarks/results/faults.json"))
     args = ap.parse_args()
     rows = asyncio.run(main_async(args))
     args.out.write_text(

@@ -9,7 +9,7 @@ token in one go (round trip, admission, one scheduling iteration); the move over
 prefill of the uncached prefix. Each continued token is checked to be the one-go token.
 
     PYTHONPATH=src .venv/bin/python benchmarks/bench_seam.py \
-        --urls http://127.0.0.1:8101,http://127.0.0.1:8102 --out /tmp/seam.json
+        --urls http://127.0.0.1:8101,http://127.0.0.1:8102 --out benchmarks/results/seam_vllm_cpu.json
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def main() -> None:
     ap.add_argument("--urls", default="http://127.0.0.1:8101,http://127.0.0.1:8102")
     ap.add_argument("--tokens", type=int, default=32, help="K: tokens per piece")
     ap.add_argument("--repeats", type=int, default=10)
-    ap.add_argument("--out", type=Path, default=Path("/tmp/bench_seam.json"))
+    ap.add_argument("--out", type=Path, default=Path("benchmarks/results/seam_vllm_cpu.json"))
     args = ap.parse_args()
     a, b = args.urls.split(",")[:2]
     name = served_name(a)

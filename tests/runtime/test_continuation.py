@@ -7,7 +7,7 @@ import asyncio
 import warnings
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from test_live_executor import make_plan, prompts_for
 
@@ -151,6 +151,13 @@ def test_penalty_refused_and_seed_warned() -> None:
         max_size=4,
     ),
     stream=st.booleans(),
+)
+@example(  # a short streamed piece whose prompt ids came only with its end
+    lengths=[23, 23, 30, 3, 23, 106, 115],
+    piece=3,
+    die=(2, 0.0),
+    moves=[(0.018, 1, 1, 0), (0.0, 2, 1, 2), (0.018, 1, 1, 0)],
+    stream=True,
 )
 def test_moves_and_faults_keep_exactly_once_whole_groups_exact_chains(
     lengths: list[int],

@@ -237,12 +237,15 @@ def _sglang_request(
     return body
 
 
-def parse_response(backend: Backend, body: Any, num_samples: int, where: str) -> list[Response]:
+def parse_response(
+    backend: Backend, body: Any, num_samples: int, where: str, allow_abort: bool = False
+) -> list[Response]:
     """Responses of one non-streaming request, in sample order. Raises ``RequestError`` on a
-    body that does not have the expected shape (counts as malformed, retried)."""
+    body that does not have the expected shape (counts as malformed, retried). SGLang:
+    ``allow_abort`` returns an aborted request's partial output (finish reason "abort")."""
     try:
         if backend is Backend.SGLANG:
-            out = _parse_sglang(body)
+            out = _parse_sglang(body, allow_abort)
         else:
             out = _parse_openai(backend, body, num_samples)
     except (KeyError, TypeError, ValueError, IndexError) as exc:
@@ -304,14 +307,14 @@ def _parse_openai(backend: Backend, body: Any, n: int) -> list[Response]:
     return out
 
 
-def _parse_sglang(body: Any) -> list[Response]:
+def _parse_sglang(body: Any, allow_abort: bool = False) -> list[Response]:
     items = body if isinstance(body, list) else [body]
     out: list[Response] = []
     for it in items:
         meta = it["meta_info"]
         fr = meta.get("finish_reason")
         reason = fr.get("type", "unknown") if isinstance(fr, dict) else str(fr or "unknown")
-        if reason == "abort":  # aborted by someone else: a partial response is never delivered
+        if reason == "abort" and not allow_abort:  # aborted by someone else: never delivered
             raise ValueError(f"request aborted by the server: {fr}")
         ids = it.get("output_ids")
         lps = meta.get("output_token_logprobs")

@@ -134,7 +134,8 @@ class ResponseChain:
                 self._encoded.append(",".join(map(str, p.token_ids)))
         self._encoded_pieces = len(self.pieces)
         ids = EncodedIds(
-            self.prompt_ids + self.generated_ids, "[" + ",".join(x for x in self._encoded if x) + "]"
+            self.prompt_ids + self.generated_ids,
+            "[" + ",".join(x for x in self._encoded if x) + "]",
         )
         return PromptInput(prompt.prompt_id, token_ids=ids)
 

@@ -5,8 +5,9 @@ most ``piece_tokens`` tokens each (the piece ends are the seams where the router
 what a response has generated). Between two pieces a response can change replica:
 
 - a move (``ChainedAttempt.move``, e.g. from a balancer): the running piece is aborted; with
-  streaming the tokens it streamed are kept as a piece, without streaming they are dropped and
-  generated again on the destination (at most ``piece_tokens`` of them);
+  streaming the tokens it streamed are kept as a piece; on SGLang the piece is aborted by id
+  (``/abort_request``) and returns its partial output, which is kept; otherwise they are
+  dropped and generated again on the destination (at most ``piece_tokens`` of them);
 - a fault (``ReplicaDownError``): the executor's ``relocate`` takes the replica out and names a
   healthy one; the response continues there from its last seam. The group's other responses
   keep running where they are.
@@ -39,6 +40,8 @@ from tailsieve.runtime.backends import (
 )
 from tailsieve.runtime.chain import Piece, ResponseChain, check_continuable
 from tailsieve.runtime.transport import JSON, ReplicaDownError, RequestError, Transport
+
+ABORT_WAIT_S = 2.0  # how long a move waits for SGLang's aborted piece to return its output
 
 Relocate = Callable[[int, int, str, BaseException], tuple[int, str]]
 """(sample, replica, url the piece was sent to, error) -> (new replica, its base URL)."""
@@ -106,8 +109,11 @@ class ChainedAttempt:
         self._relocate = relocate
         self._inflight: dict[int, asyncio.Future[Response]] = {}
         self._partial: dict[int, _Partial] = {}
-        self._lost_on_move: dict[int, bool] = {}
         self._started: dict[int, float] = {}  # loop time the running piece of a response began
+        self._rids: dict[int, str] = {}  # SGLang request id of each running piece
+        self._piece_base: dict[int, str] = {}  # base URL of each running piece
+        self._moving: set[int] = set()  # SGLang pieces aborted by a move (partial kept)
+        self._aborts: set[asyncio.Future[None]] = set()
         self.stats = ChainStats()
         self.down_sample = 0
         # stop strings across a seam need each token's text offset: ask vLLM for logprobs
@@ -124,7 +130,16 @@ class ChainedAttempt:
         self.where[sample] = (replica, base_url.rstrip("/"))
         self.stats.num_moves += 1
         req = self._inflight.get(sample)
-        if req is not None and not req.done():
+        if req is None or req.done():
+            return True
+        rid = self._rids.get(sample)
+        if self._cfg.backend is Backend.SGLANG and not self._cfg.stream and rid is not None:
+            # SGLang's /abort_request makes the running request return its partial output
+            self._moving.add(sample)
+            task = asyncio.ensure_future(self._abort_or_cancel(sample, req, rid))
+            self._aborts.add(task)
+            task.add_done_callback(self._aborts.discard)
+        else:
             req.cancel()
         return True
 
@@ -148,6 +163,36 @@ class ChainedAttempt:
         if self._cfg.stream or sample not in self._inflight:
             return 0.0
         return asyncio.get_running_loop().time() - self._started.get(sample, 0.0)
+
+    async def _abort_or_cancel(self, sample: int, req: asyncio.Future[Response], rid: str) -> None:
+        """Abort by id and let the piece return its partial output; cancel it (dropping its
+        tokens) if that does not happen within ``ABORT_WAIT_S``."""
+        url = self.where_url(sample, req)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._t.post_json(url, {"rid": rid}, ABORT_WAIT_S),
+                                   ABORT_WAIT_S)  # fmt: skip
+        with contextlib.suppress(BaseException):
+            await asyncio.wait({req}, timeout=ABORT_WAIT_S)
+        if not req.done():
+            req.cancel()
+
+    def _abort_sglang(self, sample: int) -> None:
+        """SGLang notices a closed connection only at its next disconnect check: abort the
+        cancelled piece by id too (best effort, in the background)."""
+        rid = self._rids.get(sample)
+        if self._cfg.backend is not Backend.SGLANG or rid is None:
+            return
+        url = self._piece_base.get(sample, self.where[sample][1]) + "/abort_request"
+        task = asyncio.ensure_future(
+            asyncio.wait_for(self._t.post_json(url, {"rid": rid}, ABORT_WAIT_S), ABORT_WAIT_S)
+        )
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        self._aborts.add(task)
+        task.add_done_callback(self._aborts.discard)
+
+    def where_url(self, sample: int, req: asyncio.Future[Response]) -> str:
+        """The /abort_request URL of the server running ``req`` (its piece's base URL)."""
+        return self._piece_base.get(sample, self.where[sample][1]) + "/abort_request"
 
     async def run(self) -> list[Response]:
         """The group's responses in sample order (each a joined chain)."""
@@ -175,6 +220,7 @@ class ChainedAttempt:
                 stream=self._cfg.stream,
                 return_token_ids=True,
             )
+            self._piece_base[i] = base
             req = asyncio.ensure_future(
                 self._piece(url, body, i, f"{url} prompt {pid!r} sample {i}")
             )
@@ -185,6 +231,7 @@ class ChainedAttempt:
             finally:
                 if not req.done():  # this response's task is cancelled (cutoff, step end)
                     req.cancel()
+                    self._abort_sglang(i)
                     with contextlib.suppress(BaseException):
                         await req
                 self._inflight.pop(i, None)
@@ -229,12 +276,17 @@ class ChainedAttempt:
         retry = 0
         while True:
             if self._cfg.backend is Backend.SGLANG:
-                body["rid"] = uuid.uuid4().hex
+                body["rid"] = self._rids[sample] = uuid.uuid4().hex
             try:
                 if self._cfg.stream:
                     return await self._streamed(url, body, sample, where)
                 raw = await self._t.post_json(url, body, self._cfg.request_timeout_s)
-                return parse_response(self._cfg.backend, raw, 1, where)[0]
+                moving = sample in self._moving
+                self._moving.discard(sample)
+                out = parse_response(self._cfg.backend, raw, 1, where, allow_abort=moving)[0]
+                if out.finish_reason == "abort":  # aborted by a move: its partial output
+                    out = replace(out, finish_reason="moved")
+                return out
             except RequestError as exc:
                 if not exc.retryable or retry >= self._cfg.max_retries:
                     raise RequestFailedError(

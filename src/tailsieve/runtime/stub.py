@@ -198,8 +198,9 @@ class StubTransport:
                         await task
         body = await task
         for ch in body["choices"]:
-            for tok in ch["token_ids"][sent:]:
-                yield {"choices": [{"index": ch["index"], "text": "", "token_ids": [tok]}]}
+            for j, tok in enumerate(ch["token_ids"][sent:]):
+                first = {"prompt_token_ids": ch["prompt_token_ids"]} if sent + j == 0 else {}
+                yield {"choices": [{"index": ch["index"], "text": "", "token_ids": [tok], **first}]}
             yield {
                 "choices": [
                     {

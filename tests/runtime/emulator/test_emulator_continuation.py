@@ -75,3 +75,90 @@ def test_conditional_draw_exceeds_done(done: int) -> None:
 
     for u in (0.0, 0.3, 0.999):
         assert round(_conditional_draw(u, done, 200.0, 1.0)) > done
+
+
+@pytest.mark.parametrize("backend", ["vllm", "sglang"])
+async def test_live_chains_over_the_emulator(make_server: ServerFactory, backend: str) -> None:
+    """The live executor's pieces against the emulator (vLLM token-id prompts, SGLang
+    ``input_ids``): each response is its forced length, in several pieces, and the pieces after
+    the first find their prefix in the replica's cache."""
+    import warnings
+
+    from tailsieve.core.plan import GroupAssignment, StepPlan
+    from tailsieve.core.pool import Pool
+    from tailsieve.runtime.attempt import ExecutorConfig
+    from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
+    from tailsieve.runtime.executor import LiveExecutor
+
+    plan = StepPlan(
+        step=0, num_replicas=1, group_size=2, num_required=1, q=0, m=0, num_extra=0,
+        tail_replicas=(), bulk_replicas=(0,), assignments=(GroupAssignment("g", Pool.BULK, 0,
+        False, 0),), num_fresh_to_deliver=1, fresh_prompt_ids=("g",), is_warmup=True,
+        is_flush=False,
+    )  # fmt: skip
+    async with make_server(time_scale=0.01) as srv:
+        cfg = ExecutorConfig(
+            backend=Backend(backend), model=srv.config.model_name,
+            sampling=SamplingParams(max_tokens=500), continuation=True, piece_tokens=16,
+        )  # fmt: skip
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ex = LiveExecutor([srv.url], cfg, forced_length=lambda p, i: 40 + i)
+        res = await ex.run(plan, {"g": PromptInput("g", token_ids=tuple(PROMPT))})
+        await ex.aclose()
+    got = res.groups["g"].responses
+    assert [r.num_tokens for r in got] == [40, 41]
+    assert all(r.token_ids == (FILLER_TOKEN_ID,) * r.num_tokens for r in got)
+    assert [len(c.pieces) for c in ex.chains["g"]] == [3, 3]
+    assert srv.prefix_cache.hit_tokens >= 2 * 2 * 96  # pieces 2 and 3 of both: prompt cached
+
+
+async def test_sglang_move_keeps_the_aborted_pieces_partial_output(
+    make_server: ServerFactory,
+) -> None:
+    """A move on SGLang aborts the running piece by id (/abort_request): its partial output is
+    kept as a piece and the response continues on the destination, token-exact."""
+    import asyncio
+    import warnings
+
+    from tailsieve.core.plan import GroupAssignment, StepPlan
+    from tailsieve.core.pool import Pool
+    from tailsieve.runtime.attempt import ExecutorConfig
+    from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
+    from tailsieve.runtime.executor import LiveExecutor
+
+    plan = StepPlan(
+        step=0, num_replicas=2, group_size=1, num_required=1, q=0, m=0, num_extra=0,
+        tail_replicas=(), bulk_replicas=(0, 1), assignments=(GroupAssignment("g", Pool.BULK, 0,
+        False, 0),), num_fresh_to_deliver=1, fresh_prompt_ids=("g",), is_warmup=True,
+        is_flush=False,
+    )  # fmt: skip
+    async with make_server(time_scale=0.05) as a, make_server(time_scale=0.05) as b:
+        cfg = ExecutorConfig(
+            backend=Backend.SGLANG, model=a.config.model_name,
+            sampling=SamplingParams(max_tokens=5000), continuation=True,
+        )  # fmt: skip
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ex = LiveExecutor([a.url, b.url], cfg, forced_length=lambda p, i: 400)
+
+        async def mover() -> None:
+            while True:
+                a.driver.sync()
+                if a.driver.running_tokens() >= 20:
+                    break
+                await asyncio.sleep(0.005)
+            assert ex.move("g", 0, 1)
+
+        task = asyncio.create_task(mover())
+        res = await asyncio.wait_for(
+            ex.run(plan, {"g": PromptInput("g", token_ids=tuple(PROMPT))}), 60
+        )
+        await asyncio.wait_for(task, 1)
+        await ex.aclose()
+    (r,) = res.groups["g"].responses
+    assert r.num_tokens == 400 and r.finish_reason == "length"
+    first, second = ex.chains["g"][0].pieces
+    assert first.replica == 0 and first.finish_reason == "moved" and len(first.token_ids) >= 20
+    assert second.replica == 1 and len(first.token_ids) + len(second.token_ids) == 400
+    assert a.num_abort_requests == 1
