@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from outdir import default_out
 
 from tailsieve.core.balancer import ReplicaLoad, plan_moves
 from tailsieve.model.profiles import load_profile
@@ -227,12 +228,15 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=Path("benchmarks/results/balancer"))
+    ap.add_argument("--out", type=Path, default=default_out("balancer"),
+                    help="result folder (default: under the system temp dir)")
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--groups", type=int, default=64)
     ap.add_argument("--cases", nargs="*", default=None, help="case names (default: all)")
     ap.add_argument("--quick", action="store_true", help="2 seeds, 12 steps")
+    ap.add_argument("--smoke", action="store_true",
+                    help="decision timings at a tiny shape (the test suite's check)")
     args = ap.parse_args(argv)
     seeds, steps = (2, 12) if args.quick else (args.seeds, args.steps)
     chosen = [c for c in CASES if args.cases is None or c.name in args.cases]
@@ -240,8 +244,8 @@ def main(argv: list[str] | None = None) -> int:
         known = ", ".join(c.name for c in CASES)
         print(f"unknown case in {args.cases}; choose from {known}", file=sys.stderr)
         return 2
-    timing = decision_timing()
-    scale = scale_timing()
+    timing = decision_timing(8, 16, 20) if args.smoke else decision_timing()
+    scale = scale_timing(6, 8, 16) if args.smoke else scale_timing()
     print(f"in a simulated run at {scale['in_flight']} in flight on {scale['replicas']} "
           f"replicas: p50 {scale['p50_ms']:.2f} ms, p99 {scale['p99_ms']:.2f} ms", flush=True)
     print(f"decision at {timing['in_flight']} in flight: p50 {timing['p50_ms']:.3f} ms, "
@@ -255,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
               f"[{row['elapsed_s']} s]", flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     payload = {
-        "command": "PYTHONPATH=src python benchmarks/bench_balancer.py " + " ".join(
+        "command": ".venv/bin/python benchmarks/bench_balancer.py " + " ".join(
             argv if argv is not None else sys.argv[1:]),
         "baseline": "uniform-requests", "steady_from": STEADY_FROM,
         "decision_timing": timing, "decision_timing_in_sim_64x4096": scale, "cases": rows,

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from outdir import default_out
 
 from tailsieve.core.plan import GroupAssignment, StepPlan
 from tailsieve.core.pool import Pool
@@ -159,7 +160,7 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--groups", type=int, default=8)
     ap.add_argument("--group-size", type=int, default=8)
@@ -169,8 +170,9 @@ def main() -> None:
     ap.add_argument("--profile", default="qwen3-4b-h100")
     ap.add_argument("--time-scale", type=float, default=0.1)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", type=Path, default=Path("benchmarks/results/faults.json"))
-    args = ap.parse_args()
+    ap.add_argument("--out", type=Path, default=default_out("faults.json"),
+                    help="result JSON (default: under the system temp dir)")
+    args = ap.parse_args(argv)
     rows = asyncio.run(main_async(args))
     args.out.write_text(
         json.dumps({"args": vars(args) | {"out": str(args.out)}, "rows": rows}, indent=2)

@@ -22,6 +22,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from outdir import default_out
+
 
 def post(url: str, body: dict[str, Any]) -> tuple[dict[str, Any], float]:
     req = urllib.request.Request(
@@ -40,13 +42,14 @@ def served_name(url: str) -> str:
         return str(json.loads(r.read())["data"][0]["id"])
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--urls", default="http://127.0.0.1:8101,http://127.0.0.1:8102")
     ap.add_argument("--tokens", type=int, default=32, help="K: tokens per piece")
     ap.add_argument("--repeats", type=int, default=10)
-    ap.add_argument("--out", type=Path, default=Path("benchmarks/results/seam_vllm_cpu.json"))
-    args = ap.parse_args()
+    ap.add_argument("--out", type=Path, default=default_out("seam_vllm_cpu.json"),
+                    help="result JSON (default: under the system temp dir)")
+    args = ap.parse_args(argv)
     a, b = args.urls.split(",")[:2]
     name = served_name(a)
     k = args.tokens

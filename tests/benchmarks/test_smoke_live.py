@@ -1,6 +1,6 @@
 """Smoke runs of the live benchmark scripts: ``bench_router.py`` and ``bench_real_engine.py`` on
-emulated replicas (always), and ``bench_real_engine.py`` on the real vLLM CPU servers when
-``TAILSIEVE_VLLM_ENDPOINTS`` names them. Tiny shapes, seconds each, everything in ``tmp_path``.
+emulated replicas (always), and ``bench_real_engine.py`` and ``bench_seam.py`` on the real vLLM
+CPU servers when ``TAILSIEVE_VLLM_ENDPOINTS`` names them. Tiny shapes, seconds each, everything in ``tmp_path``.
 The real-engine run goes through ``TailSieveRollout`` exactly as the full benchmark does, so a
 wrapper around ``executor.run`` that drops an argument fails here."""
 
@@ -113,3 +113,16 @@ def test_bench_real_engine_accepts_every_live_policy() -> None:
     args = importlib.import_module("bench_real_engine").parse_args([*argv, "--q0", "1",
                                                                     "--m0", "1"])
     assert args.policy == names and (args.q0, args.m0) == (1, 1)
+
+
+@pytest.mark.skipif(not ENDPOINTS, reason="TAILSIEVE_VLLM_ENDPOINTS not set (no vLLM servers)")
+def test_bench_seam_vllm(tmp_path: Path) -> None:
+    """The seam benchmark on the two vLLM servers: a continued token equals the one-go token
+    (asserted inside the script) and the seam figures are written."""
+    out = tmp_path / "seam.json"
+    with repo_unchanged():
+        importlib.import_module("bench_seam").main(
+            ["--urls", ENDPOINTS, "--tokens", "4", "--repeats", "1", "--out", str(out)])
+    res = json.loads(out.read_text())
+    assert res["tokens_per_piece"] == 4 and len(res["rows"]) == 1
+    assert res["median_s_per_token"] > 0

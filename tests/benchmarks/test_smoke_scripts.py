@@ -18,6 +18,9 @@ from smoke_helpers import BENCH, ROOT, repo_unchanged
 
 # every script under benchmarks/ and the test that runs it; a new script must be added here
 SCRIPTS = {
+    "bench_balancer.py": "test_bench_balancer",
+    "bench_faults.py": "test_bench_faults",
+    "bench_seam.py": "test_smoke_live.py::test_bench_seam_vllm",
     "bench_grounded.py": "test_bench_grounded",
     "bench_oracle.py": "test_bench_oracle",
     "bench_real_engine.py": "test_smoke_live.py::test_bench_real_engine_*",
@@ -128,3 +131,27 @@ def test_paper_module_mains(module: str, argv: list[str], tmp_path: Path) -> Non
     with repo_unchanged():
         importlib.import_module(module).main([*argv, "--out", str(tmp_path)])
     assert json.loads((tmp_path / f"{name}.json").read_text())
+
+
+def test_bench_balancer(tmp_path: Path) -> None:
+    with repo_unchanged():
+        assert importlib.import_module("bench_balancer").main(
+            ["--out", str(tmp_path), "--seeds", "1", "--steps", "7", "--groups", "16",
+             "--cases", "4b-paper-math-r8", "--smoke"]) == 0
+    data = json.loads((tmp_path / "balancer.json").read_text())
+    (row,) = data["cases"]
+    assert row["speedup_mean"] > 0 and row["moves_per_step"] >= 0
+    assert data["decision_timing"]["p99_ms"] >= data["decision_timing"]["p50_ms"] >= 0
+    assert "| 4b-paper-math-r8 |" in (tmp_path / "balancer.md").read_text()
+
+
+def test_bench_faults(tmp_path: Path) -> None:
+    """One replica killed mid-step: continuation regenerates fewer tokens than whole groups."""
+    out = tmp_path / "faults.json"
+    with repo_unchanged():
+        importlib.import_module("bench_faults").main(
+            ["--groups", "3", "--group-size", "4", "--median", "60", "--time-scale", "0.02",
+             "--out", str(out)])
+    rows = {r["variant"]: r for r in json.loads(out.read_text())["rows"][1:]}
+    assert set(rows) == {"whole-group", "continue", "continue-pieces", "continue-stream"}
+    assert rows["continue"]["groups_regenerated"] == 0
