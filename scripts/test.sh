@@ -38,18 +38,17 @@ browser_setup() {
         fi
     fi
     if [[ -z "$why" ]]; then
-        local flags=(--no-upgrade --no-install-recommends)
         "${sudo[@]}" apt-get update -qq >&2 || true
         local plan
-        plan="$("${sudo[@]}" apt-get install -s "${flags[@]}" chromium 2>&1 || true)"
+        plan="$("${sudo[@]}" apt-get install -s --no-upgrade --no-install-recommends chromium 2>&1 || true)"
         local summary
         summary="$(grep -E '^[0-9]+ upgraded' <<<"$plan" || true)"
         if [[ "$summary" =~ ^0\ upgraded,\ ([0-9]+)\ newly ]]; then
             say "installing Debian's chromium for the browser tests: ${BASH_REMATCH[1]} new system packages, nothing upgraded (apt-get install --no-upgrade --no-install-recommends chromium)"
             mkdir -p .cache
-            DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "${flags[@]}" chromium \
-                >.cache/chromium-install.log 2>&1 \
-                || why="apt-get install chromium failed: see .cache/chromium-install.log"
+            DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-upgrade \
+                --no-install-recommends chromium >.cache/chromium-install.log 2>&1 \
+                || why="installing chromium failed: see .cache/chromium-install.log"
         else
             why="installing chromium would upgrade system packages (${summary:-apt-get gave no plan})"
         fi
