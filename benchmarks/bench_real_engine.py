@@ -10,22 +10,29 @@
    servers; ``--emulate R`` starts R emulated replicas (the ``cpu`` profile, for a quick check
    of the code path); otherwise two vLLM CPU servers are started with
    ``scripts/start_vllm_servers.sh 2`` and stopped at the end.
-2. Profile once: every server is measured with the project's profiler in lockstep (``tailsieve
+2. Profile: every server is measured with the project's profiler in lockstep (``tailsieve
    profile --endpoint A --endpoint B``: every round on all servers at once, the load of a live
    step), then the time to first token at b=1 (the per-request ``prefill_s`` the simulator
-   charges). Every policy is predicted from this one profile, and the controllers use it.
+   charges). The controllers use this profile.
 3. Live: ``--steps`` steps of every ``--policy`` (repeatable: any live policy, ``uniform``,
    ``uniform-requests``, ``tailsieve-fixed``, ``tailsieve``, ``tailsieve-static`` with ``--q0``
-   and ``--m0``) through ``TailSieveRollout`` in replay mode
-   (``max_tokens = L``, ``ignore_eos``), interleaved step by step (step t of each policy, the
-   order rotating), then a flush for carried prompts. AIME lengths scaled so the longest fits
-   ``max-model-len`` minus the prompt. Every batch is checked: N groups of n responses, each
-   exactly its forced length (``finish_reason == "length"``), no prompt delivered twice.
-4. Drift: the same profile is measured again after the live steps; the difference between the
-   two predictions of each policy's mean step is the profiling drift, its own figure.
-5. Prediction: ``SimExecutor`` on exactly the live plans and lengths (per step), plus a
-   closed-loop ``tailsieve simulate``-style run. The simulator's ordering of the policies is
-   checked against live for every pair whose live difference exceeds the drift.
+   and ``--m0``; ``tailsieve+moves`` runs ``tailsieve`` with continuation pieces of
+   ``--piece-tokens`` and the live rebalancer, the controller pricing a move at ``--seam-s``)
+   through ``TailSieveRollout`` in replay mode (``max_tokens = L``, ``ignore_eos``), interleaved
+   step by step (round t: step t of each policy, the order rotating), then a flush for carried
+   prompts. AIME lengths scaled so the longest fits ``max-model-len`` minus the prompt. Every
+   batch is checked: N groups of n responses, each exactly its forced length
+   (``finish_reason == "length"``), no prompt delivered twice.
+4. Drift: the same profile is measured again after the live steps (and, with
+   ``--profile-between``, between rounds); the difference between the predictions of each
+   policy's mean step from the first and the last profile is the profiling drift, its own
+   figure.
+5. Prediction: ``SimExecutor`` on exactly the live plans and lengths (per step; a ``+moves``
+   lane with the simulator's own moves), plus a closed-loop ``tailsieve simulate``-style run.
+   Every policy is predicted from the same profiles: each round from the mean of the profiles
+   measured just before and after it (the machine's speed over that window; the judged figure),
+   and also from the first profile alone and the last alone. The simulator's ordering of the
+   policies is checked against live for every pair whose live difference exceeds the drift.
 
 Everything is written under ``--out`` (default: a folder in the system temp directory, never
 inside the repository): ``real_engine.json``, ``real_engine.md`` and the profile files.
@@ -45,8 +52,9 @@ from typing import Any
 
 from outdir import default_out
 from real_engine import report
-from real_engine.live import run_interleaved
+from real_engine.live import LaneSpec, MoveSettings, run_interleaved
 from real_engine.predict import (
+    JUDGED,
     PRIMARY,
     closed_loop_sim,
     policy_result,
@@ -59,9 +67,11 @@ from real_engine.servers import Servers, loadavg, log, prompt_tokens, served_mod
 from tailsieve.control.factory import ControllerName
 from tailsieve.runtime.backends import PromptInput
 from tailsieve.runtime.replay import ReplayLengths
+from tailsieve.sim.movepath import PieceSettings
 from tailsieve.workload.presets import AIME_TRACE_IN_REPO
 
 LIVE_POLICIES = tuple(c.value for c in ControllerName)
+MOVE_LANES = ("tailsieve+moves",)  # the policy whose controller balances, with moves on
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -73,9 +83,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--emulate", type=int, default=0,
                    help="without --endpoints: start this many emulated replicas instead of vLLM")
     p.add_argument("--emulate-time-scale", type=float, default=1.0)
-    p.add_argument("--policy", action="append", choices=LIVE_POLICIES, default=None,
+    p.add_argument("--policy", action="append", choices=LIVE_POLICIES + MOVE_LANES,
+                   default=None,
                    help="a live policy (repeatable; default: uniform, uniform-requests, "
-                        "tailsieve)")
+                        "tailsieve); tailsieve+moves: continuation pieces and the live "
+                        "rebalancer")
+    p.add_argument("--piece-tokens", type=int, default=128,
+                   help="+moves lanes: max tokens per continuation piece")
+    p.add_argument("--seam-s", type=float, default=0.066,
+                   help="+moves lanes: the controller's price of one move beyond its prefill "
+                        "(default: a move between the two vLLM CPU servers, bench_seam.py)")
+    p.add_argument("--piece-seam-s", type=float, default=0.014,
+                   help="+moves lanes: the simulator's wait at a piece end on the same server "
+                        "(default: bench_seam.py's 38 ms seam less the 24 ms time to first "
+                        "token the simulator already charges each piece)")
+    p.add_argument("--profile-between", action="store_true",
+                   help="also profile the servers between rounds (each round is then "
+                        "predicted from the profiles just before and after it)")
     p.add_argument("--q0", type=int, default=None, help="initial tail groups (controllers)")
     p.add_argument("--m0", type=int, default=None,
                    help="initial tail replicas (tailsieve-static holds q0 and m0)")
@@ -101,6 +125,7 @@ async def amain(args: argparse.Namespace, endpoints: list[str], servers: str,
                 out: Path) -> dict[str, Any]:
     policies: list[str] = list(dict.fromkeys(args.policy or
                                              ["uniform", "uniform-requests", "tailsieve"]))
+    specs = [LaneSpec.parse(name) for name in policies]
     model, max_len = await served_model(endpoints[0])
     n, groups, steps = args.group_size, args.groups, args.steps
     raw = ReplayLengths.from_file(args.trace)
@@ -127,19 +152,31 @@ async def amain(args: argparse.Namespace, endpoints: list[str], servers: str,
     log(f"live: {steps} steps of N={groups} x n={n} per policy, interleaved")
     t0, load0 = time.perf_counter(), loadavg()
     overrides = {k: v for k, v in (("q0", args.q0), ("m0", args.m0)) if v is not None}
-    live = await run_interleaved(policies, endpoints, model, lengths, prompts, groups, n,
-                                 steps, str(mean_path), overrides)
+    between: list[Any] = []
+
+    async def profile_between(t: int) -> None:
+        log(f"profiling between rounds {t} and {t + 1}")
+        between.append(await measure(endpoints, model, bs, label=f"between{t}", **prof))
+
+    live = await run_interleaved(specs, endpoints, model, lengths, prompts, groups, n,
+                                 steps, str(mean_path), overrides,
+                                 MoveSettings(args.piece_tokens, args.seam_s),
+                                 profile_between if args.profile_between else None)
     live_wall = time.perf_counter() - t0
     log("profiling again after the live steps (profiling drift)")
     after = await measure(endpoints, model, bs, label="after", **prof)
 
     per_policy: dict[str, Any] = {}
     model_before = before.mean_model()
-    for policy, ls in live.items():
-        closed = closed_loop_sim(policy, sim_pools(model_before, before.prefill_s),
+    pieces = PieceSettings(args.piece_tokens, args.piece_seam_s)
+    for spec in specs:
+        ctrl = overrides | ({"balance": True, "seam_s": args.seam_s} if spec.moves else {})
+        closed = closed_loop_sim(spec.policy, sim_pools(model_before, before.prefill_s),
                                  model_before, lengths, prompt_ids, groups, n, len(endpoints),
-                                 steps, overrides)
-        per_policy[policy] = policy_result(ls, before, after, lengths, n, closed)
+                                 steps, ctrl, moves=spec.moves, pieces=pieces)
+        per_policy[spec.name] = policy_result(live[spec.name], [before, *between, after],
+                                              lengths, n, closed,
+                                              pieces if spec.moves else None)
     drift = max(abs(d["drift_rel"]) for d in per_policy.values())
     res = {
         "what": "live steps vs SimExecutor on the same plans and lengths, policies interleaved, "
@@ -158,8 +195,14 @@ async def amain(args: argparse.Namespace, endpoints: list[str], servers: str,
         "trace": Path(args.trace).name,
         "prompt_ids": prompt_ids,
         "profiles": {"before": before.summary(), "after": after.summary(),
+                     "between": [b.summary() for b in between],
                      "controller_profile_file": mean_path.name},
+        "profile_between": bool(args.profile_between),
+        "profile_times": len(between) + 2,
+        "moves": {"piece_tokens": args.piece_tokens, "seam_s": args.seam_s,
+                  "piece_seam_s": args.piece_seam_s},
         "primary_variant": PRIMARY,
+        "judged_variant": JUDGED,
         "live_wall_s": round(live_wall, 2),
         "loadavg_live_start": load0,
         "drift": round(drift, 4),
@@ -190,9 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     report.write(res, out / "real_engine.md")
     for pol, d in res["policies"].items():
         print(f"{pol}: live mean step {d['live_mean_step_s']:.3f} s, sim "
-              f"{d['sim_mean_step_s'][PRIMARY]:.3f} s, error "
-              f"{d['mean_step_rel_err'][PRIMARY]:+.1%}; total error "
-              f"{d['total_rel_err'][PRIMARY]:+.1%}")
+              f"{d['sim_mean_step_s'][JUDGED]:.3f} s, error "
+              f"{d['mean_step_rel_err'][JUDGED]:+.1%}; total error "
+              f"{d['total_rel_err'][JUDGED]:+.1%}")
     print(f"profiling drift {res['drift']:.1%}; ordering right where live differs by more: "
           f"{res['ordering_ok']}; wrote {out}")
     return 0

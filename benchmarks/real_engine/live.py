@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,20 +28,41 @@ class LiveStep:
     wall_s: float
     loadavg: str
     seq: int  # position of this step among all policies' steps, in the order they ran
+    round: int = 0  # interleaving round (step t of every lane is round t; a flush: --steps)
+    num_moves: int = 0  # running responses the live rebalancer moved in this step
+    moved_tokens: int = 0  # prefix tokens those continuations carried
+
+
+@dataclass(frozen=True, slots=True)
+class LaneSpec:
+    """One lane of the benchmark: a live policy, optionally with moves by continuation."""
+
+    name: str  # the lane's name in every table ("tailsieve+moves" for moves)
+    policy: str  # the live policy (controller) name
+    moves: bool = False  # continuation pieces + the live rebalancer (the controller balances)
+
+    @classmethod
+    def parse(cls, name: str) -> LaneSpec:
+        base, plus, extra = name.partition("+")
+        if plus and extra != "moves":
+            raise ValueError(f"lane {name!r}: only '+moves' may follow a policy")
+        return cls(name, base, bool(plus))
 
 
 class Recorder:
-    """Wraps ``executor.run`` to keep every step's plan and result. Passes every argument
+    """Wraps ``executor.run`` to keep every step's plan, result and moves. Passes every argument
     through (the rollout calls ``run(plan, prompts, active)``)."""
 
     def __init__(self, executor: LiveExecutor) -> None:
-        self.captured: list[tuple[StepPlan, StepResult]] = []
+        self.captured: list[tuple[StepPlan, StepResult, tuple[int, int]]] = []
+        self._executor = executor
         self._inner = executor.run
         executor.run = self.run  # type: ignore[method-assign]
 
     async def run(self, plan: StepPlan, *args: Any, **kwargs: Any) -> StepResult:
         res = await self._inner(plan, *args, **kwargs)
-        self.captured.append((plan, res))
+        tally = self._executor.last_moves
+        self.captured.append((plan, res, (tally.num_moves, tally.moved_tokens)))
         return res
 
 
@@ -48,7 +70,7 @@ class Recorder:
 class Lane:
     """One policy's rollout and what it delivered."""
 
-    policy: str
+    policy: str  # the lane's name (LaneSpec.name)
     ro: TailSieveRollout
     recorder: Recorder
     prompts: Iterator[PromptInput]
@@ -71,47 +93,82 @@ def check_batch(lane: Lane, batch: RolloutBatch, lengths: ReplayLengths, groups:
     assert len(lane.delivered) == len(set(lane.delivered)), f"{lane.policy}: delivered twice"
 
 
-def record(lane: Lane, batch: RolloutBatch, seq: int) -> None:
-    plan, res = lane.recorder.captured[-1]
+def record(lane: Lane, batch: RolloutBatch, seq: int, rnd: int) -> None:
+    """Keep the step as it ran: a lane without continuation cannot move, so its plan's balance
+    settings (the ``tailsieve`` controller always supplies them) are dropped: the simulator
+    then replays it without moves, as it ran."""
+    plan, res, (moves, moved) = lane.recorder.captured[-1]
+    if not lane.ro.config.continuation:
+        plan = dataclasses.replace(plan, balance=None)
     assert plan.step == batch.step, (lane.policy, plan.step, batch.step)
-    lane.steps.append(LiveStep(plan, res.outcome, batch.metrics.wall_s, loadavg(), seq))
+    lane.steps.append(LiveStep(plan, res.outcome, batch.metrics.wall_s, loadavg(), seq, rnd,
+                               moves, moved))
     log(f"{lane.policy} step {plan.step}{' (flush)' if plan.is_flush else ''}: makespan "
-        f"{res.outcome.makespan_s:.3f} s q={plan.q} m={plan.m} aborted={len(res.outcome.aborted)}")
+        f"{res.outcome.makespan_s:.3f} s q={plan.q} m={plan.m} aborted={len(res.outcome.aborted)}"
+        f" moves={moves}")
 
 
-async def run_interleaved(policies: list[str], endpoints: list[str], model: str,
+@dataclass(frozen=True, slots=True)
+class MoveSettings:
+    """How a ``+moves`` lane continues responses: piece length and the seam it prices."""
+
+    piece_tokens: int  # max tokens per piece (the points where a response's place is known)
+    seam_s: float  # the controller's price of one move beyond its prefill, seconds
+
+
+def lane_config(spec: LaneSpec, model: str, lengths: ReplayLengths, groups: int,
+                group_size: int, profile_path: str, controller: dict[str, Any],
+                moves: MoveSettings) -> RolloutConfig:
+    ctrl = dict(controller)
+    if spec.moves:
+        ctrl |= {"balance": True, "seam_s": moves.seam_s}
+    return RolloutConfig(num_groups=groups, group_size=group_size, policy=spec.policy,
+                         model=model,
+                         # a chained response restarts a seeded generator at each seam
+                         sampling=SamplingParams(max_tokens=1024, temperature=1.0,
+                                                 seed=None if spec.moves else 0),
+                         replay=lengths, request_timeout_s=600.0, profile=profile_path,
+                         controller=ctrl, continuation=spec.moves,
+                         piece_tokens=moves.piece_tokens if spec.moves else None,
+                         rebalance=spec.moves)
+
+
+async def run_interleaved(specs: list[LaneSpec], endpoints: list[str], model: str,
                           lengths: ReplayLengths, prompts: list[PromptInput], groups: int,
                           group_size: int, steps: int, profile_path: str,
                           controller: dict[str, Any] | None = None,
+                          moves: MoveSettings | None = None,
+                          between: Callable[[int], Awaitable[None]] | None = None,
                           ) -> dict[str, list[LiveStep]]:
-    """``steps`` steps of every policy, interleaved (step t of each policy, then step t + 1; the
-    order rotates by one policy every step, so none always runs first), then a flush of each
-    policy that carries prompts. Every policy reads the prompts in the same order and uses the
-    same controller profile and ``controller`` overrides (``q0``, ``m0``). Every batch is
-    checked (``check_batch``)."""
-    cfgs = {p: RolloutConfig(num_groups=groups, group_size=group_size, policy=p, model=model,
-                             sampling=SamplingParams(max_tokens=1024, temperature=1.0, seed=0),
-                             replay=lengths, request_timeout_s=600.0, profile=profile_path,
-                             controller=dict(controller or {}))
-            for p in policies}
+    """``steps`` steps of every lane, interleaved (round t: step t of each lane; the order
+    rotates by one lane every round, so none always runs first), then a flush of each lane that
+    carries prompts (round ``steps``). ``between(t)`` runs after every round but the last (a
+    profile of the machine between rounds). Every lane reads the prompts in the same order and
+    uses the same controller profile and ``controller`` overrides (``q0``, ``m0``). Every batch
+    is checked (``check_batch``)."""
+    mv = moves or MoveSettings(piece_tokens=128, seam_s=0.05)
+    cfgs = {s.name: lane_config(s, model, lengths, groups, group_size, profile_path,
+                                controller or {}, mv) for s in specs}
     async with AsyncExitStack() as stack:
         lanes: list[Lane] = []
         seq = itertools.count()
-        for p in policies:
-            ro = await stack.enter_async_context(TailSieveRollout(endpoints, cfgs[p]))
-            lanes.append(Lane(p, ro, Recorder(ro.executor), iter(prompts)))
+        for s in specs:
+            ro = await stack.enter_async_context(TailSieveRollout(endpoints, cfgs[s.name]))
+            lanes.append(Lane(s.name, ro, Recorder(ro.executor), iter(prompts)))
         for t in range(steps):
             k = t % len(lanes)
             for lane in lanes[k:] + lanes[:k]:
                 need = lane.ro.num_fresh_needed()
                 batch = await lane.ro.step([next(lane.prompts) for _ in range(need)])
                 check_batch(lane, batch, lengths, groups, group_size)
-                record(lane, batch, next(seq))
+                record(lane, batch, next(seq), t)
+            if between is not None and t < steps - 1:
+                await between(t)
         for lane in lanes:
             last = await lane.ro.flush()
             if last is not None:
                 check_batch(lane, last, lengths, None, group_size)
-                record(lane, last, next(seq))
+                record(lane, last, next(seq), steps)
     return {lane.policy: lane.steps for lane in lanes}
 
 
@@ -120,6 +177,7 @@ def plan_dict(plan: StepPlan) -> dict[str, Any]:
         "step": plan.step, "q": plan.q, "m": plan.m, "num_extra": plan.num_extra,
         "num_fresh_to_deliver": plan.num_fresh_to_deliver, "is_flush": plan.is_flush,
         "tail_replicas": list(plan.tail_replicas), "bulk_replicas": list(plan.bulk_replicas),
+        "balance": plan.balance is not None,
         "assignments": [
             {"prompt_id": a.prompt_id, "pool": a.pool.value, "replica": a.replica,
              "replicas": list(a.response_replicas(plan.group_size)), "pinned": a.pinned,

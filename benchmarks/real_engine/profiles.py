@@ -88,3 +88,17 @@ async def measure(endpoints: list[str], model: str, batch_sizes: tuple[int, ...]
         files.append(path.name)
     return Profiled(label, tuple(results), tuple(files), ttft, time.perf_counter() - t0,
                     before, loadavg())
+
+
+def bracket(profiles: list[Profiled], name: str) -> tuple[ThroughputModel, float]:
+    """The mean of several profiles (tau at each measured batch size, running max; prefill):
+    the machine's speed over the window they bracket."""
+    pairs: list[tuple[int, float]] = []
+    top = 0.0
+    models = [p.mean_model() for p in profiles]
+    for pt in models[0].points:
+        top = max(top, statistics.fmean(m.tau(pt.batch_size) for m in models))
+        pairs.append((pt.batch_size, top))
+    model = ThroughputModel.from_pairs(pairs, name=name, source="mean of " + ", ".join(
+        f"{p.label}" for p in profiles))
+    return model, statistics.fmean(p.prefill_s for p in profiles)

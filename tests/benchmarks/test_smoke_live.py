@@ -21,10 +21,11 @@ TINY = ["--groups", "2", "--group-size", "2", "--batch-sizes", "1,2", "--profile
         "--ttft-repeats", "2"]
 
 
-def run_real_engine(out: Path, servers: list[str], steps: int, tokens: int) -> dict[str, Any]:
+def run_real_engine(out: Path, servers: list[str], steps: int, tokens: int,
+                    lanes: tuple[str, ...] = POLICIES) -> dict[str, Any]:
     argv = [*servers, *TINY, "--steps", str(steps), "--profile-tokens", str(tokens),
             "--max-response-tokens", str(tokens), "--out", str(out)]
-    for p in POLICIES:
+    for p in lanes:
         argv += ["--policy", p]
     with repo_unchanged():
         assert importlib.import_module("bench_real_engine").main(argv) == 0
@@ -32,31 +33,38 @@ def run_real_engine(out: Path, servers: list[str], steps: int, tokens: int) -> d
     return res
 
 
-def check_result(res: dict[str, Any], out: Path, steps: int) -> None:
-    assert list(res["policies"]) == list(POLICIES)
+def check_result(res: dict[str, Any], out: Path, steps: int,
+                 lanes: tuple[str, ...] = POLICIES) -> None:
+    assert list(res["policies"]) == list(lanes)
+    judged = res["judged_variant"]
+    assert judged == "profile_bracket"
     for pol, d in res["policies"].items():
         regular = [r for r in d["steps"] if not r["is_flush"]]
         assert len(regular) == steps, pol
-        assert d["live_mean_step_s"] > 0 and d["sim_mean_step_s"]["profile"] > 0
+        assert [r["round"] for r in regular] == list(range(steps))
+        assert d["live_mean_step_s"] > 0 and d["sim_mean_step_s"][judged] > 0
         for r in d["steps"]:  # the per-step error table: live vs simulated, every step
-            assert r["live_makespan_s"] > 0 and r["sim_makespan_s"]["profile"] > 0
+            for variant in ("profile", "profile_after", judged):
+                assert r["sim_makespan_s"][variant] > 0
             # the file rounds times to 0.1 ms: allow for that on emulated steps of ~50 ms
-            live, sim = r["live_makespan_s"], r["sim_makespan_s"]["profile"]
-            assert r["rel_err"]["profile"] == pytest.approx(
+            live, sim = r["live_makespan_s"], r["sim_makespan_s"][judged]
+            assert r["rel_err"][judged] == pytest.approx(
                 sim / live - 1, abs=1e-3 + 1e-4 * (1 + sim / live) / live)
-    # uniform keeps each group on one replica, uniform-requests deals its responses
-    uni = res["policies"]["uniform"]["steps"][0]["plan"]["assignments"]
-    req = res["policies"]["uniform-requests"]["steps"][0]["plan"]["assignments"]
-    assert all(len(set(a["replicas"])) == 1 for a in uni)
-    assert all(len(set(a["replicas"])) == 2 for a in req)
+    if {"uniform", "uniform-requests"} <= set(lanes):
+        # uniform keeps each group on one replica, uniform-requests deals its responses
+        uni = res["policies"]["uniform"]["steps"][0]["plan"]["assignments"]
+        req = res["policies"]["uniform-requests"]["steps"][0]["plan"]["assignments"]
+        assert all(len(set(a["replicas"])) == 1 for a in uni)
+        assert all(len(set(a["replicas"])) == 2 for a in req)
     # one profile for every prediction, a second for the drift figure
     assert set(res["profiles"]) >= {"before", "after"}
     assert res["drift"] == pytest.approx(
         max(abs(d["drift_rel"]) for d in res["policies"].values()))
-    assert len(res["ordering"]) == 3
+    assert len(res["ordering"]) == len(lanes) * (len(lanes) - 1) // 2
     assert isinstance(res["ordering_ok"], bool) and "live_noise" in res
     pair = {tuple(o["pair"]): o for o in res["ordering"]}
-    assert not pair["uniform", "uniform-requests"]["identical_plans"]
+    if ("uniform", "uniform-requests") in pair:
+        assert not pair["uniform", "uniform-requests"]["identical_plans"]
     for o in res["ordering"]:  # identical plans: the simulator predicts a tie, not an order
         assert (o["same_order"] is None) == o["identical_plans"]
         if o["identical_plans"]:
@@ -65,10 +73,10 @@ def check_result(res: dict[str, Any], out: Path, steps: int) -> None:
     order = {(p, r["step"]): r["run_order"] for p, d in res["policies"].items()
              for r in d["steps"] if not r["is_flush"]}
     for t in range(steps - 1):
-        assert max(order[p, t] for p in POLICIES) < min(order[p, t + 1] for p in POLICIES)
+        assert max(order[p, t] for p in lanes) < min(order[p, t + 1] for p in lanes)
     md = (out / "real_engine.md").read_text()
     assert "| policy | live mean step | simulated | error |" in md
-    assert "Profiling drift" in md and "| uniform-requests | 0 |" in md
+    assert "Profiling drift" in md and f"| {lanes[-1]} | 0 |" in md
     assert (out / "profile_mean_before.json").is_file()
 
 
@@ -77,6 +85,25 @@ def test_bench_real_engine_emulated(tmp_path: Path) -> None:
                                      "--emulate-time-scale", "0.5"], steps=2, tokens=40)
     assert res["servers"] == "emulated"
     check_result(res, tmp_path, steps=2)
+
+
+def test_bench_real_engine_moves_and_profiles_between(tmp_path: Path) -> None:
+    """A ``tailsieve+moves`` lane (continuation + the live rebalancer) beside ``tailsieve``, and
+    profiles between rounds: each round is predicted from the two profiles around it."""
+    lanes = ("tailsieve", "tailsieve+moves")
+    res = run_real_engine(tmp_path, ["--endpoints", "", "--emulate", "2",
+                                     "--emulate-time-scale", "0.5", "--profile-between",
+                                     "--piece-tokens", "8"], steps=2, tokens=40, lanes=lanes)
+    check_result(res, tmp_path, steps=2, lanes=lanes)
+    assert res["profile_times"] == 3 and len(res["profiles"]["between"]) == 1
+    moved, plain = (res["policies"][x]["steps"] for x in ("tailsieve+moves", "tailsieve"))
+    assert all(r["plan"]["balance"] for r in moved)
+    assert not any(r["plan"]["balance"] or r["live_moves"] or r["sim_moves"] for r in plain)
+    pair = {tuple(o["pair"]): o for o in res["ordering"]}
+    assert not pair["tailsieve", "tailsieve+moves"]["identical_plans"]
+    # the judged prediction of a round is the mean of the profiles around it: with a profile
+    # between the two rounds, they differ from the first-profile-only prediction
+    assert "between rounds 0" in (tmp_path / "real_engine.md").read_text()
 
 
 @pytest.mark.vllm

@@ -17,7 +17,7 @@ from tailsieve.model.profiles import load_profile
 from tailsieve.model.replica_engine import ReplicaConfig
 from tailsieve.sim.executor import SimExecutor
 from tailsieve.sim.layout import RequestLayout
-from tailsieve.sim.movepath import simulate_with_moves
+from tailsieve.sim.movepath import PieceSettings, simulate_with_moves
 from tailsieve.sim.plans import Placement, build_plan
 from tailsieve.sim.replicas import PoolConfigs
 
@@ -52,12 +52,14 @@ def _random_plan(rng: np.random.Generator, num_replicas: int, group_size: int,
     with_prompts=st.booleans(),
     cap=st.sampled_from([None, 2, 5]),
     tight_kv=st.booleans(),
+    pieces=st.sampled_from([None, PieceSettings(300, 0.01), PieceSettings(1500, 0.0, True)]),
 )
 def test_moves_keep_exactly_once_whole_groups_and_token_exact_chains(
     num_replicas: int, group_size: int, num_groups: int, seed: int, interval_s: float,
-    with_prompts: bool, cap: int | None, tight_kv: bool,
+    with_prompts: bool, cap: int | None, tight_kv: bool, pieces: PieceSettings | None,
 ) -> None:
-    """Under moves, running caps (queueing) and a KV capacity that preempts."""
+    """Under moves, running caps (queueing), a KV capacity that preempts, and bounded pieces
+    (a move drops the running piece, or keeps it as a streamed one does)."""
     rng = np.random.default_rng(seed)
     plan = _random_plan(rng, num_replicas, group_size, num_groups)
     table = {a.prompt_id: rng.integers(1, 4000, group_size).tolist() for a in plan.assignments}
@@ -69,17 +71,26 @@ def test_moves_keep_exactly_once_whole_groups_and_token_exact_chains(
     layout = RequestLayout.build(plan, _lengths(table), ptoks)
     configs = [cfg] * num_replicas
     res, stats = simulate_with_moves(layout, configs, plan.num_fresh_to_deliver, bal,
-                                     keep_pieces=True, tail_replicas=plan.tail_replicas)
+                                     keep_pieces=True, tail_replicas=plan.tail_replicas,
+                                     pieces=pieces)
     aborted_groups = layout.fresh & ~res.delivered_fresh
     for i, chain in enumerate(stats.pieces):
         g = i // group_size
         # contiguous pieces from token 0; each piece on the replica the previous one left for
-        assert chain and chain[0][1] == 0
-        assert chain[0][0] == layout.request_replica[i]
+        # (a move that drops the running piece records nothing of it: an aborted response may
+        # have no piece, and its first may be elsewhere)
+        drops = pieces is not None and not pieces.keeps_running_piece
+        if not chain:
+            assert drops and aborted_groups[g]
+            continue
+        assert chain[0][1] == 0
+        assert drops or chain[0][0] == layout.request_replica[i]
         for (r0, _, e0), (r1, s1, _) in itertools.pairwise(chain):
-            assert s1 == e0 and r1 != r0
+            assert s1 == e0 and (r1 != r0 or pieces is not None)
             # moves stay within a pool
             assert (r0 in plan.tail_replicas) == (r1 in plan.tail_replicas)
+        if pieces is not None:  # no piece is longer than the cap
+            assert all(e - b <= pieces.piece_tokens for _, b, e in chain)
         end = chain[-1][2]
         if aborted_groups[g]:
             assert end <= layout.lengths[i]
@@ -89,7 +100,7 @@ def test_moves_keep_exactly_once_whole_groups_and_token_exact_chains(
             assert end == layout.lengths[i]  # the chain delivers exactly the target length
             assert np.isfinite(res.done_s[i])
     # the executor's outcome: every launched group exactly once, delivered groups whole
-    out = SimExecutor(PoolConfigs.single(cfg)).run(
+    out = SimExecutor(PoolConfigs.single(cfg), pieces=pieces).run(
         dataclasses.replace(plan, balance=bal), _lengths(table), ptoks)
     launched = [a.prompt_id for a in plan.assignments]
     seen = list(out.delivered_ids) + [a.prompt_id for a in out.aborted]
@@ -135,3 +146,47 @@ def test_expensive_prefill_stops_moves() -> None:
     moved = ex.run(dataclasses.replace(plan, balance=bal), _lengths(table))
     assert moved.num_moves == 0
     assert moved.makespan_s == pytest.approx(still.makespan_s, rel=1e-9)
+
+
+def _one_long_plan(length: int) -> tuple[StepPlan, dict[str, list[int]], ReplicaConfig]:
+    plan = build_plan(1, 2, 1, [Placement("a", 0), Placement("b", 1)])
+    cfg = ReplicaConfig.from_profile(MODEL, max_num_seqs=None, kv_capacity_tokens=None)
+    return plan, {"a": [length], "b": [10]}, cfg
+
+
+def test_bounded_pieces_cost_their_seams() -> None:
+    """A response alone on its replica in pieces of P tokens waits one seam per piece end, its
+    prefix cached (free with no per-request prefill): ceil(L / P) - 1 seams more than in one
+    go; with free seams the step is the one-piece step."""
+    plan, table, cfg = _one_long_plan(1000)
+    bal = BalanceSettings(interval_s=1e3, horizon_s=1.0, seam_s=1e3)  # balance, never a move
+    one = SimExecutor(PoolConfigs.single(cfg)).run(dataclasses.replace(plan, balance=bal),
+                                                    _lengths(table))
+    for seam_s, piece in [(0.0, 300), (0.02, 300), (0.02, 128)]:
+        ex = SimExecutor(PoolConfigs.single(cfg), pieces=PieceSettings(piece, seam_s))
+        out = ex.run(dataclasses.replace(plan, balance=bal), _lengths(table))
+        seams = -(-1000 // piece) - 1
+        assert out.makespan_s == pytest.approx(one.makespan_s + seams * seam_s, rel=1e-9)
+        assert out.num_moves == 0
+        assert [g.response_tokens for g in out.delivered] == [(1000,), (10,)]
+
+
+def test_a_move_drops_the_running_piece_unless_streamed() -> None:
+    """Bounded pieces: a move continues from the last piece end (the running piece's tokens
+    are decoded again); a streamed piece keeps them. Either way the response is exact."""
+    plan, table = _skewed_plan()
+    cfg = ReplicaConfig.from_profile(MODEL, max_num_seqs=None, kv_capacity_tokens=None)
+    still = SimExecutor(PoolConfigs.single(cfg)).run(plan, _lengths(table))
+    bal = BalanceSettings(interval_s=1.0, horizon_s=still.makespan_s, seam_s=0.05)
+    res = {}
+    for keeps in (False, True):
+        layout = RequestLayout.build(dataclasses.replace(plan, balance=bal), _lengths(table))
+        sim, stats = simulate_with_moves(layout, [cfg, cfg], plan.num_fresh_to_deliver, bal,
+                                         keep_pieces=True,
+                                         pieces=PieceSettings(4096, 0.0, keeps))
+        assert stats.num_moves >= 1
+        assert all(chain[-1][2] == n for chain, n in zip(stats.pieces, layout.lengths,
+                                                         strict=True))
+        res[keeps] = (stats, float(np.max(sim.done_s)))
+    assert res[False][0].dropped_tokens > 0 and res[True][0].dropped_tokens == 0
+    assert res[True][1] < still.makespan_s

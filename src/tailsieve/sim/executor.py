@@ -36,7 +36,7 @@ from tailsieve.sim.cutoff_work import work_at_cutoff
 from tailsieve.sim.eventpath import simulate_events
 from tailsieve.sim.fastpath import simulate_closed_form
 from tailsieve.sim.layout import RequestLayout
-from tailsieve.sim.movepath import MoveStats, simulate_with_moves
+from tailsieve.sim.movepath import MoveStats, PieceSettings, simulate_with_moves
 from tailsieve.sim.replicas import PoolConfigs
 
 LengthsFn = Callable[[str, int], "Sequence[int] | npt.NDArray[np.int64]"]
@@ -69,9 +69,14 @@ class SimStepResult:
 class SimExecutor:
     """Executes plans on simulated replicas; pure and deterministic."""
 
-    def __init__(self, pools: PoolConfigs, force_event_driven: bool = False) -> None:
+    def __init__(self, pools: PoolConfigs, force_event_driven: bool = False,
+                 pieces: PieceSettings | None = None) -> None:
+        """``pieces``: continued responses run as bounded pieces, as the live runtime with
+        ``piece_tokens`` does (applies to plans with balance settings; None: one piece until
+        moved)."""
         self.pools = pools
         self.force_event_driven = force_event_driven
+        self.pieces = pieces
 
     def run(
         self,
@@ -109,7 +114,8 @@ class SimExecutor:
         )
         if plan.balance is not None:
             res, moves = simulate_with_moves(layout, configs, k, plan.balance,
-                                             tail_replicas=plan.tail_replicas)
+                                             tail_replicas=plan.tail_replicas,
+                                             pieces=self.pieces)
         elif closed:
             res = simulate_closed_form(layout, configs, k)
         else:

@@ -11,6 +11,13 @@ balancer (``core.balancer.plan_moves``) is asked for moves, and each move is app
   remaining tokens; ``B`` prefills the uncached part of that prefix at the recompute rate
   (``ReplicaEngine.submit(..., cached_tokens=, continuation=True)``).
 
+Bounded pieces (``PieceSettings``, what the live runtime does to know where a response
+stands): a response runs as pieces of at most ``piece_tokens``; at each piece end it leaves its
+replica for ``seam_s`` (the round trip) and continues there with its prefix cached. A move then
+keeps only the tokens up to the last piece end (the running piece is decoded again, unless
+``keeps_running_piece``: streaming), and a planned move is skipped when its predicted gain does
+not cover the running piece's age, as the live rebalancer does.
+
 Prefix cache: a replica keeps the prefix of every response that left it (a response continued
 where it ran before only prefills what it generated since), and the prompt of every group it
 was dealt (spread siblings share it). Eviction is not modelled.
@@ -36,6 +43,20 @@ from tailsieve.sim.layout import RequestLayout, SimResult, choose_fresh
 Piece = tuple[int, int, int]  # (replica, first token index, end token index) of one piece
 
 
+@dataclass(frozen=True, slots=True)
+class PieceSettings:
+    """How the live runtime runs a continued response: pieces of bounded length."""
+
+    piece_tokens: int  # max tokens per piece
+    seam_s: float = 0.0  # a piece end on the same replica: the response waits this long (round
+    # trip); its continuation is charged like any (prefill_s + uncached prefix)
+    keeps_running_piece: bool = False  # a move keeps the running piece's tokens (streaming)
+
+    def __post_init__(self) -> None:
+        if self.piece_tokens < 1 or self.seam_s < 0:
+            raise ValueError("PieceSettings: need piece_tokens >= 1 and seam_s >= 0")
+
+
 @dataclass(slots=True)
 class MoveStats:
     """What moving cost in one step."""
@@ -45,6 +66,8 @@ class MoveStats:
     prefill_tokens: int = 0  # of them, not in the destination's prefix cache
     prefill_s: float = 0.0  # destination stall for those prefills, seconds
     num_checks: int = 0  # re-balance checks made
+    num_piece_seams: int = 0  # piece ends where a response continued on its own replica
+    dropped_tokens: int = 0  # tokens of running pieces a move dropped (decoded again)
     pieces: list[list[Piece]] = field(default_factory=list)  # per request: its chain
 
 
@@ -55,10 +78,12 @@ def simulate_with_moves(
     balance: BalanceSettings,
     keep_pieces: bool = False,
     tail_replicas: Sequence[int] = (),
+    pieces: PieceSettings | None = None,
 ) -> tuple[SimResult, MoveStats]:
     """Simulate one plan with re-balancing; ``k`` fresh groups are delivered. Moves stay
     within a pool (``tail_replicas`` form the tail pool); ``keep_pieces`` records every
-    response's chain of pieces in the returned stats."""
+    response's chain of pieces in the returned stats; ``pieces``: bounded pieces (None: a
+    response runs in one piece until it is moved)."""
     n = layout.group_size
     lens, ptoks = layout.lengths, layout.prompt_tokens
     nreq = int(lens.size)
@@ -80,28 +105,46 @@ def simulate_with_moves(
         group_reps[g] = tuple(sorted(set(layout.request_replica[g * n:(g + 1) * n].tolist())))
     stats = MoveStats(pieces=[[] for _ in range(nreq)] if keep_pieces else [])
     piece_start = [0] * nreq
+    started_s = [0.0] * nreq  # when the running piece of each request began
+    cap = pieces.piece_tokens if pieces is not None else None
+    drops = pieces is not None and not pieces.keeps_running_piece
+
+    def piece_len(i: int) -> int:
+        left_i = int(lens[i]) - done_prev[i]
+        return left_i if cap is None else min(left_i, cap)
+
     for r, idx in enumerate(layout.replica_requests):
         for i in idx.tolist():
-            engines[r].submit((i, 0), int(lens[i]), int(ptoks[i]))
+            engines[r].submit((i, 0), piece_len(i), int(ptoks[i]))
     done = np.full(nreq, np.inf)
     left = np.full(layout.num_groups, n, dtype=np.int64)
     group_done = np.full(layout.num_groups, np.inf)
     aborted = np.zeros(nreq, dtype=bool)
-    pending: list[tuple[float, int, int, int]] = []  # (time, seq, request, destination)
+    pending: list[tuple[float, int, int, int, bool]] = []  # (time, seq, request, dst, moved)
     seq = 0
     fresh_done = 0
 
     def end_piece(i: int, r: int, upto: int) -> None:
-        if keep_pieces:
+        if keep_pieces and not (drops and upto == piece_start[i]):  # a dropped piece: nothing
             stats.pieces[i].append((r, piece_start[i], upto))
         piece_start[i] = upto
 
     def record(comps: list[Completion]) -> None:
-        nonlocal fresh_done
+        nonlocal fresh_done, seq
         for c in comps:
             i = c.request_id[0]  # type: ignore[index]
-            end_piece(i, cur[i], done_prev[i] + c.num_tokens)
+            r = cur[i]
+            end_piece(i, r, done_prev[i] + c.num_tokens)
             done_prev[i] += c.num_tokens
+            if done_prev[i] < int(lens[i]):  # a bounded piece ended: continue after the seam
+                assert pieces is not None
+                cache[r][i] = int(ptoks[i]) + done_prev[i]
+                piece_no[i] += 1
+                cur[i] = -1
+                stats.num_piece_seams += 1
+                heapq.heappush(pending, (c.time_s + pieces.seam_s, seq, i, r, False))
+                seq += 1
+                continue
             done[i] = c.time_s
             g = i // n
             left[g] -= 1
@@ -136,19 +179,24 @@ def simulate_with_moves(
         for mv in moves:
             rid = mv.key
             i = rid[0]  # type: ignore[index]
+            if drops and mv.predicted_gain_s <= t - started_s[i]:
+                continue  # the gain does not cover decoding the running piece again
             g = engines[mv.src].tokens_so_far(rid)
             engines[mv.src].abort(rid)
+            if drops:
+                stats.dropped_tokens += g
+                g = 0
             end_piece(i, mv.src, done_prev[i] + g)
             done_prev[i] += g
             cache[mv.src][i] = int(ptoks[i]) + done_prev[i]
             piece_no[i] += 1
             cur[i] = -1
-            heapq.heappush(pending, (t + balance.seam_s, seq, i, mv.dst))
+            heapq.heappush(pending, (t + balance.seam_s, seq, i, mv.dst, True))
             seq += 1
 
     def submit_pending(t: float) -> None:
         while pending and pending[0][0] <= t:
-            _, _, i, d = heapq.heappop(pending)
+            _, _, i, d, moved = heapq.heappop(pending)
             if aborted[i]:
                 continue
             e = engines[d]
@@ -158,13 +206,15 @@ def simulate_with_moves(
             p = int(ptoks[i]) if d in group_reps[i // n] else 0
             cached = min(prefix, max(p, cache[d].get(i, 0)))
             cfg = configs[d]
-            stats.num_moves += 1
-            stats.moved_tokens += prefix
-            stats.prefill_tokens += prefix - cached
-            stats.prefill_s += cfg.recompute_cost_s(prefix - cached)
+            if moved:
+                stats.num_moves += 1
+                stats.moved_tokens += prefix
+                stats.prefill_tokens += prefix - cached
+                stats.prefill_s += cfg.recompute_cost_s(prefix - cached)
             cur[i] = d
-            e.submit((i, piece_no[i]), int(lens[i]) - done_prev[i], prefix,
-                     cached_tokens=cached, continuation=True)
+            started_s[i] = t
+            e.submit((i, piece_no[i]), piece_len(i), prefix, cached_tokens=cached,
+                     continuation=True)
 
     def cut(t: float) -> tuple[np.ndarray, float]:
         advance_all(t)
