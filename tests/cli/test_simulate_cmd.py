@@ -128,3 +128,27 @@ def test_fluid_bound_next_to_the_oracles(tmp_path: Path) -> None:
     steps = json.loads((tmp_path / "simulate.json").read_text())["steps"]["uniform"]
     assert [s["fluid_bound_s"] for s in steps if not s["is_flush"]] == \
         pytest.approx(uni["fluid_bound_steps_s"])
+
+
+def test_bounded_pieces_cost_seams_and_deferred_moves_drop_nothing() -> None:
+    """``--piece-tokens``: the live runtime's pieces in the simulator. Without pieces moves are
+    free to happen at once; with pieces so large that no response needs a second one, a
+    deferred move never takes effect (no moves); small pieces with a seam cost time; bad
+    values are one-line errors."""
+    base = [*SMALL, "--policy", "tailsieve", "--json"]
+
+    def steps(extra: list[str]) -> tuple[float, float]:
+        res = CliRunner().invoke(app, [*base, *extra])
+        assert res.exit_code == 0, res.output
+        data = json.loads(res.output)
+        pol = next(p for p in data["policies"] if p["policy"] == "tailsieve")
+        assert data["settings"]["piece_tokens"] == (int(extra[1]) if extra else None)
+        return float(pol["step_total_s"]), float(pol["moves_per_step"])
+
+    free = steps([])
+    assert free[1] > 0
+    assert steps(["--piece-tokens", "1000000"])[1] == 0
+    seams = steps(["--piece-tokens", "256", "--piece-seam-s", "0.5"])
+    assert seams[1] > 0 and seams[0] != pytest.approx(free[0])
+    assert main([*SMALL, "--piece-tokens", "0"]) == 2
+    assert main([*SMALL, "--piece-tokens", "64", "--piece-moves", "sideways"]) == 2

@@ -96,7 +96,9 @@ async def test_fault_continues_only_the_dead_replicas_responses_from_the_last_se
     assert all(u == "http://r0" for u, _ in firsts)
 
 
-async def test_move_aborts_the_piece_and_continues_on_the_destination() -> None:
+async def test_move_waits_for_the_running_piece_and_continues_on_the_destination() -> None:
+    """vLLM, unstreamed pieces: the move takes effect when the running piece ends, so its
+    tokens are kept (the next piece starts at the seam after it, on the destination)."""
     length_of = lengths_fn(LENGTHS)
     stub = StubTransport(length_of, seconds_per_token=0.001)
     ex = LiveExecutor(URLS, ccfg(piece_tokens=100), transport=stub)
@@ -112,7 +114,9 @@ async def test_move_aborts_the_piece_and_continues_on_the_destination() -> None:
     assert_exact(res, length_of, stub)
     assert ex.num_moves == 1
     on_r0 = [d for u, p, s, d in stub.log.continued if p == "t0" and s == 0 and u == "http://r0"]
-    assert on_r0 and on_r0[0] == 100  # the aborted piece's tokens are generated again there
+    assert on_r0 and on_r0[0] == 200  # the running piece (tokens 100-199) finished first
+    assert not any(  # no piece of it was cut short
+        p == "t0" and s == 0 and d % 100 for _, p, s, d in stub.log.continued)
 
 
 async def test_move_with_streaming_keeps_the_streamed_tokens() -> None:

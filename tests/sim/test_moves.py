@@ -52,7 +52,8 @@ def _random_plan(rng: np.random.Generator, num_replicas: int, group_size: int,
     with_prompts=st.booleans(),
     cap=st.sampled_from([None, 2, 5]),
     tight_kv=st.booleans(),
-    pieces=st.sampled_from([None, PieceSettings(300, 0.01), PieceSettings(1500, 0.0, True)]),
+    pieces=st.sampled_from([None, PieceSettings(300, 0.01), PieceSettings(1500, 0.0, True),
+                            PieceSettings(300, 0.01, defer_moves=True)]),
 )
 def test_moves_keep_exactly_once_whole_groups_and_token_exact_chains(
     num_replicas: int, group_size: int, num_groups: int, seed: int, interval_s: float,
@@ -79,7 +80,7 @@ def test_moves_keep_exactly_once_whole_groups_and_token_exact_chains(
         # contiguous pieces from token 0; each piece on the replica the previous one left for
         # (a move that drops the running piece records nothing of it: an aborted response may
         # have no piece, and its first may be elsewhere)
-        drops = pieces is not None and not pieces.keeps_running_piece
+        drops = pieces is not None and not (pieces.keeps_running_piece or pieces.defer_moves)
         if not chain:
             assert drops and aborted_groups[g]
             continue
@@ -171,22 +172,28 @@ def test_bounded_pieces_cost_their_seams() -> None:
         assert [g.response_tokens for g in out.delivered] == [(1000,), (10,)]
 
 
-def test_a_move_drops_the_running_piece_unless_streamed() -> None:
-    """Bounded pieces: a move continues from the last piece end (the running piece's tokens
-    are decoded again); a streamed piece keeps them. Either way the response is exact."""
+def test_a_move_drops_the_running_piece_unless_streamed_or_deferred() -> None:
+    """Bounded pieces: a move at once continues from the last piece end (the running piece's
+    tokens are decoded again); a streamed piece keeps them; a deferred move waits for the piece
+    to end. Every way the response is exact; only the first drops tokens."""
     plan, table = _skewed_plan()
     cfg = ReplicaConfig.from_profile(MODEL, max_num_seqs=None, kv_capacity_tokens=None)
     still = SimExecutor(PoolConfigs.single(cfg)).run(plan, _lengths(table))
     bal = BalanceSettings(interval_s=1.0, horizon_s=still.makespan_s, seam_s=0.05)
     res = {}
-    for keeps in (False, True):
+    for mode in ("drop", "keep", "defer"):
         layout = RequestLayout.build(dataclasses.replace(plan, balance=bal), _lengths(table))
+        pieces = PieceSettings(4096, 0.0, keeps_running_piece=mode == "keep",
+                               defer_moves=mode == "defer")
         sim, stats = simulate_with_moves(layout, [cfg, cfg], plan.num_fresh_to_deliver, bal,
-                                         keep_pieces=True,
-                                         pieces=PieceSettings(4096, 0.0, keeps))
+                                         keep_pieces=True, pieces=pieces)
         assert stats.num_moves >= 1
         assert all(chain[-1][2] == n for chain, n in zip(stats.pieces, layout.lengths,
                                                          strict=True))
-        res[keeps] = (stats, float(np.max(sim.done_s)))
-    assert res[False][0].dropped_tokens > 0 and res[True][0].dropped_tokens == 0
-    assert res[True][1] < still.makespan_s
+        res[mode] = (stats, float(np.max(sim.done_s)))
+    assert res["drop"][0].dropped_tokens > 0
+    assert res["keep"][0].dropped_tokens == 0 and res["defer"][0].dropped_tokens == 0
+    assert res["keep"][1] < still.makespan_s and res["defer"][1] < still.makespan_s
+    # deferred moves leave at piece ends only: every piece but the last is a full 4,096
+    for chain in res["defer"][0].pieces:
+        assert all(e - b == 4096 for _, b, e in chain[:-1])

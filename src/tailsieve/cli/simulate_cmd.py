@@ -61,6 +61,16 @@ def simulate(
              "recomputed (default: the profile's; 0 = unlimited)."),
     prefill_s: float = typer.Option(0.0, "--prefill-s", help="Prefill stall per request (s)."),
     num_prompts: int = typer.Option(1000, "--num-prompts", help="Prompts of a synthetic preset."),
+    piece_tokens: int = typer.Option(
+        None, "--piece-tokens",
+        help="Moved responses run as pieces of at most this many tokens, as the live runtime's "
+             "--continuation --piece-tokens does (default: one piece until moved)."),
+    piece_seam_s: float = typer.Option(
+        0.05, "--piece-seam-s", help="Wait at each piece end on the same replica (s)."),
+    piece_moves: str = typer.Option(
+        "defer", "--piece-moves",
+        help="defer: a move waits for the running piece's end, as the live runtime on vLLM "
+             "does; drop: it cuts the piece, whose tokens are decoded again."),
     plot: Annotated[
         Path | None, typer.Option("--plot", help="Write PNG plots into this folder.")
     ] = None,
@@ -71,7 +81,7 @@ def simulate(
     """Simulate policies on the same prompts and lengths; report steady step time, speedup
     over uniform routing, controller trajectory, wasted tokens and ratio to the lower bound."""
     for flag, v, low in (("--seeds", seeds, 1), ("--max-num-seqs", max_num_seqs, 0),
-                         ("--kv-capacity", kv_capacity, 0)):
+                         ("--kv-capacity", kv_capacity, 0), ("--piece-tokens", piece_tokens, 1)):
         if v is not None and v < low:
             raise ConfigError(f"{flag} must be >= {low}" + (" (0 = off)" if low == 0 else "")
                               + f", got {v}")
@@ -83,7 +93,8 @@ def simulate(
         steps=steps, profile=profile, seed=seed, seeds=seeds, q0=q0, m0=m0, spread=spread,
         tail_strength=tail_strength, tail_spec=tail_spec, bulk_spec=bulk_spec,
         max_num_seqs=max_num_seqs, kv_capacity_tokens=kv_capacity, prefill_s=prefill_s,
-        num_prompts=num_prompts,
+        num_prompts=num_prompts, piece_tokens=piece_tokens, piece_seam_s=piece_seam_s,
+        piece_moves=piece_moves,  # type: ignore[arg-type]
     )
     meta, runs = result.settings, result.runs
     summaries = list(result.summaries.values())

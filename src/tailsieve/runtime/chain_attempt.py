@@ -123,14 +123,16 @@ class ChainedAttempt:
             self._sampling = replace(config.sampling, logprobs=0)
 
     def move(self, sample: int, replica: int, base_url: str) -> bool:
-        """Continue response ``sample`` on ``replica`` from now on: its running piece is
-        aborted (streamed tokens kept). False when the response is already complete."""
+        """Continue response ``sample`` on ``replica``. Streamed, its running piece is aborted
+        now (the streamed tokens are kept); on SGLang it is aborted by id and returns its
+        partial output; otherwise (vLLM, unstreamed pieces) the move takes effect when the
+        running piece ends, so nothing is dropped. False when the response is complete."""
         if self.chains[sample].done:
             return False
         self.where[sample] = (replica, base_url.rstrip("/"))
         self.stats.num_moves += 1
         req = self._inflight.get(sample)
-        if req is None or req.done():
+        if req is None or req.done() or self._defers_moves:
             return True
         rid = self._rids.get(sample)
         if self._cfg.backend is Backend.SGLANG and not self._cfg.stream and rid is not None:
@@ -157,10 +159,17 @@ class ChainedAttempt:
             ids = part.prompt_ids if part is not None else None
         return len(ids or ())
 
+    @property
+    def _defers_moves(self) -> bool:
+        """A move waits for the running piece's end: vLLM pieces, unstreamed (cancelling one
+        would drop what it generated)."""
+        return not self._cfg.stream and self._cfg.backend is not Backend.SGLANG
+
     def unstreamed_age_s(self, sample: int) -> float:
         """Seconds the running piece of ``sample`` has generated without streaming (what a move
-        would drop and the destination decode again); 0 when streaming or between pieces."""
-        if self._cfg.stream or sample not in self._inflight:
+        would drop and the destination decode again); 0 when streaming, between pieces, or when
+        a move waits for the piece's end."""
+        if self._cfg.stream or self._defers_moves or sample not in self._inflight:
             return 0.0
         return asyncio.get_running_loop().time() - self._started.get(sample, 0.0)
 

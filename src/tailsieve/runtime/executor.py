@@ -289,9 +289,10 @@ class LiveExecutor:
 
     def move(self, prompt_id: str, sample: int, to_replica: int) -> bool:
         """Continue response ``sample`` of group ``prompt_id`` on plan replica ``to_replica``
-        (continuation mode, during ``run``): its running piece is aborted and the response goes
-        on from its last seam there (streaming: from its last streamed token). False when the
-        group or the response is not running."""
+        (continuation mode, during ``run``): its next piece goes there. Streamed or on SGLang
+        the running piece is aborted now and its tokens kept; vLLM's unstreamed piece runs to
+        its end first (cancelling it would drop its tokens). False when the group or the
+        response is not running."""
         run = self._run
         if not self.config.continuation:
             raise ConfigError("move() needs ExecutorConfig(continuation=True)")

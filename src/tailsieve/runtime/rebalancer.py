@@ -13,10 +13,11 @@ only changes where a running response's next piece goes (``ChainedAttempt.move``
 that completed, or a group that was cut or regenerated meanwhile, is not moved.
 
 Progress: a moved response is not moved again until the executor has seen it generate more
-(a piece completed or streamed a token), so a response cannot ping-pong without advancing (an
-unstreamed piece that is moved loses the tokens it generated; streamed ones are kept). A planned
-move whose predicted gain does not cover re-decoding what an unstreamed piece would drop (the
-piece's age so far) is skipped.
+(a piece completed or streamed a token), so a response cannot ping-pong without advancing. A
+move of a vLLM unstreamed piece takes effect at the piece's end (nothing is dropped; the
+response counts on its destination from the move on). Where a move would drop tokens (an
+SGLang abort that does not answer in time), a planned move whose predicted gain does not cover
+re-decoding them (the piece's age so far) is skipped.
 
 Prefix cache as the balancer sees it: a group's prompt is cached on the replicas it was dealt;
 a response that left a replica leaves its prefix (prompt + generated so far) cached there.

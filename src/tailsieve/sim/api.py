@@ -29,6 +29,7 @@ from tailsieve.sim.driver import (
     epoch_prompt_ids,
     run_policies,
 )
+from tailsieve.sim.movepath import PieceSettings
 from tailsieve.sim.replicas import PoolConfigs
 from tailsieve.sim.speedup_stats import CI_METHOD, STEADY_FROM, SpeedupStat, speedup_table
 from tailsieve.sim.workloads import resolve_workload
@@ -89,6 +90,9 @@ def simulate(
     kv_capacity_tokens: int | None = None,
     prefill_s: float = 0.0,
     num_prompts: int = 1000,
+    piece_tokens: int | None = None,
+    piece_seam_s: float = 0.05,
+    piece_moves: Literal["defer", "drop"] = "defer",
 ) -> SimulationResult:
     """Simulate ``policies`` (default: all of ``tailsieve simulate``; ``uniform`` is always
     added as the paired reference) on the same prompts and response lengths.
@@ -98,9 +102,19 @@ def simulate(
     profile's (0 switches the cap off). ``spread``: protocol policies deal single responses
     over a pool's replicas (False: whole groups, as the paper). ``seeds``: seeds
     ``seed .. seed+seeds-1`` are simulated for each summary's ``paired_stat`` (mean per-step
-    ratio with its 95% interval over seeds); summaries and runs are the first seed's. The other
-    arguments mirror the CLI options of the same names.
+    ratio with its 95% interval over seeds); summaries and runs are the first seed's.
+    ``piece_tokens``: moved responses run as pieces of at most this many tokens, each piece end
+    costing ``piece_seam_s`` (how the live runtime knows where a response stands; None: one
+    piece until moved, the cost-free ideal); ``piece_moves``: a move waits for the running
+    piece's end (``defer``) or drops it (``drop``). The other arguments mirror the CLI options of
+    the same names.
     """
+    if piece_tokens is not None and piece_tokens < 1:
+        raise ConfigError(f"piece_tokens must be >= 1, got {piece_tokens}")
+    if piece_moves not in ("defer", "drop"):
+        raise ConfigError(f"piece_moves must be 'defer' or 'drop', got {piece_moves!r}")
+    if piece_seam_s < 0:
+        raise ConfigError(f"piece_seam_s must be >= 0, got {piece_seam_s}")
     if seeds < 1:
         raise ConfigError(f"seeds must be >= 1, got {seeds}")
     names = list(policies) if policies else list(ALL_POLICIES)
@@ -112,6 +126,8 @@ def simulate(
     settings = SimSettings(
         num_replicas=replicas, num_groups=groups, group_size=group_size, num_steps=steps,
         seed=seed, q0=q0, m0=m0, spread=spread,
+        pieces=None if piece_tokens is None else PieceSettings(
+            piece_tokens, piece_seam_s, defer_moves=piece_moves == "defer"),
     )
     base = replica_config(load_profile(profile), max_num_seqs, kv_capacity_tokens, prefill_s)
     pools = PoolConfigs.from_specs(base, SpecConfig.parse(tail_spec), SpecConfig.parse(bulk_spec))
@@ -137,6 +153,8 @@ def simulate(
         "q0": q0, "m0": m0, "spread": spread,
         "max_num_seqs": base.max_num_seqs, "kv_capacity_tokens": base.kv_capacity_tokens,
         "prefill_s": prefill_s, "recompute_s_per_token": base.recompute_s_per_token,
+        "piece_tokens": piece_tokens, "piece_seam_s": piece_seam_s if piece_tokens else None,
+        "piece_moves": piece_moves if piece_tokens else None,
         "recompute_s_per_token_pair": base.recompute_s_per_token_pair,
         "paired_steady_from": STEADY_FROM, "paired_interval": CI_METHOD,
     }

@@ -33,6 +33,7 @@ from tailsieve.core.stream import PromptStream
 from tailsieve.errors import ConfigError
 from tailsieve.sim.baseline_step import BASELINE_POLICIES, run_baseline_step
 from tailsieve.sim.executor import SimExecutor, SimStepResult
+from tailsieve.sim.movepath import PieceSettings
 from tailsieve.sim.records import PolicyRun, StepRecord
 from tailsieve.sim.replicas import PoolConfigs
 from tailsieve.sim.workloads import trace_prompt_tokens
@@ -115,6 +116,7 @@ class SimSettings:
     m0: int | None = None  # controller's initial tail replicas (None: its default)
     keep_timeline_step: int | None = None  # step whose per-group spans are kept (None: last)
     spread: bool = True  # protocol policies deal single responses (False: whole groups)
+    pieces: PieceSettings | None = None  # moves: continued responses in bounded pieces (live)
 
     def __post_init__(self) -> None:
         for name in ("num_replicas", "num_groups", "group_size", "num_steps"):
@@ -203,7 +205,7 @@ def run_protocol(
         ProtocolConfig(settings.num_replicas, settings.num_groups, settings.group_size),
         controller_factory(name, settings, pools),
     )
-    ex = executor or SimExecutor(pools)
+    ex = executor or SimExecutor(pools, pieces=settings.pieces)
     stream = PromptStream(prompt_ids)
     run = PolicyRun(name)
     keep = settings.keep_timeline_step

@@ -14,9 +14,11 @@ balancer (``core.balancer.plan_moves``) is asked for moves, and each move is app
 Bounded pieces (``PieceSettings``, what the live runtime does to know where a response
 stands): a response runs as pieces of at most ``piece_tokens``; at each piece end it leaves its
 replica for ``seam_s`` (the round trip) and continues there with its prefix cached. A move then
-keeps only the tokens up to the last piece end (the running piece is decoded again, unless
-``keeps_running_piece``: streaming), and a planned move is skipped when its predicted gain does
-not cover the running piece's age, as the live rebalancer does.
+either waits for the running piece to end (``defer_moves``: nothing is lost, the move takes
+effect up to one piece later) or happens at once and keeps only the tokens up to the last piece
+end (the running piece is decoded again, unless ``keeps_running_piece``: streaming); a move
+that drops a piece is skipped when its predicted gain does not cover the piece's age, as the
+live rebalancer does.
 
 Prefix cache: a replica keeps the prefix of every response that left it (a response continued
 where it ran before only prefills what it generated since), and the prompt of every group it
@@ -51,6 +53,7 @@ class PieceSettings:
     seam_s: float = 0.0  # a piece end on the same replica: the response waits this long (round
     # trip); its continuation is charged like any (prefill_s + uncached prefix)
     keeps_running_piece: bool = False  # a move keeps the running piece's tokens (streaming)
+    defer_moves: bool = False  # a move waits for the running piece's end (nothing dropped)
 
     def __post_init__(self) -> None:
         if self.piece_tokens < 1 or self.seam_s < 0:
@@ -107,7 +110,9 @@ def simulate_with_moves(
     piece_start = [0] * nreq
     started_s = [0.0] * nreq  # when the running piece of each request began
     cap = pieces.piece_tokens if pieces is not None else None
-    drops = pieces is not None and not pieces.keeps_running_piece
+    defer = pieces is not None and pieces.defer_moves and not pieces.keeps_running_piece
+    drops = pieces is not None and not pieces.keeps_running_piece and not defer
+    redirect: dict[int, int] = {}  # deferred moves: request -> destination at its piece end
 
     def piece_len(i: int) -> int:
         left_i = int(lens[i]) - done_prev[i]
@@ -136,13 +141,15 @@ def simulate_with_moves(
             r = cur[i]
             end_piece(i, r, done_prev[i] + c.num_tokens)
             done_prev[i] += c.num_tokens
+            d = redirect.pop(i, r)
             if done_prev[i] < int(lens[i]):  # a bounded piece ended: continue after the seam
                 assert pieces is not None
                 cache[r][i] = int(ptoks[i]) + done_prev[i]
                 piece_no[i] += 1
                 cur[i] = -1
-                stats.num_piece_seams += 1
-                heapq.heappush(pending, (c.time_s + pieces.seam_s, seq, i, r, False))
+                wait = balance.seam_s if d != r else pieces.seam_s
+                stats.num_piece_seams += d == r
+                heapq.heappush(pending, (c.time_s + wait, seq, i, d, d != r))
                 seq += 1
                 continue
             done[i] = c.time_s
@@ -165,10 +172,26 @@ def simulate_with_moves(
     def rebalance(t: float) -> None:
         stats.num_checks += 1
         loads = []
+        # a response bound elsewhere by a deferred move counts where it is going (as the live
+        # executor sees it) and is not a candidate again
+        nb = [e.num_running for e in engines]
+        nctx = [float(e.kv_tokens()) for e in engines]
+        for i, d in redirect.items():
+            r = cur[i]
+            if r < 0 or r == d:
+                continue
+            x = int(ptoks[i]) + done_prev[i] + engines[r].tokens_so_far((i, piece_no[i]))
+            nb[r] -= 1
+            nctx[r] -= x
+            nb[d] += 1
+            nctx[d] += x
         for r, e in enumerate(engines):
             cfg = configs[r]
+            running = e.running_contexts
+            if redirect:
+                running = _without(running, redirect)
             loads.append(ReplicaLoad(
-                r, e.num_running, e.kv_tokens(), e.running_contexts,
+                r, nb[r], nctx[r], running,
                 taus[id(cfg.throughput)], cfg.throughput.context_s_per_token,
                 per_token[r], cfg.prefill_s, accepts=e.num_waiting == 0,
                 pool=int(r in tails),
@@ -179,6 +202,9 @@ def simulate_with_moves(
         for mv in moves:
             rid = mv.key
             i = rid[0]  # type: ignore[index]
+            if defer:
+                redirect[i] = mv.dst  # moves when its running piece ends
+                continue
             if drops and mv.predicted_gain_s <= t - started_s[i]:
                 continue  # the gain does not cover decoding the running piece again
             g = engines[mv.src].tokens_so_far(rid)
@@ -291,3 +317,9 @@ def simulate_with_moves(
     )
     return res, stats
 
+
+
+def _without(running: Callable[[], list[tuple[object, int]]],
+             redirect: dict[int, int]) -> Callable[[], list[tuple[object, int]]]:
+    """``running`` less the requests a deferred move has already bound elsewhere."""
+    return lambda: [(k, c) for k, c in running() if k[0] not in redirect]  # type: ignore[index]
