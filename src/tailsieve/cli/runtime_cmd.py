@@ -207,7 +207,8 @@ def rollout(
         help="Responses as chains of pieces: a fault loses only the work since the last seam.",
     ),
     piece_tokens: int = typer.Option(
-        None, "--piece-tokens", help="Continuation: max tokens per piece (seams every so often)."
+        None, "--piece-tokens", help="Continuation: max tokens per piece (seams every so often; "
+        "default with moves on vLLM, unstreamed: 512, since a move waits for the piece end)."
     ),
     rebalance: bool = typer.Option(
         True, "--rebalance/--no-rebalance",

@@ -42,6 +42,8 @@ from tailsieve.runtime.step_state import GroupResponses, StepProgress
 from tailsieve.runtime.transport import Transport
 
 PromptLike = PromptInput | dict[str, Any]
+MOVE_PIECE_TOKENS = 512  # default piece cap when moves need pieces (vLLM, unstreamed): the best
+# of 128-8,192 in the simulator (qwen3-4b-h100, paper-math, R = 8, 50 ms seams, moves deferred)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +65,8 @@ class RolloutConfig:
     controller: dict[str, Any] = field(default_factory=dict)  # ControllerConfig overrides
     return_token_ids: bool = True  # per-response token ids from vLLM (False: counts only)
     continuation: bool = False  # responses as chains of pieces (moves; a fault loses a piece)
-    piece_tokens: int | None = None  # continuation: max tokens per piece
+    piece_tokens: int | None = None  # continuation: max tokens per piece (None: unbounded, or
+    # MOVE_PIECE_TOKENS when moves need pieces: vLLM, unstreamed, rebalance on)
     rebalance: bool = True  # continuation: move running responses while a step runs when the
     # policy's controller supplies BalanceSettings (``tailsieve``; runtime.rebalancer)
 
@@ -71,6 +74,10 @@ class RolloutConfig:
         if self.num_groups < 1 or self.group_size < 1:
             raise ConfigError("num_groups and group_size must be >= 1")
         object.__setattr__(self, "backend", Backend(self.backend))
+        if (self.continuation and self.rebalance and self.piece_tokens is None
+                and not self.stream and self.backend is Backend.VLLM):
+            # a move of an unstreamed vLLM piece waits for the piece's end: bound the pieces
+            object.__setattr__(self, "piece_tokens", MOVE_PIECE_TOKENS)
 
     def executor_config(self) -> ExecutorConfig:
         return ExecutorConfig(
