@@ -38,6 +38,7 @@ from tailsieve.model.replica_engine import ReplicaConfig
 from tailsieve.model.speculative import SpecConfig
 from tailsieve.sim import movepath
 from tailsieve.sim.driver import SimSettings, epoch_prompt_ids, run_policies
+from tailsieve.sim.movepath import PieceSettings
 from tailsieve.sim.replicas import PoolConfigs
 from tailsieve.sim.speedup_stats import STEADY_FROM, seed_speedup, t_interval
 from tailsieve.sim.workloads import resolve_workload
@@ -97,7 +98,8 @@ class _TimedPlanMoves:
         return out
 
 
-def run_case(case: Case, seeds: list[int], steps: int, groups: int) -> dict[str, Any]:
+def run_case(case: Case, seeds: list[int], steps: int, groups: int,
+             pieces: PieceSettings | None = None) -> dict[str, Any]:
     pools = pools_for(case)
     timed = _TimedPlanMoves()
     movepath.plan_moves = timed  # type: ignore[assignment]
@@ -108,7 +110,7 @@ def run_case(case: Case, seeds: list[int], steps: int, groups: int) -> dict[str,
         wl = resolve_workload(case.workload, case.tail_strength, seed=sd)
         dataset = wl.prompt_ids()
         settings = SimSettings(num_replicas=case.replicas, num_groups=groups, group_size=8,
-                               num_steps=steps, seed=sd)
+                               num_steps=steps, seed=sd, pieces=pieces)
         runs = run_policies(names, settings, lambda ds=dataset, s=sd: epoch_prompt_ids(ds, s),
                             wl, pools)
         ur, ts = runs["uniform-requests"].run, runs["tailsieve"].run
@@ -136,6 +138,7 @@ def run_case(case: Case, seeds: list[int], steps: int, groups: int) -> dict[str,
     mean, lo, hi = t_interval([r["speedup"] for r in per_seed])
     out: dict[str, Any] = {
         **dataclasses.asdict(case), "seeds": seeds, "steps": steps, "groups": groups,
+        "pieces": None if pieces is None else dataclasses.asdict(pieces),
         "speedup_mean": mean, "speedup_ci": [lo, hi],
         "min_seed_speedup": min(r["speedup"] for r in per_seed),
         "meets_target": mean >= case.target,
@@ -237,7 +240,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="2 seeds, 12 steps")
     ap.add_argument("--smoke", action="store_true",
                     help="decision timings at a tiny shape (the test suite's check)")
+    ap.add_argument("--piece-tokens", type=int, default=None,
+                    help="moves as the live runtime makes them on vLLM: pieces of at most this "
+                         "many tokens, a move waiting for the running piece's end")
+    ap.add_argument("--piece-seam-s", type=float, default=0.05,
+                    help="with --piece-tokens: the wait at each piece end (s)")
     args = ap.parse_args(argv)
+    pieces = (None if args.piece_tokens is None else
+              PieceSettings(args.piece_tokens, args.piece_seam_s, defer_moves=True))
     seeds, steps = (2, 12) if args.quick else (args.seeds, args.steps)
     chosen = [c for c in CASES if args.cases is None or c.name in args.cases]
     if args.cases and len(chosen) != len(args.cases):
@@ -252,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
           f"p99 {timing['p99_ms']:.3f} ms ({timing['mean_moves']:.1f} moves per call)", flush=True)
     rows = []
     for case in chosen:
-        row = run_case(case, list(range(seeds)), steps, args.groups)
+        row = run_case(case, list(range(seeds)), steps, args.groups, pieces)
         rows.append(row)
         print(f"{case.name}: {row['speedup_mean']:.3f}x (min seed {row['min_seed_speedup']:.3f}) "
               f"moves/step {row['moves_per_step']:.0f} prefill {row['prefill_s_per_step']:.1f} s "
@@ -262,6 +272,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": ".venv/bin/python benchmarks/bench_balancer.py " + " ".join(
             argv if argv is not None else sys.argv[1:]),
         "baseline": "uniform-requests", "steady_from": STEADY_FROM,
+        "pieces": None if pieces is None else dataclasses.asdict(pieces),
         "decision_timing": timing, "decision_timing_in_sim_64x4096": scale, "cases": rows,
     }
     (args.out / "balancer.json").write_text(json.dumps(payload, indent=1) + "\n")
