@@ -30,10 +30,11 @@ responses. Prefix-cache hits (``cached``) lower a candidate's cost but do not wi
 
 from __future__ import annotations
 
-import bisect
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 
+from tailsieve.core.balance_scan import Groups, best_for, plateau_len
 from tailsieve.errors import ConfigError
 
 __all__ = ["BalanceSettings", "Move", "ReplicaLoad", "plan_moves"]
@@ -110,81 +111,102 @@ class Move:
 def plan_moves(
     loads: Sequence[ReplicaLoad], horizon_s: float, seam_s: float, max_moves: int = 64,
     cached: Callable[[Hashable, int], int] | None = None,
+    cached_on: Callable[[Hashable], Iterable[int]] | None = None,
 ) -> list[Move]:
     """Greedy moves for one re-balance check (see the module docstring). ``cached(key,
-    replica)``: prefix tokens of that response already in that replica's cache (default 0)."""
+    replica)``: prefix tokens of that response already in that replica's cache (default 0);
+    ``cached_on(key)``: the replicas where ``cached`` may be above 0 (a superset is fine),
+    which lets a check skip asking about the others (same moves, less time)."""
     nr = len(loads)
     if max_moves <= 0 or nr < 2 or horizon_s <= 0:
         return []
     b = [ld.num_running for ld in loads]
     ctx = [float(ld.context_tokens) for ld in loads]
-    cost = [ld.cost_s(b[i], ctx[i]) for i, ld in enumerate(loads)]
-    sorted_ctx: dict[int, list[tuple[int, int, Hashable]]] = {}  # replica -> (ctx, seq, key)
+    ks = [ld.context_s_per_token for ld in loads]
+    taus = [ld.tau for ld in loads]
+    cost = [t(n) + k * c if n > 0 else 0.0 for t, n, k, c in zip(taus, b, ks, ctx, strict=True)]
+    groups = Groups(loads, b, ctx)
+    # no negative rate: a destination's bound (the filter value) is never below its moves'
+    # gains and falls as its base grows within a group, so a scan by base can stop early
+    prunable = min(ks) >= 0 and min(ld.prefill_s_per_token for ld in loads) >= 0
+    index_of = {ld.replica: d for d, ld in enumerate(loads)} if cached_on is not None else {}
+    sorted_run: dict[int, list[tuple[Hashable, int]]] = {}  # replica -> by context, stable
     out: list[Move] = []
     while len(out) < max_moves:
-        top = max(range(nr), key=cost.__getitem__)
-        c_top = cost[top]
+        c_top = max(cost)
+        top = cost.index(c_top)
         if b[top] < 1 or c_top <= 0:
             break
         lt = loads[top]
-        k_top = lt.context_s_per_token
-        a = lt.cost_s(b[top] - 1, ctx[top]) if b[top] > 1 else None  # top without x, + k x
-        dests = []
-        for d, ld in enumerate(loads):
-            if d == top or not ld.accepts or ld.pool != lt.pool:
-                continue
-            base = ld.tau(b[d] + 1) + ld.context_s_per_token * ctx[d]
-            if base >= c_top:
-                continue
-            # the best new top cost any x could reach, with nothing to prefill
-            k_d = ld.context_s_per_token
-            if a is None:
-                ideal = base
-            elif k_top + k_d > 0:
-                ideal = max(base, (a * k_d + base * k_top) / (k_top + k_d))
-            else:
-                ideal = max(a, base)
-            if horizon_s * (c_top - ideal) / c_top - seam_s - ld.prefill_s > 0:
-                dests.append((d, base))
-        if not dests:
-            break
-        if top not in sorted_ctx:
-            sorted_ctx[top] = sorted((c, i, key) for i, (key, c) in enumerate(lt.running()))
-        cands = sorted_ctx[top]
+        k_top = ks[top]
+        a = lt.tau(b[top] - 1) + k_top * ctx[top] if b[top] > 1 else None  # top without x
+        cands = sorted_run.get(top)
+        if cands is None:
+            cands = sorted_run[top] = sorted(lt.running(), key=itemgetter(1))
         if not cands:
             break
+        scale = horizon_s * (1.0 + abs(a or 0.0) / c_top) + seam_s  # of rounding in a gain
         best: tuple[float, int, int, int] | None = None  # (net gain, index, dst, uncached)
-        for d, base in dests:
-            ld = loads[d]
-            k_d = ld.context_s_per_token
-            if a is None or k_top + k_d <= 0:
-                star = len(cands)
-            else:
-                x_star = (a - base) / (k_top + k_d)
-                star = bisect.bisect_left(cands, (x_star,))
-            for j in {0, star - 1, min(star, len(cands) - 1)}:
-                if j < 0:
+        for grp in groups.by_pool.get(lt.pool, ()):
+            reps: list[int] = []  # of the plateau, the destinations to evaluate
+            start = 0
+            if grp and prunable and a is not None and (cached is None or cached_on is not None):
+                start = plateau_len(grp, cands, a, c_top, k_top, loads[grp[0][1]], horizon_s,
+                                    seam_s)
+            if start:
+                ds = [d for _, d in grp[:start] if d != top]
+                hit: set[int] = set()
+                if cached is not None and cached_on is not None and ds:
+                    last = grp[start - 1]
+                    for key in {cands[0][0], cands[-1][0]}:
+                        for r in cached_on(key):
+                            d = index_of.get(r, -1)
+                            if d >= 0 and d != top and groups.of[d] is grp and (
+                                    (groups.base[d], d) <= last):
+                                hit.add(d)
+                reps = sorted(hit | ({min(ds)} if ds else set()))
+            for d in reps:
+                best = best_for(best, cands, a, groups.base[d], c_top, k_top, loads[d], d,
+                                horizon_s, seam_s, cached, scale if prunable else None)
+            for bd, d in grp[start:]:
+                if d == top:
                     continue
-                x = cands[j][0]
-                c_src = a - k_top * x if a is not None else 0.0
-                new = max(c_src, base + k_d * x)
-                if new >= c_top:
+                if bd >= c_top:
+                    break
+                bound = _bound(a, bd, c_top, k_top, ks[d], horizon_s, seam_s,
+                               loads[d].prefill_s)
+                if not bound > 0:
+                    if prunable:
+                        break
                     continue
-                hit = min(cached(cands[j][2], ld.replica), x) if cached is not None else 0
-                uncached = x - hit
-                net = horizon_s * (c_top - new) / c_top - (
-                    ld.prefill_s + ld.prefill_s_per_token * uncached + seam_s)
-                if net > 0 and (best is None or net > best[0]):
-                    best = (net, j, d, uncached)
+                if prunable and best is not None and bound < best[0] - 1e-9 * (
+                        scale + abs(best[0]) + abs(loads[d].prefill_s)):
+                    break
+                best = best_for(best, cands, a, bd, c_top, k_top, loads[d], d, horizon_s,
+                                seam_s, cached, scale if prunable else None)
         if best is None:
             break
         net, j, d, uncached = best
-        x, _, key = cands.pop(j)
+        key, x = cands.pop(j)
         b[top] -= 1
         ctx[top] -= x
         b[d] += 1
         ctx[d] += x
-        cost[top] = lt.cost_s(b[top], ctx[top])
-        cost[d] = loads[d].cost_s(b[d], ctx[d])
+        for r in (top, d):
+            cost[r] = taus[r](b[r]) + ks[r] * ctx[r] if b[r] > 0 else 0.0
+            groups.update(r, taus[r](b[r] + 1) + ks[r] * ctx[r])
         out.append(Move(key, lt.replica, loads[d].replica, x, uncached, net))
     return out
+
+
+def _bound(a: float | None, bd: float, c_top: float, k_top: float, k_d: float,
+           horizon_s: float, seam_s: float, prefill_s: float) -> float:
+    """The filter value of a destination of base ``bd``: the gain at the best new top cost
+    any response could reach, with nothing to prefill (no move to it gains more)."""
+    if a is None:
+        ideal = bd
+    elif k_top + k_d > 0:
+        ideal = max(bd, (a * k_d + bd * k_top) / (k_top + k_d))
+    else:
+        ideal = max(a, bd)
+    return horizon_s * (c_top - ideal) / c_top - seam_s - prefill_s

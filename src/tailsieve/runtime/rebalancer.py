@@ -25,7 +25,7 @@ a response that left a replica leaves its prefix (prompt + generated so far) cac
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -125,6 +125,10 @@ class LiveRebalancer:
         """Prefix tokens of response ``key`` already cached on ``replica``."""
         return self._cached.get(key, {}).get(replica, 0)  # type: ignore[call-overload]
 
+    def cached_on(self, key: Hashable) -> Iterable[int]:
+        """The replicas where response ``key`` has a cached prefix."""
+        return self._cached.get(key, {}).keys()  # type: ignore[call-overload]
+
     def check(self) -> int:
         """One re-balance check: plan moves and make them. Returns the moves made."""
         now = self.clock()
@@ -133,7 +137,7 @@ class LiveRebalancer:
         loads = self.loads()
         s = self.settings
         moves = plan_moves(loads, s.horizon_at(now), s.seam_s, s.max_moves_per_check,
-                           cached=self.cached_tokens)
+                           cached=self.cached_tokens, cached_on=self.cached_on)
         made = 0
         for mv in moves:
             key: tuple[str, int] = mv.key  # type: ignore[assignment]

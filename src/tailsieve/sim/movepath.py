@@ -119,6 +119,13 @@ def simulate_with_moves(
         p = int(ptoks[i]) if r in group_reps[i // n] else 0
         return max(p, cache[r].get(i, 0))
 
+    cached_at: dict[int, set[int]] = {}  # request -> replicas holding its prefix
+
+    def cached_on(rid: object) -> tuple[int, ...]:
+        i = rid[0]  # type: ignore[index]
+        extra = cached_at.get(i)
+        return group_reps[i // n] if extra is None else (*group_reps[i // n], *extra)
+
     def rebalance(t: float) -> None:
         stats.num_checks += 1
         loads = []
@@ -131,7 +138,7 @@ def simulate_with_moves(
                 pool=int(r in tails),
             ))
         moves = plan_moves(loads, balance.horizon_at(t), balance.seam_s,
-                           balance.max_moves_per_check, cached)
+                           balance.max_moves_per_check, cached, cached_on)
         nonlocal seq
         for mv in moves:
             rid = mv.key
@@ -141,6 +148,7 @@ def simulate_with_moves(
             end_piece(i, mv.src, done_prev[i] + g)
             done_prev[i] += g
             cache[mv.src][i] = int(ptoks[i]) + done_prev[i]
+            cached_at.setdefault(i, set()).add(mv.src)
             piece_no[i] += 1
             cur[i] = -1
             heapq.heappush(pending, (t + balance.seam_s, seq, i, mv.dst))
