@@ -48,6 +48,19 @@ class MoveStats:
     pieces: list[list[Piece]] = field(default_factory=list)  # per request: its chain
 
 
+def replica_loads(
+    engines: Sequence[ReplicaEngine], configs: Sequence[ReplicaConfig],
+    taus: Sequence[Callable[[int], float]], per_token: Sequence[float],
+    tails: frozenset[int],
+) -> list[ReplicaLoad]:
+    """What a re-balance check reads: one ``ReplicaLoad`` per replica (a replica with
+    queued requests accepts no move; ``tails`` form pool 1)."""
+    return [ReplicaLoad(r, e.num_running, e.kv_tokens(), e.running_contexts, taus[r],
+                        cfg.throughput.context_s_per_token, per_token[r], cfg.prefill_s,
+                        accepts=e.num_waiting == 0, pool=int(r in tails))
+            for r, (e, cfg) in enumerate(zip(engines, configs, strict=True))]
+
+
 def simulate_with_moves(
     layout: RequestLayout,
     configs: Sequence[ReplicaConfig],
@@ -71,6 +84,7 @@ def simulate_with_moves(
         if id(c.throughput) not in taus:
             arr = c.throughput.taus(nreq + 2).tolist()
             taus[id(c.throughput)] = arr.__getitem__
+    rep_taus = [taus[id(c.throughput)] for c in configs]
     piece_no = [0] * nreq
     done_prev = [0] * nreq  # tokens of the request's finished pieces
     cur = layout.request_replica.tolist()  # replica of the current piece (-1: in transit)
@@ -128,15 +142,7 @@ def simulate_with_moves(
 
     def rebalance(t: float) -> None:
         stats.num_checks += 1
-        loads = []
-        for r, e in enumerate(engines):
-            cfg = configs[r]
-            loads.append(ReplicaLoad(
-                r, e.num_running, e.kv_tokens(), e.running_contexts,
-                taus[id(cfg.throughput)], cfg.throughput.context_s_per_token,
-                per_token[r], cfg.prefill_s, accepts=e.num_waiting == 0,
-                pool=int(r in tails),
-            ))
+        loads = replica_loads(engines, configs, rep_taus, per_token, tails)
         moves = plan_moves(loads, balance.horizon_at(t), balance.seam_s,
                            balance.max_moves_per_check, cached, cached_on)
         nonlocal seq
