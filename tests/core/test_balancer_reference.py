@@ -157,17 +157,18 @@ Case = tuple[list[ReplicaLoad], float, float, int, dict[tuple[Hashable, int], in
 
 
 @settings(max_examples=400, deadline=None)
-@given(cases(), st.sampled_from(["none", "exact", "superset"]))
+@given(cases(), st.sampled_from(["none", "exact", "with zeros"]))
 def test_equals_the_reference_on_random_loads(case: Case, where: str) -> None:
     """Random loads: cost models, pools, non-accepting replicas, identical replicas,
     responses counted but not offered, cache hits (told where, or not), move limits."""
     loads, horizon, seam, max_moves, hits = case
     cached = None if hits is None else (lambda key, r: hits.get((key, r), 0))
-    on: dict[Hashable, list[int]] = {}
-    for key, r in hits or {}:
-        on.setdefault(key, []).append(r)
-    cached_on = {"none": None, "exact": lambda key: on.get(key, ()),
-                 "superset": lambda key: range(len(loads) + 1)}[where]
+    on: dict[Hashable, dict[int, int]] = {}
+    for (key, r), n in (hits or {}).items():
+        on.setdefault(key, {})[r] = n
+    cached_on = {"none": None, "exact": lambda key: on.get(key, {}),
+                 "with zeros": lambda key: {r: on.get(key, {}).get(r, 0)
+                                            for r in range(len(loads) + 1)}}[where]
     _same(plan_moves(loads, horizon, seam, max_moves, cached, cached_on),
           reference_plan_moves(loads, horizon, seam, max_moves, cached))
 
@@ -207,10 +208,10 @@ def test_equals_the_reference_at_64_replicas(seed: int, copies: bool) -> None:
     hits = {(key, r): 4000 for ld in loads for key, _ in ld.running()
             for r in range(len(loads)) if (key[1] + r) % 9 == 0}
     cached = lambda key, r: hits.get((key, r), 0)  # noqa: E731
-    on: dict[Hashable, list[int]] = {}
-    for key, r in hits:
-        on.setdefault(key, []).append(r)
-    _same(plan_moves(loads, 200.0, 0.05, 64, cached, lambda key: on.get(key, ())),
+    on: dict[Hashable, dict[int, int]] = {}
+    for (key, r), n in hits.items():
+        on.setdefault(key, {})[r] = n
+    _same(plan_moves(loads, 200.0, 0.05, 64, cached, lambda key: on.get(key, {})),
           reference_plan_moves(loads, 200.0, 0.05, 64, cached))
     _same(plan_moves(loads, 200.0, 0.05, 64, cached),
           reference_plan_moves(loads, 200.0, 0.05, 64, cached))

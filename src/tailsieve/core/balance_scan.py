@@ -9,7 +9,7 @@ changes the base of two replicas only, so the groups are updated, not rebuilt.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from operator import itemgetter
 from typing import TYPE_CHECKING
 
@@ -88,16 +88,26 @@ def plateau_len(
     return bisect.bisect_left(grp, True, key=fails)
 
 
+def _star(cands: list[tuple[Hashable, int]], a: float | None, base: float, k_top: float,
+          k_d: float) -> int:
+    if a is None or k_top + k_d <= 0:
+        return len(cands)
+    return bisect.bisect_left(cands, (a - base) / (k_top + k_d), key=_CONTEXT)
+
+
 def best_for(
     best: Best | None, cands: list[tuple[Hashable, int]], a: float | None, base: float,
     c_top: float, k_top: float, ld: ReplicaLoad, d: int, horizon_s: float, seam_s: float,
-    cached: Callable[[Hashable, int], int] | None, scale: float | None,
-) -> Best | None:
+    cached: Callable[[Hashable, int], int] | None,
+    hit_on: Callable[[Hashable], Mapping[int, int]] | None, scale: float | None,
+) -> tuple[Best | None, float]:
     """The better of ``best`` and the best move of one of the top's responses (``cands``,
     sorted by context) to ``d``: only the smallest context and the two around ``x*`` can be
     best. Ties go as in a scan of destinations by number (the first on equal gains), then
-    candidates in the original order. ``scale`` (None: no pruning) sizes the rounding slack
-    below ``best`` under which a candidate, even fully cached, is not asked about."""
+    candidates in the original order. ``hit_on(key)``: the destinations where ``cached`` may
+    be above 0 (None: anywhere). ``scale`` (None: no pruning) sizes the rounding slack below
+    ``best`` under which a candidate, even fully cached, is not asked about. Also returns
+    the best gain of ``d``'s candidates were nothing cached (-inf: no response can move)."""
     k_d = ld.context_s_per_token
     if a is None or k_top + k_d <= 0:
         star = len(cands)
@@ -106,23 +116,30 @@ def best_for(
     floor = -float("inf") if best is None or scale is None else (
         best[0] - 1e-9 * (scale + abs(best[0]) + abs(ld.prefill_s)))
     mine: Best | None = None
+    plain = -float("inf")
     for j in {0, star - 1, min(star, len(cands) - 1)}:
         if j < 0:
             continue
-        x = cands[j][1]
+        key, x = cands[j]
         c_src = a - k_top * x if a is not None else 0.0
         new = max(c_src, base + k_d * x)
         if new >= c_top:
             continue
         gain = horizon_s * (c_top - new) / c_top
-        if gain - (ld.prefill_s + seam_s) < floor:
-            continue
-        hit = min(cached(cands[j][0], ld.replica), x) if cached is not None else 0
-        uncached = x - hit
-        net = gain - (ld.prefill_s + ld.prefill_s_per_token * uncached + seam_s)
+        net = gain - (ld.prefill_s + ld.prefill_s_per_token * x + seam_s)  # nothing cached
+        if net > plain:
+            plain = net
+        if cached is not None and (hit_on is None or d in hit_on(key)):
+            if gain - (ld.prefill_s + seam_s) < floor:
+                continue  # could not reach ``best`` even fully cached
+            hit = min(cached(key, ld.replica), x)
+            uncached = x - hit
+            net = gain - (ld.prefill_s + ld.prefill_s_per_token * uncached + seam_s)
+        else:
+            uncached = x
         if net > 0 and (mine is None or net > mine[0]):
             mine = (net, j, d, uncached)
     if mine is None or (best is not None and (
             mine[0] < best[0] or (mine[0] == best[0] and d > best[2]))):
-        return best
-    return mine
+        return best, plain
+    return mine, plain

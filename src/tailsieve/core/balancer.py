@@ -30,7 +30,8 @@ responses. Prefix-cache hits (``cached``) lower a candidate's cost but do not wi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Sequence
+import math
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 
@@ -111,12 +112,13 @@ class Move:
 def plan_moves(
     loads: Sequence[ReplicaLoad], horizon_s: float, seam_s: float, max_moves: int = 64,
     cached: Callable[[Hashable, int], int] | None = None,
-    cached_on: Callable[[Hashable], Iterable[int]] | None = None,
+    cached_on: Callable[[Hashable], Mapping[int, int]] | None = None,
 ) -> list[Move]:
     """Greedy moves for one re-balance check (see the module docstring). ``cached(key,
     replica)``: prefix tokens of that response already in that replica's cache (default 0);
-    ``cached_on(key)``: the replicas where ``cached`` may be above 0 (a superset is fine),
-    which lets a check skip asking about the others (same moves, less time)."""
+    ``cached_on(key)``: the same as ``{replica: cached(key, replica)}`` over the replicas
+    where it is above 0 (others may be left out), which lets a check skip the others and
+    bound what a cached prefix can save (same moves, less time)."""
     nr = len(loads)
     if max_moves <= 0 or nr < 2 or horizon_s <= 0:
         return []
@@ -129,8 +131,14 @@ def plan_moves(
     # no negative rate: a destination's bound (the filter value) is never below its moves'
     # gains and falls as its base grows within a group, so a scan by base can stop early
     prunable = min(ks) >= 0 and min(ld.prefill_s_per_token for ld in loads) >= 0
-    index_of = {ld.replica: d for d, ld in enumerate(loads)} if cached_on is not None else {}
+    # key -> the destinations (indices) where it may have a cached prefix (None: unknown)
+    hit_on: Callable[[Hashable], dict[int, int]] | None = None
+    if cached is None:
+        hit_on = _no_hits
+    elif cached_on is not None:
+        hit_on = _HitsOn(loads, cached_on)
     sorted_run: dict[int, list[tuple[Hashable, int]]] = {}  # replica -> by context, stable
+    most_hit: dict[int, float] = {}  # replica -> most cached tokens of its responses anywhere
     out: list[Move] = []
     while len(out) < max_moves:
         c_top = max(cost)
@@ -150,24 +158,20 @@ def plan_moves(
         for grp in groups.by_pool.get(lt.pool, ()):
             reps: list[int] = []  # of the plateau, the destinations to evaluate
             start = 0
-            if grp and prunable and a is not None and (cached is None or cached_on is not None):
+            if grp and prunable and a is not None and hit_on is not None:
                 start = plateau_len(grp, cands, a, c_top, k_top, loads[grp[0][1]], horizon_s,
                                     seam_s)
             if start:
                 ds = [d for _, d in grp[:start] if d != top]
-                hit: set[int] = set()
-                if cached is not None and cached_on is not None and ds:
+                if ds:
+                    assert hit_on is not None
                     last = grp[start - 1]
-                    for key in {cands[0][0], cands[-1][0]}:
-                        for r in cached_on(key):
-                            d = index_of.get(r, -1)
-                            if d >= 0 and d != top and groups.of[d] is grp and (
-                                    (groups.base[d], d) <= last):
-                                hit.add(d)
-                reps = sorted(hit | ({min(ds)} if ds else set()))
+                    hit = {d for key in {cands[0][0], cands[-1][0]} for d in hit_on(key)
+                           if d != top and groups.of[d] is grp and (groups.base[d], d) <= last}
+                    reps = sorted(hit | {min(ds)})
             for d in reps:
-                best = best_for(best, cands, a, groups.base[d], c_top, k_top, loads[d], d,
-                                horizon_s, seam_s, cached, scale if prunable else None)
+                best, _ = best_for(best, cands, a, groups.base[d], c_top, k_top, loads[d], d,
+                                   horizon_s, seam_s, cached, hit_on, scale if prunable else None)
             for bd, d in grp[start:]:
                 if d == top:
                     continue
@@ -179,11 +183,22 @@ def plan_moves(
                     if prunable:
                         break
                     continue
-                if prunable and best is not None and bound < best[0] - 1e-9 * (
-                        scale + abs(best[0]) + abs(loads[d].prefill_s)):
+                slack = 1e-9 * (scale + abs(best[0] if best else 0.0) + abs(loads[d].prefill_s))
+                if prunable and best is not None and bound < best[0] - slack:
                     break
-                best = best_for(best, cands, a, bd, c_top, k_top, loads[d], d, horizon_s,
-                                seam_s, cached, scale if prunable else None)
+                best, plain = best_for(best, cands, a, bd, c_top, k_top, loads[d], d,
+                                       horizon_s, seam_s, cached, hit_on,
+                                       scale if prunable else None)
+                if prunable and plain > -math.inf:
+                    if top not in most_hit:
+                        most_hit[top] = _most_hit(cands, cached, hit_on)
+                    # no move to a destination of larger base gains more than ``plain`` plus
+                    # the most prefill a cached prefix of these responses could save
+                    if plain + loads[d].prefill_s_per_token * most_hit[top] < max(
+                            best[0] if best else 0.0, 0.0) - slack:
+                        break
+                elif prunable:
+                    break  # no response can move there, nor to a destination of larger base
         if best is None:
             break
         net, j, d, uncached = best
@@ -197,6 +212,39 @@ def plan_moves(
             groups.update(r, taus[r](b[r] + 1) + ks[r] * ctx[r])
         out.append(Move(key, lt.replica, loads[d].replica, x, uncached, net))
     return out
+
+
+def _no_hits(key: Hashable) -> dict[int, int]:
+    return {}
+
+
+def _most_hit(cands: list[tuple[Hashable, int]], cached: Callable[[Hashable, int], int] | None,
+              hit_on: Callable[[Hashable], dict[int, int]] | None) -> float:
+    """The most tokens a cached prefix takes off any of ``cands``' prefills, anywhere."""
+    if cached is None:
+        return 0.0
+    if hit_on is None:
+        return math.inf
+    return float(max((min(max(hit_on(key).values(), default=0), x) for key, x in cands),
+                     default=0))
+
+
+class _HitsOn:
+    """``cached_on`` by destination index, asked once per key in a check."""
+
+    def __init__(self, loads: Sequence[ReplicaLoad],
+                 cached_on: Callable[[Hashable], Mapping[int, int]]) -> None:
+        self.index_of = {ld.replica: d for d, ld in enumerate(loads)}
+        self.cached_on = cached_on
+        self.memo: dict[Hashable, dict[int, int]] = {}
+
+    def __call__(self, key: Hashable) -> dict[int, int]:
+        got = self.memo.get(key)
+        if got is None:
+            index_of = self.index_of
+            got = self.memo[key] = {index_of[r]: n for r, n in self.cached_on(key).items()
+                                    if r in index_of}
+        return got
 
 
 def _bound(a: float | None, bd: float, c_top: float, k_top: float, k_d: float,

@@ -25,7 +25,7 @@ a response that left a replica leaves its prefix (prompt + generated so far) cac
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -125,9 +125,9 @@ class LiveRebalancer:
         """Prefix tokens of response ``key`` already cached on ``replica``."""
         return self._cached.get(key, {}).get(replica, 0)  # type: ignore[call-overload]
 
-    def cached_on(self, key: Hashable) -> Iterable[int]:
-        """The replicas where response ``key`` has a cached prefix."""
-        return self._cached.get(key, {}).keys()  # type: ignore[call-overload]
+    def cached_on(self, key: Hashable) -> Mapping[int, int]:
+        """Prefix tokens of response ``key`` cached, by replica (others: none)."""
+        return self._cached.get(key, {})  # type: ignore[call-overload]
 
     def check(self) -> int:
         """One re-balance check: plan moves and make them. Returns the moves made."""

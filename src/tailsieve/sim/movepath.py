@@ -135,10 +135,11 @@ def simulate_with_moves(
 
     cached_at: dict[int, set[int]] = {}  # request -> replicas holding its prefix
 
-    def cached_on(rid: object) -> tuple[int, ...]:
+    def cached_on(rid: object) -> dict[int, int]:
         i = rid[0]  # type: ignore[index]
         extra = cached_at.get(i)
-        return group_reps[i // n] if extra is None else (*group_reps[i // n], *extra)
+        reps = group_reps[i // n] if extra is None else (*group_reps[i // n], *extra)
+        return {r: cached(rid, r) for r in reps}
 
     def rebalance(t: float) -> None:
         stats.num_checks += 1
