@@ -215,3 +215,33 @@ def test_equals_the_reference_at_64_replicas(seed: int, copies: bool) -> None:
           reference_plan_moves(loads, 200.0, 0.05, 64, cached))
     _same(plan_moves(loads, 200.0, 0.05, 64, cached),
           reference_plan_moves(loads, 200.0, 0.05, 64, cached))
+
+
+def test_equals_the_reference_inside_a_simulated_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every check of a simulated run (cache hits from dealt prompts and earlier pieces)."""
+    from tailsieve.model.profiles import load_profile
+    from tailsieve.model.replica_engine import ReplicaConfig
+    from tailsieve.model.speculative import SpecConfig
+    from tailsieve.sim import movepath
+    from tailsieve.sim.driver import SimSettings, epoch_prompt_ids, run_policies
+    from tailsieve.sim.replicas import PoolConfigs
+    from tailsieve.sim.workloads import resolve_workload
+
+    checks = []
+
+    def both(loads: Sequence[ReplicaLoad], horizon_s: float, seam_s: float, max_moves: int,
+             cached: Callable[[Hashable, int], int], cached_on: object) -> list[Move]:
+        got = plan_moves(loads, horizon_s, seam_s, max_moves, cached, cached_on)  # type: ignore[arg-type]
+        _same(got, reference_plan_moves(loads, horizon_s, seam_s, max_moves, cached))
+        checks.append(len(got))
+        return got
+
+    monkeypatch.setattr(movepath, "plan_moves", both)
+    spec = SpecConfig.parse("none")
+    pools = PoolConfigs.from_specs(
+        ReplicaConfig.from_profile(load_profile("qwen3-4b-h100")), spec, spec)
+    wl = resolve_workload("paper-math", seed=1)
+    ds = wl.prompt_ids()
+    settings = SimSettings(num_replicas=8, num_groups=32, group_size=8, num_steps=4, seed=1)
+    run_policies(["tailsieve"], settings, lambda: epoch_prompt_ids(ds, 1), wl, pools)
+    assert len(checks) > 10 and sum(checks) > 10  # checks that moved responses

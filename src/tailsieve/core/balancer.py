@@ -132,7 +132,7 @@ def plan_moves(
     # gains and falls as its base grows within a group, so a scan by base can stop early
     prunable = min(ks) >= 0 and min(ld.prefill_s_per_token for ld in loads) >= 0
     # key -> the destinations (indices) where it may have a cached prefix (None: unknown)
-    hit_on: Callable[[Hashable], dict[int, int]] | None = None
+    hit_on: Callable[[Hashable], Mapping[int, int]] | None = None
     if cached is None:
         hit_on = _no_hits
     elif cached_on is not None:
@@ -167,7 +167,8 @@ def plan_moves(
                     assert hit_on is not None
                     last = grp[start - 1]
                     hit = {d for key in {cands[0][0], cands[-1][0]} for d in hit_on(key)
-                           if d != top and groups.of[d] is grp and (groups.base[d], d) <= last}
+                           if d != top and 0 <= d < nr and groups.of[d] is grp
+                           and (groups.base[d], d) <= last}
                     reps = sorted(hit | {min(ds)})
             for d in reps:
                 best, _ = best_for(best, cands, a, groups.base[d], c_top, k_top, loads[d], d,
@@ -214,19 +215,19 @@ def plan_moves(
     return out
 
 
-def _no_hits(key: Hashable) -> dict[int, int]:
+def _no_hits(key: Hashable) -> Mapping[int, int]:
     return {}
 
 
 def _most_hit(cands: list[tuple[Hashable, int]], cached: Callable[[Hashable, int], int] | None,
-              hit_on: Callable[[Hashable], dict[int, int]] | None) -> float:
+              hit_on: Callable[[Hashable], Mapping[int, int]] | None) -> float:
     """The most tokens a cached prefix takes off any of ``cands``' prefills, anywhere."""
     if cached is None:
         return 0.0
-    if hit_on is None:
+    if not isinstance(hit_on, _HitsOn):
         return math.inf
-    return float(max((min(max(hit_on(key).values(), default=0), x) for key, x in cands),
-                     default=0))
+    most = hit_on.most
+    return float(max((min(most(key), x) for key, x in cands), default=0))
 
 
 class _HitsOn:
@@ -235,16 +236,26 @@ class _HitsOn:
     def __init__(self, loads: Sequence[ReplicaLoad],
                  cached_on: Callable[[Hashable], Mapping[int, int]]) -> None:
         self.index_of = {ld.replica: d for d, ld in enumerate(loads)}
+        self.same = all(r == d for r, d in self.index_of.items())  # replica numbers = indices
         self.cached_on = cached_on
-        self.memo: dict[Hashable, dict[int, int]] = {}
+        self.memo: dict[Hashable, tuple[Mapping[int, int], int]] = {}
 
-    def __call__(self, key: Hashable) -> dict[int, int]:
+    def _get(self, key: Hashable) -> tuple[Mapping[int, int], int]:
         got = self.memo.get(key)
         if got is None:
-            index_of = self.index_of
-            got = self.memo[key] = {index_of[r]: n for r, n in self.cached_on(key).items()
-                                    if r in index_of}
+            hits = self.cached_on(key)
+            if not self.same:
+                index_of = self.index_of
+                hits = {index_of[r]: n for r, n in hits.items() if r in index_of}
+            got = self.memo[key] = (hits, max(hits.values(), default=0))
         return got
+
+    def __call__(self, key: Hashable) -> Mapping[int, int]:
+        return self._get(key)[0]
+
+    def most(self, key: Hashable) -> int:
+        """The most tokens of ``key`` cached on any replica."""
+        return self._get(key)[1]
 
 
 def _bound(a: float | None, bd: float, c_top: float, k_top: float, k_d: float,

@@ -133,13 +133,15 @@ def simulate_with_moves(
         p = int(ptoks[i]) if r in group_reps[i // n] else 0
         return max(p, cache[r].get(i, 0))
 
-    cached_at: dict[int, set[int]] = {}  # request -> replicas holding its prefix
+    hits: dict[int, dict[int, int]] = {}  # request -> replica -> cached prefix tokens
 
     def cached_on(rid: object) -> dict[int, int]:
         i = rid[0]  # type: ignore[index]
-        extra = cached_at.get(i)
-        reps = group_reps[i // n] if extra is None else (*group_reps[i // n], *extra)
-        return {r: cached(rid, r) for r in reps}
+        got = hits.get(i)
+        if got is None:
+            p = int(ptoks[i])
+            got = hits[i] = {r: p for r in group_reps[i // n]} if p else {}
+        return got
 
     def rebalance(t: float) -> None:
         stats.num_checks += 1
@@ -155,7 +157,8 @@ def simulate_with_moves(
             end_piece(i, mv.src, done_prev[i] + g)
             done_prev[i] += g
             cache[mv.src][i] = int(ptoks[i]) + done_prev[i]
-            cached_at.setdefault(i, set()).add(mv.src)
+            got = cached_on(rid)
+            got[mv.src] = max(got.get(mv.src, 0), cache[mv.src][i])
             piece_no[i] += 1
             cur[i] = -1
             heapq.heappush(pending, (t + balance.seam_s, seq, i, mv.dst))
