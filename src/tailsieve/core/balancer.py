@@ -173,33 +173,33 @@ def plan_moves(
             for d in reps:
                 best, _ = best_for(best, cands, a, groups.base[d], c_top, k_top, loads[d], d,
                                    horizon_s, seam_s, cached, hit_on, scale if prunable else None)
+            plain = None  # the last destination's best gain were nothing cached
             for bd, d in grp[start:]:
                 if d == top:
                     continue
                 if bd >= c_top:
                     break
-                bound = _bound(a, bd, c_top, k_top, ks[d], horizon_s, seam_s,
-                               loads[d].prefill_s)
+                ld = loads[d]
+                bound = _bound(a, bd, c_top, k_top, ks[d], horizon_s, seam_s, ld.prefill_s)
                 if not bound > 0:
                     if prunable:
                         break
                     continue
-                slack = 1e-9 * (scale + abs(best[0] if best else 0.0) + abs(loads[d].prefill_s))
+                slack = 1e-9 * (scale + abs(best[0] if best else 0.0) + abs(ld.prefill_s))
                 if prunable and best is not None and bound < best[0] - slack:
                     break
-                best, plain = best_for(best, cands, a, bd, c_top, k_top, loads[d], d,
-                                       horizon_s, seam_s, cached, hit_on,
-                                       scale if prunable else None)
-                if prunable and plain > -math.inf:
+                if prunable and plain is not None:
+                    # no move to a destination of larger base than the last one gains more
+                    # than the last one's plain gain plus the most a cached prefix can save
+                    if plain == -math.inf:
+                        break  # no response could move to the last one
                     if top not in most_hit:
                         most_hit[top] = _most_hit(cands, cached, hit_on)
-                    # no move to a destination of larger base gains more than ``plain`` plus
-                    # the most prefill a cached prefix of these responses could save
-                    if plain + loads[d].prefill_s_per_token * most_hit[top] < max(
+                    if plain + ld.prefill_s_per_token * most_hit[top] < max(
                             best[0] if best else 0.0, 0.0) - slack:
                         break
-                elif prunable:
-                    break  # no response can move there, nor to a destination of larger base
+                best, plain = best_for(best, cands, a, bd, c_top, k_top, ld, d, horizon_s,
+                                       seam_s, cached, hit_on, scale if prunable else None)
         if best is None:
             break
         net, j, d, uncached = best
