@@ -150,7 +150,7 @@ def plan_moves(
         a = lt.tau(b[top] - 1) + k_top * ctx[top] if b[top] > 1 else None  # top without x
         cands = sorted_run.get(top)
         if cands is None:
-            cands = sorted_run[top] = sorted(lt.running(), key=itemgetter(1))
+            cands = sorted_run[top] = sorted(lt.running(), key=_INDEX)
         if not cands:
             break
         scale = horizon_s * (1.0 + abs(a or 0.0) / c_top) + seam_s  # of rounding in a gain
@@ -162,14 +162,16 @@ def plan_moves(
                 start = plateau_len(grp, cands, a, c_top, k_top, loads[grp[0][1]], horizon_s,
                                     seam_s)
             if start:
-                ds = [d for _, d in grp[:start] if d != top]
-                if ds:
+                lead = min(map(_INDEX, grp[:start]))  # the lowest-numbered of the plateau
+                if lead == top:
+                    lead = min((d for _, d in grp[:start] if d != top), default=-1)
+                if lead >= 0:
                     assert hit_on is not None
                     last = grp[start - 1]
                     hit = {d for key in {cands[0][0], cands[-1][0]} for d in hit_on(key)
                            if d != top and 0 <= d < nr and groups.of[d] is grp
                            and (groups.base[d], d) <= last}
-                    reps = sorted(hit | {min(ds)})
+                    reps = sorted(hit | {lead}) if hit else [lead]
             for d in reps:
                 best, _ = best_for(best, cands, a, groups.base[d], c_top, k_top, loads[d], d,
                                    horizon_s, seam_s, cached, hit_on, scale if prunable else None)
@@ -213,6 +215,9 @@ def plan_moves(
             groups.update(r, taus[r](b[r] + 1) + ks[r] * ctx[r])
         out.append(Move(key, lt.replica, loads[d].replica, x, uncached, net))
     return out
+
+
+_INDEX = itemgetter(1)
 
 
 def _no_hits(key: Hashable) -> Mapping[int, int]:
