@@ -23,9 +23,17 @@ controller's from its measurements). A response moved in a call is not moved aga
 Cost: ``new`` is ``max(A - k x, B + k x)`` for fixed ``A`` (top without any response) and ``B``
 (``d`` with one more), and the move's cost grows with ``x``, so for each destination only three
 responses can be best: the smallest context, and the two around ``x* = (A - B) / 2k``. A check
-reads every replica's count and context sum (O(R)), returns at once when no destination could
-pay even at ``x*`` with nothing to prefill, and otherwise sorts only the top replica's
-responses. Prefix-cache hits (``cached``) lower a candidate's cost but do not widen the search.
+reads every replica's count and context sum (O(R)) and sorts a top replica's responses once.
+Prefix-cache hits (``cached``) lower a candidate's cost but do not widen the search.
+
+Each move weighs few destinations, and picks exactly the move a scan of every destination would
+(``core.balance_scan``): destinations sharing a pool and cost model are kept sorted by ``B``
+(a move changes two of them); a scan by ``B`` stops once the best gain any response could reach
+there (nothing to prefill) falls below the best move found, or once the last destination's best
+gain plus the most prefill a cached prefix of the top's responses could save does
+(``cached_on`` tells where and how much is cached); destinations where ``x*`` lies beyond every
+context and the top stays the costlier all give the same gain, so of those only the
+lowest-numbered one and those with a cached prefix are weighed.
 """
 
 from __future__ import annotations
