@@ -239,8 +239,9 @@ def _most_hit(cands: list[tuple[Hashable, int]], cached: Callable[[Hashable, int
         return 0.0
     if not isinstance(hit_on, _HitsOn):
         return math.inf
-    most = hit_on.most
-    return float(max((min(most(key), x) for key, x in cands), default=0))
+    most, fill = hit_on.most_of, hit_on.fill
+    return float(max((min(most[key] if key in most else fill(key)[1], x) for key, x in cands),
+                     default=0))
 
 
 class _HitsOn:
@@ -251,24 +252,22 @@ class _HitsOn:
         self.index_of = {ld.replica: d for d, ld in enumerate(loads)}
         self.same = all(r == d for r, d in self.index_of.items())  # replica numbers = indices
         self.cached_on = cached_on
-        self.memo: dict[Hashable, tuple[Mapping[int, int], int]] = {}
+        self.hits: dict[Hashable, Mapping[int, int]] = {}
+        self.most_of: dict[Hashable, int] = {}  # the most tokens of a key cached anywhere
 
-    def _get(self, key: Hashable) -> tuple[Mapping[int, int], int]:
-        got = self.memo.get(key)
-        if got is None:
-            hits = self.cached_on(key)
-            if not self.same:
-                index_of = self.index_of
-                hits = {index_of[r]: n for r, n in hits.items() if r in index_of}
-            got = self.memo[key] = (hits, max(hits.values(), default=0))
-        return got
+    def fill(self, key: Hashable) -> tuple[Mapping[int, int], int]:
+        """Ask ``cached_on`` about ``key`` (once)."""
+        hits = self.cached_on(key)
+        if not self.same:
+            index_of = self.index_of
+            hits = {index_of[r]: n for r, n in hits.items() if r in index_of}
+        most = self.most_of[key] = max(hits.values(), default=0)
+        self.hits[key] = hits
+        return hits, most
 
     def __call__(self, key: Hashable) -> Mapping[int, int]:
-        return self._get(key)[0]
-
-    def most(self, key: Hashable) -> int:
-        """The most tokens of ``key`` cached on any replica."""
-        return self._get(key)[1]
+        got = self.hits.get(key)
+        return self.fill(key)[0] if got is None else got
 
 
 def _bound(a: float | None, bd: float, c_top: float, k_top: float, k_d: float,
