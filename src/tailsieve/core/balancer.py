@@ -78,9 +78,11 @@ class BalanceSettings:
         return max(left, elapsed_s, self.interval_s)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ReplicaLoad:
-    """One replica's load and its decode/prefill cost model."""
+    """One replica's load and its decode/prefill cost model (read, never changed, by
+    ``plan_moves``; not frozen because a check builds one per replica and a frozen
+    dataclass is about 7x slower to build)."""
 
     replica: int
     num_running: int  # b

@@ -57,7 +57,7 @@ def replica_loads(
     queued requests accepts no move; ``tails`` form pool 1)."""
     return [ReplicaLoad(r, e.num_running, e.kv_tokens(), e.running_contexts, taus[r],
                         cfg.throughput.context_s_per_token, per_token[r], cfg.prefill_s,
-                        accepts=e.num_waiting == 0, pool=int(r in tails))
+                        e.num_waiting == 0, int(r in tails))
             for r, (e, cfg) in enumerate(zip(engines, configs, strict=True))]
 
 
