@@ -2,7 +2,7 @@
 
 Run: ``PYTHONPATH=src python benchmarks/bench_balancer.py --out benchmarks/results/balancer``
 (``--seeds 5 --steps 20`` by default; ``--cases NAME ...`` runs a subset; ``--quick``: 2 seeds,
-12 steps). Writes ``balancer.json`` and ``balancer.md`` into ``--out``.
+12 steps; ``--timing-only``: only the re-balance check timings). Writes ``balancer.json`` and ``balancer.md`` into ``--out``.
 
 Every case runs ``uniform-requests`` (what a per-request load balancer already does) and
 ``tailsieve`` (its controller in balance mode: the same dealing plus moves while the step
@@ -84,57 +84,84 @@ def pools_for(case: Case) -> PoolConfigs:
     return PoolConfigs.from_specs(base, spec, spec)
 
 
-class _TimedPlanMoves:
-    """Wraps the simulator's ``plan_moves`` to time every re-balance decision of a case."""
+class _TimedChecks:
+    """Wraps the simulator's ``replica_loads`` and ``plan_moves`` to time every re-balance
+    check of a run: building the loads plus the decision (``check_s``), and the decision
+    alone (``plan_s``)."""
 
     def __init__(self) -> None:
-        self.times_s: list[float] = []
-        self.inner = movepath.plan_moves
+        self.check_s: list[float] = []
+        self.plan_s: list[float] = []
+        self.inner_loads = movepath.replica_loads
+        self.inner_plan = movepath.plan_moves
+        self._t_loads = 0.0
 
-    def __call__(self, *args: Any, **kw: Any) -> Any:
+    def loads(self, *args: Any, **kw: Any) -> Any:
+        self._t_loads = time.perf_counter()
+        return self.inner_loads(*args, **kw)
+
+    def plan(self, *args: Any, **kw: Any) -> Any:
         t0 = time.perf_counter()
-        out = self.inner(*args, **kw)
-        self.times_s.append(time.perf_counter() - t0)
+        out = self.inner_plan(*args, **kw)
+        t1 = time.perf_counter()
+        self.plan_s.append(t1 - t0)
+        self.check_s.append(t1 - self._t_loads)
         return out
+
+    def __enter__(self) -> _TimedChecks:
+        movepath.replica_loads = self.loads  # type: ignore[assignment]
+        movepath.plan_moves = self.plan  # type: ignore[assignment]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        movepath.replica_loads = self.inner_loads  # type: ignore[assignment]
+        movepath.plan_moves = self.inner_plan  # type: ignore[assignment]
+
+    def summary(self) -> dict[str, float]:
+        """p50/p99/max of a check (loads + decision) and p50/p99 of the decision, ms."""
+        ms = np.array(self.check_s or [0.0]) * 1e3
+        plan = np.array(self.plan_s or [0.0]) * 1e3
+        return {"p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99)),
+                "max_ms": float(ms.max()), "plan_p50_ms": float(np.percentile(plan, 50)),
+                "plan_p99_ms": float(np.percentile(plan, 99))}
 
 
 def run_case(case: Case, seeds: list[int], steps: int, groups: int,
              pieces: PieceSettings | None = None) -> dict[str, Any]:
     pools = pools_for(case)
-    timed = _TimedPlanMoves()
-    movepath.plan_moves = timed  # type: ignore[assignment]
+    timed = _TimedChecks()
     names = ["uniform-requests", "tailsieve", *(("uniform-oracle",) if case.oracle else ())]
     per_seed: list[dict[str, Any]] = []
     t0 = time.perf_counter()
-    for sd in seeds:
-        wl = resolve_workload(case.workload, case.tail_strength, seed=sd)
-        dataset = wl.prompt_ids()
-        settings = SimSettings(num_replicas=case.replicas, num_groups=groups, group_size=8,
-                               num_steps=steps, seed=sd, pieces=pieces)
-        runs = run_policies(names, settings, lambda ds=dataset, s=sd: epoch_prompt_ids(ds, s),
-                            wl, pools)
-        ur, ts = runs["uniform-requests"].run, runs["tailsieve"].run
-        steady = [r for r in ts.regular if r.step >= STEADY_FROM]
-        row: dict[str, Any] = {
-            "seed": sd,
-            "speedup": seed_speedup(ur, ts),
-            "uniform_requests_step_s": float(np.mean([r.makespan_s for r in ur.regular
-                                                      if r.step >= STEADY_FROM])),
-            "tailsieve_step_s": float(np.mean([r.makespan_s for r in steady])),
-            "moves_per_step": float(np.mean([r.diagnostics.num_moves for r in steady
-                                             if r.diagnostics])),
-            "moved_tokens_per_step": float(np.mean([r.diagnostics.moved_tokens for r in steady
-                                                    if r.diagnostics])),
-            "prefill_s_per_step": float(np.mean([r.diagnostics.prefill_s for r in steady
+    with timed:
+        for sd in seeds:
+            wl = resolve_workload(case.workload, case.tail_strength, seed=sd)
+            dataset = wl.prompt_ids()
+            settings = SimSettings(num_replicas=case.replicas, num_groups=groups, group_size=8,
+                                   num_steps=steps, seed=sd, pieces=pieces)
+            runs = run_policies(names, settings, lambda ds=dataset, s=sd: epoch_prompt_ids(ds, s),
+                                wl, pools)
+            ur, ts = runs["uniform-requests"].run, runs["tailsieve"].run
+            steady = [r for r in ts.regular if r.step >= STEADY_FROM]
+            row: dict[str, Any] = {
+                "seed": sd,
+                "speedup": seed_speedup(ur, ts),
+                "uniform_requests_step_s": float(np.mean([r.makespan_s for r in ur.regular
+                                                          if r.step >= STEADY_FROM])),
+                "tailsieve_step_s": float(np.mean([r.makespan_s for r in steady])),
+                "moves_per_step": float(np.mean([r.diagnostics.num_moves for r in steady
                                                  if r.diagnostics])),
-            "wasted_token_fraction": ts.wasted_token_fraction,
-            "m_trajectory": ts.m_trajectory,
-        }
-        if case.oracle:
-            row["uniform_oracle_speedup"] = seed_speedup(ur, runs["uniform-oracle"].run)
-        per_seed.append(row)
-    movepath.plan_moves = timed.inner  # type: ignore[assignment]
-    ms = np.array(timed.times_s) * 1e3 if timed.times_s else np.zeros(1)
+                "moved_tokens_per_step": float(np.mean([r.diagnostics.moved_tokens for r in steady
+                                                        if r.diagnostics])),
+                "prefill_s_per_step": float(np.mean([r.diagnostics.prefill_s for r in steady
+                                                     if r.diagnostics])),
+                "wasted_token_fraction": ts.wasted_token_fraction,
+                "m_trajectory": ts.m_trajectory,
+            }
+            if case.oracle:
+                row["uniform_oracle_speedup"] = seed_speedup(ur, runs["uniform-oracle"].run)
+            per_seed.append(row)
+    times = timed.summary()
     mean, lo, hi = t_interval([r["speedup"] for r in per_seed])
     out: dict[str, Any] = {
         **dataclasses.asdict(case), "seeds": seeds, "steps": steps, "groups": groups,
@@ -144,9 +171,9 @@ def run_case(case: Case, seeds: list[int], steps: int, groups: int,
         "meets_target": mean >= case.target,
         "wasted_token_fraction_max": max(r["wasted_token_fraction"] for r in per_seed),
         "elapsed_s": round(time.perf_counter() - t0, 1),
-        "decisions": len(timed.times_s),
-        "decision_ms_p50": float(np.percentile(ms, 50)),
-        "decision_ms_p99": float(np.percentile(ms, 99)),
+        "decisions": len(timed.check_s),
+        "decision_ms_p50": times["p50_ms"],  # a check: building the loads + plan_moves
+        "decision_ms_p99": times["p99_ms"],
         "per_seed": per_seed,
     }
     for key in ("moves_per_step", "moved_tokens_per_step", "prefill_s_per_step",
@@ -159,54 +186,55 @@ def run_case(case: Case, seeds: list[int], steps: int, groups: int,
 
 
 def decision_timing(num_replicas: int = 64, per_replica: int = 64, calls: int = 300,
-                    seed: int = 0) -> dict[str, Any]:
-    """Wall time of one re-balance decision (``plan_moves``) at ``num_replicas`` x
-    ``per_replica`` responses in flight, contexts drawn from 0-16k tokens with a random load
-    skew per replica (a worst case: every call makes its 64 allowed moves), on the 4B
-    profile's cost model."""
+                    seed: int = 0, max_moves: int = 64) -> dict[str, Any]:
+    """Wall time of one re-balance check (building the ``ReplicaLoad`` list from each
+    replica's running responses, then ``plan_moves``) at ``num_replicas`` x ``per_replica``
+    responses in flight, contexts drawn from 0-16k tokens with a random load skew per replica
+    (a worst case: every call makes its ``max_moves`` allowed moves), on the 4B profile's
+    cost model."""
     cfg = ReplicaConfig.from_profile(load_profile("qwen3-4b-h100"))
     taus = cfg.throughput.taus(num_replicas * per_replica + 2).tolist()
     k = cfg.throughput.context_s_per_token
     per_token = cfg.recompute_s_per_token or 0.0
     rng = np.random.default_rng(seed)
-    times, moves = [], []
+    times, plan_times, moves = [], [], []
     for _ in range(calls):
-        loads = []
+        running = []
         for r in range(num_replicas):
             b = int(rng.integers(per_replica // 2, per_replica + 1))
             ctx = (rng.integers(0, 16_000, b) * rng.uniform(0.5, 1.0)).astype(int).tolist()
-            items = [((r, j), c) for j, c in enumerate(ctx)]
-            loads.append(ReplicaLoad.of(r, items, taus.__getitem__, k, per_token))
+            running.append([((r, j), c) for j, c in enumerate(ctx)])
         t0 = time.perf_counter()
-        out = plan_moves(loads, horizon_s=200.0, seam_s=0.05)
-        times.append(time.perf_counter() - t0)
+        loads = [ReplicaLoad.of(r, items, taus.__getitem__, k, per_token)
+                 for r, items in enumerate(running)]
+        t1 = time.perf_counter()
+        out = plan_moves(loads, horizon_s=200.0, seam_s=0.05, max_moves=max_moves)
+        t2 = time.perf_counter()
+        times.append(t2 - t0)
+        plan_times.append(t2 - t1)
         moves.append(len(out))
-    ms = np.array(times) * 1e3
+    ms, plan = np.array(times) * 1e3, np.array(plan_times) * 1e3
     return {"num_replicas": num_replicas, "in_flight": num_replicas * per_replica,
-            "calls": calls, "p50_ms": float(np.percentile(ms, 50)),
+            "calls": calls, "max_moves": max_moves, "p50_ms": float(np.percentile(ms, 50)),
             "p99_ms": float(np.percentile(ms, 99)), "max_ms": float(ms.max()),
-            "mean_moves": float(np.mean(moves))}
+            "plan_p50_ms": float(np.percentile(plan, 50)),
+            "plan_p99_ms": float(np.percentile(plan, 99)), "mean_moves": float(np.mean(moves))}
 
 
 def scale_timing(steps: int = 3, replicas: int = 64, groups: int = 512) -> dict[str, Any]:
-    """Decision times inside a simulated run at ``replicas`` x ``groups * 8`` in flight (the
-    ``tailsieve`` policy alone, 4B profile, paper-math)."""
+    """Check times (building the loads + ``plan_moves``) inside a simulated run at
+    ``replicas`` x ``groups * 8`` in flight (the ``tailsieve`` policy alone, 4B profile,
+    paper-math)."""
     pools = pools_for(Case("scale", "qwen3-4b-h100", "paper-math", replicas, 0.99))
-    timed = _TimedPlanMoves()
-    movepath.plan_moves = timed  # type: ignore[assignment]
     wl = resolve_workload("paper-math", seed=0, num_prompts=4000)
     ds = wl.prompt_ids()
     settings = SimSettings(num_replicas=replicas, num_groups=groups, group_size=8,
                            num_steps=steps, seed=0)
-    try:
+    with _TimedChecks() as timed:
         run = run_policies(["tailsieve"], settings, lambda: epoch_prompt_ids(ds, 0), wl,
                            pools)["tailsieve"].run
-    finally:
-        movepath.plan_moves = timed.inner  # type: ignore[assignment]
-    ms = np.array(timed.times_s) * 1e3 if timed.times_s else np.zeros(1)
     return {"replicas": replicas, "in_flight": groups * 8, "steps": steps,
-            "decisions": len(timed.times_s), "p50_ms": float(np.percentile(ms, 50)),
-            "p99_ms": float(np.percentile(ms, 99)), "max_ms": float(ms.max()),
+            "decisions": len(timed.check_s), **timed.summary(),
             "moves_per_step": run.moves_per_step}
 
 
@@ -240,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="2 seeds, 12 steps")
     ap.add_argument("--smoke", action="store_true",
                     help="decision timings at a tiny shape (the test suite's check)")
+    ap.add_argument("--timing-only", action="store_true",
+                    help="only the decision timings (no case is simulated)")
     ap.add_argument("--piece-tokens", type=int, default=None,
                     help="moves as the live runtime makes them on vLLM: pieces of at most this "
                          "many tokens, a move waiting for the running piece's end")
@@ -256,12 +286,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     timing = decision_timing(8, 16, 20) if args.smoke else decision_timing()
     scale = scale_timing(6, 8, 16) if args.smoke else scale_timing()
-    print(f"in a simulated run at {scale['in_flight']} in flight on {scale['replicas']} "
-          f"replicas: p50 {scale['p50_ms']:.2f} ms, p99 {scale['p99_ms']:.2f} ms", flush=True)
-    print(f"decision at {timing['in_flight']} in flight: p50 {timing['p50_ms']:.3f} ms, "
+    print(f"check in a simulated run at {scale['in_flight']} in flight on {scale['replicas']} "
+          f"replicas: p50 {scale['p50_ms']:.2f} ms, p99 {scale['p99_ms']:.2f} ms "
+          f"({scale['decisions']} checks)", flush=True)
+    print(f"check at {timing['in_flight']} in flight: p50 {timing['p50_ms']:.3f} ms, "
           f"p99 {timing['p99_ms']:.3f} ms ({timing['mean_moves']:.1f} moves per call)", flush=True)
     rows = []
-    for case in chosen:
+    for case in [] if args.timing_only else chosen:
         row = run_case(case, list(range(seeds)), steps, args.groups, pieces)
         rows.append(row)
         print(f"{case.name}: {row['speedup_mean']:.3f}x (min seed {row['min_seed_speedup']:.3f}) "

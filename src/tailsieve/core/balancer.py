@@ -23,17 +23,27 @@ controller's from its measurements). A response moved in a call is not moved aga
 Cost: ``new`` is ``max(A - k x, B + k x)`` for fixed ``A`` (top without any response) and ``B``
 (``d`` with one more), and the move's cost grows with ``x``, so for each destination only three
 responses can be best: the smallest context, and the two around ``x* = (A - B) / 2k``. A check
-reads every replica's count and context sum (O(R)), returns at once when no destination could
-pay even at ``x*`` with nothing to prefill, and otherwise sorts only the top replica's
-responses. Prefix-cache hits (``cached``) lower a candidate's cost but do not widen the search.
+reads every replica's count and context sum (O(R)) and sorts a top replica's responses once.
+Prefix-cache hits (``cached``) lower a candidate's cost but do not widen the search.
+
+Each move weighs few destinations, and picks exactly the move a scan of every destination would
+(``core.balance_scan``): destinations sharing a pool and cost model are kept sorted by ``B``
+(a move changes two of them); a scan by ``B`` stops once the best gain any response could reach
+there (nothing to prefill) falls below the best move found, or once the last destination's best
+gain plus the most prefill a cached prefix of the top's responses could save does
+(``cached_on`` tells where and how much is cached); destinations where ``x*`` lies beyond every
+context and the top stays the costlier all give the same gain, so of those only the
+lowest-numbered one and those with a cached prefix are weighed.
 """
 
 from __future__ import annotations
 
-import bisect
-from collections.abc import Callable, Hashable, Sequence
+import math
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 
+from tailsieve.core.balance_scan import Groups, best_for, plateau_len
 from tailsieve.errors import ConfigError
 
 __all__ = ["BalanceSettings", "Move", "ReplicaLoad", "plan_moves"]
@@ -68,9 +78,11 @@ class BalanceSettings:
         return max(left, elapsed_s, self.interval_s)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ReplicaLoad:
-    """One replica's load and its decode/prefill cost model."""
+    """One replica's load and its decode/prefill cost model (read, never changed, by
+    ``plan_moves``; not frozen because a check builds one per replica and a frozen
+    dataclass is about 7x slower to build)."""
 
     replica: int
     num_running: int  # b
@@ -110,81 +122,164 @@ class Move:
 def plan_moves(
     loads: Sequence[ReplicaLoad], horizon_s: float, seam_s: float, max_moves: int = 64,
     cached: Callable[[Hashable, int], int] | None = None,
+    cached_on: Callable[[Hashable], Mapping[int, int]] | None = None,
 ) -> list[Move]:
     """Greedy moves for one re-balance check (see the module docstring). ``cached(key,
-    replica)``: prefix tokens of that response already in that replica's cache (default 0)."""
+    replica)``: prefix tokens of that response already in that replica's cache (default 0);
+    ``cached_on(key)``: the same as ``{replica: cached(key, replica)}`` over the replicas
+    where it is above 0 (others may be left out), which lets a check skip the others and
+    bound what a cached prefix can save (same moves, less time)."""
     nr = len(loads)
     if max_moves <= 0 or nr < 2 or horizon_s <= 0:
         return []
     b = [ld.num_running for ld in loads]
     ctx = [float(ld.context_tokens) for ld in loads]
-    cost = [ld.cost_s(b[i], ctx[i]) for i, ld in enumerate(loads)]
-    sorted_ctx: dict[int, list[tuple[int, int, Hashable]]] = {}  # replica -> (ctx, seq, key)
+    ks = [ld.context_s_per_token for ld in loads]
+    taus = [ld.tau for ld in loads]
+    cost = [t(n) + k * c if n > 0 else 0.0 for t, n, k, c in zip(taus, b, ks, ctx, strict=True)]
+    groups = Groups(loads, b, ctx)
+    # no negative rate: a destination's bound (the filter value) is never below its moves'
+    # gains and falls as its base grows within a group, so a scan by base can stop early
+    prunable = min(ks) >= 0 and min(ld.prefill_s_per_token for ld in loads) >= 0
+    # key -> the destinations (indices) where it may have a cached prefix (None: unknown)
+    hit_on: Callable[[Hashable], Mapping[int, int]] | None = None
+    if cached is None:
+        hit_on = _no_hits
+    elif cached_on is not None:
+        hit_on = _HitsOn(loads, cached_on)
+    sorted_run: dict[int, list[tuple[Hashable, int]]] = {}  # replica -> by context, stable
+    most_hit: dict[int, float] = {}  # replica -> most cached tokens of its responses anywhere
     out: list[Move] = []
     while len(out) < max_moves:
-        top = max(range(nr), key=cost.__getitem__)
-        c_top = cost[top]
+        c_top = max(cost)
+        top = cost.index(c_top)
         if b[top] < 1 or c_top <= 0:
             break
         lt = loads[top]
-        k_top = lt.context_s_per_token
-        a = lt.cost_s(b[top] - 1, ctx[top]) if b[top] > 1 else None  # top without x, + k x
-        dests = []
-        for d, ld in enumerate(loads):
-            if d == top or not ld.accepts or ld.pool != lt.pool:
-                continue
-            base = ld.tau(b[d] + 1) + ld.context_s_per_token * ctx[d]
-            if base >= c_top:
-                continue
-            # the best new top cost any x could reach, with nothing to prefill
-            k_d = ld.context_s_per_token
-            if a is None:
-                ideal = base
-            elif k_top + k_d > 0:
-                ideal = max(base, (a * k_d + base * k_top) / (k_top + k_d))
-            else:
-                ideal = max(a, base)
-            if horizon_s * (c_top - ideal) / c_top - seam_s - ld.prefill_s > 0:
-                dests.append((d, base))
-        if not dests:
-            break
-        if top not in sorted_ctx:
-            sorted_ctx[top] = sorted((c, i, key) for i, (key, c) in enumerate(lt.running()))
-        cands = sorted_ctx[top]
+        k_top = ks[top]
+        a = lt.tau(b[top] - 1) + k_top * ctx[top] if b[top] > 1 else None  # top without x
+        cands = sorted_run.get(top)
+        if cands is None:
+            cands = sorted_run[top] = sorted(lt.running(), key=_INDEX)
         if not cands:
             break
+        scale = horizon_s * (1.0 + abs(a or 0.0) / c_top) + seam_s  # of rounding in a gain
         best: tuple[float, int, int, int] | None = None  # (net gain, index, dst, uncached)
-        for d, base in dests:
-            ld = loads[d]
-            k_d = ld.context_s_per_token
-            if a is None or k_top + k_d <= 0:
-                star = len(cands)
-            else:
-                x_star = (a - base) / (k_top + k_d)
-                star = bisect.bisect_left(cands, (x_star,))
-            for j in {0, star - 1, min(star, len(cands) - 1)}:
-                if j < 0:
+        for grp in groups.by_pool.get(lt.pool, ()):
+            reps: list[int] = []  # of the plateau, the destinations to evaluate
+            start = 0
+            if grp and prunable and a is not None and hit_on is not None:
+                start = plateau_len(grp, cands, a, c_top, k_top, loads[grp[0][1]], horizon_s,
+                                    seam_s)
+            if start:
+                lead = min(map(_INDEX, grp[:start]))  # the lowest-numbered of the plateau
+                if lead == top:
+                    lead = min((d for _, d in grp[:start] if d != top), default=-1)
+                if lead >= 0:
+                    assert hit_on is not None
+                    last = grp[start - 1]
+                    hit = {d for key in {cands[0][0], cands[-1][0]} for d in hit_on(key)
+                           if d != top and 0 <= d < nr and groups.of[d] is grp
+                           and (groups.base[d], d) <= last}
+                    reps = sorted(hit | {lead}) if hit else [lead]
+            for d in reps:
+                best, _ = best_for(best, cands, a, groups.base[d], c_top, k_top, loads[d], d,
+                                   horizon_s, seam_s, cached, hit_on, scale if prunable else None)
+            plain = None  # the last destination's best gain were nothing cached
+            for bd, d in grp[start:]:
+                if d == top:
                     continue
-                x = cands[j][0]
-                c_src = a - k_top * x if a is not None else 0.0
-                new = max(c_src, base + k_d * x)
-                if new >= c_top:
+                if bd >= c_top:
+                    break
+                ld = loads[d]
+                bound = _bound(a, bd, c_top, k_top, ks[d], horizon_s, seam_s, ld.prefill_s)
+                if not bound > 0:
+                    if prunable:
+                        break
                     continue
-                hit = min(cached(cands[j][2], ld.replica), x) if cached is not None else 0
-                uncached = x - hit
-                net = horizon_s * (c_top - new) / c_top - (
-                    ld.prefill_s + ld.prefill_s_per_token * uncached + seam_s)
-                if net > 0 and (best is None or net > best[0]):
-                    best = (net, j, d, uncached)
+                slack = 1e-9 * (scale + abs(best[0] if best else 0.0) + abs(ld.prefill_s))
+                if prunable and best is not None and bound < best[0] - slack:
+                    break
+                if prunable and plain is not None:
+                    # no move to a destination of larger base than the last one gains more
+                    # than the last one's plain gain plus the most a cached prefix can save
+                    if plain == -math.inf:
+                        break  # no response could move to the last one
+                    if top not in most_hit:
+                        most_hit[top] = _most_hit(cands, cached, hit_on)
+                    if plain + ld.prefill_s_per_token * most_hit[top] < max(
+                            best[0] if best else 0.0, 0.0) - slack:
+                        break
+                best, plain = best_for(best, cands, a, bd, c_top, k_top, ld, d, horizon_s,
+                                       seam_s, cached, hit_on, scale if prunable else None)
         if best is None:
             break
         net, j, d, uncached = best
-        x, _, key = cands.pop(j)
+        key, x = cands.pop(j)
         b[top] -= 1
         ctx[top] -= x
         b[d] += 1
         ctx[d] += x
-        cost[top] = lt.cost_s(b[top], ctx[top])
-        cost[d] = loads[d].cost_s(b[d], ctx[d])
+        for r in (top, d):
+            cost[r] = taus[r](b[r]) + ks[r] * ctx[r] if b[r] > 0 else 0.0
+            groups.update(r, taus[r](b[r] + 1) + ks[r] * ctx[r])
         out.append(Move(key, lt.replica, loads[d].replica, x, uncached, net))
     return out
+
+
+_INDEX = itemgetter(1)
+
+
+def _no_hits(key: Hashable) -> Mapping[int, int]:
+    return {}
+
+
+def _most_hit(cands: list[tuple[Hashable, int]], cached: Callable[[Hashable, int], int] | None,
+              hit_on: Callable[[Hashable], Mapping[int, int]] | None) -> float:
+    """The most tokens a cached prefix takes off any of ``cands``' prefills, anywhere."""
+    if cached is None:
+        return 0.0
+    if not isinstance(hit_on, _HitsOn):
+        return math.inf
+    most, fill = hit_on.most_of, hit_on.fill
+    return float(max((min(most[key] if key in most else fill(key)[1], x) for key, x in cands),
+                     default=0))
+
+
+class _HitsOn:
+    """``cached_on`` by destination index, asked once per key in a check."""
+
+    def __init__(self, loads: Sequence[ReplicaLoad],
+                 cached_on: Callable[[Hashable], Mapping[int, int]]) -> None:
+        self.index_of = {ld.replica: d for d, ld in enumerate(loads)}
+        self.same = all(r == d for r, d in self.index_of.items())  # replica numbers = indices
+        self.cached_on = cached_on
+        self.hits: dict[Hashable, Mapping[int, int]] = {}
+        self.most_of: dict[Hashable, int] = {}  # the most tokens of a key cached anywhere
+
+    def fill(self, key: Hashable) -> tuple[Mapping[int, int], int]:
+        """Ask ``cached_on`` about ``key`` (once)."""
+        hits = self.cached_on(key)
+        if not self.same:
+            index_of = self.index_of
+            hits = {index_of[r]: n for r, n in hits.items() if r in index_of}
+        most = self.most_of[key] = max(hits.values(), default=0)
+        self.hits[key] = hits
+        return hits, most
+
+    def __call__(self, key: Hashable) -> Mapping[int, int]:
+        got = self.hits.get(key)
+        return self.fill(key)[0] if got is None else got
+
+
+def _bound(a: float | None, bd: float, c_top: float, k_top: float, k_d: float,
+           horizon_s: float, seam_s: float, prefill_s: float) -> float:
+    """The filter value of a destination of base ``bd``: the gain at the best new top cost
+    any response could reach, with nothing to prefill (no move to it gains more)."""
+    if a is None:
+        ideal = bd
+    elif k_top + k_d > 0:
+        ideal = max(bd, (a * k_d + bd * k_top) / (k_top + k_d))
+    else:
+        ideal = max(a, bd)
+    return horizon_s * (c_top - ideal) / c_top - seam_s - prefill_s

@@ -26,7 +26,7 @@ a response that left a replica leaves its prefix (prompt + generated so far) cac
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -126,6 +126,10 @@ class LiveRebalancer:
         """Prefix tokens of response ``key`` already cached on ``replica``."""
         return self._cached.get(key, {}).get(replica, 0)  # type: ignore[call-overload]
 
+    def cached_on(self, key: Hashable) -> Mapping[int, int]:
+        """Prefix tokens of response ``key`` cached, by replica (others: none)."""
+        return self._cached.get(key, {})  # type: ignore[call-overload]
+
     def check(self) -> int:
         """One re-balance check: plan moves and make them. Returns the moves made."""
         now = self.clock()
@@ -134,7 +138,7 @@ class LiveRebalancer:
         loads = self.loads()
         s = self.settings
         moves = plan_moves(loads, s.horizon_at(now), s.seam_s, s.max_moves_per_check,
-                           cached=self.cached_tokens)
+                           cached=self.cached_tokens, cached_on=self.cached_on)
         made = 0
         for mv in moves:
             key: tuple[str, int] = mv.key  # type: ignore[assignment]

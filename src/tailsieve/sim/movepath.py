@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tailsieve.core.balancer import BalanceSettings, ReplicaLoad, plan_moves
+from tailsieve.core.balancer import BalanceSettings, ReplicaLoad, Running, plan_moves
 from tailsieve.model.replica_engine import Completion, ReplicaConfig, ReplicaEngine
 from tailsieve.sim.layout import RequestLayout, SimResult, choose_fresh
 
@@ -74,6 +74,19 @@ class MoveStats:
     pieces: list[list[Piece]] = field(default_factory=list)  # per request: its chain
 
 
+def replica_loads(
+    engines: Sequence[ReplicaEngine], configs: Sequence[ReplicaConfig],
+    taus: Sequence[Callable[[int], float]], per_token: Sequence[float],
+    tails: frozenset[int],
+) -> list[ReplicaLoad]:
+    """What a re-balance check reads: one ``ReplicaLoad`` per replica (a replica with
+    queued requests accepts no move; ``tails`` form pool 1)."""
+    return [ReplicaLoad(r, e.num_running, e.kv_tokens(), e.running_contexts, taus[r],
+                        cfg.throughput.context_s_per_token, per_token[r], cfg.prefill_s,
+                        e.num_waiting == 0, int(r in tails))
+            for r, (e, cfg) in enumerate(zip(engines, configs, strict=True))]
+
+
 def simulate_with_moves(
     layout: RequestLayout,
     configs: Sequence[ReplicaConfig],
@@ -99,6 +112,7 @@ def simulate_with_moves(
         if id(c.throughput) not in taus:
             arr = c.throughput.taus(nreq + 2).tolist()
             taus[id(c.throughput)] = arr.__getitem__
+    rep_taus = [taus[id(c.throughput)] for c in configs]
     piece_no = [0] * nreq
     done_prev = [0] * nreq  # tokens of the request's finished pieces
     cur = layout.request_replica.tolist()  # replica of the current piece (-1: in transit)
@@ -145,6 +159,8 @@ def simulate_with_moves(
             if done_prev[i] < int(lens[i]):  # a bounded piece ended: continue after the seam
                 assert pieces is not None
                 cache[r][i] = int(ptoks[i]) + done_prev[i]
+                got = cached_on((i, 0))
+                got[r] = max(got.get(r, 0), cache[r][i])
                 piece_no[i] += 1
                 cur[i] = -1
                 wait = balance.seam_s if d != r else pieces.seam_s
@@ -169,35 +185,35 @@ def simulate_with_moves(
         p = int(ptoks[i]) if r in group_reps[i // n] else 0
         return max(p, cache[r].get(i, 0))
 
+    hits: dict[int, dict[int, int]] = {}  # request -> replica -> cached prefix tokens
+
+    def cached_on(rid: object) -> dict[int, int]:
+        i = rid[0]  # type: ignore[index]
+        got = hits.get(i)
+        if got is None:
+            p = int(ptoks[i])
+            got = hits[i] = {r: p for r in group_reps[i // n]} if p else {}
+        return got
+
     def rebalance(t: float) -> None:
         stats.num_checks += 1
-        loads = []
-        # a response bound elsewhere by a deferred move counts where it is going (as the live
-        # executor sees it) and is not a candidate again
-        nb = [e.num_running for e in engines]
-        nctx = [float(e.kv_tokens()) for e in engines]
-        for i, d in redirect.items():
-            r = cur[i]
-            if r < 0 or r == d:
-                continue
-            x = int(ptoks[i]) + done_prev[i] + engines[r].tokens_so_far((i, piece_no[i]))
-            nb[r] -= 1
-            nctx[r] -= x
-            nb[d] += 1
-            nctx[d] += x
-        for r, e in enumerate(engines):
-            cfg = configs[r]
-            running = e.running_contexts
-            if redirect:
-                running = _without(running, redirect)
-            loads.append(ReplicaLoad(
-                r, nb[r], nctx[r], running,
-                taus[id(cfg.throughput)], cfg.throughput.context_s_per_token,
-                per_token[r], cfg.prefill_s, accepts=e.num_waiting == 0,
-                pool=int(r in tails),
-            ))
+        loads = replica_loads(engines, configs, rep_taus, per_token, tails)
+        if redirect:
+            # a response bound elsewhere by a deferred move counts where it is going (as the
+            # live executor sees it) and is not a candidate again
+            for i, d in redirect.items():
+                r = cur[i]
+                if r < 0 or r == d:
+                    continue
+                x = int(ptoks[i]) + done_prev[i] + engines[r].tokens_so_far((i, piece_no[i]))
+                loads[r].num_running -= 1
+                loads[r].context_tokens -= x
+                loads[d].num_running += 1
+                loads[d].context_tokens += x
+            for ld in loads:
+                ld.running = _without(ld.running, redirect)
         moves = plan_moves(loads, balance.horizon_at(t), balance.seam_s,
-                           balance.max_moves_per_check, cached)
+                           balance.max_moves_per_check, cached, cached_on)
         nonlocal seq
         for mv in moves:
             rid = mv.key
@@ -215,6 +231,8 @@ def simulate_with_moves(
             end_piece(i, mv.src, done_prev[i] + g)
             done_prev[i] += g
             cache[mv.src][i] = int(ptoks[i]) + done_prev[i]
+            got = cached_on(rid)
+            got[mv.src] = max(got.get(mv.src, 0), cache[mv.src][i])
             piece_no[i] += 1
             cur[i] = -1
             heapq.heappush(pending, (t + balance.seam_s, seq, i, mv.dst, True))
@@ -319,7 +337,7 @@ def simulate_with_moves(
 
 
 
-def _without(running: Callable[[], list[tuple[object, int]]],
-             redirect: dict[int, int]) -> Callable[[], list[tuple[object, int]]]:
+def _without(running: Callable[[], Running],
+             redirect: dict[int, int]) -> Callable[[], Running]:
     """``running`` less the requests a deferred move has already bound elsewhere."""
     return lambda: [(k, c) for k, c in running() if k[0] not in redirect]  # type: ignore[index]
