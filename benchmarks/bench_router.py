@@ -74,6 +74,8 @@ async def run(
         stream=args.stream,
         continuation=args.continuation or args.piece_tokens is not None,
         piece_tokens=args.piece_tokens,
+        rebalance=args.rebalance,
+        controller={"seam_s": args.seam_s} if args.seam_s is not None else {},
     )
     prompts = iter(PromptInput(p, text=f"Solve {p}.") for p in wl.prompt_ids())
     rows = []
@@ -107,6 +109,9 @@ async def run(
                     "delivered_tokens": tokens,
                     "cpu_ms_per_request": 1e3 * cpu / max(1, n_req),
                     "cpu_us_per_delivered_token": 1e6 * cpu / max(1, tokens),
+                    "num_pieces": sum(len(c.pieces) for cs in ro.executor.chains.values()
+                                      for c in cs),
+                    "num_moves": batch.metrics.num_moves,
                     "q": batch.metrics.q,
                     "m": batch.metrics.m,
                     "step_s_at_gpu_speed": wall / args.time_scale,
@@ -194,6 +199,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--stream", action="store_true", help="streamed responses")
     ap.add_argument("--continuation", action="store_true", help="responses as piece chains")
     ap.add_argument("--piece-tokens", type=int, default=None, help="continuation: piece cap")
+    ap.add_argument("--rebalance", action="store_true",
+                    help="continuation: live moves (the tailsieve policy's rebalancer)")
+    ap.add_argument("--seam-s", type=float, default=None,
+                    help="rebalance: cost of one move beyond its prefill (controller seam_s)")
     ap.add_argument("--out", type=Path, default=default_out("router.json"),
                     help="result JSON (default: under the system temp dir)")
     ap.add_argument(
@@ -211,6 +220,8 @@ def main(argv: list[str] | None = None) -> None:
         help="the router's HTTP client for completions (aiohttp: before issue 13)",
     )  # fmt: skip
     args = ap.parse_args(argv)
+    if args.rebalance and not (args.continuation or args.piece_tokens is not None):
+        ap.error("--rebalance needs --continuation (moves continue a response elsewhere)")
     if args.cluster:
         defaults = {"replicas": 8, "groups": 256, "group_size": 8, "time_scale": 1.0,
                     "profile": DEFAULT_PROFILE, "hosts": 0, "steps": 2}  # fmt: skip
@@ -264,6 +275,9 @@ def main(argv: list[str] | None = None) -> None:
         "stream": args.stream,
         "continuation": args.continuation or args.piece_tokens is not None,
         "piece_tokens": args.piece_tokens,
+        "rebalance": args.rebalance,
+        "seam_s": args.seam_s,
+        "moves_per_step_after_warmup": sum(r["num_moves"] for r in steady) / len(steady),
         "cpu_us_per_delivered_token_after_warmup": sum(
             r["cpu_us_per_delivered_token"] for r in steady
         ) / len(steady),

@@ -102,7 +102,8 @@ def test_continued_prompt_is_encoded_once_and_spliced() -> None:
     import json
 
     from tailsieve.runtime.backends import EncodedIds
-    from tailsieve.runtime.lean_http import _drop_prompt_ids, _encode
+    from tailsieve.runtime.ids_json import loads
+    from tailsieve.runtime.lean_http import _encode
 
     c = ResponseChain(max_tokens=10, prompt_ids=(5, 6))
     c.add(piece(["a", "b"], 0), 2)
@@ -113,6 +114,7 @@ def test_continued_prompt_is_encoded_once_and_spliced() -> None:
     assert ids == (5, 6, 0, 1, 2) and json.loads(ids.json) == list(ids)
     body = {"model": "m", "prompt": ids, "max_tokens": 3}
     assert json.loads(_encode(body)) == {"model": "m", "prompt": [5, 6, 0, 1, 2], "max_tokens": 3}
-    raw = b'{"choices":[{"token_ids":[1,2],"prompt_token_ids":[5,6,0]}],"usage":{}}'
-    out = json.loads(_drop_prompt_ids(raw))
-    assert out["choices"][0] == {"token_ids": [1, 2], "prompt_token_ids": None}
+    raw = {"choices": [{"token_ids": [1, 2], "prompt_token_ids": [5, 6, 0]}], "usage": {}}
+    for text in (json.dumps(raw), json.dumps(raw, separators=(",", ":"))):  # both spacings
+        out = loads(text.encode(), drop_prompt_ids=True)
+        assert out["choices"][0] == {"token_ids": [1, 2], "prompt_token_ids": None}

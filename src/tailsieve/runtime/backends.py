@@ -257,7 +257,11 @@ def parse_response(
 
 def _int_tuple(values: Any) -> tuple[int, ...]:
     """Token ids as a tuple, checked to be integers at C speed (``array`` raises TypeError on
-    anything else). The per-element ``int()`` this replaces was most of the router's CPU."""
+    anything else). The per-element ``int()`` this replaces was most of the router's CPU. A
+    tuple is taken as checked: JSON decodes arrays as lists, ``ids_json`` decodes id arrays as
+    tuples of ints it parsed itself."""
+    if values.__class__ is tuple:
+        return values
     if not isinstance(values, list | tuple):
         raise TypeError(f"token ids must be a list, got {type(values).__name__}")
     array("q", values)

@@ -24,6 +24,7 @@ Pure: no I/O.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -101,7 +102,10 @@ class ResponseChain:
 
     @property
     def generated_ids(self) -> tuple[int, ...]:
-        return tuple(t for p in self.pieces for t in p.token_ids)
+        pieces = self.pieces
+        if len(pieces) == 1:
+            return pieces[0].token_ids  # no copy: most responses are one piece
+        return tuple(itertools.chain.from_iterable(p.token_ids for p in pieces))  # no per-token loop
 
     @property
     def num_generated(self) -> int:
@@ -177,7 +181,8 @@ class ResponseChain:
         ids = self.generated_ids
         lps: tuple[float, ...] | None = None
         if all(p.logprobs is not None for p in pieces) and pieces:
-            lps = tuple(x for p in pieces for x in p.logprobs or ())
+            lps = (pieces[0].logprobs if len(pieces) == 1
+                   else tuple(itertools.chain.from_iterable(p.logprobs or () for p in pieces)))
         reason = pieces[-1].finish_reason if pieces else "length"
         if cut is not None:
             text, num = cut
