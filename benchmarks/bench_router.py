@@ -51,9 +51,26 @@ from tailsieve.runtime.emulator import EmulatorFleet
 from tailsieve.runtime.emulator.config import EmulatorConfig
 from tailsieve.runtime.emulator.server import EmulatorServer
 from tailsieve.runtime.lean_http import LeanTransport
+from tailsieve.runtime.rebalancer import LiveRebalancer
 from tailsieve.runtime.rollout import RolloutConfig, TailSieveRollout
 from tailsieve.runtime.transport import AiohttpTransport
 from tailsieve.workload import load_workload
+
+_CHECK_CPU = [0.0]  # router CPU seconds inside LiveRebalancer.check (moves on)
+
+
+def _time_checks() -> None:
+    """Count the router CPU the live rebalancer's checks take (wraps ``check``)."""
+    inner = LiveRebalancer.check
+
+    def check(self: LiveRebalancer) -> int:
+        c0 = time.process_time()
+        try:
+            return inner(self)
+        finally:
+            _CHECK_CPU[0] += time.process_time() - c0
+
+    LiveRebalancer.check = check  # type: ignore[method-assign]
 
 
 async def run(
@@ -87,9 +104,12 @@ async def run(
             batch_prompts = [next(prompts) for _ in range(ro.num_fresh_needed())]
             if prof is not None and t == args.steps:
                 prof.enable()
+            _CHECK_CPU[0] = 0.0
             c0, w0 = time.process_time(), time.perf_counter()
+            sys0 = resource.getrusage(resource.RUSAGE_SELF).ru_stime
             batch = await ro.step(batch_prompts)
             cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+            sys_s = resource.getrusage(resource.RUSAGE_SELF).ru_stime - sys0
             if prof is not None and t == args.steps:
                 prof.disable()
                 stats = pstats.Stats(prof).sort_stats("tottime")
@@ -104,6 +124,7 @@ async def run(
                     "step": t,
                     "wall_s": wall,
                     "router_cpu_s": cpu,
+                    "router_sys_cpu_s": sys_s,  # of it, in the kernel (sockets, TCP)
                     "cpu_fraction": cpu / wall,
                     "num_requests": n_req,
                     "delivered_tokens": tokens,
@@ -112,6 +133,8 @@ async def run(
                     "num_pieces": sum(len(c.pieces) for cs in ro.executor.chains.values()
                                       for c in cs),
                     "num_moves": batch.metrics.num_moves,
+                    "num_checks": ro.executor.last_moves.num_checks,
+                    "rebalancer_cpu_s": _CHECK_CPU[0],
                     "q": batch.metrics.q,
                     "m": batch.metrics.m,
                     "step_s_at_gpu_speed": wall / args.time_scale,
@@ -222,6 +245,8 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if args.rebalance and not (args.continuation or args.piece_tokens is not None):
         ap.error("--rebalance needs --continuation (moves continue a response elsewhere)")
+    if args.rebalance:
+        _time_checks()
     if args.cluster:
         defaults = {"replicas": 8, "groups": 256, "group_size": 8, "time_scale": 1.0,
                     "profile": DEFAULT_PROFILE, "hosts": 0, "steps": 2}  # fmt: skip

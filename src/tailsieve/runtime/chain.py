@@ -109,7 +109,10 @@ class ResponseChain:
 
     @property
     def num_generated(self) -> int:
-        return sum(len(p.token_ids) for p in self.pieces)
+        pieces = self.pieces
+        if len(pieces) < 2:  # read for every running response at every re-balance check
+            return len(pieces[0].token_ids) if pieces else 0
+        return sum(len(p.token_ids) for p in pieces)
 
     @property
     def remaining(self) -> int:

@@ -157,12 +157,15 @@ class ChainedAttempt:
             ids = part.prompt_ids if part is not None else None
         return len(ids or ())
 
-    def unstreamed_age_s(self, sample: int) -> float:
+    def unstreamed_age_s(self, sample: int, now: float | None = None) -> float:
         """Seconds the running piece of ``sample`` has generated without streaming (what a move
-        would drop and the destination decode again); 0 when streaming or between pieces."""
+        would drop and the destination decode again); 0 when streaming or between pieces.
+        ``now``: the loop's time, when the caller has it."""
         if self._cfg.stream or sample not in self._inflight:
             return 0.0
-        return asyncio.get_running_loop().time() - self._started.get(sample, 0.0)
+        if now is None:
+            now = asyncio.get_running_loop().time()
+        return now - self._started.get(sample, 0.0)
 
     async def _abort_or_cancel(self, sample: int, req: asyncio.Future[Response], rid: str) -> None:
         """Abort by id and let the piece return its partial output; cancel it (dropping its
