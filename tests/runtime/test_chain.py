@@ -3,6 +3,8 @@ min_tokens, penalties refused."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tailsieve.runtime.backends import PromptInput, SamplingParams
@@ -118,3 +120,20 @@ def test_continued_prompt_is_encoded_once_and_spliced() -> None:
     for text in (json.dumps(raw), json.dumps(raw, separators=(",", ":"))):  # both spacings
         out = loads(text.encode(), drop_prompt_ids=True)
         assert out["choices"][0] == {"token_ids": [1, 2], "prompt_token_ids": None}
+
+
+def test_a_piece_keeps_the_servers_json_of_its_ids_until_the_response_ends() -> None:
+    from tailsieve.runtime.backends import EncodedIds
+
+    prompt = EncodedIds((5, 6), "[5, 6]")
+    c = ResponseChain(max_tokens=10, prompt_ids=prompt)
+    c.add(Piece(EncodedIds((7, 8), "[7,\n 8]"), "ab", "length"), 2)
+    ids = c.next_prompt(PromptInput("p", text="hi")).token_ids
+    assert isinstance(ids, EncodedIds) and ids == (5, 6, 7, 8)
+    assert json.loads(ids.json) == [5, 6, 7, 8] and "7,\n 8" in ids.json  # spliced, not re-encoded
+    c.add(Piece(EncodedIds((9,), "[9]"), "c", "stop"), 2)
+    assert c.final is not None and c.final.token_ids == (7, 8, 9)
+    assert type(c.final.token_ids) is tuple and type(c.pieces[-1].token_ids) is tuple
+    one = ResponseChain(max_tokens=10, prompt_ids=prompt)
+    one.add(Piece(EncodedIds((7,), "[7]"), "a", "stop"), 4)
+    assert one.final is not None and type(one.final.token_ids) is tuple

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tailsieve.runtime.backends import Backend, parse_response
+from tailsieve.runtime.backends import Backend, EncodedIds, parse_response
 from tailsieve.runtime.ids_json import loads
 
 ID_KEYS = ("token_ids", "prompt_token_ids", "output_ids")
@@ -55,8 +55,9 @@ def test_equals_json_loads(choices: list[dict[str, Any]], sep: tuple[str, str]) 
     got = loads(body.encode())
     assert _same(got, json.loads(body))
     for ch in got["choices"]:
-        if len(ch["token_ids"]) > 80:  # long arrays come back as tuples of ints
-            assert type(ch["token_ids"]) is tuple
+        if len(ch["token_ids"]) > 80:  # long arrays come back as tuples with their JSON
+            assert isinstance(ch["token_ids"], EncodedIds)
+            assert json.loads(ch["token_ids"].json) == list(ch["token_ids"])
 
 
 @pytest.mark.parametrize(
@@ -90,3 +91,6 @@ def test_sglang_items_and_parse_response() -> None:
     assert out[0]["output_ids"] == tuple(long)
     (r,) = parse_response(Backend.SGLANG, out, 1, "here")
     assert r.token_ids == tuple(long) and r.num_tokens == 500
+    assert type(r.token_ids) is tuple  # the JSON text is dropped unless asked for
+    (r,) = parse_response(Backend.SGLANG, out, 1, "here", keep_json=True)
+    assert isinstance(r.token_ids, EncodedIds) and r.token_ids == tuple(long)

@@ -134,11 +134,11 @@ class ResponseChain:
         if self.prompt_ids is None:
             raise ChainError(f"prompt {prompt.prompt_id!r}: its token ids are unknown")
         if not self._encoded or self._encoded_pieces > len(self.pieces):
-            self._encoded = [",".join(map(str, self.prompt_ids))]
+            self._encoded = [_inner_json(self.prompt_ids)]
             self._encoded_pieces = 0
         for p in self.pieces[self._encoded_pieces :]:
             if p.token_ids:
-                self._encoded.append(",".join(map(str, p.token_ids)))
+                self._encoded.append(_inner_json(p.token_ids))
         self._encoded_pieces = len(self.pieces)
         ids = EncodedIds(
             self.prompt_ids + self.generated_ids,
@@ -165,10 +165,12 @@ class ResponseChain:
             _seam_stop(self)
             or piece.finish_reason not in ("length", "moved")
             or self.remaining <= 0
+            # or the server clipped it (model length): it ends here
+            or (piece.finish_reason == "length" and len(piece.token_ids) < piece_cap)
         ):
+            if piece.token_ids.__class__ is not tuple:  # its ids' JSON is not needed now
+                self.pieces[-1] = replace(piece, token_ids=tuple(piece.token_ids))
             self.final = self.join()
-        elif piece.finish_reason == "length" and len(piece.token_ids) < piece_cap:
-            self.final = self.join()  # the server clipped it (model length): it ends here
 
     def drop_last(self) -> None:
         """Forget the last piece (it is outside the chain)."""
@@ -182,6 +184,8 @@ class ResponseChain:
         pieces = self.pieces
         text = "".join(p.text for p in pieces)
         ids = self.generated_ids
+        if ids.__class__ is not tuple:
+            ids = tuple(ids)  # delivered as a plain tuple (not the parser's EncodedIds)
         lps: tuple[float, ...] | None = None
         if all(p.logprobs is not None for p in pieces) and pieces:
             lps = (pieces[0].logprobs if len(pieces) == 1
@@ -196,6 +200,13 @@ class ResponseChain:
         return Response(
             text=text, num_tokens=len(ids), finish_reason=reason, token_ids=ids, logprobs=lps
         )
+
+
+def _inner_json(ids: tuple[int, ...]) -> str:
+    """The ids as the inside of a JSON array: the server's own text when the response parser
+    kept it (``EncodedIds``), else encoded here."""
+    enc = getattr(ids, "json", None)
+    return enc[1:-1] if enc is not None else ",".join(map(str, ids))
 
 
 def _seam_stop(chain: ResponseChain) -> tuple[str, int] | None:

@@ -286,7 +286,8 @@ class ChainedAttempt:
                 raw = await self._t.post_json(url, body, self._cfg.request_timeout_s)
                 moving = sample in self._moving
                 self._moving.discard(sample)
-                out = parse_response(self._cfg.backend, raw, 1, where, allow_abort=moving)[0]
+                out = parse_response(self._cfg.backend, raw, 1, where, allow_abort=moving,
+                                     keep_json=True)[0]
                 if out.finish_reason == "abort":  # aborted by a move: its partial output
                     out = replace(out, finish_reason="moved")
                 return out

@@ -5,9 +5,10 @@ SGLang ``output_ids``). ``json.loads`` makes a string and then an int of every i
 ``backends`` then checks each is an int: about 0.15 us per token, most of what a Python router
 pays per delivered token. ``loads`` cuts each such array out of the body, parses it with numpy
 (``int64``; anything that is not a list of integers falls back to ``json.loads``), decodes the
-rest with ``json.loads`` and puts the ids back as tuples of ints. The result equals
-``json.loads(body)`` except that those arrays are tuples (``backends._int_tuple`` takes a tuple
-as already checked). ``drop_prompt_ids``: the echoed ``prompt_token_ids`` become None unparsed
+rest with ``json.loads`` and puts the ids back as tuples of ints (``EncodedIds``, which keep
+the array's JSON text: a continued piece sends a piece's ids back without encoding them). The
+result equals ``json.loads(body)`` except that those arrays are tuples (``backends._int_tuple``
+takes them as already checked). ``drop_prompt_ids``: the echoed ``prompt_token_ids`` become None unparsed
 (a continued piece's prompt is the router's own prefix, as long as the piece's tokens).
 
 An id array is found by its key (``"token_ids"`` etc. directly after ``{`` or ``,``, which no
@@ -21,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from tailsieve.runtime.backends import EncodedIds
+
 _KEYS = frozenset((b'"token_ids"', b'"prompt_token_ids"', b'"output_ids"'))
 _PROMPT = b'"prompt_token_ids"'
 _WS = b" \t\r\n"
@@ -32,7 +35,7 @@ _INT64_MAX = np.iinfo(np.int64).max
 def loads(body: bytes, drop_prompt_ids: bool = False) -> Any:
     """``json.loads(body)`` with id arrays as tuples (see the module docstring)."""
     parts: list[bytes] = []
-    arrays: list[tuple[int, ...]] = []
+    arrays: list[EncodedIds] = []
     last = 0
     for key, lb, rb in _arrays(body):
         if drop_prompt_ids and key == _PROMPT:
@@ -85,7 +88,7 @@ def _arrays(body: bytes) -> list[tuple[bytes, int, int]]:
     return out
 
 
-def _parse(chunk: bytes) -> tuple[int, ...] | None:
+def _parse(chunk: bytes) -> EncodedIds | None:
     """The integers of a JSON array's inside, or None when it is not only integers."""
     if b"+" in chunk or b"-" in chunk:  # not JSON / negative: the slow path decides
         return None
@@ -95,10 +98,10 @@ def _parse(chunk: bytes) -> tuple[int, ...] | None:
         return None
     if len(arr) != chunk.count(b",") + 1 or arr.max() == _INT64_MAX:  # saturated: too big
         return None
-    return tuple(arr.tolist())
+    return EncodedIds(tuple(arr.tolist()), "[" + chunk.decode("ascii") + "]")
 
 
-def _restore(out: Any, arrays: list[tuple[int, ...]]) -> int:
+def _restore(out: Any, arrays: list[EncodedIds]) -> int:
     """Put the parsed arrays back where their placeholders are (choices of an OpenAI body, or
     SGLang items); returns how many were restored."""
     items: list[Any]
