@@ -77,6 +77,14 @@ class Piece:
     logprobs: tuple[float, ...] | None = None
     text_offsets: tuple[int, ...] | None = None  # start of each token's text in ``text``
     replica: int = -1  # executor replica that generated it (-1 = unknown)
+    ids_json: str | None = field(default=None, repr=False, compare=False)  # the ids as JSON
+
+    def __post_init__(self) -> None:
+        ids = self.token_ids
+        if isinstance(ids, EncodedIds):  # keep a plain tuple (the GC untracks it) and the JSON
+            object.__setattr__(self, "token_ids", tuple(ids))
+            if self.ids_json is None:
+                object.__setattr__(self, "ids_json", ids.json)
 
     @classmethod
     def of(cls, r: Response, replica: int = -1) -> Piece:
@@ -138,7 +146,9 @@ class ResponseChain:
             self._encoded_pieces = 0
         for p in self.pieces[self._encoded_pieces :]:
             if p.token_ids:
-                self._encoded.append(_inner_json(p.token_ids))
+                self._encoded.append(
+                    p.ids_json[1:-1] if p.ids_json is not None else _inner_json(p.token_ids)
+                )
         self._encoded_pieces = len(self.pieces)
         ids = EncodedIds(
             self.prompt_ids + self.generated_ids,
@@ -168,8 +178,6 @@ class ResponseChain:
             # or the server clipped it (model length): it ends here
             or (piece.finish_reason == "length" and len(piece.token_ids) < piece_cap)
         ):
-            if piece.token_ids.__class__ is not tuple:  # its ids' JSON is not needed now
-                self.pieces[-1] = replace(piece, token_ids=tuple(piece.token_ids))
             self.final = self.join()
 
     def drop_last(self) -> None:

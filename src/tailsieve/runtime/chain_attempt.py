@@ -250,7 +250,8 @@ class ChainedAttempt:
                 continue
             resp = req.result()
             if chain.prompt_ids is None:
-                chain.prompt_ids = resp.prompt_token_ids or self._prompt.token_ids
+                pids = resp.prompt_token_ids
+                chain.prompt_ids = tuple(pids) if pids else self._prompt.token_ids
             chain.add(Piece.of(resp, replica), sp.max_tokens)
             self.stats.num_pieces += 1
         final = chain.final
