@@ -134,6 +134,7 @@ def test_a_piece_keeps_the_servers_json_of_its_ids_until_the_response_ends() -> 
     c.add(Piece(EncodedIds((9,), "[9]"), "c", "stop"), 2)
     assert c.final is not None and c.final.token_ids == (7, 8, 9)
     assert type(c.final.token_ids) is tuple and type(c.pieces[0].token_ids) is tuple
+    assert c.pieces[-1].ids_json is None  # the last piece's JSON is not kept
     one = ResponseChain(max_tokens=10, prompt_ids=prompt)
     one.add(Piece(EncodedIds((7,), "[7]"), "a", "stop"), 4)
     assert one.final is not None and type(one.final.token_ids) is tuple

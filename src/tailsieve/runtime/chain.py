@@ -160,9 +160,10 @@ class ResponseChain:
         """Sampling of the next piece: max_tokens = what is left (at most ``piece_tokens``),
         ``min_tokens`` reduced by what was generated."""
         cap = self.remaining if piece_tokens is None else min(self.remaining, piece_tokens)
+        if "min_tokens" not in sampling.extra:
+            return sampling if cap == sampling.max_tokens else replace(sampling, max_tokens=cap)
         extra: dict[str, Any] = dict(sampling.extra)
-        if "min_tokens" in extra:
-            extra["min_tokens"] = max(0, min(int(extra["min_tokens"]) - self.num_generated, cap))
+        extra["min_tokens"] = max(0, min(int(extra["min_tokens"]) - self.num_generated, cap))
         if cap == sampling.max_tokens and extra == sampling.extra:
             return sampling
         return replace(sampling, max_tokens=cap, extra=extra)
@@ -178,6 +179,8 @@ class ResponseChain:
             # or the server clipped it (model length): it ends here
             or (piece.finish_reason == "length" and len(piece.token_ids) < piece_cap)
         ):
+            if piece.ids_json is not None:  # never sent back now: free its text
+                self.pieces[-1] = replace(piece, ids_json=None)
             self.final = self.join()
 
     def drop_last(self) -> None:
