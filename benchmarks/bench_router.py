@@ -22,6 +22,11 @@ speed and at GPU speed: router CPU per step over the step time divided by the ti
 Reports router CPU per request, the share, and the router's peak memory (max RSS)::
 
     .venv/bin/python benchmarks/bench_router.py --cluster --out benchmarks/results/router_cluster.json
+
+With continuation (``--continuation --piece-tokens K``) each row also counts the pieces; with
+``--rebalance`` (moves by the live rebalancer; ``--seam-s`` sets the controller's seam cost) it
+counts the moves, the checks and the router CPU the checks took. ``router_sys_cpu_s`` is the
+part of the router's CPU spent in the kernel (sockets).
 """
 
 from __future__ import annotations
