@@ -22,6 +22,11 @@ speed and at GPU speed: router CPU per step over the step time divided by the ti
 Reports router CPU per request, the share, and the router's peak memory (max RSS)::
 
     .venv/bin/python benchmarks/bench_router.py --cluster --out benchmarks/results/router_cluster.json
+
+With continuation (``--continuation --piece-tokens K``) each row also counts the pieces; with
+``--rebalance`` (moves by the live rebalancer; ``--seam-s`` sets the controller's seam cost) it
+counts the moves, the checks and the router CPU the checks took. ``router_sys_cpu_s`` is the
+part of the router's CPU spent in the kernel (sockets).
 """
 
 from __future__ import annotations
@@ -51,9 +56,26 @@ from tailsieve.runtime.emulator import EmulatorFleet
 from tailsieve.runtime.emulator.config import EmulatorConfig
 from tailsieve.runtime.emulator.server import EmulatorServer
 from tailsieve.runtime.lean_http import LeanTransport
+from tailsieve.runtime.rebalancer import LiveRebalancer
 from tailsieve.runtime.rollout import RolloutConfig, TailSieveRollout
 from tailsieve.runtime.transport import AiohttpTransport
 from tailsieve.workload import load_workload
+
+_CHECK_CPU = [0.0]  # router CPU seconds inside LiveRebalancer.check (moves on)
+
+
+def _time_checks() -> None:
+    """Count the router CPU the live rebalancer's checks take (wraps ``check``)."""
+    inner = LiveRebalancer.check
+
+    def check(self: LiveRebalancer) -> int:
+        c0 = time.process_time()
+        try:
+            return inner(self)
+        finally:
+            _CHECK_CPU[0] += time.process_time() - c0
+
+    LiveRebalancer.check = check  # type: ignore[method-assign]
 
 
 async def run(
@@ -74,6 +96,8 @@ async def run(
         stream=args.stream,
         continuation=args.continuation or args.piece_tokens is not None,
         piece_tokens=args.piece_tokens,
+        rebalance=args.rebalance,
+        controller={"seam_s": args.seam_s} if args.seam_s is not None else {},
     )
     prompts = iter(PromptInput(p, text=f"Solve {p}.") for p in wl.prompt_ids())
     rows = []
@@ -85,9 +109,12 @@ async def run(
             batch_prompts = [next(prompts) for _ in range(ro.num_fresh_needed())]
             if prof is not None and t == args.steps:
                 prof.enable()
+            _CHECK_CPU[0] = 0.0
             c0, w0 = time.process_time(), time.perf_counter()
+            sys0 = resource.getrusage(resource.RUSAGE_SELF).ru_stime
             batch = await ro.step(batch_prompts)
             cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+            sys_s = resource.getrusage(resource.RUSAGE_SELF).ru_stime - sys0
             if prof is not None and t == args.steps:
                 prof.disable()
                 stats = pstats.Stats(prof).sort_stats("tottime")
@@ -102,11 +129,17 @@ async def run(
                     "step": t,
                     "wall_s": wall,
                     "router_cpu_s": cpu,
+                    "router_sys_cpu_s": sys_s,  # of it, in the kernel (sockets, TCP)
                     "cpu_fraction": cpu / wall,
                     "num_requests": n_req,
                     "delivered_tokens": tokens,
                     "cpu_ms_per_request": 1e3 * cpu / max(1, n_req),
                     "cpu_us_per_delivered_token": 1e6 * cpu / max(1, tokens),
+                    "num_pieces": sum(len(c.pieces) for cs in ro.executor.chains.values()
+                                      for c in cs),
+                    "num_moves": batch.metrics.num_moves,
+                    "num_checks": ro.executor.last_moves.num_checks,
+                    "rebalancer_cpu_s": _CHECK_CPU[0],
                     "q": batch.metrics.q,
                     "m": batch.metrics.m,
                     "step_s_at_gpu_speed": wall / args.time_scale,
@@ -194,6 +227,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--stream", action="store_true", help="streamed responses")
     ap.add_argument("--continuation", action="store_true", help="responses as piece chains")
     ap.add_argument("--piece-tokens", type=int, default=None, help="continuation: piece cap")
+    ap.add_argument("--rebalance", action="store_true",
+                    help="continuation: live moves (the tailsieve policy's rebalancer)")
+    ap.add_argument("--seam-s", type=float, default=None,
+                    help="rebalance: cost of one move beyond its prefill (controller seam_s)")
     ap.add_argument("--out", type=Path, default=default_out("router.json"),
                     help="result JSON (default: under the system temp dir)")
     ap.add_argument(
@@ -211,6 +248,10 @@ def main(argv: list[str] | None = None) -> None:
         help="the router's HTTP client for completions (aiohttp: before issue 13)",
     )  # fmt: skip
     args = ap.parse_args(argv)
+    if args.rebalance and not (args.continuation or args.piece_tokens is not None):
+        ap.error("--rebalance needs --continuation (moves continue a response elsewhere)")
+    if args.rebalance:
+        _time_checks()
     if args.cluster:
         defaults = {"replicas": 8, "groups": 256, "group_size": 8, "time_scale": 1.0,
                     "profile": DEFAULT_PROFILE, "hosts": 0, "steps": 2}  # fmt: skip
@@ -264,6 +305,9 @@ def main(argv: list[str] | None = None) -> None:
         "stream": args.stream,
         "continuation": args.continuation or args.piece_tokens is not None,
         "piece_tokens": args.piece_tokens,
+        "rebalance": args.rebalance,
+        "seam_s": args.seam_s,
+        "moves_per_step_after_warmup": sum(r["num_moves"] for r in steady) / len(steady),
         "cpu_us_per_delivered_token_after_warmup": sum(
             r["cpu_us_per_delivered_token"] for r in steady
         ) / len(steady),

@@ -3,6 +3,8 @@ min_tokens, penalties refused."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tailsieve.runtime.backends import PromptInput, SamplingParams
@@ -102,7 +104,8 @@ def test_continued_prompt_is_encoded_once_and_spliced() -> None:
     import json
 
     from tailsieve.runtime.backends import EncodedIds
-    from tailsieve.runtime.lean_http import _drop_prompt_ids, _encode
+    from tailsieve.runtime.ids_json import loads
+    from tailsieve.runtime.lean_http import _encode
 
     c = ResponseChain(max_tokens=10, prompt_ids=(5, 6))
     c.add(piece(["a", "b"], 0), 2)
@@ -113,6 +116,25 @@ def test_continued_prompt_is_encoded_once_and_spliced() -> None:
     assert ids == (5, 6, 0, 1, 2) and json.loads(ids.json) == list(ids)
     body = {"model": "m", "prompt": ids, "max_tokens": 3}
     assert json.loads(_encode(body)) == {"model": "m", "prompt": [5, 6, 0, 1, 2], "max_tokens": 3}
-    raw = b'{"choices":[{"token_ids":[1,2],"prompt_token_ids":[5,6,0]}],"usage":{}}'
-    out = json.loads(_drop_prompt_ids(raw))
-    assert out["choices"][0] == {"token_ids": [1, 2], "prompt_token_ids": None}
+    raw = {"choices": [{"token_ids": [1, 2], "prompt_token_ids": [5, 6, 0]}], "usage": {}}
+    for text in (json.dumps(raw), json.dumps(raw, separators=(",", ":"))):  # both spacings
+        out = loads(text.encode(), drop_prompt_ids=True)
+        assert out["choices"][0] == {"token_ids": [1, 2], "prompt_token_ids": None}
+
+
+def test_a_piece_keeps_the_servers_json_of_its_ids_until_the_response_ends() -> None:
+    from tailsieve.runtime.backends import EncodedIds
+
+    prompt = EncodedIds((5, 6), "[5, 6]")
+    c = ResponseChain(max_tokens=10, prompt_ids=prompt)
+    c.add(Piece(EncodedIds((7, 8), "[7,\n 8]"), "ab", "length"), 2)
+    ids = c.next_prompt(PromptInput("p", text="hi")).token_ids
+    assert isinstance(ids, EncodedIds) and ids == (5, 6, 7, 8)
+    assert json.loads(ids.json) == [5, 6, 7, 8] and "7,\n 8" in ids.json  # spliced, not re-encoded
+    c.add(Piece(EncodedIds((9,), "[9]"), "c", "stop"), 2)
+    assert c.final is not None and c.final.token_ids == (7, 8, 9)
+    assert type(c.final.token_ids) is tuple and type(c.pieces[0].token_ids) is tuple
+    assert c.pieces[-1].ids_json is None  # the last piece's JSON is not kept
+    one = ResponseChain(max_tokens=10, prompt_ids=prompt)
+    one.add(Piece(EncodedIds((7,), "[7]"), "a", "stop"), 4)
+    assert one.final is not None and type(one.final.token_ids) is tuple

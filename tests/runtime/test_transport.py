@@ -4,6 +4,7 @@ server; the lean client's chunked bodies, dropped connections and cancellation."
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 from collections.abc import AsyncIterator
 
@@ -140,5 +141,60 @@ async def test_lean_chunked_dropped_and_cancelled(server: str) -> None:
                 break
             await asyncio.sleep(0.05)
         assert CANCELLED == ["/hold"]
+    finally:
+        await t.aclose()
+
+
+async def _raw_server(reply: list[bytes], delay_s: float = 0.0) -> tuple[asyncio.Server, str]:
+    """A server that reads one request (head + Content-Length body) and writes ``reply`` piece
+    by piece, then closes: HTTP framings aiohttp's server does not produce."""
+    got: list[bytes] = []
+
+    async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        head = await r.readuntil(b"\r\n\r\n")
+        length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+        got.append(await r.readexactly(length))
+        for part in reply:
+            w.write(part)
+            await w.drain()
+            await asyncio.sleep(delay_s)
+        w.close()
+
+    srv = await asyncio.start_server(handle, "127.0.0.1", 0)
+    srv.got = got  # type: ignore[attr-defined]
+    return srv, f"http://127.0.0.1:{srv.sockets[0].getsockname()[1]}"
+
+
+async def test_lean_framings_and_a_large_request() -> None:
+    t = LeanTransport()
+    body = b'{"ok": [1, 2]}'
+    cases = [
+        [b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n", body[:5], body[5:]],  # to EOF
+        [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n" + body[:5], b"\r\n",
+         b"%x;ext=1\r\n" % (len(body) - 5) + body[5:] + b"\r\n", b"0\r\n", b"\r\n"],
+        [b"HTTP/1.1 200", b" OK\r\nContent-Length: %d\r\n\r\n" % len(body), body],
+    ]  # fmt: skip
+    for reply in cases:
+        srv, url = await _raw_server(reply, delay_s=0.01)
+        async with srv:
+            assert await t.post_json(url + "/x", {"a": 1}, 5) == {"ok": [1, 2]}
+    srv, url = await _raw_server([b"HTTX/1.1\r\n\r\n"])
+    async with srv:
+        with pytest.raises(RequestError, match="bad status line"):
+            await t.post_json(url + "/x", {}, 5)
+    # a request far larger than a socket buffer is written in parts as the socket drains
+    big = {"prompt": list(range(400_000))}
+    srv, url = await _raw_server([b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"])
+    async with srv:
+        assert await t.post_json(url + "/x", big, 10) == {}
+        assert json.loads(srv.got[0]) == big  # type: ignore[attr-defined]
+    await t.aclose()
+
+
+async def test_lean_host_names_take_the_streams_path(server: str) -> None:
+    t = LeanTransport()
+    try:
+        url = server.replace("127.0.0.1", "localhost") + "/ok"
+        assert await t.post_json(url, {"x": 2}, 5) == {"echo": {"x": 2}}
     finally:
         await t.aclose()

@@ -238,16 +238,18 @@ def _sglang_request(
 
 
 def parse_response(
-    backend: Backend, body: Any, num_samples: int, where: str, allow_abort: bool = False
+    backend: Backend, body: Any, num_samples: int, where: str, allow_abort: bool = False,
+    keep_json: bool = False,
 ) -> list[Response]:
     """Responses of one non-streaming request, in sample order. Raises ``RequestError`` on a
     body that does not have the expected shape (counts as malformed, retried). SGLang:
-    ``allow_abort`` returns an aborted request's partial output (finish reason "abort")."""
+    ``allow_abort`` returns an aborted request's partial output (finish reason "abort").
+    ``keep_json``: token ids decoded by ``ids_json`` keep their JSON text (``EncodedIds``)."""
     try:
         if backend is Backend.SGLANG:
-            out = _parse_sglang(body, allow_abort)
+            out = _parse_sglang(body, allow_abort, keep_json)
         else:
-            out = _parse_openai(backend, body, num_samples)
+            out = _parse_openai(backend, body, num_samples, keep_json)
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise RequestError(f"{where}: unexpected response shape ({exc!r})") from exc
     if len(out) != num_samples:
@@ -255,16 +257,24 @@ def parse_response(
     return out
 
 
-def _int_tuple(values: Any) -> tuple[int, ...]:
+def _int_tuple(values: Any, keep_json: bool = False) -> tuple[int, ...]:
     """Token ids as a tuple, checked to be integers at C speed (``array`` raises TypeError on
-    anything else). The per-element ``int()`` this replaces was most of the router's CPU."""
+    anything else). The per-element ``int()`` this replaces was most of the router's CPU. A
+    tuple is taken as checked: JSON decodes arrays as lists, ``ids_json`` decodes id arrays as
+    tuples of ints it parsed itself (``EncodedIds`` with the server's JSON text of them, kept
+    when ``keep_json``: a continued piece sends them back)."""
+    cls = values.__class__
+    if cls is tuple:
+        return values
+    if cls is EncodedIds:  # ids_json keeps the server's JSON of the ids alongside
+        return values if keep_json else tuple(values)
     if not isinstance(values, list | tuple):
         raise TypeError(f"token ids must be a list, got {type(values).__name__}")
     array("q", values)
     return tuple(values)
 
 
-def _parse_openai(backend: Backend, body: Any, n: int) -> list[Response]:
+def _parse_openai(backend: Backend, body: Any, n: int, keep_json: bool = False) -> list[Response]:
     choices = sorted(body["choices"], key=lambda c: int(c.get("index", 0)))
     usage = body.get("usage") or {}
     out: list[Response] = []
@@ -284,7 +294,7 @@ def _parse_openai(backend: Backend, body: Any, n: int) -> list[Response]:
             offsets = _int_tuple(offs) if offs else None
         ids = ch.get("token_ids")
         pids = ch.get("prompt_token_ids")
-        token_ids = _int_tuple(ids) if ids is not None else None
+        token_ids = _int_tuple(ids, keep_json) if ids is not None else None
         if token_ids is not None:
             num = len(token_ids)
         elif logprobs is not None:
@@ -301,13 +311,15 @@ def _parse_openai(backend: Backend, body: Any, n: int) -> list[Response]:
                 token_ids=token_ids,
                 logprobs=logprobs,
                 text_offsets=offsets,
-                prompt_token_ids=_int_tuple(pids) if pids is not None else None,
+                prompt_token_ids=_int_tuple(pids, keep_json) if pids is not None else None,
             )
         )
     return out
 
 
-def _parse_sglang(body: Any, allow_abort: bool = False) -> list[Response]:
+def _parse_sglang(
+    body: Any, allow_abort: bool = False, keep_json: bool = False
+) -> list[Response]:
     items = body if isinstance(body, list) else [body]
     out: list[Response] = []
     for it in items:
@@ -325,7 +337,7 @@ def _parse_sglang(body: Any, allow_abort: bool = False) -> list[Response]:
                 text=it.get("text") or "",
                 num_tokens=int(meta["completion_tokens"]),
                 finish_reason=reason,
-                token_ids=_int_tuple(ids) if ids is not None else None,
+                token_ids=_int_tuple(ids, keep_json) if ids is not None else None,
                 logprobs=tuple(float(e[0]) for e in lps) if lps else None,
             )
         )

@@ -24,6 +24,7 @@ Pure: no I/O.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -76,6 +77,14 @@ class Piece:
     logprobs: tuple[float, ...] | None = None
     text_offsets: tuple[int, ...] | None = None  # start of each token's text in ``text``
     replica: int = -1  # executor replica that generated it (-1 = unknown)
+    ids_json: str | None = field(default=None, repr=False, compare=False)  # the ids as JSON
+
+    def __post_init__(self) -> None:
+        ids = self.token_ids
+        if isinstance(ids, EncodedIds):  # keep a plain tuple (the GC untracks it) and the JSON
+            object.__setattr__(self, "token_ids", tuple(ids))
+            if self.ids_json is None:
+                object.__setattr__(self, "ids_json", ids.json)
 
     @classmethod
     def of(cls, r: Response, replica: int = -1) -> Piece:
@@ -101,11 +110,17 @@ class ResponseChain:
 
     @property
     def generated_ids(self) -> tuple[int, ...]:
-        return tuple(t for p in self.pieces for t in p.token_ids)
+        pieces = self.pieces
+        if len(pieces) == 1:
+            return pieces[0].token_ids  # no copy: most responses are one piece
+        return tuple(itertools.chain.from_iterable(p.token_ids for p in pieces))  # no per-token loop
 
     @property
     def num_generated(self) -> int:
-        return sum(len(p.token_ids) for p in self.pieces)
+        pieces = self.pieces
+        if len(pieces) < 2:  # read for every running response at every re-balance check
+            return len(pieces[0].token_ids) if pieces else 0
+        return sum(len(p.token_ids) for p in pieces)
 
     @property
     def remaining(self) -> int:
@@ -127,11 +142,13 @@ class ResponseChain:
         if self.prompt_ids is None:
             raise ChainError(f"prompt {prompt.prompt_id!r}: its token ids are unknown")
         if not self._encoded or self._encoded_pieces > len(self.pieces):
-            self._encoded = [",".join(map(str, self.prompt_ids))]
+            self._encoded = [_inner_json(self.prompt_ids)]
             self._encoded_pieces = 0
         for p in self.pieces[self._encoded_pieces :]:
             if p.token_ids:
-                self._encoded.append(",".join(map(str, p.token_ids)))
+                self._encoded.append(
+                    p.ids_json[1:-1] if p.ids_json is not None else _inner_json(p.token_ids)
+                )
         self._encoded_pieces = len(self.pieces)
         ids = EncodedIds(
             self.prompt_ids + self.generated_ids,
@@ -143,9 +160,10 @@ class ResponseChain:
         """Sampling of the next piece: max_tokens = what is left (at most ``piece_tokens``),
         ``min_tokens`` reduced by what was generated."""
         cap = self.remaining if piece_tokens is None else min(self.remaining, piece_tokens)
+        if "min_tokens" not in sampling.extra:
+            return sampling if cap == sampling.max_tokens else replace(sampling, max_tokens=cap)
         extra: dict[str, Any] = dict(sampling.extra)
-        if "min_tokens" in extra:
-            extra["min_tokens"] = max(0, min(int(extra["min_tokens"]) - self.num_generated, cap))
+        extra["min_tokens"] = max(0, min(int(extra["min_tokens"]) - self.num_generated, cap))
         if cap == sampling.max_tokens and extra == sampling.extra:
             return sampling
         return replace(sampling, max_tokens=cap, extra=extra)
@@ -158,10 +176,12 @@ class ResponseChain:
             _seam_stop(self)
             or piece.finish_reason not in ("length", "moved")
             or self.remaining <= 0
+            # or the server clipped it (model length): it ends here
+            or (piece.finish_reason == "length" and len(piece.token_ids) < piece_cap)
         ):
+            if piece.ids_json is not None:  # never sent back now: free its text
+                self.pieces[-1] = replace(piece, ids_json=None)
             self.final = self.join()
-        elif piece.finish_reason == "length" and len(piece.token_ids) < piece_cap:
-            self.final = self.join()  # the server clipped it (model length): it ends here
 
     def drop_last(self) -> None:
         """Forget the last piece (it is outside the chain)."""
@@ -175,9 +195,12 @@ class ResponseChain:
         pieces = self.pieces
         text = "".join(p.text for p in pieces)
         ids = self.generated_ids
+        if ids.__class__ is not tuple:
+            ids = tuple(ids)  # delivered as a plain tuple (not the parser's EncodedIds)
         lps: tuple[float, ...] | None = None
         if all(p.logprobs is not None for p in pieces) and pieces:
-            lps = tuple(x for p in pieces for x in p.logprobs or ())
+            lps = (pieces[0].logprobs if len(pieces) == 1
+                   else tuple(itertools.chain.from_iterable(p.logprobs or () for p in pieces)))
         reason = pieces[-1].finish_reason if pieces else "length"
         if cut is not None:
             text, num = cut
@@ -188,6 +211,13 @@ class ResponseChain:
         return Response(
             text=text, num_tokens=len(ids), finish_reason=reason, token_ids=ids, logprobs=lps
         )
+
+
+def _inner_json(ids: tuple[int, ...]) -> str:
+    """The ids as the inside of a JSON array: the server's own text when the response parser
+    kept it (``EncodedIds``), else encoded here."""
+    enc = getattr(ids, "json", None)
+    return enc[1:-1] if enc is not None else ",".join(map(str, ids))
 
 
 def _seam_stop(chain: ResponseChain) -> tuple[str, int] | None:

@@ -165,13 +165,15 @@ class ChainedAttempt:
         would drop what it generated)."""
         return not self._cfg.stream and self._cfg.backend is not Backend.SGLANG
 
-    def unstreamed_age_s(self, sample: int) -> float:
+    def unstreamed_age_s(self, sample: int, now: float | None = None) -> float:
         """Seconds the running piece of ``sample`` has generated without streaming (what a move
         would drop and the destination decode again); 0 when streaming, between pieces, or when
-        a move waits for the piece's end."""
+        a move waits for the piece's end. ``now``: the loop's time, when the caller has it."""
         if self._cfg.stream or self._defers_moves or sample not in self._inflight:
             return 0.0
-        return asyncio.get_running_loop().time() - self._started.get(sample, 0.0)
+        if now is None:
+            now = asyncio.get_running_loop().time()
+        return now - self._started.get(sample, 0.0)
 
     async def _abort_or_cancel(self, sample: int, req: asyncio.Future[Response], rid: str) -> None:
         """Abort by id and let the piece return its partial output; cancel it (dropping its
@@ -256,7 +258,8 @@ class ChainedAttempt:
                 continue
             resp = req.result()
             if chain.prompt_ids is None:
-                chain.prompt_ids = resp.prompt_token_ids or self._prompt.token_ids
+                pids = resp.prompt_token_ids
+                chain.prompt_ids = tuple(pids) if pids else self._prompt.token_ids
             chain.add(Piece.of(resp, replica), sp.max_tokens)
             self.stats.num_pieces += 1
         final = chain.final
@@ -292,7 +295,8 @@ class ChainedAttempt:
                 raw = await self._t.post_json(url, body, self._cfg.request_timeout_s)
                 moving = sample in self._moving
                 self._moving.discard(sample)
-                out = parse_response(self._cfg.backend, raw, 1, where, allow_abort=moving)[0]
+                out = parse_response(self._cfg.backend, raw, 1, where, allow_abort=moving,
+                                     keep_json=True)[0]
                 if out.finish_reason == "abort":  # aborted by a move: its partial output
                     out = replace(out, finish_reason="moved")
                 return out

@@ -327,20 +327,22 @@ class LiveExecutor:
         if run is None:
             return []
         tails = set(run.plan.tail_replicas)
+        now = asyncio.get_running_loop().time()
         out = []
         for pid, att in run.attempts.items():
             g = run.groups[pid]
             if g.status != "running":
                 continue
             dealt = tuple(sorted(g.assignment.all_replicas))
+            where = att.where
             for i, chain in enumerate(att.chains):
-                if chain.done:
+                if chain.final is not None:
                     continue
-                rep = att.where[i][0]
+                rep = where[i][0]
                 p = att.prompt_tokens(i)
                 ctx = p + chain.num_generated + att.streamed_tokens(i)
                 out.append(LiveResponse(pid, i, rep, ctx, p, dealt, int(rep in tails),
-                                        att.unstreamed_age_s(i)))
+                                        att.unstreamed_age_s(i, now)))
         return out
 
     def generated(self, prompt_id: str) -> list[tuple[int, ...]]:

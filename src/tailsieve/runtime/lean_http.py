@@ -5,19 +5,24 @@ aiohttp's per-request client machinery (session, connector, tracing, timeouts). 
 of a step starts at once on its own connection anyway (all-admit; no keep-alive, see
 ``AiohttpTransport``), so a request here is: open a TCP connection, write one request with
 ``Connection: close``, read the status line and headers, read the body (``Content-Length``,
-chunked, or to EOF), close. That halves the router's CPU per request. Cancelling the awaiting
-task closes the socket, which aborts the request on the server, as before. Streaming and GET
-stay on aiohttp; ``https`` URLs fall back to it.
+chunked, or to EOF), close. That halved the router's CPU per request; driving the socket from
+loop callbacks instead of asyncio streams (``http_exchange``, numeric-IP URLs) and parsing the
+token ids with numpy (``ids_json``) cut it again. Cancelling the awaiting task closes the
+socket, which aborts the request on the server, as before. Streaming and GET stay on aiohttp;
+``https`` URLs fall back to it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from tailsieve.runtime import ids_json
 from tailsieve.runtime.backends import EncodedIds
+from tailsieve.runtime.http_exchange import MAX_HEADER_BYTES, BadStatus, exchange, numeric_address
 from tailsieve.runtime.transport import (
     JSON,
     AiohttpTransport,
@@ -26,38 +31,56 @@ from tailsieve.runtime.transport import (
     _check_status,
 )
 
-_MAX_HEADER_BYTES = 65536
-
 
 class LeanTransport(AiohttpTransport):
-    """``AiohttpTransport`` whose ``post_json`` speaks plain HTTP/1.1 over asyncio streams."""
+    """``AiohttpTransport`` whose ``post_json`` speaks plain HTTP/1.1: on its own socket driven
+    by loop callbacks (``http_exchange``) for numeric-IP URLs, over asyncio streams for host
+    names; token-id arrays of the answer are decoded by ``ids_json``."""
+
+    def __init__(self, connect_timeout_s: float = 10.0) -> None:
+        super().__init__(connect_timeout_s)
+        self._targets: dict[str, _Target | None] = {}
 
     async def post_json(self, url: str, payload: JSON, timeout_s: float | None) -> Any:
-        parts = urlsplit(url)
-        if parts.scheme != "http" or parts.hostname is None:
+        target = self._targets.get(url, _UNSEEN)
+        if target is _UNSEEN:
+            target = self._targets[url] = _Target.of(url)
+        if target is None:
             return await super().post_json(url, payload, timeout_s)
         try:
-            async with asyncio.timeout(timeout_s):
-                status, body = await self._exchange(parts, url, payload)
+            if target.addr is not None and self._callbacks_ok:
+                data = _encode(payload)
+                request = target.head + b"%d\r\nConnection: close\r\n\r\n" % len(data) + data
+                status, body = await exchange(
+                    target.family, target.addr, request, self._connect_timeout_s, timeout_s
+                )
+            else:
+                async with asyncio.timeout(timeout_s):
+                    status, body = await self._exchange(target.parts, url, payload)
         except TimeoutError as exc:
             raise ReplicaDownError(f"{url}: timed out after {timeout_s} s") from exc
         except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
             raise ReplicaDownError(f"{url}: {type(exc).__name__}: {exc}") from exc
+        except BadStatus as exc:
+            raise RequestError(f"{url}: bad status line {str(exc)!r}") from None
         except ValueError as exc:  # a malformed length or chunk size
             raise RequestError(f"{url}: malformed HTTP response ({exc})") from exc
+        except NotImplementedError:  # a loop without add_reader (Windows' proactor)
+            self._callbacks_ok = False
+            return await self.post_json(url, payload, timeout_s)
         _check_status(url, status, body[:400].decode("utf-8", "replace"))
-        if isinstance(payload.get("prompt"), EncodedIds):
-            body = _drop_prompt_ids(body)
         try:
-            return json.loads(body)
+            return ids_json.loads(body, isinstance(payload.get("prompt"), EncodedIds))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise RequestError(f"{url}: malformed JSON: {body[:200]!r}") from exc
+
+    _callbacks_ok = True
 
     async def _exchange(self, parts: Any, url: str, payload: JSON) -> tuple[int, bytes]:
         host, port = parts.hostname, parts.port or 80
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(host, port, limit=_MAX_HEADER_BYTES),
+            asyncio.open_connection(host, port, limit=MAX_HEADER_BYTES),
             self._connect_timeout_s,
         )
         try:
@@ -73,7 +96,7 @@ class LeanTransport(AiohttpTransport):
             try:
                 status = int(lines[0].split(" ", 2)[1])
             except (IndexError, ValueError):
-                raise RequestError(f"{url}: bad status line {lines[0][:100]!r}") from None
+                raise BadStatus(lines[0][:100]) from None
             headers = {}
             for line in lines[1:]:
                 name, sep, value = line.partition(":")
@@ -101,22 +124,6 @@ def _encode(payload: JSON) -> bytes:
     return (rest[:-1] + (',"prompt":' if len(rest) > 2 else '"prompt":') + ids.json + "}").encode()
 
 
-_PROMPT_IDS = b'"prompt_token_ids":['
-
-
-def _drop_prompt_ids(body: bytes) -> bytes:
-    """Blank the echoed prompt ids of a continued piece (the router sent them): parsing them
-    again would cost as much as the piece's own tokens. A list of ints holds no ``]``."""
-    i = body.find(_PROMPT_IDS)
-    while i >= 0:
-        j = body.find(b"]", i + len(_PROMPT_IDS))
-        if j < 0:
-            break
-        body = body[:i] + b'"prompt_token_ids":null' + body[j + 1 :]
-        i = body.find(_PROMPT_IDS, i + 1)
-    return body
-
-
 async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
     out = bytearray()
     while True:
@@ -127,3 +134,30 @@ async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
             return bytes(out)
         out += await reader.readexactly(size)
         await reader.readexactly(2)
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    """What a URL needs per request, worked out once: the request head up to the length, and
+    the socket address when the host is a numeric IP."""
+
+    parts: Any  # urlsplit result
+    head: bytes
+    family: int
+    addr: tuple[Any, ...] | None
+
+    @classmethod
+    def of(cls, url: str) -> _Target | None:
+        parts = urlsplit(url)
+        if parts.scheme != "http" or parts.hostname is None:
+            return None  # https and the like: aiohttp
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        head = (f"POST {path} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
+                "Content-Type: application/json\r\nAccept: application/json\r\n"
+                "Content-Length: ").encode()  # fmt: skip
+        resolved = numeric_address(parts.hostname, parts.port or 80)
+        family, addr = resolved if resolved is not None else (0, None)
+        return cls(parts, head, family, addr)
+
+
+_UNSEEN: Any = object()

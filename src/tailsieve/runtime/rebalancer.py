@@ -28,15 +28,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from tailsieve.core.balancer import BalanceSettings, ReplicaLoad, Running, plan_moves
 from tailsieve.model.replica_config import ReplicaConfig
 
 
-@dataclass(frozen=True, slots=True)
-class LiveResponse:
-    """One running response as the executor knows it."""
+class LiveResponse(NamedTuple):
+    """One running response as the executor knows it (a named tuple: a check reads one per
+    running response, thousands at cluster scale)."""
 
     prompt_id: str
     sample: int
@@ -80,8 +80,8 @@ class LiveRebalancer:
     tally: MoveTally = field(default_factory=MoveTally)
     _cache: dict[tuple[str, int], dict[int, int]] = field(default_factory=dict)
     _moved_at: dict[tuple[str, int], int] = field(default_factory=dict)  # context at last move
-    _at_risk: dict[tuple[str, int], float] = field(default_factory=dict)
-    _cached: dict[tuple[str, int], dict[int, int]] = field(default_factory=dict)
+    _live: dict[tuple[str, int], LiveResponse] = field(default_factory=dict)  # last check's
+    _taus: dict[int, Callable[[int], float]] = field(default_factory=dict)  # memoised tau
     _poked: bool = False
     _last_s: float = 0.0
 
@@ -92,43 +92,59 @@ class LiveRebalancer:
     def loads(self) -> list[ReplicaLoad]:
         """One ``ReplicaLoad`` per healthy plan replica, from the executor's running view. A
         response that has not progressed since its last move counts in its replica's load but
-        is not a candidate; prefix-cache hits are kept for ``cached``."""
+        is not a candidate; prefix-cache hits are read by ``cached_tokens``."""
         ok = self.healthy()
-        self._at_risk = {}
-        self._cached = {}
-        load: dict[int, list[tuple[tuple[str, int], int]]] = {j: [] for j, h in enumerate(ok) if h}
+        live: dict[tuple[str, int], LiveResponse] = {}
+        self._live = live
+        moved_at = self._moved_at
+        load: dict[int, list[int]] = {j: [] for j, h in enumerate(ok) if h}
         cands: dict[int, list[tuple[tuple[str, int], int]]] = {j: [] for j in load}
         pool_of: dict[int, int] = {}
         for x in self.executor.running_responses():
-            if x.replica not in load:
+            ctxs = load.get(x.replica)
+            if ctxs is None:
                 continue  # on a replica taken out: the executor relocates it
             key = (x.prompt_id, x.sample)
-            hits = {r: x.prompt_tokens for r in x.dealt} if x.prompt_tokens else {}
-            hits.update(self._cache.get(key, {}))
-            self._cached[key] = hits
-            self._at_risk[key] = x.at_risk_s
-            load[x.replica].append((key, x.context_tokens))
-            if x.context_tokens > self._moved_at.get(key, -1):
-                cands[x.replica].append((key, x.context_tokens))
+            live[key] = x
+            n = x.context_tokens
+            ctxs.append(n)
+            if n > moved_at.get(key, -1):
+                cands[x.replica].append((key, n))
             pool_of[x.replica] = x.pool
         out = []
-        for j, running in load.items():
+        for j, ctxs in load.items():
             c = self.costs[j]
             tp = c.throughput
+            tau = self._taus.get(j)
+            if tau is None:
+                tau = self._taus[j] = _memo(tp.tau)
             out.append(ReplicaLoad(
-                j, len(running), float(sum(n for _, n in running)), _const(tuple(cands[j])),
-                tp.tau, tp.context_s_per_token, c.recompute_cost_s(1) - c.prefill_s,
+                j, len(ctxs), float(sum(ctxs)), _const(tuple(cands[j])),
+                tau, tp.context_s_per_token, c.recompute_cost_s(1) - c.prefill_s,
                 c.prefill_s, pool=pool_of.get(j, 0),
             ))
         return out
 
     def cached_tokens(self, key: Hashable, replica: int) -> int:
-        """Prefix tokens of response ``key`` already cached on ``replica``."""
-        return self._cached.get(key, {}).get(replica, 0)  # type: ignore[call-overload]
+        """Prefix tokens of response ``key`` already cached on ``replica``: where it ran
+        before (its prefix then), else its prompt on the replicas its group was dealt."""
+        k: tuple[str, int] = key  # type: ignore[assignment]
+        left = self._cache.get(k)
+        if left is not None and replica in left:
+            return left[replica]
+        x = self._live.get(k)
+        if x is not None and x.prompt_tokens and replica in x.dealt:
+            return x.prompt_tokens
+        return 0
 
     def cached_on(self, key: Hashable) -> Mapping[int, int]:
-        """Prefix tokens of response ``key`` cached, by replica (others: none)."""
-        return self._cached.get(key, {})  # type: ignore[call-overload]
+        """Prefix tokens of response ``key`` cached, by replica (others: none); agrees with
+        ``cached_tokens``."""
+        k: tuple[str, int] = key  # type: ignore[assignment]
+        x = self._live.get(k)
+        hits = {r: x.prompt_tokens for r in x.dealt} if x is not None and x.prompt_tokens else {}
+        hits.update(self._cache.get(k, {}))
+        return hits
 
     def check(self) -> int:
         """One re-balance check: plan moves and make them. Returns the moves made."""
@@ -143,7 +159,8 @@ class LiveRebalancer:
         for mv in moves:
             key: tuple[str, int] = mv.key  # type: ignore[assignment]
             pid, sample = key
-            if mv.predicted_gain_s <= self._at_risk.get(key, 0.0):
+            x = self._live.get(key)
+            if mv.predicted_gain_s <= (x.at_risk_s if x is not None else 0.0):
                 continue  # the gain does not cover re-decoding what an unstreamed piece drops
             if not self.executor.move(pid, sample, mv.dst):
                 continue
@@ -179,3 +196,16 @@ __all__ = ["LiveRebalancer", "LiveResponse", "MoveTally", "Mover"]
 def _const(items: Running) -> Callable[[], Running]:
     """The balancer reads a replica's candidates through a callable."""
     return lambda: items
+
+
+def _memo(tau: Callable[[int], float]) -> Callable[[int], float]:
+    """``tau`` remembered per batch size (the model's scalar ``tau`` goes through numpy)."""
+    seen: dict[int, float] = {}
+
+    def cached(b: int) -> float:
+        v = seen.get(b)
+        if v is None:
+            v = seen[b] = tau(b)
+        return v
+
+    return cached
