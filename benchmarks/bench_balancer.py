@@ -277,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="with --piece-tokens: the wait at each piece end (s)")
     args = ap.parse_args(argv)
     pieces = (None if args.piece_tokens is None else
-              PieceSettings(args.piece_tokens, args.piece_seam_s, defer_moves=True))
+              PieceSettings(args.piece_tokens, args.piece_seam_s))
     seeds, steps = (2, 12) if args.quick else (args.seeds, args.steps)
     chosen = [c for c in CASES if args.cases is None or c.name in args.cases]
     if args.cases and len(chosen) != len(args.cases):

@@ -52,7 +52,7 @@ from typing import Any
 
 from outdir import default_out
 from real_engine import report
-from real_engine.live import LaneSpec, MoveSettings, run_interleaved
+from real_engine.live import LaneSpec, MoveSettings, lane_controller, run_interleaved
 from real_engine.predict import (
     JUDGED,
     PRIMARY,
@@ -158,9 +158,10 @@ async def amain(args: argparse.Namespace, endpoints: list[str], servers: str,
         log(f"profiling between rounds {t} and {t + 1}")
         between.append(await measure(endpoints, model, bs, label=f"between{t}", **prof))
 
+    move_settings = MoveSettings(args.piece_tokens, args.seam_s)
     live = await run_interleaved(specs, endpoints, model, lengths, prompts, groups, n,
                                  steps, str(mean_path), overrides,
-                                 MoveSettings(args.piece_tokens, args.seam_s),
+                                 move_settings,
                                  profile_between if args.profile_between else None)
     live_wall = time.perf_counter() - t0
     log("profiling again after the live steps (profiling drift)")
@@ -168,9 +169,9 @@ async def amain(args: argparse.Namespace, endpoints: list[str], servers: str,
 
     per_policy: dict[str, Any] = {}
     model_before = before.mean_model()
-    pieces = PieceSettings(args.piece_tokens, args.piece_seam_s)
+    pieces = PieceSettings(args.piece_tokens, args.piece_seam_s)  # moves wait for piece ends
     for spec in specs:
-        ctrl = overrides | ({"balance": True, "seam_s": args.seam_s} if spec.moves else {})
+        ctrl = lane_controller(spec, overrides, move_settings)
         closed = closed_loop_sim(spec.policy, sim_pools(model_before, before.prefill_s),
                                  model_before, lengths, prompt_ids, groups, n, len(endpoints),
                                  steps, ctrl, moves=spec.moves, pieces=pieces)

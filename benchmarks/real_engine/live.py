@@ -116,12 +116,16 @@ class MoveSettings:
     seam_s: float  # the controller's price of one move beyond its prefill, seconds
 
 
+def lane_controller(spec: LaneSpec, controller: dict[str, Any],
+                    moves: MoveSettings) -> dict[str, Any]:
+    """The lane's controller overrides: a moves lane prices a move at ``moves.seam_s``."""
+    return controller | {"seam_s": moves.seam_s} if spec.moves else dict(controller)
+
+
 def lane_config(spec: LaneSpec, model: str, lengths: ReplayLengths, groups: int,
                 group_size: int, profile_path: str, controller: dict[str, Any],
                 moves: MoveSettings) -> RolloutConfig:
-    ctrl = dict(controller)
-    if spec.moves:
-        ctrl |= {"balance": True, "seam_s": moves.seam_s}
+    ctrl = lane_controller(spec, controller, moves)
     return RolloutConfig(num_groups=groups, group_size=group_size, policy=spec.policy,
                          model=model,
                          # a chained response restarts a seeded generator at each seam

@@ -35,13 +35,8 @@ class Profiled:
 
     def mean_model(self) -> ThroughputModel:
         """tau(b) averaged over the servers at each measured batch size (running max)."""
-        pairs: list[tuple[int, float]] = []
-        top = 0.0
-        for p in self.results[0].model.points:
-            top = max(top, statistics.fmean(r.model.tau(p.batch_size) for r in self.results))
-            pairs.append((p.batch_size, top))
-        return ThroughputModel.from_pairs(pairs, name=f"real-mean-{self.label}",
-                                          source=f"mean of {', '.join(self.files)}")
+        return mean_curve([r.model for r in self.results], f"real-mean-{self.label}",
+                          f"mean of {', '.join(self.files)}")
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -90,15 +85,20 @@ async def measure(endpoints: list[str], model: str, batch_sizes: tuple[int, ...]
                     before, loadavg())
 
 
-def bracket(profiles: list[Profiled], name: str) -> tuple[ThroughputModel, float]:
-    """The mean of several profiles (tau at each measured batch size, running max; prefill):
-    the machine's speed over the window they bracket."""
+def mean_curve(models: list[ThroughputModel], name: str, source: str) -> ThroughputModel:
+    """tau(b) averaged over ``models`` at each batch size the first measured, kept
+    non-decreasing in b (running max)."""
     pairs: list[tuple[int, float]] = []
     top = 0.0
-    models = [p.mean_model() for p in profiles]
     for pt in models[0].points:
         top = max(top, statistics.fmean(m.tau(pt.batch_size) for m in models))
         pairs.append((pt.batch_size, top))
-    model = ThroughputModel.from_pairs(pairs, name=name, source="mean of " + ", ".join(
-        f"{p.label}" for p in profiles))
+    return ThroughputModel.from_pairs(pairs, name=name, source=source)
+
+
+def bracket(profiles: list[Profiled], name: str) -> tuple[ThroughputModel, float]:
+    """The mean of several profiles (tau, prefill): the machine's speed over the window they
+    bracket."""
+    model = mean_curve([p.mean_model() for p in profiles], name,
+                       "mean of " + ", ".join(p.label for p in profiles))
     return model, statistics.fmean(p.prefill_s for p in profiles)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from random_plans import random_plan
 
 from tailsieve.core.plan import StepPlan
 from tailsieve.core.pool import Pool
@@ -140,20 +141,12 @@ def test_closed_form_equals_event_driven(
     equals the event engine, which also runs the (never triggered) capacity checks."""
     rng = np.random.default_rng(seed)
     model = load_profile("illustrative-flat").with_context(context)
-    placements = []
-    for i in range(num_groups):
-        r = int(rng.integers(num_replicas))
-        tail = num_replicas > 1 and r == 0
-        pinned = not tail and rng.random() < 0.2
-        placements.append(Placement(f"p{i}", r, Pool.TAIL if tail else Pool.BULK, pinned))
-    num_fresh = sum(p.pool is Pool.BULK and not p.pinned for p in placements)
-    k = int(rng.integers(0, num_fresh + 1)) if num_fresh else 0
-    plan = build_plan(3, num_replicas, group_size, placements, num_fresh_to_deliver=k,
-                      tail_replicas=(0,) if num_replicas > 1 else ())
+    plan = random_plan(rng, num_replicas, group_size, num_groups, step=3, tail_from=2)
+    ids = [a.prompt_id for a in plan.assignments]
     if spread:
         plan = _spread_randomly(plan, rng)
-    table = {p.prompt_id: rng.integers(1, 3000, group_size).tolist() for p in placements}
-    prompts = {p.prompt_id: int(rng.integers(0, 2000)) for p in placements}
+    table = {pid: rng.integers(1, 3000, group_size).tolist() for pid in ids}
+    prompts = {pid: int(rng.integers(0, 2000)) for pid in ids}
     held = sum(map(sum, table.values())) + group_size * sum(prompts.values())
     cfg = ReplicaConfig(model, kv_capacity_tokens=held, max_num_seqs=num_groups * group_size)
     pools = PoolConfigs.from_specs(cfg, tail_spec=SpecConfig.parse("mtp:3"))

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from random_plans import random_plan
 
 from tailsieve.core.balancer import BalanceSettings
 from tailsieve.core.plan import StepPlan
-from tailsieve.core.pool import Pool
 from tailsieve.model.profiles import load_profile
 from tailsieve.model.replica_engine import ReplicaConfig
 from tailsieve.sim.executor import SimExecutor
@@ -28,20 +28,6 @@ def _lengths(table: dict[str, list[int]]):  # type: ignore[no-untyped-def]
     return lambda pid, step: table[pid]
 
 
-def _random_plan(rng: np.random.Generator, num_replicas: int, group_size: int,
-                 num_groups: int) -> StepPlan:
-    placements = []
-    for i in range(num_groups):
-        r = int(rng.integers(num_replicas))
-        tail = num_replicas > 2 and r == 0
-        pinned = not tail and rng.random() < 0.2
-        placements.append(Placement(f"p{i}", r, Pool.TAIL if tail else Pool.BULK, pinned))
-    num_fresh = sum(p.pool is Pool.BULK and not p.pinned for p in placements)
-    k = int(rng.integers(0, num_fresh + 1)) if num_fresh else 0
-    return build_plan(2, num_replicas, group_size, placements, num_fresh_to_deliver=k,
-                      tail_replicas=(0,) if num_replicas > 2 else ())
-
-
 @settings(max_examples=60, deadline=None)
 @given(
     num_replicas=st.integers(2, 4),
@@ -52,8 +38,9 @@ def _random_plan(rng: np.random.Generator, num_replicas: int, group_size: int,
     with_prompts=st.booleans(),
     cap=st.sampled_from([None, 2, 5]),
     tight_kv=st.booleans(),
-    pieces=st.sampled_from([None, PieceSettings(300, 0.01), PieceSettings(1500, 0.0, True),
-                            PieceSettings(300, 0.01, defer_moves=True)]),
+    pieces=st.sampled_from([None, PieceSettings(300, 0.01, defer_moves=False),
+                            PieceSettings(1500, 0.0, keeps_running_piece=True),
+                            PieceSettings(300, 0.01)]),
 )
 def test_moves_keep_exactly_once_whole_groups_and_token_exact_chains(
     num_replicas: int, group_size: int, num_groups: int, seed: int, interval_s: float,
@@ -62,7 +49,7 @@ def test_moves_keep_exactly_once_whole_groups_and_token_exact_chains(
     """Under moves, running caps (queueing), a KV capacity that preempts, and bounded pieces
     (a move drops the running piece, or keeps it as a streamed one does)."""
     rng = np.random.default_rng(seed)
-    plan = _random_plan(rng, num_replicas, group_size, num_groups)
+    plan = random_plan(rng, num_replicas, group_size, num_groups, step=2, tail_from=3)
     table = {a.prompt_id: rng.integers(1, 4000, group_size).tolist() for a in plan.assignments}
     prompts = {a.prompt_id: int(rng.integers(0, 500)) for a in plan.assignments}
     ptoks = prompts.__getitem__ if with_prompts else None

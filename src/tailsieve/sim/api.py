@@ -109,8 +109,6 @@ def simulate(
     piece's end (``defer``) or drops it (``drop``). The other arguments mirror the CLI options of
     the same names.
     """
-    if piece_tokens is not None and piece_tokens < 1:
-        raise ConfigError(f"piece_tokens must be >= 1, got {piece_tokens}")
     if piece_moves not in ("defer", "drop"):
         raise ConfigError(f"piece_moves must be 'defer' or 'drop', got {piece_moves!r}")
     if piece_seam_s < 0:

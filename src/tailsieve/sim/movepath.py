@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tailsieve.core.balancer import BalanceSettings, ReplicaLoad, Running, plan_moves
+from tailsieve.errors import ConfigError
 from tailsieve.model.replica_engine import Completion, ReplicaConfig, ReplicaEngine
 from tailsieve.sim.layout import RequestLayout, SimResult, choose_fresh
 
@@ -53,11 +54,14 @@ class PieceSettings:
     seam_s: float = 0.0  # a piece end on the same replica: the response waits this long (round
     # trip); its continuation is charged like any (prefill_s + uncached prefix)
     keeps_running_piece: bool = False  # a move keeps the running piece's tokens (streaming)
-    defer_moves: bool = False  # a move waits for the running piece's end (nothing dropped)
+    defer_moves: bool = True  # a move waits for the running piece's end, as the live runtime
+    # does on vLLM (False: it cuts the piece, whose tokens are decoded again)
 
     def __post_init__(self) -> None:
-        if self.piece_tokens < 1 or self.seam_s < 0:
-            raise ValueError("PieceSettings: need piece_tokens >= 1 and seam_s >= 0")
+        if self.piece_tokens < 1:
+            raise ConfigError(f"piece_tokens must be >= 1, got {self.piece_tokens}")
+        if self.seam_s < 0:
+            raise ConfigError(f"piece seam_s must be >= 0, got {self.seam_s}")
 
 
 @dataclass(slots=True)
@@ -69,7 +73,6 @@ class MoveStats:
     prefill_tokens: int = 0  # of them, not in the destination's prefix cache
     prefill_s: float = 0.0  # destination stall for those prefills, seconds
     num_checks: int = 0  # re-balance checks made
-    num_piece_seams: int = 0  # piece ends where a response continued on its own replica
     dropped_tokens: int = 0  # tokens of running pieces a move dropped (decoded again)
     pieces: list[list[Piece]] = field(default_factory=list)  # per request: its chain
 
@@ -164,7 +167,6 @@ def simulate_with_moves(
                 piece_no[i] += 1
                 cur[i] = -1
                 wait = balance.seam_s if d != r else pieces.seam_s
-                stats.num_piece_seams += d == r
                 heapq.heappush(pending, (c.time_s + wait, seq, i, d, d != r))
                 seq += 1
                 continue
