@@ -44,6 +44,10 @@ def test_demo_runs_every_policy_and_writes_a_report(
     assert ts["paired_speedup_vs_requests"] > 0
     assert ts["paired_steps"] == [1, 2, 3]  # a 3-step demo pairs every step after warm-up
     assert ts["paired_speedup"] > 0
+    # moves on by default (SGLang API: a move aborts and keeps the partial output); only
+    # tailsieve moves
+    assert ts["moves_per_step"] > 0
+    assert [p["moves_per_step"] for p in blob["policies"][:2]] == [0.0, 0.0]
     steps = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
     for policy in names:
         regular = [s for s in steps if s["policy"] == policy and not s["is_flush"]]

@@ -15,6 +15,7 @@ from tailsieve.cli import checks
 from tailsieve.report.headline import headline_sentences
 from tailsieve.report.html_report import write_report
 from tailsieve.report.run_data import load_run
+from tailsieve.runtime.backends import Backend
 from tailsieve.runtime.demo import DemoConfig, run_demo, summaries
 from tailsieve.runtime.observe import ProgressDisplay
 
@@ -35,14 +36,20 @@ def demo(
     profile: Annotated[
         str, typer.Option(help="Throughput profile of the emulated replicas (tailsieve profiles).")
     ] = "qwen3-4b-h100",
-    time_scale: Annotated[float, typer.Option(help="Emulated seconds per modelled second.")] = 0.02,
+    time_scale: Annotated[float, typer.Option(help="Emulated seconds per modelled second.")] = 0.05,
     seed: Annotated[int, typer.Option(help="Seed of workload and sampling.")] = 0,
     moves: Annotated[
         bool,
         typer.Option("--moves/--no-moves",
-                     help="tailsieve moves running responses between replicas (continuation, "
-                          "pieces of 512 tokens); off by default, see docs/runtime.md."),
-    ] = False,
+                     help="tailsieve moves running responses between replicas while a step "
+                          "runs (continuation; docs/runtime.md)."),
+    ] = True,
+    backend: Annotated[
+        Backend,
+        typer.Option(help="API the router speaks to the emulated replicas: sglang (a move aborts "
+                          "the running request, which returns its partial output) or vllm "
+                          "(unstreamed pieces of 512 tokens; a move waits for the piece's end)."),
+    ] = Backend.SGLANG,
     progress: Annotated[
         bool, typer.Option("--progress/--no-progress", help="Live progress table.")
     ] = True,
@@ -53,6 +60,7 @@ def demo(
     checks.output_dir(out)
     cfg = DemoConfig(
         moves=moves,
+        backend=backend,
         replicas=replicas,
         groups=groups,
         group_size=group_size,
@@ -67,7 +75,8 @@ def demo(
     if not console.is_terminal:
         console = Console(width=140)
     console.print(
-        f"[bold]TailSieve demo[/bold]: {replicas} emulated replicas ({profile} profile, time x{time_scale:g}), "
+        f"[bold]TailSieve demo[/bold]: {replicas} emulated replicas ({profile} profile, time "
+        f"x{time_scale:g}, {backend.value} API, moves {'on' if moves else 'off'}), "
         f"{workload}, N={groups} groups x {group_size}, warm-up + {steps} steps per policy"
     )
     t0 = time.perf_counter()
@@ -94,7 +103,7 @@ def demo(
         caption_justify="left",
     )
     for col in ("policy", "mean step (emulated s)", "over uniform", "over uniform-requests",
-                "last 3",
+                "last 3", "moves / step",
                 "q over steps", "m over steps", "tokens wasted"):
         table.add_column(col)
     for s in rows:
@@ -104,6 +113,7 @@ def demo(
             _x(s["paired_speedup"]),
             _x(s["paired_speedup_vs_requests"]),
             _x(s["speedup_vs_uniform"]),
+            f"{s['moves_per_step']:.0f}",
             " ".join(map(str, s["q_trajectory"])),
             " ".join(map(str, s["m_trajectory"])),
             f"{100 * s['wasted_token_fraction']:.1f}%",

@@ -112,6 +112,7 @@ class ChainedAttempt:
         self._started: dict[int, float] = {}  # loop time the running piece of a response began
         self._rids: dict[int, str] = {}  # SGLang request id of each running piece
         self._piece_base: dict[int, str] = {}  # base URL of each running piece
+        self._piece_replica: dict[int, int] = {}  # plan replica of each running piece
         self._moving: set[int] = set()  # SGLang pieces aborted by a move (partial kept)
         self._aborts: set[asyncio.Future[None]] = set()
         self.stats = ChainStats()
@@ -165,15 +166,21 @@ class ChainedAttempt:
         would drop what it generated)."""
         return not self._cfg.stream and self._cfg.backend is not Backend.SGLANG
 
-    def unstreamed_age_s(self, sample: int, now: float | None = None) -> float:
-        """Seconds the running piece of ``sample`` has generated without streaming (what a move
-        would drop and the destination decode again); 0 when streaming, between pieces, or when
-        a move waits for the piece's end. ``now``: the loop's time, when the caller has it."""
-        if self._cfg.stream or self._defers_moves or sample not in self._inflight:
-            return 0.0
+    def running_piece(self, sample: int, now: float | None = None) -> tuple[int, float, int] | None:
+        """``(replica, age_s, cap_tokens)`` of the unstreamed running piece of ``sample``: the
+        replica it runs on, the seconds it has run and the most tokens it may add (its piece
+        cap against the configured ``max_tokens``, never a forced length). None when streaming
+        (the streamed tokens are known) or between pieces. ``now``: the loop's time, when the
+        caller has it. What the live rebalancer needs to estimate where the response stands."""
+        if self._cfg.stream or sample not in self._inflight:
+            return None
         if now is None:
             now = asyncio.get_running_loop().time()
-        return now - self._started.get(sample, 0.0)
+        cap = self._cfg.sampling.max_tokens - self.chains[sample].num_generated
+        if self._cfg.piece_tokens is not None:
+            cap = min(cap, self._cfg.piece_tokens)
+        return (self._piece_replica.get(sample, self.where[sample][0]),
+                now - self._started.get(sample, now), max(cap, 0))
 
     async def _abort_or_cancel(self, sample: int, req: asyncio.Future[Response], rid: str) -> None:
         """Abort by id and let the piece return its partial output; cancel it (dropping its
@@ -232,6 +239,7 @@ class ChainedAttempt:
                 return_token_ids=True,
             )
             self._piece_base[i] = base
+            self._piece_replica[i] = replica
             req = asyncio.ensure_future(
                 self._piece(url, body, i, f"{url} prompt {pid!r} sample {i}")
             )

@@ -1,7 +1,7 @@
 """The embedded default job: Uniform, per-request round-robin and TailSieve on emulated
 replicas, end to end.
 
-Starts emulated vLLM-compatible replicas on loopback (time-scaled GPU-shaped profile), replays
+Starts emulated replicas (vLLM- and SGLang-compatible) on loopback (time-scaled GPU-shaped profile), replays
 a synthetic workload through the real live runtime (HTTP, cutoff, aborts) with every policy,
 interleaved step by step on the same prompts and lengths, and writes a run folder that
 ``tailsieve report`` renders.
@@ -22,8 +22,9 @@ from tailsieve.control.config import ControllerConfig
 from tailsieve.core.timeline import StepTimeline
 from tailsieve.errors import ConfigError
 from tailsieve.model.profiles import DEFAULT_PROFILE, load_profile
-from tailsieve.runtime.backends import PromptInput, SamplingParams
+from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
 from tailsieve.runtime.emulator import EmulatorFleet
+from tailsieve.runtime.emulator.protocol import PROMPT_TOKEN_ID
 from tailsieve.runtime.observe import StepMetrics
 from tailsieve.runtime.rollout import RolloutBatch, RolloutConfig, TailSieveRollout
 from tailsieve.runtime.step_state import StepProgress
@@ -46,14 +47,16 @@ class DemoConfig:
     steps: int = 10  # steps after the warm-up step
     workload: str = "paper-math"
     profile: str = DEFAULT_PROFILE  # derived Qwen3-4B on one H100 (tailsieve profiles)
-    time_scale: float = 0.02  # emulated seconds per modelled second (~100 s for the default job)
+    time_scale: float = 0.05  # emulated seconds per modelled second (~4 min for the default
+    # job; at 0.02 the router's per-move work on a 2-core machine outweighs the moves' gain)
     seed: int = 0
     policies: tuple[str, ...] = ("uniform", "uniform-requests", "tailsieve")
     out_dir: Path = Path("demo-out")
-    moves: bool = False  # tailsieve runs with continuation and the live rebalancer (off by
-    # default: on emulated replicas at x0.02 time the per-piece overhead outweighs the gain)
-    piece_tokens: int = 512  # moves: max tokens per piece (a move drops at most the running
-    # piece's tokens; pieces, not streaming, keep the router's load low at emulated speed)
+    moves: bool = True  # tailsieve runs with continuation and the live rebalancer
+    backend: Backend = Backend.SGLANG  # the emulated replicas' API the router speaks (sglang:
+    # a move aborts the running request, which returns its partial output; vllm: unstreamed
+    # pieces of ``piece_tokens``, a move waits for the piece's end)
+    piece_tokens: int = 512  # moves on the vllm backend: max tokens per piece
 
     def __post_init__(self) -> None:
         if self.replicas < 2:
@@ -62,6 +65,9 @@ class DemoConfig:
             raise ConfigError("groups >= 2, group_size >= 1 and steps >= 1 are required")
         if not (0 < self.time_scale <= 10):
             raise ConfigError(f"time_scale must be in (0, 10], got {self.time_scale}")
+        object.__setattr__(self, "backend", Backend(self.backend))
+        if self.backend is Backend.VLLM_CHAT:
+            raise ConfigError("the demo runs the vllm or the sglang backend, not vllm-chat")
         if "uniform" not in self.policies:
             raise ConfigError("the demo compares against 'uniform'; include it in policies")
 
@@ -145,11 +151,17 @@ class PolicyResult:
         return out
 
 
-def _prompt_stream(workload: Any, seed: int) -> Iterator[PromptInput]:
+def _prompt_stream(workload: Any, seed: int, as_ids: bool = False) -> Iterator[PromptInput]:
     """The simulator's prompt order (``epoch_prompt_ids``): ``tailsieve simulate --seed S
-    --num-prompts P`` with the demo's P = 4 N (steps + 2) replays the same steps."""
+    --num-prompts P`` with the demo's P = 4 N (steps + 2) replays the same steps. ``as_ids``:
+    the prompts as token ids (SGLang does not echo a text prompt's ids, and a continuation
+    needs them); the emulator gives a text prompt one token per word, so both are alike."""
     for pid in epoch_prompt_ids(workload.prompt_ids(), seed):
-        yield PromptInput(pid, text=f"Solve problem {pid}.")
+        text = f"Solve problem {pid}."
+        if as_ids:
+            yield PromptInput(pid, token_ids=(PROMPT_TOKEN_ID,) * len(text.split()))
+        else:
+            yield PromptInput(pid, text=text)
 
 
 def _rollout_config(
@@ -161,13 +173,16 @@ def _rollout_config(
         group_size=cfg.group_size,
         policy=policy,
         model="tailsieve-emulated",
-        sampling=SamplingParams(max_tokens=32768, temperature=0.7, seed=cfg.seed),
+        # a chained response does not keep a per-request seed (rollout warns): none with moves
+        sampling=SamplingParams(max_tokens=32768, temperature=0.7,
+                                seed=None if cfg.moves else cfg.seed),
         replay=lengths,
         profile=str(controller_profile),
         # moves: pieces of at most piece_tokens; the controller's seam in emulated seconds (the
         # profile is scaled by time_scale, so is the seam)
+        backend=cfg.backend,
         continuation=moves,
-        piece_tokens=cfg.piece_tokens if moves else None,
+        piece_tokens=cfg.piece_tokens if moves and cfg.backend is Backend.VLLM else None,
         controller={"seam_s": _MODEL_SEAM_S * cfg.time_scale} if moves else {},
     )
 
@@ -201,7 +216,7 @@ async def run_interleaved(
             ro = await stack.enter_async_context(
                 TailSieveRollout(urls, rcfg, on_progress=on_progress)
             )
-            lanes[policy] = _Lane(ro, lengths, _prompt_stream(workload, cfg.seed),
+            lanes[policy] = _Lane(ro, lengths, _prompt_stream(workload, cfg.seed, cfg.backend is Backend.SGLANG),
                                    PolicyResult(policy))
         for t in range(cfg.steps + 1):
             for lane in lanes.values():

@@ -342,7 +342,7 @@ class LiveExecutor:
                 p = att.prompt_tokens(i)
                 ctx = p + chain.num_generated + att.streamed_tokens(i)
                 out.append(LiveResponse(pid, i, rep, ctx, p, dealt, int(rep in tails),
-                                        att.unstreamed_age_s(i, now)))
+                                        att.running_piece(i, now)))
         return out
 
     def generated(self, prompt_id: str) -> list[tuple[int, ...]]:

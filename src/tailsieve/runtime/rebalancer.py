@@ -2,9 +2,8 @@
 
 Only the I/O-side glue lives here. Every ``BalanceSettings.interval_s`` (and at a completion
 when half an interval has passed since the last check) the rebalancer reads the executor's
-view of its running responses (``LiveExecutor.running_responses``: context tokens = prompt
-tokens + every token the executor knows the response generated, i.e. up to its last seam, plus
-what its running piece streamed), builds one ``ReplicaLoad`` per healthy replica from the
+view of its running responses (``LiveExecutor.running_responses``, each unstreamed running
+piece's progress estimated, see below), builds one ``ReplicaLoad`` per healthy replica from the
 controller's cost model (a ``ReplicaConfig`` per replica: the profile's ``tau(b)``, context and
 recompute rates), asks ``plan_moves`` for moves and makes each with ``LiveExecutor.move``.
 
@@ -12,12 +11,19 @@ Exactly-once, whole groups and token-exact chains are the executor's and the cha
 only changes where a running response's next piece goes (``ChainedAttempt.move``); a response
 that completed, or a group that was cut or regenerated meanwhile, is not moved.
 
-Progress: a moved response is not moved again until the executor has seen it generate more
-(a piece completed or streamed a token), so a response cannot ping-pong without advancing. A
-move of a vLLM unstreamed piece takes effect at the piece's end (nothing is dropped; the
-response counts on its destination from the move on). Where a move would drop tokens (an
-SGLang abort that does not answer in time), a planned move whose predicted gain does not cover
-re-decoding them (the piece's age so far) is skipped.
+Where a response stands: the executor knows its tokens up to its last seam plus what a
+streamed piece streamed. An unstreamed piece (vLLM pieces, SGLang) reports its tokens only at
+its end, so each check adds the tokens the cost model says the running piece has generated
+since it began (``runtime.progress_clock``: each replica advances every running response by one
+token per predicted decode iteration), capped by the piece's own cap. Without that the balancer
+would see the contexts of the step's start and move little (disable with ``estimate=False``).
+
+Progress: a moved response is not moved again until its context (as estimated) passes the
+prefix it carried at its last move, so a response cannot ping-pong without advancing. A move
+of a vLLM unstreamed piece takes effect at the piece's end (nothing is dropped; the response
+counts on its destination from the move on); on SGLang the aborted piece returns its partial
+output (an abort that does not answer within ``chain_attempt.ABORT_WAIT_S`` drops the piece:
+counted in ``ChainStats.num_lost_pieces``).
 
 Prefix cache as the balancer sees it: a group's prompt is cached on the replicas it was dealt;
 a response that left a replica leaves its prefix (prompt + generated so far) cached there.
@@ -32,6 +38,7 @@ from typing import NamedTuple, Protocol
 
 from tailsieve.core.balancer import BalanceSettings, ReplicaLoad, Running, plan_moves
 from tailsieve.model.replica_config import ReplicaConfig
+from tailsieve.runtime.progress_clock import ProgressClock
 
 
 class LiveResponse(NamedTuple):
@@ -45,7 +52,8 @@ class LiveResponse(NamedTuple):
     prompt_tokens: int  # of them, the prompt's (0 when not known yet)
     dealt: tuple[int, ...]  # plan replicas the group was dealt (its prompt is cached there)
     pool: int  # 1 = tail pool, 0 = bulk pool
-    at_risk_s: float = 0.0  # decode a move would drop: the age of an unstreamed running piece
+    piece: tuple[int, float, int] | None = None  # unstreamed running piece: (replica it runs
+    # on, seconds it has run, most tokens it may add); its tokens are not in context_tokens
 
 
 @dataclass(slots=True)
@@ -82,6 +90,8 @@ class LiveRebalancer:
     _moved_at: dict[tuple[str, int], int] = field(default_factory=dict)  # context at last move
     _live: dict[tuple[str, int], LiveResponse] = field(default_factory=dict)  # last check's
     _taus: dict[int, Callable[[int], float]] = field(default_factory=dict)  # memoised tau
+    estimate: bool = True  # add each unstreamed running piece's estimated tokens (progress)
+    progress: ProgressClock = field(default_factory=ProgressClock)
     _poked: bool = False
     _last_s: float = 0.0
 
@@ -89,10 +99,12 @@ class LiveRebalancer:
         """A completion: check now if half an interval has passed since the last check."""
         self._poked = True
 
-    def loads(self) -> list[ReplicaLoad]:
+    def loads(self, now_s: float | None = None) -> list[ReplicaLoad]:
         """One ``ReplicaLoad`` per healthy plan replica, from the executor's running view. A
-        response that has not progressed since its last move counts in its replica's load but
-        is not a candidate; prefix-cache hits are read by ``cached_tokens``."""
+        response's context is what the executor knows plus, for an unstreamed running piece,
+        the tokens the cost model says it has generated by ``now_s`` (``progress``; at most
+        the piece's cap). A response that has not progressed since its last move counts in its
+        replica's load but is not a candidate; prefix-cache hits are read by ``cached_tokens``."""
         ok = self.healthy()
         live: dict[tuple[str, int], LiveResponse] = {}
         self._live = live
@@ -100,13 +112,21 @@ class LiveRebalancer:
         load: dict[int, list[int]] = {j: [] for j, h in enumerate(ok) if h}
         cands: dict[int, list[tuple[tuple[str, int], int]]] = {j: [] for j in load}
         pool_of: dict[int, int] = {}
+        between = self.progress.tokens_between if self.estimate else None
+        at = now_s if now_s is not None else 0.0
+        if now_s is None:
+            between = None
         for x in self.executor.running_responses():
             ctxs = load.get(x.replica)
             if ctxs is None:
                 continue  # on a replica taken out: the executor relocates it
             key = (x.prompt_id, x.sample)
-            live[key] = x
             n = x.context_tokens
+            if between is not None and x.piece is not None:
+                on, age_s, cap = x.piece
+                n += min(cap, int(between(on, at - age_s, at)))
+                x = x._replace(context_tokens=n)
+            live[key] = x
             ctxs.append(n)
             if n > moved_at.get(key, -1):
                 cands[x.replica].append((key, n))
@@ -124,6 +144,19 @@ class LiveRebalancer:
                 c.prefill_s, pool=pool_of.get(j, 0),
             ))
         return out
+
+    def _estimated_loads(self, now_s: float) -> list[ReplicaLoad]:
+        """``loads`` at ``now_s`` with the progress clock brought up to it, then set to run at
+        each replica's predicted rate (one token per decode iteration) until the next check."""
+        if not self.estimate:
+            return self.loads()
+        prog = self.progress
+        if not prog.started:  # the first check: rates from what is known (no estimates yet)
+            prog.run_at(_rates(self.loads()))
+        prog.close(now_s)
+        loads = self.loads(now_s)
+        prog.run_at(_rates(loads))
+        return loads
 
     def cached_tokens(self, key: Hashable, replica: int) -> int:
         """Prefix tokens of response ``key`` already cached on ``replica``: where it ran
@@ -151,7 +184,7 @@ class LiveRebalancer:
         now = self.clock()
         self._last_s = now
         self.tally.num_checks += 1
-        loads = self.loads()
+        loads = self._estimated_loads(now)
         s = self.settings
         moves = plan_moves(loads, s.horizon_at(now), s.seam_s, s.max_moves_per_check,
                            cached=self.cached_tokens, cached_on=self.cached_on)
@@ -159,9 +192,6 @@ class LiveRebalancer:
         for mv in moves:
             key: tuple[str, int] = mv.key  # type: ignore[assignment]
             pid, sample = key
-            x = self._live.get(key)
-            if mv.predicted_gain_s <= (x.at_risk_s if x is not None else 0.0):
-                continue  # the gain does not cover re-decoding what an unstreamed piece drops
             if not self.executor.move(pid, sample, mv.dst):
                 continue
             made += 1
@@ -191,6 +221,17 @@ class LiveRebalancer:
 
 __all__ = ["LiveRebalancer", "LiveResponse", "MoveTally", "Mover"]
 
+
+
+def _rates(loads: Sequence[ReplicaLoad]) -> dict[int, float]:
+    """Tokens per second per running response, by replica: one per decode iteration."""
+    out = {}
+    for ld in loads:
+        if ld.num_running > 0:
+            cost = ld.cost_s(ld.num_running, ld.context_tokens)
+            if cost > 0:
+                out[ld.replica] = 1.0 / cost
+    return out
 
 
 def _const(items: Running) -> Callable[[], Running]:

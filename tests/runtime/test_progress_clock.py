@@ -1,0 +1,123 @@
+"""Where a running response stands without streaming: the progress clock and its use by the
+live rebalancer."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tailsieve.core.balancer import BalanceSettings
+from tailsieve.model.replica_config import ReplicaConfig
+from tailsieve.model.throughput import ThroughputModel
+from tailsieve.runtime.progress_clock import ProgressClock
+from tailsieve.runtime.rebalancer import LiveRebalancer, LiveResponse
+
+
+def _brute(segments: list[tuple[float, float]], t: float) -> float:
+    """Tokens by ``t`` for rates held over consecutive ``(duration, rate)`` segments from 0."""
+    got, start = 0.0, 0.0
+    for dur, rate in segments:
+        got += max(0.0, min(t, start + dur) - start) * rate
+        start += dur
+    if t > start and segments:
+        got += (t - start) * segments[-1][1]
+    return got
+
+
+@given(
+    steps=st.lists(st.tuples(st.floats(0.01, 5.0), st.floats(0.0, 200.0)), min_size=1,
+                   max_size=12),
+    probe=st.floats(0.0, 1.0),
+)
+def test_tokens_integrate_each_interval_at_the_rate_that_opened_it(
+    steps: list[tuple[float, float]], probe: float
+) -> None:
+    clock = ProgressClock()
+    now = 0.0
+    for dur, rate in steps:  # rate ``rate`` from ``now``, then close at ``now + dur``
+        clock.run_at({0: rate})
+        now += dur
+        clock.close(now)
+    t = probe * now
+    assert abs(clock.tokens_at(0, t) - _brute(steps, t)) <= 1e-6 * (1 + _brute(steps, now))
+    assert clock.tokens_between(0, t, now) >= 0
+    assert clock.tokens_at(1, now) == 0.0  # a replica never seen
+
+
+def test_a_replica_first_seen_later_ran_at_its_first_rate_from_the_start() -> None:
+    clock = ProgressClock()
+    clock.run_at({0: 10.0})
+    clock.close(2.0)
+    clock.run_at({0: 10.0, 1: 4.0})
+    clock.close(3.0)
+    assert clock.tokens_at(1, 3.0) == 12.0
+    assert clock.tokens_between(0, 1.0, 3.0) == 20.0
+    assert clock.tokens_at(0, 2.5) == 25.0  # interpolated inside the last interval
+
+
+class _Running:
+    """A ``Mover`` with fixed running responses that records moves."""
+
+    def __init__(self, running: list[LiveResponse]) -> None:
+        self.running = running
+        self.moves: list[tuple[str, int, int]] = []
+
+    def running_responses(self) -> list[LiveResponse]:
+        return self.running
+
+    def move(self, prompt_id: str, sample: int, to_replica: int) -> bool:
+        self.moves.append((prompt_id, sample, to_replica))
+        return True
+
+
+def _rebalancer(running: list[LiveResponse], now: list[float], estimate: bool) -> LiveRebalancer:
+    # 10 ms per iteration whatever the batch: 100 tokens per second per running response
+    flat = ReplicaConfig(throughput=ThroughputModel.from_pairs([(1, 0.01), (64, 0.01)], name="f"),
+                         recompute_s_per_token=1e-6)
+    return LiveRebalancer(
+        _Running(running), BalanceSettings(interval_s=0.5, horizon_s=10.0, seam_s=0.0),
+        [flat, flat], lambda: [True, True], lambda: now[0], estimate=estimate,
+    )
+
+
+def test_an_unstreamed_piece_counts_the_tokens_the_cost_model_says_it_generated() -> None:
+    running = [
+        LiveResponse("a", 0, 0, 20, 20, (0,), 0, (0, 2.0, 1000)),  # ran 2 s on replica 0
+        LiveResponse("a", 1, 0, 20, 20, (0,), 0, (0, 2.0, 150)),  # the same, capped at 150
+        LiveResponse("b", 0, 1, 50, 20, (1,), 0, None),  # streamed / between pieces: as known
+    ]
+    now = [2.0]
+    rb = _rebalancer(running, now, estimate=True)
+    loads = rb._estimated_loads(2.0)
+    assert [ld.context_tokens for ld in loads] == [20 + 200 + 20 + 150, 50]
+    now[0] = 3.0  # one second more at 100 tokens per second (ages as the executor reports)
+    rb.executor.running = [x._replace(piece=(0, 3.0, x.piece[2])) if x.piece else x  # type: ignore[attr-defined]
+                           for x in running]
+    loads = rb._estimated_loads(3.0)
+    assert loads[0].context_tokens == 20 + 300 + 20 + 150
+    plain = _rebalancer(running, [2.0], estimate=False)._estimated_loads(2.0)
+    assert [ld.context_tokens for ld in plain] == [40, 50]  # what the executor knows
+
+
+def test_estimated_progress_is_what_shows_the_imbalance() -> None:
+    """Replica 0's two responses have run 20 s unstreamed (about 2,000 tokens each at 100
+    tokens per second); replica 1's two are fresh. By count the replicas are alike; with the
+    context term the estimate shows replica 0 the costlier, and only then is one moved."""
+    import dataclasses
+
+    running = [LiveResponse("a", i, 0, 10, 10, (0,), 0, (0, 20.0, 5000)) for i in range(2)]
+    running += [LiveResponse("b", i, 1, 10, 10, (1,), 0, None) for i in range(2)]
+    tp = dataclasses.replace(ThroughputModel.from_pairs([(1, 0.01), (64, 0.073)], name="k"),
+                             context_s_per_token=1e-5)
+    cost = ReplicaConfig(throughput=tp, recompute_s_per_token=1e-7)
+    moved = {}
+    for estimate in (True, False):
+        rb = LiveRebalancer(
+            _Running(running), BalanceSettings(interval_s=0.5, horizon_s=10.0, seam_s=0.0),
+            [cost, cost], lambda: [True, True], lambda: 20.0, estimate=estimate,
+        )
+        moved[estimate] = rb.check()
+        if estimate:
+            assert rb.executor.moves and rb.executor.moves[0][0] == "a"  # type: ignore[attr-defined]
+            assert rb.tally.moved_tokens > 1000  # the prefix carries the estimated tokens
+    assert moved[True] >= 1 and moved[False] == 0
