@@ -219,10 +219,10 @@ def test_equals_the_reference_at_64_replicas(seed: int, copies: bool) -> None:
 
 def test_equals_the_reference_inside_a_simulated_run(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every check of a simulated run (cache hits from dealt prompts and earlier pieces)."""
+    from tailsieve.core import balance_check
     from tailsieve.model.profiles import load_profile
     from tailsieve.model.replica_engine import ReplicaConfig
     from tailsieve.model.speculative import SpecConfig
-    from tailsieve.sim import movepath
     from tailsieve.sim.driver import SimSettings, epoch_prompt_ids, run_policies
     from tailsieve.sim.replicas import PoolConfigs
     from tailsieve.sim.workloads import resolve_workload
@@ -236,7 +236,7 @@ def test_equals_the_reference_inside_a_simulated_run(monkeypatch: pytest.MonkeyP
         checks.append(len(got))
         return got
 
-    monkeypatch.setattr(movepath, "plan_moves", both)
+    monkeypatch.setattr(balance_check, "plan_moves", both)
     spec = SpecConfig.parse("none")
     pools = PoolConfigs.from_specs(
         ReplicaConfig.from_profile(load_profile("qwen3-4b-h100")), spec, spec)

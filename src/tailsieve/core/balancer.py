@@ -59,6 +59,9 @@ class BalanceSettings:
     horizon_s: float  # expected remaining step time used to price a move's gain, seconds
     seam_s: float = 0.05  # round trip + one scheduling iteration per move, seconds
     max_moves_per_check: int = 64  # moves one check may make
+    max_moves_per_decision: int = 8  # moves one ``plan_moves`` call of a check may make (a
+    # check plans in decisions of at most this many, ``core.balance_check``; the moves are the
+    # same whatever it is: it bounds the time of one call, not what a check does)
     expected_step_s: float = 0.0  # the controller's step-time estimate (0: unknown)
 
     def __post_init__(self) -> None:
@@ -68,6 +71,8 @@ class BalanceSettings:
             raise ConfigError("horizon_s, seam_s and expected_step_s must be >= 0")
         if self.max_moves_per_check < 0:
             raise ConfigError("max_moves_per_check must be >= 0")
+        if self.max_moves_per_decision < 1:
+            raise ConfigError("max_moves_per_decision must be >= 1")
 
     def horizon_at(self, elapsed_s: float) -> float:
         """Expected remaining time at ``elapsed_s`` into the step: the controller's estimate

@@ -3,7 +3,8 @@
 Like ``sim.eventpath`` (one ``ReplicaEngine`` per replica, time from event to event), plus
 re-balance checks: every ``BalanceSettings.interval_s`` (and at a completion when half an
 interval has passed since the last check) every replica is advanced to the moment, the pure
-balancer (``core.balancer.plan_moves``) is asked for moves, and each move is applied:
+balancer (``core.balancer.plan_moves``, in decisions of a few moves: ``core.balance_check``)
+is asked for moves, and each move is applied:
 
 - the response stops on its replica ``A`` with ``g`` tokens generated there (a *piece*);
 - after the seam (``seam_s``: round trip + one scheduling iteration) it continues on ``B`` as a
@@ -38,7 +39,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tailsieve.core.balancer import BalanceSettings, ReplicaLoad, Running, plan_moves
+from tailsieve.core.balance_check import plan_check
+from tailsieve.core.balancer import BalanceSettings, ReplicaLoad, Running
 from tailsieve.errors import ConfigError
 from tailsieve.model.replica_engine import Completion, ReplicaConfig, ReplicaEngine
 from tailsieve.sim.layout import RequestLayout, SimResult, choose_fresh
@@ -214,8 +216,11 @@ def simulate_with_moves(
                 loads[d].context_tokens += x
             for ld in loads:
                 ld.running = _without(ld.running, redirect)
-        moves = plan_moves(loads, balance.horizon_at(t), balance.seam_s,
-                           balance.max_moves_per_check, cached, cached_on)
+        # the check's decisions (at most max_moves_per_decision moves each), made once all are
+        # planned: the simulated instant does not advance between them
+        moves = [mv for decision in plan_check(
+            loads, balance.horizon_at(t), balance.seam_s, balance.max_moves_per_check,
+            balance.max_moves_per_decision, cached, cached_on) for mv in decision]
         nonlocal seq
         for mv in moves:
             rid = mv.key
