@@ -25,6 +25,7 @@ import dataclasses
 import json
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,6 @@ from typing import Any
 import numpy as np
 from outdir import default_out
 
-from tailsieve.core import balance_check
 from tailsieve.core.balancer import BalanceSettings, ReplicaLoad
 from tailsieve.model.profiles import load_profile
 from tailsieve.model.replica_engine import ReplicaConfig
@@ -89,70 +89,56 @@ PER_DECISION = BalanceSettings(interval_s=1.0, horizon_s=1.0).max_moves_per_deci
 
 
 class _TimedChecks:
-    """Wraps the simulator's ``replica_loads`` and the check's ``settle_moves`` and
-    ``plan_moves`` (``core.balance_check``) to time every decision of every re-balance check
-    of a run: building the loads (a check's first decision) or settling the previous
-    decision's moves (its next ones) plus ``plan_moves`` (``check_s``), the ``plan_moves``
-    call alone (``plan_s``), and a whole check: all its decisions (``whole_s``)."""
+    """Wraps the simulator's ``replica_loads`` and ``plan_check`` to time every decision of
+    every re-balance check of a run (``check_s``): a check's first decision from building the
+    loads to its moves (the planner's set-up included), each next one from asking for it to
+    its moves; and each whole check (``whole_s``: its decisions summed)."""
 
     def __init__(self) -> None:
         self.check_s: list[float] = []  # per decision
-        self.plan_s: list[float] = []
         self.moves: list[int] = []  # moves per decision
         self.whole_s: list[float] = []  # per check: the sum of its decisions
         self.inner_loads = movepath.replica_loads
-        self.inner_plan = balance_check.plan_moves
-        self.inner_settle = balance_check.settle_moves
+        self.inner_check = movepath.plan_check
         self._t_start = 0.0
 
     def loads(self, *args: Any, **kw: Any) -> Any:
-        self.whole_s.append(0.0)
         self._t_start = time.perf_counter()
         return self.inner_loads(*args, **kw)
 
-    def settle(self, *args: Any, **kw: Any) -> Any:
-        self._t_start = time.perf_counter()
-        return self.inner_settle(*args, **kw)
-
-    def plan(self, *args: Any, **kw: Any) -> Any:
-        t0 = time.perf_counter()
-        out = self.inner_plan(*args, **kw)
-        t1 = time.perf_counter()
-        self.plan_s.append(t1 - t0)
-        self.check_s.append(t1 - self._t_start)
-        self.moves.append(len(out))
-        if self.whole_s:
-            self.whole_s[-1] += t1 - self._t_start
-        return out
+    def check(self, *args: Any, **kw: Any) -> Iterator[list[Any]]:
+        self.whole_s.append(0.0)
+        decisions = self.inner_check(*args, **kw)
+        t0 = self._t_start
+        while True:
+            try:
+                decision = next(decisions)
+            except StopIteration:
+                return
+            took = time.perf_counter() - t0
+            self.check_s.append(took)
+            self.whole_s[-1] += took
+            self.moves.append(len(decision))
+            yield decision
+            t0 = time.perf_counter()
 
     def __enter__(self) -> _TimedChecks:
         movepath.replica_loads = self.loads  # type: ignore[assignment]
-        balance_check.plan_moves = self.plan  # type: ignore[assignment]
-        balance_check.settle_moves = self.settle  # type: ignore[assignment]
+        movepath.plan_check = self.check  # type: ignore[assignment]
         return self
 
     def __exit__(self, *exc: object) -> None:
         movepath.replica_loads = self.inner_loads  # type: ignore[assignment]
-        balance_check.plan_moves = self.inner_plan  # type: ignore[assignment]
-        balance_check.settle_moves = self.inner_settle  # type: ignore[assignment]
+        movepath.plan_check = self.inner_check  # type: ignore[assignment]
 
     def summary(self) -> dict[str, float]:
-        """p50/p99/max of a decision (loads or settling + ``plan_moves``), p50/p99 of
-        ``plan_moves`` alone and of a whole check (its decisions summed), ms."""
-        return _summary(self.check_s, self.plan_s, self.whole_s, self.moves)
-
-
-def _summary(check_s: list[float], plan_s: list[float], whole_s: list[float],
-             moves: list[int]) -> dict[str, float]:
-    ms = np.array(check_s or [0.0]) * 1e3
-    plan = np.array(plan_s or [0.0]) * 1e3
-    whole = np.array(whole_s or [0.0]) * 1e3
-    return {"p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99)),
-            "max_ms": float(ms.max()), "plan_p50_ms": float(np.percentile(plan, 50)),
-            "plan_p99_ms": float(np.percentile(plan, 99)),
-            "check_p50_ms": float(np.percentile(whole, 50)),
-            "check_p99_ms": float(np.percentile(whole, 99)),
-            "max_moves_in_a_decision": int(max(moves, default=0))}
+        """p50/p99/max of a decision and p50/p99 of a whole check, ms."""
+        ms = np.array(self.check_s or [0.0]) * 1e3
+        whole = np.array(self.whole_s or [0.0]) * 1e3
+        return {"p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99)),
+                "max_ms": float(ms.max()), "check_p50_ms": float(np.percentile(whole, 50)),
+                "check_p99_ms": float(np.percentile(whole, 99)),
+                "max_moves_in_a_decision": int(max(self.moves, default=0))}
 
 
 def run_case(case: Case, seeds: list[int], steps: int, groups: int,
@@ -238,11 +224,10 @@ def decision_timing(num_replicas: int = 64, per_replica: int = 64, calls: int = 
                 b = int(rng.integers(per_replica // 2, per_replica + 1))
                 ctx = (rng.integers(0, 16_000, b) * rng.uniform(0.5, 1.0)).astype(int).tolist()
                 running.append([((r, j), c) for j, c in enumerate(ctx)])
-            timed.whole_s.append(0.0)
             timed._t_start = time.perf_counter()
             loads = [ReplicaLoad.of(r, items, taus.__getitem__, k, per_token)
                      for r, items in enumerate(running)]
-            moves.append(sum(len(d) for d in balance_check.plan_check(
+            moves.append(sum(len(d) for d in timed.check(
                 loads, 200.0, 0.05, max_moves, per_decision)))
     return {"num_replicas": num_replicas, "in_flight": num_replicas * per_replica,
             "calls": calls, "max_moves": max_moves, "max_moves_per_decision": per_decision,

@@ -9,17 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_balancer_reference import Case, _synthetic, cases
 
-from tailsieve.core import balance_check
-from tailsieve.core.balance_check import plan_check, settle_moves
+from tailsieve.core.balance_check import plan_check
 from tailsieve.core.balancer import BalanceSettings, Move, ReplicaLoad, plan_moves
 from tailsieve.errors import ConfigError
-
-
-def _fresh(loads: list[ReplicaLoad]) -> list[ReplicaLoad]:
-    """Copies (``plan_check`` settles moves into the loads it is given)."""
-    return [ReplicaLoad(ld.replica, ld.num_running, ld.context_tokens, ld.running, ld.tau,
-                        ld.context_s_per_token, ld.prefill_s_per_token, ld.prefill_s,
-                        ld.accepts, ld.pool) for ld in loads]
 
 
 def _cache(hits: Mapping[tuple[Hashable, int], int] | None, where: str) -> tuple[
@@ -36,12 +28,12 @@ def _cache(hits: Mapping[tuple[Hashable, int], int] | None, where: str) -> tuple
 def _check(loads: list[ReplicaLoad], horizon: float, seam: float, max_moves: int, per: int,
            cached: Callable[[Hashable, int], int] | None,
            cached_on: Callable[[Hashable], Mapping[int, int]] | None) -> list[list[Move]]:
-    want = plan_moves(_fresh(loads), horizon, seam, max_moves, cached, cached_on)
-    decisions = list(plan_check(_fresh(loads), horizon, seam, max_moves, per, cached,
-                                cached_on))
+    want = plan_moves(loads, horizon, seam, max_moves, cached, cached_on)
+    decisions = list(plan_check(loads, horizon, seam, max_moves, per, cached, cached_on))
     assert [mv for d in decisions for mv in d] == want  # gains too, to the last bit
-    assert all(0 < len(d) <= per for d in decisions)
     assert all(len(d) == per for d in decisions[:-1])  # a short decision ends the check
+    assert (len(decisions[-1]) < per or sum(map(len, decisions)) == max_moves
+            if max_moves > 0 else decisions == [])
     return decisions
 
 
@@ -60,7 +52,8 @@ def test_decisions_make_the_moves_of_one_call_on_random_loads(case: Case, per: i
 def test_decisions_make_the_moves_of_one_call_at_64_replicas(seed: int, per: int) -> None:
     loads = _synthetic(seed, copies=bool(seed))
     decisions = _check(loads, 200.0, 0.05, 64, per, None, None)
-    assert len(decisions) == -(-64 // per)  # the many-moves case: every decision is full
+    assert [len(d) for d in decisions] == [per] * (64 // per) + (
+        [64 % per] if 64 % per else [])  # the many-moves case: every decision is full
     hits = {(key, r): 4000 for ld in loads for key, _ in ld.running()
             for r in range(len(loads)) if (key[1] + r) % 9 == 0}
     _check(loads, 200.0, 0.05, 64, per, *_cache(hits, "exact"))
@@ -78,28 +71,31 @@ def test_a_moved_response_is_not_moved_again_in_the_check() -> None:
     assert len(keys) >= 2 and len(set(keys)) == len(keys)
 
 
-def test_settle_counts_moves_where_they_go() -> None:
-    tau = lambda b: 0.01 if b > 0 else 0.0  # noqa: E731
-    loads = [ReplicaLoad.of(7, [("a", 100), ("b", 300), ("c", 50)], tau, 1e-7, 1e-5),
-             ReplicaLoad.of(3, [("d", 10)], tau, 1e-7, 1e-5)]
-    settle_moves(loads, [Move("b", 7, 3, 300, 300, 1.0)])
-    settle_moves(loads, [Move("c", 7, 3, 50, 0, 1.0)])
-    assert (loads[0].num_running, loads[0].context_tokens) == (1, 100.0)
-    assert (loads[1].num_running, loads[1].context_tokens) == (3, 360.0)
-    assert list(loads[0].running()) == [("a", 100)]
-    assert list(loads[1].running()) == [("d", 10)]  # counted there, not offered
+def test_the_planner_reads_the_loads_when_asked() -> None:
+    """A decision reads a replica's running responses only when it becomes the costliest,
+    so what the next decision sees is what the loads hold then (the caller keeps them)."""
+    reads: list[int] = []
+    tau = lambda b: 0.01 + 1e-4 * b if b > 0 else 0.0  # noqa: E731
+
+    def load(r: int, n: int) -> ReplicaLoad:
+        items = tuple(((r, j), 4000 + 10 * j) for j in range(n))
+        ld = ReplicaLoad.of(r, items, tau, 1e-7, 1e-5)
+        ld.running = lambda: reads.append(r) or items  # type: ignore[func-returns-value]
+        return ld
+
+    loads = [load(0, 12), load(1, 9), load(2, 0), load(3, 0)]
+    check = plan_check(loads, 1000.0, 0.0, 64, 1)
+    assert len(next(check)) == 1 and reads == [0]
+    rest = [mv for d in check for mv in d]
+    assert rest and reads[:2] == [0, 1] and len(set(reads)) == len(reads)  # once each
 
 
-def test_each_call_asks_for_at_most_one_decision(monkeypatch: pytest.MonkeyPatch) -> None:
-    asked: list[int] = []
-
-    def spy(*args: object, **kw: object) -> list[Move]:
-        asked.append(int(args[3]))  # type: ignore[call-overload]
-        return plan_moves(*args, **kw)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(balance_check, "plan_moves", spy)
-    moves = [mv for d in plan_check(_synthetic(2), 200.0, 0.05, 20, 8) for mv in d]
-    assert len(moves) == 20 and asked == [8, 8, 4]
+def test_decisions_of_a_check_bounded_by_its_total() -> None:
+    decisions = list(plan_check(_synthetic(2), 200.0, 0.05, 20, 8))
+    assert [len(d) for d in decisions] == [8, 8, 4]
+    assert list(plan_check(_synthetic(2), 200.0, 0.05, 0, 8)) == []
+    (last,) = list(plan_check(_synthetic(2), 0.0, 0.05, 20, 8))  # no horizon: no move
+    assert last == []
 
 
 def test_settings_bound_the_decision() -> None:

@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from random_plans import random_plan
 
-from tailsieve.core.balancer import BalanceSettings, plan_moves
+from tailsieve.core.balance_check import plan_check
+from tailsieve.core.balancer import BalanceSettings
 from tailsieve.core.plan import StepPlan
 from tailsieve.model.profiles import load_profile
 from tailsieve.model.replica_engine import ReplicaConfig
@@ -193,16 +194,17 @@ def test_a_run_does_not_depend_on_the_decision_size(
 ) -> None:
     """Every check of a run (queues, cache hits, moves cutting or waiting for pieces): the
     same result with one move per decision as with the whole check in one call."""
-    from tailsieve.core import balance_check
+    from tailsieve.sim import movepath
 
-    made: list[int] = []
+    made: list[list[int]] = []  # per check, the moves of each decision
 
     def spy(*args, **kw):  # type: ignore[no-untyped-def]
-        out = plan_moves(*args, **kw)
-        made.append(len(out))
-        return out
+        made.append([])
+        for decision in plan_check(*args, **kw):
+            made[-1].append(len(decision))
+            yield decision
 
-    monkeypatch.setattr(balance_check, "plan_moves", spy)
+    monkeypatch.setattr(movepath, "plan_check", spy)
     rng = np.random.default_rng(3)
     plan = random_plan(rng, 4, 4, 24, step=2, tail_from=3)
     table = {a.prompt_id: rng.integers(1, 6000, 4).tolist() for a in plan.assignments}
@@ -217,7 +219,8 @@ def test_a_run_does_not_depend_on_the_decision_size(
                                         keep_pieces=True, tail_replicas=plan.tail_replicas,
                                         pieces=pieces))
     (one, s1), (whole, s64) = runs
-    assert max(made[-s64.num_checks:]) >= 2  # a check of several moves (several decisions)
+    assert len(made) == s1.num_checks + s64.num_checks
+    assert max(map(len, made[:s1.num_checks])) >= 3  # checks of several decisions
     assert s1 == s64
     np.testing.assert_array_equal(one.done_s, whole.done_s)
     np.testing.assert_array_equal(one.delivered_fresh, whole.delivered_fresh)

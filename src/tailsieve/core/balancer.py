@@ -39,14 +39,15 @@ lowest-numbered one and those with a cached prefix are weighed.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from operator import itemgetter
 
 from tailsieve.core.balance_scan import Groups, best_for, plateau_len
 from tailsieve.errors import ConfigError
 
-__all__ = ["BalanceSettings", "Move", "ReplicaLoad", "plan_moves"]
+__all__ = ["BalanceSettings", "Move", "ReplicaLoad", "iter_moves", "plan_moves"]
 
 Running = Sequence[tuple[Hashable, int]]  # (key, context tokens) of the running responses
 
@@ -134,9 +135,24 @@ def plan_moves(
     ``cached_on(key)``: the same as ``{replica: cached(key, replica)}`` over the replicas
     where it is above 0 (others may be left out), which lets a check skip the others and
     bound what a cached prefix can save (same moves, less time)."""
-    nr = len(loads)
-    if max_moves <= 0 or nr < 2 or horizon_s <= 0:
+    if max_moves <= 0:
         return []
+    return list(islice(iter_moves(loads, horizon_s, seam_s, cached, cached_on), max_moves))
+
+
+def iter_moves(
+    loads: Sequence[ReplicaLoad], horizon_s: float, seam_s: float,
+    cached: Callable[[Hashable, int], int] | None = None,
+    cached_on: Callable[[Hashable], Mapping[int, int]] | None = None,
+) -> Iterator[Move]:
+    """``plan_moves``'s moves one at a time, each planned when asked for: the first ``n``
+    are ``plan_moves(loads, horizon_s, seam_s, n, cached, cached_on)``, whenever they are
+    asked for. So a caller may take a few, make them, and ask for more, provided the loads
+    (and what their ``running`` return) and ``cached`` / ``cached_on`` for the responses not
+    yet moved stay as they were (``core.balance_check``)."""
+    nr = len(loads)
+    if nr < 2 or horizon_s <= 0:
+        return
     b = [ld.num_running for ld in loads]
     ctx = [float(ld.context_tokens) for ld in loads]
     ks = [ld.context_s_per_token for ld in loads]
@@ -154,8 +170,7 @@ def plan_moves(
         hit_on = _HitsOn(loads, cached_on)
     sorted_run: dict[int, list[tuple[Hashable, int]]] = {}  # replica -> by context, stable
     most_hit: dict[int, float] = {}  # replica -> most cached tokens of its responses anywhere
-    out: list[Move] = []
-    while len(out) < max_moves:
+    while True:
         c_top = max(cost)
         top = cost.index(c_top)
         if b[top] < 1 or c_top <= 0:
@@ -228,8 +243,7 @@ def plan_moves(
         for r in (top, d):
             cost[r] = taus[r](b[r]) + ks[r] * ctx[r] if b[r] > 0 else 0.0
             groups.update(r, taus[r](b[r] + 1) + ks[r] * ctx[r])
-        out.append(Move(key, lt.replica, loads[d].replica, x, uncached, net))
-    return out
+        yield Move(key, lt.replica, loads[d].replica, x, uncached, net)
 
 
 _INDEX = itemgetter(1)
@@ -247,8 +261,14 @@ def _most_hit(cands: list[tuple[Hashable, int]], cached: Callable[[Hashable, int
     if not isinstance(hit_on, _HitsOn):
         return math.inf
     most, fill = hit_on.most_of, hit_on.fill
-    return float(max((min(most[key] if key in most else fill(key)[1], x) for key, x in cands),
-                     default=0))
+    m = 0  # from the longest context down: none shorter than ``m`` can raise it
+    for key, x in reversed(cands):
+        if x <= m:
+            break
+        h = most[key] if key in most else fill(key)[1]
+        if h > m:
+            m = min(h, x)
+    return float(m)
 
 
 class _HitsOn:
