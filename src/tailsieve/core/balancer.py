@@ -60,9 +60,9 @@ class BalanceSettings:
     horizon_s: float  # expected remaining step time used to price a move's gain, seconds
     seam_s: float = 0.05  # round trip + one scheduling iteration per move, seconds
     max_moves_per_check: int = 64  # moves one check may make
-    max_moves_per_decision: int = 8  # moves one ``plan_moves`` call of a check may make (a
-    # check plans in decisions of at most this many, ``core.balance_check``; the moves are the
-    # same whatever it is: it bounds the time of one call, not what a check does)
+    max_moves_per_decision: int = 4  # a check plans in decisions of at most this many moves
+    # (``core.balance_check``); the moves are the same whatever it is: it bounds the time of
+    # one decision, not what a check does
     expected_step_s: float = 0.0  # the controller's step-time estimate (0: unknown)
 
     def __post_init__(self) -> None:
@@ -225,10 +225,17 @@ def iter_moves(
                     # than the last one's plain gain plus the most a cached prefix can save
                     if plain == -math.inf:
                         break  # no response could move to the last one
-                    if top not in most_hit:
-                        most_hit[top] = _most_hit(cands, cached, hit_on)
-                    if plain + ld.prefill_s_per_token * most_hit[top] < max(
-                            best[0] if best else 0.0, 0.0) - slack:
+                    floor = max(best[0] if best else 0.0, 0.0) - slack
+                    rate = ld.prefill_s_per_token
+                    if cached is None:
+                        most = 0.0
+                    elif plain + rate * cands[-1][1] < floor:
+                        break  # not even a whole context cached would do
+                    else:
+                        if top not in most_hit:
+                            most_hit[top] = _most_hit(cands, hit_on)
+                        most = most_hit[top]
+                    if plain + rate * most < floor:
                         break
                 best, plain = best_for(best, cands, a, bd, c_top, k_top, ld, d, horizon_s,
                                        seam_s, cached, hit_on, scale if prunable else None)
@@ -253,11 +260,9 @@ def _no_hits(key: Hashable) -> Mapping[int, int]:
     return {}
 
 
-def _most_hit(cands: list[tuple[Hashable, int]], cached: Callable[[Hashable, int], int] | None,
+def _most_hit(cands: list[tuple[Hashable, int]],
               hit_on: Callable[[Hashable], Mapping[int, int]] | None) -> float:
     """The most tokens a cached prefix takes off any of ``cands``' prefills, anywhere."""
-    if cached is None:
-        return 0.0
     if not isinstance(hit_on, _HitsOn):
         return math.inf
     most, fill = hit_on.most_of, hit_on.fill
