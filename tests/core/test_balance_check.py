@@ -99,7 +99,7 @@ def test_decisions_of_a_check_bounded_by_its_total() -> None:
 
 
 def test_settings_bound_the_decision() -> None:
-    assert BalanceSettings(interval_s=1.0, horizon_s=1.0).max_moves_per_decision == 4
+    assert BalanceSettings(interval_s=1.0, horizon_s=1.0).max_moves_per_decision == 2
     with pytest.raises(ConfigError):
         BalanceSettings(interval_s=1.0, horizon_s=1.0, max_moves_per_decision=0)
 

@@ -60,7 +60,7 @@ class BalanceSettings:
     horizon_s: float  # expected remaining step time used to price a move's gain, seconds
     seam_s: float = 0.05  # round trip + one scheduling iteration per move, seconds
     max_moves_per_check: int = 64  # moves one check may make
-    max_moves_per_decision: int = 4  # a check plans in decisions of at most this many moves
+    max_moves_per_decision: int = 2  # a check plans in decisions of at most this many moves
     # (``core.balance_check``); the moves are the same whatever it is: it bounds the time of
     # one decision, not what a check does
     expected_step_s: float = 0.0  # the controller's step-time estimate (0: unknown)
