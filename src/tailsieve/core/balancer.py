@@ -106,7 +106,7 @@ class ReplicaLoad:
            context_s_per_token: float, prefill_s_per_token: float, **kw: object) -> ReplicaLoad:
         """A load from an explicit list of ``(key, context tokens)``."""
         items = tuple(running)
-        return cls(replica, len(items), float(sum(c for _, c in items)), lambda: items, tau,
+        return cls(replica, len(items), float(sum(map(_INDEX, items))), lambda: items, tau,
                    context_s_per_token, prefill_s_per_token, **kw)  # type: ignore[arg-type]
 
     def cost_s(self, b: int, context: float) -> float:
