@@ -158,10 +158,10 @@ def iter_moves(
     ks = [ld.context_s_per_token for ld in loads]
     taus = [ld.tau for ld in loads]
     cost = [t(n) + k * c if n > 0 else 0.0 for t, n, k, c in zip(taus, b, ks, ctx, strict=True)]
-    groups = Groups(loads, b, ctx)
+    groups = Groups(loads, b, ctx, taus, ks)
     # no negative rate: a destination's bound (the filter value) is never below its moves'
     # gains and falls as its base grows within a group, so a scan by base can stop early
-    prunable = min(ks) >= 0 and min(ld.prefill_s_per_token for ld in loads) >= 0
+    prunable = min(ks) >= 0 and min([ld.prefill_s_per_token for ld in loads]) >= 0
     # key -> the destinations (indices) where it may have a cached prefix (None: unknown)
     hit_on: Callable[[Hashable], Mapping[int, int]] | None = None
     if cached is None:
