@@ -2,7 +2,9 @@
 
 Run: ``PYTHONPATH=src python benchmarks/bench_balancer.py --out benchmarks/results/balancer``
 (``--seeds 5 --steps 20`` by default; ``--cases NAME ...`` runs a subset; ``--quick``: 2 seeds,
-12 steps; ``--timing-only``: only the re-balance check timings). Writes ``balancer.json`` and ``balancer.md`` into ``--out``.
+12 steps; ``--timing-only``: only the re-balance timings: each decision of a check, at most
+``BalanceSettings.max_moves_per_decision`` moves, and each whole check, wall and CPU time).
+Writes ``balancer.json`` and ``balancer.md`` into ``--out``.
 
 Every case runs ``uniform-requests`` (what a per-request load balancer already does) and
 ``tailsieve`` (its controller in balance mode: the same dealing plus moves while the step
@@ -25,6 +27,7 @@ import dataclasses
 import json
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +35,7 @@ from typing import Any
 import numpy as np
 from outdir import default_out
 
-from tailsieve.core.balancer import ReplicaLoad, plan_moves
+from tailsieve.core.balancer import BalanceSettings, ReplicaLoad
 from tailsieve.model.profiles import load_profile
 from tailsieve.model.replica_engine import ReplicaConfig
 from tailsieve.model.speculative import SpecConfig
@@ -84,46 +87,72 @@ def pools_for(case: Case) -> PoolConfigs:
     return PoolConfigs.from_specs(base, spec, spec)
 
 
+PER_DECISION = BalanceSettings(interval_s=1.0, horizon_s=1.0).max_moves_per_decision  # default
+
+
 class _TimedChecks:
-    """Wraps the simulator's ``replica_loads`` and ``plan_moves`` to time every re-balance
-    check of a run: building the loads plus the decision (``check_s``), and the decision
-    alone (``plan_s``)."""
+    """Wraps the simulator's ``replica_loads`` and ``plan_check`` to time every decision of
+    every re-balance check of a run (``check_s``): a check's first decision from building the
+    loads to its moves (the planner's set-up included), each next one from asking for it to
+    its moves; and each whole check (``whole_s``: its decisions summed). Beside the wall time,
+    the thread's CPU time (``cpu_s``): what a decision costs when other jobs preempt it."""
 
     def __init__(self) -> None:
-        self.check_s: list[float] = []
-        self.plan_s: list[float] = []
+        self.check_s: list[float] = []  # per decision
+        self.cpu_s: list[float] = []  # per decision, CPU time
+        self.moves: list[int] = []  # moves per decision
+        self.whole_s: list[float] = []  # per check: the sum of its decisions
         self.inner_loads = movepath.replica_loads
-        self.inner_plan = movepath.plan_moves
-        self._t_loads = 0.0
+        self.inner_check = movepath.plan_check
+        self._t_start = self._cpu_start = 0.0
+
+    def start(self) -> None:
+        """A check starts (its loads are built from here)."""
+        self._t_start = time.perf_counter()
+        self._cpu_start = time.thread_time()
 
     def loads(self, *args: Any, **kw: Any) -> Any:
-        self._t_loads = time.perf_counter()
+        self.start()
         return self.inner_loads(*args, **kw)
 
-    def plan(self, *args: Any, **kw: Any) -> Any:
-        t0 = time.perf_counter()
-        out = self.inner_plan(*args, **kw)
-        t1 = time.perf_counter()
-        self.plan_s.append(t1 - t0)
-        self.check_s.append(t1 - self._t_loads)
-        return out
+    def check(self, *args: Any, **kw: Any) -> Iterator[list[Any]]:
+        self.whole_s.append(0.0)
+        decisions = self.inner_check(*args, **kw)
+        t0, c0 = self._t_start, self._cpu_start
+        while True:
+            try:
+                decision = next(decisions)
+            except StopIteration:
+                return
+            took = time.perf_counter() - t0
+            self.cpu_s.append(time.thread_time() - c0)
+            self.check_s.append(took)
+            self.whole_s[-1] += took
+            self.moves.append(len(decision))
+            yield decision
+            t0, c0 = time.perf_counter(), time.thread_time()
 
     def __enter__(self) -> _TimedChecks:
         movepath.replica_loads = self.loads  # type: ignore[assignment]
-        movepath.plan_moves = self.plan  # type: ignore[assignment]
+        movepath.plan_check = self.check  # type: ignore[assignment]
         return self
 
     def __exit__(self, *exc: object) -> None:
         movepath.replica_loads = self.inner_loads  # type: ignore[assignment]
-        movepath.plan_moves = self.inner_plan  # type: ignore[assignment]
+        movepath.plan_check = self.inner_check  # type: ignore[assignment]
 
     def summary(self) -> dict[str, float]:
-        """p50/p99/max of a check (loads + decision) and p50/p99 of the decision, ms."""
+        """p50/p99/max of a decision (wall time; p50/p99 of its CPU time beside) and p50/p99
+        of a whole check, ms."""
         ms = np.array(self.check_s or [0.0]) * 1e3
-        plan = np.array(self.plan_s or [0.0]) * 1e3
+        cpu = np.array(self.cpu_s or [0.0]) * 1e3
+        whole = np.array(self.whole_s or [0.0]) * 1e3
         return {"p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99)),
-                "max_ms": float(ms.max()), "plan_p50_ms": float(np.percentile(plan, 50)),
-                "plan_p99_ms": float(np.percentile(plan, 99))}
+                "max_ms": float(ms.max()), "cpu_p50_ms": float(np.percentile(cpu, 50)),
+                "cpu_p99_ms": float(np.percentile(cpu, 99)),
+                "check_p50_ms": float(np.percentile(whole, 50)),
+                "check_p99_ms": float(np.percentile(whole, 99)),
+                "max_moves_in_a_decision": int(max(self.moves, default=0))}
 
 
 def run_case(case: Case, seeds: list[int], steps: int, groups: int,
@@ -171,9 +200,12 @@ def run_case(case: Case, seeds: list[int], steps: int, groups: int,
         "meets_target": mean >= case.target,
         "wasted_token_fraction_max": max(r["wasted_token_fraction"] for r in per_seed),
         "elapsed_s": round(time.perf_counter() - t0, 1),
-        "decisions": len(timed.check_s),
-        "decision_ms_p50": times["p50_ms"],  # a check: building the loads + plan_moves
+        "checks": len(timed.whole_s), "decisions": len(timed.check_s),
+        # a decision: building the loads or settling the last decision's moves + plan_moves
+        "decision_ms_p50": times["p50_ms"],
         "decision_ms_p99": times["p99_ms"],
+        "decision_cpu_ms_p99": times["cpu_p99_ms"],  # its CPU time (no preemption counted)
+        "check_ms_p99": times["check_p99_ms"],  # a whole check: its decisions summed
         "per_seed": per_seed,
     }
     for key in ("moves_per_step", "moved_tokens_per_step", "prefill_s_per_step",
@@ -186,39 +218,36 @@ def run_case(case: Case, seeds: list[int], steps: int, groups: int,
 
 
 def decision_timing(num_replicas: int = 64, per_replica: int = 64, calls: int = 300,
-                    seed: int = 0, max_moves: int = 64) -> dict[str, Any]:
-    """Wall time of one re-balance check (building the ``ReplicaLoad`` list from each
-    replica's running responses, then ``plan_moves``) at ``num_replicas`` x ``per_replica``
+                    seed: int = 0, max_moves: int = 64,
+                    per_decision: int = PER_DECISION) -> dict[str, Any]:
+    """Wall time of each decision of a re-balance check (building the ``ReplicaLoad`` list
+    from each replica's running responses or settling the previous decision's moves, then
+    ``plan_moves`` for at most ``per_decision`` moves) at ``num_replicas`` x ``per_replica``
     responses in flight, contexts drawn from 0-16k tokens with a random load skew per replica
-    (a worst case: every call makes its ``max_moves`` allowed moves), on the 4B profile's
-    cost model."""
+    (a worst case: every check makes its ``max_moves`` allowed moves), on the 4B profile's
+    cost model; and of the whole check (its decisions summed)."""
     cfg = ReplicaConfig.from_profile(load_profile("qwen3-4b-h100"))
     taus = cfg.throughput.taus(num_replicas * per_replica + 2).tolist()
     k = cfg.throughput.context_s_per_token
     per_token = cfg.recompute_s_per_token or 0.0
     rng = np.random.default_rng(seed)
-    times, plan_times, moves = [], [], []
-    for _ in range(calls):
-        running = []
-        for r in range(num_replicas):
-            b = int(rng.integers(per_replica // 2, per_replica + 1))
-            ctx = (rng.integers(0, 16_000, b) * rng.uniform(0.5, 1.0)).astype(int).tolist()
-            running.append([((r, j), c) for j, c in enumerate(ctx)])
-        t0 = time.perf_counter()
-        loads = [ReplicaLoad.of(r, items, taus.__getitem__, k, per_token)
-                 for r, items in enumerate(running)]
-        t1 = time.perf_counter()
-        out = plan_moves(loads, horizon_s=200.0, seam_s=0.05, max_moves=max_moves)
-        t2 = time.perf_counter()
-        times.append(t2 - t0)
-        plan_times.append(t2 - t1)
-        moves.append(len(out))
-    ms, plan = np.array(times) * 1e3, np.array(plan_times) * 1e3
+    with _TimedChecks() as timed:
+        moves = []
+        for _ in range(calls):
+            running = []
+            for r in range(num_replicas):
+                b = int(rng.integers(per_replica // 2, per_replica + 1))
+                ctx = (rng.integers(0, 16_000, b) * rng.uniform(0.5, 1.0)).astype(int).tolist()
+                running.append([((r, j), c) for j, c in enumerate(ctx)])
+            timed.start()
+            loads = [ReplicaLoad.of(r, items, taus.__getitem__, k, per_token)
+                     for r, items in enumerate(running)]
+            moves.append(sum(len(d) for d in timed.check(
+                loads, 200.0, 0.05, max_moves, per_decision)))
     return {"num_replicas": num_replicas, "in_flight": num_replicas * per_replica,
-            "calls": calls, "max_moves": max_moves, "p50_ms": float(np.percentile(ms, 50)),
-            "p99_ms": float(np.percentile(ms, 99)), "max_ms": float(ms.max()),
-            "plan_p50_ms": float(np.percentile(plan, 50)),
-            "plan_p99_ms": float(np.percentile(plan, 99)), "mean_moves": float(np.mean(moves))}
+            "calls": calls, "max_moves": max_moves, "max_moves_per_decision": per_decision,
+            "decisions": len(timed.check_s), **timed.summary(),
+            "mean_moves": float(np.mean(moves))}
 
 
 def scale_timing(steps: int = 3, replicas: int = 64, groups: int = 512) -> dict[str, Any]:
@@ -234,14 +263,15 @@ def scale_timing(steps: int = 3, replicas: int = 64, groups: int = 512) -> dict[
         run = run_policies(["tailsieve"], settings, lambda: epoch_prompt_ids(ds, 0), wl,
                            pools)["tailsieve"].run
     return {"replicas": replicas, "in_flight": groups * 8, "steps": steps,
-            "decisions": len(timed.check_s), **timed.summary(),
+            "checks": len(timed.whole_s), "decisions": len(timed.check_s),
+            "max_moves_per_decision": PER_DECISION, **timed.summary(),
             "moves_per_step": run.moves_per_step}
 
 
 def to_markdown(rows: list[dict[str, Any]]) -> str:
     head = ("| case | profile | R | tailsieve over uniform-requests (95% CI) | target | "
             "moves/step | moved tokens/step | prefill s/step | wasted | uniform-oracle | "
-            "decision p99 ms |\n"
+            "decision p99 ms (wall / CPU) |\n"
             "|---|---|---|---|---|---|---|---|---|---|---|\n")
     lines = []
     for r in rows:
@@ -253,7 +283,8 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
             f"{'>=' if r['target'] > 1 else 'never below '}{r['target']:.2f}x | "
             f"{r['moves_per_step']:.0f} | {r['moved_tokens_per_step']:,.0f} | "
             f"{r['prefill_s_per_step']:.1f} | {100 * r['wasted_token_fraction_max']:.2f}% | "
-            f"{'-' if orc is None else f'{orc:.3f}x'} | {r['decision_ms_p99']:.2f} |")
+            f"{'-' if orc is None else f'{orc:.3f}x'} | {r['decision_ms_p99']:.2f} / "
+            f"{r['decision_cpu_ms_p99']:.2f} |")
     return head + "\n".join(lines) + "\n"
 
 
@@ -286,11 +317,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     timing = decision_timing(8, 16, 20) if args.smoke else decision_timing()
     scale = scale_timing(6, 8, 16) if args.smoke else scale_timing()
-    print(f"check in a simulated run at {scale['in_flight']} in flight on {scale['replicas']} "
-          f"replicas: p50 {scale['p50_ms']:.2f} ms, p99 {scale['p99_ms']:.2f} ms "
-          f"({scale['decisions']} checks)", flush=True)
-    print(f"check at {timing['in_flight']} in flight: p50 {timing['p50_ms']:.3f} ms, "
-          f"p99 {timing['p99_ms']:.3f} ms ({timing['mean_moves']:.1f} moves per call)", flush=True)
+    print(f"decision in a simulated run at {scale['in_flight']} in flight on "
+          f"{scale['replicas']} replicas: p50 {scale['p50_ms']:.2f} ms, p99 {scale['p99_ms']:.2f} "
+          f"ms ({scale['decisions']} decisions of at most {scale['max_moves_per_decision']} "
+          f"moves; whole check p50 {scale['check_p50_ms']:.2f} ms, p99 "
+          f"{scale['check_p99_ms']:.2f} ms over {scale['checks']} checks; CPU time per decision "
+          f"p50 {scale['cpu_p50_ms']:.2f} ms, p99 {scale['cpu_p99_ms']:.2f} ms)", flush=True)
+    print(f"decision at {timing['in_flight']} in flight, worst case: p50 {timing['p50_ms']:.3f} "
+          f"ms, p99 {timing['p99_ms']:.3f} ms (whole check of {timing['mean_moves']:.1f} moves: "
+          f"p50 {timing['check_p50_ms']:.2f} ms, p99 {timing['check_p99_ms']:.2f} ms; CPU time "
+          f"per decision p50 {timing['cpu_p50_ms']:.3f} ms, p99 {timing['cpu_p99_ms']:.3f} ms)",
+          flush=True)
     rows = []
     for case in [] if args.timing_only else chosen:
         row = run_case(case, list(range(seeds)), steps, args.groups, pieces)

@@ -142,6 +142,9 @@ def test_bench_balancer(tmp_path: Path) -> None:
     (row,) = data["cases"]
     assert row["speedup_mean"] > 0 and row["moves_per_step"] >= 0
     assert data["decision_timing"]["p99_ms"] >= data["decision_timing"]["p50_ms"] >= 0
+    for timing in (data["decision_timing"], data["decision_timing_in_sim_64x4096"]):
+        assert 0 < timing["max_moves_in_a_decision"] <= timing["max_moves_per_decision"] == 2
+    assert data["decision_timing"]["decisions"] > data["decision_timing"]["calls"]
     assert "| 4b-paper-math-r8 |" in (tmp_path / "balancer.md").read_text()
 
 

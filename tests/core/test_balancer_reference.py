@@ -8,7 +8,7 @@ updates only the two replicas a move changes. Both must return the same moves.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 
 import pytest
 from hypothesis import given, settings
@@ -218,7 +218,9 @@ def test_equals_the_reference_at_64_replicas(seed: int, copies: bool) -> None:
 
 
 def test_equals_the_reference_inside_a_simulated_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every check of a simulated run (cache hits from dealt prompts and earlier pieces)."""
+    """Every check of a simulated run (cache hits from dealt prompts and earlier pieces),
+    planned in decisions of a few moves as the simulator does."""
+    from tailsieve.core.balance_check import plan_check
     from tailsieve.model.profiles import load_profile
     from tailsieve.model.replica_engine import ReplicaConfig
     from tailsieve.model.speculative import SpecConfig
@@ -230,13 +232,16 @@ def test_equals_the_reference_inside_a_simulated_run(monkeypatch: pytest.MonkeyP
     checks = []
 
     def both(loads: Sequence[ReplicaLoad], horizon_s: float, seam_s: float, max_moves: int,
-             cached: Callable[[Hashable, int], int], cached_on: object) -> list[Move]:
-        got = plan_moves(loads, horizon_s, seam_s, max_moves, cached, cached_on)  # type: ignore[arg-type]
-        _same(got, reference_plan_moves(loads, horizon_s, seam_s, max_moves, cached))
+             per: int, cached: Callable[[Hashable, int], int],
+             cached_on: object) -> Iterator[list[Move]]:
+        want = reference_plan_moves(loads, horizon_s, seam_s, max_moves, cached)
+        got = [mv for d in plan_check(loads, horizon_s, seam_s, max_moves, per, cached,
+                                      cached_on) for mv in d]  # type: ignore[arg-type]
+        _same(got, want)
         checks.append(len(got))
-        return got
+        yield got
 
-    monkeypatch.setattr(movepath, "plan_moves", both)
+    monkeypatch.setattr(movepath, "plan_check", both)
     spec = SpecConfig.parse("none")
     pools = PoolConfigs.from_specs(
         ReplicaConfig.from_profile(load_profile("qwen3-4b-h100")), spec, spec)

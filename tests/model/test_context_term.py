@@ -134,3 +134,23 @@ def test_context_term_keeps_the_closed_form_but_capacity_leaves_it() -> None:
     assert PoolConfigs.from_specs(ReplicaConfig(CPU)).closed_form
     assert PoolConfigs.from_specs(ReplicaConfig(CPU_K)).closed_form
     assert not PoolConfigs.from_specs(ReplicaConfig(CPU_K, kv_capacity_tokens=10**6)).closed_form
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 400), st.integers(0, 300)), min_size=1, max_size=12),
+       st.lists(st.floats(0.0, 3.0), min_size=1, max_size=6), st.sampled_from([None, 3]))
+def test_running_contexts_are_prompt_plus_tokens_so_far(
+    reqs: list[tuple[int, int]], times: list[float], cap: int | None,
+) -> None:
+    """What a re-balance check reads of a replica, at any moment (queued requests, finished
+    ones, requests admitted later: none of them is listed, every running one is)."""
+    cfg = ReplicaConfig.from_profile(CPU_K, max_num_seqs=cap)
+    e = ReplicaEngine(cfg)
+    for i, (n, p) in enumerate(reqs):
+        e.submit(i, n, p)
+    for t in sorted(times):
+        e.advance(t)
+        got = e.running_contexts()
+        assert len(got) == e.num_running
+        assert got == [(i, reqs[i][1] + e.tokens_so_far(i)) for i, _ in got]
+        assert sum(c for _, c in got) == pytest.approx(e.kv_tokens(), abs=len(got) + 1e-6)

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from random_plans import random_plan
 
+from tailsieve.core.balance_check import plan_check
 from tailsieve.core.balancer import BalanceSettings
 from tailsieve.core.plan import StepPlan
 from tailsieve.model.profiles import load_profile
@@ -184,3 +185,42 @@ def test_a_move_drops_the_running_piece_unless_streamed_or_deferred() -> None:
     # deferred moves leave at piece ends only: every piece but the last is a full 4,096
     for chain in res["defer"][0].pieces:
         assert all(e - b == 4096 for _, b, e in chain[:-1])
+
+
+@pytest.mark.parametrize("pieces", [None, PieceSettings(400, 0.01, defer_moves=False),
+                                    PieceSettings(400, 0.01)])
+def test_a_run_does_not_depend_on_the_decision_size(
+    pieces: PieceSettings | None, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every check of a run (queues, cache hits, moves cutting or waiting for pieces): the
+    same result with one move per decision as with the whole check in one call."""
+    from tailsieve.sim import movepath
+
+    made: list[list[int]] = []  # per check, the moves of each decision
+
+    def spy(*args, **kw):  # type: ignore[no-untyped-def]
+        made.append([])
+        for decision in plan_check(*args, **kw):
+            made[-1].append(len(decision))
+            yield decision
+
+    monkeypatch.setattr(movepath, "plan_check", spy)
+    rng = np.random.default_rng(3)
+    plan = random_plan(rng, 4, 4, 24, step=2, tail_from=3)
+    table = {a.prompt_id: rng.integers(1, 6000, 4).tolist() for a in plan.assignments}
+    prompts = {a.prompt_id: int(rng.integers(0, 400)) for a in plan.assignments}
+    layout = RequestLayout.build(plan, _lengths(table), prompts.__getitem__)
+    cfg = ReplicaConfig.from_profile(MODEL, max_num_seqs=20)
+    runs = []
+    for per in (1, 64):
+        bal = BalanceSettings(interval_s=0.5, horizon_s=30.0, seam_s=0.01,
+                              max_moves_per_decision=per)
+        runs.append(simulate_with_moves(layout, [cfg] * 4, plan.num_fresh_to_deliver, bal,
+                                        keep_pieces=True, tail_replicas=plan.tail_replicas,
+                                        pieces=pieces))
+    (one, s1), (whole, s64) = runs
+    assert len(made) == s1.num_checks + s64.num_checks
+    assert max(map(len, made[:s1.num_checks])) >= 3  # checks of several decisions
+    assert s1 == s64
+    np.testing.assert_array_equal(one.done_s, whole.done_s)
+    np.testing.assert_array_equal(one.delivered_fresh, whole.delivered_fresh)

@@ -25,17 +25,18 @@ _CONTEXT = itemgetter(1)
 class Groups:
     """The accepting replicas, grouped by (pool, cost model), each group sorted by base."""
 
-    def __init__(self, loads: Sequence[ReplicaLoad], b: list[int], ctx: list[float]) -> None:
-        self.base = [ld.tau(n + 1) + ld.context_s_per_token * c if ld.accepts else 0.0
-                     for ld, n, c in zip(loads, b, ctx, strict=True)]
+    def __init__(self, loads: Sequence[ReplicaLoad], b: list[int], ctx: list[float],
+                 taus: list[Callable[[int], float]], ks: list[float]) -> None:
+        accepts = [ld.accepts for ld in loads]
+        self.base = [t(n + 1) + k * c if ok else 0.0
+                     for t, n, k, c, ok in zip(taus, b, ks, ctx, accepts, strict=True)]
         keys = [(ld.pool, ld.context_s_per_token, ld.prefill_s, ld.prefill_s_per_token)
                 for ld in loads]
         groups: dict[tuple[int, float, float, float], list[tuple[float, int]]] = {}
         self.of: list[list[tuple[float, int]] | None] = [None] * len(loads)
-        if len(set(keys)) == 1:  # one cost model and pool: one group
-            one = groups[keys[0]] = [(self.base[d], d) for d, ld in enumerate(loads)
-                                     if ld.accepts]
-            self.of = [one if ld.accepts else None for ld in loads]
+        if keys.count(keys[0]) == len(keys):  # one cost model and pool: one group
+            one = groups[keys[0]] = [(self.base[d], d) for d, ok in enumerate(accepts) if ok]
+            self.of = [one if ok else None for ok in accepts]
         else:
             for d, ld in enumerate(loads):
                 if ld.accepts:

@@ -39,14 +39,15 @@ lowest-numbered one and those with a cached prefix are weighed.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from operator import itemgetter
 
 from tailsieve.core.balance_scan import Groups, best_for, plateau_len
 from tailsieve.errors import ConfigError
 
-__all__ = ["BalanceSettings", "Move", "ReplicaLoad", "plan_moves"]
+__all__ = ["BalanceSettings", "Move", "ReplicaLoad", "iter_moves", "plan_moves"]
 
 Running = Sequence[tuple[Hashable, int]]  # (key, context tokens) of the running responses
 
@@ -59,6 +60,9 @@ class BalanceSettings:
     horizon_s: float  # expected remaining step time used to price a move's gain, seconds
     seam_s: float = 0.05  # round trip + one scheduling iteration per move, seconds
     max_moves_per_check: int = 64  # moves one check may make
+    max_moves_per_decision: int = 2  # a check plans in decisions of at most this many moves
+    # (``core.balance_check``); the moves are the same whatever it is: it bounds the time of
+    # one decision, not what a check does
     expected_step_s: float = 0.0  # the controller's step-time estimate (0: unknown)
 
     def __post_init__(self) -> None:
@@ -68,6 +72,8 @@ class BalanceSettings:
             raise ConfigError("horizon_s, seam_s and expected_step_s must be >= 0")
         if self.max_moves_per_check < 0:
             raise ConfigError("max_moves_per_check must be >= 0")
+        if self.max_moves_per_decision < 1:
+            raise ConfigError("max_moves_per_decision must be >= 1")
 
     def horizon_at(self, elapsed_s: float) -> float:
         """Expected remaining time at ``elapsed_s`` into the step: the controller's estimate
@@ -100,7 +106,7 @@ class ReplicaLoad:
            context_s_per_token: float, prefill_s_per_token: float, **kw: object) -> ReplicaLoad:
         """A load from an explicit list of ``(key, context tokens)``."""
         items = tuple(running)
-        return cls(replica, len(items), float(sum(c for _, c in items)), lambda: items, tau,
+        return cls(replica, len(items), float(sum(map(_INDEX, items))), lambda: items, tau,
                    context_s_per_token, prefill_s_per_token, **kw)  # type: ignore[arg-type]
 
     def cost_s(self, b: int, context: float) -> float:
@@ -129,18 +135,33 @@ def plan_moves(
     ``cached_on(key)``: the same as ``{replica: cached(key, replica)}`` over the replicas
     where it is above 0 (others may be left out), which lets a check skip the others and
     bound what a cached prefix can save (same moves, less time)."""
-    nr = len(loads)
-    if max_moves <= 0 or nr < 2 or horizon_s <= 0:
+    if max_moves <= 0:
         return []
+    return list(islice(iter_moves(loads, horizon_s, seam_s, cached, cached_on), max_moves))
+
+
+def iter_moves(
+    loads: Sequence[ReplicaLoad], horizon_s: float, seam_s: float,
+    cached: Callable[[Hashable, int], int] | None = None,
+    cached_on: Callable[[Hashable], Mapping[int, int]] | None = None,
+) -> Iterator[Move]:
+    """``plan_moves``'s moves one at a time, each planned when asked for: the first ``n``
+    are ``plan_moves(loads, horizon_s, seam_s, n, cached, cached_on)``, whenever they are
+    asked for. So a caller may take a few, make them, and ask for more, provided the loads
+    (and what their ``running`` return) and ``cached`` / ``cached_on`` for the responses not
+    yet moved stay as they were (``core.balance_check``)."""
+    nr = len(loads)
+    if nr < 2 or horizon_s <= 0:
+        return
     b = [ld.num_running for ld in loads]
     ctx = [float(ld.context_tokens) for ld in loads]
     ks = [ld.context_s_per_token for ld in loads]
     taus = [ld.tau for ld in loads]
     cost = [t(n) + k * c if n > 0 else 0.0 for t, n, k, c in zip(taus, b, ks, ctx, strict=True)]
-    groups = Groups(loads, b, ctx)
+    groups = Groups(loads, b, ctx, taus, ks)
     # no negative rate: a destination's bound (the filter value) is never below its moves'
     # gains and falls as its base grows within a group, so a scan by base can stop early
-    prunable = min(ks) >= 0 and min(ld.prefill_s_per_token for ld in loads) >= 0
+    prunable = min(ks) >= 0 and min([ld.prefill_s_per_token for ld in loads]) >= 0
     # key -> the destinations (indices) where it may have a cached prefix (None: unknown)
     hit_on: Callable[[Hashable], Mapping[int, int]] | None = None
     if cached is None:
@@ -149,8 +170,7 @@ def plan_moves(
         hit_on = _HitsOn(loads, cached_on)
     sorted_run: dict[int, list[tuple[Hashable, int]]] = {}  # replica -> by context, stable
     most_hit: dict[int, float] = {}  # replica -> most cached tokens of its responses anywhere
-    out: list[Move] = []
-    while len(out) < max_moves:
+    while True:
         c_top = max(cost)
         top = cost.index(c_top)
         if b[top] < 1 or c_top <= 0:
@@ -205,10 +225,17 @@ def plan_moves(
                     # than the last one's plain gain plus the most a cached prefix can save
                     if plain == -math.inf:
                         break  # no response could move to the last one
-                    if top not in most_hit:
-                        most_hit[top] = _most_hit(cands, cached, hit_on)
-                    if plain + ld.prefill_s_per_token * most_hit[top] < max(
-                            best[0] if best else 0.0, 0.0) - slack:
+                    floor = max(best[0] if best else 0.0, 0.0) - slack
+                    rate = ld.prefill_s_per_token
+                    if cached is None:
+                        most = 0.0
+                    elif plain + rate * cands[-1][1] < floor:
+                        break  # not even a whole context cached would do
+                    else:
+                        if top not in most_hit:
+                            most_hit[top] = _most_hit(cands, hit_on)
+                        most = most_hit[top]
+                    if plain + rate * most < floor:
                         break
                 best, plain = best_for(best, cands, a, bd, c_top, k_top, ld, d, horizon_s,
                                        seam_s, cached, hit_on, scale if prunable else None)
@@ -223,8 +250,7 @@ def plan_moves(
         for r in (top, d):
             cost[r] = taus[r](b[r]) + ks[r] * ctx[r] if b[r] > 0 else 0.0
             groups.update(r, taus[r](b[r] + 1) + ks[r] * ctx[r])
-        out.append(Move(key, lt.replica, loads[d].replica, x, uncached, net))
-    return out
+        yield Move(key, lt.replica, loads[d].replica, x, uncached, net)
 
 
 _INDEX = itemgetter(1)
@@ -234,16 +260,20 @@ def _no_hits(key: Hashable) -> Mapping[int, int]:
     return {}
 
 
-def _most_hit(cands: list[tuple[Hashable, int]], cached: Callable[[Hashable, int], int] | None,
+def _most_hit(cands: list[tuple[Hashable, int]],
               hit_on: Callable[[Hashable], Mapping[int, int]] | None) -> float:
     """The most tokens a cached prefix takes off any of ``cands``' prefills, anywhere."""
-    if cached is None:
-        return 0.0
     if not isinstance(hit_on, _HitsOn):
         return math.inf
     most, fill = hit_on.most_of, hit_on.fill
-    return float(max((min(most[key] if key in most else fill(key)[1], x) for key, x in cands),
-                     default=0))
+    m = 0  # from the longest context down: none shorter than ``m`` can raise it
+    for key, x in reversed(cands):
+        if x <= m:
+            break
+        h = most[key] if key in most else fill(key)[1]
+        if h > m:
+            m = min(h, x)
+    return float(m)
 
 
 class _HitsOn:

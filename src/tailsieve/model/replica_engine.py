@@ -109,8 +109,11 @@ class ReplicaEngine:
     def running_contexts(self) -> list[tuple[Hashable, int]]:
         """``(request_id, context tokens)`` of every running request: its prompt (for a
         continuation, the carried prefix) plus the tokens it has generated here so far."""
-        p = self._p
-        return [(rid, req.prompt_tokens + int(min(req.num_tokens, max(0.0, p - req.start_p))))
+        p = self._p  # as tokens_so_far, without its two calls per request (a re-balance
+        # check lists the costliest replicas' responses: this is on its critical path)
+        return [(rid, req.prompt_tokens + (
+                    req.num_tokens if p - req.start_p >= req.num_tokens
+                    else int(p - req.start_p) if p - req.start_p > 0 else 0))
                 for rid, req in self._running.items()]
 
     def _tau(self, b: int) -> float:

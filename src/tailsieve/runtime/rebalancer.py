@@ -5,7 +5,8 @@ when half an interval has passed since the last check) the rebalancer reads the 
 view of its running responses (``LiveExecutor.running_responses``, each unstreamed running
 piece's progress estimated, see below), builds one ``ReplicaLoad`` per healthy replica from the
 controller's cost model (a ``ReplicaConfig`` per replica: the profile's ``tau(b)``, context and
-recompute rates), asks ``plan_moves`` for moves and makes each with ``LiveExecutor.move``.
+recompute rates), asks ``core.balance_check.plan_check`` for moves and makes each with
+``LiveExecutor.move``, decision by decision, letting the event loop run between decisions.
 
 Exactly-once, whole groups and token-exact chains are the executor's and the chain's: a move
 only changes where a running response's next piece goes (``ChainedAttempt.move``); a response
@@ -32,11 +33,12 @@ a response that left a replica leaves its prefix (prompt + generated so far) cac
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
-from tailsieve.core.balancer import BalanceSettings, ReplicaLoad, Running, plan_moves
+from tailsieve.core.balance_check import plan_check
+from tailsieve.core.balancer import BalanceSettings, Move, ReplicaLoad, Running
 from tailsieve.model.replica_config import ReplicaConfig
 from tailsieve.runtime.progress_clock import ProgressClock
 
@@ -181,13 +183,29 @@ class LiveRebalancer:
 
     def check(self) -> int:
         """One re-balance check: plan moves and make them. Returns the moves made."""
+        return sum(self._make(decision) for decision in self._decisions())
+
+    async def check_async(self) -> int:
+        """``check``, letting the event loop run between its decisions (each plans at most
+        ``max_moves_per_decision`` moves; the same moves as ``check``). A response that
+        completed meanwhile is not moved."""
+        made = 0
+        for decision in self._decisions():
+            made += self._make(decision)
+            await asyncio.sleep(0)
+        return made
+
+    def _decisions(self) -> Iterator[list[Move]]:
         now = self.clock()
         self._last_s = now
         self.tally.num_checks += 1
         loads = self._estimated_loads(now)
         s = self.settings
-        moves = plan_moves(loads, s.horizon_at(now), s.seam_s, s.max_moves_per_check,
-                           cached=self.cached_tokens, cached_on=self.cached_on)
+        return plan_check(loads, s.horizon_at(now), s.seam_s, s.max_moves_per_check,
+                          s.max_moves_per_decision, cached=self.cached_tokens,
+                          cached_on=self.cached_on)
+
+    def _make(self, moves: list[Move]) -> int:
         made = 0
         for mv in moves:
             key: tuple[str, int] = mv.key  # type: ignore[assignment]
@@ -216,7 +234,7 @@ class LiveRebalancer:
                 await asyncio.sleep(min(wait, interval / 4))
                 continue
             self._poked = False
-            self.check()
+            await self.check_async()
 
 
 __all__ = ["LiveRebalancer", "LiveResponse", "MoveTally", "Mover"]

@@ -3,7 +3,8 @@
 Like ``sim.eventpath`` (one ``ReplicaEngine`` per replica, time from event to event), plus
 re-balance checks: every ``BalanceSettings.interval_s`` (and at a completion when half an
 interval has passed since the last check) every replica is advanced to the moment, the pure
-balancer (``core.balancer.plan_moves``) is asked for moves, and each move is applied:
+balancer (``core.balancer.plan_moves``, in decisions of a few moves: ``core.balance_check``)
+is asked for moves, and each move is applied:
 
 - the response stops on its replica ``A`` with ``g`` tokens generated there (a *piece*);
 - after the seam (``seam_s``: round trip + one scheduling iteration) it continues on ``B`` as a
@@ -38,7 +39,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tailsieve.core.balancer import BalanceSettings, ReplicaLoad, Running, plan_moves
+from tailsieve.core.balance_check import plan_check
+from tailsieve.core.balancer import BalanceSettings, ReplicaLoad, Running
 from tailsieve.errors import ConfigError
 from tailsieve.model.replica_engine import Completion, ReplicaConfig, ReplicaEngine
 from tailsieve.sim.layout import RequestLayout, SimResult, choose_fresh
@@ -78,16 +80,26 @@ class MoveStats:
 
 
 def replica_loads(
-    engines: Sequence[ReplicaEngine], configs: Sequence[ReplicaConfig],
-    taus: Sequence[Callable[[int], float]], per_token: Sequence[float],
-    tails: frozenset[int],
+    engines: Sequence[ReplicaEngine],
+    models: Sequence[tuple[Callable[[int], float], float, float, float, int]],
 ) -> list[ReplicaLoad]:
     """What a re-balance check reads: one ``ReplicaLoad`` per replica (a replica with
-    queued requests accepts no move; ``tails`` form pool 1)."""
-    return [ReplicaLoad(r, e.num_running, e.kv_tokens(), e.running_contexts, taus[r],
-                        cfg.throughput.context_s_per_token, per_token[r], cfg.prefill_s,
-                        e.num_waiting == 0, int(r in tails))
-            for r, (e, cfg) in enumerate(zip(engines, configs, strict=True))]
+    queued requests accepts no move); ``models``: per replica, what does not change during a
+    step (``cost_models``)."""
+    return [ReplicaLoad(r, e.num_running, e.kv_tokens(), e.running_contexts, tau, k, per_token,
+                        prefill_s, e.num_waiting == 0, pool)
+            for r, (e, (tau, k, per_token, prefill_s, pool)) in enumerate(
+                zip(engines, models, strict=True))]
+
+
+def cost_models(
+    configs: Sequence[ReplicaConfig], taus: Sequence[Callable[[int], float]],
+    per_token: Sequence[float], tails: frozenset[int],
+) -> list[tuple[Callable[[int], float], float, float, float, int]]:
+    """Per replica: its ``tau``, context rate, recompute rate per token, fixed prefill cost
+    per continuation and pool (``tails`` form pool 1)."""
+    return [(taus[r], cfg.throughput.context_s_per_token, per_token[r], cfg.prefill_s,
+             int(r in tails)) for r, cfg in enumerate(configs)]
 
 
 def simulate_with_moves(
@@ -116,6 +128,7 @@ def simulate_with_moves(
             arr = c.throughput.taus(nreq + 2).tolist()
             taus[id(c.throughput)] = arr.__getitem__
     rep_taus = [taus[id(c.throughput)] for c in configs]
+    models = cost_models(configs, rep_taus, per_token, tails)
     piece_no = [0] * nreq
     done_prev = [0] * nreq  # tokens of the request's finished pieces
     cur = layout.request_replica.tolist()  # replica of the current piece (-1: in transit)
@@ -199,7 +212,7 @@ def simulate_with_moves(
 
     def rebalance(t: float) -> None:
         stats.num_checks += 1
-        loads = replica_loads(engines, configs, rep_taus, per_token, tails)
+        loads = replica_loads(engines, models)
         if redirect:
             # a response bound elsewhere by a deferred move counts where it is going (as the
             # live executor sees it) and is not a candidate again
@@ -214,8 +227,11 @@ def simulate_with_moves(
                 loads[d].context_tokens += x
             for ld in loads:
                 ld.running = _without(ld.running, redirect)
-        moves = plan_moves(loads, balance.horizon_at(t), balance.seam_s,
-                           balance.max_moves_per_check, cached, cached_on)
+        # the check's decisions (at most max_moves_per_decision moves each), made once all are
+        # planned: the simulated instant does not advance between them
+        moves = [mv for decision in plan_check(
+            loads, balance.horizon_at(t), balance.seam_s, balance.max_moves_per_check,
+            balance.max_moves_per_decision, cached, cached_on) for mv in decision]
         nonlocal seq
         for mv in moves:
             rid = mv.key
