@@ -121,3 +121,27 @@ def test_estimated_progress_is_what_shows_the_imbalance() -> None:
             assert rb.executor.moves and rb.executor.moves[0][0] == "a"  # type: ignore[attr-defined]
             assert rb.tally.moved_tokens > 1000  # the prefix carries the estimated tokens
     assert moved[True] >= 1 and moved[False] == 0
+
+
+def test_a_check_in_decisions_makes_the_same_moves_as_one_call() -> None:
+    """``check_async`` lets the event loop run between decisions of at most 2 moves; with
+    nothing changing meanwhile it makes exactly ``check``'s moves."""
+    import asyncio
+    import dataclasses
+
+    running = [LiveResponse("a", i, 0, 10 + 50 * i, 10, (0,), 0, (0, 5.0, 5000))
+               for i in range(9)]
+    running += [LiveResponse("b", 0, 1, 10, 10, (1,), 0, None)]
+    tp = dataclasses.replace(ThroughputModel.from_pairs([(1, 0.01), (64, 0.073)], name="k"),
+                             context_s_per_token=1e-5)
+    cost = ReplicaConfig(throughput=tp, recompute_s_per_token=1e-7)
+    made = []
+    for use_async in (False, True):
+        rb = LiveRebalancer(
+            _Running(running), BalanceSettings(interval_s=0.5, horizon_s=10.0, seam_s=0.0),
+            [cost, cost, cost], lambda: [True, True, True], lambda: 5.0,
+        )
+        n = asyncio.run(rb.check_async()) if use_async else rb.check()
+        assert n == len(rb.executor.moves) >= 3  # type: ignore[attr-defined]
+        made.append(rb.executor.moves)  # type: ignore[attr-defined]
+    assert made[0] == made[1]
