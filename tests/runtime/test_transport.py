@@ -14,6 +14,8 @@ from aiohttp import web
 from tailsieve.runtime.lean_http import LeanTransport
 from tailsieve.runtime.transport import AiohttpTransport, ReplicaDownError, RequestError
 
+pytestmark = pytest.mark.both_loops  # the lean client drives sockets from loop callbacks
+
 CANCELLED: list[str] = []
 
 
@@ -145,9 +147,12 @@ async def test_lean_chunked_dropped_and_cancelled(server: str) -> None:
         await t.aclose()
 
 
-async def _raw_server(reply: list[bytes], delay_s: float = 0.0) -> tuple[asyncio.Server, str]:
+async def _raw_server(
+    reply: list[bytes], delay_s: float = 0.0
+) -> tuple[asyncio.Server, str, list[bytes]]:
     """A server that reads one request (head + Content-Length body) and writes ``reply`` piece
-    by piece, then closes: HTTP framings aiohttp's server does not produce."""
+    by piece, then closes: HTTP framings aiohttp's server does not produce. Also returns the
+    request bodies it got."""
     got: list[bytes] = []
 
     async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
@@ -161,8 +166,7 @@ async def _raw_server(reply: list[bytes], delay_s: float = 0.0) -> tuple[asyncio
         w.close()
 
     srv = await asyncio.start_server(handle, "127.0.0.1", 0)
-    srv.got = got  # type: ignore[attr-defined]
-    return srv, f"http://127.0.0.1:{srv.sockets[0].getsockname()[1]}"
+    return srv, f"http://127.0.0.1:{srv.sockets[0].getsockname()[1]}", got
 
 
 async def test_lean_framings_and_a_large_request() -> None:
@@ -175,19 +179,19 @@ async def test_lean_framings_and_a_large_request() -> None:
         [b"HTTP/1.1 200", b" OK\r\nContent-Length: %d\r\n\r\n" % len(body), body],
     ]  # fmt: skip
     for reply in cases:
-        srv, url = await _raw_server(reply, delay_s=0.01)
+        srv, url, _ = await _raw_server(reply, delay_s=0.01)
         async with srv:
             assert await t.post_json(url + "/x", {"a": 1}, 5) == {"ok": [1, 2]}
-    srv, url = await _raw_server([b"HTTX/1.1\r\n\r\n"])
+    srv, url, _ = await _raw_server([b"HTTX/1.1\r\n\r\n"])
     async with srv:
         with pytest.raises(RequestError, match="bad status line"):
             await t.post_json(url + "/x", {}, 5)
     # a request far larger than a socket buffer is written in parts as the socket drains
     big = {"prompt": list(range(400_000))}
-    srv, url = await _raw_server([b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"])
+    srv, url, got = await _raw_server([b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"])
     async with srv:
         assert await t.post_json(url + "/x", big, 10) == {}
-        assert json.loads(srv.got[0]) == big  # type: ignore[attr-defined]
+        assert json.loads(got[0]) == big
     await t.aclose()
 
 

@@ -18,6 +18,7 @@ from tailsieve.control.budget import PromptBudget, prompts_needed
 from tailsieve.control.config import ControllerConfig
 from tailsieve.errors import ConfigError
 from tailsieve.model.profiles import load_profile
+from tailsieve.runtime import event_loop
 from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
 from tailsieve.runtime.cluster.spec import EngineGroup
 from tailsieve.runtime.cluster.state import StateFileAddresses
@@ -272,7 +273,7 @@ def rollout(
         rebalance=rebalance,
     )
     provider = StateFileAddresses(state) if state is not None else None
-    asyncio.run(
+    event_loop.run(  # uvloop when installed (tailsieve[fast]): less router CPU per request
         _drive(urls, cfg, source, steps, flush, progress, metrics_port, log_file, out, provider)
     )
 
