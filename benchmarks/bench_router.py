@@ -27,6 +27,13 @@ With continuation (``--continuation --piece-tokens K``) each row also counts the
 ``--rebalance`` (moves by the live rebalancer; ``--seam-s`` sets the controller's seam cost) it
 counts the moves, the checks and the router CPU the checks took. ``router_sys_cpu_s`` is the
 part of the router's CPU spent in the kernel (sockets).
+
+The router runs on uvloop when it is installed (``pip install 'tailsieve[fast]'``), as the
+runtime's entry points do; ``--loop asyncio`` measures asyncio's own loop. The result names
+the loop it measured (``event_loop``)::
+
+    .venv/bin/python benchmarks/bench_router.py --cluster --loop asyncio \
+        --out benchmarks/results/router_cluster_asyncio.json
 """
 
 from __future__ import annotations
