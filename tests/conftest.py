@@ -45,18 +45,3 @@ def assert_json_close() -> Callable[..., None]:
 
     return check
 
-
-def pytest_asyncio_loop_factories(config: Any, item: Any) -> dict[str, Any] | None:
-    """Tests marked ``both_loops`` run on asyncio's loop and, when it is installed, on uvloop
-    (the runtime's entry points use it then: ``tailsieve.runtime.event_loop``)."""
-    if item.get_closest_marker("both_loops") is None:
-        return None
-    import asyncio
-
-    factories: dict[str, Any] = {"asyncio": asyncio.new_event_loop}
-    try:
-        import uvloop
-    except ImportError:
-        return factories
-    factories["uvloop"] = uvloop.new_event_loop
-    return factories

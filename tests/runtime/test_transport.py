@@ -4,6 +4,7 @@ server; the lean client's chunked bodies, dropped connections and cancellation."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 from collections.abc import AsyncIterator
@@ -11,16 +12,22 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 
+from tailsieve.runtime import event_loop
 from tailsieve.runtime.lean_http import LeanTransport
 from tailsieve.runtime.transport import AiohttpTransport, ReplicaDownError, RequestError
-
-pytestmark = pytest.mark.both_loops  # the lean client drives sockets from loop callbacks
 
 CANCELLED: list[str] = []
 
 
 @pytest.fixture
 async def server() -> AsyncIterator[str]:
+    async with _serve() as url:
+        yield url
+
+
+@contextlib.asynccontextmanager
+async def _serve() -> AsyncIterator[str]:
+    """A test server on a free port: status codes, framings, drops, holds, SSE."""
     async def status(request: web.Request) -> web.Response:
         code = int(request.match_info["code"])
         return web.Response(status=code, text="oops")
@@ -92,8 +99,10 @@ async def server() -> AsyncIterator[str]:
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = runner.addresses[0][1]
-    yield f"http://127.0.0.1:{port}"
-    await runner.cleanup()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
 
 
 @pytest.mark.parametrize("cls", [AiohttpTransport, LeanTransport])
@@ -202,3 +211,25 @@ async def test_lean_host_names_take_the_streams_path(server: str) -> None:
         assert await t.post_json(url, {"x": 2}, 5) == {"echo": {"x": 2}}
     finally:
         await t.aclose()
+
+
+def test_every_case_on_uvloop() -> None:
+    """The cases above on uvloop, the loop the runtime's entry points use when it is installed
+    (``tailsieve.runtime.event_loop``): the lean client drives its sockets from loop callbacks."""
+    pytest.importorskip("uvloop")
+
+    async def main() -> str:
+        assert event_loop.loop_name() == "uvloop"
+        CANCELLED.clear()
+        async with _serve() as url:
+            for cls in (AiohttpTransport, LeanTransport):
+                await test_classification(url, cls)
+            await test_lean_chunked_dropped_and_cancelled(url)
+            await test_lean_host_names_take_the_streams_path(url)
+        await test_lean_framings_and_a_large_request()
+        return "done"
+
+    try:
+        assert event_loop.run(main(), "uvloop") == "done"
+    finally:
+        CANCELLED.clear()  # as the other tests expect it
