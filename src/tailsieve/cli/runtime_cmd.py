@@ -230,7 +230,9 @@ def rollout(
     ] = None,
     out: Annotated[Path, typer.Option("--out", help="Output folder.")] = Path("out/rollout"),
 ) -> None:
-    """Run live TailSieve steps; write DIR/batches/step_XXXX.jsonl, steps.jsonl, summary.json."""
+    """Run live TailSieve steps; write DIR/batches/step_XXXX.jsonl, steps.jsonl, summary.json.
+
+    The router runs on uvloop when it is installed (tailsieve\\[fast] extra), else on asyncio's loop; TAILSIEVE_EVENT_LOOP=asyncio forces asyncio's loop."""
     # every file argument is checked before a replica is contacted or an output is written
     urls = checks.state_endpoints(state) if state is not None else _endpoints(endpoints)
     replay = None
