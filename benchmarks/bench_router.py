@@ -26,7 +26,8 @@ Reports router CPU per request, the share, and the router's peak memory (max RSS
 With continuation (``--continuation --piece-tokens K``) each row also counts the pieces; with
 ``--rebalance`` (moves by the live rebalancer; ``--seam-s`` sets the controller's seam cost) it
 counts the moves, the checks and the router CPU the checks took. ``router_sys_cpu_s`` is the
-part of the router's CPU spent in the kernel (sockets).
+part of the router's CPU spent in the kernel (sockets); ``gc_collections`` counts the cyclic
+garbage collector's runs per generation (young, middle, full) during the step.
 
 The router runs on uvloop when it is installed (``pip install 'tailsieve[fast]'``), as the
 runtime's entry points do; ``--loop asyncio`` measures asyncio's own loop. The result names
