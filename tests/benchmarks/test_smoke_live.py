@@ -7,6 +7,7 @@ wrapper around ``executor.run`` that drops an argument fails here."""
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -117,16 +118,20 @@ def test_bench_real_engine_vllm(tmp_path: Path) -> None:
 @pytest.mark.parametrize("hosted", [False, True], ids=["fleet", "hosted"])
 def test_bench_router(hosted: bool, tmp_path: Path) -> None:
     """One replica per subprocess (the default) and replicas hosted in one process (the
-    ``--cluster`` path), on free ports."""
+    ``--cluster`` path), on free ports; the router's event loop is reported (auto: uvloop when
+    installed)."""
     out = tmp_path / "router.json"
     argv = ["--replicas", "2", "--groups", "4", "--group-size", "2", "--steps", "1",
             "--time-scale", "0.01", "--profile", "cpu", "--out", str(out)]
+    loop = "uvloop" if importlib.util.find_spec("uvloop") is not None else "asyncio"
     if hosted:
-        argv += ["--hosts", "1", "--base-port", "0"]
+        argv += ["--hosts", "1", "--base-port", "0", "--loop", "asyncio"]
+        loop = "asyncio"
     with repo_unchanged():
         importlib.import_module("bench_router").main(argv)
     data = json.loads(out.read_text())
     assert [r["step"] for r in data["steps"]] == [0, 1]
+    assert data["event_loop"] == loop
     assert all(r["num_requests"] >= 8 and r["router_cpu_s"] > 0 for r in data["steps"])
     assert not (tmp_path / "router.profile.json").exists()
 

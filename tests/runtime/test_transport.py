@@ -4,6 +4,7 @@ server; the lean client's chunked bodies, dropped connections and cancellation."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 from collections.abc import AsyncIterator
@@ -11,6 +12,7 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 
+from tailsieve.runtime import event_loop
 from tailsieve.runtime.lean_http import LeanTransport
 from tailsieve.runtime.transport import AiohttpTransport, ReplicaDownError, RequestError
 
@@ -19,6 +21,13 @@ CANCELLED: list[str] = []
 
 @pytest.fixture
 async def server() -> AsyncIterator[str]:
+    async with _serve() as url:
+        yield url
+
+
+@contextlib.asynccontextmanager
+async def _serve() -> AsyncIterator[str]:
+    """A test server on a free port: status codes, framings, drops, holds, SSE."""
     async def status(request: web.Request) -> web.Response:
         code = int(request.match_info["code"])
         return web.Response(status=code, text="oops")
@@ -90,8 +99,10 @@ async def server() -> AsyncIterator[str]:
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = runner.addresses[0][1]
-    yield f"http://127.0.0.1:{port}"
-    await runner.cleanup()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
 
 
 @pytest.mark.parametrize("cls", [AiohttpTransport, LeanTransport])
@@ -145,9 +156,12 @@ async def test_lean_chunked_dropped_and_cancelled(server: str) -> None:
         await t.aclose()
 
 
-async def _raw_server(reply: list[bytes], delay_s: float = 0.0) -> tuple[asyncio.Server, str]:
+async def _raw_server(
+    reply: list[bytes], delay_s: float = 0.0
+) -> tuple[asyncio.Server, str, list[bytes]]:
     """A server that reads one request (head + Content-Length body) and writes ``reply`` piece
-    by piece, then closes: HTTP framings aiohttp's server does not produce."""
+    by piece, then closes: HTTP framings aiohttp's server does not produce. Also returns the
+    request bodies it got."""
     got: list[bytes] = []
 
     async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
@@ -161,8 +175,7 @@ async def _raw_server(reply: list[bytes], delay_s: float = 0.0) -> tuple[asyncio
         w.close()
 
     srv = await asyncio.start_server(handle, "127.0.0.1", 0)
-    srv.got = got  # type: ignore[attr-defined]
-    return srv, f"http://127.0.0.1:{srv.sockets[0].getsockname()[1]}"
+    return srv, f"http://127.0.0.1:{srv.sockets[0].getsockname()[1]}", got
 
 
 async def test_lean_framings_and_a_large_request() -> None:
@@ -175,19 +188,19 @@ async def test_lean_framings_and_a_large_request() -> None:
         [b"HTTP/1.1 200", b" OK\r\nContent-Length: %d\r\n\r\n" % len(body), body],
     ]  # fmt: skip
     for reply in cases:
-        srv, url = await _raw_server(reply, delay_s=0.01)
+        srv, url, _ = await _raw_server(reply, delay_s=0.01)
         async with srv:
             assert await t.post_json(url + "/x", {"a": 1}, 5) == {"ok": [1, 2]}
-    srv, url = await _raw_server([b"HTTX/1.1\r\n\r\n"])
+    srv, url, _ = await _raw_server([b"HTTX/1.1\r\n\r\n"])
     async with srv:
         with pytest.raises(RequestError, match="bad status line"):
             await t.post_json(url + "/x", {}, 5)
     # a request far larger than a socket buffer is written in parts as the socket drains
     big = {"prompt": list(range(400_000))}
-    srv, url = await _raw_server([b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"])
+    srv, url, got = await _raw_server([b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"])
     async with srv:
         assert await t.post_json(url + "/x", big, 10) == {}
-        assert json.loads(srv.got[0]) == big  # type: ignore[attr-defined]
+        assert json.loads(got[0]) == big
     await t.aclose()
 
 
@@ -198,3 +211,25 @@ async def test_lean_host_names_take_the_streams_path(server: str) -> None:
         assert await t.post_json(url, {"x": 2}, 5) == {"echo": {"x": 2}}
     finally:
         await t.aclose()
+
+
+def test_every_case_on_uvloop() -> None:
+    """The cases above on uvloop, the loop the runtime's entry points use when it is installed
+    (``tailsieve.runtime.event_loop``): the lean client drives its sockets from loop callbacks."""
+    pytest.importorskip("uvloop")
+
+    async def main() -> str:
+        assert event_loop.loop_name() == "uvloop"
+        CANCELLED.clear()
+        async with _serve() as url:
+            for cls in (AiohttpTransport, LeanTransport):
+                await test_classification(url, cls)
+            await test_lean_chunked_dropped_and_cancelled(url)
+            await test_lean_host_names_take_the_streams_path(url)
+        await test_lean_framings_and_a_large_request()
+        return "done"
+
+    try:
+        assert event_loop.run(main(), "uvloop") == "done"
+    finally:
+        CANCELLED.clear()  # as the other tests expect it

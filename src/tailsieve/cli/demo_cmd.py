@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from pathlib import Path
 from typing import Annotated
@@ -15,6 +14,7 @@ from tailsieve.cli import checks
 from tailsieve.report.headline import headline_sentences
 from tailsieve.report.html_report import write_report
 from tailsieve.report.run_data import load_run
+from tailsieve.runtime import event_loop
 from tailsieve.runtime.backends import Backend
 from tailsieve.runtime.demo import DemoConfig, run_demo, summaries
 from tailsieve.runtime.observe import ProgressDisplay
@@ -87,9 +87,11 @@ def demo(
 
     if display is not None:
         with display:
-            results = asyncio.run(run_demo(cfg, on_progress=display.update, on_policy=on_policy))
+            results = event_loop.run(
+                run_demo(cfg, on_progress=display.update, on_policy=on_policy)
+            )
     else:
-        results = asyncio.run(run_demo(cfg, on_policy=on_policy))
+        results = event_loop.run(run_demo(cfg, on_policy=on_policy))
     rows = summaries(results)
     paired_cols = _steps_label(next((s["paired_steps"] for s in rows if s["paired_steps"]), []))
     table = Table(

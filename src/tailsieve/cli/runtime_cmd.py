@@ -18,6 +18,7 @@ from tailsieve.control.budget import PromptBudget, prompts_needed
 from tailsieve.control.config import ControllerConfig
 from tailsieve.errors import ConfigError
 from tailsieve.model.profiles import load_profile
+from tailsieve.runtime import event_loop
 from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
 from tailsieve.runtime.cluster.spec import EngineGroup
 from tailsieve.runtime.cluster.state import StateFileAddresses
@@ -229,7 +230,9 @@ def rollout(
     ] = None,
     out: Annotated[Path, typer.Option("--out", help="Output folder.")] = Path("out/rollout"),
 ) -> None:
-    """Run live TailSieve steps; write DIR/batches/step_XXXX.jsonl, steps.jsonl, summary.json."""
+    """Run live TailSieve steps; write DIR/batches/step_XXXX.jsonl, steps.jsonl, summary.json.
+
+    The router runs on uvloop when it is installed (tailsieve\\[fast] extra), else on asyncio's loop; TAILSIEVE_EVENT_LOOP=asyncio forces asyncio's loop."""
     # every file argument is checked before a replica is contacted or an output is written
     urls = checks.state_endpoints(state) if state is not None else _endpoints(endpoints)
     replay = None
@@ -272,7 +275,7 @@ def rollout(
         rebalance=rebalance,
     )
     provider = StateFileAddresses(state) if state is not None else None
-    asyncio.run(
+    event_loop.run(  # uvloop when installed (tailsieve[fast]): less router CPU per request
         _drive(urls, cfg, source, steps, flush, progress, metrics_port, log_file, out, provider)
     )
 

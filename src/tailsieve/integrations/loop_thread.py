@@ -12,6 +12,8 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+from tailsieve.runtime.event_loop import new_event_loop
+
 T = TypeVar("T")
 
 
@@ -19,7 +21,7 @@ class LoopThread:
     """Runs coroutines on a dedicated event loop thread (started on creation)."""
 
     def __init__(self, name: str = "tailsieve-loop") -> None:
-        self._loop = asyncio.new_event_loop()
+        self._loop = new_event_loop()  # uvloop when installed (tailsieve[fast])
         self._thread = threading.Thread(target=self._loop.run_forever, name=name, daemon=True)
         self._thread.start()
 

@@ -30,6 +30,7 @@ _WS = b" \t\r\n"
 _MARK = "\x00ids:"  # placeholder string for the k-th array while the rest is decoded
 _MIN_BYTES = 256  # shorter arrays stay with json.loads (numpy's call costs more than it saves)
 _INT64_MAX = np.iinfo(np.int64).max
+_MAX = np.maximum.reduce  # ndarray.max without its Python wrapper (half the cost per array)
 
 
 def loads(body: bytes, drop_prompt_ids: bool = False) -> Any:
@@ -96,7 +97,7 @@ def _parse(chunk: bytes) -> EncodedIds | None:
         arr = np.fromstring(chunk, dtype=np.int64, sep=",")
     except ValueError:
         return None
-    if len(arr) != chunk.count(b",") + 1 or arr.max() == _INT64_MAX:  # saturated: too big
+    if len(arr) != chunk.count(b",") + 1 or _MAX(arr) == _INT64_MAX:  # saturated: too big
         return None
     return EncodedIds(tuple(arr.tolist()), "[" + chunk.decode("ascii") + "]")
 
