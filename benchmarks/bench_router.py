@@ -53,16 +53,19 @@ import resource
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from outdir import default_out
 
+from tailsieve.core.balancer import Move
 from tailsieve.model.profiles import DEFAULT_PROFILE, load_profile
 from tailsieve.runtime.backends import PromptInput, SamplingParams
 from tailsieve.runtime.demo import StepLengths
 from tailsieve.runtime.emulator import EmulatorFleet
 from tailsieve.runtime.emulator.config import EmulatorConfig
+from tailsieve.runtime.emulator.protocol import PROMPT_TOKEN_ID
 from tailsieve.runtime.emulator.server import EmulatorServer
 from tailsieve.runtime.event_loop import CHOICES as LOOP_CHOICES
 from tailsieve.runtime.event_loop import loop_name
@@ -78,17 +81,38 @@ _LOOP = [""]  # the router's event loop, as measured
 
 
 def _time_checks() -> None:
-    """Count the router CPU the live rebalancer's checks take (wraps ``check``)."""
-    inner = LiveRebalancer.check
+    """Count the router CPU the live rebalancer's checks take: building the loads, each
+    decision's planning and making the moves (wraps ``_decisions`` and ``_make``; a check runs
+    in decisions with the event loop free between them)."""
+    decisions, make = LiveRebalancer._decisions, LiveRebalancer._make
 
-    def check(self: LiveRebalancer) -> int:
+    def timed(it: Iterator[list[Move]]) -> Iterator[list[Move]]:
+        while True:
+            c0 = time.process_time()
+            try:
+                got = next(it)
+            except StopIteration:
+                return
+            finally:
+                _CHECK_CPU[0] += time.process_time() - c0
+            yield got
+
+    def _decisions(self: LiveRebalancer) -> Iterator[list[Move]]:
         c0 = time.process_time()
         try:
-            return inner(self)
+            return timed(decisions(self))
         finally:
             _CHECK_CPU[0] += time.process_time() - c0
 
-    LiveRebalancer.check = check  # type: ignore[method-assign]
+    def _make(self: LiveRebalancer, moves: list[Move]) -> int:
+        c0 = time.process_time()
+        try:
+            return make(self, moves)
+        finally:
+            _CHECK_CPU[0] += time.process_time() - c0
+
+    LiveRebalancer._decisions = _decisions  # type: ignore[method-assign]
+    LiveRebalancer._make = _make  # type: ignore[method-assign]
 
 
 async def run(
@@ -96,7 +120,9 @@ async def run(
 ) -> list[dict[str, float]]:
     wl = load_workload("paper-math", num_prompts=8 * args.groups * (args.steps + 2), seed=0)
     lengths = StepLengths(wl, args.group_size, 0)
+    sglang = args.backend == "sglang"
     cfg = RolloutConfig(
+        backend=args.backend,
         num_groups=args.groups,
         group_size=args.group_size,
         policy="tailsieve",
@@ -112,7 +138,10 @@ async def run(
         rebalance=args.rebalance,
         controller={"seam_s": args.seam_s} if args.seam_s is not None else {},
     )
-    prompts = iter(PromptInput(p, text=f"Solve {p}.") for p in wl.prompt_ids())
+    # SGLang does not echo a text prompt's ids (a continuation needs them): token ids, one per
+    # word as the emulator counts a text prompt
+    prompts = iter(PromptInput(p, token_ids=(PROMPT_TOKEN_ID,) * 2) if sglang else
+                   PromptInput(p, text=f"Solve {p}.") for p in wl.prompt_ids())
     rows = []
     _LOOP[0] = loop_name()
     prof = cProfile.Profile(time.process_time) if args.cprofile else None
@@ -242,6 +271,9 @@ def main(argv: list[str] | None = None) -> None:
         help="do not ask for per-response token ids (usage gives exact counts when split)",
     )
     ap.add_argument("--stream", action="store_true", help="streamed responses")
+    ap.add_argument("--backend", choices=("vllm", "sglang"), default="vllm",
+                    help="the API the router speaks (sglang: a move aborts the running request, "
+                         "which returns its partial output; no pieces needed)")
     ap.add_argument("--continuation", action="store_true", help="responses as piece chains")
     ap.add_argument("--piece-tokens", type=int, default=None, help="continuation: piece cap")
     ap.add_argument("--rebalance", action="store_true",
@@ -324,6 +356,7 @@ def main(argv: list[str] | None = None) -> None:
         "return_token_ids": not args.counts_only,
         "transport": args.transport,
         "event_loop": _LOOP[0],
+        "backend": args.backend,
         "stream": args.stream,
         "continuation": args.continuation or args.piece_tokens is not None,
         "piece_tokens": args.piece_tokens,
