@@ -136,21 +136,27 @@ def test_bench_router(hosted: bool, tmp_path: Path) -> None:
     assert not (tmp_path / "router.profile.json").exists()
 
 
-def test_bench_router_with_moves(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["vllm", "sglang"])
+def test_bench_router_with_moves(backend: str, tmp_path: Path) -> None:
     """``--rebalance`` runs continuation with the live rebalancer and reports moves, pieces
-    and the checks' CPU per step; without continuation it is refused."""
+    and the checks' CPU per step (vLLM: pieces of 64; SGLang: no pieces, a move aborts);
+    without continuation it is refused."""
     out = tmp_path / "router.json"
+    pieces = ["--piece-tokens", "64"] if backend == "vllm" else []
     argv = ["--replicas", "2", "--groups", "4", "--group-size", "2", "--steps", "1",
             "--time-scale", "0.01", "--profile", "cpu", "--hosts", "1", "--base-port", "0",
-            "--continuation", "--piece-tokens", "64", "--rebalance", "--seam-s", "0.001",
+            "--backend", backend, "--continuation", *pieces, "--rebalance", "--seam-s", "0.001",
             "--out", str(out)]  # fmt: skip
     with repo_unchanged():
         importlib.import_module("bench_router").main(argv)
     data = json.loads(out.read_text())
-    assert data["rebalance"] and data["continuation"] and data["piece_tokens"] == 64
+    assert data["rebalance"] and data["continuation"] and data["backend"] == backend
+    assert data["piece_tokens"] == (64 if backend == "vllm" else None)
     assert "moves_per_step_after_warmup" in data
+    assert sum(r["num_checks"] for r in data["steps"]) >= 1
     for r in data["steps"]:
-        assert r["num_pieces"] >= 8 and r["num_moves"] >= 0 and r["rebalancer_cpu_s"] >= 0
+        assert r["num_pieces"] >= 8 and r["num_moves"] >= 0
+        assert (r["rebalancer_cpu_s"] > 0) == (r["num_checks"] > 0)  # the checks are timed
         assert 0 <= r["router_sys_cpu_s"] <= r["router_cpu_s"] + 0.05
     with pytest.raises(SystemExit):
         importlib.import_module("bench_router").main(["--rebalance", "--out", str(out)])
