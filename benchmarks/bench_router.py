@@ -65,7 +65,7 @@ from tailsieve.runtime.backends import PromptInput, SamplingParams
 from tailsieve.runtime.demo import StepLengths
 from tailsieve.runtime.emulator import EmulatorFleet
 from tailsieve.runtime.emulator.config import EmulatorConfig
-from tailsieve.runtime.emulator.protocol import PROMPT_TOKEN_ID
+from tailsieve.runtime.emulator.protocol import text_ids
 from tailsieve.runtime.emulator.server import EmulatorServer
 from tailsieve.runtime.event_loop import CHOICES as LOOP_CHOICES
 from tailsieve.runtime.event_loop import loop_name
@@ -138,9 +138,9 @@ async def run(
         rebalance=args.rebalance,
         controller={"seam_s": args.seam_s} if args.seam_s is not None else {},
     )
-    # SGLang does not echo a text prompt's ids (a continuation needs them): token ids, one per
-    # word as the emulator counts a text prompt
-    prompts = iter(PromptInput(p, token_ids=(PROMPT_TOKEN_ID,) * 2) if sglang else
+    # SGLang does not echo a text prompt's ids (a continuation needs them): the ids the
+    # emulator gives the same text
+    prompts = iter(PromptInput(p, token_ids=text_ids(f"Solve {p}.")) if sglang else
                    PromptInput(p, text=f"Solve {p}.") for p in wl.prompt_ids())
     rows = []
     _LOOP[0] = loop_name()

@@ -3,6 +3,9 @@ live rebalancer."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -40,7 +43,7 @@ def test_tokens_integrate_each_interval_at_the_rate_that_opened_it(
         clock.close(now)
     t = probe * now
     assert abs(clock.tokens_at(0, t) - _brute(steps, t)) <= 1e-6 * (1 + _brute(steps, now))
-    assert clock.tokens_between(0, t, now) >= 0
+    assert clock.tokens_at(0, now) - clock.tokens_at(0, t) >= 0
     assert clock.tokens_at(1, now) == 0.0  # a replica never seen
 
 
@@ -51,7 +54,7 @@ def test_a_replica_first_seen_later_ran_at_its_first_rate_from_the_start() -> No
     clock.run_at({0: 10.0, 1: 4.0})
     clock.close(3.0)
     assert clock.tokens_at(1, 3.0) == 12.0
-    assert clock.tokens_between(0, 1.0, 3.0) == 20.0
+    assert clock.tokens_at(0, 3.0) - clock.tokens_at(0, 1.0) == 20.0
     assert clock.tokens_at(0, 2.5) == 25.0  # interpolated inside the last interval
 
 
@@ -70,13 +73,22 @@ class _Running:
         return True
 
 
-def _rebalancer(running: list[LiveResponse], now: list[float], estimate: bool) -> LiveRebalancer:
-    # 10 ms per iteration whatever the batch: 100 tokens per second per running response
-    flat = ReplicaConfig(throughput=ThroughputModel.from_pairs([(1, 0.01), (64, 0.01)], name="f"),
-                         recompute_s_per_token=1e-6)
+# 10 ms per iteration whatever the batch: 100 tokens per second per running response
+FLAT = ReplicaConfig(throughput=ThroughputModel.from_pairs([(1, 0.01), (64, 0.01)], name="f"),
+                     recompute_s_per_token=1e-6)
+# batch-bound with a context term: a long context makes its replica the costlier
+CONTEXT = ReplicaConfig(
+    throughput=dataclasses.replace(ThroughputModel.from_pairs([(1, 0.01), (64, 0.073)], name="k"),
+                                   context_s_per_token=1e-5),
+    recompute_s_per_token=1e-7,
+)
+
+
+def _rebalancer(running: list[LiveResponse], now: list[float], estimate: bool = True,
+                cost: ReplicaConfig = FLAT, replicas: int = 2) -> LiveRebalancer:
     return LiveRebalancer(
         _Running(running), BalanceSettings(interval_s=0.5, horizon_s=10.0, seam_s=0.0),
-        [flat, flat], lambda: [True, True], lambda: now[0], estimate=estimate,
+        [cost] * replicas, lambda: [True] * replicas, lambda: now[0], estimate=estimate,
     )
 
 
@@ -87,7 +99,7 @@ def test_an_unstreamed_piece_counts_the_tokens_the_cost_model_says_it_generated(
         LiveResponse("b", 0, 1, 50, 20, (1,), 0, None),  # streamed / between pieces: as known
     ]
     now = [2.0]
-    rb = _rebalancer(running, now, estimate=True)
+    rb = _rebalancer(running, now)
     loads = rb._estimated_loads(2.0)
     assert [ld.context_tokens for ld in loads] == [20 + 200 + 20 + 150, 50]
     now[0] = 3.0  # one second more at 100 tokens per second (ages as the executor reports)
@@ -103,19 +115,11 @@ def test_estimated_progress_is_what_shows_the_imbalance() -> None:
     """Replica 0's two responses have run 20 s unstreamed (about 2,000 tokens each at 100
     tokens per second); replica 1's two are fresh. By count the replicas are alike; with the
     context term the estimate shows replica 0 the costlier, and only then is one moved."""
-    import dataclasses
-
     running = [LiveResponse("a", i, 0, 10, 10, (0,), 0, (0, 20.0, 5000)) for i in range(2)]
     running += [LiveResponse("b", i, 1, 10, 10, (1,), 0, None) for i in range(2)]
-    tp = dataclasses.replace(ThroughputModel.from_pairs([(1, 0.01), (64, 0.073)], name="k"),
-                             context_s_per_token=1e-5)
-    cost = ReplicaConfig(throughput=tp, recompute_s_per_token=1e-7)
     moved = {}
     for estimate in (True, False):
-        rb = LiveRebalancer(
-            _Running(running), BalanceSettings(interval_s=0.5, horizon_s=10.0, seam_s=0.0),
-            [cost, cost], lambda: [True, True], lambda: 20.0, estimate=estimate,
-        )
+        rb = _rebalancer(running, [20.0], estimate, CONTEXT)
         moved[estimate] = rb.check()
         if estimate:
             assert rb.executor.moves and rb.executor.moves[0][0] == "a"  # type: ignore[attr-defined]
@@ -126,21 +130,12 @@ def test_estimated_progress_is_what_shows_the_imbalance() -> None:
 def test_a_check_in_decisions_makes_the_same_moves_as_one_call() -> None:
     """``check_async`` lets the event loop run between decisions of at most 2 moves; with
     nothing changing meanwhile it makes exactly ``check``'s moves."""
-    import asyncio
-    import dataclasses
-
     running = [LiveResponse("a", i, 0, 10 + 50 * i, 10, (0,), 0, (0, 5.0, 5000))
                for i in range(9)]
     running += [LiveResponse("b", 0, 1, 10, 10, (1,), 0, None)]
-    tp = dataclasses.replace(ThroughputModel.from_pairs([(1, 0.01), (64, 0.073)], name="k"),
-                             context_s_per_token=1e-5)
-    cost = ReplicaConfig(throughput=tp, recompute_s_per_token=1e-7)
     made = []
     for use_async in (False, True):
-        rb = LiveRebalancer(
-            _Running(running), BalanceSettings(interval_s=0.5, horizon_s=10.0, seam_s=0.0),
-            [cost, cost, cost], lambda: [True, True, True], lambda: 5.0,
-        )
+        rb = _rebalancer(running, [5.0], cost=CONTEXT, replicas=3)
         n = asyncio.run(rb.check_async()) if use_async else rb.check()
         assert n == len(rb.executor.moves) >= 3  # type: ignore[attr-defined]
         made.append(rb.executor.moves)  # type: ignore[attr-defined]

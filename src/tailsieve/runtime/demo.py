@@ -1,8 +1,8 @@
 """The embedded default job: Uniform, per-request round-robin and TailSieve on emulated
 replicas, end to end.
 
-Starts emulated replicas (vLLM- and SGLang-compatible) on loopback (time-scaled GPU-shaped profile), replays
-a synthetic workload through the real live runtime (HTTP, cutoff, aborts) with every policy,
+Starts emulated replicas (vLLM- and SGLang-compatible) on loopback (time-scaled GPU-shaped
+profile), replays a synthetic workload through the real live runtime (HTTP, cutoff, aborts) with every policy,
 interleaved step by step on the same prompts and lengths, and writes a run folder that
 ``tailsieve report`` renders.
 """
@@ -24,7 +24,7 @@ from tailsieve.errors import ConfigError
 from tailsieve.model.profiles import DEFAULT_PROFILE, load_profile
 from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
 from tailsieve.runtime.emulator import EmulatorFleet
-from tailsieve.runtime.emulator.protocol import PROMPT_TOKEN_ID
+from tailsieve.runtime.emulator.protocol import text_ids
 from tailsieve.runtime.observe import StepMetrics
 from tailsieve.runtime.rollout import RolloutBatch, RolloutConfig, TailSieveRollout
 from tailsieve.runtime.step_state import StepProgress
@@ -155,13 +155,10 @@ def _prompt_stream(workload: Any, seed: int, as_ids: bool = False) -> Iterator[P
     """The simulator's prompt order (``epoch_prompt_ids``): ``tailsieve simulate --seed S
     --num-prompts P`` with the demo's P = 4 N (steps + 2) replays the same steps. ``as_ids``:
     the prompts as token ids (SGLang does not echo a text prompt's ids, and a continuation
-    needs them); the emulator gives a text prompt one token per word, so both are alike."""
+    needs them): the ids the emulator gives the same text, so both are alike."""
     for pid in epoch_prompt_ids(workload.prompt_ids(), seed):
         text = f"Solve problem {pid}."
-        if as_ids:
-            yield PromptInput(pid, token_ids=(PROMPT_TOKEN_ID,) * len(text.split()))
-        else:
-            yield PromptInput(pid, text=text)
+        yield PromptInput(pid, token_ids=text_ids(text)) if as_ids else PromptInput(pid, text=text)
 
 
 def _rollout_config(
@@ -216,8 +213,8 @@ async def run_interleaved(
             ro = await stack.enter_async_context(
                 TailSieveRollout(urls, rcfg, on_progress=on_progress)
             )
-            lanes[policy] = _Lane(ro, lengths, _prompt_stream(workload, cfg.seed, cfg.backend is Backend.SGLANG),
-                                   PolicyResult(policy))
+            prompts = _prompt_stream(workload, cfg.seed, as_ids=cfg.backend is Backend.SGLANG)
+            lanes[policy] = _Lane(ro, lengths, prompts, PolicyResult(policy))
         for t in range(cfg.steps + 1):
             for lane in lanes.values():
                 lane.lengths.step = t

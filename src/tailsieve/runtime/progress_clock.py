@@ -5,8 +5,8 @@ response's context only up to its last seam. The cost model knows more: a replic
 iteration costs ``c`` seconds advances each of its running responses by one token per ``c``
 seconds. ``ProgressClock`` integrates that rate per replica over the step (piecewise: each
 interval between re-balance checks at the rate of the check that opened it), so a piece that
-began at ``t0`` on replica ``r`` has generated about ``clock_r(now) - clock_r(t0)`` tokens.
-No length is predicted: the estimate says how far a response has come, not how far it will go.
+began at ``t0`` on replica ``r`` has generated about ``tokens_at(r, now) - tokens_at(r, t0)``
+tokens. No length is predicted: the estimate says how far a response has come, not how far it will go.
 """
 
 from __future__ import annotations
@@ -64,7 +64,3 @@ class ProgressClock:
             return 0.0
         i = bisect.bisect_right(self._times, t_s) - 1
         return tl[i] + (t_s - self._times[i]) * self._rates[replica][i]
-
-    def tokens_between(self, replica: int, since_s: float, now_s: float) -> float:
-        """Tokens a response running on ``replica`` generated from ``since_s`` to ``now_s``."""
-        return max(0.0, self.tokens_at(replica, now_s) - self.tokens_at(replica, since_s))

@@ -80,19 +80,21 @@ def _opt_number(body: dict[str, Any], key: str) -> None:
         raise BadRequest(f"'{key}' must be a number, got {v!r}")
 
 
-def _text_ids(text: str) -> tuple[int, ...]:
+def text_ids(text: str) -> tuple[int, ...]:
+    """The token ids the emulator gives a text prompt: ``PROMPT_TOKEN_ID`` per word (a client
+    that must send token ids, e.g. to continue a response, sends these for the same prompt)."""
     return (PROMPT_TOKEN_ID,) * max(1, len(text.split()))
 
 
 def _prompt_ids(prompt: Any) -> tuple[tuple[int, ...], ...]:
     """Token ids of each prompt (text prompts get ``PROMPT_TOKEN_ID`` per word)."""
     if isinstance(prompt, str):
-        return (_text_ids(prompt),)
+        return (text_ids(prompt),)
     if isinstance(prompt, list) and prompt:
         if all(isinstance(x, int) and not isinstance(x, bool) for x in prompt):
             return (tuple(prompt),)
         if all(isinstance(x, str) for x in prompt):
-            return tuple(_text_ids(x) for x in prompt)
+            return tuple(text_ids(x) for x in prompt)
         if all(isinstance(x, list) and x and all(isinstance(t, int) for t in x) for x in prompt):
             return tuple(tuple(x) for x in prompt)
     raise BadRequest("'prompt' must be a string, a list of token ids, or a list of those")
