@@ -25,8 +25,11 @@ Reports router CPU per request, the share, and the router's peak memory (max RSS
 
 With continuation (``--continuation --piece-tokens K``) each row also counts the pieces; with
 ``--rebalance`` (moves by the live rebalancer; ``--seam-s`` sets the controller's seam cost) it
-counts the moves, the checks and the router CPU the checks took. ``router_sys_cpu_s`` is the
-part of the router's CPU spent in the kernel (sockets); ``gc_collections`` counts the cyclic
+counts the moves, the checks and the router CPU the checks took, with the CPU time of each
+decision (how long it blocked the event loop: planning and making at most two moves, a check's
+first also reading the loads) and of each whole check, p50 / p99 per step. ``router_sys_cpu_s`` is the
+part of the router's CPU spent in the kernel (sockets); ``gc_cpu_s`` and ``gc_pause_ms_max``
+time the garbage collector's pauses; ``gc_collections`` counts the cyclic
 garbage collector's runs per generation (young, middle, full) during the step.
 
 The router runs on uvloop when it is installed (``pip install 'tailsieve[fast]'``), as the
@@ -53,13 +56,11 @@ import resource
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from outdir import default_out
 
-from tailsieve.core.balancer import Move
 from tailsieve.model.profiles import DEFAULT_PROFILE, load_profile
 from tailsieve.runtime.backends import PromptInput, SamplingParams
 from tailsieve.runtime.demo import StepLengths
@@ -71,48 +72,33 @@ from tailsieve.runtime.event_loop import CHOICES as LOOP_CHOICES
 from tailsieve.runtime.event_loop import loop_name
 from tailsieve.runtime.event_loop import run as run_on_loop
 from tailsieve.runtime.lean_http import LeanTransport
-from tailsieve.runtime.rebalancer import LiveRebalancer
 from tailsieve.runtime.rollout import RolloutConfig, TailSieveRollout
 from tailsieve.runtime.transport import AiohttpTransport
 from tailsieve.workload import load_workload
 
-_CHECK_CPU = [0.0]  # router CPU seconds inside LiveRebalancer.check (moves on)
 _LOOP = [""]  # the router's event loop, as measured
+_GC_PAUSES: list[float] = []  # CPU seconds of each garbage collection in the step
 
 
-def _time_checks() -> None:
-    """Count the router CPU the live rebalancer's checks take: building the loads, each
-    decision's planning and making the moves (wraps ``_decisions`` and ``_make``; a check runs
-    in decisions with the event loop free between them)."""
-    decisions, make = LiveRebalancer._decisions, LiveRebalancer._make
+def _gc_timer() -> Any:
+    """A ``gc.callbacks`` hook recording each collection's CPU time in ``_GC_PAUSES``."""
+    began = [0.0]
 
-    def timed(it: Iterator[list[Move]]) -> Iterator[list[Move]]:
-        while True:
-            c0 = time.process_time()
-            try:
-                got = next(it)
-            except StopIteration:
-                return
-            finally:
-                _CHECK_CPU[0] += time.process_time() - c0
-            yield got
+    def hook(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            began[0] = time.process_time()
+        else:
+            _GC_PAUSES.append(time.process_time() - began[0])
 
-    def _decisions(self: LiveRebalancer) -> Iterator[list[Move]]:
-        c0 = time.process_time()
-        try:
-            return timed(decisions(self))
-        finally:
-            _CHECK_CPU[0] += time.process_time() - c0
+    return hook
 
-    def _make(self: LiveRebalancer, moves: list[Move]) -> int:
-        c0 = time.process_time()
-        try:
-            return make(self, moves)
-        finally:
-            _CHECK_CPU[0] += time.process_time() - c0
 
-    LiveRebalancer._decisions = _decisions  # type: ignore[method-assign]
-    LiveRebalancer._make = _make  # type: ignore[method-assign]
+def _ms(values: list[float], q: float) -> float:
+    """The ``q`` quantile of ``values`` (seconds) in milliseconds (nearest rank; 0 if none)."""
+    if not values:
+        return 0.0
+    v = sorted(values)
+    return 1e3 * v[min(len(v) - 1, int(q * len(v)))]
 
 
 async def run(
@@ -147,15 +133,17 @@ async def run(
     prof = cProfile.Profile(time.process_time) if args.cprofile else None
     transport = AiohttpTransport() if args.transport == "aiohttp" else LeanTransport()
     async with TailSieveRollout(urls, cfg, transport=transport) as ro:
+        if args.gc_freeze:
+            gc.freeze()  # what the process holds so far is never collected again
         for t in range(args.steps + 1):
             lengths.step = t
             batch_prompts = [next(prompts) for _ in range(ro.num_fresh_needed())]
             if prof is not None and t == args.steps:
                 prof.enable()
-            _CHECK_CPU[0] = 0.0
             c0, w0 = time.process_time(), time.perf_counter()
             sys0 = resource.getrusage(resource.RUSAGE_SELF).ru_stime
             gc0 = [g["collections"] for g in gc.get_stats()]
+            _GC_PAUSES.clear()
             batch = await ro.step(batch_prompts)
             cpu, wall = time.process_time() - c0, time.perf_counter() - w0
             sys_s = resource.getrusage(resource.RUSAGE_SELF).ru_stime - sys0
@@ -168,6 +156,7 @@ async def run(
                 args.group_size if not args.one_request_per_group else 1
             )
             tokens = sum(r.num_tokens for g in batch.groups for r in g.responses)
+            tally = ro.executor.last_moves
             rows.append(
                 {
                     "step": t,
@@ -183,7 +172,17 @@ async def run(
                                       for c in cs),
                     "num_moves": batch.metrics.num_moves,
                     "num_checks": ro.executor.last_moves.num_checks,
-                    "rebalancer_cpu_s": _CHECK_CPU[0],
+                    "rebalancer_cpu_s": sum(tally.decision_cpu_s),
+                    # a decision: planning and making at most 2 moves (a check's first also
+                    # reads the loads): how long it blocks the event loop, CPU milliseconds
+                    "decision_cpu_ms_p50": _ms(tally.decision_cpu_s, 0.5),
+                    "decision_cpu_ms_p99": _ms(tally.decision_cpu_s, 0.99),
+                    "decision_cpu_ms_max": _ms(tally.decision_cpu_s, 1.0),
+                    "check_cpu_ms_p50": _ms(tally.check_cpu_s, 0.5),
+                    "check_cpu_ms_p99": _ms(tally.check_cpu_s, 0.99),
+                    "gc_cpu_s": sum(_GC_PAUSES),  # the collector's pauses (CPU), in all
+                    "gc_tracked_objects": len(gc.get_objects()),  # what a full one traverses
+                    "gc_pause_ms_max": _ms(_GC_PAUSES, 1.0),
                     "gc_collections": [g["collections"] - c for g, c in zip(gc.get_stats(), gc0,
                                                                             strict=True)],
                     "q": batch.metrics.q,
@@ -195,6 +194,18 @@ async def run(
             )
             print(json.dumps(rows[-1]), flush=True)
     return rows
+
+
+async def run_timing_gc(
+    args: argparse.Namespace, urls: list[str], profile_path: Path
+) -> list[dict[str, float]]:
+    """``run`` with the garbage collector's pauses timed."""
+    hook = _gc_timer()
+    gc.callbacks.append(hook)
+    try:
+        return await run(args, urls, profile_path)
+    finally:
+        gc.callbacks.remove(hook)
 
 
 def simulated_step_s(args: argparse.Namespace) -> float:
@@ -291,6 +302,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--base-port", type=int, default=8310,
                     help="first port of hosted replicas (0: free ports)")
     ap.add_argument("--cprofile", type=Path, default=None, help="cProfile the last step")
+    ap.add_argument("--gc-freeze", action="store_true",
+                    help="gc.freeze() once the router is set up (what a trainer may do after "
+                         "loading): the garbage collector no longer traverses those objects")
     ap.add_argument("--target", type=float, default=None, help="max share at GPU speed")
     ap.add_argument(
         "--transport", choices=("lean", "aiohttp"), default="lean",
@@ -303,8 +317,6 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if args.rebalance and not (args.continuation or args.piece_tokens is not None):
         ap.error("--rebalance needs --continuation (moves continue a response elsewhere)")
-    if args.rebalance:
-        _time_checks()
     if args.cluster:
         defaults = {"replicas": 8, "groups": 256, "group_size": 8, "time_scale": 1.0,
                     "profile": DEFAULT_PROFILE, "hosts": 0, "steps": 2}  # fmt: skip
@@ -323,7 +335,7 @@ def main(argv: list[str] | None = None) -> None:
         with hosted_replicas(
             args.replicas, args.hosts, args.base_port, args.profile, args.time_scale
         ) as urls:
-            rows = run_on_loop(run(args, urls, profile_path), args.loop)
+            rows = run_on_loop(run_timing_gc(args, urls, profile_path), args.loop)
     else:
         with EmulatorFleet.start(
             args.replicas,
@@ -333,7 +345,7 @@ def main(argv: list[str] | None = None) -> None:
             max_model_len=65536,
             max_num_seqs=4096,
         ) as fleet:
-            rows = run_on_loop(run(args, fleet.urls, profile_path), args.loop)
+            rows = run_on_loop(run_timing_gc(args, fleet.urls, profile_path), args.loop)
     profile_path.unlink(missing_ok=True)
     steady = rows[1:] or rows
     worst = max(r["cpu_fraction"] for r in steady)
@@ -358,11 +370,14 @@ def main(argv: list[str] | None = None) -> None:
         "event_loop": _LOOP[0],
         "backend": args.backend,
         "stream": args.stream,
+        "gc_freeze": args.gc_freeze,
         "continuation": args.continuation or args.piece_tokens is not None,
         "piece_tokens": args.piece_tokens,
         "rebalance": args.rebalance,
         "seam_s": args.seam_s,
         "moves_per_step_after_warmup": sum(r["num_moves"] for r in steady) / len(steady),
+        "decision_cpu_ms_p99_after_warmup": max(r["decision_cpu_ms_p99"] for r in steady),
+        "check_cpu_ms_p99_after_warmup": max(r["check_cpu_ms_p99"] for r in steady),
         "cpu_us_per_delivered_token_after_warmup": sum(
             r["cpu_us_per_delivered_token"] for r in steady
         ) / len(steady),

@@ -157,6 +157,11 @@ def test_bench_router_with_moves(backend: str, tmp_path: Path) -> None:
     for r in data["steps"]:
         assert r["num_pieces"] >= 8 and r["num_moves"] >= 0
         assert (r["rebalancer_cpu_s"] > 0) == (r["num_checks"] > 0)  # the checks are timed
+        if r["num_checks"]:  # per decision and per check, how long the event loop was held
+            total_ms = 1e3 * r["rebalancer_cpu_s"] + 1e-9
+            assert 0 <= r["decision_cpu_ms_p50"] <= r["decision_cpu_ms_p99"]
+            assert r["decision_cpu_ms_p99"] <= r["decision_cpu_ms_max"] <= total_ms
+            assert 0 < r["check_cpu_ms_p50"] <= r["check_cpu_ms_p99"] <= total_ms
         assert 0 <= r["router_sys_cpu_s"] <= r["router_cpu_s"] + 0.05
     with pytest.raises(SystemExit):
         importlib.import_module("bench_router").main(["--rebalance", "--out", str(out)])

@@ -122,6 +122,22 @@ def test_continued_prompt_is_encoded_once_and_spliced() -> None:
         assert out["choices"][0] == {"token_ids": [1, 2], "prompt_token_ids": None}
 
 
+@pytest.mark.parametrize("key", ["prompt", "input_ids"])
+def test_prompt_ids_are_spliced_for_vllm_and_sglang(key: str) -> None:
+    import json
+
+    from tailsieve.runtime.backends import EncodedIds
+    from tailsieve.runtime.lean_http import _encode
+
+    ids = EncodedIds((7, 8, 9), "[7, 8, 9]")  # the cached text (spaced), not re-encoded
+    body = {"sampling_params": {"max_new_tokens": 3}, key: ids, "stream": False}
+    raw = _encode(body)
+    assert b'"%s":[7, 8, 9]' % key.encode() in raw
+    assert json.loads(raw) == {"sampling_params": {"max_new_tokens": 3}, key: [7, 8, 9],
+                               "stream": False}
+    assert json.loads(_encode({key: ids})) == {key: [7, 8, 9]}
+
+
 def test_a_piece_keeps_the_servers_json_of_its_ids_until_the_response_ends() -> None:
     from tailsieve.runtime.backends import EncodedIds
 

@@ -13,7 +13,7 @@ request carries one sample).
 from __future__ import annotations
 
 from array import array
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
@@ -101,6 +101,17 @@ class PromptInput:
             token_ids=tuple(int(t) for t in ids) if ids is not None else None,
             messages=tuple(dict(m) for m in msgs) if msgs is not None else None,
         )
+
+
+def with_encoded_ids(prompt: PromptInput) -> PromptInput:
+    """``prompt`` with its token ids (when it has them) as ``EncodedIds``: JSON-encoded once,
+    so that every request of its group (one per sample when split, and the first piece of each
+    chain) splices the same text instead of encoding the ids again."""
+    ids = prompt.token_ids
+    if ids is None or isinstance(ids, EncodedIds):
+        return prompt
+    ids = tuple(ids)
+    return replace(prompt, token_ids=EncodedIds(ids, "[" + ",".join(map(str, ids)) + "]"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,6 +39,7 @@ from tailsieve.runtime.backends import (
     parse_response,
 )
 from tailsieve.runtime.chain import Piece, ResponseChain, check_continuable
+from tailsieve.runtime.running_index import RunningIndex
 from tailsieve.runtime.transport import JSON, ReplicaDownError, RequestError, Transport
 
 ABORT_WAIT_S = 2.0  # how long a move waits for SGLang's aborted piece to return its output
@@ -122,6 +123,33 @@ class ChainedAttempt:
         self._sampling = config.sampling
         if self._want_offsets and config.sampling.logprobs is None:
             self._sampling = replace(config.sampling, logprobs=0)
+        self._index: RunningIndex | None = None
+        self._t0 = 0.0
+
+    def attach(self, index: RunningIndex, t0: float, dealt: tuple[int, ...]) -> None:
+        """Report this group's running responses to ``index`` from now on (as they start and
+        end pieces, move and complete); ``t0``: the loop time the step began; ``dealt``: the
+        plan replicas the group was dealt."""
+        self._index, self._t0 = index, t0
+        pid = self._prompt.prompt_id
+        for i, chain in enumerate(self.chains):
+            if chain.final is None:
+                p = self.prompt_tokens(i)
+                index.add((pid, i), self.where[i][0], p + chain.num_generated, p, dealt, self)
+
+    def _report(self, i: int) -> None:
+        """Response ``i``'s piece ended (or it continues elsewhere): tell the index."""
+        idx = self._index
+        if idx is None:
+            return
+        key = (self._prompt.prompt_id, i)
+        chain = self.chains[i]
+        if chain.done:
+            idx.remove(key, self)
+            return
+        p = self.prompt_tokens(i)
+        idx.piece_ended(key, p + chain.num_generated, p, self)
+        idx.set_replica(key, self.where[i][0], self)
 
     def move(self, sample: int, replica: int, base_url: str) -> bool:
         """Continue response ``sample`` on ``replica``. Streamed, its running piece is aborted
@@ -132,6 +160,8 @@ class ChainedAttempt:
             return False
         self.where[sample] = (replica, base_url.rstrip("/"))
         self.stats.num_moves += 1
+        if self._index is not None:
+            self._index.set_replica((self._prompt.prompt_id, sample), replica, self)
         req = self._inflight.get(sample)
         if req is None or req.done() or self._defers_moves:
             return True
@@ -176,11 +206,8 @@ class ChainedAttempt:
             return None
         if now is None:
             now = asyncio.get_running_loop().time()
-        cap = self._cfg.sampling.max_tokens - self.chains[sample].num_generated
-        if self._cfg.piece_tokens is not None:
-            cap = min(cap, self._cfg.piece_tokens)
         return (self._piece_replica.get(sample, self.where[sample][0]),
-                now - self._started.get(sample, now), max(cap, 0))
+                now - self._started.get(sample, now), _piece_cap(self._cfg, self.chains[sample]))
 
     async def _abort_or_cancel(self, sample: int, req: asyncio.Future[Response], rid: str) -> None:
         """Abort by id and let the piece return its partial output; cancel it (dropping its
@@ -244,7 +271,10 @@ class ChainedAttempt:
                 self._piece(url, body, i, f"{url} prompt {pid!r} sample {i}")
             )
             self._inflight[i] = req
-            self._started[i] = asyncio.get_running_loop().time()
+            started = self._started[i] = asyncio.get_running_loop().time()
+            if self._index is not None and not self._cfg.stream:
+                self._index.piece_started((pid, i), self, replica, started - self._t0,
+                                          _piece_cap(self._cfg, chain))
             try:
                 await asyncio.wait({req})
             finally:
@@ -263,6 +293,7 @@ class ChainedAttempt:
                     self.stats.num_relocations += 1
                     self.down_sample = i
                     self.where[i] = self._relocate(i, replica, base, exc)
+                self._report(i)
                 continue
             resp = req.result()
             if chain.prompt_ids is None:
@@ -270,6 +301,7 @@ class ChainedAttempt:
                 chain.prompt_ids = tuple(pids) if pids else self._prompt.token_ids
             chain.add(Piece.of(resp, replica), sp.max_tokens)
             self.stats.num_pieces += 1
+            self._report(i)
         final = chain.final
         assert final is not None
         if self._sampling is not self._cfg.sampling:
@@ -339,7 +371,20 @@ class ChainedAttempt:
                 if reason:
                     part.reason = reason
             self.progress.live_tokens[sample] = len(part.ids)
+            if self._index is not None:
+                p = self.prompt_tokens(sample)
+                self._index.set_known((self._prompt.prompt_id, sample),
+                                      p + self.chains[sample].num_generated + len(part.ids), p,
+                                      self)
         if not part.reason:
             raise RequestError(f"{where}: stream ended without a finish reason")
-        del self._partial[sample]
-        return part.piece(-1, part.reason)
+        return part.piece(-1, part.reason)  # its ``_Partial`` counts until the chain takes it
+
+
+def _piece_cap(cfg: ExecutorConfig, chain: ResponseChain) -> int:
+    """The most tokens a chain's next piece may add: the configured ``max_tokens`` less what
+    it generated, at most ``piece_tokens`` (never a forced length)."""
+    cap = cfg.sampling.max_tokens - chain.num_generated
+    if cfg.piece_tokens is not None:
+        cap = min(cap, cfg.piece_tokens)
+    return max(cap, 0)

@@ -34,11 +34,12 @@ from tailsieve.runtime.attempt import (
     GroupAttempt,
     RequestFailedError,
 )
-from tailsieve.runtime.backends import PromptInput, Response
+from tailsieve.runtime.backends import PromptInput, Response, with_encoded_ids
 from tailsieve.runtime.chain import SEED_WARNING, ResponseChain, check_continuable
 from tailsieve.runtime.chain_attempt import ChainedAttempt
 from tailsieve.runtime.lean_http import LeanTransport
 from tailsieve.runtime.rebalancer import LiveRebalancer, LiveResponse, MoveTally
+from tailsieve.runtime.running_index import RunningIndex
 from tailsieve.runtime.served_model import resolve_served_model, transport_getter
 from tailsieve.runtime.step_state import GroupRun, StepProgress, StepResult, build_result
 from tailsieve.runtime.transport import ReplicaDownError, Transport
@@ -81,6 +82,7 @@ class _Run:
     chains: dict[str, list[ResponseChain]] = field(default_factory=dict)  # continuation mode
     attempts: dict[str, ChainedAttempt] = field(default_factory=dict)
     rebalancer: LiveRebalancer | None = None
+    index: RunningIndex | None = None  # the running responses by replica (re-balancing)
 
 
 class LiveExecutor:
@@ -241,6 +243,8 @@ class LiveExecutor:
         loop = asyncio.get_running_loop()
         run = _Run(plan=plan, t0=loop.time(), queue=asyncio.Queue(), reps=reps)
         run.busy_until_s = [0.0] * len(reps)
+        if self._balances(plan):
+            run.index = RunningIndex(frozenset(plan.tail_replicas))
         self._run = run
         self.chains = run.chains
         prober = asyncio.create_task(self._probe_loop())
@@ -309,15 +313,32 @@ class LiveExecutor:
         self.num_moves += 1
         return True
 
+    def _balances(self, plan: StepPlan) -> bool:
+        """Whether a step of ``plan`` runs the live rebalancer."""
+        return plan.balance is not None and self.config.continuation and bool(self.balance_costs)
+
     def _start_rebalancer(self, run: _Run, active: list[int]) -> asyncio.Task[None] | None:
-        if run.plan.balance is None or not self.config.continuation or not self.balance_costs:
+        if not self._balances(run.plan):
             return None
         costs = self.balance_costs
+        assert costs is not None and run.plan.balance is not None
         run.rebalancer = LiveRebalancer(
             self, run.plan.balance, [costs[i] for i in active],
             lambda: [r.healthy for r in run.reps], lambda: self._now(run),
         )
         return asyncio.create_task(run.rebalancer.loop())
+
+    def running_index(self) -> RunningIndex | None:
+        """During a re-balanced ``run``: the running responses by replica, kept up to date as
+        they change (``runtime.running_index``; the same as an index of ``running_responses``).
+        Groups that stopped running since the last call are dropped from it here."""
+        run = self._run
+        if run is None or run.index is None:
+            return None
+        for pid, att in run.attempts.items():
+            if run.groups[pid].status != "running":
+                run.index.drop_owner(att)
+        return run.index
 
     def running_responses(self) -> list[LiveResponse]:
         """Continuation mode, during ``run``: every response still generating, where it runs
@@ -370,8 +391,9 @@ class LiveExecutor:
 
     def _launch(self, run: _Run, g: GroupRun, prompts: Mapping[str, PromptInput]) -> None:
         g.progress = AttemptProgress()
+        prompt = with_encoded_ids(prompts[g.assignment.prompt_id])
         if self.config.continuation:
-            self._launch_chains(run, g, prompts[g.assignment.prompt_id])
+            self._launch_chains(run, g, prompt)
             return
         where = g.replicas or (g.replica,)
         urls = tuple(run.reps[r].url for r in where)
@@ -379,7 +401,7 @@ class LiveExecutor:
             self._transport,
             list(urls) if g.replicas else urls[0],
             self.config,
-            prompts[g.assignment.prompt_id],
+            prompt,
             run.plan.group_size,
             self._forced,
             g.progress,
@@ -407,6 +429,11 @@ class LiveExecutor:
             self._transport, where, self.config, prompt, chains, self._forced, g.progress,
             relocate,
         )
+        old = run.attempts.get(pid)
+        if run.index is not None:
+            if old is not None:
+                run.index.drop_owner(old)
+            att.attach(run.index, run.t0, tuple(sorted(g.assignment.all_replicas)))
         run.attempts[pid] = att
         urls = tuple(u for _, u in where)
         g.task = asyncio.create_task(self._wrap(run, att, pid, g.attempt, g.replicas, urls))

@@ -116,12 +116,19 @@ class LeanTransport(AiohttpTransport):
 
 
 def _encode(payload: JSON) -> bytes:
-    """Compact JSON; a continued piece's prompt (``EncodedIds``) is spliced in pre-encoded."""
-    ids = payload.get("prompt")
-    if not isinstance(ids, EncodedIds):
+    """Compact JSON; a continued piece's prompt ids (``EncodedIds``: vLLM's ``prompt``, SGLang's
+    ``input_ids``) are spliced in pre-encoded."""
+    for key in _ID_KEYS:
+        ids = payload.get(key)
+        if isinstance(ids, EncodedIds):
+            break
+    else:
         return json.dumps(payload, separators=(",", ":")).encode()
-    rest = json.dumps({k: v for k, v in payload.items() if k != "prompt"}, separators=(",", ":"))
-    return (rest[:-1] + (',"prompt":' if len(rest) > 2 else '"prompt":') + ids.json + "}").encode()
+    rest = json.dumps({k: v for k, v in payload.items() if k != key}, separators=(",", ":"))
+    return (rest[:-1] + ("," if len(rest) > 2 else "") + f'"{key}":' + ids.json + "}").encode()
+
+
+_ID_KEYS = ("prompt", "input_ids")
 
 
 async def _read_chunked(reader: asyncio.StreamReader) -> bytes:

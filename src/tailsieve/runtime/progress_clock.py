@@ -52,6 +52,17 @@ class ProgressClock:
             rl.append(rl[-1])
 
     @property
+    def closed_s(self) -> float:
+        """The last time closed: counts at or before it never change (-inf before the first
+        rate). A replica first seen later is given a history then (``run_at``)."""
+        return self._times[-1] if self._times else float("-inf")
+
+    def knows(self, replica: int) -> bool:
+        """Whether ``replica`` has a rate (its counts so far are then fixed up to
+        ``closed_s``)."""
+        return replica in self._rates
+
+    @property
     def started(self) -> bool:
         """Whether any rate was set."""
         return bool(self._rates)
