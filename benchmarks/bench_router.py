@@ -144,8 +144,16 @@ async def run(
             sys0 = resource.getrusage(resource.RUSAGE_SELF).ru_stime
             gc0 = [g["collections"] for g in gc.get_stats()]
             _GC_PAUSES.clear()
+            if args.gc_between_steps:
+                gc.disable()
             batch = await ro.step(batch_prompts)
             cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+            between_s = 0.0
+            if args.gc_between_steps:  # the step's garbage, collected once it is over
+                gc.enable()
+                g0 = time.process_time()
+                gc.collect()
+                between_s = time.process_time() - g0
             sys_s = resource.getrusage(resource.RUSAGE_SELF).ru_stime - sys0
             if prof is not None and t == args.steps:
                 prof.disable()
@@ -181,6 +189,7 @@ async def run(
                     "check_cpu_ms_p50": _ms(tally.check_cpu_s, 0.5),
                     "check_cpu_ms_p99": _ms(tally.check_cpu_s, 0.99),
                     "gc_cpu_s": sum(_GC_PAUSES),  # the collector's pauses (CPU), in all
+                    "gc_after_step_cpu_s": between_s,  # --gc-between-steps: collecting after
                     "gc_tracked_objects": len(gc.get_objects()),  # what a full one traverses
                     "gc_pause_ms_max": _ms(_GC_PAUSES, 1.0),
                     "gc_collections": [g["collections"] - c for g, c in zip(gc.get_stats(), gc0,
@@ -302,6 +311,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--base-port", type=int, default=8310,
                     help="first port of hosted replicas (0: free ports)")
     ap.add_argument("--cprofile", type=Path, default=None, help="cProfile the last step")
+    ap.add_argument("--gc-between-steps", action="store_true",
+                    help="no garbage collection during a step; one full collection after it "
+                         "(timed apart, gc_after_step_cpu_s)")
     ap.add_argument("--gc-freeze", action="store_true",
                     help="gc.freeze() once the router is set up (what a trainer may do after "
                          "loading): the garbage collector no longer traverses those objects")
@@ -371,6 +383,7 @@ def main(argv: list[str] | None = None) -> None:
         "backend": args.backend,
         "stream": args.stream,
         "gc_freeze": args.gc_freeze,
+        "gc_between_steps": args.gc_between_steps,
         "continuation": args.continuation or args.piece_tokens is not None,
         "piece_tokens": args.piece_tokens,
         "rebalance": args.rebalance,

@@ -90,6 +90,7 @@ async def _serve() -> AsyncIterator[str]:
     app.router.add_post("/hold", hold)
     app.router.add_post("/status/{code}", status)
     app.router.add_post("/garbage", garbage)
+    app.router.add_post("/empty", lambda _: _empty())
     app.router.add_post("/engine-dead", engine_dead)
     app.router.add_post("/ok", ok)
     app.router.add_post("/slow", slow)
@@ -122,6 +123,7 @@ async def test_classification(server: str, cls: type[AiohttpTransport]) -> None:
             await t.post_json(server + "/engine-dead", {}, 5)
         with pytest.raises(RequestError, match="malformed JSON"):
             await t.post_json(server + "/garbage", {}, 5)
+        assert await t.post_json(server + "/empty", {}, 5) is None  # SGLang's abort answer
         with pytest.raises(ReplicaDownError, match="timed out"):
             await t.post_json(server + "/slow", {}, 0.2)
         assert [c async for c in t.stream_json(server + "/sse", {}, 5)] == [{"a": 1}, {"a": 2}]
@@ -233,3 +235,7 @@ def test_every_case_on_uvloop() -> None:
         assert event_loop.run(main(), "uvloop") == "done"
     finally:
         CANCELLED.clear()  # as the other tests expect it
+
+
+async def _empty() -> web.Response:
+    return web.Response(status=200)  # no body, as SGLang's /abort_request answers

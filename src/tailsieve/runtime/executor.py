@@ -275,6 +275,12 @@ class LiveExecutor:
             await asyncio.gather(*tasks, *tasks_extra, prober, return_exceptions=True)
             self._run = None
             self.last_moves = run.rebalancer.tally if run.rebalancer else MoveTally()
+            # the attempts (their relocation closures hold the run) and the index are cycles
+            # through the run: let reference counting free them now, not the collector later
+            run.attempts.clear()
+            run.index = run.rebalancer = None
+            for g in run.groups.values():
+                g.task = None
         return build_result(
             run.plan,
             run.groups,

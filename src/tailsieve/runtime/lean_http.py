@@ -69,6 +69,8 @@ class LeanTransport(AiohttpTransport):
             self._callbacks_ok = False
             return await self.post_json(url, payload, timeout_s)
         _check_status(url, status, body[:400].decode("utf-8", "replace"))
+        if not body.strip():
+            return None  # e.g. SGLang's /abort_request answers 200 with no body
         try:
             return ids_json.loads(body, isinstance(payload.get("prompt"), EncodedIds))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:

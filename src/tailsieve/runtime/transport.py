@@ -42,7 +42,8 @@ class Transport(Protocol):
     """Minimal async HTTP client used by the executor (swap for a stub in tests)."""
 
     async def post_json(self, url: str, payload: JSON, timeout_s: float | None) -> Any:
-        """POST ``payload`` as JSON, return the decoded JSON body (dict or list).
+        """POST ``payload`` as JSON, return the decoded JSON body (dict or list; None for an
+        empty body).
 
         Raises ``ReplicaDownError`` or ``RequestError``. Cancelling the awaiting task must
         close the connection (that is how a request is aborted on the server)."""
@@ -121,6 +122,8 @@ class AiohttpTransport:
         except TimeoutError as exc:
             raise _classify(url, exc) from exc
         _check_status(url, status, body)
+        if not body.strip():
+            return None  # e.g. SGLang's /abort_request answers 200 with no body
         try:
             return json.loads(body)
         except json.JSONDecodeError as exc:
