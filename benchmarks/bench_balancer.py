@@ -39,6 +39,8 @@ from tailsieve.core.balancer import BalanceSettings, ReplicaLoad
 from tailsieve.model.profiles import load_profile
 from tailsieve.model.replica_engine import ReplicaConfig
 from tailsieve.model.speculative import SpecConfig
+from tailsieve.runtime.rebalancer import LiveRebalancer
+from tailsieve.runtime.running_index import RunningIndex
 from tailsieve.sim import movepath
 from tailsieve.sim.driver import SimSettings, epoch_prompt_ids, run_policies
 from tailsieve.sim.movepath import PieceSettings
@@ -250,6 +252,60 @@ def decision_timing(num_replicas: int = 64, per_replica: int = 64, calls: int = 
             "mean_moves": float(np.mean(moves))}
 
 
+def live_check_timing(num_replicas: int = 64, per_replica: int = 64, checks: int = 300,
+                      seed: int = 0) -> dict[str, Any]:
+    """CPU time of the live router's checks (``LiveRebalancer.check``: reading the executor's
+    running index, planning, making the moves; ``MoveTally.decision_cpu_s``) at
+    ``num_replicas`` x ``per_replica`` unstreamed responses in flight, away from the emulated
+    replicas that share the machine in ``bench_router``. Between two checks (2 s of step
+    time apart) a random 2% of the responses complete and as many start on random replicas
+    (contexts 0-16k tokens, random skew), so that imbalance re-forms; the 4B profile's cost
+    model."""
+    cfg = ReplicaConfig.from_profile(load_profile("qwen3-4b-h100"))
+    rng = np.random.default_rng(seed)
+    idx = RunningIndex()
+    now = [0.0]
+    made: list[int] = []
+
+    class _Mover:  # the executor's side: a move changes where the response counts
+        def running_index(self) -> RunningIndex:
+            return idx
+
+        def running_responses(self) -> list[Any]:
+            return []
+
+        def move(self, prompt_id: str, sample: int, to_replica: int) -> bool:
+            idx.set_replica((prompt_id, sample), to_replica)
+            return True
+
+    def start(n: int) -> None:
+        for _ in range(n):
+            key = (f"g{len(made)}", int(rng.integers(1 << 30)))
+            r = int(rng.integers(num_replicas))
+            made.append(0)
+            idx.add(key, r, int(rng.integers(0, 16_000) * rng.uniform(0.5, 1.0)), 200, (r,))
+            idx.piece_started(key, None, r, now[0], 32_768)
+
+    start(num_replicas * per_replica)
+    rb = LiveRebalancer(_Mover(), BalanceSettings(interval_s=2.0, horizon_s=100.0, seam_s=0.05,
+                                                 expected_step_s=116.0),
+                        [cfg] * num_replicas, lambda: [True] * num_replicas, lambda: now[0])
+    for _ in range(checks):
+        now[0] += 2.0
+        done = list(idx.entries)
+        for i in rng.choice(len(done), len(done) // 50, replace=False):
+            idx.remove(done[int(i)])
+        start(len(done) // 50)
+        rb.check()
+    dec = np.array(rb.tally.decision_cpu_s) * 1e3
+    whole = np.array(rb.tally.check_cpu_s) * 1e3
+    return {"num_replicas": num_replicas, "in_flight": num_replicas * per_replica,
+            "checks": checks, "decisions": len(dec), "moves": rb.tally.num_moves,
+            "cpu_p50_ms": float(np.percentile(dec, 50)), "cpu_p99_ms": float(np.percentile(dec, 99)),
+            "cpu_max_ms": float(dec.max()), "check_cpu_p50_ms": float(np.percentile(whole, 50)),
+            "check_cpu_p99_ms": float(np.percentile(whole, 99))}
+
+
 def scale_timing(steps: int = 3, replicas: int = 64, groups: int = 512) -> dict[str, Any]:
     """Check times (building the loads + ``plan_moves``) inside a simulated run at
     ``replicas`` x ``groups * 8`` in flight (the ``tailsieve`` policy alone, 4B profile,
@@ -317,6 +373,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     timing = decision_timing(8, 16, 20) if args.smoke else decision_timing()
     scale = scale_timing(6, 8, 16) if args.smoke else scale_timing()
+    live = live_check_timing(8, 16, 20) if args.smoke else live_check_timing()
+    print(f"live router checks at {live['in_flight']} in flight: CPU per decision p50 "
+          f"{live['cpu_p50_ms']:.3f} ms, p99 {live['cpu_p99_ms']:.3f} ms; whole check p50 "
+          f"{live['check_cpu_p50_ms']:.2f} ms, p99 {live['check_cpu_p99_ms']:.2f} ms "
+          f"({live['moves']} moves in {live['checks']} checks)", flush=True)
     print(f"decision in a simulated run at {scale['in_flight']} in flight on "
           f"{scale['replicas']} replicas: p50 {scale['p50_ms']:.2f} ms, p99 {scale['p99_ms']:.2f} "
           f"ms ({scale['decisions']} decisions of at most {scale['max_moves_per_decision']} "
@@ -341,7 +402,8 @@ def main(argv: list[str] | None = None) -> int:
             argv if argv is not None else sys.argv[1:]),
         "baseline": "uniform-requests", "steady_from": STEADY_FROM,
         "pieces": None if pieces is None else dataclasses.asdict(pieces),
-        "decision_timing": timing, "decision_timing_in_sim_64x4096": scale, "cases": rows,
+        "decision_timing": timing, "decision_timing_in_sim_64x4096": scale,
+        "live_check_timing_64x4096": live, "cases": rows,
     }
     (args.out / "balancer.json").write_text(json.dumps(payload, indent=1) + "\n")
     (args.out / "balancer.md").write_text(to_markdown(rows))

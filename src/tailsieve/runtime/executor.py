@@ -336,15 +336,16 @@ class LiveExecutor:
 
     def running_index(self) -> RunningIndex | None:
         """During a re-balanced ``run``: the running responses by replica, kept up to date as
-        they change (``runtime.running_index``; the same as an index of ``running_responses``).
-        Groups that stopped running since the last call are dropped from it here."""
+        they change (``runtime.running_index``; the same as an index of ``running_responses``)."""
         run = self._run
-        if run is None or run.index is None:
-            return None
-        for pid, att in run.attempts.items():
-            if run.groups[pid].status != "running":
-                run.index.drop_owner(att)
-        return run.index
+        return run.index if run is not None else None
+
+    @staticmethod
+    def _unindex(run: _Run, g: GroupRun) -> None:
+        """Group ``g`` stopped running (done or cut): its responses leave the index."""
+        att = run.attempts.get(g.assignment.prompt_id)
+        if run.index is not None and att is not None:
+            run.index.drop_owner(att)
 
     def running_responses(self) -> list[LiveResponse]:
         """Continuation mode, during ``run``: every response still generating, where it runs
@@ -473,6 +474,7 @@ class LiveExecutor:
         now = self._now(run)
         if ev.kind == "done":
             g.status, g.completion_s, g.responses = "done", now, ev.responses
+            self._unindex(run, g)
             for r in {g.replica, *g.replicas}:
                 run.busy_until_s[r] = max(run.busy_until_s[r], now)
             if run.plan.is_abortable(g.assignment):
@@ -560,6 +562,7 @@ class LiveExecutor:
                     g.task.cancel()
                 g.status = "aborted"
                 g.completion_s = run.cut_s
+                self._unindex(run, g)
                 for r in {g.replica, *g.replicas}:
                     run.busy_until_s[r] = max(run.busy_until_s[r], run.cut_s)
 

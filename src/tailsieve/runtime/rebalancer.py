@@ -151,8 +151,8 @@ class LiveRebalancer:
         def running() -> Running:
             if not got:
                 moved, moved_at = self._moved_now, self._moved_at
-                got.append(tuple((k, n) for k, n in idx.running_on(replica, clock, now_s)
-                                 if n > moved_at.get(k, -1) and k not in moved))
+                got.append([(k, n) for k, n in idx.running_on(replica, clock, now_s)
+                            if n > moved_at.get(k, -1) and k not in moved])
             return got[0]
 
         return running

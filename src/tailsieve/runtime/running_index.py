@@ -184,16 +184,24 @@ class RunningIndex:
                    ) -> list[tuple[Key, int]]:
         """(key, context tokens) of the responses counting on ``replica``, each estimated as
         in ``sums`` but rounded down to whole tokens."""
+        es = self._on.get(replica)
+        if not es:
+            return []
+        if clock is None:
+            return [(key, e.known) for key, e in es.items()]
         out = []
         at: dict[int, float] = {}
-        for key, e in self._on.get(replica, {}).items():
+        for key, e in es.items():  # the planner reads a replica's responses here: kept lean
             n = e.known
-            if clock is not None and e.on >= 0:
-                end = at.get(e.on)
+            on = e.on
+            if on >= 0:
+                end = at.get(on)
                 if end is None:
-                    end = at[e.on] = clock.tokens_at(e.on, now_s)
-                start = e.base if e.base is not None else clock.tokens_at(e.on, e.start_s)
-                n += int(_estimate(e, end, start))
+                    end = at[on] = clock.tokens_at(on, now_s)
+                base = e.base
+                d = end - (base if base is not None else clock.tokens_at(on, e.start_s))
+                if d > 0:
+                    n += e.cap if d >= e.cap else int(d)
             out.append((key, n))
         return out
 
