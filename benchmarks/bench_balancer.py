@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import json
 import sys
 import time
@@ -253,14 +254,15 @@ def decision_timing(num_replicas: int = 64, per_replica: int = 64, calls: int = 
 
 
 def live_check_timing(num_replicas: int = 64, per_replica: int = 64, checks: int = 300,
-                      seed: int = 0) -> dict[str, Any]:
+                      seed: int = 0, collector: bool = True) -> dict[str, Any]:
     """CPU time of the live router's checks (``LiveRebalancer.check``: reading the executor's
-    running index, planning, making the moves; ``MoveTally.decision_cpu_s``) at
+    running index, then each decision planning and making its moves; ``MoveTally``) at
     ``num_replicas`` x ``per_replica`` unstreamed responses in flight, away from the emulated
     replicas that share the machine in ``bench_router``. Between two checks (2 s of step
     time apart) a random 2% of the responses complete and as many start on random replicas
     (contexts 0-16k tokens, random skew), so that imbalance re-forms; the 4B profile's cost
-    model."""
+    model. ``collector=False``: the cyclic garbage collector is paused meanwhile (its pauses
+    otherwise land in whichever decision allocates when one is due)."""
     cfg = ReplicaConfig.from_profile(load_profile("qwen3-4b-h100"))
     rng = np.random.default_rng(seed)
     idx = RunningIndex()
@@ -275,7 +277,14 @@ def live_check_timing(num_replicas: int = 64, per_replica: int = 64, checks: int
             return []
 
         def move(self, prompt_id: str, sample: int, to_replica: int) -> bool:
-            idx.set_replica((prompt_id, sample), to_replica)
+            key = (prompt_id, sample)  # as on SGLang: the piece is aborted, its tokens kept
+            e = idx.get(key)
+            assert e is not None
+            end = rb.progress.tokens_at(e.on, now[0])
+            got = int(min(e.cap, end - rb.progress.tokens_at(e.on, e.start_s)))
+            idx.piece_ended(key, e.known + got, e.prompt_tokens)
+            idx.set_replica(key, to_replica)
+            idx.piece_started(key, None, to_replica, now[0], 32_768)
             return True
 
     def start(n: int) -> None:
@@ -290,19 +299,28 @@ def live_check_timing(num_replicas: int = 64, per_replica: int = 64, checks: int
     rb = LiveRebalancer(_Mover(), BalanceSettings(interval_s=2.0, horizon_s=100.0, seam_s=0.05,
                                                  expected_step_s=116.0),
                         [cfg] * num_replicas, lambda: [True] * num_replicas, lambda: now[0])
-    for _ in range(checks):
-        now[0] += 2.0
-        done = list(idx.entries)
-        for i in rng.choice(len(done), len(done) // 50, replace=False):
-            idx.remove(done[int(i)])
-        start(len(done) // 50)
-        rb.check()
+    if not collector:
+        gc.disable()
+    try:
+        for _ in range(checks):
+            now[0] += 2.0
+            done = list(idx.entries)
+            for i in rng.choice(len(done), len(done) // 50, replace=False):
+                idx.remove(done[int(i)])
+            start(len(done) // 50)
+            rb.check()
+    finally:
+        gc.enable()
     dec = np.array(rb.tally.decision_cpu_s) * 1e3
+    loads = np.array(rb.tally.loads_cpu_s) * 1e3
     whole = np.array(rb.tally.check_cpu_s) * 1e3
     return {"num_replicas": num_replicas, "in_flight": num_replicas * per_replica,
-            "checks": checks, "decisions": len(dec), "moves": rb.tally.num_moves,
+            "collector": collector, "checks": checks, "decisions": len(dec),
+            "moves": rb.tally.num_moves,
             "cpu_p50_ms": float(np.percentile(dec, 50)), "cpu_p99_ms": float(np.percentile(dec, 99)),
-            "cpu_max_ms": float(dec.max()), "check_cpu_p50_ms": float(np.percentile(whole, 50)),
+            "cpu_max_ms": float(dec.max()), "loads_cpu_p50_ms": float(np.percentile(loads, 50)),
+            "loads_cpu_p99_ms": float(np.percentile(loads, 99)),
+            "check_cpu_p50_ms": float(np.percentile(whole, 50)),
             "check_cpu_p99_ms": float(np.percentile(whole, 99))}
 
 
@@ -371,13 +389,17 @@ def main(argv: list[str] | None = None) -> int:
         known = ", ".join(c.name for c in CASES)
         print(f"unknown case in {args.cases}; choose from {known}", file=sys.stderr)
         return 2
+    shape = (8, 16, 20) if args.smoke else (64, 64, 300)
+    live = [live_check_timing(*shape, collector=c) for c in (True, False)]  # a fresh process
+    for lv in live:
+        print(f"live router checks at {lv['in_flight']} in flight (collector "
+              f"{'on' if lv['collector'] else 'paused'}): CPU per decision p50 "
+              f"{lv['cpu_p50_ms']:.3f} ms, p99 {lv['cpu_p99_ms']:.3f} ms; reading the loads p50 "
+              f"{lv['loads_cpu_p50_ms']:.3f} ms, p99 {lv['loads_cpu_p99_ms']:.3f} ms; whole check p50 "
+              f"{lv['check_cpu_p50_ms']:.2f} ms, p99 {lv['check_cpu_p99_ms']:.2f} ms "
+              f"({lv['moves']} moves in {lv['checks']} checks)", flush=True)
     timing = decision_timing(8, 16, 20) if args.smoke else decision_timing()
     scale = scale_timing(6, 8, 16) if args.smoke else scale_timing()
-    live = live_check_timing(8, 16, 20) if args.smoke else live_check_timing()
-    print(f"live router checks at {live['in_flight']} in flight: CPU per decision p50 "
-          f"{live['cpu_p50_ms']:.3f} ms, p99 {live['cpu_p99_ms']:.3f} ms; whole check p50 "
-          f"{live['check_cpu_p50_ms']:.2f} ms, p99 {live['check_cpu_p99_ms']:.2f} ms "
-          f"({live['moves']} moves in {live['checks']} checks)", flush=True)
     print(f"decision in a simulated run at {scale['in_flight']} in flight on "
           f"{scale['replicas']} replicas: p50 {scale['p50_ms']:.2f} ms, p99 {scale['p99_ms']:.2f} "
           f"ms ({scale['decisions']} decisions of at most {scale['max_moves_per_decision']} "
@@ -403,7 +425,8 @@ def main(argv: list[str] | None = None) -> int:
         "baseline": "uniform-requests", "steady_from": STEADY_FROM,
         "pieces": None if pieces is None else dataclasses.asdict(pieces),
         "decision_timing": timing, "decision_timing_in_sim_64x4096": scale,
-        "live_check_timing_64x4096": live, "cases": rows,
+        "live_check_timing_64x4096": live[0], "live_check_timing_64x4096_collector_paused": live[1],
+        "cases": rows,
     }
     (args.out / "balancer.json").write_text(json.dumps(payload, indent=1) + "\n")
     (args.out / "balancer.md").write_text(to_markdown(rows))

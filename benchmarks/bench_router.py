@@ -25,9 +25,9 @@ Reports router CPU per request, the share, and the router's peak memory (max RSS
 
 With continuation (``--continuation --piece-tokens K``) each row also counts the pieces; with
 ``--rebalance`` (moves by the live rebalancer; ``--seam-s`` sets the controller's seam cost) it
-counts the moves, the checks and the router CPU the checks took, with the CPU time of each
-decision (how long it blocked the event loop: planning and making at most two moves, a check's
-first also reading the loads) and of each whole check, p50 / p99 per step. ``router_sys_cpu_s`` is the
+counts the moves, the checks and the router CPU the checks took, with how long each slice of a
+check held the event loop (CPU time: reading the loads, then each decision, planning and making
+at most two moves) and each whole check, p50 / p99 per step. ``router_sys_cpu_s`` is the
 part of the router's CPU spent in the kernel (sockets); ``gc_cpu_s`` and ``gc_pause_ms_max``
 time the garbage collector's pauses; ``gc_collections`` counts the cyclic
 garbage collector's runs per generation (young, middle, full) during the step.
@@ -180,9 +180,11 @@ async def run(
                                       for c in cs),
                     "num_moves": batch.metrics.num_moves,
                     "num_checks": ro.executor.last_moves.num_checks,
-                    "rebalancer_cpu_s": sum(tally.decision_cpu_s),
-                    # a decision: planning and making at most 2 moves (a check's first also
-                    # reads the loads): how long it blocks the event loop, CPU milliseconds
+                    "rebalancer_cpu_s": sum(tally.check_cpu_s),
+                    # how long each slice of a check holds the event loop, CPU milliseconds:
+                    # reading the loads, then each decision (planning and making <= 2 moves)
+                    "loads_cpu_ms_p50": _ms(tally.loads_cpu_s, 0.5),
+                    "loads_cpu_ms_p99": _ms(tally.loads_cpu_s, 0.99),
                     "decision_cpu_ms_p50": _ms(tally.decision_cpu_s, 0.5),
                     "decision_cpu_ms_p99": _ms(tally.decision_cpu_s, 0.99),
                     "decision_cpu_ms_max": _ms(tally.decision_cpu_s, 1.0),
@@ -390,6 +392,7 @@ def main(argv: list[str] | None = None) -> None:
         "seam_s": args.seam_s,
         "moves_per_step_after_warmup": sum(r["num_moves"] for r in steady) / len(steady),
         "decision_cpu_ms_p99_after_warmup": max(r["decision_cpu_ms_p99"] for r in steady),
+        "loads_cpu_ms_p99_after_warmup": max(r["loads_cpu_ms_p99"] for r in steady),
         "check_cpu_ms_p99_after_warmup": max(r["check_cpu_ms_p99"] for r in steady),
         "cpu_us_per_delivered_token_after_warmup": sum(
             r["cpu_us_per_delivered_token"] for r in steady

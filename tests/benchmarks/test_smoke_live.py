@@ -159,6 +159,7 @@ def test_bench_router_with_moves(backend: str, tmp_path: Path) -> None:
         assert (r["rebalancer_cpu_s"] > 0) == (r["num_checks"] > 0)  # the checks are timed
         if r["num_checks"]:  # per decision and per check, how long the event loop was held
             total_ms = 1e3 * r["rebalancer_cpu_s"] + 1e-9
+            assert 0 < r["loads_cpu_ms_p50"] <= r["loads_cpu_ms_p99"] <= total_ms
             assert 0 <= r["decision_cpu_ms_p50"] <= r["decision_cpu_ms_p99"]
             assert r["decision_cpu_ms_p99"] <= r["decision_cpu_ms_max"] <= total_ms
             assert 0 < r["check_cpu_ms_p50"] <= r["check_cpu_ms_p99"] <= total_ms

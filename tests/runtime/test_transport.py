@@ -90,7 +90,7 @@ async def _serve() -> AsyncIterator[str]:
     app.router.add_post("/hold", hold)
     app.router.add_post("/status/{code}", status)
     app.router.add_post("/garbage", garbage)
-    app.router.add_post("/empty", lambda _: _empty())
+    app.router.add_post("/empty", _empty)
     app.router.add_post("/engine-dead", engine_dead)
     app.router.add_post("/ok", ok)
     app.router.add_post("/slow", slow)
@@ -237,5 +237,5 @@ def test_every_case_on_uvloop() -> None:
         CANCELLED.clear()  # as the other tests expect it
 
 
-async def _empty() -> web.Response:
+async def _empty(_: web.Request) -> web.Response:
     return web.Response(status=200)  # no body, as SGLang's /abort_request answers

@@ -347,15 +347,16 @@ class LiveExecutor:
         if run.index is not None and att is not None:
             run.index.drop_owner(att)
 
-    def running_responses(self) -> list[LiveResponse]:
+    def running_responses(self, at_s: float | None = None) -> list[LiveResponse]:
         """Continuation mode, during ``run``: every response still generating, where it runs
         (plan replica) and the context tokens known (prompt + generated up to its last seam
-        + what its running piece streamed)."""
+        + what its running piece streamed); running pieces' ages as of ``at_s`` (seconds on
+        the step's clock; default now)."""
         run = self._run
         if run is None:
             return []
         tails = set(run.plan.tail_replicas)
-        now = asyncio.get_running_loop().time()
+        now = asyncio.get_running_loop().time() if at_s is None else run.t0 + at_s
         out = []
         for pid, att in run.attempts.items():
             g = run.groups[pid]

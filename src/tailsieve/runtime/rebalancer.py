@@ -71,10 +71,12 @@ class MoveTally:
     moved_tokens: int = 0  # prefix tokens carried by moved responses (prompt + generated)
     prefill_tokens: int = 0  # of them, predicted uncached on the destination
     prefill_s: float = 0.0  # predicted prefill of those tokens (the cost model's), seconds
-    decision_cpu_s: list[float] = field(default_factory=list)  # CPU seconds of each decision
-    # (planning its moves and making them; a check's first also reads the loads): how long
-    # each blocked the router's event loop
-    check_cpu_s: list[float] = field(default_factory=list)  # CPU seconds of each whole check
+    # how long each slice of a check held the router's event loop (CPU seconds; the loop runs
+    # between slices): reading the loads, then each decision (planning at most
+    # ``max_moves_per_decision`` moves and making them), and each whole check (its slices)
+    loads_cpu_s: list[float] = field(default_factory=list)
+    decision_cpu_s: list[float] = field(default_factory=list)
+    check_cpu_s: list[float] = field(default_factory=list)
 
 
 class Mover(Protocol):
@@ -125,7 +127,7 @@ class LiveRebalancer:
         keep = getattr(self.executor, "running_index", None)
         idx = keep() if keep is not None else None
         if idx is None:
-            idx = RunningIndex.of(self.executor.running_responses(), now_s or 0.0)
+            idx = index_of(self.executor.running_responses(), now_s or 0.0)
         self._index = idx
         clock = self.progress if now_s is not None else None
         sums = idx.sums(clock, now_s or 0.0)
@@ -194,33 +196,37 @@ class LiveRebalancer:
     def check(self) -> int:
         """One re-balance check: plan moves and make them. Returns the moves made."""
         made = 0
-        t = time.process_time()
-        n = len(self.tally.decision_cpu_s)
-        for decision in self._decisions():
+        t0 = t = time.process_time()
+        decisions = self._decisions()
+        t = self._timed(t, self.tally.loads_cpu_s)
+        for decision in decisions:
             made += self._make(decision)
-            t = self._timed(t)
-        self.tally.check_cpu_s.append(sum(self.tally.decision_cpu_s[n:]))
+            t = self._timed(t, self.tally.decision_cpu_s)
+        self.tally.check_cpu_s.append(t - t0)
         return made
 
     async def check_async(self) -> int:
-        """``check``, letting the event loop run between its decisions (each plans at most
-        ``max_moves_per_decision`` moves; the same moves as ``check``). A response that
-        completed meanwhile is not moved."""
+        """``check``, letting the event loop run once the loads are read and between its
+        decisions (each plans at most ``max_moves_per_decision`` moves; the same moves as
+        ``check``). A response that completed meanwhile is not moved."""
         made = 0
         t = time.process_time()
-        n = len(self.tally.decision_cpu_s)
-        for decision in self._decisions():
-            made += self._make(decision)
-            self._timed(t)
-            await asyncio.sleep(0)
+        decisions = self._decisions()
+        took = self._timed(t, self.tally.loads_cpu_s) - t
+        await asyncio.sleep(0)
+        for decision in decisions:
             t = time.process_time()
-        self.tally.check_cpu_s.append(sum(self.tally.decision_cpu_s[n:]))
+            made += self._make(decision)
+            took += self._timed(t, self.tally.decision_cpu_s) - t
+            await asyncio.sleep(0)
+        self.tally.check_cpu_s.append(took)
         return made
 
-    def _timed(self, since: float) -> float:
-        """Record a decision's CPU time since ``since``; returns now."""
+    @staticmethod
+    def _timed(since: float, into: list[float]) -> float:
+        """Append the CPU time since ``since`` to ``into``; returns now."""
         now = time.process_time()
-        self.tally.decision_cpu_s.append(now - since)
+        into.append(now - since)
         return now
 
     def _decisions(self) -> Iterator[list[Move]]:
@@ -267,8 +273,20 @@ class LiveRebalancer:
             await self.check_async()
 
 
-__all__ = ["LiveRebalancer", "LiveResponse", "MoveTally", "Mover"]
+__all__ = ["LiveRebalancer", "LiveResponse", "MoveTally", "Mover", "index_of"]
 
+
+
+def index_of(responses: Sequence[LiveResponse], now_s: float) -> RunningIndex:
+    """A ``RunningIndex`` of responses read at ``now_s`` (a piece's age gives its start)."""
+    idx = RunningIndex(frozenset(x.replica for x in responses if x.pool))
+    for x in responses:
+        key = (x.prompt_id, x.sample)
+        idx.add(key, x.replica, x.context_tokens, x.prompt_tokens, x.dealt)
+        if x.piece is not None:
+            on, age_s, cap = x.piece
+            idx.piece_started(key, None, on, now_s - age_s, cap)
+    return idx
 
 
 def _rates(loads: Sequence[ReplicaLoad]) -> dict[int, float]:

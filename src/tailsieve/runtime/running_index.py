@@ -23,7 +23,6 @@ whole tokens (under one token per response); a replica's responses (``running_on
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from tailsieve.runtime.progress_clock import ProgressClock
@@ -65,23 +64,6 @@ class RunningIndex:
     _heaps: dict[int, list[tuple[float, int, Key]]] = field(default_factory=dict)  # by ``on``
     _owned: dict[object, list[Key]] = field(default_factory=dict)  # owner -> its keys
     _num_pieces: int = 0  # pieces started (numbers them)
-
-    @classmethod
-    def of(cls, responses: Iterable[object], now_s: float) -> RunningIndex:
-        """An index of a list of ``rebalancer.LiveResponse`` read at ``now_s`` (a piece's age
-        gives its start)."""
-        idx = cls()
-        tails = set()
-        for x in responses:
-            key = (x.prompt_id, x.sample)  # type: ignore[attr-defined]
-            idx.add(key, x.replica, x.context_tokens, x.prompt_tokens, x.dealt)  # type: ignore[attr-defined]
-            if x.pool:  # type: ignore[attr-defined]
-                tails.add(x.replica)  # type: ignore[attr-defined]
-            if x.piece is not None:  # type: ignore[attr-defined]
-                on, age_s, cap = x.piece  # type: ignore[attr-defined]
-                idx.piece_started(key, None, on, now_s - age_s, cap)
-        idx.tails = frozenset(tails)
-        return idx
 
     # -- events ------------------------------------------------------------------------------
 
@@ -169,9 +151,9 @@ class RunningIndex:
             return out
         at = self._settle(clock, now_s)
         extra: dict[int, float] = dict.fromkeys(out, 0.0)
+        bases = self._bases
         for (r, on), n in self._count.items():
-            if n:
-                extra[r] += n * at[on] - self._bases[(r, on)]
+            extra[r] += n * at[on] - bases[(r, on)]
         for r, c in self._capped.items():
             if c:
                 extra[r] += c
@@ -253,8 +235,12 @@ class RunningIndex:
             self._capped[e.replica] -= e.cap
             return
         k = (e.replica, e.on)
-        self._count[k] -= 1
-        self._bases[k] -= e.base  # type: ignore[operator]
+        n = self._count[k] - 1
+        if n:
+            self._count[k] = n
+            self._bases[k] -= e.base  # type: ignore[operator]
+        else:  # none left: drop the pair (and the rounding its sum carried)
+            del self._count[k], self._bases[k]
 
     def _end_piece(self, key: Key, e: Entry) -> None:
         if e.on < 0:
