@@ -276,7 +276,6 @@ class LiveRebalancer:
 __all__ = ["LiveRebalancer", "LiveResponse", "MoveTally", "Mover", "index_of"]
 
 
-
 def index_of(responses: Sequence[LiveResponse], now_s: float) -> RunningIndex:
     """A ``RunningIndex`` of responses read at ``now_s`` (a piece's age gives its start)."""
     idx = RunningIndex(frozenset(x.replica for x in responses if x.pool))
