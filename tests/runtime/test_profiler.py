@@ -214,3 +214,35 @@ async def test_profile_fits_context_term_of_the_emulator() -> None:
     assert "Context term k" in result.model.source
     loaded = ThroughputModel.from_dict(data)
     assert loaded.context_s_per_token == result.model.context_s_per_token
+
+
+@pytest.mark.parametrize("noisy_pairs", [1, 2, 9])
+async def test_a_pair_of_rounds_measuring_no_time_is_measured_again(
+    noisy_pairs: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pause during a short round can make it end after the full one: the step comes out
+    <= 0. The profiler measures more pairs (at most ``EXTRA_PAIRS``) and fails with one clear
+    line when none helps, never with a non-positive step."""
+    from tailsieve.errors import ProfileError
+    from tailsieve.runtime import profiler
+
+    rounds: list[int] = []
+
+    async def fake_round(session: Any, st: Any, model: str, b: int, tokens: int,
+                         ) -> tuple[list[float], int]:
+        rounds.append(tokens)
+        pair = (len(rounds) - 1) // 2
+        short = tokens < 200
+        stalled = pair < noisy_pairs and short  # this short round paused for 1 s
+        return [(1.0 if stalled else 0.0) + 0.002 * tokens] * b, 5
+
+    monkeypatch.setattr(profiler, "_round", fake_round)
+    st = [ProfileSettings(endpoint="http://x", tokens=200, repeats=1)]
+    if noisy_pairs > profiler.EXTRA_PAIRS:
+        with pytest.raises(ProfileError, match="too noisy"):
+            await profiler.measure_batch_lockstep(None, st, ["m"], 2)  # type: ignore[arg-type]
+        assert len(rounds) == 2 * (1 + profiler.EXTRA_PAIRS)
+        return
+    (m,) = await profiler.measure_batch_lockstep(None, st, ["m"], 2)  # type: ignore[arg-type]
+    assert m.step_s > 0
+    assert len(rounds) >= 2 * (noisy_pairs + 1)  # measured until the median came out positive

@@ -36,7 +36,7 @@ from typing import Any
 import aiohttp
 import numpy as np
 
-from tailsieve.errors import ConfigError, ReplicaError
+from tailsieve.errors import ConfigError, ProfileError, ReplicaError
 from tailsieve.model.throughput import ThroughputModel
 from tailsieve.runtime.served_model import resolve_served_model
 
@@ -202,7 +202,9 @@ async def measure_batch_lockstep(
     span = full - short
     pairs: list[list[tuple[list[float], list[float]]]] = [[] for _ in settings]
     prompts = [0 for _ in settings]
-    for _ in range(first.repeats):
+    for k in range(first.repeats + EXTRA_PAIRS):
+        if k >= first.repeats and all(_step(prs, span) > 0 for prs in pairs):
+            break  # a pause during a short round can make the difference <= 0: measure again
         shorts = await asyncio.gather(
             *(_round(session, st, mdl, b, short) for st, mdl in zip(settings, models, strict=True))
         )
@@ -212,7 +214,23 @@ async def measure_batch_lockstep(
         for i in range(len(settings)):
             pairs[i].append((shorts[i][0], fulls[i][0]))
             prompts[i] = fulls[i][1]
+    for st, prs in zip(settings, pairs, strict=True):
+        if _step(prs, span) <= 0:
+            raise ProfileError(
+                f"{st.endpoint}: batch {b}: {len(prs)} pairs of rounds measured no time per token "
+                f"({full} tokens took no longer than {short}); the machine is too noisy: raise "
+                "the repeats"
+            )
     return [_measurement(b, prs, full, span, p) for prs, p in zip(pairs, prompts, strict=True)]
+
+
+EXTRA_PAIRS = 4  # pairs of rounds measured beyond ``repeats`` while the step comes out <= 0
+
+
+def _step(pairs: list[tuple[list[float], list[float]]], span: int) -> float:
+    """Seconds per token from pairs of (short, full) rounds: the median of their differences."""
+    return statistics.median((statistics.median(f) - statistics.median(s)) / span
+                             for s, f in pairs)
 
 
 def _measurement(
