@@ -88,17 +88,19 @@ async def test_no_balance_settings_no_moves() -> None:
     await run_piled(stream=False, cut=None, balance=False)
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    lengths=st.lists(st.integers(1, 300), min_size=6, max_size=6),
-    piece=st.sampled_from([None, 16, 50]),
-    stream=st.booleans(),
-    cut=st.sampled_from([None, 1, 3, 6]),
-    interval=st.sampled_from([0.002, 0.01]),
-)
-def test_rebalanced_steps_keep_exactly_once_whole_groups_exact_chains(
-    lengths: list[int], piece: int | None, stream: bool, cut: int | None, interval: float
-) -> None:
+RANDOM_STEPS = {  # hypothesis strategies of ``random_step``'s arguments but the interval
+    "lengths": st.lists(st.integers(1, 300), min_size=6, max_size=6),
+    "piece": st.sampled_from([None, 16, 50]),
+    "stream": st.booleans(),
+    "cut": st.sampled_from([None, 1, 3, 6]),
+}
+
+
+def random_step(lengths: list[int], piece: int | None, stream: bool, cut: int | None,
+                interval: float) -> LiveExecutor:
+    """One piled step with the stub transport, re-balanced every ``interval`` seconds; asserts
+    that every group is delivered once, whole, each response token-exact. Returns the
+    executor (its ``last_moves``)."""
     length_of = lengths_fn(dict(zip(IDS, lengths, strict=True)))
     stub = StubTransport(length_of, seconds_per_token=0.0003)
     plan = dataclasses.replace(piled_plan(IDS, cut),
@@ -110,6 +112,15 @@ def test_rebalanced_steps_keep_exactly_once_whole_groups_exact_chains(
     delivered = [d.prompt_id for d in res.outcome.delivered]
     assert len(delivered) == len(set(delivered)) == (len(IDS) if cut is None else cut)
     assert_exact(res, length_of, stub, text=not stream)
+    return ex
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(**RANDOM_STEPS, interval=st.sampled_from([0.002, 0.01]))
+def test_rebalanced_steps_keep_exactly_once_whole_groups_exact_chains(
+    lengths: list[int], piece: int | None, stream: bool, cut: int | None, interval: float
+) -> None:
+    random_step(lengths, piece, stream, cut, interval)
 
 
 async def test_rollout_tailsieve_with_continuation_moves_and_records_them() -> None:

@@ -3,24 +3,17 @@ every running response at every check, which it replaces."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import dataclasses
 from collections.abc import Iterator
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_continuation import URLS, assert_exact, ccfg, lengths_fn
-from test_live_executor import prompts_for
-from test_live_rebalance import BALANCE, COSTS, IDS, piled_plan
+from test_live_rebalance import RANDOM_STEPS, random_step
 
-from tailsieve.core.protocol import validate_outcome
-from tailsieve.runtime.executor import LiveExecutor
 from tailsieve.runtime.progress_clock import ProgressClock
 from tailsieve.runtime.rebalancer import LiveRebalancer, index_of
 from tailsieve.runtime.running_index import RunningIndex
-from tailsieve.runtime.stub import StubTransport
 
 R = 3  # replicas
 
@@ -151,23 +144,10 @@ def index_checked() -> Iterator[list[int]]:
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    lengths=st.lists(st.integers(1, 300), min_size=6, max_size=6),
-    piece=st.sampled_from([None, 16, 50]),
-    stream=st.booleans(),
-    cut=st.sampled_from([None, 1, 3, 6]),
-)
+@given(**RANDOM_STEPS)
 def test_live_index_agrees_with_the_running_responses_at_every_check(
     lengths: list[int], piece: int | None, stream: bool, cut: int | None
 ) -> None:
-    length_of = lengths_fn(dict(zip(IDS, lengths, strict=True)))
-    stub = StubTransport(length_of, seconds_per_token=0.0003)
-    plan = dataclasses.replace(piled_plan(IDS, cut),
-                               balance=dataclasses.replace(BALANCE, interval_s=0.002))
-    ex = LiveExecutor(URLS, ccfg(piece_tokens=piece, stream=stream), transport=stub,
-                      balance_costs=COSTS)
     with index_checked() as checked:
-        res = asyncio.run(ex.run(plan, prompts_for(plan)))
-    validate_outcome(plan, res.outcome)
-    assert_exact(res, length_of, stub, text=not stream)
+        ex = random_step(lengths, piece, stream, cut, interval=0.002)
     assert checked[0] == ex.last_moves.num_checks
