@@ -78,6 +78,7 @@ from tailsieve.workload import load_workload
 
 _LOOP = [""]  # the router's event loop, as measured
 _GC_PAUSES: list[float] = []  # CPU seconds of each garbage collection in the step
+_GC_FREED: list[int] = []  # objects each collection found unreachable and freed
 
 
 def _gc_timer() -> Any:
@@ -89,6 +90,7 @@ def _gc_timer() -> Any:
             began[0] = time.process_time()
         else:
             _GC_PAUSES.append(time.process_time() - began[0])
+            _GC_FREED.append(info["collected"])
 
     return hook
 
@@ -144,6 +146,7 @@ async def run(
             sys0 = resource.getrusage(resource.RUSAGE_SELF).ru_stime
             gc0 = [g["collections"] for g in gc.get_stats()]
             _GC_PAUSES.clear()
+            _GC_FREED.clear()
             if args.gc_between_steps:
                 gc.disable()
             batch = await ro.step(batch_prompts)
@@ -192,6 +195,7 @@ async def run(
                     "check_cpu_ms_p99": _ms(tally.check_cpu_s, 0.99),
                     "gc_cpu_s": sum(_GC_PAUSES),  # the collector's pauses (CPU), in all
                     "gc_after_step_cpu_s": between_s,  # --gc-between-steps: collecting after
+                    "gc_freed_objects": sum(_GC_FREED),  # unreachable cycles' objects it freed
                     "gc_tracked_objects": len(gc.get_objects()),  # what a full one traverses
                     "gc_pause_ms_max": _ms(_GC_PAUSES, 1.0),
                     "gc_collections": [g["collections"] - c for g, c in zip(gc.get_stats(), gc0,

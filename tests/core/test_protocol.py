@@ -88,7 +88,11 @@ def test_every_prompt_delivered_exactly_once_within_one_step(
     for _ in range(60):
         if stream.exhausted and not proto.candidates:
             break
+        must, need = proto.num_fresh_to_deliver(), proto.num_fresh_needed()
+        assert must == num_groups - len(proto.candidates) and must <= need
         plan = proto.plan_step(stream, flush=stream.exhausted)
+        if not plan.is_flush and len(plan.fresh_prompt_ids) >= must:
+            assert plan.num_fresh_to_deliver == must  # the rest, up to ``need``, are extra
         for pid in plan.fresh_prompt_ids:
             assert pid not in drawn_at
             drawn_at[pid] = plan.step

@@ -146,7 +146,8 @@ def test_headline_states_the_paired_speedup_with_its_interval(tmp_path: Path) ->
     make_paired_run(tmp_path)
     run = load_run(tmp_path)
     sp = paired_speedup(run, "tailsieve")
-    assert sp is not None and sp.num_steps == 5  # warm-up step 0 excluded
+    assert sp is not None and sp.num_steps == 5  # warm-up step 0 excluded; too few from step 5
+    assert sp.first_step == 1 and "(warm-up step excluded)" in " ".join(headline_sentences(run))
     assert sp.speedup == pytest.approx(51.0 / 46.5)
     assert sp.low is not None and sp.high is not None and sp.low <= sp.speedup <= sp.high
     assert sp.low > 1.0  # every paired step was faster
@@ -157,6 +158,27 @@ def test_headline_states_the_paired_speedup_with_its_interval(tmp_path: Path) ->
     assert f"a mean step of {sp.policy_mean_s:.2f} emulated s against" in words  # a demo's unit
     run.kind = "simulate"
     assert "modelled s against" in " ".join(headline_sentences(run))
+
+
+def test_headline_pairs_the_steady_steps_when_the_run_has_them(tmp_path: Path) -> None:
+    """As the demo's table: with at least 3 common steps from ``STEADY_FROM`` on, the headline
+    pairs only those (the controller's first steps excluded) and says so."""
+    from tailsieve.report.headline import headline_sentences, paired_speedup
+    from tailsieve.sim.speedup_stats import STEADY_FROM
+
+    make_paired_run(tmp_path)
+    steps = tmp_path / "steps.jsonl"
+    times = {"uniform": [10.0, 10.0, 10.0, 10.0, 12.0], "tailsieve": [11.0, 11.0, 9.0, 10.0, 9.0]}
+    extra = [{"policy": pol, "step": 6 + k, "makespan_s": t, "q": 0, "m": 0, "is_flush": False,
+              "generated_tokens": 1000, "wasted_tokens": 0}
+             for pol, ts in times.items() for k, t in enumerate(ts)]
+    steps.write_text(steps.read_text() + "".join(json.dumps(r) + "\n" for r in extra))
+    run = load_run(tmp_path)
+    sp = paired_speedup(run, "tailsieve")
+    assert sp is not None and sp.first_step == STEADY_FROM == 5 and sp.num_steps == 6
+    assert sp.speedup == pytest.approx((9.5 + 52.0) / (9.0 + 50.0))  # steps 5-10 only
+    assert "from step 5: the warm-up and the controller's first steps excluded" in " ".join(
+        headline_sentences(run))
 
 
 def test_headline_leads_with_the_baseline_a_user_already_has(tmp_path: Path) -> None:

@@ -82,6 +82,25 @@ def test_min_tokens_reduced_by_generated() -> None:
     assert c.piece_sampling(sp, None).max_tokens == 68
 
 
+def test_piece_cap_and_the_requests_max_tokens() -> None:
+    """A piece asks for what is left, at most ``piece_tokens``: through ``max_tokens=`` of
+    ``build_request`` (no new sampling object), the same body as ``piece_sampling`` gives."""
+    from tailsieve.runtime.backends import Backend, PromptInput, build_request
+
+    sp = SamplingParams(max_tokens=40, temperature=0.5)
+    c = ResponseChain(max_tokens=40, prompt_ids=(1,))
+    assert c.piece_cap(16) == 16 and c.piece_cap(None) == 40
+    c.add(piece(["a"] * 16, 0), 16)
+    c.add(piece(["a"] * 16, 16), 16)
+    assert c.piece_cap(16) == 8 and c.piece_cap(None) == 8
+    prompt = PromptInput("p", token_ids=(1, 2))
+    for backend in (Backend.VLLM, Backend.SGLANG):
+        via_cap = build_request(backend, "m", prompt, sp, 1, max_tokens=c.piece_cap(16))
+        assert via_cap == build_request(backend, "m", prompt, c.piece_sampling(sp, 16), 1)
+        forced = build_request(backend, "m", prompt, sp, 1, forced_tokens=5, max_tokens=8)
+        assert forced == build_request(backend, "m", prompt, sp, 1, forced_tokens=5)
+
+
 @pytest.mark.parametrize(
     "sp",
     [

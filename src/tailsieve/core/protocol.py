@@ -56,6 +56,11 @@ class RolloutProtocol:
         shape = self._shape(flush=False)
         return shape[4] + shape[5]
 
+    def num_fresh_to_deliver(self) -> int:
+        """Of ``num_fresh_needed``, the fresh prompts the next step must deliver (the rest are
+        the extra groups the tail pool starts beyond them, which it may do without)."""
+        return self._shape(flush=False)[4]
+
     def set_num_replicas(self, num_replicas: int) -> None:
         """Plan the coming steps for ``num_replicas`` serving replicas (one failed or came
         back); the controller re-plans its split. Only between steps."""

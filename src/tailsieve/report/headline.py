@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from tailsieve.report.run_data import RunData
+from tailsieve.sim.speedup_stats import STEADY_FROM
 
 BOOTSTRAP_DRAWS = 2000
 REFERENCE = "uniform"
@@ -31,12 +32,14 @@ def display_name(policy: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class PairedSpeedup:
-    """A reference policy's total step time over a policy's, on the steps both ran (warm-up
-    excluded)."""
+    """A reference policy's total step time over a policy's, on the steady steps both ran
+    (from ``STEADY_FROM``, as the demo's table and the simulator's paired statistic, when at
+    least 3 are common; else every step after the warm-up)."""
 
     policy: str
     reference: str  # the policy compared against (``uniform`` unless asked otherwise)
     num_steps: int  # paired steps
+    first_step: int  # the first of them
     speedup: float  # sum(reference) / sum(policy)
     low: float | None  # 95% interval (None with fewer than 3 paired steps)
     high: float | None
@@ -78,6 +81,9 @@ def paired_speedup(
     common = sorted(set(u) & set(p))
     if not common:
         return None
+    steady = [s for s in common if s >= STEADY_FROM]
+    if len(steady) >= 3:
+        common = steady
     us = np.array([u[s] for s in common])
     ps = np.array([p[s] for s in common])
     if ps.sum() <= 0:
@@ -89,7 +95,7 @@ def paired_speedup(
         ratios = us[idx].sum(axis=1) / ps[idx].sum(axis=1)
         low, high = (float(x) for x in np.percentile(ratios, [2.5, 97.5]))
     return PairedSpeedup(
-        policy, reference, len(common), float(us.sum() / ps.sum()), low, high,
+        policy, reference, len(common), common[0], float(us.sum() / ps.sum()), low, high,
         float(us.mean()), float(ps.mean()),
     )
 
@@ -161,8 +167,14 @@ def _speedup_sentence(name: str, sp: PairedSpeedup, unit: str) -> str:
     )
     return (
         f"{name} was {how}{ci}: a mean step of {_s(sp.policy_mean_s, unit)} against "
-        f"{_s(sp.reference_mean_s, unit)} on the same prompts (warm-up step excluded)."
+        f"{_s(sp.reference_mean_s, unit)} on the same prompts ({_from(sp.first_step)})."
     )
+
+
+def _from(first_step: int) -> str:
+    if first_step <= 1:
+        return "warm-up step excluded"
+    return f"from step {first_step}: the warm-up and the controller's first steps excluded"
 
 
 def headline_sentences(run: RunData) -> list[str]:

@@ -283,16 +283,27 @@ async def _all_or_first_error(
     """Await all; on the first error cancel the rest and raise it (a ``ReplicaDownError`` wins
     over other errors so a dead replica is never reported as a request failure)."""
     tasks = [asyncio.ensure_future(c) for c in calls]
+    waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    left = [len(tasks)]
+
+    def on_done(t: asyncio.Future[list[Response]]) -> None:
+        left[0] -= 1
+        if not waiter.done() and (left[0] == 0 or t.cancelled() or t.exception() is not None):
+            waiter.set_result(None)
+
     try:
-        pending: set[asyncio.Future[list[Response]]] = set(tasks)
-        while pending:
-            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
-            errors = [t.exception() for t in done if t.exception() is not None]
-            if errors:
-                down = [e for e in errors if isinstance(e, ReplicaDownError)]
-                raise (down or errors)[0]  # type: ignore[misc]
+        for t in tasks:
+            t.add_done_callback(on_done)
+        if tasks:
+            await waiter
+        errors = [t.exception() for t in tasks if t.done() and t.exception() is not None]
+        if errors:
+            down = [e for e in errors if isinstance(e, ReplicaDownError)]
+            raise (down or errors)[0]  # type: ignore[misc]
         return [t.result() for t in tasks]
     finally:
-        for t in tasks:
+        running = [t for t in tasks if not t.done()]
+        for t in running:
             t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        if running:
+            await asyncio.gather(*running, return_exceptions=True)

@@ -137,11 +137,16 @@ def build_request(
     seed: int | None = None,
     stream: bool = False,
     return_token_ids: bool = True,
+    max_tokens: int | None = None,
 ) -> JSON:
     """The JSON body of one request. ``forced_tokens``: replay mode (max_tokens = L, ignore_eos).
     ``return_token_ids=False`` skips per-choice token ids when ``usage`` already gives the exact
-    count (one sample per request), which makes responses much smaller to parse."""
-    max_tokens = forced_tokens if forced_tokens is not None else sampling.max_tokens
+    count (one sample per request), which makes responses much smaller to parse.
+    ``max_tokens`` overrides ``sampling.max_tokens`` (a continued piece's cap)."""
+    if forced_tokens is not None:
+        max_tokens = forced_tokens
+    elif max_tokens is None:
+        max_tokens = sampling.max_tokens
     if backend is Backend.SGLANG:
         return _sglang_request(
             prompt, sampling, num_samples, max_tokens, forced_tokens, seed, stream

@@ -86,6 +86,11 @@ class Piece:
             if self.ids_json is None:
                 object.__setattr__(self, "ids_json", ids.json)
 
+    def without_json(self) -> Piece:
+        """This piece without its ids' JSON (a finished response never sends it back)."""
+        return Piece(self.token_ids, self.text, self.finish_reason, self.logprobs,
+                     self.text_offsets, self.replica)  # fmt: skip
+
     @classmethod
     def of(cls, r: Response, replica: int = -1) -> Piece:
         if r.token_ids is None:
@@ -156,10 +161,16 @@ class ResponseChain:
         )
         return PromptInput(prompt.prompt_id, token_ids=ids)
 
+    def piece_cap(self, piece_tokens: int | None) -> int:
+        """``max_tokens`` of the next piece: what is left, at most ``piece_tokens``."""
+        left = self.remaining
+        return left if piece_tokens is None or left < piece_tokens else piece_tokens
+
     def piece_sampling(self, sampling: SamplingParams, piece_tokens: int | None) -> SamplingParams:
-        """Sampling of the next piece: max_tokens = what is left (at most ``piece_tokens``),
-        ``min_tokens`` reduced by what was generated."""
-        cap = self.remaining if piece_tokens is None else min(self.remaining, piece_tokens)
+        """Sampling of the next piece: max_tokens = ``piece_cap``, ``min_tokens`` reduced by
+        what was generated. Without ``min_tokens`` a request may instead take the response's
+        sampling and the cap (``build_request(max_tokens=...)``), with no new object."""
+        cap = self.piece_cap(piece_tokens)
         if "min_tokens" not in sampling.extra:
             return sampling if cap == sampling.max_tokens else replace(sampling, max_tokens=cap)
         extra: dict[str, Any] = dict(sampling.extra)
@@ -180,7 +191,7 @@ class ResponseChain:
             or (piece.finish_reason == "length" and len(piece.token_ids) < piece_cap)
         ):
             if piece.ids_json is not None:  # never sent back now: free its text
-                self.pieces[-1] = replace(piece, ids_json=None)
+                self.pieces[-1] = piece.without_json()
             self.final = self.join()
 
     def drop_last(self) -> None:

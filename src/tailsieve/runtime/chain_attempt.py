@@ -253,17 +253,21 @@ class ChainedAttempt:
         while not chain.done:
             replica, base = self.where[i]
             url = base + self._cfg.backend.path
-            sp = chain.piece_sampling(self._sampling, self._cfg.piece_tokens)
+            cap = chain.piece_cap(self._cfg.piece_tokens)
+            sp = self._sampling
+            if "min_tokens" in sp.extra:
+                sp = chain.piece_sampling(sp, self._cfg.piece_tokens)
             body = build_request(
                 self._cfg.backend,
                 self._cfg.model or "",
                 chain.next_prompt(self._prompt),
                 sp,
                 1,
-                forced_tokens=sp.max_tokens if self._forced is not None else None,
+                forced_tokens=cap if self._forced is not None else None,
                 seed=seed + i if seed is not None else None,
                 stream=self._cfg.stream,
                 return_token_ids=True,
+                max_tokens=cap,
             )
             self._piece_base[i] = base
             self._piece_replica[i] = replica
@@ -276,11 +280,17 @@ class ChainedAttempt:
                 self._index.piece_started((pid, i), self, replica, started - self._t0,
                                           _piece_cap(self._cfg, chain))
             try:
-                await asyncio.wait({req})
+                await req  # a move cancels ``req``; cancelling this task cancels it too
+            except asyncio.CancelledError:
+                if _cancelling():  # this response's task is cancelled (cutoff, step end)
+                    if not req.done() or req.cancelled():
+                        self._abort_sglang(i)
+                    raise
+            except Exception:  # its outcome is read from ``req`` below
+                pass
             finally:
-                if not req.done():  # this response's task is cancelled (cutoff, step end)
+                if not req.done():
                     req.cancel()
-                    self._abort_sglang(i)
                     with contextlib.suppress(BaseException):
                         await req
                 self._inflight.pop(i, None)
@@ -299,7 +309,7 @@ class ChainedAttempt:
             if chain.prompt_ids is None:
                 pids = resp.prompt_token_ids
                 chain.prompt_ids = tuple(pids) if pids else self._prompt.token_ids
-            chain.add(Piece.of(resp, replica), sp.max_tokens)
+            chain.add(Piece.of(resp, replica), cap)
             self.stats.num_pieces += 1
             self._report(i)
         final = chain.final
@@ -379,6 +389,12 @@ class ChainedAttempt:
         if not part.reason:
             raise RequestError(f"{where}: stream ended without a finish reason")
         return part.piece(-1, part.reason)  # its ``_Partial`` counts until the chain takes it
+
+
+def _cancelling() -> bool:
+    """The running task has a cancellation pending (not only a task it awaited)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def _piece_cap(cfg: ExecutorConfig, chain: ResponseChain) -> int:

@@ -7,14 +7,15 @@ is closed. No streams, transports or tasks of its own: at 4,096 requests in flig
 CPU per request is what matters, and asyncio's stream machinery (``open_connection``,
 ``StreamReader``, ``wait_for``) cost more than the rest of a request together.
 
-``exchange`` returns ``(status, body)`` or raises what the streams path raised for the same
+``start(...).fut`` gives ``(status, body)`` or raises what the streams path raised for the same
 event (``OSError`` subclasses for refused / reset, ``TimeoutError``,
 ``asyncio.IncompleteReadError``, ``asyncio.LimitOverrunError``, ``ValueError`` for a malformed
-length); cancelling it closes the socket, which aborts the request on the server.
+length); closing it (``close()``, also on cancellation) aborts the request on the server.
 """
 
 from __future__ import annotations
 
+import _socket
 import asyncio
 import errno
 import math
@@ -28,6 +29,7 @@ MAX_HEADER_BYTES = 65536
 _READ_BYTES = 65536  # per recv: a 256 KiB buffer (asyncio's) is mapped and unmapped by malloc
 # on every call, which cost more kernel time than the rest of a request's reading
 _NONBLOCK = getattr(socket, "SOCK_NONBLOCK", 0)  # Linux: non-blocking from the start
+_RawSocket = _socket.socket  # socket.socket's C base: no Python wrapper to build and close
 _TO_EOF = sys.maxsize  # no Content-Length and not chunked: the body ends at EOF
 
 
@@ -62,7 +64,7 @@ class _Exchange:
         self._deadline = None if timeout_s is None else now + timeout_s
         self._connect_by = None if connect_timeout_s is None else now + connect_timeout_s
         self._watch = _watch(loop)
-        sock = socket.socket(family, socket.SOCK_STREAM | _NONBLOCK)
+        sock = _RawSocket(family, socket.SOCK_STREAM | _NONBLOCK)
         self._sock = sock
         try:
             if not _NONBLOCK:
@@ -292,23 +294,20 @@ def _min(a: float | None, b: float | None) -> float | None:
     return b if a is None else a if b is None else min(a, b)
 
 
-async def exchange(
+def start(
     family: int,
     addr: tuple[Any, ...],
     request: bytes,
     connect_timeout_s: float | None,
     timeout_s: float | None,
-) -> tuple[int, bytes]:
-    """Send ``request`` (a whole HTTP/1.1 request with ``Connection: close``) to ``addr`` and
-    return the response's status and (de-chunked) body. ``connect_timeout_s`` bounds the
-    connect and ``timeout_s`` the request from the moment it is connected; either raises
-    ``TimeoutError``."""
-    ex = _Exchange(asyncio.get_running_loop(), family, addr, request, connect_timeout_s,
-                   timeout_s)  # fmt: skip
-    try:
-        return await ex.fut
-    finally:
-        ex.close()
+) -> _Exchange:
+    """Send ``request`` (a whole HTTP/1.1 request with ``Connection: close``) to ``addr``. The
+    caller awaits ``.fut`` for the response's status and (de-chunked) body, and calls
+    ``.close()`` when done or cancelled. ``connect_timeout_s`` bounds the connect and
+    ``timeout_s`` the request from the moment it is connected; either raises ``TimeoutError``.
+    Not a coroutine: one object less per request on the router's hot path."""
+    return _Exchange(asyncio.get_running_loop(), family, addr, request, connect_timeout_s,
+                     timeout_s)  # fmt: skip
 
 
 def numeric_address(host: str, port: int) -> tuple[int, tuple[Any, ...]] | None:
@@ -324,4 +323,4 @@ def numeric_address(host: str, port: int) -> tuple[int, tuple[Any, ...]] | None:
 
 BadStatus = _BadStatus
 
-__all__ = ["MAX_HEADER_BYTES", "BadStatus", "exchange", "numeric_address"]
+__all__ = ["MAX_HEADER_BYTES", "BadStatus", "numeric_address", "start"]

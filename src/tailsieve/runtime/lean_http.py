@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 from tailsieve.runtime import ids_json
 from tailsieve.runtime.backends import EncodedIds
-from tailsieve.runtime.http_exchange import MAX_HEADER_BYTES, BadStatus, exchange, numeric_address
+from tailsieve.runtime.http_exchange import MAX_HEADER_BYTES, BadStatus, numeric_address, start
 from tailsieve.runtime.transport import (
     JSON,
     AiohttpTransport,
@@ -51,9 +51,12 @@ class LeanTransport(AiohttpTransport):
             if target.addr is not None and self._callbacks_ok:
                 data = _encode(payload)
                 request = target.head + b"%d\r\nConnection: close\r\n\r\n" % len(data) + data
-                status, body = await exchange(
-                    target.family, target.addr, request, self._connect_timeout_s, timeout_s
-                )
+                ex = start(target.family, target.addr, request, self._connect_timeout_s,
+                           timeout_s)  # fmt: skip
+                try:
+                    status, body = await ex.fut
+                finally:
+                    ex.close()
             else:
                 async with asyncio.timeout(timeout_s):
                     status, body = await self._exchange(target.parts, url, payload)
@@ -125,12 +128,13 @@ def _encode(payload: JSON) -> bytes:
         if isinstance(ids, EncodedIds):
             break
     else:
-        return json.dumps(payload, separators=(",", ":")).encode()
-    rest = json.dumps({k: v for k, v in payload.items() if k != key}, separators=(",", ":"))
+        return _compact(payload).encode()
+    rest = _compact({k: v for k, v in payload.items() if k != key})
     return (rest[:-1] + ("," if len(rest) > 2 else "") + f'"{key}":' + ids.json + "}").encode()
 
 
 _ID_KEYS = ("prompt", "input_ids")
+_compact = json.JSONEncoder(separators=(",", ":")).encode  # one encoder, not one per request
 
 
 async def _read_chunked(reader: asyncio.StreamReader) -> bytes:

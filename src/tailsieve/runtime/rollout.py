@@ -218,8 +218,12 @@ class TailSieveRollout:
     async def step(self, new_prompts: Iterable[PromptLike] = ()) -> RolloutBatch:
         """Run one step and return exactly ``num_groups`` complete groups."""
         self._add(new_prompts)
-        await self._revive()
         need = self.protocol.num_fresh_needed()
+        if await self._revive():
+            # re-planned for the replicas that answer now: the caller fed the need it was
+            # told, so only the groups to deliver must be there (fewer extra ones may start)
+            need = min(self.protocol.num_fresh_needed(), max(
+                need, self.protocol.num_fresh_to_deliver()))  # fmt: skip
         if len(self._pending) < need:
             raise ConfigError(
                 f"step {self.protocol.step} needs {need} fresh prompts, {len(self._pending)} "
@@ -234,10 +238,13 @@ class TailSieveRollout:
         await self._revive()
         return await self._run(flush=True)
 
-    async def _revive(self) -> None:
-        """No replica of the planned set is healthy (a failed step): probe and re-plan now."""
-        if not any(self.executor.replicas[i].healthy for i in self._active):
-            await self.refresh_replicas()
+    async def _revive(self) -> bool:
+        """No replica of the planned set is healthy (a failed step): probe and re-plan now.
+        True when it did."""
+        if any(self.executor.replicas[i].healthy for i in self._active):
+            return False
+        await self.refresh_replicas()
+        return True
 
     @property
     def active_replicas(self) -> list[int]:

@@ -162,3 +162,50 @@ async def test_sglang_move_keeps_the_aborted_pieces_partial_output(
     assert first.replica == 0 and first.finish_reason == "moved" and len(first.token_ids) >= 20
     assert second.replica == 1 and len(first.token_ids) + len(second.token_ids) == 400
     assert a.num_abort_requests == 1
+
+
+async def test_sglang_piece_of_a_cancelled_response_is_aborted_by_id(
+    make_server: ServerFactory,
+) -> None:
+    """Cancelling a chained response (a cutoff, the step's end) closes its running piece's
+    connection and aborts it on SGLang by id, so nothing keeps running on the replica."""
+    import asyncio
+    import warnings
+
+    from tailsieve.core.plan import GroupAssignment, StepPlan
+    from tailsieve.core.pool import Pool
+    from tailsieve.runtime.attempt import ExecutorConfig
+    from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
+    from tailsieve.runtime.executor import LiveExecutor
+
+    plan = StepPlan(
+        step=0, num_replicas=1, group_size=2, num_required=1, q=0, m=0, num_extra=0,
+        tail_replicas=(), bulk_replicas=(0,), assignments=(GroupAssignment("g", Pool.BULK, 0,
+        False, 0),), num_fresh_to_deliver=1, fresh_prompt_ids=("g",), is_warmup=True,
+        is_flush=False,
+    )  # fmt: skip
+    async with make_server(time_scale=0.05) as a:
+        cfg = ExecutorConfig(
+            backend=Backend.SGLANG, model=a.config.model_name,
+            sampling=SamplingParams(max_tokens=5000), continuation=True,
+        )  # fmt: skip
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ex = LiveExecutor([a.url], cfg, forced_length=lambda p, i: 4000)
+        run = asyncio.create_task(ex.run(plan, {"g": PromptInput("g", token_ids=tuple(PROMPT))}))
+        while True:
+            a.driver.sync()
+            if a.driver.running_tokens() >= 20:
+                break
+            await asyncio.sleep(0.005)
+        run.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await run
+        for _ in range(200):  # the aborts are sent in the background
+            a.driver.sync()
+            if a.num_abort_requests == 2 and a.driver.num_running == 0:
+                break
+            await asyncio.sleep(0.01)
+        await ex.aclose()
+    assert a.num_abort_requests == 2  # one per running piece
+    assert a.driver.num_running == 0
