@@ -47,7 +47,7 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 
-_WORDS = (
+_WORDS = (  # noqa: SIM905 - a vocabulary reads better as text
     "the a an of to in and or but is are was were be been have has had do does did "
     "will would can could should may might must shall not no yes if then else when "
     "while for from with without into onto over under between about above below "
