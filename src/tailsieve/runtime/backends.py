@@ -13,6 +13,7 @@ request carries one sample).
 from __future__ import annotations
 
 from array import array
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
@@ -66,7 +67,7 @@ class EncodedIds(tuple[int, ...]):
 
     json: str
 
-    def __new__(cls, ids: tuple[int, ...], encoded: str) -> EncodedIds:
+    def __new__(cls, ids: Iterable[int], encoded: str) -> EncodedIds:
         obj = super().__new__(cls, ids)
         obj.json = encoded
         return obj

@@ -99,7 +99,7 @@ def _parse(chunk: bytes) -> EncodedIds | None:
         return None
     if len(arr) != chunk.count(b",") + 1 or _MAX(arr) == _INT64_MAX:  # saturated: too big
         return None
-    return EncodedIds(tuple(arr.tolist()), "[" + chunk.decode("ascii") + "]")
+    return EncodedIds(arr.tolist(), "[" + chunk.decode("ascii") + "]")  # one copy: list -> ids
 
 
 def _restore(out: Any, arrays: list[EncodedIds]) -> int:
