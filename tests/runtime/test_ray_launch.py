@@ -84,7 +84,8 @@ def cluster() -> Iterator[Cluster]:
         c.shutdown()
 
 
-def running(url: str) -> float:
+def metric(url: str, name: str) -> float:
+    """The sum of a replica's Prometheus samples named ``name`` (0 when it does not answer)."""
     try:
         with urllib.request.urlopen(url + "/metrics", timeout=2) as r:
             text = r.read().decode()
@@ -93,8 +94,12 @@ def running(url: str) -> float:
     return sum(
         float(line.rsplit(" ", 1)[1])
         for line in text.splitlines()
-        if line.startswith("vllm:num_requests_running")
+        if line.startswith(name + " ") or line.startswith(name + "{")
     )
+
+
+def running(url: str) -> float:
+    return metric(url, "vllm:num_requests_running")
 
 
 def group_alive(pid: int) -> bool:
@@ -172,7 +177,14 @@ def test_ray_launch_restart_readmit_exactly_once(
             lambda: steps_file.exists() and steps_file.read_text().count("\n") >= 1,
             120, "the first step",
         )  # fmt: skip
-        wait_for(lambda: running(victim["endpoint"]) >= 2, 60, "the victim to decode")
+        # killed while it runs >= 2 requests that have generated tokens: at once, the wasted
+        # tokens can round to 0 (the requests were sent milliseconds before)
+        made = metric(victim["endpoint"], "vllm:generation_tokens_total")
+        wait_for(
+            lambda: running(victim["endpoint"]) >= 2
+            and metric(victim["endpoint"], "vllm:generation_tokens_total") >= made + 8,
+            60, "the victim to decode",
+        )  # fmt: skip
         os.killpg(int(victim["pid"]), signal.SIGKILL)
         killed_in_step = steps_file.read_text().count("\n")
         _, stderr = rollout.communicate(timeout=240)
