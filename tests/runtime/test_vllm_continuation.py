@@ -61,8 +61,9 @@ def single_plan(pid: str) -> StepPlan:
 async def chained(
     name: str, sampling: SamplingParams, piece: int, move: bool
 ) -> tuple[Response, list[int]]:
-    """The response generated in pieces of ``piece`` tokens (moved to server 2 after its first
-    piece when ``move``), and the server of each piece."""
+    """The response generated in pieces of ``piece`` tokens (moved to server 2 while its first
+    piece runs when ``move``: the move takes effect at that piece's end), and the server of
+    each piece."""
     cfg = ExecutorConfig(
         model=name, sampling=sampling, continuation=True, piece_tokens=piece,
         request_timeout_s=600.0, max_retries=0,
@@ -71,8 +72,10 @@ async def chained(
     pid = "cont-0"
 
     async def mover() -> None:
-        while len(ex.generated(pid)[0] if ex.generated(pid) else ()) < piece:
-            await asyncio.sleep(0.05)
+        # as soon as a piece runs (polling for the first piece's end missed it once: the
+        # remaining pieces of 8 tokens ended within the 50 ms poll)
+        while not any(r.piece is not None for r in ex.running_responses()):
+            await asyncio.sleep(0.002)
         assert ex.move(pid, 0, 1)
 
     task = asyncio.create_task(mover()) if move else None
