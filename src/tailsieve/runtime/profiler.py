@@ -227,17 +227,21 @@ async def measure_batch_lockstep(
 EXTRA_PAIRS = 4  # pairs of rounds measured beyond ``repeats`` while the step comes out <= 0
 
 
+def _pair_steps(pairs: list[tuple[list[float], list[float]]], span: int) -> list[float]:
+    """Seconds per token of each pair of (short, full) rounds: their medians' difference."""
+    return [(statistics.median(f) - statistics.median(s)) / span for s, f in pairs]
+
+
 def _step(pairs: list[tuple[list[float], list[float]]], span: int) -> float:
-    """Seconds per token from pairs of (short, full) rounds: the median of their differences."""
-    return statistics.median((statistics.median(f) - statistics.median(s)) / span
-                             for s, f in pairs)
+    """Seconds per token from pairs of rounds: the median over the pairs."""
+    return statistics.median(_pair_steps(pairs, span))
 
 
 def _measurement(
     b: int, pairs: list[tuple[list[float], list[float]]], full: int, span: int,
     prompt_tokens: int = 0,
 ) -> BatchMeasurement:
-    steps = [(statistics.median(f) - statistics.median(s)) / span for s, f in pairs]
+    steps = _pair_steps(pairs, span)
     step = statistics.median(steps)
     ends_full = pairs[steps.index(sorted(steps)[(len(steps) - 1) // 2])][1]
     return BatchMeasurement(

@@ -3,18 +3,60 @@ only for uncached tokens), and a continued response's length consistent with its
 
 from __future__ import annotations
 
+import asyncio
+import warnings
 from typing import Any
 
 import aiohttp
 import pytest
 
+from tailsieve.core.plan import GroupAssignment, StepPlan
+from tailsieve.core.pool import Pool
+from tailsieve.runtime.attempt import ExecutorConfig
+from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
 from tailsieve.runtime.emulator import EmulatorServer
 from tailsieve.runtime.emulator.prefix_cache import PrefixCache
 from tailsieve.runtime.emulator.protocol import FILLER_TOKEN_ID
+from tailsieve.runtime.executor import LiveExecutor
 
 ServerFactory = Any  # conftest.make_server
 
 PROMPT = list(range(1000, 1100))  # 100 prompt token ids
+GROUP = {"g": PromptInput("g", token_ids=tuple(PROMPT))}  # the executor tests' one group
+
+
+def one_group_plan(num_replicas: int, group_size: int) -> StepPlan:
+    """A step of one group "g", dealt to replica 0, over ``num_replicas`` bulk replicas."""
+    return StepPlan(
+        step=0, num_replicas=num_replicas, group_size=group_size, num_required=1, q=0, m=0,
+        num_extra=0, tail_replicas=(), bulk_replicas=tuple(range(num_replicas)),
+        assignments=(GroupAssignment("g", Pool.BULK, 0, False, 0),), num_fresh_to_deliver=1,
+        fresh_prompt_ids=("g",), is_warmup=True, is_flush=False,
+    )  # fmt: skip
+
+
+def chained_executor(
+    servers: list[EmulatorServer], backend: Backend, max_tokens: int, forced: int,
+    piece_tokens: int | None = None,
+) -> LiveExecutor:
+    """A continuation executor over ``servers``; sample i's length is ``forced + i``."""
+    cfg = ExecutorConfig(
+        backend=backend, model=servers[0].config.model_name,
+        sampling=SamplingParams(max_tokens=max_tokens), continuation=True,
+        piece_tokens=piece_tokens,
+    )  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # per-request seeds across seams: not used here
+        return LiveExecutor([s.url for s in servers], cfg, forced_length=lambda p, i: forced + i)
+
+
+async def until_running(srv: EmulatorServer, tokens: int) -> None:
+    """Wait until ``srv``'s running requests have generated ``tokens`` tokens."""
+    while True:
+        srv.driver.sync()
+        if srv.driver.running_tokens() >= tokens:
+            return
+        await asyncio.sleep(0.005)
 
 
 async def complete(session: aiohttp.ClientSession, url: str, body: dict) -> dict:  # type: ignore[type-arg]
@@ -82,29 +124,9 @@ async def test_live_chains_over_the_emulator(make_server: ServerFactory, backend
     """The live executor's pieces against the emulator (vLLM token-id prompts, SGLang
     ``input_ids``): each response is its forced length, in several pieces, and the pieces after
     the first find their prefix in the replica's cache."""
-    import warnings
-
-    from tailsieve.core.plan import GroupAssignment, StepPlan
-    from tailsieve.core.pool import Pool
-    from tailsieve.runtime.attempt import ExecutorConfig
-    from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
-    from tailsieve.runtime.executor import LiveExecutor
-
-    plan = StepPlan(
-        step=0, num_replicas=1, group_size=2, num_required=1, q=0, m=0, num_extra=0,
-        tail_replicas=(), bulk_replicas=(0,), assignments=(GroupAssignment("g", Pool.BULK, 0,
-        False, 0),), num_fresh_to_deliver=1, fresh_prompt_ids=("g",), is_warmup=True,
-        is_flush=False,
-    )  # fmt: skip
     async with make_server(time_scale=0.01) as srv:
-        cfg = ExecutorConfig(
-            backend=Backend(backend), model=srv.config.model_name,
-            sampling=SamplingParams(max_tokens=500), continuation=True, piece_tokens=16,
-        )  # fmt: skip
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            ex = LiveExecutor([srv.url], cfg, forced_length=lambda p, i: 40 + i)
-        res = await ex.run(plan, {"g": PromptInput("g", token_ids=tuple(PROMPT))})
+        ex = chained_executor([srv], Backend(backend), 500, 40, piece_tokens=16)
+        res = await ex.run(one_group_plan(1, 2), GROUP)
         await ex.aclose()
     got = res.groups["g"].responses
     assert [r.num_tokens for r in got] == [40, 41]
@@ -118,42 +140,15 @@ async def test_sglang_move_keeps_the_aborted_pieces_partial_output(
 ) -> None:
     """A move on SGLang aborts the running piece by id (/abort_request): its partial output is
     kept as a piece and the response continues on the destination, token-exact."""
-    import asyncio
-    import warnings
-
-    from tailsieve.core.plan import GroupAssignment, StepPlan
-    from tailsieve.core.pool import Pool
-    from tailsieve.runtime.attempt import ExecutorConfig
-    from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
-    from tailsieve.runtime.executor import LiveExecutor
-
-    plan = StepPlan(
-        step=0, num_replicas=2, group_size=1, num_required=1, q=0, m=0, num_extra=0,
-        tail_replicas=(), bulk_replicas=(0, 1), assignments=(GroupAssignment("g", Pool.BULK, 0,
-        False, 0),), num_fresh_to_deliver=1, fresh_prompt_ids=("g",), is_warmup=True,
-        is_flush=False,
-    )  # fmt: skip
     async with make_server(time_scale=0.05) as a, make_server(time_scale=0.05) as b:
-        cfg = ExecutorConfig(
-            backend=Backend.SGLANG, model=a.config.model_name,
-            sampling=SamplingParams(max_tokens=5000), continuation=True,
-        )  # fmt: skip
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            ex = LiveExecutor([a.url, b.url], cfg, forced_length=lambda p, i: 400)
+        ex = chained_executor([a, b], Backend.SGLANG, 5000, 400)
 
         async def mover() -> None:
-            while True:
-                a.driver.sync()
-                if a.driver.running_tokens() >= 20:
-                    break
-                await asyncio.sleep(0.005)
+            await until_running(a, 20)
             assert ex.move("g", 0, 1)
 
         task = asyncio.create_task(mover())
-        res = await asyncio.wait_for(
-            ex.run(plan, {"g": PromptInput("g", token_ids=tuple(PROMPT))}), 60
-        )
+        res = await asyncio.wait_for(ex.run(one_group_plan(2, 1), GROUP), 60)
         await asyncio.wait_for(task, 1)
         await ex.aclose()
     (r,) = res.groups["g"].responses
@@ -169,35 +164,10 @@ async def test_sglang_piece_of_a_cancelled_response_is_aborted_by_id(
 ) -> None:
     """Cancelling a chained response (a cutoff, the step's end) closes its running piece's
     connection and aborts it on SGLang by id, so nothing keeps running on the replica."""
-    import asyncio
-    import warnings
-
-    from tailsieve.core.plan import GroupAssignment, StepPlan
-    from tailsieve.core.pool import Pool
-    from tailsieve.runtime.attempt import ExecutorConfig
-    from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
-    from tailsieve.runtime.executor import LiveExecutor
-
-    plan = StepPlan(
-        step=0, num_replicas=1, group_size=2, num_required=1, q=0, m=0, num_extra=0,
-        tail_replicas=(), bulk_replicas=(0,), assignments=(GroupAssignment("g", Pool.BULK, 0,
-        False, 0),), num_fresh_to_deliver=1, fresh_prompt_ids=("g",), is_warmup=True,
-        is_flush=False,
-    )  # fmt: skip
     async with make_server(time_scale=0.05) as a:
-        cfg = ExecutorConfig(
-            backend=Backend.SGLANG, model=a.config.model_name,
-            sampling=SamplingParams(max_tokens=5000), continuation=True,
-        )  # fmt: skip
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            ex = LiveExecutor([a.url], cfg, forced_length=lambda p, i: 4000)
-        run = asyncio.create_task(ex.run(plan, {"g": PromptInput("g", token_ids=tuple(PROMPT))}))
-        while True:
-            a.driver.sync()
-            if a.driver.running_tokens() >= 20:
-                break
-            await asyncio.sleep(0.005)
+        ex = chained_executor([a], Backend.SGLANG, 5000, 4000)
+        run = asyncio.create_task(ex.run(one_group_plan(1, 2), GROUP))
+        await until_running(a, 20)
         run.cancel()
         with pytest.raises(asyncio.CancelledError):
             await run
