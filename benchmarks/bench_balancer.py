@@ -1,8 +1,9 @@
 """The balancer (moves by continuation) against per-request round-robin, paired, over seeds.
 
 Run: ``PYTHONPATH=src python benchmarks/bench_balancer.py --out benchmarks/results/balancer``
-(``--seeds 5 --steps 20`` by default; ``--cases NAME ...`` runs a subset; ``--quick``: 2 seeds,
-12 steps; ``--timing-only``: only the re-balance timings: each decision of a check, at most
+(``--seeds 5 --steps 20`` by default; ``--cases NAME ...`` runs a subset; ``--no-gate``: every
+m = 0 step balanced, no balance gate; ``--quick``: 2 seeds, 12 steps;
+``--timing-only``: only the re-balance timings: each decision of a check, at most
 ``BalanceSettings.max_moves_per_decision`` moves, and each whole check, wall and CPU time).
 Writes ``balancer.json`` and ``balancer.md`` into ``--out``.
 
@@ -36,6 +37,8 @@ from typing import Any
 import numpy as np
 from outdir import default_out
 
+from tailsieve.control.base import Controller
+from tailsieve.control.factory import make_controller
 from tailsieve.core.balancer import BalanceSettings, ReplicaLoad
 from tailsieve.model.profiles import load_profile
 from tailsieve.model.replica_engine import ReplicaConfig
@@ -43,7 +46,13 @@ from tailsieve.model.speculative import SpecConfig
 from tailsieve.runtime.rebalancer import LiveRebalancer
 from tailsieve.runtime.running_index import RunningIndex
 from tailsieve.sim import movepath
-from tailsieve.sim.driver import SimSettings, epoch_prompt_ids, run_policies
+from tailsieve.sim.driver import (
+    ControllerFactory,
+    SimSettings,
+    default_controller,
+    epoch_prompt_ids,
+    run_policies,
+)
 from tailsieve.sim.movepath import PieceSettings
 from tailsieve.sim.replicas import PoolConfigs
 from tailsieve.sim.speedup_stats import STEADY_FROM, seed_speedup, t_interval
@@ -158,8 +167,20 @@ class _TimedChecks:
                 "max_moves_in_a_decision": int(max(self.moves, default=0))}
 
 
+def controllers(gate: bool) -> ControllerFactory:
+    """The simulator's controllers, with the balance gate (default) or without it."""
+    if gate:
+        return default_controller
+
+    def ungated(name: str, settings: SimSettings, pools: PoolConfigs) -> Controller:
+        cfg = dataclasses.replace(settings.controller_config(), gate=None)
+        return make_controller(name, cfg, pools.tail.throughput, pools.bulk.throughput)
+
+    return ungated
+
+
 def run_case(case: Case, seeds: list[int], steps: int, groups: int,
-             pieces: PieceSettings | None = None) -> dict[str, Any]:
+             pieces: PieceSettings | None = None, gate: bool = True) -> dict[str, Any]:
     pools = pools_for(case)
     timed = _TimedChecks()
     names = ["uniform-requests", "tailsieve", *(("uniform-oracle",) if case.oracle else ())]
@@ -172,7 +193,7 @@ def run_case(case: Case, seeds: list[int], steps: int, groups: int,
             settings = SimSettings(num_replicas=case.replicas, num_groups=groups, group_size=8,
                                    num_steps=steps, seed=sd, pieces=pieces)
             runs = run_policies(names, settings, lambda ds=dataset, s=sd: epoch_prompt_ids(ds, s),
-                                wl, pools)
+                                wl, pools, controllers(gate))
             ur, ts = runs["uniform-requests"].run, runs["tailsieve"].run
             steady = [r for r in ts.regular if r.step >= STEADY_FROM]
             row: dict[str, Any] = {
@@ -198,6 +219,7 @@ def run_case(case: Case, seeds: list[int], steps: int, groups: int,
     out: dict[str, Any] = {
         **dataclasses.asdict(case), "seeds": seeds, "steps": steps, "groups": groups,
         "pieces": None if pieces is None else dataclasses.asdict(pieces),
+        "balance_gate": gate,
         "speedup_mean": mean, "speedup_ci": [lo, hi],
         "min_seed_speedup": min(r["speedup"] for r in per_seed),
         "meets_target": mean >= case.target,
@@ -380,6 +402,8 @@ def main(argv: list[str] | None = None) -> int:
                          "many tokens, a move waiting for the running piece's end")
     ap.add_argument("--piece-seam-s", type=float, default=0.05,
                     help="with --piece-tokens: the wait at each piece end (s)")
+    ap.add_argument("--no-gate", action="store_true",
+                    help="balance every m = 0 step (no balance gate), as before the gate")
     args = ap.parse_args(argv)
     pieces = (None if args.piece_tokens is None else
               PieceSettings(args.piece_tokens, args.piece_seam_s))
@@ -413,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
           flush=True)
     rows = []
     for case in [] if args.timing_only else chosen:
-        row = run_case(case, list(range(seeds)), steps, args.groups, pieces)
+        row = run_case(case, list(range(seeds)), steps, args.groups, pieces, not args.no_gate)
         rows.append(row)
         print(f"{case.name}: {row['speedup_mean']:.3f}x (min seed {row['min_seed_speedup']:.3f}) "
               f"moves/step {row['moves_per_step']:.0f} prefill {row['prefill_s_per_step']:.1f} s "
@@ -424,6 +448,7 @@ def main(argv: list[str] | None = None) -> int:
             argv if argv is not None else sys.argv[1:]),
         "baseline": "uniform-requests", "steady_from": STEADY_FROM,
         "pieces": None if pieces is None else dataclasses.asdict(pieces),
+        "balance_gate": not args.no_gate,
         "decision_timing": timing, "decision_timing_in_sim_64x4096": scale,
         "live_check_timing_64x4096": live[0], "live_check_timing_64x4096_collector_paused": live[1],
         "cases": rows,

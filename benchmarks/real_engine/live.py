@@ -118,8 +118,9 @@ class MoveSettings:
 
 def lane_controller(spec: LaneSpec, controller: dict[str, Any],
                     moves: MoveSettings) -> dict[str, Any]:
-    """The lane's controller overrides: a moves lane prices a move at ``moves.seam_s``."""
-    return controller | {"seam_s": moves.seam_s} if spec.moves else dict(controller)
+    """The lane's controller overrides: a moves lane prices a move at ``moves.seam_s`` and
+    balances every step (no balance gate: the lane measures moves against the simulator)."""
+    return controller | {"seam_s": moves.seam_s, "gate": None} if spec.moves else dict(controller)
 
 
 def lane_config(spec: LaneSpec, model: str, lengths: ReplayLengths, groups: int,

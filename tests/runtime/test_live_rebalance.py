@@ -68,6 +68,10 @@ async def run_piled(stream: bool, cut: int | None, balance: bool = True) -> None
     tally = ex.last_moves
     if not balance:
         assert tally.num_moves == 0 and tally.num_checks == 0
+        # a step the controller does not balance runs each response as one piece, although
+        # the executor's config bounds pieces (they only serve moves)
+        assert not stub.log.continued
+        assert len(stub.log.started) == len(IDS) * plan.group_size
         return
     assert tally.num_checks >= 1
     assert tally.num_moves >= 1 and ex.num_moves == tally.num_moves

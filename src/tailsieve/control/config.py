@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from tailsieve.control.balance_gate import GateConfig
 from tailsieve.errors import ConfigError
 
 
@@ -46,6 +47,8 @@ class ControllerConfig:
     # iteration, seconds (a default estimate until measured on the real engine)
     checks_per_step: int = 32  # timed re-balance checks per expected step (plus checks at
     # completions, at most two per interval): the interval scales with the measured step time
+    gate: GateConfig | None = field(default_factory=GateConfig)  # balance an m = 0 step only while balanced steps
+    # are measured faster than round-robin ones (control.balance_gate); None: always balance
 
     def __post_init__(self) -> None:
         n, r = self.num_groups, self.num_replicas

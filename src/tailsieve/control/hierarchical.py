@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from tailsieve.control.balance_gate import BalanceGate, GateState
 from tailsieve.control.base import Controller, ControlTargets
 from tailsieve.control.config import ControllerConfig
 from tailsieve.control.inner_loop import InnerDecision, InnerLoop
@@ -34,6 +35,7 @@ class ControllerState:
     last_event: str = ""  # human-readable note on the last decision
     k_uniform: float = 1.0  # observed/predicted step time of balanced m = 0 steps (EMA; moves)
     step_ema_s: float = 0.0  # observed step time (EMA): the balancer's horizon
+    gate: GateState = field(default_factory=GateState)  # the balance gate's measurements
 
 
 class HierarchicalController(Controller):
@@ -62,13 +64,16 @@ class HierarchicalController(Controller):
         self._samples: list[Any] = []
         self._cache: dict[tuple[int, int], PoolPrediction] = {}
         self._m_wanted = m0  # the fixed variant's split, restored when replicas come back
+        self.gate = BalanceGate(config.gate)
+        self.gate.state = self.state.gate
 
     def targets(self) -> ControlTargets:
         st = self.state
         spread = self.config.spread
         if st.m <= 0:
+            gated = self.config.gate is not None and not self.gate.balances_next()
             return ControlTargets(q=0, m=0, num_extra=0, spread=spread,
-                                  balance=self.balance_settings())
+                                  balance=None if gated else self.balance_settings())
         q = min(max(st.q, self.config.q_floor(st.m)), self.config.num_groups - 1)
         return ControlTargets(q=q, m=st.m, num_extra=q, spread=spread)
 
@@ -114,12 +119,12 @@ class HierarchicalController(Controller):
             self._samples = self.predictor.samples(st.history)
         self._cache = {}
         clean = not plan.carried_in_bulk_ids and not plan.is_flush
-        self._update_corrections(plan, outcome, work, clean)
+        gate_note = self._update_corrections(plan, outcome, work, clean)
         if not plan.is_flush and outcome.makespan_s > 0:
             a = cfg.correction_smoothing
             st.step_ema_s = outcome.makespan_s if st.step_ema_s <= 0 else (
                 (1 - a) * st.step_ema_s + a * outcome.makespan_s)
-        st.last_event = ""
+        st.last_event = gate_note
         if st.hold_q > 0:
             st.hold_q -= 1
             st.last_event = "hold q"
@@ -145,7 +150,7 @@ class HierarchicalController(Controller):
         settled = st.m == 0 or self.inner.state.settled
         od = self.outer.decide(
             st.history, st.m, st.q, st.k_tail, st.k_bulk, self._samples, self._cache,
-            st.k_uniform,
+            self._m0_correction(),
         )
         if od.new_m == st.m or not (settled or od.new_m == 0):
             st.m_votes = 0
@@ -183,7 +188,7 @@ class HierarchicalController(Controller):
         elif st.history:
             m, q = self.outer.best_split(
                 st.history, min(st.m, num_replicas - 1), st.q, st.k_tail, st.k_bulk,
-                st.k_uniform,
+                self._m0_correction(),
             )
         else:
             m = min(st.m, num_replicas - 1)
@@ -226,22 +231,37 @@ class HierarchicalController(Controller):
 
     def _update_corrections(
         self, plan: StepPlan, outcome: StepOutcome, work: StepWork, clean: bool
-    ) -> None:
+    ) -> str:
+        """Update the observed/predicted ratios (and the balance gate); returns the gate's note
+        when its decision flipped."""
         if not clean or not work.groups:
-            return
+            return ""
         st, a = self.state, self.config.correction_smoothing
+        note = ""
         # the last remembered step is this one: reuse its pre-processed sample
         pred = self.predictor.predict_samples(self._samples[-1:], plan.q, plan.m)
         if plan.m > 0 and plan.q > 0 and pred.tail_s > 0 and outcome.tail_time_s > 0:
             st.k_tail = (1 - a) * st.k_tail + a * (outcome.tail_time_s / pred.tail_s)
+        gated = self.config.balance and self.config.gate is not None
+        if gated and plan.m == 0 and pred.bulk_s > 0 and outcome.makespan_s > 0:
+            note = self.gate.observe(plan.balance is not None, outcome.makespan_s / pred.bulk_s)
         if pred.bulk_s > 0 and outcome.bulk_cut_s > 0:
             if plan.m == 0 and plan.balance is not None and outcome.num_moves > 0:
                 # balanced m = 0: how much the moves gained over the no-move prediction (an
                 # executor that made no move, e.g. one without moves, keeps the old update)
                 obs = outcome.makespan_s / pred.bulk_s
                 st.k_uniform = (1 - a) * st.k_uniform + a * obs
-                return
+                return note
             st.k_bulk = (1 - a) * st.k_bulk + a * (outcome.bulk_cut_s / pred.bulk_s)
+        return note
+
+    def _m0_correction(self) -> float:
+        """What the outer loop multiplies m = 0's predicted time by: what moves gained
+        (``k_uniform``) while the gate balances, the round-robin ratio while it does not."""
+        if self.config.gate is None or self.gate.state.on:
+            return self.state.k_uniform
+        rr = self.gate.round_robin_ratio()
+        return 1.0 if rr is None else rr
 
     def state_dict(self) -> dict[str, Any]:
         st = asdict(self.state)
@@ -251,7 +271,9 @@ class HierarchicalController(Controller):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         st = dict(state["state"])
         st["history"] = [StepWork.from_dict(h) for h in st["history"]]
+        st["gate"] = GateState(**st["gate"]) if "gate" in st else GateState()
         self.state = ControllerState(**st)
+        self.gate.state = self.state.gate
         self.inner.load_state_dict(state["inner"])
         self._samples = self.predictor.samples(self.state.history)
         self._cache = {}

@@ -83,6 +83,7 @@ class _Run:
     attempts: dict[str, ChainedAttempt] = field(default_factory=dict)
     rebalancer: LiveRebalancer | None = None
     index: RunningIndex | None = None  # the running responses by replica (re-balancing)
+    config: ExecutorConfig | None = None  # this step's attempts' config (None: the executor's)
 
 
 class LiveExecutor:
@@ -245,6 +246,10 @@ class LiveExecutor:
         run.busy_until_s = [0.0] * len(reps)
         if self._balances(plan):
             run.index = RunningIndex(frozenset(plan.tail_replicas))
+        elif self.balance_costs and self.config.piece_tokens is not None:
+            # a step the controller does not balance runs each response as one piece: pieces
+            # only serve moves, and every piece end costs its response a seam
+            run.config = replace(self.config, piece_tokens=None)
         self._run = run
         self.chains = run.chains
         prober = asyncio.create_task(self._probe_loop())
@@ -434,8 +439,8 @@ class LiveExecutor:
             return self._relocate(run, g, sample, replica, url, exc)
 
         att = ChainedAttempt(
-            self._transport, where, self.config, prompt, chains, self._forced, g.progress,
-            relocate,
+            self._transport, where, run.config or self.config, prompt, chains, self._forced,
+            g.progress, relocate,
         )
         old = run.attempts.get(pid)
         if run.index is not None:
