@@ -77,6 +77,7 @@ class StepDiagnostics:
     num_moves: int = 0  # running responses moved by continuation (the balancer)
     moved_tokens: int = 0  # prefix tokens those continuations carried
     prefill_s: float = 0.0  # destination seconds spent prefilling their uncached prefixes
+    balanced: bool = False  # the plan re-balanced this step (the balance gate may skip a step)
 
     @property
     def capture_rate(self) -> float | None:
@@ -216,4 +217,5 @@ def diagnose_step(
         num_moves=outcome.num_moves,
         moved_tokens=outcome.moved_tokens,
         prefill_s=outcome.prefill_s,
+        balanced=plan is not None and plan.balance is not None,
     )
