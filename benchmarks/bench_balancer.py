@@ -402,11 +402,20 @@ def main(argv: list[str] | None = None) -> int:
                          "many tokens, a move waiting for the running piece's end")
     ap.add_argument("--piece-seam-s", type=float, default=0.05,
                     help="with --piece-tokens: the wait at each piece end (s)")
+    ap.add_argument("--stream-interval", type=int, default=None,
+                    help="moves as the live runtime makes them on vLLM with --stream and "
+                         "--stream-interval K: at once, keeping the tokens streamed in chunks of "
+                         "K (the rest decoded again)")
     ap.add_argument("--no-gate", action="store_true",
                     help="balance every m = 0 step (no balance gate), as before the gate")
     args = ap.parse_args(argv)
     pieces = (None if args.piece_tokens is None else
               PieceSettings(args.piece_tokens, args.piece_seam_s))
+    if args.stream_interval is not None:
+        if pieces is not None:
+            print("--stream-interval and --piece-tokens exclude each other", file=sys.stderr)
+            return 2
+        pieces = PieceSettings.streamed(args.stream_interval)
     seeds, steps = (2, 12) if args.quick else (args.seeds, args.steps)
     chosen = [c for c in CASES if args.cases is None or c.name in args.cases]
     if args.cases and len(chosen) != len(args.cases):

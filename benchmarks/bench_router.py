@@ -121,10 +121,13 @@ async def run(
         split_groups=not args.one_request_per_group,
         return_token_ids=not args.counts_only,
         stream=args.stream,
+        stream_interval=args.stream_interval,
         continuation=args.continuation or args.piece_tokens is not None,
         piece_tokens=args.piece_tokens,
         rebalance=args.rebalance,
-        controller={"seam_s": args.seam_s} if args.seam_s is not None else {},
+        # moves on every step (no balance gate): the benchmark measures the router with moves
+        controller=({"seam_s": args.seam_s} if args.seam_s is not None else {})
+        | ({"gate": None} if args.rebalance else {}),
     )
     # SGLang does not echo a text prompt's ids (a continuation needs them): the ids the
     # emulator gives the same text
@@ -297,6 +300,8 @@ def main(argv: list[str] | None = None) -> None:
         help="do not ask for per-response token ids (usage gives exact counts when split)",
     )
     ap.add_argument("--stream", action="store_true", help="streamed responses")
+    ap.add_argument("--stream-interval", type=int, default=None,
+                    help="with --stream (vLLM API): tokens per streamed chunk")
     ap.add_argument("--backend", choices=("vllm", "sglang"), default="vllm",
                     help="the API the router speaks (sglang: a move aborts the running request, "
                          "which returns its partial output; no pieces needed)")
@@ -388,6 +393,7 @@ def main(argv: list[str] | None = None) -> None:
         "event_loop": _LOOP[0],
         "backend": args.backend,
         "stream": args.stream,
+        "stream_interval": args.stream_interval,
         "gc_freeze": args.gc_freeze,
         "gc_between_steps": args.gc_between_steps,
         "continuation": args.continuation or args.piece_tokens is not None,

@@ -39,6 +39,7 @@ def _inputs(root: Path) -> None:
         "fields.jsonl": json.dumps({"prompt_id": "a", "prompt_token_ids": ["x"]}) + "\n",
         "list.jsonl": "[1, 2]\n",
         "neither.jsonl": json.dumps({"prompt_id": "a"}) + "\n",
+        "textkey.jsonl": json.dumps({"prompt_id": "a", "text": "hi"}) + "\n",
         "notjson.json": "not json {\n",
         "noendpoints.json": json.dumps({"replicas": []}),
         "trace-bad.jsonl": "garbage\n",
@@ -80,7 +81,13 @@ CASES: list[tuple[str, list[str], str]] = [
     ("prompts-not-object", [*RO, "--prompts", "list.jsonl"],
      "list.jsonl:1: expected a JSON object, got list"),
     ("prompts-no-text", [*RO, "--prompts", "neither.jsonl"],
-     "give exactly one of text, token_ids, messages"),
+     "neither.jsonl:1: prompt 'a': give exactly one of 'prompt', 'prompt_token_ids', 'messages' "
+     "(the line has no other field)"),
+    ("prompts-wrong-key", [*RO, "--prompts", "textkey.jsonl"],
+     "textkey.jsonl:1: prompt 'a': give exactly one of 'prompt', 'prompt_token_ids', 'messages' "
+     "(the line has ['text'])"),
+    ("stream-interval-no-stream", [*RO, "--prompts", "prompts40.jsonl", "--stream-interval", "16"],
+     "stream_interval needs stream=True on a vLLM backend"),
     ("state-not-json", ["rollout", "--state", "notjson.json", "--prompts", "prompts40.jsonl"],
      "--state notjson.json: not a launch state file (not JSON: Expecting value: line 1"),
     ("state-no-endpoints", ["rollout", "--state", "noendpoints.json", "--prompts",

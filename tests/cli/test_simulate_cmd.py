@@ -152,3 +152,24 @@ def test_bounded_pieces_cost_seams_and_deferred_moves_drop_nothing() -> None:
     assert seams[1] > 0 and seams[0] != pytest.approx(free[0])
     assert main([*SMALL, "--piece-tokens", "0"]) == 2
     assert main([*SMALL, "--piece-tokens", "64", "--piece-moves", "sideways"]) == 2
+
+
+def test_stream_interval_moves_at_once_and_reports_the_unsent_tokens_as_waste() -> None:
+    """``--stream-interval K``: moves as on vLLM streamed in chunks of K: at once, the tokens
+    generated since the last chunk decoded again (wasted, at most K - 1 per move); K = 1 is
+    the ideal (every token kept)."""
+    base = [*SMALL, "--policy", "tailsieve", "--json"]
+
+    def run(k: int) -> dict:  # type: ignore[type-arg]
+        res = CliRunner().invoke(app, [*base, "--stream-interval", str(k)])
+        assert res.exit_code == 0, res.output
+        data = json.loads(res.output)
+        assert data["settings"]["stream_interval"] == k
+        pol: dict = next(p for p in data["policies"] if p["policy"] == "tailsieve")  # type: ignore[type-arg]
+        return pol
+
+    ideal, chunked = run(1), run(64)
+    assert ideal["wasted_token_fraction"] == 0.0 and ideal["moves_per_step"] > 0
+    assert chunked["moves_per_step"] > 0 and chunked["wasted_token_fraction"] > 0
+    assert main([*SMALL, "--stream-interval", "0"]) == 2
+    assert main([*SMALL, "--stream-interval", "8", "--piece-tokens", "64"]) == 2

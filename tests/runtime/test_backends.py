@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tailsieve.errors import ConfigError
+from tailsieve.runtime.attempt import ExecutorConfig
 from tailsieve.runtime.backends import (
     Backend,
     PromptInput,
@@ -12,6 +13,7 @@ from tailsieve.runtime.backends import (
     build_request,
     parse_response,
 )
+from tailsieve.runtime.rollout import RolloutConfig
 from tailsieve.runtime.transport import RequestError
 
 SP = SamplingParams(
@@ -35,6 +37,25 @@ def test_vllm_completion_request_replay() -> None:
     assert body["return_token_ids"] is True and body["logprobs"] == 1
     assert body["top_k"] == 20 and body["stop"] == ["\n\n"] and body["repetition_penalty"] == 1.05
     assert "stream" not in body
+
+
+def test_stream_interval_rides_on_streamed_vllm_requests_only() -> None:
+    p = PromptInput("a", token_ids=(1, 2))
+    streamed = build_request(Backend.VLLM, "tiny", p, SP, 1, stream=True, stream_interval=16)
+    assert streamed["stream"] is True and streamed["stream_interval"] == 16
+    assert "stream_interval" not in build_request(Backend.VLLM, "tiny", p, SP, 1,
+                                                  stream_interval=16)
+    assert "stream_interval" not in build_request(Backend.VLLM, "tiny", p, SP, 1, stream=True,
+                                                  stream_interval=1)
+    ExecutorConfig(stream=True, stream_interval=16)
+    with pytest.raises(ConfigError, match="stream_interval needs stream=True"):
+        ExecutorConfig(stream_interval=16)
+    with pytest.raises(ConfigError, match="stream_interval needs stream=True"):
+        ExecutorConfig(backend=Backend.SGLANG, stream=True, stream_interval=16)
+    with pytest.raises(ConfigError, match="stream_interval must be >= 1"):
+        ExecutorConfig(stream=True, stream_interval=0)
+    cfg = RolloutConfig(num_groups=1, stream=True, stream_interval=64).executor_config()
+    assert cfg.stream_interval == 64
 
 
 def test_chat_and_sglang_requests() -> None:

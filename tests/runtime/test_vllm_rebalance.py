@@ -43,8 +43,12 @@ def piled_plan(ids: list[str]) -> StepPlan:
 
 
 @skip
-@pytest.mark.parametrize("stream", [True, False])
-async def test_live_rebalancer_moves_on_real_vllm_and_delivers_exactly_once(stream: bool) -> None:
+@pytest.mark.parametrize(("stream", "interval"), [(True, None), (True, 4), (False, None)])
+async def test_live_rebalancer_moves_on_real_vllm_and_delivers_exactly_once(
+    stream: bool, interval: int | None
+) -> None:
+    """Greedy, so a response moved mid-chunk (its unsent tokens decoded again on the
+    destination, ``interval``: vLLM's stream_interval) is still token-exact."""
     name = await served_name(ENDPOINTS[0])
     ids = [f"bal-{i}" for i in range(GROUPS)]
     refs = {}
@@ -55,7 +59,7 @@ async def test_live_rebalancer_moves_on_real_vllm_and_delivers_exactly_once(stre
     cfg = ExecutorConfig(
         model=name, sampling=SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0),
         continuation=True, piece_tokens=None if stream else 8, stream=stream,
-        request_timeout_s=600.0, max_retries=0,
+        stream_interval=interval, request_timeout_s=600.0, max_retries=0,
     )  # fmt: skip
     ex = LiveExecutor(ENDPOINTS[:2], cfg, balance_costs=ReplicaConfig.from_profile(
         load_profile("cpu")))
@@ -70,7 +74,7 @@ async def test_live_rebalancer_moves_on_real_vllm_and_delivers_exactly_once(stre
     assert sorted(delivered) == sorted(ids)  # each once
     tally = ex.last_moves
     pieces_on = {p.replica for chains in ex.chains.values() for c in chains for p in c.pieces}
-    print(f"\nstream={stream}: {tally}; pieces on replicas {sorted(pieces_on)}, "
+    print(f"\nstream={stream} interval={interval}: {tally}; pieces on replicas {sorted(pieces_on)}, "
           f"makespan {res.outcome.makespan_s:.2f} s")
     assert tally.num_moves >= 1 and 1 in pieces_on
     for pid in ids:

@@ -14,6 +14,7 @@ from random_plans import random_plan
 from tailsieve.core.balance_check import plan_check
 from tailsieve.core.balancer import BalanceSettings
 from tailsieve.core.plan import StepPlan
+from tailsieve.errors import ConfigError
 from tailsieve.model.profiles import load_profile
 from tailsieve.model.replica_engine import ReplicaConfig
 from tailsieve.sim.executor import SimExecutor
@@ -41,7 +42,7 @@ def _lengths(table: dict[str, list[int]]):  # type: ignore[no-untyped-def]
     tight_kv=st.booleans(),
     pieces=st.sampled_from([None, PieceSettings(300, 0.01, defer_moves=False),
                             PieceSettings(1500, 0.0, keeps_running_piece=True),
-                            PieceSettings(300, 0.01)]),
+                            PieceSettings(300, 0.01), PieceSettings.streamed(4)]),
 )
 def test_moves_keep_exactly_once_whole_groups_and_token_exact_chains(
     num_replicas: int, group_size: int, num_groups: int, seed: int, interval_s: float,
@@ -97,7 +98,13 @@ def test_moves_keep_exactly_once_whole_groups_and_token_exact_chains(
     assert len(out.delivered) == plan.num_required
     for grp in out.delivered:
         assert grp.response_tokens == tuple(table[grp.prompt_id])
-    assert out.wasted_tokens == sum(a.wasted_tokens for a in out.aborted)
+    # tokens a move drops (decoded again elsewhere) are wasted and generated, as aborted ones
+    dropped = stats.dropped_tokens
+    assert out.wasted_tokens == sum(a.wasted_tokens for a in out.aborted) + dropped
+    assert out.generated_tokens == out.wasted_tokens + sum(
+        sum(g.response_tokens) for g in out.delivered)
+    if pieces is not None and pieces.keeps_running_piece:
+        assert dropped <= stats.num_moves * (pieces.stream_interval - 1)
 
 
 def _skewed_plan() -> tuple[StepPlan, dict[str, list[int]]]:
@@ -224,3 +231,17 @@ def test_a_run_does_not_depend_on_the_decision_size(
     assert s1 == s64
     np.testing.assert_array_equal(one.done_s, whole.done_s)
     np.testing.assert_array_equal(one.delivered_fresh, whole.delivered_fresh)
+
+
+@pytest.mark.parametrize(("interval", "generated", "kept"), [
+    (1, 0, 0), (1, 37, 37), (16, 0, 0), (16, 1, 1), (16, 16, 1), (16, 17, 17), (16, 40, 33),
+])
+def test_a_streamed_move_keeps_the_first_token_and_whole_chunks(
+    interval: int, generated: int, kept: int
+) -> None:
+    assert PieceSettings.streamed(interval).kept_on_move(generated) == kept
+
+
+def test_stream_interval_is_validated() -> None:
+    with pytest.raises(ConfigError, match="stream_interval"):
+        PieceSettings.streamed(0)

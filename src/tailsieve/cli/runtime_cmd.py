@@ -203,6 +203,11 @@ def rollout(
     seed: int = typer.Option(None, "--seed", help="Base sampling seed."),
     split: bool = typer.Option(True, "--split/--no-split", help="n single requests per group."),
     stream: bool = typer.Option(False, "--stream/--no-stream"),
+    stream_interval: int = typer.Option(
+        None, "--stream-interval", min=1,
+        help="With --stream on vLLM: tokens per streamed chunk (vLLM's stream_interval). A move "
+        "keeps what was streamed; 16 costs the router about what one request per response does.",
+    ),
     continuation: bool = typer.Option(
         False, "--continuation/--no-continuation",
         help="Responses as chains of pieces: a fault loses only the work since the last seam.",
@@ -268,6 +273,7 @@ def rollout(
         profile=profile,
         split_groups=split,
         stream=stream,
+        stream_interval=stream_interval,
         request_timeout_s=request_timeout,
         controller=ctrl,
         continuation=continuation or piece_tokens is not None,

@@ -71,6 +71,10 @@ def simulate(
         "defer", "--piece-moves",
         help="defer: a move waits for the running piece's end, as the live runtime on vLLM "
              "does; drop: it cuts the piece, whose tokens are decoded again."),
+    stream_interval: int = typer.Option(
+        None, "--stream-interval",
+        help="Moves as the live runtime's --stream --stream-interval K makes them on vLLM: at "
+             "once, keeping the tokens streamed in chunks of K (the rest decoded again)."),
     plot: Annotated[
         Path | None, typer.Option("--plot", help="Write PNG plots into this folder.")
     ] = None,
@@ -81,7 +85,8 @@ def simulate(
     """Simulate policies on the same prompts and lengths; report steady step time, speedup
     over uniform routing, controller trajectory, wasted tokens and ratio to the lower bound."""
     for flag, v, low in (("--seeds", seeds, 1), ("--max-num-seqs", max_num_seqs, 0),
-                         ("--kv-capacity", kv_capacity, 0), ("--piece-tokens", piece_tokens, 1)):
+                         ("--kv-capacity", kv_capacity, 0), ("--piece-tokens", piece_tokens, 1),
+                         ("--stream-interval", stream_interval, 1)):
         if v is not None and v < low:
             raise ConfigError(f"{flag} must be >= {low}" + (" (0 = off)" if low == 0 else "")
                               + f", got {v}")
@@ -95,6 +100,7 @@ def simulate(
         max_num_seqs=max_num_seqs, kv_capacity_tokens=kv_capacity, prefill_s=prefill_s,
         num_prompts=num_prompts, piece_tokens=piece_tokens, piece_seam_s=piece_seam_s,
         piece_moves=piece_moves,  # type: ignore[arg-type]
+        stream_interval=stream_interval,
     )
     meta, runs = result.settings, result.runs
     summaries = list(result.summaries.values())

@@ -49,6 +49,8 @@ class ExecutorConfig:
     return_token_ids: bool = True  # ask vLLM for per-choice token ids (needed when n > 1)
     continuation: bool = False  # responses are chains of pieces: moves, faults lose one piece
     piece_tokens: int | None = None  # continuation: max tokens per piece (None = no bound)
+    stream_interval: int | None = None  # streaming on vLLM: tokens per streamed chunk (vLLM's
+    # per-request stream_interval, vLLM >= 0.11); None: every token
 
     def __post_init__(self) -> None:
         if self.max_retries < 0:
@@ -61,6 +63,11 @@ class ExecutorConfig:
             raise ConfigError(f"piece_tokens must be >= 1, got {self.piece_tokens}")
         if self.piece_tokens is not None and not self.continuation:
             raise ConfigError("piece_tokens needs continuation=True")
+        if self.stream_interval is not None:
+            if self.stream_interval < 1:
+                raise ConfigError(f"stream_interval must be >= 1, got {self.stream_interval}")
+            if not self.stream or self.backend is Backend.SGLANG:
+                raise ConfigError("stream_interval needs stream=True on a vLLM backend")
         if self.request_timeout_s is not None and self.request_timeout_s <= 0:
             raise ConfigError(f"request_timeout_s must be > 0, got {self.request_timeout_s}")
 
@@ -154,6 +161,7 @@ class GroupAttempt:
             seed=seed,
             stream=self._cfg.stream,
             return_token_ids=self._cfg.return_token_ids,
+            stream_interval=self._cfg.stream_interval,
         )
         url = self._urls[sample]
         where = f"{url} prompt {self._prompt.prompt_id!r} sample {sample}"

@@ -94,6 +94,13 @@ class PromptInput:
         """From ``{prompt_id, prompt | prompt_token_ids | messages}`` (JSONL prompt files)."""
         if "prompt_id" not in row:
             raise ConfigError(f"{where}: missing field 'prompt_id'")
+        keys = ("prompt", "prompt_token_ids", "messages")
+        if sum(row.get(k) is not None for k in keys) != 1:
+            others = sorted(k for k in row if k != "prompt_id")
+            raise ConfigError(
+                f"{where}: prompt {row['prompt_id']!r}: give exactly one of 'prompt', "
+                f"'prompt_token_ids', 'messages' (the line has {others or 'no other field'})"
+            )
         ids = row.get("prompt_token_ids")
         msgs = row.get("messages")
         return cls(
@@ -139,11 +146,14 @@ def build_request(
     stream: bool = False,
     return_token_ids: bool = True,
     max_tokens: int | None = None,
+    stream_interval: int | None = None,
 ) -> JSON:
     """The JSON body of one request. ``forced_tokens``: replay mode (max_tokens = L, ignore_eos).
     ``return_token_ids=False`` skips per-choice token ids when ``usage`` already gives the exact
     count (one sample per request), which makes responses much smaller to parse.
-    ``max_tokens`` overrides ``sampling.max_tokens`` (a continued piece's cap)."""
+    ``max_tokens`` overrides ``sampling.max_tokens`` (a continued piece's cap).
+    ``stream_interval``: streamed vLLM requests send their tokens in chunks of this many
+    (vLLM's per-request ``stream_interval``; the first and the last chunk come at once)."""
     if forced_tokens is not None:
         max_tokens = forced_tokens
     elif max_tokens is None:
@@ -163,6 +173,7 @@ def build_request(
         seed,
         stream,
         return_token_ids,
+        stream_interval,
     )
 
 
@@ -177,6 +188,7 @@ def _openai_request(
     seed: int | None,
     stream: bool,
     return_token_ids: bool,
+    stream_interval: int | None = None,
 ) -> JSON:
     body: JSON = {"model": model, "max_tokens": max_tokens, "n": num_samples}
     if backend is Backend.VLLM_CHAT:
@@ -215,6 +227,8 @@ def _openai_request(
     if stream:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
+        if stream_interval is not None and stream_interval > 1:
+            body["stream_interval"] = stream_interval
     body.update(sampling.extra)
     return body
 

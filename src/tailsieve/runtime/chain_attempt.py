@@ -268,6 +268,7 @@ class ChainedAttempt:
                 stream=self._cfg.stream,
                 return_token_ids=True,
                 max_tokens=cap,
+                stream_interval=self._cfg.stream_interval,
             )
             self._piece_base[i] = base
             self._piece_replica[i] = replica

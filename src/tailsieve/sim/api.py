@@ -93,6 +93,7 @@ def simulate(
     piece_tokens: int | None = None,
     piece_seam_s: float = 0.05,
     piece_moves: Literal["defer", "drop"] = "defer",
+    stream_interval: int | None = None,
 ) -> SimulationResult:
     """Simulate ``policies`` (default: all of ``tailsieve simulate``; ``uniform`` is always
     added as the paired reference) on the same prompts and response lengths.
@@ -106,8 +107,10 @@ def simulate(
     ``piece_tokens``: moved responses run as pieces of at most this many tokens, each piece end
     costing ``piece_seam_s`` (how the live runtime knows where a response stands; None: one
     piece until moved, the cost-free ideal); ``piece_moves``: a move waits for the running
-    piece's end (``defer``) or drops it (``drop``). The other arguments mirror the CLI options of
-    the same names.
+    piece's end (``defer``) or drops it (``drop``). ``stream_interval``: responses streamed in
+    chunks of this many tokens (vLLM's ``stream_interval``; no pieces): a move happens at once
+    and keeps the tokens streamed, the rest decoded again. The other arguments mirror the CLI
+    options of the same names.
     """
     if piece_moves not in ("defer", "drop"):
         raise ConfigError(f"piece_moves must be 'defer' or 'drop', got {piece_moves!r}")
@@ -115,6 +118,12 @@ def simulate(
         raise ConfigError(f"piece_seam_s must be >= 0, got {piece_seam_s}")
     if seeds < 1:
         raise ConfigError(f"seeds must be >= 1, got {seeds}")
+    if stream_interval is not None and piece_tokens is not None:
+        raise ConfigError("give piece_tokens (unstreamed pieces) or stream_interval, not both")
+    pieces = None if piece_tokens is None else PieceSettings(
+        piece_tokens, piece_seam_s, defer_moves=piece_moves == "defer")
+    if stream_interval is not None:
+        pieces = PieceSettings.streamed(stream_interval)
     names = list(policies) if policies else list(ALL_POLICIES)
     for name in names:
         if name not in KNOWN_POLICIES:
@@ -124,8 +133,7 @@ def simulate(
     settings = SimSettings(
         num_replicas=replicas, num_groups=groups, group_size=group_size, num_steps=steps,
         seed=seed, q0=q0, m0=m0, spread=spread,
-        pieces=None if piece_tokens is None else PieceSettings(
-            piece_tokens, piece_seam_s, defer_moves=piece_moves == "defer"),
+        pieces=pieces,
     )
     base = replica_config(load_profile(profile), max_num_seqs, kv_capacity_tokens, prefill_s)
     pools = PoolConfigs.from_specs(base, SpecConfig.parse(tail_spec), SpecConfig.parse(bulk_spec))
@@ -152,7 +160,7 @@ def simulate(
         "max_num_seqs": base.max_num_seqs, "kv_capacity_tokens": base.kv_capacity_tokens,
         "prefill_s": prefill_s, "recompute_s_per_token": base.recompute_s_per_token,
         "piece_tokens": piece_tokens, "piece_seam_s": piece_seam_s if piece_tokens else None,
-        "piece_moves": piece_moves if piece_tokens else None,
+        "piece_moves": piece_moves if piece_tokens else None, "stream_interval": stream_interval,
         "recompute_s_per_token_pair": base.recompute_s_per_token_pair,
         "paired_steady_from": STEADY_FROM, "paired_interval": CI_METHOD,
     }

@@ -130,9 +130,11 @@ class SimExecutor:
                 out.spans, out.cutoff_s, out.work_at_cutoff,
             )
         if moves is not None and moves.num_moves:
+            o, dropped = out.outcome, moves.dropped_tokens  # decoded, then dropped by a move
             out = SimStepResult(
-                replace(out.outcome, num_moves=moves.num_moves, moved_tokens=moves.moved_tokens,
-                        prefill_s=moves.prefill_s),
+                replace(o, num_moves=moves.num_moves, moved_tokens=moves.moved_tokens,
+                        prefill_s=moves.prefill_s, wasted_tokens=o.wasted_tokens + dropped,
+                        generated_tokens=o.generated_tokens + dropped),
                 out.spans, out.cutoff_s, out.work_at_cutoff,
             )
         return out

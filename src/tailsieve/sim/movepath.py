@@ -58,12 +58,32 @@ class PieceSettings:
     keeps_running_piece: bool = False  # a move keeps the running piece's tokens (streaming)
     defer_moves: bool = True  # a move waits for the running piece's end, as the live runtime
     # does on vLLM (False: it cuts the piece, whose tokens are decoded again)
+    stream_interval: int = 1  # with keeps_running_piece: tokens per streamed chunk (vLLM's
+    # stream_interval); a move keeps the tokens streamed, the first at once and then every
+    # ``stream_interval``, and the rest of the running piece is decoded again
 
     def __post_init__(self) -> None:
         if self.piece_tokens < 1:
             raise ConfigError(f"piece_tokens must be >= 1, got {self.piece_tokens}")
         if self.seam_s < 0:
             raise ConfigError(f"piece seam_s must be >= 0, got {self.seam_s}")
+        if self.stream_interval < 1:
+            raise ConfigError(f"stream_interval must be >= 1, got {self.stream_interval}")
+
+    @classmethod
+    def streamed(cls, stream_interval: int = 1) -> PieceSettings:
+        """One piece per response until it moves, streamed in chunks of ``stream_interval``
+        tokens (a move keeps what was streamed)."""
+        return cls(piece_tokens=2**62, keeps_running_piece=True, defer_moves=False,
+                   stream_interval=stream_interval)
+
+    def kept_on_move(self, generated: int) -> int:
+        """Tokens of a running piece a move keeps, of ``generated``: all of them without
+        pieces' loss (streaming, SGLang's abort), else the streamed chunks."""
+        k = self.stream_interval
+        if k <= 1 or generated <= 1:
+            return generated
+        return 1 + (generated - 1) // k * k
 
 
 @dataclass(slots=True)
@@ -246,6 +266,10 @@ def simulate_with_moves(
             if drops:
                 stats.dropped_tokens += g
                 g = 0
+            elif pieces is not None:
+                kept = pieces.kept_on_move(g)
+                stats.dropped_tokens += g - kept
+                g = kept
             end_piece(i, mv.src, done_prev[i] + g)
             done_prev[i] += g
             cache[mv.src][i] = int(ptoks[i]) + done_prev[i]

@@ -37,13 +37,15 @@ def one_group_plan(num_replicas: int, group_size: int) -> StepPlan:
 
 def chained_executor(
     servers: list[EmulatorServer], backend: Backend, max_tokens: int, forced: int,
-    piece_tokens: int | None = None,
+    piece_tokens: int | None = None, stream_interval: int | None = None,
 ) -> LiveExecutor:
-    """A continuation executor over ``servers``; sample i's length is ``forced + i``."""
+    """A continuation executor over ``servers``; sample i's length is ``forced + i``
+    (``stream_interval``: streamed, in chunks of that many tokens)."""
     cfg = ExecutorConfig(
         backend=backend, model=servers[0].config.model_name,
         sampling=SamplingParams(max_tokens=max_tokens), continuation=True,
-        piece_tokens=piece_tokens,
+        piece_tokens=piece_tokens, stream=stream_interval is not None,
+        stream_interval=stream_interval,
     )  # fmt: skip
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # per-request seeds across seams: not used here
@@ -157,6 +159,32 @@ async def test_sglang_move_keeps_the_aborted_pieces_partial_output(
     assert first.replica == 0 and first.finish_reason == "moved" and len(first.token_ids) >= 20
     assert second.replica == 1 and len(first.token_ids) + len(second.token_ids) == 400
     assert a.num_abort_requests == 1
+
+
+async def test_vllm_streamed_in_chunks_move_keeps_the_streamed_tokens(
+    make_server: ServerFactory,
+) -> None:
+    """Streaming with vLLM's ``stream_interval``: a move aborts the running request at once and
+    keeps every token streamed so far (whole chunks); the tokens generated but not yet sent
+    are generated again on the destination, which the waste counter reports."""
+    async with make_server(time_scale=0.05) as a, make_server(time_scale=0.05) as b:
+        ex = chained_executor([a, b], Backend.VLLM, 5000, 400, stream_interval=16)
+
+        async def mover() -> None:
+            await until_running(a, 40)
+            assert ex.move("g", 0, 1)
+
+        task = asyncio.create_task(mover())
+        res = await asyncio.wait_for(ex.run(one_group_plan(2, 1), GROUP), 60)
+        await asyncio.wait_for(task, 1)
+        await ex.aclose()
+    (r,) = res.groups["g"].responses
+    assert r.num_tokens == 400 and r.token_ids == (FILLER_TOKEN_ID,) * 400
+    first, second = ex.chains["g"][0].pieces
+    assert first.replica == 0 and second.replica == 1
+    kept = len(first.token_ids)
+    assert kept >= 17 and (kept - 1) % 16 == 0  # the first token, then whole chunks of 16
+    assert kept + len(second.token_ids) == 400
 
 
 async def test_sglang_piece_of_a_cancelled_response_is_aborted_by_id(

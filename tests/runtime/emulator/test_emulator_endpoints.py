@@ -89,6 +89,24 @@ async def test_stream_one_chunk_per_token(fast_server: EmulatorServer,
         assert [c["finish_reason"] for c in got] == [None] * 29 + ["length"]
 
 
+async def test_stream_interval_sends_tokens_in_chunks(fast_server: EmulatorServer,
+                                                     session: aiohttp.ClientSession) -> None:
+    """vLLM's per-request ``stream_interval``: the first token at once, then chunks of at least
+    that many tokens, the rest with the finish reason; every token exactly once."""
+    body = {"prompt": "hello", "max_tokens": 50, "ignore_eos": True, "stream": True,
+            "stream_interval": 8, "return_token_ids": True}
+    chunks = await sse(session, fast_server.url, body)
+    got = [c["choices"][0] for c in chunks if c["choices"]]
+    sizes = [len(c["token_ids"]) for c in got]
+    assert sum(sizes) == 50 and all(len(c["text"]) == len(FILLER) * n
+                                    for c, n in zip(got, sizes, strict=True))
+    assert sizes == [1, 8, 8, 8, 8, 8, 8, 1]  # the first token, whole chunks, the rest
+    assert [c["finish_reason"] for c in got] == [None] * (len(got) - 1) + ["length"]
+    bad = dict(body, stream_interval=0)
+    async with session.post(f"{fast_server.url}/v1/completions", json=bad) as resp:
+        assert resp.status == 400 and "stream_interval" in (await resp.text())
+
+
 async def test_chat_stream(fast_server: EmulatorServer, session: aiohttp.ClientSession) -> None:
     body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 10,
             "ignore_eos": True, "stream": True}

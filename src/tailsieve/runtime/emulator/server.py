@@ -264,6 +264,16 @@ class EmulatorServer:
                     first[i] = False
                 if have > sent[i] and sent[i] == 0:
                     self.metrics.first_token(time.monotonic() - t0)
+                every = req.stream_interval
+                if every > 1:  # vLLM: the first token at once, then every ``every``, the rest
+                    while have > sent[i]:
+                        size = 1 if sent[i] == 0 else min(every, have - sent[i])
+                        if size < every and sent[i] > 0 and have < k:
+                            break  # a partial chunk waits for more tokens (or the end)
+                        fin = reason if sent[i] + size == k else None
+                        events.append(P.chunk(req, rid, created, model, i, sent[i], size, fin))
+                        sent[i] += size
+                    continue
                 for t in range(sent[i], have):
                     fin = reason if t == k - 1 else None
                     events.append(P.chunk(req, rid, created, model, i, t, 1, fin))
