@@ -150,3 +150,26 @@ def test_real_vllm_rollout_cli_without_model(tmp_path: Path) -> None:
     rows = [json.loads(x) for f in sorted((out / "batches").iterdir())
             for x in f.read_text().splitlines()]
     assert rows and all(r["finish_reason"] == "length" for r in rows)
+
+
+@pytest.mark.skipif(not ENDPOINTS, reason="TAILSIEVE_VLLM_ENDPOINTS not set")
+async def test_real_vllm_stream_interval_sends_whole_chunks() -> None:
+    """vLLM's per-request ``stream_interval`` (what ``--stream-interval`` sends): the first
+    token at once, then chunks of that many, the rest with the finish reason. The emulator
+    mirrors this (tests/runtime/emulator)."""
+    model = await served_model(ENDPOINTS[0])
+    body = {"model": model, "prompt": "Count: 1 2 3", "max_tokens": 21, "ignore_eos": True,
+            "stream": True, "stream_interval": 4, "return_token_ids": True, "temperature": 0}
+    sizes, reasons = [], []
+    async with aiohttp.ClientSession() as s, s.post(ENDPOINTS[0] + "/v1/completions",
+                                                    json=body) as r:
+        assert r.status == 200
+        async for raw in r.content:
+            line = raw.decode().strip()
+            if not line.startswith("data:") or line == "data: [DONE]":
+                continue
+            for ch in json.loads(line[5:])["choices"]:
+                sizes.append(len(ch["token_ids"]))
+                reasons.append(ch["finish_reason"])
+    assert sum(sizes) == 21 and sizes == [1, 4, 4, 4, 4, 4]
+    assert reasons[-1] == "length" and not any(reasons[:-1])
