@@ -364,29 +364,38 @@ class ChainedAttempt:
         if self._cfg.backend is not Backend.VLLM:
             raise RequestFailedError(f"{where}: streamed pieces need the vllm backend")
         part = self._partial[sample] = _Partial()
+        key = (self._prompt.prompt_id, sample)
+        done = self.chains[sample].num_generated
+        p = self.prompt_tokens(sample)
+        want_lps = self._sampling.logprobs is not None
         async for chunk in self._t.stream_json(url, body, self._cfg.request_timeout_s):
-            for ch in chunk.get("choices") or []:
-                pids = ch.get("prompt_token_ids")
-                if pids:
-                    part.prompt_ids = tuple(int(t) for t in pids)
-                lp = ch.get("logprobs") or {}
-                vals = lp.get("token_logprobs") if isinstance(lp, dict) else None
-                if vals:
-                    part.logprobs.extend(float(v) for v in vals if v is not None)
+            choices = chunk.get("choices") or ()
+            for ch in choices:
+                if part.prompt_ids is None:
+                    pids = ch.get("prompt_token_ids")
+                    if pids:
+                        part.prompt_ids = tuple(int(t) for t in pids)
+                        p = self.prompt_tokens(sample)
+                if want_lps:
+                    lp = ch.get("logprobs") or {}
+                    vals = lp.get("token_logprobs") if isinstance(lp, dict) else None
+                    if vals:
+                        part.logprobs.extend(float(v) for v in vals if v is not None)
+            if not choices:
+                continue  # the usage chunk
             for _, text, toks, _, reason in _chunk_items(chunk, False):
                 part.texts.append(text)
                 if toks and len(toks) == 1:
                     part.offsets.append(part.num_chars)
                 part.num_chars += len(text)
-                part.ids.extend(toks or [])
+                if toks:
+                    part.ids.extend(toks)
                 if reason:
                     part.reason = reason
-            self.progress.live_tokens[sample] = len(part.ids)
+            n = len(part.ids)
+            self.progress.live_tokens[sample] = n
             if self._index is not None:
-                p = self.prompt_tokens(sample)
-                self._index.set_known((self._prompt.prompt_id, sample),
-                                      p + self.chains[sample].num_generated + len(part.ids), p,
-                                      self)
+                self._index.set_known(key, p + done + n, p, self)
         if not part.reason:
             raise RequestError(f"{where}: stream ended without a finish reason")
         return part.piece(-1, part.reason)  # its ``_Partial`` counts until the chain takes it
