@@ -47,8 +47,9 @@ class ControllerConfig:
     # iteration, seconds (a default estimate until measured on the real engine)
     checks_per_step: int = 32  # timed re-balance checks per expected step (plus checks at
     # completions, at most two per interval): the interval scales with the measured step time
-    gate: GateConfig | None = field(default_factory=GateConfig)  # balance an m = 0 step only while balanced steps
-    # are measured faster than round-robin ones (control.balance_gate); None: always balance
+    gate: GateConfig | None = field(default_factory=GateConfig)  # balance an m = 0 step only
+    # while balanced steps are measured faster than round-robin ones (control.balance_gate);
+    # None: always balance
 
     def __post_init__(self) -> None:
         n, r = self.num_groups, self.num_replicas

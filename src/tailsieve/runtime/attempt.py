@@ -50,7 +50,7 @@ class ExecutorConfig:
     continuation: bool = False  # responses are chains of pieces: moves, faults lose one piece
     piece_tokens: int | None = None  # continuation: max tokens per piece (None = no bound)
     stream_interval: int | None = None  # streaming on vLLM: tokens per streamed chunk (vLLM's
-    # per-request stream_interval, vLLM >= 0.11); None: every token
+    # per-request stream_interval, checked on vLLM 0.32); None: every token
 
     def __post_init__(self) -> None:
         if self.max_retries < 0:

@@ -166,7 +166,7 @@ async def test_vllm_streamed_in_chunks_move_keeps_the_streamed_tokens(
 ) -> None:
     """Streaming with vLLM's ``stream_interval``: a move aborts the running request at once and
     keeps every token streamed so far (whole chunks); the tokens generated but not yet sent
-    are generated again on the destination, which the waste counter reports."""
+    are generated again on the destination."""
     async with make_server(time_scale=0.05) as a, make_server(time_scale=0.05) as b:
         ex = chained_executor([a, b], Backend.VLLM, 5000, 400, stream_interval=16)
 
