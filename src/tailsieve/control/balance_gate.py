@@ -55,9 +55,10 @@ class GateState:
 class BalanceGate:
     """Decides whether the next m = 0 step re-balances, from the ratios it was shown."""
 
-    def __init__(self, config: GateConfig | None = None) -> None:
+    def __init__(self, config: GateConfig | None = None, state: GateState | None = None) -> None:
+        """``state``: the object the gate records into (a controller's, saved with it)."""
         self.config = config or GateConfig()
-        self.state = GateState()
+        self.state = state if state is not None else GateState()
 
     def balances_next(self) -> bool:
         """Whether the next m = 0 step re-balances."""

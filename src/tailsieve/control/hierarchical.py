@@ -64,8 +64,7 @@ class HierarchicalController(Controller):
         self._samples: list[Any] = []
         self._cache: dict[tuple[int, int], PoolPrediction] = {}
         self._m_wanted = m0  # the fixed variant's split, restored when replicas come back
-        self.gate = BalanceGate(config.gate)
-        self.gate.state = self.state.gate
+        self.gate = BalanceGate(config.gate, self.state.gate)
 
     def targets(self) -> ControlTargets:
         st = self.state

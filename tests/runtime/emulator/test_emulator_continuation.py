@@ -18,6 +18,7 @@ from tailsieve.runtime.emulator import EmulatorServer
 from tailsieve.runtime.emulator.prefix_cache import PrefixCache
 from tailsieve.runtime.emulator.protocol import FILLER_TOKEN_ID
 from tailsieve.runtime.executor import LiveExecutor
+from tailsieve.runtime.step_state import StepResult
 
 ServerFactory = Any  # conftest.make_server
 
@@ -59,6 +60,21 @@ async def until_running(srv: EmulatorServer, tokens: int) -> None:
         if srv.driver.running_tokens() >= tokens:
             return
         await asyncio.sleep(0.005)
+
+
+async def run_moving_after(ex: LiveExecutor, src: EmulatorServer, tokens: int) -> StepResult:
+    """Run the one-group step of two replicas, moving response 0 to replica 1 once ``src``
+    (replica 0) has generated ``tokens`` tokens; closes the executor."""
+
+    async def mover() -> None:
+        await until_running(src, tokens)
+        assert ex.move("g", 0, 1)
+
+    task = asyncio.create_task(mover())
+    res = await asyncio.wait_for(ex.run(one_group_plan(2, 1), GROUP), 60)
+    await asyncio.wait_for(task, 1)
+    await ex.aclose()
+    return res
 
 
 async def complete(session: aiohttp.ClientSession, url: str, body: dict) -> dict:  # type: ignore[type-arg]
@@ -144,15 +160,7 @@ async def test_sglang_move_keeps_the_aborted_pieces_partial_output(
     kept as a piece and the response continues on the destination, token-exact."""
     async with make_server(time_scale=0.05) as a, make_server(time_scale=0.05) as b:
         ex = chained_executor([a, b], Backend.SGLANG, 5000, 400)
-
-        async def mover() -> None:
-            await until_running(a, 20)
-            assert ex.move("g", 0, 1)
-
-        task = asyncio.create_task(mover())
-        res = await asyncio.wait_for(ex.run(one_group_plan(2, 1), GROUP), 60)
-        await asyncio.wait_for(task, 1)
-        await ex.aclose()
+        res = await run_moving_after(ex, a, 20)
     (r,) = res.groups["g"].responses
     assert r.num_tokens == 400 and r.finish_reason == "length"
     first, second = ex.chains["g"][0].pieces
@@ -169,15 +177,7 @@ async def test_vllm_streamed_in_chunks_move_keeps_the_streamed_tokens(
     are generated again on the destination."""
     async with make_server(time_scale=0.05) as a, make_server(time_scale=0.05) as b:
         ex = chained_executor([a, b], Backend.VLLM, 5000, 400, stream_interval=16)
-
-        async def mover() -> None:
-            await until_running(a, 40)
-            assert ex.move("g", 0, 1)
-
-        task = asyncio.create_task(mover())
-        res = await asyncio.wait_for(ex.run(one_group_plan(2, 1), GROUP), 60)
-        await asyncio.wait_for(task, 1)
-        await ex.aclose()
+        res = await run_moving_after(ex, a, 40)
     (r,) = res.groups["g"].responses
     assert r.num_tokens == 400 and r.token_ids == (FILLER_TOKEN_ID,) * 400
     first, second = ex.chains["g"][0].pieces
