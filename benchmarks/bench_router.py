@@ -124,7 +124,7 @@ async def run(
         stream_interval=args.stream_interval,
         continuation=args.continuation or args.piece_tokens is not None,
         piece_tokens=args.piece_tokens,
-        rebalance=args.rebalance,
+        moves=args.rebalance,
         # moves on every step (no balance gate): the benchmark measures the router with moves
         controller=({"seam_s": args.seam_s} if args.seam_s is not None else {})
         | ({"gate": None} if args.rebalance else {}),

@@ -133,9 +133,8 @@ def lane_config(spec: LaneSpec, model: str, lengths: ReplayLengths, groups: int,
                          sampling=SamplingParams(max_tokens=1024, temperature=1.0,
                                                  seed=None if spec.moves else 0),
                          replay=lengths, request_timeout_s=600.0, profile=profile_path,
-                         controller=ctrl, continuation=spec.moves,
-                         piece_tokens=moves.piece_tokens if spec.moves else None,
-                         rebalance=spec.moves)
+                         controller=ctrl, moves=spec.moves,
+                         piece_tokens=moves.piece_tokens if spec.moves else None)
 
 
 async def run_interleaved(specs: list[LaneSpec], endpoints: list[str], model: str,

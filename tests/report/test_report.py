@@ -268,3 +268,19 @@ def test_timeline_puts_a_spread_group_on_every_replica_it_ran_on() -> None:
     assert by_id["s0"].on_replicas == (0, 1) and by_id["s1"].on_replicas == (0, 1)
     assert by_id["w0"].on_replicas == (0,)
     assert StepTimeline.from_dict(tl.to_dict()) == tl
+
+
+def test_summary_shows_moves_and_the_speedup_over_round_robin(tmp_path: Path) -> None:
+    """Beside the speedup over Uniform, the summary table has the paired speedup over
+    per-request round-robin and the moves per step, when the run recorded them."""
+    make_run(tmp_path)
+    blob = json.loads((tmp_path / "simulate.json").read_text())
+    blob["policies"] = [
+        {"policy": "uniform", "steady_step_s": 10.0, "moves_per_step": 0.0},
+        {"policy": "tailsieve", "steady_step_s": 6.0, "paired_speedup_vs_requests": 1.123,
+         "moves_per_step": 91.4},
+    ]
+    (tmp_path / "simulate.json").write_text(json.dumps(blob))
+    table = write_report(tmp_path).read_text().split('id="summary"')[1].split("</table>")[0]
+    assert "Paired speedup vs per-request round-robin" in table and "1.123x" in table
+    assert "Moves per step" in table and ">91<" in table

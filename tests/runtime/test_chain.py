@@ -34,6 +34,22 @@ def test_join_is_exact_concatenation() -> None:
     assert r.logprobs == pytest.approx([-0.1 * (i + 1) for i in range(5)])
 
 
+def test_an_empty_piece_keeps_the_responses_logprobs() -> None:
+    """A piece aborted by a move before it generated a token (SGLang answers an empty
+    ``output_token_logprobs``, parsed as no logprobs) does not cost the response its logprobs;
+    a piece with tokens but without logprobs does."""
+    c = ResponseChain(max_tokens=10, prompt_ids=(5,))
+    c.add(piece(["a", "b"], 0), 3)
+    c.add(Piece((), "", "moved", None), 3)
+    c.add(piece(["c"], 2, "stop"), 3)
+    assert c.final is not None and c.final.token_ids == (0, 1, 2)
+    assert c.final.logprobs == pytest.approx([-0.1, -0.2, -0.3])
+    d = ResponseChain(max_tokens=10, prompt_ids=(5,))
+    d.add(piece(["a"], 0), 3)
+    d.add(Piece((1,), "b", "stop", None), 3)
+    assert d.final is not None and d.final.logprobs is None
+
+
 def test_cap_reached_ends_with_length() -> None:
     c = ResponseChain(max_tokens=4, prompt_ids=(1,))
     c.add(piece(["a", "b"], 0), 2)

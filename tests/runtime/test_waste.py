@@ -28,19 +28,19 @@ def test_nothing_estimated_before_any_response_finished() -> None:
 
 def test_unfinished_estimated_at_observed_rate_capped() -> None:
     w = WasteCounter(max_tokens=120)
-    w.learn([progress(finished_tokens=300, finished_s=3.0)])  # 100 tokens per request-second
+    w.learn([progress(timed_tokens=300, timed_s=3.0)])  # 100 tokens per request-second
     assert w.tokens_per_s == pytest.approx(100.0)
     p = progress(finished_tokens=40, started_s={1: 10.0, 2: 9.0})
     got = w.count("a", p, end_s=10.5)  # 50 tokens, and 150 capped at max_tokens 120
     assert (got.exact, got.estimated, got.total) == (40, 170, 210)
     replay = WasteCounter(max_tokens=1000, forced=lambda pid, s: 10 * s)
-    replay.learn([progress(finished_tokens=100, finished_s=1.0)])
+    replay.learn([progress(timed_tokens=100, timed_s=1.0)])
     assert replay.count("a", p, end_s=12.0).estimated == 20 + 10  # capped at forced lengths
 
 
 def test_streamed_tokens_are_exact() -> None:
     w = WasteCounter(max_tokens=1000)
-    w.learn([progress(finished_tokens=100, finished_s=1.0)])
+    w.learn([progress(timed_tokens=100, timed_s=1.0)])
     p = progress(live_tokens={0: 33, 1: 4}, started_s={0: 0.0, 1: 0.0}, streaming=True)
     got = w.count("a", p, end_s=9.0)
     assert (got.exact, got.estimated) == (37, 0)
@@ -147,3 +147,62 @@ async def test_emulated_replica_crash_wasted_matches_server_counts(stream: bool)
     else:
         assert m.estimated_wasted_tokens > 0
         assert m.wasted_tokens == pytest.approx(truth, rel=0.6)
+
+
+async def test_emulated_crash_with_unstreamed_pieces_counts_what_is_decoded_twice() -> None:
+    """Continuation in unstreamed vLLM pieces (the default with moves): replica 0 crashes while
+    it runs the long group; each of its responses continues elsewhere from its last seam and
+    only the running piece is lost. The emulators' own counts give the truth: every token
+    decoded (replica 0's up to its crash) less every token delivered. The step's wasted tokens
+    (estimated: the pieces were not streamed) match it within one piece per lost response."""
+    import asyncio
+    import contextlib
+    import gc
+
+    from test_live_emulator import MODEL, config, replay
+
+    from tailsieve.runtime.emulator import EmulatorConfig, EmulatorServer
+    from tailsieve.runtime.rollout import TailSieveRollout
+
+    piece = 256
+    ecfg = EmulatorConfig.from_profile("cpu", time_scale=0.2, model_name=MODEL)
+    rl = replay()
+    at_crash: list[int] = []
+    running_at_crash: list[int] = []
+    async with contextlib.AsyncExitStack() as stack:
+        servers = [await stack.enter_async_context(EmulatorServer(ecfg)) for _ in range(3)]
+        ro = await stack.enter_async_context(TailSieveRollout(
+            [s.url for s in servers],
+            config("uniform", continuation=True, piece_tokens=piece),
+        ))  # fmt: skip
+
+        async def crash_once_decoding() -> None:
+            d = servers[0].driver
+            for _ in range(2000):  # until replica 0 has decoded some tokens (load may delay it)
+                await asyncio.sleep(0.01)
+                d.sync()
+                if d.stats.finished_tokens + d.running_tokens() >= 300:
+                    break
+            running_at_crash.append(d.num_running)
+            at_crash.append(d.stats.finished_tokens + d.running_tokens())
+            await servers[0].crash()
+
+        gc.collect()
+        crash = asyncio.create_task(crash_once_decoding())
+        batch = await ro.step(rl.prompts()[:6])
+        await crash
+        decoded_elsewhere = 0
+        for s in servers[1:]:
+            s.driver.sync()
+            decoded_elsewhere += s.driver.stats.finished_tokens + s.driver.running_tokens()
+    m = batch.metrics
+    truth = at_crash[0] + decoded_elsewhere - m.delivered_tokens
+    print(f"\ncrash with pieces of {piece}: {running_at_crash[0]} responses running on replica 0; "
+          f"wasted {m.wasted_tokens} (estimated {m.estimated_wasted_tokens}), decoded twice "
+          f"{truth}, {m.num_relocated} relocated, {m.num_regenerated} regenerated")
+    assert m.num_regenerated == 0 and m.num_aborted == 0  # continued, not regenerated
+    assert m.num_relocated >= 1
+    assert truth > 0 and m.wasted_tokens > 0
+    assert m.estimated_wasted_tokens == m.wasted_tokens  # unstreamed: all estimated
+    assert m.generated_tokens == m.delivered_tokens + m.wasted_tokens
+    assert abs(m.wasted_tokens - truth) <= piece * m.num_relocated

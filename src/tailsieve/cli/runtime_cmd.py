@@ -26,7 +26,12 @@ from tailsieve.runtime.launcher import LaunchConfig, VllmFleet, stop_from_state
 from tailsieve.runtime.lean_http import LeanTransport
 from tailsieve.runtime.observe import ProgressDisplay, RuntimeMetrics, StepLog
 from tailsieve.runtime.replay import ReplayLengths
-from tailsieve.runtime.rollout import RolloutBatch, RolloutConfig, TailSieveRollout
+from tailsieve.runtime.rollout import (
+    MOVING_POLICIES,
+    RolloutBatch,
+    RolloutConfig,
+    TailSieveRollout,
+)
 from tailsieve.runtime.served_model import check_served_model, transport_getter
 
 
@@ -208,21 +213,22 @@ def rollout(
         help="With --stream on vLLM: tokens per streamed chunk (vLLM's stream_interval). A move "
         "keeps what was streamed; 64 costs the router about twice unstreamed pieces of 512.",
     ),
+    moves: bool = typer.Option(
+        True, "--moves/--no-moves",
+        help="Policy tailsieve on vLLM or SGLang: move running responses between replicas "
+        "while a step runs (continuation; the balance gate turns moves off for steps where "
+        "they are not measured to pay). --no-moves: each response one request, round-robin.",
+    ),
     continuation: bool = typer.Option(
-        False, "--continuation/--no-continuation",
+        None, "--continuation/--no-continuation", show_default="on when moves run",
         help="Responses as chains of pieces: a fault loses only the work since the last seam.",
     ),
     piece_tokens: int = typer.Option(
         None, "--piece-tokens", help="Continuation: max tokens per piece (seams every so often; "
         "default with moves on vLLM, unstreamed: 512, since a move waits for the piece end)."
     ),
-    rebalance: bool = typer.Option(
-        True, "--rebalance/--no-rebalance",
-        help="Continuation + policy tailsieve: move running responses between replicas while a "
-        "step runs (the controller's balance settings).",
-    ),
     seam_s: float = typer.Option(
-        None, "--seam-s", help="Rebalance: cost of one move beyond its prefill (seconds)."
+        None, "--seam-s", help="Moves: cost of one move beyond its prefill (seconds)."
     ),
     request_timeout: float = typer.Option(3600.0, "--request-timeout"),
     q0: int = typer.Option(None, "--q0"),
@@ -276,10 +282,12 @@ def rollout(
         stream_interval=stream_interval,
         request_timeout_s=request_timeout,
         controller=ctrl,
-        continuation=continuation or piece_tokens is not None,
+        moves=moves,
+        continuation=True if piece_tokens is not None and continuation is None else continuation,
         piece_tokens=piece_tokens,
-        rebalance=rebalance,
     )
+    if cfg.moves and cfg.policy in MOVING_POLICIES and not cfg.moves_active:
+        typer.echo(f"note: moves are off: {cfg.moves_off_reason}", err=True)
     provider = StateFileAddresses(state) if state is not None else None
     event_loop.run(  # uvloop when installed (tailsieve[fast]): less router CPU per request
         _drive(urls, cfg, source, steps, flush, progress, metrics_port, log_file, out, provider)
@@ -402,8 +410,15 @@ async def _drive(
         ),
         "generated_tokens": sum(m.generated_tokens for m in ms),
         "wasted_tokens": sum(m.wasted_tokens for m in ms),
+        "wasted_token_fraction": (sum(m.wasted_tokens for m in ms)
+                                  / max(1, sum(m.generated_tokens for m in ms))),
         "estimated_wasted_tokens": sum(m.estimated_wasted_tokens for m in ms),
         "num_regenerated": sum(m.num_regenerated for m in ms),
+        "num_relocated": sum(m.num_relocated for m in ms),
+        "moves": cfg.moves_active,
+        "moves_off_reason": cfg.moves_off_reason,
+        "num_moves": sum(m.num_moves for m in ms),
+        "moves_per_step": _mean([float(m.num_moves) for m in ms if not m.is_flush]),
         "q": [m.q for m in ms],
         "m": [m.m for m in ms],
         "num_delivered_groups": sum(m.num_groups for m in ms),

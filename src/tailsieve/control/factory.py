@@ -27,11 +27,13 @@ def make_controller(
     config: ControllerConfig,
     tail_model: ThroughputModel,
     bulk_model: ThroughputModel | None = None,
+    moves: bool = True,
 ) -> Controller:
     """``uniform`` (groups whole, round-robin); ``uniform-requests`` (single responses
     round-robin, as a per-request load balancer); ``tailsieve-fixed`` (inner loop only, split held at ``m0``, default R // 2);
     ``tailsieve`` (inner and outer loop); ``tailsieve-static`` (q and m held at ``q0`` and
-    ``m0``, no feedback)."""
+    ``m0``, no feedback). ``moves``: ``tailsieve`` moves running responses while a step runs
+    (its plans carry ``BalanceSettings``); False gives plans without moves."""
     try:
         key = ControllerName(name)
     except ValueError:
@@ -50,5 +52,5 @@ def make_controller(
         m0 = config.m0 if config.m0 is not None else config.num_replicas // 2
         cfg = dataclasses.replace(config, outer_enabled=False, m0=m0)
         return HierarchicalController(cfg, tail_model, bulk_model, name=key.value)
-    return HierarchicalController(dataclasses.replace(config, balance=True), tail_model,
+    return HierarchicalController(dataclasses.replace(config, balance=moves), tail_model,
                                   bulk_model, name=key.value)

@@ -66,6 +66,8 @@ class StepOutcome:
     num_moves: int = 0  # running responses moved to another replica by continuation
     moved_tokens: int = 0  # prefix tokens (prompt + generated) those continuations carried
     prefill_s: float = 0.0  # destination seconds spent prefilling their uncached prefixes
+    num_relocated: int = 0  # continuation: responses continued on another replica after a
+    # fault (each lost only its running piece; their groups were not regenerated)
 
     @property
     def delivered_ids(self) -> tuple[str, ...]:

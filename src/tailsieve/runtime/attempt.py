@@ -16,6 +16,7 @@ import contextlib
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from tailsieve.errors import ConfigError
 from tailsieve.runtime.backends import (
@@ -81,16 +82,34 @@ class RequestFailedError(RequestError):
         self.sample = sample
 
 
+class LostPiece(NamedTuple):
+    """A continuation piece that ended before its end without its tokens being kept (its
+    replica failed, or a move had to drop it): what it had generated is decoded again."""
+
+    sample: int
+    started_s: float  # loop time it was sent
+    ended_s: float  # loop time it was lost
+    cap: int  # the most tokens it could have generated
+    exact: int = 0  # tokens it is known to have generated and that were dropped (streamed)
+    estimate: bool = True  # its unseen tokens are estimated (False: streamed, or none made)
+
+
 @dataclass(slots=True)
 class AttemptProgress:
     """Live evidence of one attempt, read by the executor at an abort or a fault."""
 
     num_finished: int = 0  # responses finished
     finished_tokens: int = 0  # tokens of the finished responses
-    live_tokens: dict[int, int] = field(default_factory=dict)  # streaming: sample -> tokens
+    live_tokens: dict[int, int] = field(default_factory=dict)  # sample -> tokens observed of
+    # an unfinished response (streaming; with continuation, up to its last seam plus streamed)
     started_s: dict[int, float] = field(default_factory=dict)  # unfinished: sample -> sent at
-    finished_s: float = 0.0  # request seconds of the finished responses (sent to last token)
+    # (with continuation: when its running piece was sent)
+    caps: dict[int, int] = field(default_factory=dict)  # continuation: unfinished sample ->
+    # the most tokens its running piece may add (else the response's limit applies)
+    timed_tokens: int = 0  # tokens of completed requests (responses, or continuation pieces)
+    timed_s: float = 0.0  # their request seconds (sent to last token): the decode rate's sample
     streaming: bool = False  # unfinished responses' tokens are observed (live_tokens)
+    lost: list[LostPiece] = field(default_factory=list)  # continuation: pieces lost mid-way
 
     @property
     def tokens_so_far(self) -> int:
@@ -207,7 +226,8 @@ class GroupAttempt:
         done_s = clock()
         for i, r in enumerate(out):
             self.progress.live_tokens.pop(sample + i, None)
-            self.progress.finished_s += done_s - self.progress.started_s.pop(sample + i, sent_s)
+            self.progress.timed_s += done_s - self.progress.started_s.pop(sample + i, sent_s)
+            self.progress.timed_tokens += r.num_tokens
             self.progress.num_finished += 1
             self.progress.finished_tokens += r.num_tokens
         return out

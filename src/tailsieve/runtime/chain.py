@@ -209,7 +209,9 @@ class ResponseChain:
         if ids.__class__ is not tuple:
             ids = tuple(ids)  # delivered as a plain tuple (not the parser's EncodedIds)
         lps: tuple[float, ...] | None = None
-        if all(p.logprobs is not None for p in pieces) and pieces:
+        # a piece that generated nothing (aborted by a move at once) has no logprobs to give
+        if any(p.logprobs is not None for p in pieces) and all(
+                p.logprobs is not None or not p.token_ids for p in pieces):
             lps = (pieces[0].logprobs if len(pieces) == 1
                    else tuple(itertools.chain.from_iterable(p.logprobs or () for p in pieces)))
         reason = pieces[-1].finish_reason if pieces else "length"

@@ -27,9 +27,11 @@ from tailsieve.runtime.attempt import (
     AttemptProgress,
     ExecutorConfig,
     ForcedLength,
+    LostPiece,
     RequestFailedError,
     _all_or_first_error,
     _chunk_items,
+    _refused,
 )
 from tailsieve.runtime.backends import (
     Backend,
@@ -117,6 +119,7 @@ class ChainedAttempt:
         self._moving: set[int] = set()  # SGLang pieces aborted by a move (partial kept)
         self._aborts: set[asyncio.Future[None]] = set()
         self.stats = ChainStats()
+        progress.streaming = config.stream
         self.down_sample = 0
         # stop strings across a seam need each token's text offset: ask vLLM for logprobs
         self._want_offsets = bool(config.sampling.stop) and config.backend is Backend.VLLM
@@ -277,6 +280,9 @@ class ChainedAttempt:
             )
             self._inflight[i] = req
             started = self._started[i] = asyncio.get_running_loop().time()
+            self.progress.started_s[i] = started
+            if not self._cfg.stream:
+                self.progress.caps[i] = cap
             if self._index is not None and not self._cfg.stream:
                 self._index.piece_started((pid, i), self, replica, started - self._t0,
                                           _piece_cap(self._cfg, chain))
@@ -296,14 +302,21 @@ class ChainedAttempt:
                         await req
                 self._inflight.pop(i, None)
             partial = self._partial.pop(i, None)
+            ended = asyncio.get_running_loop().time()
+            self.progress.started_s.pop(i, None)
+            self.progress.caps.pop(i, None)
             if req.cancelled() or isinstance(req.exception(), ReplicaDownError):
-                self._keep_partial(chain, partial, replica)
-                if not req.cancelled():
-                    exc = req.exception()
-                    assert exc is not None
+                exc = None if req.cancelled() else req.exception()
+                dropped = self._keep_partial(chain, partial, replica)
+                if dropped or not (self._cfg.stream or (exc is not None and _refused(exc))):
+                    # its tokens are decoded again: counted where streamed, else estimated
+                    self.progress.lost.append(LostPiece(i, started, ended, cap, dropped,
+                                                        estimate=not self._cfg.stream))
+                if exc is not None:
                     self.stats.num_relocations += 1
                     self.down_sample = i
                     self.where[i] = self._relocate(i, replica, base, exc)
+                self.progress.live_tokens[i] = chain.num_generated
                 self._report(i)
                 continue
             resp = req.result()
@@ -312,6 +325,9 @@ class ChainedAttempt:
                 chain.prompt_ids = tuple(pids) if pids else self._prompt.token_ids
             chain.add(Piece.of(resp, replica), cap)
             self.stats.num_pieces += 1
+            self.progress.timed_tokens += resp.num_tokens
+            self.progress.timed_s += ended - started
+            self.progress.live_tokens[i] = chain.num_generated
             self._report(i)
         final = chain.final
         assert final is not None
@@ -322,18 +338,20 @@ class ChainedAttempt:
         self.progress.live_tokens.pop(i, None)
         return [final]
 
-    def _keep_partial(self, chain: ResponseChain, partial: _Partial | None, replica: int) -> None:
-        """A piece ended early (move or fault): keep what it streamed, drop the rest."""
+    def _keep_partial(self, chain: ResponseChain, partial: _Partial | None, replica: int) -> int:
+        """A piece ended early (move or fault): keep what it streamed, drop the rest. Returns
+        the streamed tokens it had to drop."""
         self.stats.num_lost_pieces += 1
         if partial is None or not partial.ids:
-            return
+            return 0
         if chain.prompt_ids is None:
             chain.prompt_ids = partial.prompt_ids or self._prompt.token_ids
         if chain.prompt_ids is None:  # cannot continue it: it starts again from scratch
             self.stats.lost_tokens += len(partial.ids)
-            return
+            return len(partial.ids)
         chain.add(Piece.of(partial.piece(replica, "moved"), replica), len(partial.ids) + 1)
         self.stats.num_pieces += 1
+        return 0
 
     async def _piece(self, url: str, body: JSON, sample: int, where: str) -> Response:
         retry = 0
@@ -393,7 +411,7 @@ class ChainedAttempt:
                 if reason:
                     part.reason = reason
             n = len(part.ids)
-            self.progress.live_tokens[sample] = n
+            self.progress.live_tokens[sample] = done + n
             if self._index is not None:
                 self._index.set_known(key, p + done + n, p, self)
         if not part.reason:

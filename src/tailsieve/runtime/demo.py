@@ -178,7 +178,7 @@ def _rollout_config(
         # moves: pieces of at most piece_tokens; the controller's seam in emulated seconds (the
         # profile is scaled by time_scale, so is the seam)
         backend=cfg.backend,
-        continuation=moves,
+        moves=moves,
         piece_tokens=cfg.piece_tokens if moves and cfg.backend is Backend.VLLM else None,
         controller={"seam_s": _MODEL_SEAM_S * cfg.time_scale} if moves else {},
     )

@@ -243,6 +243,7 @@ class LiveExecutor:
         await self.resolve_model()
         loop = asyncio.get_running_loop()
         run = _Run(plan=plan, t0=loop.time(), queue=asyncio.Queue(), reps=reps)
+        relocations_before = self.num_relocations
         run.busy_until_s = [0.0] * len(reps)
         if self._balances(plan):
             run.index = RunningIndex(frozenset(plan.tail_replicas))
@@ -295,6 +296,7 @@ class LiveExecutor:
             run.busy_until_s,
             self.waste,
             run.t0,
+            self.num_relocations - relocations_before,
         )
 
     # -- internals ---------------------------------------------------------------------------

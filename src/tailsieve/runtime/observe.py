@@ -47,6 +47,8 @@ class StepMetrics:
     moved_tokens: int = 0  # prefix tokens those moves carried (prompt + generated)
     prefill_tokens: int = 0  # of them, predicted uncached on the destination
     prefill_s: float = 0.0  # the cost model's prefill seconds for those tokens
+    num_relocated: int = 0  # continuation: responses continued elsewhere after a fault
+    moves: bool = False  # whether the step could move responses (moves on, a balanced step)
 
     def to_json(self) -> str:
         return json.dumps({"event": "tailsieve.step", **asdict(self)}, sort_keys=True)

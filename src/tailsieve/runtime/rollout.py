@@ -36,6 +36,7 @@ from tailsieve.model.profiles import load_profile
 from tailsieve.model.replica_config import ReplicaConfig
 from tailsieve.runtime.attempt import ExecutorConfig, ForcedLength
 from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
+from tailsieve.runtime.chain import penalties_of
 from tailsieve.runtime.executor import LiveExecutor
 from tailsieve.runtime.observe import RuntimeMetrics, StepLog, StepMetrics
 from tailsieve.runtime.step_state import GroupResponses, StepProgress
@@ -44,11 +45,22 @@ from tailsieve.runtime.transport import Transport
 PromptLike = PromptInput | dict[str, Any]
 MOVE_PIECE_TOKENS = 512  # default piece cap when moves need pieces (vLLM, unstreamed): the best
 # of 128-8,192 in the simulator (qwen3-4b-h100, paper-math, R = 8, 50 ms seams, moves deferred)
+MOVING_POLICIES = ("tailsieve",)  # policies whose controller moves running responses
+CONTINUABLE_BACKENDS = (Backend.VLLM, Backend.SGLANG)  # a response can be sent on as token ids
 
 
 @dataclass(frozen=True, slots=True)
 class RolloutConfig:
-    """Settings of a live rollout."""
+    """Settings of a live rollout.
+
+    Moves are on by default: with the ``tailsieve`` policy on a backend that can continue a
+    response (vLLM's completions API, SGLang), running responses move between replicas while
+    a step runs (continuation; vLLM without streaming in pieces of ``MOVE_PIECE_TOKENS``), and
+    the controller's balance gate switches them off for steps where they are not measured to
+    pay. ``moves=False`` turns them off: every response is one request, dealt round-robin.
+    Where moves cannot run (another policy, the chat API, a history-dependent penalty) they
+    are off and ``moves_off_reason`` says why.
+    """
 
     num_groups: int  # N: groups per delivered batch
     group_size: int = 8  # n: responses per group
@@ -66,20 +78,52 @@ class RolloutConfig:
     max_retries: int = 3
     controller: dict[str, Any] = field(default_factory=dict)  # ControllerConfig overrides
     return_token_ids: bool = True  # per-response token ids from vLLM (False: counts only)
-    continuation: bool = False  # responses as chains of pieces (moves; a fault loses a piece)
+    moves: bool = True  # move running responses between replicas while a step runs, where
+    # they can run (see ``moves_off_reason``); False: no moves, round-robin plans
+    continuation: bool | None = None  # responses as chains of pieces (a fault then loses only
+    # the running piece); None: on exactly when moves run
     piece_tokens: int | None = None  # continuation: max tokens per piece (None: unbounded, or
-    # MOVE_PIECE_TOKENS when moves need pieces: vLLM, unstreamed, rebalance on)
-    rebalance: bool = True  # continuation: move running responses while a step runs when the
-    # policy's controller supplies BalanceSettings (``tailsieve``; runtime.rebalancer)
+    # MOVE_PIECE_TOKENS when moves need pieces: vLLM, unstreamed)
 
     def __post_init__(self) -> None:
         if self.num_groups < 1 or self.group_size < 1:
             raise ConfigError("num_groups and group_size must be >= 1")
         object.__setattr__(self, "backend", Backend(self.backend))
-        if (self.continuation and self.rebalance and self.piece_tokens is None
-                and not self.stream and self.backend is Backend.VLLM):
+        if self.continuation is None:
+            object.__setattr__(self, "continuation", self.moves_active)
+        if self.piece_tokens is not None and not self.continuation:
+            raise ConfigError(
+                f"piece_tokens={self.piece_tokens} needs continuation (moves on, or "
+                "continuation=True)"
+            )
+        if (self.moves_active and self.piece_tokens is None and not self.stream
+                and self.backend is Backend.VLLM):
             # a move of an unstreamed vLLM piece waits for the piece's end: bound the pieces
             object.__setattr__(self, "piece_tokens", MOVE_PIECE_TOKENS)
+
+    @property
+    def moves_off_reason(self) -> str | None:
+        """Why running responses do not move in this rollout (None: they do)."""
+        if not self.moves:
+            return "moves=False"
+        if self.policy not in MOVING_POLICIES:
+            return f"policy {self.policy!r} does not move responses (only {MOVING_POLICIES[0]})"
+        if self.backend not in CONTINUABLE_BACKENDS:
+            return (f"backend {self.backend.value!r} cannot continue a response (its API takes "
+                    "messages, not token ids): use backend 'vllm' with the chat template "
+                    "applied")
+        bad = penalties_of(self.sampling)
+        if bad:
+            return (f"{', '.join(bad)} depends on the tokens generated so far, which a "
+                    "continued piece would not count")
+        if self.continuation is False:
+            return "continuation=False"
+        return None
+
+    @property
+    def moves_active(self) -> bool:
+        """Whether running responses move (``moves`` on and nothing in the way)."""
+        return self.moves_off_reason is None
 
     def executor_config(self) -> ExecutorConfig:
         return ExecutorConfig(
@@ -92,7 +136,7 @@ class RolloutConfig:
             request_timeout_s=self.request_timeout_s,
             max_retries=self.max_retries,
             return_token_ids=self.return_token_ids,
-            continuation=self.continuation,
+            continuation=bool(self.continuation),
             piece_tokens=self.piece_tokens,
         )
 
@@ -146,7 +190,7 @@ class TailSieveRollout:
             **config.controller,
         )
         profile = load_profile(config.profile)
-        controller = make_controller(config.policy, ccfg, profile)
+        controller = make_controller(config.policy, ccfg, profile, moves=config.moves_active)
         self.protocol = RolloutProtocol(
             ProtocolConfig(
                 num_replicas=r, num_groups=config.num_groups, group_size=config.group_size
@@ -160,8 +204,7 @@ class TailSieveRollout:
             forced_length=config.replay,
             on_progress=on_progress,
             addresses=addresses,
-            balance_costs=(ReplicaConfig.from_profile(profile)
-                           if config.continuation and config.rebalance else None),
+            balance_costs=ReplicaConfig.from_profile(profile) if config.moves_active else None,
         )
         self.metrics = metrics
         self.step_log = step_log
@@ -314,6 +357,8 @@ class TailSieveRollout:
             moved_tokens=self.executor.last_moves.moved_tokens,
             prefill_tokens=self.executor.last_moves.prefill_tokens,
             prefill_s=self.executor.last_moves.prefill_s,
+            num_relocated=out.num_relocated,
+            moves=self.config.moves_active and plan.balance is not None,
         )
         if self.metrics is not None:
             self.metrics.record(metrics, self.executor.healthy)

@@ -110,15 +110,20 @@ def build_result(
     busy_until_s: Sequence[float],
     waste: WasteCounter,
     t0: float = 0.0,
+    num_relocated: int = 0,
 ) -> StepResult:
     """Fill ``StepOutcome`` (in plan order) and the delivered responses. ``discarded``: the
     attempts a fault threw away (prompt id, progress, when on the loop clock); ``t0``: the
-    step's start on that clock. Wasted tokens are counted by ``waste`` (``runtime.waste``)."""
+    step's start on that clock. Wasted tokens are counted by ``waste`` (``runtime.waste``).
+    ``num_relocated``: responses continued on another replica after a fault (continuation)."""
     delivered: list[GroupResult] = []
     aborted: list[AbortedGroup] = []
     data: dict[str, GroupResponses] = {}
-    waste.learn([*(g.progress for g in groups.values()), *(p for _, p, _ in discarded)])
+    attempts = [*(g.progress for g in groups.values()), *(p for _, p, _ in discarded)]
+    waste.learn(attempts)
     lost_to_faults = [waste.count(pid, p, at_s) for pid, p, at_s in discarded]
+    # continuation: pieces lost to a fault (or dropped by a move) are decoded again
+    lost_to_faults += [waste.count_lost(p) for p in attempts if p.lost]
     wasted = sum(w.total for w in lost_to_faults)
     estimated = sum(w.estimated for w in lost_to_faults)
     for a in plan.assignments:
@@ -178,5 +183,6 @@ def build_result(
         num_regenerated=num_regenerated,
         replica_busy_s=tuple(busy_until_s),
         estimated_wasted_tokens=estimated,
+        num_relocated=num_relocated,
     )
     return StepResult(outcome=outcome, groups=data)

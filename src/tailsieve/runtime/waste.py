@@ -14,6 +14,13 @@ group is regenerated from scratch elsewhere). All tokens it generated are wasted
   nothing is estimated (0). A request that hung without generating is still estimated at the
   rate: stream for exact counts.
 
+With continuation (responses as chains of pieces) a fault does not discard the group: the
+response continues elsewhere from its last seam, and only the running piece is lost
+(``AttemptProgress.lost``). Its tokens are decoded again: exact when they were streamed and
+could not be kept, otherwise estimated as above, capped at the piece's cap. A cut chained
+response wastes what it generated up to its last seam (exact), what its running piece streamed
+(exact) or, unstreamed, the running piece's estimate.
+
 The estimated part is reported on its own (``StepOutcome.estimated_wasted_tokens``,
 ``AbortedGroup.estimated_tokens``) and included in ``wasted_tokens``. Tokens of a request that
 failed with an HTTP error and was retried are not counted.
@@ -24,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from tailsieve.runtime.attempt import AttemptProgress, ForcedLength
+from tailsieve.runtime.attempt import AttemptProgress, ForcedLength, LostPiece
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,10 +64,10 @@ class WasteCounter:
         return self.rate_tokens / self.rate_s
 
     def learn(self, attempts: Iterable[AttemptProgress]) -> None:
-        """Add the finished responses of ``attempts`` (each attempt once) to the rate."""
+        """Add the completed requests of ``attempts`` (each attempt once) to the rate."""
         for p in attempts:
-            self.rate_tokens += p.finished_tokens
-            self.rate_s += p.finished_s
+            self.rate_tokens += p.timed_tokens
+            self.rate_s += p.timed_s
 
     def count(self, prompt_id: str, p: AttemptProgress, end_s: float) -> AttemptWaste:
         """Wasted tokens of an attempt discarded at ``end_s`` (the event loop's clock)."""
@@ -70,6 +77,28 @@ class WasteCounter:
             return AttemptWaste(exact, 0)
         est = 0
         for sample, start_s in p.started_s.items():
-            cap = self.forced(prompt_id, sample) if self.forced is not None else self.max_tokens
-            est += round(min(max(0.0, end_s - start_s) * rate, float(cap)))
+            cap = p.caps.get(sample)
+            if cap is None:
+                cap = self.forced(prompt_id, sample) if self.forced is not None else self.max_tokens
+            est += self._estimate(end_s - start_s, cap)
         return AttemptWaste(exact, est)
+
+    def count_lost(self, p: AttemptProgress) -> AttemptWaste:
+        """Wasted tokens of the continuation pieces ``p`` lost (``AttemptProgress.lost``)."""
+        return lost_waste(p.lost, self.tokens_per_s)
+
+    def _estimate(self, elapsed_s: float, cap: int) -> int:
+        rate = self.tokens_per_s or 0.0
+        return round(min(max(0.0, elapsed_s) * rate, float(cap)))
+
+
+def lost_waste(lost: Iterable[LostPiece], tokens_per_s: float | None) -> AttemptWaste:
+    """Exact and estimated tokens of lost pieces at ``tokens_per_s`` (nothing estimated while
+    the rate is unknown)."""
+    exact = est = 0
+    for piece in lost:
+        exact += piece.exact
+        if piece.estimate and tokens_per_s is not None:
+            elapsed = max(0.0, piece.ended_s - piece.started_s)
+            est += round(min(elapsed * tokens_per_s, float(max(piece.cap - piece.exact, 0))))
+    return AttemptWaste(exact, est)

@@ -128,4 +128,6 @@ def _metrics(batch: RolloutBatch) -> dict[str, Any]:
         "tailsieve/num_aborted": m.num_aborted,
         "tailsieve/num_carried_next": m.num_carried_next,
         "tailsieve/wasted_tokens": m.wasted_tokens,
+        "tailsieve/num_moves": m.num_moves,
+        "tailsieve/num_relocated": m.num_relocated,
     }

@@ -2,13 +2,19 @@
 them as attributes) or from the environment::
 
     # tailsieve.yaml, passed with --custom-config-path tailsieve.yaml
-    tailsieve_policy: tailsieve        # tailsieve | tailsieve-fixed | uniform
+    tailsieve_policy: tailsieve        # tailsieve | tailsieve-fixed | uniform | uniform-requests
     tailsieve_endpoints: []            # [] = ask slime's router (GET /workers) for its workers
     tailsieve_profile: qwen3-4b-h100          # throughput profile of the controller
     tailsieve_controller: {}           # ControllerConfig overrides
+    tailsieve_moves: true              # move running responses between SGLang workers
+    tailsieve_piece_tokens: null       # tokens per piece (null: one piece until moved)
+    tailsieve_seam_s: null             # cost of one move beyond its prefill, s (null: 0.05)
 
 Environment fallbacks: ``TAILSIEVE_POLICY``, ``TAILSIEVE_ENDPOINTS`` (comma-separated),
-``TAILSIEVE_PROFILE``. Batch shape and sampling come from slime's own flags:
+``TAILSIEVE_PROFILE``, ``TAILSIEVE_MOVES`` (``0``/``1``), ``TAILSIEVE_PIECE_TOKENS``,
+``TAILSIEVE_SEAM_S``. On SGLang a move aborts the running request by id and keeps its partial
+output, so no pieces are needed (and SGLang's ``/generate`` does not stream chunks the way
+vLLM's ``stream_interval`` does: there is no streaming key). Batch shape and sampling come from slime's own flags:
 ``--rollout-batch-size`` (N), ``--n-samples-per-prompt`` (n), ``--rollout-max-response-len``,
 ``--rollout-temperature``, ``--rollout-top-p``, ``--rollout-top-k``, ``--rollout-stop``.
 """
@@ -20,10 +26,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tailsieve.errors import ConfigError
+from tailsieve.integrations.settings_values import flag, optional, with_seam
 from tailsieve.runtime.backends import Backend, SamplingParams
 from tailsieve.runtime.rollout import RolloutConfig
 
-POLICIES = ("tailsieve", "tailsieve-fixed", "uniform")
+POLICIES = ("tailsieve", "tailsieve-fixed", "uniform", "uniform-requests")
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +50,9 @@ class SlimeSettings:
     profile: str = "qwen3-4b-h100"
     controller: dict[str, Any] = field(default_factory=dict)
     request_timeout_s: float = 3600.0
+    moves: bool = True  # move running responses between workers while a step runs
+    piece_tokens: int | None = None  # tokens per piece (None: one piece until moved)
+    seam_s: float | None = None  # cost of one move beyond its prefill, seconds
 
     def __post_init__(self) -> None:
         if self.num_groups < 1 or self.group_size < 1:
@@ -54,6 +64,11 @@ class SlimeSettings:
             raise ConfigError(f"--rollout-max-response-len must be >= 1, got {self.max_new_tokens}")
         if self.policy not in POLICIES:
             raise ConfigError(f"tailsieve_policy must be one of {POLICIES}, got {self.policy!r}")
+        if self.piece_tokens is not None and (self.piece_tokens < 1 or not self.moves):
+            raise ConfigError(f"tailsieve_piece_tokens ({self.piece_tokens}) must be >= 1 and "
+                              "needs tailsieve_moves on")
+        if self.seam_s is not None and self.seam_s < 0:
+            raise ConfigError(f"tailsieve_seam_s must be >= 0, got {self.seam_s}")
         if not self.endpoints and not self.router_url:
             raise ConfigError(
                 "no SGLang workers: set tailsieve_endpoints (or TAILSIEVE_ENDPOINTS) or run "
@@ -87,6 +102,11 @@ class SlimeSettings:
             router_url=f"http://{ip}:{port}" if ip and port else None,
             profile=str(opt("tailsieve_profile", "TAILSIEVE_PROFILE", "qwen3-4b-h100")),
             controller=dict(getattr(args, "tailsieve_controller", None) or {}),
+            moves=flag(opt("tailsieve_moves", "TAILSIEVE_MOVES", True), "tailsieve_moves"),
+            piece_tokens=optional(opt("tailsieve_piece_tokens", "TAILSIEVE_PIECE_TOKENS", None), int,
+                              "tailsieve_piece_tokens"),
+            seam_s=optional(opt("tailsieve_seam_s", "TAILSIEVE_SEAM_S", None), float,
+                        "tailsieve_seam_s"),
         )
 
     def rollout_config(self) -> RolloutConfig:
@@ -106,6 +126,9 @@ class SlimeSettings:
                 extra={"no_stop_trim": True, "spaces_between_special_tokens": False},
             ),
             profile=self.profile,
-            controller=self.controller,
+            controller=with_seam(self.controller, self.seam_s, "tailsieve_seam_s"),
             request_timeout_s=self.request_timeout_s,
+            moves=self.moves,
+            piece_tokens=self.piece_tokens if self.policy == "tailsieve" else None,
         )
+

@@ -235,6 +235,8 @@ class TailSieveAgentLoopManager(AgentLoopManager):
             "tailsieve/num_aborted": float(m.num_aborted),
             "tailsieve/num_carried_next": float(m.num_carried_next),
             "tailsieve/wasted_tokens": float(m.wasted_tokens),
+            "tailsieve/num_moves": float(m.num_moves),
+            "tailsieve/num_relocated": float(m.num_relocated),
         }
         self.last_batch = batch
         out.__class__ = WholeOnFirstSlice

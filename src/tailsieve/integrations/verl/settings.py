@@ -4,7 +4,7 @@
 
     tailsieve:
       num_groups: 64          # N groups per training step (default: data.train_batch_size)
-      policy: tailsieve       # tailsieve | tailsieve-fixed | uniform
+      policy: tailsieve       # tailsieve | tailsieve-fixed | uniform | uniform-requests
       endpoints: []           # [] = the servers verl launched; else "http://host:port" URLs
       backend: null           # vllm | sglang (default: actor_rollout_ref.rollout.name)
       model: null             # served model name for vLLM (default: the server's first model)
@@ -12,6 +12,13 @@
       controller: {}          # ControllerConfig overrides
       request_timeout_s: 3600.0
       split_groups: true      # n single requests per group (exact abort evidence)
+      moves: true             # move running responses between replicas while a step runs
+      piece_tokens: null      # moves on vLLM, unstreamed: tokens per piece (null: 512)
+      stream: false           # stream responses (vLLM: a move keeps what was streamed)
+      stream_interval: null   # stream on vLLM: tokens per streamed chunk (e.g. 64)
+      seam_s: null            # cost of one move beyond its prefill, s (null: controller's 0.05)
+
+Keys new to verl's schema are set with ``++tailsieve.KEY=VALUE`` on the command line.
 """
 
 from __future__ import annotations
@@ -21,10 +28,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tailsieve.errors import ConfigError
+from tailsieve.integrations.settings_values import flag, optional, with_seam
 from tailsieve.runtime.backends import Backend, SamplingParams
 from tailsieve.runtime.rollout import RolloutConfig
 
-POLICIES = ("tailsieve", "tailsieve-fixed", "uniform")
+POLICIES = ("tailsieve", "tailsieve-fixed", "uniform", "uniform-requests")
 KEYS = (
     "num_groups",
     "policy",
@@ -35,6 +43,11 @@ KEYS = (
     "controller",
     "request_timeout_s",
     "split_groups",
+    "moves",
+    "piece_tokens",
+    "stream",
+    "stream_interval",
+    "seam_s",
 )
 
 
@@ -57,6 +70,11 @@ class VerlSettings:
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = -1  # -1: no top-k (verl's convention)
+    moves: bool = True  # move running responses between replicas while a step runs
+    piece_tokens: int | None = None  # moves on vLLM, unstreamed: tokens per piece (None: 512)
+    stream: bool = False  # streamed responses (vLLM: a move keeps what was streamed)
+    stream_interval: int | None = None  # stream on vLLM: tokens per streamed chunk
+    seam_s: float | None = None  # cost of one move beyond its prefill, seconds
 
     def __post_init__(self) -> None:
         if self.num_groups < 1 or self.group_size < 1:
@@ -71,6 +89,17 @@ class VerlSettings:
         for url in self.endpoints:
             if not url.startswith(("http://", "https://")):
                 raise ConfigError(f"tailsieve.endpoints: {url!r} is not an http(s) URL")
+        if self.piece_tokens is not None and self.piece_tokens < 1:
+            raise ConfigError(f"tailsieve.piece_tokens must be >= 1, got {self.piece_tokens}")
+        if self.stream_interval is not None and (self.stream_interval < 1 or not self.stream):
+            raise ConfigError(
+                f"tailsieve.stream_interval ({self.stream_interval}) needs tailsieve.stream=true "
+                "and a value >= 1"
+            )
+        if self.seam_s is not None and self.seam_s < 0:
+            raise ConfigError(f"tailsieve.seam_s must be >= 0, got {self.seam_s}")
+        if self.piece_tokens is not None and not self.moves:
+            raise ConfigError("tailsieve.piece_tokens needs tailsieve.moves=true")
 
     @classmethod
     def from_verl(cls, config: Any) -> VerlSettings:
@@ -100,6 +129,11 @@ class VerlSettings:
             controller=dict(ts.get("controller") or {}),
             request_timeout_s=float(ts.get("request_timeout_s", 3600.0)),
             split_groups=bool(ts.get("split_groups", True)),
+            moves=flag(ts.get("moves", True), "tailsieve.moves"),
+            piece_tokens=optional(ts.get("piece_tokens"), int, "tailsieve.piece_tokens"),
+            stream=flag(ts.get("stream", False), "tailsieve.stream"),
+            stream_interval=optional(ts.get("stream_interval"), int, "tailsieve.stream_interval"),
+            seam_s=optional(ts.get("seam_s"), float, "tailsieve.seam_s"),
             temperature=float(rollout.temperature),
             top_p=float(rollout.top_p),
             top_k=int(rollout.top_k),
@@ -131,9 +165,15 @@ class VerlSettings:
             "profile": self.profile,
             "split_groups": self.split_groups,
             "request_timeout_s": self.request_timeout_s,
-            "controller": self.controller,
+            "controller": with_seam(self.controller, self.seam_s, "tailsieve.seam_s"),
+            "moves": self.moves,
+            "piece_tokens": self.piece_tokens,
+            "stream": self.stream,
+            "stream_interval": self.stream_interval,
         }
         args.update(kw)
+        if args["policy"] != "tailsieve":
+            args["piece_tokens"] = None  # pieces only serve moves
         return RolloutConfig(**args)
 
 
