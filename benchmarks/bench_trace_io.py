@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> None:
             t0 = time.perf_counter()
             write_trace(trace, path)
             entry: dict[str, Any] = {
-                "write_s": round(time.perf_counter() - t0, 3),
+                "write_s": round(time.perf_counter() - t0, 6),
                 "file_mb": round(path.stat().st_size / 2**20, 1),
             }
             engines = ["auto"] if suffix == ".parquet" else ["auto", "python"]
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
                 back = read_trace(path, engine=engine)  # type: ignore[arg-type]
                 assert back.same_rows(trace)
                 entry[f"read_{engine}_s"] = round(
-                    _best_of(lambda p=path, e=engine: read_trace(p, engine=e), args.repeats), 3
+                    _best_of(lambda p=path, e=engine: read_trace(p, engine=e), args.repeats), 6
                 )
             results["formats"][suffix.lstrip(".")] = entry
             print(suffix, entry, flush=True)

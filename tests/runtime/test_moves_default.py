@@ -55,6 +55,8 @@ def test_no_moves_means_no_continuation_and_plain_requests() -> None:
         ({"policy": "uniform"}, "does not move"),
         ({"backend": Backend.VLLM_CHAT}, "cannot continue a response"),
         ({"sampling": SamplingParams(presence_penalty=0.5)}, "presence_penalty=0.5"),
+        ({"backend": Backend.SGLANG, "sampling": SamplingParams(stop=("</answer>",))},
+         "stop strings on SGLang"),
         ({"continuation": False}, "continuation=False"),
     ],
 )

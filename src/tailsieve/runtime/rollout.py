@@ -92,9 +92,10 @@ class RolloutConfig:
         if self.continuation is None:
             object.__setattr__(self, "continuation", self.moves_active)
         if self.piece_tokens is not None and not self.continuation:
+            why = self.moves_off_reason
             raise ConfigError(
                 f"piece_tokens={self.piece_tokens} needs continuation (moves on, or "
-                "continuation=True)"
+                f"continuation=True); moves are off: {why}"
             )
         if (self.moves_active and self.piece_tokens is None and not self.stream
                 and self.backend is Backend.VLLM):
@@ -116,6 +117,9 @@ class RolloutConfig:
         if bad:
             return (f"{', '.join(bad)} depends on the tokens generated so far, which a "
                     "continued piece would not count")
+        if self.backend is Backend.SGLANG and self.sampling.stop:
+            return ("stop strings on SGLang: one that spans a seam cannot be cut where the "
+                    "server would (SGLang returns no per-token text offsets)")
         if self.continuation is False:
             return "continuation=False"
         return None

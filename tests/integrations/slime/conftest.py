@@ -26,3 +26,24 @@ def sglang_workers() -> Iterator[list[str]]:
     for s in servers:
         loop.run(s.aclose())
     loop.close()
+
+
+@pytest.fixture(scope="module")
+def slow_sglang_workers() -> Iterator[list[str]]:
+    """Three workers slow enough for a step to re-balance (a 64-token response takes about a
+    second), the first at half the others' speed."""
+    loop = LoopThread("sglang-emulators-slow")
+    servers = [
+        EmulatorServer(
+            EmulatorConfig.from_profile(
+                "cpu", time_scale=6.0, seed=20 + i, length_median_tokens=30.0,
+                max_model_len=1024, slowdown=2.0 if i == 0 else 1.0,
+            )
+        )
+        for i in range(3)
+    ]
+    urls = [loop.run(s.start()) for s in servers]
+    yield urls
+    for s in servers:
+        loop.run(s.aclose())
+    loop.close()

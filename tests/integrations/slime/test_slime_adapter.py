@@ -49,6 +49,7 @@ class Ledger:
         self.drawn: list[int] = []
         self.delivered: list[int] = []
         self.carried = 0
+        self.last_metrics: dict[str, Any] = {}
 
     def track(self, ds: TailSieveDataSource) -> None:
         get = ds.base.get_samples
@@ -64,6 +65,7 @@ class Ledger:
 
     def step(self, args: Namespace, ds: TailSieveDataSource, rollout_id: int) -> list[list[Sample]]:
         out = generate_rollout(args, rollout_id, ds)
+        self.last_metrics = out.metrics
         groups = out.samples
         assert len(groups) == N and all(len(g) == n for g in groups)
         assert out.metrics["tailsieve/q"] >= 0
@@ -196,6 +198,57 @@ def test_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     assert SlimeSettings.from_args(routed).router_url == "http://10.0.0.1:3000"
     with pytest.raises(ConfigError, match="tailsieve_policy"):
         SlimeSettings.from_args(make_args(["http://a:1"], tailsieve_policy="nope"))
+
+
+def test_moves_on_by_default_and_the_move_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No move key: the SGLang rollout moves (continuation, one piece until moved);
+    ``tailsieve_moves: false`` (or ``TAILSIEVE_MOVES=0``) gives plans without moves."""
+    for key in ("TAILSIEVE_MOVES", "TAILSIEVE_PIECE_TOKENS", "TAILSIEVE_SEAM_S"):
+        monkeypatch.delenv(key, raising=False)
+    rc = SlimeSettings.from_args(make_args(["http://a:1"])).rollout_config()
+    assert rc.moves_active and rc.continuation and rc.piece_tokens is None
+    off = SlimeSettings.from_args(make_args(["http://a:1"], tailsieve_moves=False))
+    assert not off.rollout_config().moves_active
+    monkeypatch.setenv("TAILSIEVE_MOVES", "0")
+    assert not SlimeSettings.from_args(make_args(["http://a:1"])).rollout_config().moves_active
+    monkeypatch.setenv("TAILSIEVE_MOVES", "1")
+    monkeypatch.setenv("TAILSIEVE_PIECE_TOKENS", "128")
+    monkeypatch.setenv("TAILSIEVE_SEAM_S", "0.02")
+    rc = SlimeSettings.from_args(make_args(["http://a:1"])).rollout_config()
+    assert rc.piece_tokens == 128 and rc.controller["seam_s"] == 0.02 and rc.moves_active
+    rr = SlimeSettings.from_args(make_args(["http://a:1"], tailsieve_policy="uniform-requests"))
+    assert not rr.rollout_config().moves_active and rr.rollout_config().piece_tokens is None
+    # a stop string on SGLang cannot be cut across a seam: moves stay off, and say why
+    stop = SlimeSettings.from_args(make_args(["http://a:1"], rollout_stop=["</answer>"]))
+    with pytest.raises(ConfigError, match="moves are off: stop strings on SGLang"):
+        stop.rollout_config()  # pieces were asked for, moves cannot run
+    monkeypatch.delenv("TAILSIEVE_PIECE_TOKENS")
+    stop = SlimeSettings.from_args(make_args(["http://a:1"], rollout_stop=["</answer>"]))
+    assert "stop strings on SGLang" in (stop.rollout_config().moves_off_reason or "")
+    with pytest.raises(ConfigError, match="tailsieve_moves must be true or false"):
+        SlimeSettings.from_args(make_args(["http://a:1"], tailsieve_moves="perhaps"))
+    monkeypatch.setenv("TAILSIEVE_PIECE_TOKENS", "0")
+    with pytest.raises(ConfigError, match="tailsieve_piece_tokens"):
+        SlimeSettings.from_args(make_args(["http://a:1"]))
+
+
+def test_rollouts_move_with_the_default_settings(slow_sglang_workers: list[str]) -> None:
+    """Three rollouts with slime's interface and no move key: moves happen, and every group
+    is N x n samples of whole fresh attempts (``Ledger.step``)."""
+    args = make_args(slow_sglang_workers, tailsieve_controller={"seam_s": 0.0},
+                     rollout_max_response_len=64)
+    ds = make_source(args)
+    ledger = Ledger()
+    ledger.track(ds)
+    moves = 0
+    try:
+        for rid in range(4):
+            ledger.step(args, ds, rid)
+            moves += int(ledger.last_metrics["tailsieve/num_moves"])
+        ledger.check(ds)
+    finally:
+        ds.tailsieve.close()
+    assert moves > 0
 
 
 def test_needs_the_tailsieve_data_source(sglang_workers: list[str]) -> None:

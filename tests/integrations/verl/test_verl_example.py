@@ -95,3 +95,69 @@ def test_task_runner_builds_the_subclass() -> None:
         "print('ok')\n"
     )
     assert run_python("-c", code).strip().endswith("ok")
+
+
+def _shipped(*overrides: str, backend: str = "vllm") -> object:
+    """verl's own shipped ``ppo_trainer`` config (no ``tailsieve`` section of its own)."""
+    import verl
+
+    cfg_dir = str(Path(verl.__file__).parent / "trainer" / "config")
+    with initialize_config_dir(config_dir=cfg_dir, version_base=None):
+        return compose(config_name="ppo_trainer", overrides=[
+            "actor_rollout_ref.model.path=m", "data.train_batch_size=16",
+            f"actor_rollout_ref.rollout.name={backend}", *overrides])
+
+
+@pytest.mark.parametrize("backend", ["vllm", "sglang"])
+def test_moves_by_default_on_vllm_and_sglang(backend: str) -> None:
+    """No move key anywhere: the training rollout moves (continuation, the controller
+    balances); vLLM without streaming in pieces of 512, SGLang in one piece until moved."""
+    s = VerlSettings.from_verl(_shipped(backend=backend))
+    assert s.moves and s.policy == "tailsieve"
+    rc = s.rollout_config("m")
+    assert rc.moves_active and rc.continuation
+    assert rc.piece_tokens == (512 if backend == "vllm" else None)
+    # validation rollouts (policy uniform) never move
+    assert not s.rollout_config("m", policy="uniform").moves_active
+
+
+def test_move_keys_with_the_override_syntax_the_docs_give() -> None:
+    """``++tailsieve.KEY=VALUE`` works on verl's shipped config (the key is new) and on the
+    example config (the key exists)."""
+    for cfg in (
+        _shipped("++tailsieve.moves=false"),
+        _compose_example("++tailsieve.moves=false"),
+    ):
+        rc = VerlSettings.from_verl(cfg).rollout_config("m")
+        assert not rc.moves_active and rc.moves_off_reason == "moves=False"
+        assert rc.continuation is False and rc.piece_tokens is None
+    s = VerlSettings.from_verl(_shipped(
+        "++tailsieve.stream=true", "++tailsieve.stream_interval=64", "++tailsieve.seam_s=0.01",
+        "++tailsieve.policy=uniform-requests"))
+    assert (s.stream, s.stream_interval, s.seam_s, s.policy) == (True, 64, 0.01,
+                                                                 "uniform-requests")
+    rc = s.rollout_config("m")
+    assert rc.stream_interval == 64 and rc.controller["seam_s"] == 0.01
+    assert not rc.moves_active  # uniform-requests: the round-robin baseline
+    rc = VerlSettings.from_verl(_shipped("++tailsieve.piece_tokens=256")).rollout_config("m")
+    assert rc.piece_tokens == 256 and rc.moves_active
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("++tailsieve.moves=maybe", "tailsieve.moves must be true or false"),
+        ("++tailsieve.piece_tokens=0", "tailsieve.piece_tokens must be >= 1"),
+        ("++tailsieve.stream_interval=64", "needs tailsieve.stream=true"),
+        ("++tailsieve.seam_s=-1", "tailsieve.seam_s must be >= 0"),
+        ("++tailsieve.policy=round-robin", "tailsieve.policy must be one of"),
+    ],
+)
+def test_bad_move_keys_are_named(override: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        VerlSettings.from_verl(_shipped(override))
+
+
+def _compose_example(*overrides: str) -> object:
+    with initialize_config_dir(config_dir=str(EXAMPLE), version_base=None):
+        return compose(config_name="tailsieve_grpo", overrides=list(overrides))

@@ -17,8 +17,8 @@ import pytest
 
 pytest.importorskip("verl", reason="verl is not installed (bash scripts/setup_verl.sh)")
 
-from test_verl_adapter import Ledger, check_step, final_check, loader, make_manager
 from fit_steps import fit_step, make_trainer
+from test_verl_adapter import Ledger, check_step, final_check, loader, make_manager
 from verl_helpers import verl_config, vllm_endpoints
 
 from tailsieve.integrations.loop_thread import LoopThread
