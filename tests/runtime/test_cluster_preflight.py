@@ -4,6 +4,7 @@ no Ray GCS listens, a port that accepts TCP but where no Ray GCS answers (bounde
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -249,6 +250,26 @@ def test_launch_ray_port_without_gcs_fails_within_connect_timeout(
     assert probe_pids(address) == []
     assert not (tmp_path / "state.json").exists()
     print(f"\nport without a GCS, --connect-timeout 4: exit 2 after {elapsed:.1f} s")
+
+
+@pytest.mark.slow
+def test_stop_ray_state_connect_is_bounded(silent: SilentListener, tmp_path: Path) -> None:
+    """``launch --stop STATE`` whose cluster address accepts TCP but never answers: one line at
+    ``--connect-timeout``; the state file is kept (nothing was stopped)."""
+    pytest.importorskip("ray", reason="Ray not installed (pip install 'tailsieve[ray]')")
+    address = f"127.0.0.1:{silent.port}"
+    state = tmp_path / "state.json"
+    ray_info = {"address": address, "namespace": "tailsieve", "placement_group": "pg",
+                "actors": ["a"], "supervisor": "s"}  # fmt: skip
+    state.write_text(json.dumps({"endpoints": [], "replicas": [], "ray": ray_info}))
+    t0 = time.monotonic()
+    res = run_cli("launch", "--stop", str(state), "--connect-timeout", "3", env={LOOPBACK_ENV: "0"})
+    elapsed = time.monotonic() - t0
+    assert res.returncode == 2, res.stderr[-2000:]
+    errors = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and f"did not connect to {address} within 3 s" in errors[0]
+    assert 3.0 <= elapsed < 30.0 and state.exists()
+    assert silent.all_closed_by_peer() and probe_pids(address) == []
 
 
 def test_python_api_connect_is_bounded(

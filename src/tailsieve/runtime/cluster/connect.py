@@ -49,11 +49,7 @@ import json, sys
 import ray
 ray.init(address=sys.argv[1], log_to_driver=False)
 alive = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
-try:
-    gcs = str(ray.get_runtime_context().gcs_address)
-except Exception:
-    gcs = sys.argv[1]
-print(json.dumps({"gcs_address": gcs, "total": ray.cluster_resources(), "nodes": alive}))
+print(json.dumps({"total": ray.cluster_resources(), "nodes": alive}))
 sys.stdout.flush()
 ray.shutdown()
 """
@@ -61,10 +57,9 @@ ray.shutdown()
 
 @dataclass(frozen=True, slots=True)
 class ClusterSnapshot:
-    """What the connection probe saw: the GCS address it connected to, the cluster's total
-    resources (``ray.cluster_resources()``) and each alive node's resources."""
+    """What the connection probe saw: the cluster's total resources
+    (``ray.cluster_resources()``) and each alive node's resources."""
 
-    gcs_address: str
     total: dict[str, float]
     nodes: tuple[dict[str, float], ...]
 
@@ -138,8 +133,8 @@ def unreachable_message(address: str, target: str, why: str, given_open: bool) -
         )
     shown = address if target == address else f"{address} ({target})"
     return (
-        f"cannot reach Ray at {shown}: TCP connect to {host}:{port} failed ({why}); is the head "
-        f"running (ray start --head --port PORT)? {FIX}"
+        f"cannot reach Ray at {shown}: TCP connect to {host}:{port} failed ({why}): is the head "
+        f"running (ray start --head --port PORT)? Else {FIX}"
     )
 
 
@@ -171,7 +166,6 @@ def probe_cluster(
         with contextlib.suppress(ValueError, KeyError, IndexError, TypeError):
             row = json.loads(out.strip().splitlines()[-1])
             return ClusterSnapshot(
-                gcs_address=str(row["gcs_address"]),
                 total={str(k): float(v) for k, v in row["total"].items()},
                 nodes=tuple({str(k): float(v) for k, v in n.items()} for n in row["nodes"]),
             )

@@ -123,7 +123,7 @@ class RayFleet:
                     for n in ray.nodes()
                     if n.get("Alive")
                 ]
-                snap = ClusterSnapshot("", ray.cluster_resources(), tuple(nodes))
+                snap = ClusterSnapshot(ray.cluster_resources(), tuple(nodes))
             check_placement(
                 self.config.bundle, self.config.launch.replicas, snap.total, snap.nodes
             )
