@@ -1,17 +1,28 @@
 """``launch --ray`` refuses in seconds what would otherwise wait for minutes: an address where
-no Ray GCS listens, and a placement whose bundles exceed the cluster's total resources."""
+no Ray GCS listens, a port that accepts TCP but where no Ray GCS answers (bounded by
+``--connect-timeout``), and a placement whose bundles exceed the cluster's total resources."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from tailsieve.errors import ConfigError
+from tailsieve.runtime.cluster.connect import (
+    LOOPBACK_ENV,
+    probe_message,
+    ray_detail,
+    unreachable_message,
+)
 from tailsieve.runtime.cluster.preflight import (
     check_placement,
     check_reachable,
@@ -95,10 +106,201 @@ def test_bundle_larger_than_every_node_is_refused() -> None:
     check_placement({"CPU": 3.0}, 2, {"CPU": 6.0}, nodes)
 
 
-def run_cli(*args: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, timeout_s: float = 60.0, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", CLI, *args], capture_output=True, text=True, timeout=timeout_s
+        [sys.executable, "-c", CLI, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env={**os.environ, **(env or {})},
     )
+
+
+def test_loopback_head_message_names_both_addresses_and_the_fixes() -> None:
+    line = unreachable_message(
+        "127.0.0.1:6379", "10.1.2.3:6379", "Connection refused", given_open=True
+    )
+    assert line.startswith("cannot connect to Ray at 127.0.0.1:6379: ")
+    for part in (
+        "connects to 10.1.2.3:6379, which refused (Connection refused)",
+        "listens on loopback only",
+        "ray start --head --node-ip-address 10.1.2.3 --port 6379",
+        "--address 10.1.2.3:6379 (or RAY_ADDRESS)",
+        f"{LOOPBACK_ENV}=0",
+    ):
+        assert part in line
+    assert "\n" not in line
+    # loopback given but closed too: nothing listens at all, the plain message
+    line = unreachable_message("127.0.0.1:6379", "10.1.2.3:6379", "refused", given_open=False)
+    assert line.startswith("cannot reach Ray at 127.0.0.1:6379 (10.1.2.3:6379): TCP connect")
+    assert "--address" in line and "RAY_ADDRESS" in line
+
+
+def test_probe_message_says_what_answered() -> None:
+    line = probe_message("h:1", "h:1", 7.0, True, "Failed to connect to GCS at address h:1")
+    assert "h:1 accepts TCP connections, but Ray did not connect to h:1 within 7 s" in line
+    assert "Ray's last message: Failed to connect to GCS at address h:1" in line
+    assert "--connect-timeout" in line and "RAY_ADDRESS" in line
+    line = probe_message("auto", "h:1", 7.0, False, "ConnectionError: version mismatch")
+    assert line.startswith("cannot connect to Ray at auto (Ray connects to h:1): ConnectionError")
+
+
+def test_ray_detail_keeps_the_last_warning_without_its_prefix() -> None:
+    err = (
+        "2026-12-02 17:14:16,809\tINFO worker.py:1841 -- Connecting to existing Ray cluster\n"
+        "[2026-12-02 17:14:21,815 W 6929 6929] rpc_client.h:153: Failed to connect to GCS at "
+        "address 192.0.2.2:33597 within 5 seconds.\n"
+    )
+    assert ray_detail(err) == "Failed to connect to GCS at address 192.0.2.2:33597 within 5 seconds."
+    assert ray_detail(err.splitlines()[0]) == ""  # INFO only: nothing worth saying
+    assert ray_detail("Traceback\n  x\nValueError: bad") == "ValueError: bad"
+    assert len(ray_detail("E " * 500, limit=50)) == 50
+
+
+class SilentListener:
+    """A TCP port on 127.0.0.1 that accepts connections and never answers (no Ray GCS)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.sock.settimeout(0.2)
+        self.port = int(self.sock.getsockname()[1])
+        self.accepted: list[socket.socket] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.accepted.append(self.sock.accept()[0])
+            except OSError:
+                continue
+
+    def all_closed_by_peer(self, timeout_s: float = 10.0) -> bool:
+        """Every accepted connection reads EOF: no process still holds one open."""
+        deadline = time.monotonic() + timeout_s
+        for conn in list(self.accepted):
+            while True:
+                conn.settimeout(max(0.1, deadline - time.monotonic()))
+                try:
+                    if conn.recv(65536) == b"":
+                        break
+                except (ConnectionResetError, BrokenPipeError):
+                    break
+                except TimeoutError:
+                    return False
+        return True
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        for conn in [*self.accepted, self.sock]:
+            conn.close()
+
+
+@pytest.fixture
+def silent() -> Iterator[SilentListener]:
+    srv = SilentListener()
+    yield srv
+    srv.close()
+
+
+def probe_pids(address: str) -> list[int]:
+    """PIDs of connection probes (``connect.py``'s child) still running for ``address``."""
+    out = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                cmd = (proc / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"ray.init(address=sys.argv[1]" in b" ".join(cmd) and address.encode() in cmd:
+                out.append(int(proc.name))
+    return out
+
+
+@pytest.mark.slow
+def test_launch_ray_port_without_gcs_fails_within_connect_timeout(
+    silent: SilentListener, tmp_path: Path
+) -> None:
+    """The port accepts TCP but no Ray GCS answers: ``ray.init`` would retry for minutes; the
+    launch fails at ``--connect-timeout`` with one line, and nothing of the probe is left."""
+    pytest.importorskip("ray", reason="Ray not installed (pip install 'tailsieve[ray]')")
+    address = f"127.0.0.1:{silent.port}"
+    t0 = time.monotonic()
+    res = run_cli(
+        "launch", "--ray", "--address", address, "--engines", "emulated*2",
+        "--connect-timeout", "4", "--state-file", str(tmp_path / "state.json"),
+        env={LOOPBACK_ENV: "0"},  # Ray keeps 127.0.0.1: it connects to the listener
+    )  # fmt: skip
+    elapsed = time.monotonic() - t0
+    assert res.returncode == 2, res.stderr[-2000:]
+    errors = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1, res.stderr[-2000:]
+    assert f"{address} accepts TCP connections, but Ray did not connect to" in errors[0]
+    assert "within 4 s" in errors[0]
+    assert "Traceback" not in res.stderr
+    assert 4.0 <= elapsed < 30.0
+    assert silent.accepted, "the probe never reached the port"
+    assert silent.all_closed_by_peer(), "a probe process still holds its connection"
+    assert probe_pids(address) == []
+    assert not (tmp_path / "state.json").exists()
+    print(f"\nport without a GCS, --connect-timeout 4: exit 2 after {elapsed:.1f} s")
+
+
+@pytest.mark.slow
+def test_stop_ray_state_connect_is_bounded(silent: SilentListener, tmp_path: Path) -> None:
+    """``launch --stop STATE`` whose cluster address accepts TCP but never answers: one line at
+    ``--connect-timeout``; the state file is kept (nothing was stopped)."""
+    pytest.importorskip("ray", reason="Ray not installed (pip install 'tailsieve[ray]')")
+    address = f"127.0.0.1:{silent.port}"
+    state = tmp_path / "state.json"
+    ray_info = {"address": address, "namespace": "tailsieve", "placement_group": "pg",
+                "actors": ["a"], "supervisor": "s"}  # fmt: skip
+    state.write_text(json.dumps({"endpoints": [], "replicas": [], "ray": ray_info}))
+    t0 = time.monotonic()
+    res = run_cli("launch", "--stop", str(state), "--connect-timeout", "3", env={LOOPBACK_ENV: "0"})
+    elapsed = time.monotonic() - t0
+    assert res.returncode == 2, res.stderr[-2000:]
+    errors = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and f"did not connect to {address} within 3 s" in errors[0]
+    assert 3.0 <= elapsed < 30.0 and state.exists()
+    assert silent.all_closed_by_peer() and probe_pids(address) == []
+
+
+def test_python_api_connect_is_bounded(
+    silent: SilentListener, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``RayLaunchConfig(connect_timeout_s=...)``: ``RayFleet.start`` raises ``ConfigError``
+    at the deadline and this process never connected (no Ray driver, thread or probe left)."""
+    ray = pytest.importorskip("ray", reason="Ray not installed (pip install 'tailsieve[ray]')")
+    import ray._private.ray_constants as ray_constants
+
+    from tailsieve.runtime.cluster.fleet import RayFleet, RayLaunchConfig
+    from tailsieve.runtime.cluster.spec import EngineGroup
+    from tailsieve.runtime.launcher import LaunchConfig
+
+    monkeypatch.setenv(LOOPBACK_ENV, "0")  # the probe (a child) keeps 127.0.0.1
+    monkeypatch.setattr(ray_constants, "ENABLE_RAY_CLUSTER", False)  # and so does this process
+    address = f"127.0.0.1:{silent.port}"
+    launch = LaunchConfig(model="", replicas=2)
+    groups = (EngineGroup("emulated", 2, 8100),)
+    with pytest.raises(ConfigError, match="connect-timeout must be > 0"):
+        RayLaunchConfig(engines=groups, launch=launch, address=address, connect_timeout_s=0)
+    cfg = RayLaunchConfig(engines=groups, launch=launch, address=address, connect_timeout_s=3)
+    threads = threading.active_count()
+    t0 = time.monotonic()
+    with pytest.raises(ConfigError, match=rf"did not connect to {address} within 3 s"):
+        RayFleet(cfg).start()
+    elapsed = time.monotonic() - t0
+    assert 3.0 <= elapsed < 20.0
+    assert not ray.is_initialized()
+    assert threading.active_count() <= threads
+    assert silent.all_closed_by_peer() and probe_pids(address) == []
 
 
 def test_launch_ray_unreachable_address_exits_2_fast(tmp_path: object) -> None:
@@ -157,7 +359,7 @@ def test_connect_ray_resolves_auto_and_never_calls_init(monkeypatch: pytest.Monk
     pytest.importorskip("ray", reason="Ray not installed (pip install 'tailsieve[ray]')")
     from types import SimpleNamespace
 
-    from tailsieve.runtime.cluster.stop import connect_ray
+    from tailsieve.runtime.cluster.connect import connect_ray
 
     port = closed_port()
     monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{port}")

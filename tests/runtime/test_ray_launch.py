@@ -9,6 +9,9 @@ delivered exactly once; ``launch --stop`` leaves no server process and no actor.
 
 Ray's services bind 127.0.0.1 only (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` makes Ray take the
 loopback address as the node address; the head is started with ``node_ip_address=127.0.0.1``).
+Without that variable, Ray replaces ``--address 127.0.0.1:PORT`` with this node's interface
+address, where the loopback-only GCS does not listen: the launch must then fail in seconds with
+one line (it used to retry for minutes).
 """
 
 from __future__ import annotations
@@ -127,6 +130,70 @@ def state_file(tmp_path: Path) -> Iterator[Path]:
             [sys.executable, "-c", "import sys; from tailsieve.cli.main import main; "
              "sys.exit(main())", "launch", "--stop", str(path)], timeout=120, check=False,
         )  # fmt: skip
+
+
+def node_address() -> str:
+    """This node's address as Ray sees it when it may run a multi-node cluster."""
+    from ray._raylet import node_ip_address_from_perspective
+
+    return str(node_ip_address_from_perspective())
+
+
+def without_loopback_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"}
+
+
+def test_loopback_head_fails_fast_with_one_line(cluster: Cluster, tmp_path: Path) -> None:
+    """The reported case: head on 127.0.0.1, ``--address 127.0.0.1:PORT``, default
+    ``--connect-timeout`` (30 s): refused in seconds, naming where Ray connected and the fixes."""
+    node = node_address()
+    if node in ("127.0.0.1", "::1"):
+        pytest.skip("this machine has no address but loopback: Ray keeps 127.0.0.1")
+    port = cluster.address.rsplit(":", 1)[1]
+    t0 = time.monotonic()
+    res = subprocess.run(
+        [sys.executable, "-c", "import sys; from tailsieve.cli.main import main; sys.exit(main())",
+         "launch", "--ray", "--address", cluster.address, "--engines", "emulated*5",
+         "--state-file", str(tmp_path / "state.json"), "--log-dir", str(tmp_path / "launch"),
+         "--detach"],
+        capture_output=True, text=True, timeout=120, env=without_loopback_env(),
+    )  # fmt: skip
+    elapsed = time.monotonic() - t0
+    assert res.returncode == 2, res.stderr[-2000:]
+    errors = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    line = errors[0]
+    assert f"cannot connect to Ray at {cluster.address}:" in line
+    assert f"connects to {node}:{port}, which refused" in line
+    assert "listens on loopback only" in line
+    assert f"--node-ip-address {node}" in line and f"--address {node}:{port}" in line
+    assert "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0" in line
+    assert elapsed <= 30.0
+    assert not (tmp_path / "state.json").exists()
+    print(f"\nloopback head, default --connect-timeout: exit 2 after {elapsed:.1f} s")
+
+
+def test_probe_of_loopback_head_is_killed_at_the_deadline(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the TCP check, the bound itself: the probe's ``ray.init`` retries the node address
+    where no GCS listens, and is killed at the deadline (nothing of it left running)."""
+    from tailsieve.errors import ConfigError
+    from tailsieve.runtime.cluster.connect import probe_cluster
+
+    node = node_address()
+    if node in ("127.0.0.1", "::1"):
+        pytest.skip("this machine has no address but loopback: Ray keeps 127.0.0.1")
+    monkeypatch.delenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")
+    target = f"{node}:{cluster.address.rsplit(':', 1)[1]}"
+    t0 = time.monotonic()
+    with pytest.raises(ConfigError, match=rf"Ray did not connect to {target} within 8 s") as err:
+        probe_cluster(cluster.address, target, time.monotonic() + 8.0, 8.0, tcp_open=False)
+    elapsed = time.monotonic() - t0
+    assert 8.0 <= elapsed < 20.0
+    assert "Ray's last message: " in str(err.value)  # Ray's own GCS warning, said in the line
+    left = subprocess.run(["pgrep", "-f", "ray.init\\(address=sys.argv"], capture_output=True)
+    assert left.stdout == b"", "a probe process is still running"
 
 
 def test_ray_launch_restart_readmit_exactly_once(

@@ -11,6 +11,7 @@ from types import FrameType
 import typer
 
 from tailsieve.errors import ConfigError
+from tailsieve.runtime.cluster.connect import DEFAULT_CONNECT_TIMEOUT_S
 from tailsieve.runtime.cluster.fleet import RayFleet, RayLaunchConfig
 from tailsieve.runtime.cluster.spec import EngineGroup
 from tailsieve.runtime.launcher import LaunchConfig
@@ -28,6 +29,7 @@ def launch_ray(
     emulator_profile: str,
     emulator_args: tuple[str, ...],
     detach: bool,
+    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
 ) -> None:
     if detach and address == "local":
         raise ConfigError("--detach needs a running Ray cluster (--address auto or host:port)")
@@ -42,6 +44,7 @@ def launch_ray(
         max_restarts=max_restarts,
         emulator_profile=emulator_profile,
         emulator_args=emulator_args,
+        connect_timeout_s=connect_timeout_s,
     )
     fleet = RayFleet(cfg)
 

@@ -101,11 +101,16 @@ def launch(
         "", "--emulator-args", help="--ray: flags of emulated replicas, e.g. '--time-scale 0.1'."
     ),
     emulator_profile: str = typer.Option("cpu", "--emulator-profile", help="--ray: profile."),
+    connect_timeout: float = typer.Option(
+        30.0,
+        "--connect-timeout",
+        help="--ray, --stop: seconds to connect to the Ray cluster, else one error line.",
+    ),
 ) -> None:
     """Start R vLLM servers (local, or as Ray actors with --ray), wait until healthy, print the
     endpoints; Ctrl-C stops them."""
     if stop is not None:
-        pids = _stop(stop)
+        pids = _stop(stop, connect_timeout)
         typer.echo(f"stopped pids {' '.join(map(str, pids))}")
         return
     if not model and not (use_ray and engines and set(_engine_names(engines)) == {"emulated"}):
@@ -137,6 +142,7 @@ def launch(
         launch_ray(
             cfg, groups, address, placement, gpus_per_replica, cpus_per_replica, resource,
             max_restarts, emulator_profile, tuple(shlex.split(emulator_args)), detach,
+            connect_timeout,
         )  # fmt: skip
         return
     fleet = VllmFleet(cfg)
@@ -165,7 +171,7 @@ def _engine_groups(text: str, base_port: int) -> tuple[EngineGroup, ...]:
     return EngineGroup.parse_list(text, base_port)
 
 
-def _stop(state: Path) -> list[int]:
+def _stop(state: Path, connect_timeout_s: float = 30.0) -> list[int]:
     try:
         data = json.loads(state.read_text())
     except (OSError, ValueError) as exc:
@@ -173,7 +179,7 @@ def _stop(state: Path) -> list[int]:
     if "ray" in data:
         from tailsieve.runtime.cluster.stop import stop_from_ray_state
 
-        return stop_from_ray_state(state)
+        return stop_from_ray_state(state, connect_timeout_s=connect_timeout_s)
     return stop_from_state(state)
 
 

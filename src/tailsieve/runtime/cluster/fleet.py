@@ -20,11 +20,17 @@ from pathlib import Path
 from typing import Any
 
 from tailsieve.errors import ConfigError, ReplicaError
+from tailsieve.runtime.cluster.connect import (
+    DEFAULT_CONNECT_TIMEOUT_S,
+    LOOPBACK_HOSTS,
+    ClusterSnapshot,
+    connect_ray,
+)
 from tailsieve.runtime.cluster.host import ServerHost
-from tailsieve.runtime.cluster.preflight import check_placement, check_reachable
+from tailsieve.runtime.cluster.preflight import check_placement, check_reachable, split_host_port
 from tailsieve.runtime.cluster.spec import EngineGroup, ServerSpec, build_specs
 from tailsieve.runtime.cluster.state import set_replicas, write_json_atomic
-from tailsieve.runtime.cluster.stop import connect_ray, import_ray, stop_ray_state
+from tailsieve.runtime.cluster.stop import import_ray, stop_ray_state
 from tailsieve.runtime.cluster.supervisor import Supervisor
 from tailsieve.runtime.launcher import LaunchConfig
 
@@ -48,8 +54,11 @@ class RayLaunchConfig:
     emulator_args: tuple[str, ...] = ()
     poll_interval_s: float = 0.5  # supervisor: how often addresses are checked
     object_store_mb: int = 128  # address=local only: Ray object store size
+    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S  # bound on connecting to the cluster
 
     def __post_init__(self) -> None:
+        if not self.connect_timeout_s > 0:
+            raise ConfigError(f"--connect-timeout must be > 0 s, got {self.connect_timeout_s:g}")
         if self.placement not in PLACEMENTS:
             raise ConfigError(f"--placement must be spread or pack, got {self.placement!r}")
         if self.gpus_per_replica < 0 or self.cpus_per_replica < 0:
@@ -77,17 +86,22 @@ class RayFleet:
 
     def __init__(self, config: RayLaunchConfig) -> None:
         self.config = config
-        check_reachable(config.address)  # HOST:PORT: before the (slow) Ray import; auto later
+        hp = split_host_port(config.address)
+        if hp is None or hp[0] not in LOOPBACK_HOSTS:  # Ray resolves loopback: checked later
+            check_reachable(config.address)  # HOST:PORT: before the (slow) Ray import
         self.ray = import_ray()
         self.run_id = uuid.uuid4().hex[:8]
         self.state: dict[str, Any] = {}
         self._local = config.address == "local"
+        self._snapshot: ClusterSnapshot | None = None  # the connection probe's view
 
     @property
     def endpoints(self) -> list[str]:
         return list(self.state.get("endpoints", []))
 
     def connect(self) -> None:
+        """Connect to the cluster within ``connect_timeout_s`` (``connect_ray``), or raise a
+        one-line ``ConfigError``."""
         ray, cfg = self.ray, self.config
         if ray.is_initialized():
             return
@@ -97,19 +111,21 @@ class RayFleet:
                 "include_dashboard": False,
                 "object_store_memory": cfg.object_store_mb * 1024 * 1024,
             }
-        connect_ray(ray, cfg.address, **kw)
+        self._snapshot = connect_ray(ray, cfg.address, cfg.connect_timeout_s, **kw)
 
     def _check_fits(self) -> None:
         """Refuse at once a placement that can never fit the cluster (``ConfigError``)."""
-        ray = self.ray
+        ray, snap = self.ray, self._snapshot
         try:
-            nodes = [
-                {str(k): float(v) for k, v in n.get("Resources", {}).items()}
-                for n in ray.nodes()
-                if n.get("Alive")
-            ]
+            if snap is None:  # a local instance, or one connected before: ask it here
+                nodes = [
+                    {str(k): float(v) for k, v in n.get("Resources", {}).items()}
+                    for n in ray.nodes()
+                    if n.get("Alive")
+                ]
+                snap = ClusterSnapshot(ray.cluster_resources(), tuple(nodes))
             check_placement(
-                self.config.bundle, self.config.launch.replicas, ray.cluster_resources(), nodes
+                self.config.bundle, self.config.launch.replicas, snap.total, snap.nodes
             )
         except ConfigError:
             if self._local and ray.is_initialized():

@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from tailsieve.errors import ConfigError
+from tailsieve.runtime.cluster.connect import DEFAULT_CONNECT_TIMEOUT_S, connect_ray
 from tailsieve.runtime.cluster.host import healthy, stop_group
-from tailsieve.runtime.cluster.preflight import check_reachable, split_host_port, tcp_reachable
+from tailsieve.runtime.cluster.preflight import split_host_port, tcp_reachable
 from tailsieve.runtime.cluster.state import is_dead
 
 
@@ -22,17 +23,6 @@ def import_ray() -> Any:
             "launch --ray needs Ray: pip install 'tailsieve[ray]' (or pip install ray)"
         ) from None
     return ray
-
-
-def connect_ray(ray: Any, address: str, **kw: Any) -> None:
-    """``ray.init`` with a one-line ``ConfigError`` when the cluster cannot be reached: a
-    ``host:port`` (or the one ``auto`` resolves to) that refuses a TCP connection is refused in
-    seconds, before ``ray.init`` (which would retry for minutes)."""
-    check_reachable(address, resolve=_resolve_address)
-    try:
-        ray.init(address=address, **kw)
-    except (ConnectionError, RuntimeError, ValueError) as exc:
-        raise ConfigError(f"cannot connect to Ray at {address!r}: {exc}") from None
 
 
 def stop_ray_state(ray: Any, state: dict[str, Any], timeout_s: float = 60.0) -> list[int]:
@@ -72,13 +62,6 @@ def _stop_local_servers(state: dict[str, Any]) -> list[int]:
     return pids
 
 
-def _resolve_address(address: str) -> str | None:
-    """Ray's own resolution of ``auto`` (``RAY_ADDRESS``, the last ``ray start``)."""
-    from ray._private.services import canonicalize_bootstrap_address
-
-    return canonicalize_bootstrap_address(address)
-
-
 def _reachable(address: str, timeout_s: float = 3.0) -> bool:
     """A TCP connection to the Ray GCS ``host:port`` succeeds (True when it names no port)."""
     hp = split_host_port(address)
@@ -92,8 +75,13 @@ def _local_addresses() -> set[str]:
     return out
 
 
-def stop_from_ray_state(path: str | Path, address: str | None = None) -> list[int]:
-    """``launch --stop STATE`` for a state file written by ``launch --ray``."""
+def stop_from_ray_state(
+    path: str | Path,
+    address: str | None = None,
+    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+) -> list[int]:
+    """``launch --stop STATE`` for a state file written by ``launch --ray``; the connection to
+    the cluster is bounded by ``connect_timeout_s`` (see ``connect_ray``)."""
     p = Path(path)
     state = json.loads(p.read_text())
     addr = address or state["ray"]["address"]
@@ -106,6 +94,7 @@ def stop_from_ray_state(path: str | Path, address: str | None = None) -> list[in
         connect_ray(
             ray,
             addr,
+            connect_timeout_s,
             namespace=state["ray"]["namespace"],
             log_to_driver=False,
         )
