@@ -54,7 +54,7 @@ def _print_kv(title: str, rows: dict[str, Any]) -> None:
 
 @trace_app.command("stats")
 def stats(
-    file: Annotated[Path, typer.Argument(help="Trace file (.jsonl, .csv, .parquet) or aime (shipped).")],
+    file: Annotated[Path, typer.Argument(help="Trace file (.jsonl[.gz], .csv[.gz], .parquet) or aime / smollm2-math (shipped).")],
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     max_tokens: Annotated[
         int | None,
@@ -141,7 +141,7 @@ def synth(
 
 @trace_app.command("transform")
 def transform(
-    file: Annotated[Path, typer.Argument(help="Input trace (or aime, shipped).")],
+    file: Annotated[Path, typer.Argument(help="Input trace (or aime / smollm2-math, shipped).")],
     tail_strength: Annotated[
         str,
         typer.Option(
@@ -206,7 +206,7 @@ def _capture_source(
 )
 def capture(
     ctx: typer.Context,
-    source: Annotated[str, typer.Argument(help="Trace file, 'aime', or a preset name.")],
+    source: Annotated[str, typer.Argument(help="Trace file, aime / smollm2-math (shipped), or a preset name.")],
     rho: Annotated[
         list[float] | None,
         typer.Option(
