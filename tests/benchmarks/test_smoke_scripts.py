@@ -26,6 +26,7 @@ SCRIPTS = {
     "bench_real_engine.py": "test_smoke_live.py::test_bench_real_engine_*",
     "bench_router.py": "test_smoke_live.py::test_bench_router_*",
     "bench_sim.py": "test_bench_sim",
+    "bench_tail_signal.py": "test_bench_tail_signal",
     "bench_trace_io.py": "test_bench_trace_io_defaults_outside_the_repo",
     "grounded_suite.py": "test_grounded_suite",
     "run_all.py": "test_run_all",
@@ -54,6 +55,19 @@ def test_bench_sim(tmp_path: Path) -> None:
     assert data["num_steps"] == 3 and data["num_groups"] == 16
     assert data["delivered_requests"] == 3 * 16 * 8
     assert data["decision_ms_max"] >= data["decision_ms_mean"] > 0
+
+
+def test_bench_tail_signal(tmp_path: Path) -> None:
+    with repo_unchanged():
+        payload = importlib.import_module("bench_tail_signal").main(
+            ["--out", str(tmp_path), "--quick"])
+    assert set(payload["workloads"]) == {"smollm2-math", "paper-math", "aime"}
+    real = payload["workloads"]["smollm2-math"]
+    assert real["shape"]["rows"] >= 128 * 8 * 2 and real["shape"]["max"] <= 1024
+    assert 0 < real["signal"]["prompt_share"] < 1 and 0 <= real["signal"]["tail_auc"] <= 1
+    assert [round(c["rho"], 2) for c in real["capture"]] == [0.05, 0.1, 0.25]
+    assert real["sim"]["policies"]["uniform"]["vs_uniform"] == 1.0
+    assert "Partial-rollout cutoff capture" in (tmp_path / "tail_signal.md").read_text()
 
 
 def test_bench_trace_io_defaults_outside_the_repo(tmp_path: Path) -> None:

@@ -92,5 +92,7 @@ def test_wheel_installed_into_a_fresh_venv_elsewhere(tmp_path: Path) -> None:
     ).stdout.strip()
     assert Path(where).is_relative_to(venv) and Path(where).is_file()
     assert (Path(where).parent / "PROVENANCE.md").is_file()
+    for shipped in ("smollm2-135m-math.jsonl.gz", "math-word-problems.jsonl"):
+        assert (Path(where).parent / shipped).is_file(), shipped
     data = _simulate_json([str(venv / "bin" / "tailsieve")], work, env)
     assert data["settings"]["workload"] == "aime"  # type: ignore[index]

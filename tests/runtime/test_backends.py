@@ -137,6 +137,28 @@ def test_parse_chat_and_sglang() -> None:
     assert out[0].logprobs == (-0.1, -0.2) and out[1].finish_reason == "stop"
 
 
+def test_chat_prompt_ids_come_once_per_request() -> None:
+    # vLLM's chat completions put the (templated) prompt's ids beside the choices, not in them
+    body = {
+        "prompt_token_ids": [1, 9, 9, 2],
+        "choices": [
+            {"index": i, "message": {"content": "ok"}, "finish_reason": "stop",
+             "token_ids": [7] * (i + 1)}
+            for i in range(2)
+        ],
+    }
+    out = parse_response(Backend.VLLM_CHAT, body, 2, "here")
+    assert [r.prompt_token_ids for r in out] == [(1, 9, 9, 2)] * 2
+    assert [r.num_tokens for r in out] == [1, 2]
+
+
+def test_prompt_seed_from_a_prompt_file_line() -> None:
+    p = PromptInput.from_dict({"prompt_id": "a", "prompt": "x", "seed": 12}, "f:1")
+    assert p.seed == 12 and PromptInput.from_dict({"prompt_id": "b", "prompt": "x"}).seed is None
+    with pytest.raises(ConfigError, match="f:1: prompt 'a': seed must be an integer"):
+        PromptInput.from_dict({"prompt_id": "a", "prompt": "x", "seed": True}, "f:1")
+
+
 def test_malformed_bodies_are_request_errors() -> None:
     with pytest.raises(RequestError, match="unexpected response shape"):
         parse_response(Backend.VLLM, {"nope": 1}, 1, "here")

@@ -26,6 +26,7 @@ def _register_all() -> None:
         oracle_cmd,
         profile_cmd,
         profiles_cmd,
+        record_cmd,
         report_cmd,
         runtime_cmd,
         simulate_cmd,
@@ -42,6 +43,7 @@ def _register_all() -> None:
         profile_cmd,
         demo_cmd,
         report_cmd,
+        record_cmd,
     ):
         module.register(app)
 

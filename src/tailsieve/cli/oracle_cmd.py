@@ -92,7 +92,7 @@ def _input_lengths(
 
 def oracle(
     trace: Annotated[
-        Path | None, typer.Option("--trace", help="Trace file (JSONL/CSV/Parquet) or aime (shipped).")
+        Path | None, typer.Option("--trace", help="Trace file (JSONL/CSV/Parquet) or a shipped one: aime, smollm2-math.")
     ] = None,
     lengths: str = typer.Option(None, "--lengths", help="Inline lengths: 100,200,..."),
     prompts: str = typer.Option(
@@ -123,7 +123,7 @@ def oracle(
 
 
 def oracle_sweep(
-    trace: Annotated[Path, typer.Option("--trace", help="Trace file (JSONL/CSV/Parquet) or aime (shipped).")],
+    trace: Annotated[Path, typer.Option("--trace", help="Trace file (JSONL/CSV/Parquet) or a shipped one: aime, smollm2-math.")],
     draws: int = typer.Option(100, "--draws", help="Random draws."),
     sample_requests_n: int = typer.Option(100, "--sample-requests", help="Requests per draw."),
     seed: int = typer.Option(0, "--seed", help="Seed of the draws."),

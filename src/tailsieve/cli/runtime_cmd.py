@@ -193,7 +193,7 @@ def rollout(
         typer.Option("--prompts", help="JSONL: prompt_id + prompt | prompt_token_ids | messages."),
     ] = None,
     replay_trace: Annotated[
-        Path | None, typer.Option("--replay-trace", help="Force lengths from a trace (or aime, shipped).")
+        Path | None, typer.Option("--replay-trace", help="Force lengths from a trace (or aime, smollm2-math: shipped).")
     ] = None,
     length_scale: float = typer.Option(1.0, "--length-scale", help="Replay: length factor."),
     groups: int = typer.Option(8, "--groups", help="N: groups per batch."),

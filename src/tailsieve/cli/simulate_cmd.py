@@ -30,7 +30,8 @@ def register(app: typer.Typer) -> None:
 
 def simulate(
     workload: str = typer.Option("paper-math", "--workload", help="Preset (paper-math, aime-r1), "
-                                 "'aime' (real AIME trace, resampled) or a trace file."),
+                                 "'aime' (real AIME trace, resampled), 'smollm2-math' (real "
+                                 "SmolLM2 trace, two epochs replayed) or a trace file."),
     replicas: int = typer.Option(8, "--replicas", help="R: inference replicas."),
     groups: int = typer.Option(64, "--groups", help="N: groups per step."),
     group_size: int = typer.Option(8, "--group-size", help="n: responses per group."),

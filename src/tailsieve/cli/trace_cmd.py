@@ -19,6 +19,7 @@ from tailsieve.errors import ConfigError, TraceError
 from tailsieve.workload.capture import CaptureConfig, capture_rates, default_step_pairs
 from tailsieve.workload.io import read_trace, write_trace
 from tailsieve.workload.presets import PRESETS, aime_trace_path, load_workload, preset
+from tailsieve.workload.shipped import SHIPPED_TRACES
 from tailsieve.workload.summary import trace_stats
 from tailsieve.workload.synthetic import SyntheticWorkload
 from tailsieve.workload.transform import fit_tail_transform
@@ -53,7 +54,7 @@ def _print_kv(title: str, rows: dict[str, Any]) -> None:
 
 @trace_app.command("stats")
 def stats(
-    file: Annotated[Path, typer.Argument(help="Trace file (.jsonl, .csv, .parquet) or aime (shipped).")],
+    file: Annotated[Path, typer.Argument(help="Trace file (.jsonl[.gz], .csv[.gz], .parquet) or aime / smollm2-math (shipped).")],
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     max_tokens: Annotated[
         int | None,
@@ -140,7 +141,7 @@ def synth(
 
 @trace_app.command("transform")
 def transform(
-    file: Annotated[Path, typer.Argument(help="Input trace (or aime, shipped).")],
+    file: Annotated[Path, typer.Argument(help="Input trace (or aime / smollm2-math, shipped).")],
     tail_strength: Annotated[
         str,
         typer.Option(
@@ -183,8 +184,11 @@ def _capture_source(
     if source in PRESETS:
         wl = load_workload(source, num_prompts=prompts, seed=seed)
         return wl, default_step_pairs(None, rounds), "synthetic preset: next step regenerated"
-    if not Path(source).exists() and source != "aime":
-        raise TraceError(f"{source}: no such trace file (or preset: {', '.join(PRESETS)})")
+    if not Path(source).exists() and source not in SHIPPED_TRACES:
+        raise TraceError(
+            f"{source}: no such trace file (or preset: {', '.join(PRESETS)}; shipped trace: "
+            f"{', '.join(SHIPPED_TRACES)})"
+        )
     trace = read_trace(aime_trace_path() if source == "aime" else Path(source))
     if trace.is_multi_checkpoint:
         replay = ReplayWorkload(trace)
@@ -202,7 +206,7 @@ def _capture_source(
 )
 def capture(
     ctx: typer.Context,
-    source: Annotated[str, typer.Argument(help="Trace file, 'aime', or a preset name.")],
+    source: Annotated[str, typer.Argument(help="Trace file, aime / smollm2-math (shipped), or a preset name.")],
     rho: Annotated[
         list[float] | None,
         typer.Option(

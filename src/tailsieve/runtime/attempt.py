@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -149,7 +150,7 @@ class GroupAttempt:
         """All ``group_size`` responses in sample order; raises ``ReplicaDownError`` or
         ``RequestFailedError``. Cancelling it cancels (closes) every open request."""
         cfg, pid = self._cfg, self._prompt.prompt_id
-        seed = cfg.sampling.seed
+        seed = cfg.sampling.seed if self._prompt.seed is None else self._prompt.seed
         if not cfg.split_groups and len(set(self._urls)) == 1:
             forced = max(self._forced(pid, i) for i in range(self._n)) if self._forced else None
             return await self._one(0, self._n, forced, seed)
@@ -246,23 +247,36 @@ class GroupAttempt:
         ids: dict[int, list[int]] = {}
         counts: dict[int, int] = {}
         reasons: dict[int, str] = {}
+        times: dict[int, list[float]] = {}  # per choice: chunk arrival, s after the send
+        marks: dict[int, list[int]] = {}  # per choice: tokens after each chunk
+        prompt_ids: list[int] | None = None
         sg = self._cfg.backend is Backend.SGLANG
+        t0 = time.perf_counter()  # the loop clock may tick in ms (uvloop): too coarse here
         async for chunk in self._t.stream_json(url, body, self._cfg.request_timeout_s):
+            now_s = round(time.perf_counter() - t0, 6)
+            if prompt_ids is None:  # vLLM: in the first chunk (chat) or its first choice
+                prompt_ids = chunk.get("prompt_token_ids") or next(
+                    (c["prompt_token_ids"] for c in chunk.get("choices") or ()
+                     if c.get("prompt_token_ids")), None)  # fmt: skip
             for idx, text, tok, cnt, reason in _chunk_items(chunk, sg):
                 if sg:  # SGLang chunks are cumulative
                     texts[idx] = [text]
                     counts[idx] = cnt
                 else:
                     texts.setdefault(idx, []).append(text)
-                    ids.setdefault(idx, []).extend(tok or [])
+                    if tok is not None:
+                        ids.setdefault(idx, []).extend(tok)
                     step = len(tok) if tok is not None else int(bool(text) or not reason)
                     counts[idx] = counts.get(idx, 0) + step
                 if reason:
                     reasons[idx] = reason
+                times.setdefault(idx, []).append(now_s)
+                marks.setdefault(idx, []).append(counts[idx])
                 self.progress.live_tokens[sample + idx] = counts[idx]
             usage = chunk.get("usage") or {}
             if n == 1 and not sg and usage.get("completion_tokens") is not None and counts:
                 counts[0] = int(usage["completion_tokens"])
+                marks[0][-1] = counts[0]
         if sorted(counts) != list(range(n)):
             raise RequestError(f"{where}: stream ended with choices {sorted(counts)} of {n}")
         return [
@@ -270,7 +284,10 @@ class GroupAttempt:
                 text="".join(texts[i]),
                 num_tokens=counts[i],
                 finish_reason=reasons.get(i, "unknown"),
-                token_ids=tuple(ids[i]) if ids.get(i) else None,
+                token_ids=tuple(ids[i]) if i in ids else None,
+                prompt_token_ids=None if prompt_ids is None else tuple(map(int, prompt_ids)),
+                chunk_times_s=tuple(times[i]),
+                chunk_tokens=tuple(marks[i]),
             )
             for i in range(n)
         ]

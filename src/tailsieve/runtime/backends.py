@@ -81,6 +81,8 @@ class PromptInput:
     text: str | None = None
     token_ids: tuple[int, ...] | None = None
     messages: tuple[dict[str, str], ...] | None = None  # chat format (vllm-chat backend)
+    seed: int | None = None  # base sampling seed of this prompt's requests (sample i: seed + i);
+    # None: the run's ``SamplingParams.seed``
 
     def __post_init__(self) -> None:
         given = [x is not None for x in (self.text, self.token_ids, self.messages)]
@@ -91,7 +93,8 @@ class PromptInput:
 
     @classmethod
     def from_dict(cls, row: dict[str, Any], where: str = "") -> PromptInput:
-        """From ``{prompt_id, prompt | prompt_token_ids | messages}`` (JSONL prompt files)."""
+        """From ``{prompt_id, prompt | prompt_token_ids | messages[, seed]}`` (JSONL prompt
+        files)."""
         if "prompt_id" not in row:
             raise ConfigError(f"{where}: missing field 'prompt_id'")
         keys = ("prompt", "prompt_token_ids", "messages")
@@ -103,11 +106,15 @@ class PromptInput:
             )
         ids = row.get("prompt_token_ids")
         msgs = row.get("messages")
+        seed = row.get("seed")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise ConfigError(f"{where}: prompt {row['prompt_id']!r}: seed must be an integer")
         return cls(
             prompt_id=str(row["prompt_id"]),
             text=row.get("prompt"),
             token_ids=tuple(int(t) for t in ids) if ids is not None else None,
             messages=tuple(dict(m) for m in msgs) if msgs is not None else None,
+            seed=seed,
         )
 
 
@@ -133,6 +140,9 @@ class Response:
     logprobs: tuple[float, ...] | None = None  # logprob of each sampled token, when asked
     text_offsets: tuple[int, ...] | None = None  # start of each token's text (vLLM logprobs)
     prompt_token_ids: tuple[int, ...] | None = None  # the prompt as the server tokenized it
+    chunk_times_s: tuple[float, ...] | None = None  # streamed: arrival of each chunk, seconds
+    # after the request was sent (its last try)
+    chunk_tokens: tuple[int, ...] | None = None  # streamed: generated tokens after each chunk
 
 
 def build_request(
@@ -308,6 +318,7 @@ def _int_tuple(values: Any, keep_json: bool = False) -> tuple[int, ...]:
 def _parse_openai(backend: Backend, body: Any, n: int, keep_json: bool = False) -> list[Response]:
     choices = sorted(body["choices"], key=lambda c: int(c.get("index", 0)))
     usage = body.get("usage") or {}
+    top_pids = body.get("prompt_token_ids")  # chat completions: once per request
     out: list[Response] = []
     for ch in choices:
         if backend is Backend.VLLM_CHAT:
@@ -324,7 +335,7 @@ def _parse_openai(backend: Backend, body: Any, n: int, keep_json: bool = False) 
             offs = lp.get("text_offset") if isinstance(lp, dict) else None
             offsets = _int_tuple(offs) if offs else None
         ids = ch.get("token_ids")
-        pids = ch.get("prompt_token_ids")
+        pids = ch.get("prompt_token_ids", top_pids)
         token_ids = _int_tuple(ids, keep_json) if ids is not None else None
         if token_ids is not None:
             num = len(token_ids)

@@ -250,7 +250,7 @@ class ChainedAttempt:
     async def _chain(self, i: int) -> list[Response]:
         chain = self.chains[i]
         pid = self._prompt.prompt_id
-        seed = self._cfg.sampling.seed
+        seed = self._cfg.sampling.seed if self._prompt.seed is None else self._prompt.seed
         if self._forced is not None and not chain.pieces:
             chain.max_tokens = self._forced(pid, i)
         while not chain.done:

@@ -99,7 +99,8 @@ def simulate(
     added as the paired reference) on the same prompts and response lengths.
 
     ``workload``: a preset (``paper-math``, ``aime-r1``), ``aime`` (the shipped AIME trace,
-    resampled) or a trace file. ``max_num_seqs`` / ``kv_capacity_tokens``: None takes the
+    resampled), ``smollm2-math`` (the shipped SmolLM2 trace, its two epochs replayed) or a
+    trace file. ``max_num_seqs`` / ``kv_capacity_tokens``: None takes the
     profile's (0 switches the cap off). ``spread``: protocol policies deal single responses
     over a pool's replicas (False: whole groups, as the paper). ``seeds``: seeds
     ``seed .. seed+seeds-1`` are simulated for each summary's ``paired_stat`` (mean per-step

@@ -64,8 +64,8 @@ def trace_prompt_tokens(workload: Any) -> dict[str, int] | None:
 def resolve_workload(
     name_or_path: str, tail_strength: str | None = None, seed: int = 0, num_prompts: int = 1000
 ) -> Workload | TailStrengthWorkload:
-    """A preset (``paper-math``, ``aime-r1``), ``aime`` (the real AIME trace, resampled) or a
-    trace file; with ``tail_strength`` (weak | real | strong | r) the A.5 transform on top."""
+    """A preset (``paper-math``, ``aime-r1``), ``aime`` (the real AIME trace, resampled),
+    ``smollm2-math`` (the recorded SmolLM2 trace, replayed) or a trace file; with ``tail_strength`` (weak | real | strong | r) the A.5 transform on top."""
     wl = load_workload(name_or_path, num_prompts=num_prompts, seed=seed)
     if tail_strength is None or parse_tail_strength(tail_strength) is None:
         return wl

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import csv
+import gzip
+import io
 import json
 from collections.abc import Callable
 from operator import itemgetter
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from tailsieve.errors import TraceError
 from tailsieve.workload.io_values import (
@@ -18,7 +20,24 @@ from tailsieve.workload.io_values import (
     from_arrow,
     optional_pyarrow,
 )
-from tailsieve.workload.trace import Trace
+from tailsieve.workload.trace import LIST_COLUMNS, Trace
+
+
+def _gz(path: Path) -> bool:
+    return path.name.lower().endswith(".gz")
+
+
+def _read_bytes(path: Path) -> bytes:
+    """The file's bytes, decompressed when it is gzip (``.gz``)."""
+    data = path.read_bytes()
+    return gzip.decompress(data) if _gz(path) else data
+
+
+def _open_text(path: Path) -> IO[str]:
+    """The file as text for the ``csv`` module (BOM skipped, newlines as they are)."""
+    if _gz(path):
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8-sig", newline="")
+    return path.open(newline="", encoding="utf-8-sig")
 
 
 # ---------------------------------------------------------------------------- CSV
@@ -28,7 +47,7 @@ def _csv_line_of(path: Path) -> Callable[[int], str]:
     def line_of(i: int) -> str:
         if i < 0:
             return "line 1 (header)"
-        with path.open(newline="", encoding="utf-8-sig") as f:
+        with _open_text(path) as f:
             reader = csv.reader(f)
             next(reader, None)
             k = -1
@@ -45,7 +64,7 @@ def _csv_line_of(path: Path) -> Callable[[int], str]:
 def _split_simple_csv(path: Path) -> tuple[list[str], list[list[str]]] | None:
     """Fast path for CSV without quoting or blank lines: split the whole text at once and
     slice columns. Returns None when the file needs the full ``csv`` module."""
-    text = path.read_text(encoding="utf-8-sig")
+    text = _read_bytes(path).decode("utf-8-sig")
     if '"' in text or "\r" in text:
         return None
     if text.endswith("\n"):
@@ -71,7 +90,7 @@ def read_csv_python(path: Path) -> Trace:
         if len(set(names)) == len(names):
             columns = {n: c for n, c in zip(names, simple[1], strict=True) if n in ALL_COLUMNS}
             return build_trace(columns, True, source, line_of)
-    with path.open(newline="", encoding="utf-8-sig") as f:
+    with _open_text(path) as f:
         reader = csv.reader(f)
         header = next(reader, None)
         if header is None or not any(h.strip() for h in header):
@@ -101,12 +120,12 @@ def read_csv_arrow(path: Path) -> Trace | None:
         return None
     import pyarrow.csv as pcsv
 
+    as_text = ("prompt_id", "finish_reason", *LIST_COLUMNS)
     opts = pcsv.ConvertOptions(
-        column_types={"prompt_id": pa.string(), "finish_reason": pa.string()},
-        strings_can_be_null=False,
+        column_types=dict.fromkeys(as_text, pa.string()), strings_can_be_null=False
     )
     try:
-        table = pcsv.read_csv(path, convert_options=opts)
+        table = pcsv.read_csv(str(path), convert_options=opts)
     except (pa.ArrowInvalid, pa.ArrowException, OSError):
         return None
     if table.num_rows == 0:
@@ -126,7 +145,7 @@ def _jsonl_line_of(path: Path) -> Callable[[int], str]:
         if i < 0:
             return "line 1"
         k = -1
-        with path.open("rb") as f:
+        with (gzip.open(path, "rb") if _gz(path) else path.open("rb")) as f:
             for ln, raw in enumerate(f, 1):
                 if raw.strip():
                     k += 1
@@ -139,7 +158,7 @@ def _jsonl_line_of(path: Path) -> Callable[[int], str]:
 
 def read_jsonl_python(path: Path) -> Trace:
     source = str(path)
-    data = path.read_bytes()
+    data = _read_bytes(path)
     if not data.strip():
         raise TraceError(f"{source}: empty file")
     ends_clean = data.endswith(b"\n")
@@ -213,14 +232,24 @@ def read_jsonl_arrow(path: Path) -> Trace | None:
         return None
     import pyarrow.json as pjson
 
-    with path.open("rb") as f:
-        f.seek(0, 2)
-        size = f.tell()
-        f.seek(max(0, size - 1))
-        if size == 0 or f.read(1) != b"\n":
-            return None  # let the Python parser judge a possibly truncated last line
+    source: Any = path
+    if _gz(path):
+        try:
+            data = _read_bytes(path)
+        except (OSError, EOFError):
+            return None  # the Python parser reports it
+        if not data.endswith(b"\n"):
+            return None
+        source = pa.BufferReader(data)
+    else:
+        with path.open("rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - 1))
+            if size == 0 or f.read(1) != b"\n":
+                return None  # let the Python parser judge a possibly truncated last line
     try:
-        table = pjson.read_json(path)
+        table = pjson.read_json(source)
     except (pa.ArrowInvalid, pa.ArrowException, OSError):
         return None
     for name in table.column_names:
@@ -228,4 +257,14 @@ def read_jsonl_arrow(path: Path) -> Trace | None:
         key = canonical(name)
         if key in ALL_COLUMNS and (col.null_count or pa.types.is_struct(col.type)):
             return None
+        if key in LIST_COLUMNS and key != "chunk_times_s" and not _int_list(pa, col.type):
+            return None  # e.g. a float among the ids made every row's ids floats
     return from_arrow(table, str(path), _jsonl_line_of(path))
+
+
+def _int_list(pa: Any, t: Any) -> bool:
+    """A list type of integers (or of nothing: every list empty)."""
+    if not pa.types.is_list(t):
+        return False
+    v = t.value_type
+    return bool(pa.types.is_integer(v) or pa.types.is_null(v))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable
 from typing import Any
@@ -9,11 +10,11 @@ from typing import Any
 import numpy as np
 
 from tailsieve.errors import TraceError
-from tailsieve.workload.trace import ALL_COLUMNS, REQUIRED_COLUMNS, Trace
+from tailsieve.workload.trace import ALL_COLUMNS, LIST_COLUMNS, REQUIRED_COLUMNS, Trace
 
 PARQUET_HINT = "reading/writing Parquet needs pyarrow: pip install 'tailsieve[parquet]'"
 ALIASES = {"checkpoint": "step"}
-INT_FIELDS = ("step", "sample", "response_tokens", "prompt_tokens")
+INT_FIELDS = ("step", "sample", "response_tokens", "prompt_tokens", "replica")
 
 
 class Bad(ValueError):
@@ -86,10 +87,42 @@ def _one_str(v: Any, text: bool, allow_int: bool) -> str:
     raise Bad(f"expected a string, got {v!r}")
 
 
+def _one_list(v: Any, floats: bool) -> tuple[Any, ...]:
+    """A list of ints (``floats``: of numbers, as floats), given as a list or as its JSON text
+    (CSV cells)."""
+    if isinstance(v, str):
+        try:
+            v = json.loads(v)
+        except ValueError:
+            raise Bad(f"not a JSON list: {v[:40]!r}") from None
+    if v is None:
+        raise Bad("missing value")
+    if not isinstance(v, list | tuple):
+        raise Bad(f"expected a list, got {v!r:.40}")
+    if floats:
+        if any(isinstance(x, bool) or not isinstance(x, int | float) for x in v):
+            raise Bad("expected a list of numbers")
+        return tuple(map(float, v))
+    if any(type(x) is not int for x in v):
+        bad = next(x for x in v if type(x) is not int)
+        raise Bad(f"expected a list of integers, found {bad!r:.40}")
+    return tuple(v)
+
+
 def convert_column(
     field: str, values: list[Any], text: bool, source: str, line_of: Callable[[int], str]
 ) -> Any:
-    """Column ``values`` (strings when ``text``, else JSON/Arrow values) to a typed array."""
+    """Column ``values`` (strings when ``text``, else JSON/Arrow values) to a typed array; a
+    list column to a list of tuples."""
+    if field in LIST_COLUMNS:
+        floats = field == "chunk_times_s"
+        rows: list[tuple[Any, ...]] = []
+        for i, v in enumerate(values):
+            try:
+                rows.append(_one_list(v, floats))
+            except Bad as exc:
+                raise TraceError(f"{source}: {line_of(i)}: field '{field}': {exc}") from None
+        return rows
     if field in INT_FIELDS:
         if text:
             try:
@@ -142,6 +175,8 @@ def build_trace(
         correct=conv.get("correct"),
         source=source,
         line_of=line_of,
+        replica=conv.get("replica"),
+        **{c: conv.get(c) for c in LIST_COLUMNS},
     )
 
 

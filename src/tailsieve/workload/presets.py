@@ -20,8 +20,8 @@ from pathlib import Path
 
 from tailsieve.errors import ConfigError
 from tailsieve.workload.calibrate import CalibrationTargets
-from tailsieve.workload.io import FORMATS, read_trace
-from tailsieve.workload.shipped import AIME_TRACE_PATH
+from tailsieve.workload.io import read_trace, trace_suffix
+from tailsieve.workload.shipped import AIME_TRACE_PATH, SHIPPED_MAX_TOKENS, SHIPPED_TRACES
 from tailsieve.workload.synthetic import SyntheticParams, SyntheticWorkload
 from tailsieve.workload.workload_model import ReplayWorkload, ResampleWorkload, Workload
 
@@ -97,6 +97,8 @@ def load_workload(
 
     * ``paper-math`` / ``aime-r1``: ``SyntheticWorkload`` with ``num_prompts`` prompts (``seed``);
     * ``aime``: the AIME trace shipped in the package (``workload/data``);
+    * ``smollm2-math``: the shipped SmolLM2-135M-Instruct math trace (two epochs, so a
+      ``ReplayWorkload``: step ``k`` replays epoch ``k mod 2``; ``max_tokens`` 1,024);
     * a ``.jsonl`` / ``.csv`` / ``.parquet`` path: one checkpoint => ``ResampleWorkload``
       (``drift_sigma_log``, drift seeded by ``seed``); several => ``ReplayWorkload``.
     """
@@ -104,10 +106,15 @@ def load_workload(
     if key in PRESETS:
         return SyntheticWorkload(PRESETS[key], num_prompts=num_prompts, seed=seed)
     path = aime_trace_path() if key == "aime" else Path(key)
-    if path.suffix.lower() not in FORMATS:
+    if key in SHIPPED_TRACES and key != "aime" and not path.exists():
+        path = SHIPPED_TRACES[key]
+        if not path.is_file():
+            raise ConfigError(f"shipped trace {key!r} missing from the installed package: {path}")
+        max_tokens = SHIPPED_MAX_TOKENS.get(key) if max_tokens is None else max_tokens
+    if not trace_suffix(path):
         raise ConfigError(
-            f"unknown workload {key!r}: not a preset ({', '.join(PRESETS)}, aime) "
-            "and not a .jsonl/.csv/.parquet trace path"
+            f"unknown workload {key!r}: not a preset ({', '.join(PRESETS)}, "
+            f"{', '.join(SHIPPED_TRACES)}) and not a .jsonl/.csv/.parquet trace path"
         )
     trace = read_trace(path)
     if trace.is_multi_checkpoint:

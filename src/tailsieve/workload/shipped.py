@@ -1,8 +1,14 @@
 """Traces shipped inside the package (``tailsieve/workload/data``; see its PROVENANCE.md).
 
-A shipped trace can be named instead of a path wherever a trace file is read: ``aime`` is
-DeepSeek-R1-Distill-Qwen-1.5B on 596 AIME problems x 8 samples (exact token counts, max 16,000,
-one checkpoint). A file of the same name in the working directory takes precedence.
+A shipped trace can be named instead of a path wherever a trace file is read:
+
+* ``aime``: DeepSeek-R1-Distill-Qwen-1.5B on 596 AIME problems x 8 samples (exact token counts,
+  max 16,000, one checkpoint);
+* ``smollm2-math``: SmolLM2-135M-Instruct on vLLM CPU, 128 of the shipped math word problems x
+  8 samples, two epochs (the trace's steps 0 and 1), natural EOS, temperature 1, max 1,024
+  tokens; recorded by ``tailsieve record run`` with token ids and streamed chunk times.
+
+A file of the same name in the working directory takes precedence.
 """
 
 from __future__ import annotations
@@ -11,12 +17,15 @@ from pathlib import Path
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 AIME_TRACE_PATH = DATA_DIR / "aime-r1distill-1.5b-lengths.csv"
+SMOLLM2_TRACE_PATH = DATA_DIR / "smollm2-135m-math.jsonl.gz"
 PROVENANCE_PATH = DATA_DIR / "PROVENANCE.md"
-SHIPPED_TRACES: dict[str, Path] = {"aime": AIME_TRACE_PATH}
+SHIPPED_TRACES: dict[str, Path] = {"aime": AIME_TRACE_PATH, "smollm2-math": SMOLLM2_TRACE_PATH}
+SHIPPED_MAX_TOKENS: dict[str, int] = {"smollm2-math": 1024}  # the recording's cap
 
 
 def resolve_trace_path(path: str | Path) -> Path:
-    """``path`` itself, or the shipped trace it names (``aime``) when no such file exists."""
+    """``path`` itself, or the shipped trace it names (``aime``, ``smollm2-math``) when no
+    such file exists."""
     p = Path(path)
     if not p.exists() and str(path) in SHIPPED_TRACES:
         return SHIPPED_TRACES[str(path)]

@@ -1,8 +1,16 @@
 """The length-trace schema: one row per generated response, stored column-wise.
 
 A row is ``(prompt_id, step, sample, response_tokens[, prompt_tokens, finish_reason,
-correct])``. ``step`` is the policy checkpoint (0 when a file has no such column), ``sample`` the
-index of the response inside its prompt group. ``(prompt_id, step, sample)`` must be unique.
+correct, replica, token_ids, chunk_times_s, chunk_tokens])``. ``step`` is the policy checkpoint
+(0 when a file has no such column), ``sample`` the index of the response inside its prompt
+group. ``(prompt_id, step, sample)`` must be unique.
+
+Recorded rollouts (``tailsieve record``) add ``replica`` (the server that generated the
+response, an index into the recording's endpoints), ``token_ids`` (the generated token ids;
+as many as ``response_tokens``) and, when streamed, ``chunk_times_s`` (arrival of each streamed
+chunk, seconds after the request was sent; non-decreasing) with ``chunk_tokens`` (tokens
+generated after each chunk; non-decreasing, the last equal to ``response_tokens``). These list
+columns are dropped when lengths are rewritten (``with_lengths``): they would no longer match.
 """
 
 from __future__ import annotations
@@ -15,13 +23,17 @@ import numpy as np
 import numpy.typing as npt
 
 from tailsieve.errors import TraceError
+from tailsieve.workload.trace_lists import list_array, validate_lists
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 ObjArray = npt.NDArray[np.object_]
 
 REQUIRED_COLUMNS: tuple[str, ...] = ("prompt_id", "sample", "response_tokens")
-OPTIONAL_COLUMNS: tuple[str, ...] = ("step", "prompt_tokens", "finish_reason", "correct")
+LIST_COLUMNS: tuple[str, ...] = ("token_ids", "chunk_times_s", "chunk_tokens")
+OPTIONAL_COLUMNS: tuple[str, ...] = (
+    "step", "prompt_tokens", "finish_reason", "correct", "replica", *LIST_COLUMNS
+)
 ALL_COLUMNS: tuple[str, ...] = (
     "prompt_id",
     "step",
@@ -30,7 +42,10 @@ ALL_COLUMNS: tuple[str, ...] = (
     "prompt_tokens",
     "finish_reason",
     "correct",
+    "replica",
+    *LIST_COLUMNS,
 )
+EXTRA_COLUMNS: tuple[str, ...] = ALL_COLUMNS[4:]  # optional columns after the key and length
 
 
 def _int_array(values: Any) -> IntArray:
@@ -55,6 +70,10 @@ class Trace:
     finish_reason: ObjArray | None = None
     correct: BoolArray | None = None
     source: str = field(default="<memory>")
+    replica: IntArray | None = None
+    token_ids: ObjArray | None = None  # per row a tuple of ints
+    chunk_times_s: ObjArray | None = None  # per row a tuple of floats
+    chunk_tokens: ObjArray | None = None  # per row a tuple of ints
 
     @classmethod
     def from_columns(
@@ -68,11 +87,16 @@ class Trace:
         correct: npt.ArrayLike | None = None,
         source: str = "<memory>",
         line_of: Callable[[int], str] | None = None,
+        replica: npt.ArrayLike | None = None,
+        token_ids: Sequence[Sequence[int]] | None = None,
+        chunk_times_s: Sequence[Sequence[float]] | None = None,
+        chunk_tokens: Sequence[Sequence[int]] | None = None,
     ) -> Trace:
         """Build and validate a trace from equal-length columns.
 
         ``sample`` defaults to the position inside each (prompt, step) group and ``step`` to 0.
-        ``line_of(i)`` names row ``i`` in error messages (default ``row i+1``).
+        ``line_of(i)`` names row ``i`` in error messages (default ``row i+1``). The list
+        columns take one sequence per row.
         """
         ids = prompt_id if isinstance(prompt_id, list) else np.asarray(prompt_id, dtype=object)
         ids = ids.tolist() if isinstance(ids, np.ndarray) else ids
@@ -91,6 +115,10 @@ class Trace:
             correct,
             source,
             line_of,
+            replica,
+            token_ids,
+            chunk_times_s,
+            chunk_tokens,
         )
 
     @classmethod
@@ -106,6 +134,10 @@ class Trace:
         correct: npt.ArrayLike | None = None,
         source: str = "<memory>",
         line_of: Callable[[int], str] | None = None,
+        replica: npt.ArrayLike | None = None,
+        token_ids: Sequence[Sequence[int]] | None = None,
+        chunk_times_s: Sequence[Sequence[float]] | None = None,
+        chunk_tokens: Sequence[Sequence[int]] | None = None,
     ) -> Trace:
         """Like ``from_columns`` with prompts given as codes into ``prompt_names``."""
         codes = _int_array(prompt_codes)
@@ -123,6 +155,10 @@ class Trace:
             finish_reason=None if finish_reason is None else _str_array(finish_reason),
             correct=None if correct is None else np.asarray(correct, dtype=np.bool_),
             source=source,
+            replica=None if replica is None else _int_array(replica),
+            token_ids=None if token_ids is None else list_array(token_ids, int),
+            chunk_times_s=None if chunk_times_s is None else list_array(chunk_times_s, float),
+            chunk_tokens=None if chunk_tokens is None else list_array(chunk_tokens, int),
         )
         trace.validate(line_of)
         return trace
@@ -139,6 +175,7 @@ class Trace:
             ("sample", self.sample),
             ("response_tokens", self.response_tokens),
             ("prompt_tokens", self.prompt_tokens),
+            ("replica", self.replica),
         ]
         for name, arr in cols:
             if arr is None:
@@ -151,9 +188,11 @@ class Trace:
                 raise TraceError(
                     f"{self.source}: {where(i)}: field '{name}': negative value {int(arr[i])}"
                 )
-        for name, other in (("finish_reason", self.finish_reason), ("correct", self.correct)):
+        for name, other in (("finish_reason", self.finish_reason), ("correct", self.correct),
+                            *((c, getattr(self, c)) for c in LIST_COLUMNS)):
             if other is not None and other.size != n:
                 raise TraceError(f"{self.source}: column '{name}' has {other.size} rows, not {n}")
+        validate_lists(self, where)
         key = np.stack([self.prompt_codes, self.step, self.sample], axis=1)
         order = np.lexsort((self.sample, self.step, self.prompt_codes))
         sk = key[order]
@@ -199,7 +238,7 @@ class Trace:
             "sample": self.sample,
             "response_tokens": self.response_tokens,
         }
-        for name in ("prompt_tokens", "finish_reason", "correct"):
+        for name in EXTRA_COLUMNS:
             val = getattr(self, name)
             if val is not None:
                 out[name] = val
@@ -231,14 +270,21 @@ class Trace:
             prompt_tokens=None if self.prompt_tokens is None else self.prompt_tokens[m],
             finish_reason=None if self.finish_reason is None else self.finish_reason[m],
             correct=None if self.correct is None else self.correct[m],
+            replica=None if self.replica is None else self.replica[m],
+            token_ids=None if self.token_ids is None else self.token_ids[m],
+            chunk_times_s=None if self.chunk_times_s is None else self.chunk_times_s[m],
+            chunk_tokens=None if self.chunk_tokens is None else self.chunk_tokens[m],
         )
 
     def with_lengths(self, response_tokens: npt.ArrayLike) -> Trace:
-        """A copy with new response lengths (same keys and other columns)."""
+        """A copy with new response lengths (same keys and other columns, except the list
+        columns -- token ids, chunks -- which would no longer match and are dropped)."""
         arr = _int_array(response_tokens)
         if arr.shape != self.response_tokens.shape:
             raise TraceError(f"{self.source}: new lengths have shape {arr.shape}")
-        return replace(self, response_tokens=arr)
+        return replace(
+            self, response_tokens=arr, token_ids=None, chunk_times_s=None, chunk_tokens=None
+        )
 
     def cell_index(self) -> tuple[IntArray, IntArray, IntArray]:
         """``(cell_prompt, cell_step, row_cell)``: distinct (prompt, step) cells, and each row's

@@ -263,7 +263,11 @@ def response(
 ) -> dict[str, Any]:
     """The full non-streaming response body."""
     obj = "chat.completion" if req.kind == "chat" else "text_completion"
+    top: dict[str, Any] = {}
+    if req.kind == "chat" and req.return_token_ids:  # vLLM: once per request, not per choice
+        top["prompt_token_ids"] = list(req.prompt_ids[0])
     return {
+        **top,
         "id": rid,
         "object": obj,
         "created": created,
@@ -302,6 +306,8 @@ def chunk(
             "logprobs": lp,
             "finish_reason": finish_reason,
         }
+        if req.return_token_ids:  # as vLLM's chat stream (checked on 0.32)
+            ch["token_ids"] = [FILLER_TOKEN_ID] * count
         obj = "chat.completion.chunk"
     else:
         lp = (
@@ -319,7 +325,10 @@ def chunk(
         if req.return_token_ids:
             ch["token_ids"] = [FILLER_TOKEN_ID] * count
         obj = "text_completion"
-    return {"id": rid, "object": obj, "created": created, "model": model, "choices": [ch]}
+    out = {"id": rid, "object": obj, "created": created, "model": model, "choices": [ch]}
+    if req.kind == "chat" and first and index == 0 and req.return_token_ids:
+        out["prompt_token_ids"] = list(req.prompt_ids[0])  # vLLM: once, in the first chunk
+    return out
 
 
 def usage_chunk(

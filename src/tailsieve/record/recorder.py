@@ -1,0 +1,308 @@
+"""The rollout recorder: real prompt groups on live servers, written as a length trace.
+
+It drives the live runtime (``TailSieveRollout`` with policy ``uniform-requests``: each
+response dealt round-robin on its own, no cutoff, no moves, no continuation), so a recorded
+response is exactly one uninterrupted request that ended on the model's own EOS (or at
+``max_tokens``): nothing is forced (no ``ignore_eos``). Every prompt of an epoch runs once per
+epoch; epoch ``e`` is the trace's ``step`` ``e``.
+
+Seeds: with ``seed`` set, sample ``i`` of prompt ``k`` (in file order) in epoch ``e`` is sampled
+with the per-request seed ``seed + (e * P + k) * n + i`` (``P`` prompts, ``n`` per group), so
+no two requests share one. vLLM is not batch-invariant, so a rerun is not token-identical even
+with the same seeds (numerics depend on the batch a request ran in). The default is unseeded:
+vLLM CPU 0.32 kills its engine when a seeded request's prefill is split into chunks under load
+(``RuntimeError: CPU Generator does not use offset`` in ``gpu_model_runner._bookkeeping_sync``),
+which a recording of a thousand concurrent requests triggers within a minute.
+
+Per response the trace holds: ``prompt_id``, ``step`` (epoch), ``sample``, ``response_tokens``,
+``prompt_tokens`` (as the server tokenized the prompt, chat template applied), ``finish_reason``,
+``correct`` (when the prompt has an ``answer``), ``replica`` (index into the endpoints),
+``token_ids`` and, when streamed, ``chunk_times_s`` / ``chunk_tokens``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from tailsieve.errors import ConfigError, ReplicaError
+from tailsieve.record.math_problems import check_answer
+from tailsieve.record.prompt_file import PromptSet
+from tailsieve.runtime import event_loop
+from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
+from tailsieve.runtime.lean_http import LeanTransport
+from tailsieve.runtime.rollout import RolloutBatch, RolloutConfig, TailSieveRollout
+from tailsieve.runtime.transport import Transport
+from tailsieve.workload.io import trace_suffix, write_trace
+from tailsieve.workload.trace import Trace
+
+MAX_SEED = 2**63 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class RecordConfig:
+    """Settings of one recording (sampling as the run uses it; validated here)."""
+
+    group_size: int = 8  # n: samples per prompt and epoch
+    num_epochs: int = 1  # each epoch runs every prompt once (the trace's step = epoch)
+    groups_per_step: int | None = None  # prompts per rollout step; None: a whole epoch at once
+    backend: Backend = Backend.VLLM_CHAT  # vllm-chat applies the model's chat template
+    model: str | None = None  # served model name; None: the one the servers serve
+    max_tokens: int = 1024
+    temperature: float = 1.0
+    top_p: float | None = None
+    seed: int | None = None  # base per-request seed (module doc); None: unseeded (see there)
+    stream: bool = False  # streamed: per-chunk arrival times are recorded
+    stream_interval: int | None = None  # streamed vLLM: tokens per chunk
+    request_timeout_s: float | None = 3600.0
+    max_retries: int = 3
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "backend", Backend(self.backend))
+        for name in ("group_size", "num_epochs", "max_tokens"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.groups_per_step is not None and self.groups_per_step < 1:
+            raise ConfigError(f"groups_per_step must be >= 1, got {self.groups_per_step}")
+        if not (math.isfinite(self.temperature) and 0 <= self.temperature <= 10):
+            raise ConfigError(f"temperature must be in [0, 10], got {self.temperature}")
+        if self.top_p is not None and not 0 < self.top_p <= 1:
+            raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.seed is not None and not 0 <= self.seed <= MAX_SEED:
+            raise ConfigError(f"seed must be in [0, 2**63 - 1], got {self.seed}")
+        if self.stream_interval is not None and (self.stream_interval < 1 or not self.stream):
+            raise ConfigError("stream_interval must be >= 1 and needs stream=True")
+        if self.request_timeout_s is not None and self.request_timeout_s <= 0:
+            raise ConfigError(f"request_timeout_s must be > 0, got {self.request_timeout_s}")
+        if self.max_retries < 0:
+            raise ConfigError(f"max_retries must be >= 0, got {self.max_retries}")
+
+    def sampling(self) -> SamplingParams:
+        return SamplingParams(
+            max_tokens=self.max_tokens, temperature=self.temperature, top_p=self.top_p
+        )
+
+    def request_seed(self, epoch: int, prompt_index: int, num_prompts: int) -> int | None:
+        """Seed of sample 0 of a prompt in an epoch (sample ``i`` adds ``i``)."""
+        if self.seed is None:
+            return None
+        s = self.seed + (epoch * num_prompts + prompt_index) * self.group_size
+        if s + self.group_size - 1 > MAX_SEED:
+            raise ConfigError(f"seed {self.seed} too large for this many requests")
+        return s
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    """What one rollout step of the recording took."""
+
+    epoch: int
+    step: int  # rollout step index (over the whole recording)
+    num_groups: int
+    wall_s: float
+    makespan_s: float
+    generated_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Recording:
+    """The recorded trace and how it was made (``info``: JSON-safe settings and context)."""
+
+    trace: Trace
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def write(self, path: str | Path) -> Path:
+        """Write the trace (format by suffix) and ``<path>.info.json`` beside it; returns the
+        info file's path."""
+        p = Path(path)
+        write_trace(self.trace, p)
+        info_path = p.with_name(p.name + ".info.json")
+        info_path.write_text(json.dumps(self.info, indent=2) + "\n")
+        return info_path
+
+
+@dataclass(slots=True)
+class _Rows:
+    """Trace columns being filled."""
+
+    prompt_id: list[str] = field(default_factory=list)
+    step: list[int] = field(default_factory=list)
+    sample: list[int] = field(default_factory=list)
+    response_tokens: list[int] = field(default_factory=list)
+    prompt_tokens: list[int] = field(default_factory=list)
+    finish_reason: list[str] = field(default_factory=list)
+    correct: list[bool] = field(default_factory=list)
+    replica: list[int] = field(default_factory=list)
+    token_ids: list[tuple[int, ...]] = field(default_factory=list)
+    chunk_times_s: list[tuple[float, ...]] = field(default_factory=list)
+    chunk_tokens: list[tuple[int, ...]] = field(default_factory=list)
+    missing: set[str] = field(default_factory=set)  # columns some response did not give
+
+    def add(self, batch: RolloutBatch, epoch: int, answers: dict[str, float]) -> None:
+        for g in batch.groups:
+            for i, r in enumerate(g.responses):
+                self.prompt_id.append(g.prompt_id)
+                self.step.append(epoch)
+                self.sample.append(i)
+                self.response_tokens.append(r.num_tokens)
+                self.finish_reason.append(r.finish_reason)
+                self.replica.append(g.response_replica(i))
+                self._opt("prompt_tokens", r.prompt_token_ids, len)
+                self._opt("token_ids", r.token_ids, tuple)
+                self._opt("chunk_times_s", r.chunk_times_s, tuple)
+                self._opt("chunk_tokens", r.chunk_tokens, tuple)
+                if g.prompt_id in answers:
+                    self.correct.append(check_answer(r.text, answers[g.prompt_id]))
+                else:
+                    self.missing.add("correct")
+
+    def _opt(self, name: str, value: Any, conv: Callable[[Any], Any]) -> None:
+        if value is None:
+            self.missing.add(name)
+        else:
+            getattr(self, name).append(conv(value))
+
+    def trace(self, source: str) -> Trace:
+        cols = {
+            c: getattr(self, c)
+            for c in ("prompt_tokens", "correct", "token_ids", "chunk_times_s", "chunk_tokens")
+            if c not in self.missing
+        }
+        return Trace.from_columns(
+            prompt_id=self.prompt_id,
+            response_tokens=self.response_tokens,
+            sample=self.sample,
+            step=self.step,
+            finish_reason=self.finish_reason,
+            replica=self.replica,
+            source=source,
+            **cols,
+        )
+
+
+async def record_rollouts(
+    endpoints: Sequence[str],
+    prompts: PromptSet | Sequence[PromptInput],
+    config: RecordConfig,
+    *,
+    transport: Transport | None = None,
+    on_step: Callable[[StepRecord], None] | None = None,
+) -> Recording:
+    """Run every prompt ``config.num_epochs`` times as groups of ``config.group_size`` on the
+    servers at ``endpoints`` and return the recorded trace (see the module doc).
+
+    Raises ``ReplicaError`` when a server does not answer ``/health`` at the start (all must),
+    ``ConfigError`` for settings that do not fit the prompts."""
+    pset = prompts if isinstance(prompts, PromptSet) else PromptSet(tuple(prompts), {}, "<api>")
+    if not endpoints:
+        raise ConfigError("need at least one endpoint")
+    num = len(pset.prompts)
+    if num == 0:
+        raise ConfigError("no prompts to record")
+    if len({p.prompt_id for p in pset.prompts}) != num:
+        raise ConfigError("prompt ids must be unique")
+    per_step = config.groups_per_step or num
+    if num % per_step:
+        raise ConfigError(f"groups_per_step {per_step} must divide the {num} prompts")
+    rcfg = RolloutConfig(
+        num_groups=per_step,
+        group_size=config.group_size,
+        policy="uniform-requests",
+        backend=config.backend,
+        model=config.model,
+        sampling=config.sampling(),
+        split_groups=True,
+        stream=config.stream,
+        stream_interval=config.stream_interval,
+        request_timeout_s=config.request_timeout_s,
+        max_retries=config.max_retries,
+        return_token_ids=True,
+        continuation=False,
+        rebalance=False,
+    )
+    rows = _Rows()
+    steps: list[StepRecord] = []
+    started = datetime.datetime.now(datetime.UTC)
+    t0 = time.perf_counter()
+    async with TailSieveRollout(endpoints, rcfg, transport=transport) as ro:
+        down = [r for r in ro.executor.replicas if not r.healthy]
+        if down:
+            raise ReplicaError(
+                "a recording needs every server: "
+                + "; ".join(f"{r.url} does not answer /health ({r.reason})" for r in down)
+            )
+        model = ro.executor.config.model
+        for epoch in range(config.num_epochs):
+            for start in range(0, num, per_step):
+                chunk = [
+                    replace(p, seed=config.request_seed(epoch, k, num))
+                    for k, p in enumerate(pset.prompts[start : start + per_step], start)
+                ]
+                batch = await ro.step(chunk)
+                if ro.num_carried or len(batch.groups) != per_step:  # uniform-requests: never
+                    raise ReplicaError(f"step {batch.step} did not deliver every group")
+                rows.add(batch, epoch, pset.answers)
+                rec = StepRecord(
+                    epoch, batch.step, len(batch.groups), batch.metrics.wall_s,
+                    batch.metrics.makespan_s, batch.metrics.generated_tokens,
+                )  # fmt: skip
+                steps.append(rec)
+                if on_step is not None:
+                    on_step(rec)
+    wall_s = time.perf_counter() - t0
+    versions = await _server_versions(endpoints, transport)
+    info = {
+        "prompts": pset.source,
+        "num_prompts": num,
+        "endpoints": list(endpoints),
+        "served_model": model,
+        "server_versions": versions,
+        "config": {k: (v.value if isinstance(v, Backend) else v) for k, v in
+                   asdict(config).items()},
+        "seed_rule": "sample i of prompt k in epoch e: seed + (e * num_prompts + k) * "
+                     "group_size + i",
+        "started_utc": started.isoformat(timespec="seconds"),
+        "wall_s": wall_s,
+        "steps": [asdict(s) for s in steps],
+    }
+    return Recording(rows.trace(f"<recording of {pset.source}>"), info)
+
+
+async def _server_versions(endpoints: Sequence[str], transport: Transport | None) -> list[str]:
+    """``GET /version`` of each server (vLLM: ``{"version": ...}``); ``"unknown"`` when absent."""
+    t = transport or LeanTransport()
+    out: list[str] = []
+    try:
+        for url in endpoints:
+            try:
+                status, body = await t.get(url.rstrip("/") + "/version", 5.0)
+                out.append(str(json.loads(body).get("version")) if status == 200 else "unknown")
+            except (ReplicaError, ValueError, AttributeError):
+                out.append("unknown")
+    finally:
+        if transport is None:
+            await t.aclose()
+    return out
+
+
+def record(
+    endpoints: Sequence[str],
+    prompts: PromptSet | Sequence[PromptInput],
+    config: RecordConfig,
+    out: str | Path | None = None,
+    on_step: Callable[[StepRecord], None] | None = None,
+) -> Recording:
+    """Blocking ``record_rollouts``; with ``out`` also writes the trace and its info file."""
+    if out is not None and not trace_suffix(out):
+        raise ConfigError(f"{out}: the trace file needs a suffix .jsonl, .jsonl.gz, .csv, "
+                          ".csv.gz or .parquet")
+    rec = event_loop.run(record_rollouts(endpoints, prompts, config, on_step=on_step))
+    if out is not None:
+        rec.write(out)
+    return rec
