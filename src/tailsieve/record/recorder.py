@@ -223,8 +223,7 @@ async def record_rollouts(
         request_timeout_s=config.request_timeout_s,
         max_retries=config.max_retries,
         return_token_ids=True,
-        continuation=False,
-        rebalance=False,
+        moves=False,  # one uninterrupted request per response (what is recorded)
     )
     rows = _Rows()
     steps: list[StepRecord] = []
