@@ -23,7 +23,7 @@ from tailsieve.runtime.stub import StubTransport
 MODEL = "tailsieve-emulated"
 
 
-@pytest.mark.parametrize("backend", [Backend.VLLM, Backend.SGLANG])
+@pytest.mark.parametrize("backend", [Backend.VLLM, Backend.SGLANG, Backend.VLLM_CHAT])
 def test_defaults_move_on_backends_that_continue(backend: Backend) -> None:
     cfg = RolloutConfig(num_groups=4, backend=backend)
     assert cfg.moves and cfg.moves_active and cfg.moves_off_reason is None
@@ -32,7 +32,12 @@ def test_defaults_move_on_backends_that_continue(backend: Backend) -> None:
     assert ex.continuation
     # vLLM without streaming: a move waits for the running piece's end, so pieces are bounded;
     # SGLang aborts the running request by id and keeps its output: one piece until moved
-    assert ex.piece_tokens == (MOVE_PIECE_TOKENS if backend is Backend.VLLM else None)
+    assert ex.piece_tokens == (None if backend is Backend.SGLANG else MOVE_PIECE_TOKENS)
+    # chat prompts go as token ids on the completions API, where a response can be continued
+    assert cfg.chat_as_tokens == (backend is Backend.VLLM_CHAT)
+    assert ex.backend is (Backend.VLLM if backend is Backend.VLLM_CHAT else backend)
+    plain = RolloutConfig(num_groups=4, backend=backend, moves=False)
+    assert not plain.chat_as_tokens and plain.executor_config().backend is backend
     streamed = RolloutConfig(num_groups=4, backend=backend, stream=True)
     assert streamed.moves_active and streamed.piece_tokens is None
 
@@ -53,7 +58,6 @@ def test_no_moves_means_no_continuation_and_plain_requests() -> None:
     [
         ({"policy": "uniform-requests"}, "does not move"),
         ({"policy": "uniform"}, "does not move"),
-        ({"backend": Backend.VLLM_CHAT}, "cannot continue a response"),
         ({"sampling": SamplingParams(presence_penalty=0.5)}, "presence_penalty=0.5"),
         ({"backend": Backend.SGLANG, "sampling": SamplingParams(stop=("</answer>",))},
          "stop strings on SGLang"),
@@ -98,6 +102,8 @@ def _lengths() -> ReplayLengths:
 
 
 async def _run(backend: Backend, moves: bool, steps: int = 4) -> list[StepMetrics]:
+    """Steps of a skewed workload on three emulated replicas (one at half speed); every group
+    delivered once with its forced lengths. vllm-chat prompts are messages."""
     rl = _lengths()
     cfgs = [EmulatorConfig.from_profile("cpu", time_scale=0.5, seed=i, model_name=MODEL,
                                         slowdown=2.0 if i == 0 else 1.0) for i in range(3)]
@@ -109,7 +115,10 @@ async def _run(backend: Backend, moves: bool, steps: int = 4) -> list[StepMetric
                             controller={"seam_s": 0.0})
         ro = await stack.enter_async_context(TailSieveRollout([s.url for s in servers], cfg))
         # SGLang does not echo a text prompt's token ids: a continuation needs them
-        source = [PromptInput(p.prompt_id, token_ids=(1, 2, 3, i)) for i, p in enumerate(rl.prompts())]
+        chat = backend is Backend.VLLM_CHAT
+        source = [PromptInput(p.prompt_id, messages=({"role": "user", "content": f"Solve {i}."},))
+                  if chat else PromptInput(p.prompt_id, token_ids=(1, 2, 3, i))
+                  for i, p in enumerate(rl.prompts())]
         seen: set[str] = set()
         for _ in range(steps):
             need = ro.num_fresh_needed()
@@ -124,7 +133,7 @@ async def _run(backend: Backend, moves: bool, steps: int = 4) -> list[StepMetric
     return out
 
 
-@pytest.mark.parametrize("backend", [Backend.VLLM, Backend.SGLANG])
+@pytest.mark.parametrize("backend", [Backend.VLLM, Backend.SGLANG, Backend.VLLM_CHAT])
 async def test_api_rollout_moves_by_default(backend: Backend) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no seed: no warning about seeds across seams
@@ -176,3 +185,25 @@ def test_cli_rollout_moves_by_default(slow_fleet: EmulatorFleet, tmp_path: Path,
     assert off["num_moves"] == 0
     steps = [json.loads(x) for x in (tmp_path / "off" / "steps.jsonl").read_text().splitlines()]
     assert not any(s["moves"] for s in steps)
+
+
+async def test_chat_prompts_are_tokenized_by_the_server_and_a_failure_is_named() -> None:
+    """``/tokenize`` gives a chat prompt the ids the chat endpoint would generate from; a
+    server that cannot tokenize is named in one line."""
+    from tailsieve.errors import ReplicaError
+    from tailsieve.runtime.chat_tokens import tokenize_messages
+    from tailsieve.runtime.emulator.protocol import _chat_ids
+    from tailsieve.runtime.lean_http import LeanTransport
+
+    msgs = ({"role": "user", "content": "What is 2 + 3?"},)
+    t = LeanTransport()
+    try:
+        async with EmulatorServer(EmulatorConfig.from_profile("cpu", model_name=MODEL)) as s:
+            got = await tokenize_messages(t, s.url, MODEL, PromptInput("a", messages=msgs))
+            assert got.messages is None and got.token_ids == _chat_ids(list(msgs))[0]
+            same = await tokenize_messages(t, s.url, MODEL, PromptInput("b", token_ids=(5,)))
+            assert same.token_ids == (5,)
+        with pytest.raises(ReplicaError, match="tokenize chat prompt 'a'"):
+            await tokenize_messages(t, s.url, MODEL, PromptInput("a", messages=msgs))
+    finally:
+        await t.aclose()

@@ -37,6 +37,7 @@ from tailsieve.runtime.attempt import (
 from tailsieve.runtime.backends import PromptInput, Response, with_encoded_ids
 from tailsieve.runtime.chain import SEED_WARNING, ResponseChain, check_continuable
 from tailsieve.runtime.chain_attempt import ChainedAttempt
+from tailsieve.runtime.chat_tokens import tokenize_all
 from tailsieve.runtime.lean_http import LeanTransport
 from tailsieve.runtime.rebalancer import LiveRebalancer, LiveResponse, MoveTally
 from tailsieve.runtime.running_index import RunningIndex
@@ -210,6 +211,20 @@ class LiveExecutor:
         )
         self.config = replace(self.config, model=name)
         return name
+
+    async def chat_as_tokens(self, prompts: Mapping[str, PromptInput]) -> dict[str, PromptInput]:
+        """``prompts`` with every chat prompt replaced by the token ids a healthy replica's
+        ``/tokenize`` gives its messages (``runtime.chat_tokens``)."""
+        if all(p.messages is None for p in prompts.values()):
+            return dict(prompts)
+        if not any(self.healthy):
+            await self.probe()
+        urls = [r.url for r in self.replicas if r.healthy]
+        if not urls:
+            raise StepFailedError("no healthy replica to tokenize the chat prompts")
+        model = await self.resolve_model()
+        out = await tokenize_all(self._transport, urls[0], model, list(prompts.values()))
+        return {p.prompt_id: p for p in out}
 
     async def run(
         self,

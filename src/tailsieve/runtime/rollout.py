@@ -46,7 +46,8 @@ PromptLike = PromptInput | dict[str, Any]
 MOVE_PIECE_TOKENS = 512  # default piece cap when moves need pieces (vLLM, unstreamed): the best
 # of 128-8,192 in the simulator (qwen3-4b-h100, paper-math, R = 8, 50 ms seams, moves deferred)
 MOVING_POLICIES = ("tailsieve",)  # policies whose controller moves running responses
-CONTINUABLE_BACKENDS = (Backend.VLLM, Backend.SGLANG)  # a response can be sent on as token ids
+CONTINUABLE_BACKENDS = (Backend.VLLM, Backend.VLLM_CHAT, Backend.SGLANG)  # a response can be
+# sent on as token ids (vllm-chat: its prompts are tokenized by the server, runtime.chat_tokens)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +59,10 @@ class RolloutConfig:
     a step runs (continuation; vLLM without streaming in pieces of ``MOVE_PIECE_TOKENS``), and
     the controller's balance gate switches them off for steps where they are not measured to
     pay. ``moves=False`` turns them off: every response is one request, dealt round-robin.
-    Where moves cannot run (another policy, the chat API, a history-dependent penalty) they
-    are off and ``moves_off_reason`` says why.
+    Where moves cannot run (another policy, a history-dependent penalty, stop strings on
+    SGLang) they are off and ``moves_off_reason`` says why. With moves on, ``vllm-chat``
+    prompts are sent as the token ids the server's ``/tokenize`` gives their messages, on the
+    completions API (``runtime.chat_tokens``; the same template, the same sampling).
     """
 
     num_groups: int  # N: groups per delivered batch
@@ -98,7 +101,7 @@ class RolloutConfig:
                 f"continuation=True); moves are off: {why}"
             )
         if (self.moves_active and self.piece_tokens is None and not self.stream
-                and self.backend is Backend.VLLM):
+                and self.backend is not Backend.SGLANG):
             # a move of an unstreamed vLLM piece waits for the piece's end: bound the pieces
             object.__setattr__(self, "piece_tokens", MOVE_PIECE_TOKENS)
 
@@ -110,9 +113,7 @@ class RolloutConfig:
         if self.policy not in MOVING_POLICIES:
             return f"policy {self.policy!r} does not move responses (only {MOVING_POLICIES[0]})"
         if self.backend not in CONTINUABLE_BACKENDS:
-            return (f"backend {self.backend.value!r} cannot continue a response (its API takes "
-                    "messages, not token ids): use backend 'vllm' with the chat template "
-                    "applied")
+            return f"backend {self.backend.value!r} cannot continue a response"
         bad = penalties_of(self.sampling)
         if bad:
             return (f"{', '.join(bad)} depends on the tokens generated so far, which a "
@@ -129,9 +130,14 @@ class RolloutConfig:
         """Whether running responses move (``moves`` on and nothing in the way)."""
         return self.moves_off_reason is None
 
+    @property
+    def chat_as_tokens(self) -> bool:
+        """Chat prompts go as token ids on the completions API (vllm-chat with continuation)."""
+        return self.backend is Backend.VLLM_CHAT and bool(self.continuation)
+
     def executor_config(self) -> ExecutorConfig:
         return ExecutorConfig(
-            backend=self.backend,
+            backend=Backend.VLLM if self.chat_as_tokens else self.backend,
             model=self.model,
             sampling=self.sampling,
             split_groups=self.split_groups,
@@ -320,6 +326,8 @@ class TailSieveRollout:
         by_id: dict[str, PromptInput] = dict(self._carried)
         plan = self.protocol.plan_step(PromptStream(self._draw(by_id)), flush=flush)
         try:
+            if self.config.chat_as_tokens:
+                by_id = await self.executor.chat_as_tokens(by_id)
             result = await self.executor.run(plan, by_id, active)
         except BaseException:
             # the step failed: put its fresh prompts back in front of the queue, in order

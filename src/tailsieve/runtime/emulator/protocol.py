@@ -115,6 +115,16 @@ def _chat_ids(messages: Any) -> tuple[tuple[int, ...], ...]:
     return ((PROMPT_TOKEN_ID,) * total,)
 
 
+def tokenize_ids(body: dict[str, Any]) -> tuple[int, ...]:
+    """The ids of a ``/tokenize`` body: its ``messages`` as the chat endpoint sees them, or
+    its ``prompt`` as the completions endpoint does."""
+    if "messages" in body:
+        return _chat_ids(body["messages"])[0]
+    if "prompt" in body and isinstance(body["prompt"], str):
+        return text_ids(body["prompt"])
+    raise BadRequest("give 'prompt' (a string) or 'messages'")
+
+
 def parse_request(body: Any, kind: Kind, model_name: str, max_model_len: int) -> GenRequest:
     """Validate a request body like vLLM does (the subset the emulator needs)."""
     if not isinstance(body, dict):

@@ -1,6 +1,6 @@
 """The emulated vLLM replica: an aiohttp server over an ``EngineDriver``.
 
-Endpoints: POST /v1/completions, POST /v1/chat/completions (JSON or SSE), GET /v1/models,
+Endpoints: POST /v1/completions, POST /v1/chat/completions (JSON or SSE), POST /tokenize, GET /v1/models,
 GET /health, GET /version, GET /metrics; SGLang's native POST /generate and POST /abort_request
 (``emulator.sglang``). A client that closes its connection aborts its
 sequences (the app runs with ``handler_cancellation=True``, so aiohttp cancels the handler).
@@ -73,6 +73,7 @@ class EmulatorServer:
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/generate", self._sglang_generate)
         app.router.add_post("/abort_request", self._sglang_abort)
+        app.router.add_post("/tokenize", self._tokenize)
         app.router.add_get("/health", self._health)
         app.router.add_get("/version", self._version)
         app.router.add_get("/load", self._load)
@@ -366,6 +367,22 @@ class EmulatorServer:
             if body.get("abort_all") or key == rid:
                 ev.set()
         return web.Response(status=200)
+
+    async def _tokenize(self, request: web.Request) -> web.Response:
+        """vLLM's ``POST /tokenize``: ``{prompt}`` or ``{messages}`` (the chat template applied)
+        -> ``{tokens, count, max_model_len}``, the ids the generation endpoints give them."""
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return self._error("request body is not valid JSON", "BadRequestError", 400)
+        try:
+            if not isinstance(body, dict):
+                raise P.BadRequest("request body must be a JSON object")
+            ids = P.tokenize_ids(body)
+        except P.BadRequest as exc:
+            return self._error(str(exc), "BadRequestError", 400)
+        return web.json_response({"tokens": list(ids), "count": len(ids),
+                                  "max_model_len": self.config.max_model_len})
 
     async def _models(self, request: web.Request) -> web.Response:
         name = self.config.model_name
