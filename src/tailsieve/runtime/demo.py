@@ -220,16 +220,17 @@ async def run_interleaved(
                 lane.lengths.step = t
                 need = lane.ro.num_fresh_needed()
                 batch = await lane.ro.step([next(lane.prompts) for _ in range(need)])
-                _record(lane.result, batch)
+                record_batch(lane.result, batch)
         for lane in lanes.values():
             lane.lengths.step = cfg.steps + 1
             last = await lane.ro.flush()
             if last is not None:
-                _record(lane.result, last)
+                record_batch(lane.result, last)
     return {p: lane.result for p, lane in lanes.items()}
 
 
-def _record(res: PolicyResult, batch: RolloutBatch) -> None:
+def record_batch(res: PolicyResult, batch: RolloutBatch) -> None:
+    """Add one delivered batch to a policy's record."""
     res.metrics.append(batch.metrics)
     if batch.timeline is not None:
         res.timelines.append(batch.timeline)
@@ -291,11 +292,15 @@ def timeline_step(results: dict[str, PolicyResult], last_step: int) -> int | Non
     return max(pick) if pick else None
 
 
-def write_run(cfg: DemoConfig, results: dict[str, PolicyResult]) -> None:
-    """``demo.json`` (settings + summaries), ``steps.jsonl``, ``timelines.json``, ``batches/``."""
+def write_run(cfg: Any, results: dict[str, PolicyResult],
+              extra: dict[str, Any] | None = None) -> None:
+    """``demo.json`` (settings + summaries), ``steps.jsonl``, ``timelines.json``, ``batches/``.
+    ``cfg``: the demo's config dataclass (``out_dir``, ``steps``, ``policies``); ``extra``:
+    more settings to record."""
     out = cfg.out_dir
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()}
     settings["policies"] = list(cfg.policies)
+    settings.update(extra or {})
     (out / "demo.json").write_text(
         json.dumps({"settings": settings, "policies": summaries(results)}, indent=1) + "\n"
     )
