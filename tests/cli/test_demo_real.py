@@ -17,7 +17,7 @@ REAL = [u for u in os.environ.get("TAILSIEVE_REAL_ENDPOINTS", "").split(",") if 
 
 
 def test_a_missing_model_is_named_with_the_set_up_command(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="setup_real_model.sh"):
+    with pytest.raises(ConfigError, match=r"setup_real_model\.sh"):
         RealDemoConfig(model_dir=tmp_path / "nothing")
     with pytest.raises(ConfigError, match="--real-model DIR or --endpoints"):
         RealDemoConfig(model_dir=None)
