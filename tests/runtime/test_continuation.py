@@ -104,7 +104,8 @@ async def test_move_waits_for_the_running_piece_and_continues_on_the_destination
     ex = LiveExecutor(URLS, ccfg(piece_tokens=100), transport=stub)
 
     async def mover() -> None:
-        await asyncio.sleep(0.15)
+        while len(ex.generated("t0")[0]) < 100:  # the first piece ended: the second runs
+            await asyncio.sleep(0.001)
         assert ex.generated("t0")[0] == tuple(token_at(0, j) for j in range(100))
         assert ex.move("t0", 0, 0)
 

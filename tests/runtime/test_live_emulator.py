@@ -7,6 +7,7 @@ import contextlib
 import os
 import signal
 
+import aiohttp
 import pytest
 
 from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
@@ -162,7 +163,17 @@ async def test_process_kill_mid_step() -> None:
             victim = fleet.processes[0]  # holds q0, the long group
 
             async def kill_soon() -> None:
-                await asyncio.sleep(0.3)
+                # on state: the victim is generating (its own /metrics), however long a
+                # loaded machine takes to get there
+                async with aiohttp.ClientSession() as probe:
+                    while True:
+                        async with probe.get(fleet.urls[0] + "/metrics") as r:
+                            text = await r.text()
+                        if any(line.startswith("vllm:num_requests_running")
+                               and float(line.rsplit(" ", 1)[1]) > 0
+                               for line in text.splitlines()):
+                            break
+                        await asyncio.sleep(0.02)
                 os.kill(victim.pid, signal.SIGKILL)
 
             killer = asyncio.create_task(kill_soon())

@@ -17,6 +17,7 @@ from tailsieve.runtime.lean_http import LeanTransport
 from tailsieve.runtime.transport import AiohttpTransport, ReplicaDownError, RequestError
 
 CANCELLED: list[str] = []
+HELD: list[str] = []  # /hold requests the server has begun
 
 
 @pytest.fixture
@@ -77,6 +78,7 @@ async def _serve() -> AsyncIterator[str]:
         return resp
 
     async def hold(request: web.Request) -> web.Response:
+        HELD.append(request.path)
         try:
             await asyncio.sleep(30)
         except asyncio.CancelledError:
@@ -144,15 +146,17 @@ async def test_lean_chunked_dropped_and_cancelled(server: str) -> None:
         assert await t.post_json(server + "/chunked", {}, 5) == {"ids": [1, 2, 3]}
         with pytest.raises(ReplicaDownError, match="IncompleteRead"):
             await t.post_json(server + "/drop", {}, 5)
+        HELD.clear()
         task = asyncio.create_task(t.post_json(server + "/hold", {}, 60))
-        await asyncio.sleep(0.3)
+        while not HELD:  # the server is holding it (however long a loaded machine takes)
+            await asyncio.sleep(0.01)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        for _ in range(50):  # closing the connection cancels the server's handler
+        for _ in range(6000):  # closing the connection cancels the server's handler (<= 60 s)
             if CANCELLED:
                 break
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.01)
         assert CANCELLED == ["/hold"]
     finally:
         await t.aclose()

@@ -112,13 +112,17 @@ async def test_emulated_replica_crash_wasted_matches_server_counts(stream: bool)
         )
 
         async def crash_soon() -> None:
-            await asyncio.sleep(0.2)
             d = servers[0].driver
             d.sync()
+            # on state: ~500 tokens out and responses still generating, however long a
+            # loaded machine takes to get there (a fixed 0.2 s gave ~1,000 on an idle one)
+            while d.stats.finished_tokens + d.running_tokens() < 500 or not d.running_tokens():
+                await asyncio.sleep(0.005)
+                d.sync()
             at_crash.append(d.stats.finished_tokens + d.running_tokens())
             await servers[0].crash()
 
-        gc.collect()  # a full collection of the suite's heap now, not in the 0.2 s window
+        gc.collect()  # a full collection of the suite's heap now, not while it runs
         crash = asyncio.create_task(crash_soon())
         batch = await ro.step(rl.prompts()[:6])
         await crash

@@ -24,6 +24,10 @@ ServerFactory = Any  # conftest.make_server
 
 PROMPT = list(range(1000, 1100))  # 100 prompt token ids
 GROUP = {"g": PromptInput("g", token_ids=tuple(PROMPT))}  # the executor tests' one group
+# a moved response's length: ~1.8 s of emulated decoding at time_scale 0.05, so the move (once
+# the source generated 20-40 tokens) lands mid-response even when a loaded machine's event loop
+# runs the mover 100s of ms late (400 tokens, ~0.24 s, finished first under two CPU hogs)
+MOVED = 3000  # + the 100-token prompt: inside the emulator's 4,096-token context
 
 
 def one_group_plan(num_replicas: int, group_size: int) -> StepPlan:
@@ -71,8 +75,8 @@ async def run_moving_after(ex: LiveExecutor, src: EmulatorServer, tokens: int) -
         assert ex.move("g", 0, 1)
 
     task = asyncio.create_task(mover())
-    res = await asyncio.wait_for(ex.run(one_group_plan(2, 1), GROUP), 60)
-    await asyncio.wait_for(task, 1)
+    res = await asyncio.wait_for(ex.run(one_group_plan(2, 1), GROUP), 600)  # bounds, not speed
+    await asyncio.wait_for(task, 60)
     await ex.aclose()
     return res
 
@@ -159,13 +163,13 @@ async def test_sglang_move_keeps_the_aborted_pieces_partial_output(
     """A move on SGLang aborts the running piece by id (/abort_request): its partial output is
     kept as a piece and the response continues on the destination, token-exact."""
     async with make_server(time_scale=0.05) as a, make_server(time_scale=0.05) as b:
-        ex = chained_executor([a, b], Backend.SGLANG, 5000, 400)
+        ex = chained_executor([a, b], Backend.SGLANG, 5000, MOVED)
         res = await run_moving_after(ex, a, 20)
     (r,) = res.groups["g"].responses
-    assert r.num_tokens == 400 and r.finish_reason == "length"
+    assert r.num_tokens == MOVED and r.finish_reason == "length"
     first, second = ex.chains["g"][0].pieces
     assert first.replica == 0 and first.finish_reason == "moved" and len(first.token_ids) >= 20
-    assert second.replica == 1 and len(first.token_ids) + len(second.token_ids) == 400
+    assert second.replica == 1 and len(first.token_ids) + len(second.token_ids) == MOVED
     assert a.num_abort_requests == 1
 
 
@@ -176,15 +180,15 @@ async def test_vllm_streamed_in_chunks_move_keeps_the_streamed_tokens(
     keeps every token streamed so far (whole chunks); the tokens generated but not yet sent
     are generated again on the destination."""
     async with make_server(time_scale=0.05) as a, make_server(time_scale=0.05) as b:
-        ex = chained_executor([a, b], Backend.VLLM, 5000, 400, stream_interval=16)
+        ex = chained_executor([a, b], Backend.VLLM, 5000, MOVED, stream_interval=16)
         res = await run_moving_after(ex, a, 40)
     (r,) = res.groups["g"].responses
-    assert r.num_tokens == 400 and r.token_ids == (FILLER_TOKEN_ID,) * 400
+    assert r.num_tokens == MOVED and r.token_ids == (FILLER_TOKEN_ID,) * MOVED
     first, second = ex.chains["g"][0].pieces
     assert first.replica == 0 and second.replica == 1
     kept = len(first.token_ids)
     assert kept >= 17 and (kept - 1) % 16 == 0  # the first token, then whole chunks of 16
-    assert kept + len(second.token_ids) == 400
+    assert kept + len(second.token_ids) == MOVED
 
 
 async def test_sglang_piece_of_a_cancelled_response_is_aborted_by_id(

@@ -64,10 +64,14 @@ async def test_abort_request_returns_partial(
             "sampling_params": {"max_new_tokens": 2000, "ignore_eos": True},
         }
         task = asyncio.create_task(session.post(f"{srv.url}/generate", json=body))
-        await asyncio.sleep(0.3)
+        while True:  # on state: the request runs and has generated tokens
+            srv.driver.sync()
+            if srv.driver.running_tokens() > 0:
+                break
+            await asyncio.sleep(0.005)
         async with session.post(f"{srv.url}/abort_request", json={"rid": "r-1"}) as r:
             assert r.status == 200
-        resp = await asyncio.wait_for(task, 5.0)
+        resp = await asyncio.wait_for(task, 60.0)
         out = await resp.json()
         meta = out["meta_info"]
         assert meta["finish_reason"]["type"] == "abort"

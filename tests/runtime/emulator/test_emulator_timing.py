@@ -107,10 +107,15 @@ async def test_metrics_move_while_running(make_server: Any, session: aiohttp.Cli
         assert m0["vllm:num_requests_running"] == 0
         assert m0["vllm:generation_tokens_total"] == 0
         task = asyncio.create_task(timed_batch(session, srv.url, 3, 300, n=2))
-        await asyncio.sleep(0.1)
         m1 = await metrics(session, srv.url)
-        await asyncio.sleep(0.1)
+        while m1["vllm:num_requests_running"] < 6 or not m1["vllm:generation_tokens_total"]:
+            assert not task.done(), "the batch ended before the metrics showed it running"
+            await asyncio.sleep(0.01)  # on state: all six running, some tokens out
+            m1 = await metrics(session, srv.url)
         m2 = await metrics(session, srv.url)
+        while m2["vllm:generation_tokens_total"] == m1["vllm:generation_tokens_total"]:
+            await asyncio.sleep(0.01)
+            m2 = await metrics(session, srv.url)
         assert m1["vllm:num_requests_running"] == 6  # a request with n=2 counts as 2
         assert 0 < m1["vllm:generation_tokens_total"] < m2["vllm:generation_tokens_total"]
         assert m1["vllm:prompt_tokens_total"] == 6

@@ -133,7 +133,7 @@ class EmulatorFleet:
         profile: str = "cpu",
         time_scale: float = 1.0,
         overrides: Sequence[Options] = (),
-        startup_timeout_s: float = 30.0,
+        startup_timeout_s: float = 180.0,
         log_dir: str | Path | None = None,
         **options: object,
     ) -> EmulatorFleet:
