@@ -16,9 +16,13 @@ def markdown(res: dict[str, Any]) -> str:
         "",
         f"{len(res['endpoints'])} replicas ({res['servers']}, model `{res['model']}`), "
         f"N = {res['groups']} groups x n = {res['group_size']}, {res['steps']} steps per policy "
-        "(+ a flush where prompts are carried), policies interleaved step by step, AIME lengths "
-        f"x {res['length_scale']:.5f} (<= {res['max_forced_tokens']} tokens), replay "
-        "(ignore_eos). Simulator: `SimExecutor` on exactly the live plans and lengths (a "
+        "(+ a flush where prompts are carried), policies interleaved step by step, "
+        + (f"natural lengths (chat prompts `{res.get('prompts')}`, temperature 1, EOS, <= "
+           f"{res['max_forced_tokens']} tokens; the simulator replays the lengths each lane "
+           "produced). " if res.get("natural") else
+           f"AIME lengths x {res['length_scale']:.5f} (<= {res['max_forced_tokens']} tokens), "
+           "replay (ignore_eos). ")
+        + "Simulator: `SimExecutor` on exactly the live plans and lengths (a "
         "`+moves` lane: the live plans with the simulator's own moves). Every lane is predicted "
         "from the same lockstep profiles (batch sizes "
         f"{res['settings']['batch_sizes']}, {res['settings']['profile_tokens']} tokens, "
