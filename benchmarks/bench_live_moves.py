@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     given = [u for u in args.endpoints.split(",") if u]
     with Servers(given, 0 if given else args.emulate, args.emulate_time_scale,
-                 args.out / "server-logs") as srv:
+                 default_out("live_moves-server-logs")) as srv:
         res = asyncio.run(amain(args, srv.endpoints, srv.kind))
     (args.out / "live_moves.json").write_text(json.dumps(res, indent=2) + "\n")
     write_md(res, args.out / "live_moves.md")

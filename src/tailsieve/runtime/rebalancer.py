@@ -24,7 +24,8 @@ would see the contexts of the step's start and move little (disable with ``estim
 Progress: a moved response is not moved again until its context (as estimated) passes the
 prefix it carried at its last move, so a response cannot ping-pong without advancing. A move
 of a vLLM unstreamed piece takes effect at the piece's end (nothing is dropped; the response
-counts on its destination from the move on); on SGLang the aborted piece returns its partial
+counts on its destination from the move on, and is no candidate until its piece ends, as in the
+simulator); on SGLang the aborted piece returns its partial
 output (an abort that does not answer within ``chain_attempt.ABORT_WAIT_S`` drops the piece:
 counted in ``ChainStats.num_lost_pieces``).
 
@@ -45,7 +46,7 @@ from tailsieve.core.balance_trace import BalanceTrace
 from tailsieve.core.balancer import BalanceSettings, Move, ReplicaLoad, Running
 from tailsieve.model.replica_config import ReplicaConfig
 from tailsieve.runtime.progress_clock import ProgressClock
-from tailsieve.runtime.running_index import RunningIndex
+from tailsieve.runtime.running_index import Entry, RunningIndex
 
 
 class LiveResponse(NamedTuple):
@@ -161,9 +162,10 @@ class LiveRebalancer:
 
         def running() -> Running:
             if not got:
-                moved, moved_at = self._moved_now, self._moved_at
+                moved, moved_at, entries = self._moved_now, self._moved_at, idx.entries
                 got.append([(k, n) for k, n in idx.running_on(replica, clock, now_s)
-                            if n > moved_at.get(k, -1) and k not in moved])
+                            if n > moved_at.get(k, -1) and k not in moved
+                            and not _bound_elsewhere(entries.get(k))])
             return got[0]
 
         return running
@@ -314,6 +316,13 @@ def index_of(responses: Sequence[LiveResponse], now_s: float) -> RunningIndex:
             on, age_s, cap = x.piece
             idx.piece_started(key, None, on, now_s - age_s, cap)
     return idx
+
+
+def _bound_elsewhere(e: Entry | None) -> bool:
+    """Whether a response waits on a move: its unstreamed running piece runs on another
+    replica than the one it counts on (a vLLM piece moves at its end). It is not a candidate
+    again until then, as in the simulator (moving it back would only undo the move)."""
+    return e is not None and 0 <= e.on != e.replica
 
 
 def _rates(loads: Sequence[ReplicaLoad]) -> dict[int, float]:
