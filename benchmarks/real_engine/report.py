@@ -41,7 +41,8 @@ def markdown(res: dict[str, Any]) -> str:
     for p, d in pols.items():
         lo, hi = d["step_rel_err_range"]
         reg = [r for r in d["steps"] if not r["is_flush"]] or d["steps"]
-        mv_live = sum(r.get("live_moves", 0) for r in reg) / len(reg)
+        mv_live = sum(r.get("live_moves_effective", r.get("live_moves", 0))
+                      for r in reg) / len(reg)  # moves that took effect (older files: asked)
         mv_sim = sum(r.get("sim_moves", 0) for r in reg) / len(reg)
         lines.append(
             f"| {p} | {d['live_mean_step_s']:.3f} s | {d['sim_mean_step_s'][JUDGED]:.3f} s | "
@@ -93,7 +94,7 @@ def markdown(res: dict[str, Any]) -> str:
                 f"| {p} | {r['step']}{' (flush)' if r['is_flush'] else ''} | {r['q']} | "
                 f"{r['m']} | {r['live_makespan_s']:.3f} | {sm[JUDGED]:.3f} | "
                 f"{r['rel_err'][JUDGED]:+.1%} | {sm[PRIMARY]:.3f} | {sm[AFTER]:.3f} | "
-                f"{sm[NO_PREFILL]:.3f} | {r.get('live_moves', 0)} / {r.get('sim_moves', 0)} | "
+                f"{sm[NO_PREFILL]:.3f} | {r.get('live_moves_effective', r.get('live_moves', 0))} / {r.get('sim_moves', 0)} | "
                 f"{r['loadavg'].split()[0]} |")
         st = d["sim_total_s"]
         lines.append(
