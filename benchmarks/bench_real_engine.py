@@ -52,7 +52,13 @@ from typing import Any
 
 from outdir import default_out
 from real_engine import report
-from real_engine.live import LaneSpec, MoveSettings, lane_controller, run_interleaved
+from real_engine.live import (
+    LaneSpec,
+    MoveSettings,
+    ProducedLengths,
+    lane_controller,
+    run_interleaved,
+)
 from real_engine.predict import (
     JUDGED,
     PRIMARY,
@@ -65,6 +71,7 @@ from real_engine.profiles import measure
 from real_engine.servers import Servers, loadavg, log, prompt_tokens, served_model
 
 from tailsieve.control.factory import ControllerName
+from tailsieve.record.prompt_file import read_prompt_set
 from tailsieve.runtime.backends import PromptInput
 from tailsieve.runtime.replay import ReplayLengths
 from tailsieve.sim.movepath import PieceSettings
@@ -115,6 +122,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--profile-repeats", type=int, default=3)
     p.add_argument("--ttft-repeats", type=int, default=7)
     p.add_argument("--trace", default=str(AIME_TRACE_IN_REPO))
+    p.add_argument("--natural", action="store_true",
+                   help="natural lengths: the shipped --prompts as chat prompts at temperature "
+                        "1, EOS on, at most --max-tokens per response (no forced lengths); the "
+                        "simulator replays the lengths each lane produced")
+    p.add_argument("--prompts", default="math", help="--natural: prompt set (shipped or JSONL)")
+    p.add_argument("--max-tokens", type=int, default=512, help="--natural: cap per response")
     p.add_argument("--report-only", action="store_true",
                    help="re-derive the ordering check and rewrite real_engine.md from "
                         "<out>/real_engine.json (no servers)")
@@ -128,6 +141,8 @@ async def amain(args: argparse.Namespace, endpoints: list[str], servers: str,
     specs = [LaneSpec.parse(name) for name in policies]
     model, max_len = await served_model(endpoints[0])
     n, groups, steps = args.group_size, args.groups, args.steps
+    if args.natural:
+        return await natural_main(args, endpoints, servers, out, specs, policies, model, max_len)
     raw = ReplayLengths.from_file(args.trace)
     # prompts in trace order: TailSieve draws N + c fresh per step; enough for every policy
     prompt_ids = list(raw.lengths)[: groups * (steps + 2) * 2]
@@ -212,6 +227,80 @@ async def amain(args: argparse.Namespace, endpoints: list[str], servers: str,
                   "(finish_reason length), no prompt delivered twice: passed",
         "machine_loadavg_end": loadavg(),
         "nproc": os.cpu_count(),
+    }
+    summarize_ordering(res)
+    return res
+
+
+async def natural_main(args: argparse.Namespace, endpoints: list[str], servers: str,
+                       out: Path, specs: list[LaneSpec], policies: list[str], model: str,
+                       max_len: int) -> dict[str, Any]:
+    """``--natural``: every lane on the same shipped chat prompts with natural lengths; the
+    simulator replays, per lane, the lengths that lane produced (``ProducedLengths``)."""
+    n, groups, steps = args.group_size, args.groups, args.steps
+    prompts = read_prompt_set(args.prompts).prompts[: groups * (steps + 2) * 2]
+    prompt_ids = [p.prompt_id for p in prompts]
+    bs = tuple(int(b) for b in args.batch_sizes.split(","))
+    prof = dict(tokens=args.profile_tokens, repeats=args.profile_repeats,
+                ttft_repeats=args.ttft_repeats, out_dir=out, prompt="What is 17 + 25?")
+    log(f"natural lengths: model {model}, prompts {args.prompts}, max_tokens {args.max_tokens}; "
+        f"policies {policies}; profiling all servers in lockstep")
+    before = await measure(endpoints, model, bs, label="before", **prof)
+    mean_path = out / "profile_mean_before.json"
+    before.mean_model().save(mean_path)
+    overrides = {k: v for k, v in (("q0", args.q0), ("m0", args.m0)) if v is not None}
+    move_settings = MoveSettings(args.piece_tokens, args.seam_s)
+    t0, load0 = time.perf_counter(), loadavg()
+    live = await run_interleaved(specs, endpoints, model, None, prompts, groups, n, steps,
+                                 str(mean_path), overrides, move_settings, None,
+                                 max_tokens=args.max_tokens)
+    live_wall = time.perf_counter() - t0
+    log("profiling again after the live steps (profiling drift)")
+    after = await measure(endpoints, model, bs, label="after", **prof)
+    model_before = before.mean_model()
+    pieces = PieceSettings(args.piece_tokens, args.piece_seam_s)
+    per_policy: dict[str, Any] = {}
+    for spec in specs:
+        produced = ProducedLengths.of(live[spec.name], args.max_tokens)
+        ctrl = lane_controller(spec, overrides, move_settings)
+        closed = closed_loop_sim(spec.policy, sim_pools(model_before, before.prefill_s),
+                                 model_before, produced, prompt_ids,  # type: ignore[arg-type]
+                                 groups, n, len(endpoints), steps, ctrl, moves=spec.moves,
+                                 pieces=pieces)
+        per_policy[spec.name] = policy_result(live[spec.name], [before, after],
+                                              produced,  # type: ignore[arg-type]
+                                              n, closed, pieces if spec.moves else None)
+        lens = [t for row in produced.lengths.values() for t in row]
+        per_policy[spec.name]["natural_lengths"] = {
+            "responses": len(lens), "mean": round(sum(lens) / max(len(lens), 1), 1),
+            "max": max(lens, default=0),
+            "at_cap": sum(1 for t in lens if t >= args.max_tokens)}
+    res = {
+        "what": "natural lengths (real model, EOS, chat prompts): live steps vs SimExecutor on "
+                "the same plans replaying the lengths each lane produced",
+        "natural": True,
+        "command": "python benchmarks/bench_real_engine.py " + shlex.join(sys.argv[1:]),
+        "servers": servers, "endpoints": endpoints, "model": model, "max_model_len": max_len,
+        "groups": groups, "group_size": n, "steps": steps, "policies_run": policies,
+        "controller_overrides": overrides, "prompts": args.prompts,
+        "max_tokens": args.max_tokens,
+        "settings": {"batch_sizes": list(bs), "profile_tokens": args.profile_tokens,
+                     "profile_repeats": args.profile_repeats,
+                     "ttft_repeats": args.ttft_repeats},
+        "length_scale": 1.0, "max_forced_tokens": args.max_tokens,
+        "prompt_ids": prompt_ids,
+        "profiles": {"before": before.summary(), "after": after.summary(), "between": [],
+                     "controller_profile_file": mean_path.name},
+        "profile_between": False, "profile_times": 2,
+        "moves": {"piece_tokens": args.piece_tokens, "seam_s": args.seam_s,
+                  "piece_seam_s": args.piece_seam_s},
+        "primary_variant": PRIMARY, "judged_variant": JUDGED,
+        "live_wall_s": round(live_wall, 2), "loadavg_live_start": load0,
+        "drift": round(max(abs(d["drift_rel"]) for d in per_policy.values()), 4),
+        "policies": per_policy,
+        "checks": "every batch N groups x n responses, each ending in stop or length, no "
+                  "prompt delivered twice: passed",
+        "machine_loadavg_end": loadavg(), "nproc": os.cpu_count(),
     }
     summarize_ordering(res)
     return res

@@ -10,9 +10,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from real_engine.servers import loadavg, log
+from tailsieve.core.balance_trace import BalanceTrace
 from tailsieve.core.outcome import StepOutcome
 from tailsieve.core.plan import StepPlan
-from tailsieve.runtime.backends import PromptInput, SamplingParams
+from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
 from tailsieve.runtime.executor import LiveExecutor
 from tailsieve.runtime.replay import ReplayLengths
 from tailsieve.runtime.rollout import RolloutBatch, RolloutConfig, TailSieveRollout
@@ -29,8 +30,10 @@ class LiveStep:
     loadavg: str
     seq: int  # position of this step among all policies' steps, in the order they ran
     round: int = 0  # interleaving round (step t of every lane is round t; a flush: --steps)
-    num_moves: int = 0  # running responses the live rebalancer moved in this step
+    num_moves: int = 0  # moves the live rebalancer asked for in this step (accepted)
     moved_tokens: int = 0  # prefix tokens those continuations carried
+    num_effective: int = 0  # of the moves, those that took effect (a piece began elsewhere)
+    trace: BalanceTrace | None = None  # every balance check of the step (core.balance_trace)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +57,7 @@ class Recorder:
     through (the rollout calls ``run(plan, prompts, active)``)."""
 
     def __init__(self, executor: LiveExecutor) -> None:
-        self.captured: list[tuple[StepPlan, StepResult, tuple[int, int]]] = []
+        self.captured: list[tuple[StepPlan, StepResult, tuple[int, int, int], BalanceTrace]] = []
         self._executor = executor
         self._inner = executor.run
         executor.run = self.run  # type: ignore[method-assign]
@@ -62,7 +65,8 @@ class Recorder:
     async def run(self, plan: StepPlan, *args: Any, **kwargs: Any) -> StepResult:
         res = await self._inner(plan, *args, **kwargs)
         tally = self._executor.last_moves
-        self.captured.append((plan, res, (tally.num_moves, tally.moved_tokens)))
+        self.captured.append((plan, res, (tally.num_moves, tally.moved_tokens,
+                                          tally.num_effective), self._executor.last_trace))
         return res
 
 
@@ -78,12 +82,20 @@ class Lane:
     delivered: list[str] = field(default_factory=list)
 
 
-def check_batch(lane: Lane, batch: RolloutBatch, lengths: ReplayLengths, groups: int | None,
-                group_size: int) -> None:
+def check_batch(lane: Lane, batch: RolloutBatch, lengths: ReplayLengths | None,
+                groups: int | None, group_size: int) -> None:
     """N groups (``groups``; None in a flush) of n responses, each exactly its forced length
-    (``finish_reason == "length"``), no prompt delivered twice."""
+    (``finish_reason == "length"``; natural lengths, ``lengths`` None: n responses each
+    ending in "stop" or "length"), no prompt delivered twice."""
     if groups is not None:
         assert len(batch.groups) == groups, (lane.policy, batch.step, len(batch.groups))
+    if lengths is None:
+        for g in batch.groups:
+            assert len(g.responses) == group_size, g.prompt_id
+            assert all(r.finish_reason in ("stop", "length") for r in g.responses), g.prompt_id
+        lane.delivered += [g.prompt_id for g in batch.groups]
+        assert len(lane.delivered) == len(set(lane.delivered)), f"{lane.policy}: delivered twice"
+        return
     for g in batch.groups:
         toks = [r.num_tokens for r in g.responses]
         want = [lengths(g.prompt_id, j) for j in range(group_size)]
@@ -97,15 +109,15 @@ def record(lane: Lane, batch: RolloutBatch, seq: int, rnd: int) -> None:
     """Keep the step as it ran: a lane without continuation cannot move, so its plan's balance
     settings (the ``tailsieve`` controller always supplies them) are dropped: the simulator
     then replays it without moves, as it ran."""
-    plan, res, (moves, moved) = lane.recorder.captured[-1]
+    plan, res, (moves, moved, effective), trace = lane.recorder.captured[-1]
     if not lane.ro.config.continuation:
         plan = dataclasses.replace(plan, balance=None)
     assert plan.step == batch.step, (lane.policy, plan.step, batch.step)
     lane.steps.append(LiveStep(plan, res.outcome, batch.metrics.wall_s, loadavg(), seq, rnd,
-                               moves, moved))
+                               moves, moved, effective, trace))
     log(f"{lane.policy} step {plan.step}{' (flush)' if plan.is_flush else ''}: makespan "
         f"{res.outcome.makespan_s:.3f} s q={plan.q} m={plan.m} aborted={len(res.outcome.aborted)}"
-        f" moves={moves}")
+        f" moves={moves} (took effect {effective})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,26 +135,30 @@ def lane_controller(spec: LaneSpec, controller: dict[str, Any],
     return controller | {"seam_s": moves.seam_s, "gate": None} if spec.moves else dict(controller)
 
 
-def lane_config(spec: LaneSpec, model: str, lengths: ReplayLengths, groups: int,
+def lane_config(spec: LaneSpec, model: str, lengths: ReplayLengths | None, groups: int,
                 group_size: int, profile_path: str, controller: dict[str, Any],
-                moves: MoveSettings) -> RolloutConfig:
+                moves: MoveSettings, max_tokens: int = 1024) -> RolloutConfig:
+    """``lengths`` None: natural lengths (chat prompts, EOS, at most ``max_tokens``)."""
     ctrl = lane_controller(spec, controller, moves)
+    natural = lengths is None
     return RolloutConfig(num_groups=groups, group_size=group_size, policy=spec.policy,
                          model=model,
+                         backend=Backend.VLLM_CHAT if natural else Backend.VLLM,
                          # a chained response restarts a seeded generator at each seam
-                         sampling=SamplingParams(max_tokens=1024, temperature=1.0,
-                                                 seed=None if spec.moves else 0),
-                         replay=lengths, request_timeout_s=600.0, profile=profile_path,
+                         sampling=SamplingParams(max_tokens=max_tokens, temperature=1.0,
+                                                 seed=None if spec.moves or natural else 0),
+                         replay=lengths, request_timeout_s=1800.0, profile=profile_path,
                          controller=ctrl, moves=spec.moves,
                          piece_tokens=moves.piece_tokens if spec.moves else None)
 
 
 async def run_interleaved(specs: list[LaneSpec], endpoints: list[str], model: str,
-                          lengths: ReplayLengths, prompts: list[PromptInput], groups: int,
+                          lengths: ReplayLengths | None, prompts: list[PromptInput], groups: int,
                           group_size: int, steps: int, profile_path: str,
                           controller: dict[str, Any] | None = None,
                           moves: MoveSettings | None = None,
                           between: Callable[[int], Awaitable[None]] | None = None,
+                          max_tokens: int = 1024,
                           ) -> dict[str, list[LiveStep]]:
     """``steps`` steps of every lane, interleaved (round t: step t of each lane; the order
     rotates by one lane every round, so none always runs first), then a flush of each lane that
@@ -152,7 +168,7 @@ async def run_interleaved(specs: list[LaneSpec], endpoints: list[str], model: st
     is checked (``check_batch``)."""
     mv = moves or MoveSettings(piece_tokens=128, seam_s=0.05)
     cfgs = {s.name: lane_config(s, model, lengths, groups, group_size, profile_path,
-                                controller or {}, mv) for s in specs}
+                                controller or {}, mv, max_tokens) for s in specs}
     async with AsyncExitStack() as stack:
         lanes: list[Lane] = []
         seq = itertools.count()
@@ -202,3 +218,25 @@ def outcome_dict(o: StepOutcome) -> dict[str, Any]:
                        "response_tokens": list(g.response_tokens)} for g in o.delivered],
         "aborted": [g.prompt_id for g in o.aborted],
     }
+
+
+@dataclass(frozen=True, slots=True)
+class ProducedLengths:
+    """Natural lengths as a live lane produced them, for the simulator's replay: per prompt,
+    each response's tokens when the lane delivered the group; ``default`` for a prompt it
+    never delivered (launched and cut, never finished: its length is not known)."""
+
+    lengths: dict[str, tuple[int, ...]]
+    default: int
+
+    @classmethod
+    def of(cls, steps: list[LiveStep], default: int) -> ProducedLengths:
+        out: dict[str, tuple[int, ...]] = {}
+        for s in steps:
+            for g in s.outcome.delivered:
+                out[g.prompt_id] = tuple(g.response_tokens)
+        return cls(out, default)
+
+    def __call__(self, prompt_id: str, sample: int) -> int:
+        row = self.lengths.get(prompt_id)
+        return row[sample % len(row)] if row else self.default

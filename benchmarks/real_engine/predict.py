@@ -118,6 +118,7 @@ def policy_result(ls: list[LiveStep], profiles: list[Profiled], lengths: ReplayL
             "round": s.round,
             "live_moves": s.num_moves,
             "live_moved_tokens": s.moved_tokens,
+            "live_moves_effective": s.num_effective,
             "sim_moves": sims[JUDGED][i].num_moves,
             "sim_makespan_s": {k: round(v[i].makespan_s, 4) for k, v in sims.items()},
             "rel_err": {k: round(rel_err(v[i].makespan_s, live), 4) for k, v in sims.items()},

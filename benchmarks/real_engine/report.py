@@ -16,9 +16,13 @@ def markdown(res: dict[str, Any]) -> str:
         "",
         f"{len(res['endpoints'])} replicas ({res['servers']}, model `{res['model']}`), "
         f"N = {res['groups']} groups x n = {res['group_size']}, {res['steps']} steps per policy "
-        "(+ a flush where prompts are carried), policies interleaved step by step, AIME lengths "
-        f"x {res['length_scale']:.5f} (<= {res['max_forced_tokens']} tokens), replay "
-        "(ignore_eos). Simulator: `SimExecutor` on exactly the live plans and lengths (a "
+        "(+ a flush where prompts are carried), policies interleaved step by step, "
+        + (f"natural lengths (chat prompts `{res.get('prompts')}`, temperature 1, EOS, <= "
+           f"{res['max_forced_tokens']} tokens; the simulator replays the lengths each lane "
+           "produced). " if res.get("natural") else
+           f"AIME lengths x {res['length_scale']:.5f} (<= {res['max_forced_tokens']} tokens), "
+           "replay (ignore_eos). ")
+        + "Simulator: `SimExecutor` on exactly the live plans and lengths (a "
         "`+moves` lane: the live plans with the simulator's own moves). Every lane is predicted "
         "from the same lockstep profiles (batch sizes "
         f"{res['settings']['batch_sizes']}, {res['settings']['profile_tokens']} tokens, "
@@ -37,7 +41,8 @@ def markdown(res: dict[str, Any]) -> str:
     for p, d in pols.items():
         lo, hi = d["step_rel_err_range"]
         reg = [r for r in d["steps"] if not r["is_flush"]] or d["steps"]
-        mv_live = sum(r.get("live_moves", 0) for r in reg) / len(reg)
+        mv_live = sum(r.get("live_moves_effective", r.get("live_moves", 0))
+                      for r in reg) / len(reg)  # moves that took effect (older files: asked)
         mv_sim = sum(r.get("sim_moves", 0) for r in reg) / len(reg)
         lines.append(
             f"| {p} | {d['live_mean_step_s']:.3f} s | {d['sim_mean_step_s'][JUDGED]:.3f} s | "
@@ -89,7 +94,7 @@ def markdown(res: dict[str, Any]) -> str:
                 f"| {p} | {r['step']}{' (flush)' if r['is_flush'] else ''} | {r['q']} | "
                 f"{r['m']} | {r['live_makespan_s']:.3f} | {sm[JUDGED]:.3f} | "
                 f"{r['rel_err'][JUDGED]:+.1%} | {sm[PRIMARY]:.3f} | {sm[AFTER]:.3f} | "
-                f"{sm[NO_PREFILL]:.3f} | {r.get('live_moves', 0)} / {r.get('sim_moves', 0)} | "
+                f"{sm[NO_PREFILL]:.3f} | {r.get('live_moves_effective', r.get('live_moves', 0))} / {r.get('sim_moves', 0)} | "
                 f"{r['loadavg'].split()[0]} |")
         st = d["sim_total_s"]
         lines.append(

@@ -190,3 +190,35 @@ def test_bench_seam_vllm(tmp_path: Path) -> None:
     res = json.loads(out.read_text())
     assert res["tokens_per_piece"] == 4 and len(res["rows"]) == 1
     assert res["median_s_per_token"] > 0
+
+
+def test_bench_live_moves_emulated(tmp_path: Path) -> None:
+    argv = ["--emulate", "2", "--emulate-time-scale", "0.3", "--groups", "3", "--group-size",
+            "2", "--steps", "1", "--max-response-tokens", "80", "--piece-tokens", "16",
+            "--batch-sizes", "1,2", "--profile-tokens", "20", "--out", str(tmp_path)]
+    with repo_unchanged():
+        assert importlib.import_module("bench_live_moves").main(argv) == 0
+    res = json.loads((tmp_path / "live_moves.json").read_text())
+    assert res["balance_steps"] >= 1
+    for r in res["steps_detail"]:
+        assert r["live_moves"] <= r["live_moves_asked"]
+        if r["balance"]:  # both traces recorded (a step this small may end before a check)
+            assert {"live", "sim", "effective_ratio"} <= set(r["checks"])
+            assert r["checks"]["live"]["effective"] == r["live_moves"]
+    assert "ratio live/sim" in (tmp_path / "live_moves.md").read_text()
+
+
+def test_bench_real_engine_natural_emulated(tmp_path: Path) -> None:
+    """``--natural``: chat prompts, no forced lengths; the simulator replays each lane's own
+    produced lengths."""
+    argv = ["--natural", "--endpoints", "", "--emulate", "2", "--emulate-time-scale", "0.2",
+            *TINY, "--steps", "1", "--max-tokens", "60", "--profile-tokens", "20",
+            "--policy", "uniform", "--policy", "tailsieve+moves", "--out", str(tmp_path)]
+    with repo_unchanged():
+        assert importlib.import_module("bench_real_engine").main(argv) == 0
+    res = json.loads((tmp_path / "real_engine.json").read_text())
+    assert res["natural"] is True and list(res["policies"]) == ["uniform", "tailsieve+moves"]
+    for d in res["policies"].values():
+        assert d["natural_lengths"]["responses"] >= 4
+        assert 0 < d["natural_lengths"]["max"] <= 60
+    assert "natural lengths" in (tmp_path / "real_engine.md").read_text()

@@ -22,6 +22,7 @@ SCRIPTS = {
     "bench_faults.py": "test_bench_faults",
     "bench_seam.py": "test_smoke_live.py::test_bench_seam_vllm",
     "bench_grounded.py": "test_bench_grounded",
+    "bench_live_moves.py": "test_smoke_live.py::test_bench_live_moves_emulated",
     "bench_oracle.py": "test_bench_oracle",
     "bench_real_engine.py": "test_smoke_live.py::test_bench_real_engine_*",
     "bench_router.py": "test_smoke_live.py::test_bench_router_*",

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from random_plans import random_plan
 
 from tailsieve.core.balance_check import plan_check
+from tailsieve.core.balance_trace import BalanceTrace
 from tailsieve.core.balancer import BalanceSettings
 from tailsieve.core.plan import StepPlan
 from tailsieve.errors import ConfigError
@@ -245,3 +246,26 @@ def test_a_streamed_move_keeps_the_first_token_and_whole_chunks(
 def test_stream_interval_is_validated() -> None:
     with pytest.raises(ConfigError, match="stream_interval"):
         PieceSettings.streamed(0)
+
+
+def test_every_check_sees_every_unfinished_response_even_between_pieces() -> None:
+    """A response between two pieces (its seam) counts on the replica of its next piece, as the
+    live executor sees it: without that, a check at a piece end saw the replica empty and moved
+    responses onto it that were about to come back (moves the live rebalancer never makes)."""
+    placements = [Placement(f"a{i}", 0) for i in range(4)] + [Placement(f"b{i}", 1)
+                                                             for i in range(4)]
+    plan = build_plan(1, 2, 1, placements)
+    table = {f"a{i}": [600 + 50 * i] for i in range(4)} | {f"b{i}": [900 + 70 * i]
+                                                          for i in range(4)}
+    cfg = ReplicaConfig.from_profile(MODEL, max_num_seqs=None, kv_capacity_tokens=None)
+    bal = BalanceSettings(interval_s=0.05, horizon_s=5.0, seam_s=0.02)
+    plan = dataclasses.replace(plan, balance=bal, num_fresh_to_deliver=len(placements))
+    layout = RequestLayout.build(plan, _lengths(table))
+    trace = BalanceTrace()
+    res, stats = simulate_with_moves(layout, [cfg, cfg], len(placements), bal,
+                                     pieces=PieceSettings(100, 0.01), trace=trace)
+    assert len(trace.checks) >= 5
+    for c in trace.checks:
+        unfinished = int((res.done_s > c.t_s + 1e-12).sum())
+        assert sum(c.num_running) == unfinished, (c.t_s, c.num_running, unfinished)
+    assert trace.num_effective == stats.num_moves

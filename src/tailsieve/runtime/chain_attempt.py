@@ -81,6 +81,8 @@ class ChainStats:
 
     num_pieces: int = 0
     num_moves: int = 0
+    num_moved_pieces: int = 0  # pieces begun on another replica than the last one after a move
+    # (moves that took effect; a response moved again before its piece ended counts once)
     num_relocations: int = 0  # continued elsewhere after a fault
     num_lost_pieces: int = 0  # pieces aborted before their end whose tokens were dropped
     lost_tokens: int = 0  # tokens known to be dropped (streamed, or counted by the server)
@@ -148,7 +150,7 @@ class ChainedAttempt:
         key = (self._prompt.prompt_id, i)
         chain = self.chains[i]
         if chain.done:
-            idx.remove(key, self)
+            idx.completed(key, self)
             return
         p = self.prompt_tokens(i)
         idx.piece_ended(key, p + chain.num_generated, p, self)
@@ -253,6 +255,7 @@ class ChainedAttempt:
         seed = self._cfg.sampling.seed if self._prompt.seed is None else self._prompt.seed
         if self._forced is not None and not chain.pieces:
             chain.max_tokens = self._forced(pid, i)
+        relocated = False  # the last piece ended in a fault (its next replica is no move)
         while not chain.done:
             replica, base = self.where[i]
             url = base + self._cfg.backend.path
@@ -274,6 +277,10 @@ class ChainedAttempt:
                 stream_interval=self._cfg.stream_interval,
             )
             self._piece_base[i] = base
+            prev = self._piece_replica.get(i)
+            if prev is not None and prev != replica and not relocated:
+                self.stats.num_moved_pieces += 1
+            relocated = False
             self._piece_replica[i] = replica
             req = asyncio.ensure_future(
                 self._piece(url, body, i, f"{url} prompt {pid!r} sample {i}")
@@ -316,6 +323,7 @@ class ChainedAttempt:
                     self.stats.num_relocations += 1
                     self.down_sample = i
                     self.where[i] = self._relocate(i, replica, base, exc)
+                    relocated = True
                 self.progress.live_tokens[i] = chain.num_generated
                 self._report(i)
                 continue

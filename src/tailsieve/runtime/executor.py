@@ -22,6 +22,7 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from tailsieve.core.balance_trace import BalanceTrace
 from tailsieve.core.outcome import StepOutcome
 from tailsieve.core.plan import GroupAssignment, StepPlan
 from tailsieve.core.pool import Pool
@@ -132,6 +133,7 @@ class LiveExecutor:
             raise ConfigError(f"balance_costs: {len(balance_costs)} for {len(endpoints)} replicas")
         self.balance_costs = balance_costs
         self.last_moves = MoveTally()  # the last step's re-balancing
+        self.last_trace = BalanceTrace()  # the last step's checks (core.balance_trace)
 
     @property
     def num_replicas(self) -> int:
@@ -296,6 +298,9 @@ class LiveExecutor:
             await asyncio.gather(*tasks, *tasks_extra, prober, return_exceptions=True)
             self._run = None
             self.last_moves = run.rebalancer.tally if run.rebalancer else MoveTally()
+            self.last_trace = run.rebalancer.trace if run.rebalancer else BalanceTrace()
+            effective = sum(a.stats.num_moved_pieces for a in run.attempts.values())
+            self.last_moves.num_effective = self.last_trace.num_effective = effective
             # the attempts (their relocation closures hold the run) and the index are cycles
             # through the run: let reference counting free them now, not the collector later
             run.attempts.clear()
@@ -354,6 +359,8 @@ class LiveExecutor:
             self, run.plan.balance, [costs[i] for i in active],
             lambda: [r.healthy for r in run.reps], lambda: self._now(run),
         )
+        if run.index is not None:
+            run.index.on_complete = run.rebalancer.poke  # a check at each response completion
         return asyncio.create_task(run.rebalancer.loop())
 
     def running_index(self) -> RunningIndex | None:

@@ -1,6 +1,6 @@
 """The live rebalancer: the pure balancer (``core.balancer``) at work while a live step runs.
 
-Only the I/O-side glue lives here. Every ``BalanceSettings.interval_s`` (and at a completion
+Only the I/O-side glue lives here. Every ``BalanceSettings.interval_s`` (and at a response completion
 when half an interval has passed since the last check) the rebalancer reads the executor's
 running responses by replica (``LiveExecutor.running_index``, kept as they change; each
 unstreamed running piece's progress estimated, see below), builds one ``ReplicaLoad`` per
@@ -24,7 +24,8 @@ would see the contexts of the step's start and move little (disable with ``estim
 Progress: a moved response is not moved again until its context (as estimated) passes the
 prefix it carried at its last move, so a response cannot ping-pong without advancing. A move
 of a vLLM unstreamed piece takes effect at the piece's end (nothing is dropped; the response
-counts on its destination from the move on); on SGLang the aborted piece returns its partial
+counts on its destination from the move on, and is no candidate until its piece ends, as in the
+simulator); on SGLang the aborted piece returns its partial
 output (an abort that does not answer within ``chain_attempt.ABORT_WAIT_S`` drops the piece:
 counted in ``ChainStats.num_lost_pieces``).
 
@@ -41,10 +42,11 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
 from tailsieve.core.balance_check import plan_check
+from tailsieve.core.balance_trace import BalanceTrace
 from tailsieve.core.balancer import BalanceSettings, Move, ReplicaLoad, Running
 from tailsieve.model.replica_config import ReplicaConfig
 from tailsieve.runtime.progress_clock import ProgressClock
-from tailsieve.runtime.running_index import RunningIndex
+from tailsieve.runtime.running_index import Entry, RunningIndex
 
 
 class LiveResponse(NamedTuple):
@@ -67,7 +69,8 @@ class MoveTally:
     """What the rebalancer did in one step (``StepMetrics`` reads it)."""
 
     num_checks: int = 0
-    num_moves: int = 0
+    num_moves: int = 0  # moves asked for and accepted by the executor
+    num_effective: int = 0  # moves that took effect: a response's next piece began elsewhere
     moved_tokens: int = 0  # prefix tokens carried by moved responses (prompt + generated)
     prefill_tokens: int = 0  # of them, predicted uncached on the destination
     prefill_s: float = 0.0  # predicted prefill of those tokens (the cost model's), seconds
@@ -109,11 +112,18 @@ class LiveRebalancer:
     estimate: bool = True  # add each unstreamed running piece's estimated tokens (progress)
     progress: ProgressClock = field(default_factory=ProgressClock)
     _poked: bool = False
+    _wake: asyncio.Event | None = None  # set by ``poke`` (the loop waits on it)
     _last_s: float = 0.0
+    trace: BalanceTrace = field(default_factory=BalanceTrace)  # every check's inputs, decision
+    _open: tuple[float, list[ReplicaLoad], float] | None = None  # the check being made
+    _planned: list[Move] = field(default_factory=list)  # its moves planned so far
 
     def poke(self) -> None:
-        """A completion: check now if half an interval has passed since the last check."""
+        """A response completed: check now if half an interval has passed since the last
+        check (else once it has), as the simulator does."""
         self._poked = True
+        if self._wake is not None:
+            self._wake.set()
 
     def loads(self, now_s: float | None = None) -> list[ReplicaLoad]:
         """One ``ReplicaLoad`` per healthy plan replica, from the executor's running responses
@@ -152,9 +162,10 @@ class LiveRebalancer:
 
         def running() -> Running:
             if not got:
-                moved, moved_at = self._moved_now, self._moved_at
+                moved, moved_at, entries = self._moved_now, self._moved_at, idx.entries
                 got.append([(k, n) for k, n in idx.running_on(replica, clock, now_s)
-                            if n > moved_at.get(k, -1) and k not in moved])
+                            if n > moved_at.get(k, -1) and k not in moved
+                            and not _bound_elsewhere(entries.get(k))])
             return got[0]
 
         return running
@@ -203,6 +214,7 @@ class LiveRebalancer:
             made += self._make(decision)
             t = self._timed(t, self.tally.decision_cpu_s)
         self.tally.check_cpu_s.append(t - t0)
+        self._close_record(made)
         return made
 
     async def check_async(self) -> int:
@@ -220,7 +232,15 @@ class LiveRebalancer:
             took += self._timed(t, self.tally.decision_cpu_s) - t
             await asyncio.sleep(0)
         self.tally.check_cpu_s.append(took)
+        self._close_record(made)
         return made
+
+    def _close_record(self, made: int) -> None:
+        """The check is over: record what it saw and decided in ``trace``."""
+        if self._open is not None:
+            now, loads, horizon = self._open
+            self.trace.record(now, loads, horizon, self.settings.seam_s, self._planned, made)
+            self._open = None
 
     @staticmethod
     def _timed(since: float, into: list[float]) -> float:
@@ -236,12 +256,15 @@ class LiveRebalancer:
         self._moved_now = set()
         loads = self._estimated_loads(now)
         s = self.settings
+        self._open = (now, loads, s.horizon_at(now))
+        self._planned = []
         return plan_check(loads, s.horizon_at(now), s.seam_s, s.max_moves_per_check,
                           s.max_moves_per_decision, cached=self.cached_tokens,
                           cached_on=self.cached_on)
 
     def _make(self, moves: list[Move]) -> int:
         made = 0
+        self._planned += moves
         for mv in moves:
             key: tuple[str, int] = mv.key  # type: ignore[assignment]
             pid, sample = key
@@ -259,15 +282,22 @@ class LiveRebalancer:
         return made
 
     async def loop(self) -> None:
-        """Check every ``interval_s``, and at a completion half an interval after the last
-        check; runs until cancelled (the executor cancels it when the step ends)."""
+        """Check every ``interval_s``, and at a response completion once half an interval has
+        passed since the last check; runs until cancelled (the executor cancels it when the step ends)."""
         interval = self.settings.interval_s
+        wake = self._wake = asyncio.Event()
         while True:
             due = self._last_s + (interval / 2 if self._poked else interval)
             wait = due - self.clock()
             if wait > 0:
-                # a poke is noticed within a quarter interval
-                await asyncio.sleep(min(wait, interval / 4))
+                wake.clear()
+                # a poke may bring ``due`` on (``asyncio.wait``, not ``wait_for``: on 3.11 that
+                # can lose the step end's cancel when a poke arrives with it)
+                waiter = asyncio.ensure_future(wake.wait())
+                try:
+                    await asyncio.wait({waiter}, timeout=wait)
+                finally:
+                    waiter.cancel()
                 continue
             self._poked = False
             await self.check_async()
@@ -286,6 +316,13 @@ def index_of(responses: Sequence[LiveResponse], now_s: float) -> RunningIndex:
             on, age_s, cap = x.piece
             idx.piece_started(key, None, on, now_s - age_s, cap)
     return idx
+
+
+def _bound_elsewhere(e: Entry | None) -> bool:
+    """Whether a response waits on a move: its unstreamed running piece runs on another
+    replica than the one it counts on (a vLLM piece moves at its end). It is not a candidate
+    again until then, as in the simulator (moving it back would only undo the move)."""
+    return e is not None and 0 <= e.on != e.replica
 
 
 def _rates(loads: Sequence[ReplicaLoad]) -> dict[int, float]:

@@ -23,6 +23,7 @@ whole tokens (under one token per response); a replica's responses (``running_on
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tailsieve.runtime.progress_clock import ProgressClock
@@ -64,6 +65,7 @@ class RunningIndex:
     _heaps: dict[int, list[tuple[float, int, Key]]] = field(default_factory=dict)  # by ``on``
     _owned: dict[object, list[Key]] = field(default_factory=dict)  # owner -> its keys
     _num_pieces: int = 0  # pieces started (numbers them)
+    on_complete: Callable[[], None] | None = None  # told of each response completion
 
     # -- events ------------------------------------------------------------------------------
 
@@ -86,6 +88,15 @@ class RunningIndex:
         del self.entries[key]
         del self._on[e.replica][key]
         self._known[e.replica] -= e.known
+
+    def completed(self, key: Key, owner: object = None) -> None:
+        """A response completed: it leaves the index and ``on_complete`` is told (the live
+        rebalancer checks at a completion, as the simulator does)."""
+        if self._get(key, owner) is None:
+            return
+        self.remove(key, owner)
+        if self.on_complete is not None:
+            self.on_complete()
 
     def drop_owner(self, owner: object) -> None:
         """Every response ``owner`` reported (its group stopped running)."""

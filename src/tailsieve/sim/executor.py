@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import numpy.typing as npt
 
+from tailsieve.core.balance_trace import BalanceTrace
 from tailsieve.core.outcome import AbortedGroup, GroupResult, StepOutcome
 from tailsieve.core.plan import GroupAssignment, StepPlan
 from tailsieve.core.pool import Pool
@@ -70,13 +71,15 @@ class SimExecutor:
     """Executes plans on simulated replicas; pure and deterministic."""
 
     def __init__(self, pools: PoolConfigs, force_event_driven: bool = False,
-                 pieces: PieceSettings | None = None) -> None:
+                 pieces: PieceSettings | None = None, trace_checks: bool = False) -> None:
         """``pieces``: continued responses run as bounded pieces, as the live runtime with
         ``piece_tokens`` does (applies to plans with balance settings; None: one piece until
         moved)."""
         self.pools = pools
         self.force_event_driven = force_event_driven
         self.pieces = pieces
+        self.trace_checks = trace_checks  # record each check in ``last_trace``
+        self.last_trace: BalanceTrace | None = None  # the last re-balanced step's checks
 
     def run(
         self,
@@ -113,9 +116,10 @@ class SimExecutor:
             for r, idx in enumerate(layout.replica_requests)
         )
         if plan.balance is not None:
+            self.last_trace = BalanceTrace() if self.trace_checks else None
             res, moves = simulate_with_moves(layout, configs, k, plan.balance,
                                              tail_replicas=plan.tail_replicas,
-                                             pieces=self.pieces)
+                                             pieces=self.pieces, trace=self.last_trace)
         elif closed:
             res = simulate_closed_form(layout, configs, k)
         else:

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tailsieve.core.balance_check import plan_check
+from tailsieve.core.balance_trace import BalanceTrace
 from tailsieve.core.balancer import BalanceSettings, ReplicaLoad, Running
 from tailsieve.errors import ConfigError
 from tailsieve.model.replica_engine import Completion, ReplicaConfig, ReplicaEngine
@@ -130,11 +131,13 @@ def simulate_with_moves(
     keep_pieces: bool = False,
     tail_replicas: Sequence[int] = (),
     pieces: PieceSettings | None = None,
+    trace: BalanceTrace | None = None,
 ) -> tuple[SimResult, MoveStats]:
     """Simulate one plan with re-balancing; ``k`` fresh groups are delivered. Moves stay
     within a pool (``tail_replicas`` form the tail pool); ``keep_pieces`` records every
     response's chain of pieces in the returned stats; ``pieces``: bounded pieces (None: a
-    response runs in one piece until it is moved)."""
+    response runs in one piece until it is moved); ``trace``: each check's inputs and decision
+    are recorded there (``core.balance_trace``), as the live rebalancer records its own."""
     n = layout.group_size
     lens, ptoks = layout.lengths, layout.prompt_tokens
     nreq = int(lens.size)
@@ -163,6 +166,7 @@ def simulate_with_moves(
     defer = pieces is not None and pieces.defer_moves and not pieces.keeps_running_piece
     drops = pieces is not None and not pieces.keeps_running_piece and not defer
     redirect: dict[int, int] = {}  # deferred moves: request -> destination at its piece end
+    transit: dict[int, int] = {}  # between pieces (a seam): request -> its next piece's replica
 
     def piece_len(i: int) -> int:
         left_i = int(lens[i]) - done_prev[i]
@@ -178,6 +182,7 @@ def simulate_with_moves(
     pending: list[tuple[float, int, int, int, bool]] = []  # (time, seq, request, dst, moved)
     seq = 0
     fresh_done = 0
+    finished = [0]  # responses completed (a check follows a completion, as live)
 
     def end_piece(i: int, r: int, upto: int) -> None:
         if keep_pieces and not (drops and upto == piece_start[i]):  # a dropped piece: nothing
@@ -201,9 +206,11 @@ def simulate_with_moves(
                 cur[i] = -1
                 wait = balance.seam_s if d != r else pieces.seam_s
                 heapq.heappush(pending, (c.time_s + wait, seq, i, d, d != r))
+                transit[i] = d
                 seq += 1
                 continue
             done[i] = c.time_s
+            finished[0] += 1
             g = i // n
             left[g] -= 1
             if left[g] == 0:
@@ -247,11 +254,22 @@ def simulate_with_moves(
                 loads[d].context_tokens += x
             for ld in loads:
                 ld.running = _without(ld.running, redirect)
+        if transit:
+            # between two pieces (a seam) a response counts on the replica of its next piece,
+            # its context what it generated so far, as the live executor sees it; it is not
+            # a candidate (its next piece is already on its way)
+            for i, d in transit.items():
+                if aborted[i]:
+                    continue
+                loads[d].num_running += 1
+                loads[d].context_tokens += int(ptoks[i]) + done_prev[i]
         # the check's decisions (at most max_moves_per_decision moves each), made once all are
         # planned: the simulated instant does not advance between them
         moves = [mv for decision in plan_check(
             loads, balance.horizon_at(t), balance.seam_s, balance.max_moves_per_check,
             balance.max_moves_per_decision, cached, cached_on) for mv in decision]
+        if trace is not None:
+            trace.record(t, loads, balance.horizon_at(t), balance.seam_s, moves, len(moves))
         nonlocal seq
         for mv in moves:
             rid = mv.key
@@ -278,11 +296,13 @@ def simulate_with_moves(
             piece_no[i] += 1
             cur[i] = -1
             heapq.heappush(pending, (t + balance.seam_s, seq, i, mv.dst, True))
+            transit[i] = mv.dst
             seq += 1
 
     def submit_pending(t: float) -> None:
         while pending and pending[0][0] <= t:
             _, _, i, d, moved = heapq.heappop(pending)
+            transit.pop(i, None)
             if aborted[i]:
                 continue
             e = engines[d]
@@ -293,6 +313,8 @@ def simulate_with_moves(
             cached = min(prefix, max(p, cache[d].get(i, 0)))
             cfg = configs[d]
             if moved:
+                if trace is not None:
+                    trace.took_effect()
                 stats.num_moves += 1
                 stats.moved_tokens += prefix
                 stats.prefill_tokens += prefix - cached
@@ -327,7 +349,6 @@ def simulate_with_moves(
     t_check = balance.interval_s
     last_check = 0.0
     half = balance.interval_s / 2.0
-    stats_done = [0]  # completions popped from engines (checks at completions)
     while True:
         t_eng, r_eng = math.inf, -1
         for r, e in enumerate(engines):
@@ -350,13 +371,11 @@ def simulate_with_moves(
             t_check += balance.interval_s
         else:
             t = t_eng
-            ndone = stats_done[0]
-            comps = engines[r_eng].pop_next()
-            record(comps)
-            stats_done[0] += len(comps)
+            ndone = finished[0]
+            record(engines[r_eng].pop_next())
             if chosen is None and fresh_done >= k:
                 chosen, cutoff = cut(t)
-            if stats_done[0] > ndone and t - last_check >= half:
+            if finished[0] > ndone and t - last_check >= half:
                 advance_all(t)
                 rebalance(t)
                 last_check = t

@@ -1,0 +1,65 @@
+"""The live rebalancer records every check as the simulator does, counts the moves that took
+effect, and checks at each response completion."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+from test_continuation import URLS, ccfg, lengths_fn
+from test_live_executor import prompts_for
+from test_live_rebalance import BALANCE, COSTS, IDS, TABLE, piled_plan
+
+from tailsieve.runtime.executor import LiveExecutor
+from tailsieve.runtime.running_index import RunningIndex
+from tailsieve.runtime.stub import StubTransport
+
+
+def test_a_live_step_records_its_checks_and_the_moves_that_took_effect() -> None:
+    length_of = lengths_fn(TABLE)
+    stub = StubTransport(length_of, seconds_per_token=0.0005)
+    plan = dataclasses.replace(piled_plan(IDS), balance=BALANCE)
+    ex = LiveExecutor(URLS, ccfg(piece_tokens=32, stream=False), transport=stub,
+                      balance_costs=COSTS)
+    asyncio.run(ex.run(plan, prompts_for(plan)))
+    tally, trace = ex.last_moves, ex.last_trace
+    assert len(trace.checks) == tally.num_checks >= 1
+    assert trace.num_made == tally.num_moves >= 1
+    # a vLLM piece moves at its end: every move asked for takes effect once (a response asked
+    # to move again before its piece ended counts once), and only moves take effect
+    assert 1 <= trace.num_effective == tally.num_effective <= tally.num_moves
+    first = trace.checks[0]
+    assert sum(first.num_running) == len(IDS) * plan.group_size  # every response, piled
+    assert all(c.t_s >= 0 for c in trace.checks)
+
+
+def test_a_response_completion_tells_the_index_listener() -> None:
+    calls: list[int] = []
+    idx = RunningIndex(on_complete=lambda: calls.append(1))
+    idx.add(("p", 0), 0, 10, 5, (0,))
+    idx.add(("p", 1), 0, 10, 5, (0,))
+    idx.remove(("p", 1))  # stopped (cut, moved away by a fault): not a completion
+    idx.completed(("p", 0))
+    idx.completed(("p", 0))  # no longer indexed: nothing
+    assert calls == [1]
+    assert idx.get(("p", 0)) is None
+
+
+def test_a_response_waiting_on_a_move_is_not_moved_back() -> None:
+    """A vLLM piece moves at its end: until then the response counts on its destination but is
+    not a candidate (as the simulator's deferred moves), so a later check cannot undo the move
+    before it took effect."""
+    from test_progress_clock import _rebalancer
+
+    from tailsieve.runtime.rebalancer import LiveResponse
+
+    running = [
+        LiveResponse("a", 0, 1, 20, 20, (0,), 0, (0, 1.0, 1000)),  # moved 0 -> 1, piece on 0
+        LiveResponse("a", 1, 1, 20, 20, (0,), 0, (1, 1.0, 1000)),  # runs where it counts
+        LiveResponse("b", 0, 0, 20, 20, (0,), 0, (0, 1.0, 1000)),
+    ]
+    rb = _rebalancer(running, [1.0])
+    loads = rb._estimated_loads(1.0)
+    assert [ld.num_running for ld in loads] == [1, 2]  # counted where it is going
+    assert [k for k, _ in loads[1].running()] == [("a", 1)]
+    assert [k for k, _ in loads[0].running()] == [("b", 0)]
