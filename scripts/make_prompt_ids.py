@@ -6,9 +6,8 @@ script applies the model's own chat template (``add_generation_prompt=True``, as
 endpoint did when recording) with ``transformers`` and checks each prompt's length against the
 trace's ``prompt_tokens``. Run it with a Python that has ``transformers`` (the vLLM venv)::
 
-    /work/main/.venv-vllm/bin/python scripts/make_prompt_ids.py \
-        --model .cache/smollm2-135m-instruct \
-        --out src/tailsieve/drafts/data/smollm2-math-prompt-ids.json
+    .venv-vllm/bin/python scripts/make_prompt_ids.py --model .cache/smollm2-135m-instruct \
+        --out src/tailsieve/workload/data/smollm2-135m-math.prompt-ids.jsonl
 """
 
 from __future__ import annotations
@@ -51,12 +50,9 @@ def main() -> None:
     missing = sorted(set(lengths) - set(out))
     if missing:
         raise SystemExit(f"prompts missing from {args.prompts}: {missing[:5]}")
-    doc = {"trace": Path(args.trace).name, "prompts": Path(args.prompts).name,
-           "tokenizer": "HuggingFaceTB/SmolLM2-135M-Instruct (its chat template, "
-                        "add_generation_prompt=True)",
-           "checked": "every prompt's length equals the trace's prompt_tokens",
-           "prompt_token_ids": out}
-    Path(args.out).write_text(json.dumps(doc, separators=(",", ":")) + "\n")
+    Path(args.out).write_text("".join(
+        json.dumps({"prompt_id": k, "prompt_token_ids": v}, separators=(",", ":")) + "\n"
+        for k, v in out.items()))
     print(f"wrote {len(out)} prompts to {args.out}")
 
 

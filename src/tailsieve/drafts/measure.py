@@ -37,7 +37,7 @@ SOURCE_HELP: dict[str, str] = {
     "ngram": "prompt lookup over the request's prompt and tokens (vLLM ngram)",
     "suffix-running": "per-server tree over co-located running siblings (vLLM suffix, V1)",
     "suffix-finished": "per-server tree over co-located finished siblings (Model Runner V2)",
-    "seer-group": "the other siblings' complete responses (Seer's grouped drafts, a bound)",
+    "seer-group": "the other independently sampled siblings' complete responses (Seer, a bound)",
     "rhymerl-epoch": "the same prompt's previous-epoch responses (RhymeRL)",
 }
 
@@ -139,6 +139,14 @@ def measure_acceptance(
         "date_utc": datetime.now(UTC).strftime("%Y-%m-%d"),
         "method": "exact-match replay of the recorded samples (one-hot drafts); "
                   "co-located siblings decode in lockstep from a common start",
+        "k": "the group's responses co-located on one server (the response itself included)",
+        "sources": {s: SOURCE_HELP[s] for s in names},
+        "notes": "tau includes the bonus token; token 0 comes from prefill (no draft); suffix "
+                 "sources draft from the request's own prompt and tokens too (arctic-inference's "
+                 "per-request tree), best score wins; siblings are co-located in order of "
+                 "(recording server, sample) and seer-group drafts only from siblings recorded on "
+                 "the same server: two unseeded servers drew the same random numbers, so "
+                 "responses recorded on different servers can be copies",
         **(provenance or {}),
     }
     return AcceptanceTable(name or Path(str(trace)).name.split(".")[0], cfg, results, prov)

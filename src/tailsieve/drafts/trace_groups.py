@@ -2,9 +2,10 @@
 
 The recorded trace keeps each response's token ids but only the prompt's length. The shipped
 trace's prompt ids (its chat template applied by the model's tokenizer, each checked against the
-trace's ``prompt_tokens``) ship beside this module (``data/``; ``scripts/make_prompt_ids.py``
-writes them). Another trace may name a JSON file of the same form, or go without: prompt lookup
-and the own tree then see only the generated tokens.
+trace's ``prompt_tokens``) ship beside it (``workload/data/smollm2-135m-math.prompt-ids.jsonl``;
+``scripts/make_prompt_ids.py`` writes them). Another trace may name a file of the same form
+(JSONL ``{"prompt_id", "prompt_token_ids"}`` per line, or one JSON object ``{prompt_id: ids}``),
+or go without: prompt lookup and the own tree then see only the generated tokens.
 """
 
 from __future__ import annotations
@@ -16,19 +17,24 @@ from pathlib import Path
 from tailsieve.drafts.base import Group, Tokens
 from tailsieve.errors import TraceError
 from tailsieve.workload.io import read_trace
-from tailsieve.workload.shipped import SHIPPED_TRACES
+from tailsieve.workload.shipped import DATA_DIR, SHIPPED_TRACES
 
-DATA_DIR = Path(__file__).resolve().parent / "data"
-SHIPPED_PROMPT_IDS: dict[str, Path] = {"smollm2-math": DATA_DIR / "smollm2-math-prompt-ids.json"}
+SHIPPED_PROMPT_IDS: dict[str, Path] = {
+    "smollm2-math": DATA_DIR / "smollm2-135m-math.prompt-ids.jsonl"}
 
 
 def load_prompt_ids(path: str | Path) -> dict[str, Tokens]:
-    """``{prompt_id: token ids}`` from a JSON file (``{"prompt_token_ids": {...}}`` or the
-    mapping itself)."""
+    """``{prompt_id: token ids}`` from a JSONL file (``{"prompt_id", "prompt_token_ids"}`` per
+    line) or a JSON object (``{prompt_id: ids}``, or that under ``"prompt_token_ids"``)."""
     p = Path(path)
     try:
-        doc = json.loads(p.read_text())
-    except (OSError, ValueError) as exc:
+        text = p.read_text()
+        if p.suffix == ".jsonl":
+            rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+            doc: object = {str(r["prompt_id"]): r["prompt_token_ids"] for r in rows}
+        else:
+            doc = json.loads(text)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
         raise TraceError(f"{p}: cannot read prompt ids ({exc})") from None
     table = doc.get("prompt_token_ids", doc) if isinstance(doc, dict) else None
     if not isinstance(table, dict) or not all(
