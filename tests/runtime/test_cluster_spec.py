@@ -60,7 +60,7 @@ def test_emulated_tail_pool_runs_its_speculation(tmp_path: Path) -> None:
 
 
 def test_sglang_command_maps_speculation(tmp_path: Path) -> None:
-    launch = LaunchConfig(model="/m", replicas=1, bulk_spec="eagle:2")
+    launch = LaunchConfig(model="/m", replicas=1, bulk_spec="eagle:2,model=/drafter")
     (spec,) = build_specs((EngineGroup("sglang", 1, 8301),), launch, str(tmp_path), 0, 2)
     argv, _ = spec.command("10.0.0.1", 8301, str(tmp_path))
     assert argv[1:3] == ["-m", "sglang.launch_server"]

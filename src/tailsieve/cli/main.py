@@ -21,6 +21,7 @@ app = typer.Typer(
 
 def _register_all() -> None:
     from tailsieve.cli import (
+        acceptance_cmd,
         demo_cmd,
         emulate_cmd,
         oracle_cmd,
@@ -44,6 +45,7 @@ def _register_all() -> None:
         demo_cmd,
         report_cmd,
         record_cmd,
+        acceptance_cmd,
     ):
         module.register(app)
 

@@ -28,7 +28,7 @@ from types import TracebackType
 from typing import Any
 
 from tailsieve.errors import ConfigError, ReplicaError
-from tailsieve.model.speculative import SpecConfig
+from tailsieve.runtime.spec_flags import PoolSpeculation
 from tailsieve.runtime.transport import AiohttpTransport, ReplicaDownError
 
 
@@ -43,7 +43,7 @@ class LaunchConfig:
     cores: tuple[int, ...] | None = None  # CPU build: one core per replica
     gpus: tuple[str, ...] | None = None  # GPU build: CUDA_VISIBLE_DEVICES per replica
     served_model_name: str = "default"
-    tail_spec: str = "none"  # e.g. "mtp:3"
+    tail_spec: str = "none"  # e.g. "mtp:3", "suffix:8" (runtime.spec_flags)
     bulk_spec: str = "none"
     tail_replicas: int = 0  # m: replicas started with tail_spec (the last m)
     max_model_len: int = 1024
@@ -64,8 +64,8 @@ class LaunchConfig:
         for name, devs in (("cores", self.cores), ("gpus", self.gpus)):
             if devs is not None and len(devs) < self.replicas:
                 raise ConfigError(f"{name}: need {self.replicas} entries, got {len(devs)}")
-        SpecConfig.parse(self.tail_spec)
-        SpecConfig.parse(self.bulk_spec)
+        PoolSpeculation.parse(self.tail_spec)
+        PoolSpeculation.parse(self.bulk_spec)
 
     @property
     def state_path(self) -> Path:
@@ -95,9 +95,7 @@ class LaunchConfig:
             str(self.base_port + i if port is None else port),
         ]
         is_tail = i >= self.replicas - self.tail_replicas
-        spec = SpecConfig.parse(self.tail_spec if is_tail else self.bulk_spec).to_vllm_json()
-        if spec is not None:
-            argv += ["--speculative-config", spec]
+        argv += PoolSpeculation.parse(self.tail_spec if is_tail else self.bulk_spec).vllm_args()
         argv += list(self.extra_args)
         env = {
             "HF_HUB_OFFLINE": "1",

@@ -15,11 +15,10 @@ from dataclasses import dataclass, field
 
 from tailsieve.errors import ConfigError
 from tailsieve.model.profiles import load_profile
-from tailsieve.model.speculative import SpecConfig, SpecMethod
 from tailsieve.runtime.launcher import LaunchConfig
+from tailsieve.runtime.spec_flags import PoolSpeculation
 
 ENGINES: tuple[str, ...] = ("vllm", "sglang", "emulated")
-_SGLANG_METHODS = {SpecMethod.MTP: "NEXTN", SpecMethod.EAGLE: "EAGLE", SpecMethod.NGRAM: "NGRAM"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,19 +96,7 @@ class ServerSpec:
             "--served-model-name", cfg.served_model_name, "--host", host, "--port", str(port),
             "--tp", str(self.tensor_parallel), "--context-length", str(cfg.max_model_len),
         ]  # fmt: skip
-        sc = SpecConfig.parse(self.spec)
-        if sc.enabled:
-            algo = _SGLANG_METHODS.get(sc.method)
-            if algo is None:
-                raise ConfigError(f"SGLang has no speculative method {sc.method.value!r}")
-            argv += [
-                "--speculative-algorithm", algo,
-                "--speculative-num-steps", str(sc.num_speculative_tokens),
-                "--speculative-eagle-topk", "1",
-                "--speculative-num-draft-tokens", str(sc.num_speculative_tokens + 1),
-            ]  # fmt: skip
-            if sc.model:
-                argv += ["--speculative-draft-model-path", sc.model]
+        argv += PoolSpeculation.parse(self.spec).sglang_args()
         return argv + list(cfg.extra_args)
 
     def _emulated(self, host: str, port: int, workdir: str) -> list[str]:
@@ -143,8 +130,9 @@ def build_specs(
             is_tail = i >= total - launch.tail_replicas
             spec = launch.tail_spec if is_tail else launch.bulk_spec
             files: dict[str, str] = {}
-            if g.engine == "emulated" and SpecConfig.parse(spec).enabled:
-                fast = SpecConfig.parse(spec).apply(load_profile(emulator_profile))
+            pool_spec = PoolSpeculation.parse(spec)
+            if g.engine == "emulated" and pool_spec.enabled:
+                fast = pool_spec.spec_config().apply(load_profile(emulator_profile))
                 files["profile.json"] = json.dumps(fast.to_dict())
             ports = tuple(g.port + k + j * g.count for j in range(max_restarts + 2))
             if ports[-1] > 65535:
