@@ -110,3 +110,15 @@ def test_python_api_and_cli_reach_the_spec_simulation() -> None:
     assert data["colocation"][0]["dealing"] in ("spread", "group")
     bad = CliRunner().invoke(app, ["simulate", "--spec", "no-such-preset"])
     assert bad.exit_code != 0
+
+
+def test_priced_moves_leave_fewer_tokens_away_from_their_siblings() -> None:
+    settings_, ids, wl = _setup(1, groups=8, replicas=4, steps=7)
+    seer = LITERATURE["seer"]
+    priced = run_spec_variants(settings_, ids, wl, BASE, seer,  # type: ignore[arg-type]
+                               variants=("tailsieve",), colocate="group")
+    unpriced = run_spec_variants(settings_, ids, wl, BASE, seer,  # type: ignore[arg-type]
+                                 variants=("tailsieve",), colocate="group",
+                                 price_drafts=False)
+    assert unpriced.offsite_fraction > 0.0
+    assert priced.offsite_fraction < unpriced.offsite_fraction

@@ -48,7 +48,7 @@ def simulate_spec(
     workload: str = "paper-math", *, spec: str = "seer", spec_price: float = 1.0,
     colocate: str = "auto", replicas: int = 8, groups: int = 64, group_size: int = 8,
     steps: int = 20, profile: str = DEFAULT_PROFILE, seed: int = 0, seeds: int = 1,
-    tail_strength: str | None = None,
+    tail_strength: str | None = None, price_drafts: bool = True,
 ) -> SpecSimulationResult:
     """Simulate the speculation variants (``sim.spec_runs.SPEC_VARIANTS``) with acceptance
     preset ``spec`` (``tailsieve.model.acceptance``), its extra cost times ``spec_price``."""
@@ -64,7 +64,7 @@ def simulate_spec(
         settings = SimSettings(num_replicas=replicas, num_groups=groups,
                                group_size=group_size, num_steps=steps, seed=sd)
         res = run_spec_variants(settings, partial(epoch_prompt_ids, ds, sd), wl, base, curve,
-                                spec_price, SPEC_VARIANTS, colocate)
+                                spec_price, SPEC_VARIANTS, colocate, price_drafts)
         ref = res.runs[BASELINE].run
         for name, run in res.runs.items():
             per_seed.setdefault(name, []).append(seed_speedup(ref, run.run))
@@ -79,5 +79,5 @@ def simulate_spec(
     meta = {"workload": workload, "spec": spec, "spec_price": spec_price,
             "colocate": colocate, "replicas": replicas, "groups": groups,
             "group_size": group_size, "steps": steps, "profile": profile, "seed": seed,
-            "seeds": seeds, "acceptance": curve.to_dict()}
+            "seeds": seeds, "price_drafts": price_drafts, "acceptance": curve.to_dict()}
     return SpecSimulationResult(meta, speedups, intervals, per_seed, coloc)

@@ -13,7 +13,8 @@ Every variant runs on the same prompts and lengths (``run_policies`` with one se
   together, no balance; another stricter baseline for sibling sources);
 - ``tailsieve``: the balancer (moves) with speculation where it pays, and the groups dealt
   spread or whole (``control.colocate``: siblings share a server when their drafts are worth
-  more than the balance they cost, decided from measured warm-up step times);
+  more than the balance they cost, decided from measured warm-up step times); dealt whole,
+  the balancer prices each move by the sibling drafts it loses (``core.balance_drafts``);
 - ``seer-oracle``: knows every length, same speculation as ``tailsieve``'s spread dealing.
 
 A replica's acceptance depends on ``k``, the number of a group's responses on its server:
@@ -35,12 +36,22 @@ from typing import Any
 
 import numpy as np
 
+from tailsieve.control.base import Controller
 from tailsieve.control.colocate import ColocationChoice, choose_colocation, k_spread
+from tailsieve.control.factory import make_controller
+from tailsieve.core.balance_drafts import DraftPricing
 from tailsieve.model.acceptance import AcceptanceCurve
 from tailsieve.model.replica_engine import ReplicaConfig
 from tailsieve.model.spec_engine import Gate, SpecEngine
 from tailsieve.sim import executor as sim_executor
-from tailsieve.sim.driver import LengthModel, ProtocolRun, SimSettings, run_policies
+from tailsieve.sim.driver import (
+    ControllerFactory,
+    LengthModel,
+    ProtocolRun,
+    SimSettings,
+    default_controller,
+    run_policies,
+)
 from tailsieve.sim.replicas import PoolConfigs
 from tailsieve.sim.speedup_stats import STEADY_FROM
 
@@ -100,13 +111,17 @@ class OffsiteMeter:
 
 
 @contextmanager
-def metering_moves(meter: OffsiteMeter) -> Iterator[OffsiteMeter]:
-    """Install ``meter`` on the simulator's move path (every step keeps its pieces)."""
+def metering_moves(meter: OffsiteMeter,
+                   pricing: DraftPricing | None = None) -> Iterator[OffsiteMeter]:
+    """Install ``meter`` on the simulator's move path (every step keeps its pieces); with
+    ``pricing`` the balancer's moves are priced by the sibling drafts they lose."""
     inner = sim_executor.simulate_with_moves
 
     def wrapped(layout: Any, configs: Any, k: int, balance: Any, keep_pieces: bool = False,
-                tail_replicas: Any = (), pieces: Any = None) -> Any:
-        res, stats = inner(layout, configs, k, balance, True, tail_replicas, pieces)
+                tail_replicas: Any = (), pieces: Any = None, draft_factor: Any = None) -> Any:
+        rho = draft_factor if pricing is None else pricing.for_dealing(
+            layout.request_replica.tolist(), layout.group_size)
+        res, stats = inner(layout, configs, k, balance, True, tail_replicas, pieces, rho)
         meter.observe(layout.request_replica, layout.group_size, stats.pieces)
         if not keep_pieces:
             stats.pieces = []
@@ -132,9 +147,11 @@ def run_spec_variants(
     settings: SimSettings, prompt_ids: Callable[[], Iterable[str]], workload: LengthModel,
     base: ReplicaConfig, curve: AcceptanceCurve, price: float = 1.0,
     variants: Iterable[str] = SPEC_VARIANTS, colocate: str = "auto",
+    price_drafts: bool = True,
 ) -> SpecRun:
     """Run ``variants`` on one seed; ``colocate``: ``auto`` (measured choice), ``spread``
-    or ``group``."""
+    or ``group``; ``price_drafts``: with groups dealt whole, the balancer skips a move whose
+    gain does not cover the sibling drafts it loses (``core.balance_drafts``)."""
     n, r = settings.group_size, settings.num_replicas
     ks = k_spread(n, r)
     dealt = max(1, settings.num_groups * n // r)  # requests per replica at a step's start
@@ -144,8 +161,9 @@ def run_spec_variants(
     wanted = list(variants)
     runs: dict[str, ProtocolRun] = {}
 
-    def one(policy: str, pools: PoolConfigs, st: SimSettings = settings) -> ProtocolRun:
-        return run_policies([policy], st, prompt_ids, workload, pools)[policy]
+    def one(policy: str, pools: PoolConfigs, st: SimSettings = settings,
+            factory: ControllerFactory = default_controller) -> ProtocolRun:
+        return run_policies([policy], st, prompt_ids, workload, pools, factory)[policy]
 
     if "uniform-requests-nospec" in wanted:
         runs["uniform-requests-nospec"] = one("uniform-requests", spec_pools(base, None, 1))
@@ -164,11 +182,15 @@ def run_spec_variants(
         grouped_run = None
         if colocate != "spread" and curve.sibling and n > ks:
             grouped = replace(settings, spread=False, m0=0)
-            with metering_moves(OffsiteMeter()) as meter:
-                first = one("tailsieve", spec_pools(base, placed, n, dealt), grouped)
+            pricing = DraftPricing(curve) if price_drafts else None
+            with metering_moves(OffsiteMeter(), pricing) as meter:
+                first = one("tailsieve", spec_pools(base, placed, n, dealt), grouped,
+                            balance_only)
             offsite = meter.fraction
             mixed = SpecEngine(mixed_curve(curve, offsite), price, gated)
-            grouped_run = one("tailsieve", spec_pools(base, mixed, n, dealt), grouped)
+            with metering_moves(OffsiteMeter(), pricing):
+                grouped_run = one("tailsieve", spec_pools(base, mixed, n, dealt), grouped,
+                                  balance_only)
             del first
         choice = choose_colocation(
             curve, n, r, _warmup_s(spread_run),
@@ -179,6 +201,14 @@ def run_spec_variants(
         if grouped_run is not None:
             runs["tailsieve-grouped"] = grouped_run
     return SpecRun(runs, choice, offsite)
+
+
+def balance_only(name: str, settings: SimSettings, pools: PoolConfigs) -> Controller:
+    """The ``tailsieve`` controller held in balance mode (``q = m = 0``, moves on, outer loop
+    off): with groups dealt whole, a tail pool would take whole groups away from the servers
+    where their siblings finished."""
+    cfg = replace(settings.controller_config(), outer_enabled=False, m0=0)
+    return make_controller(name, cfg, pools.tail.throughput, pools.bulk.throughput)
 
 
 def _warmup_s(run: ProtocolRun) -> float:

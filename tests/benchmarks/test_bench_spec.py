@@ -1,0 +1,26 @@
+"""Smoke run of ``benchmarks/bench_spec.py`` (speculation placed by the router)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+
+from smoke_helpers import repo_unchanged
+
+
+def test_bench_spec(tmp_path: Path) -> None:
+    with repo_unchanged():
+        assert importlib.import_module("bench_spec").main(
+            ["--out", str(tmp_path), "--seeds", "2", "--steps", "6", "--groups", "8",
+             "--cases", "4b-paper-math-r8", "--presets", "seer", "low"]) == 0
+    data = json.loads((tmp_path / "spec.json").read_text())
+    assert data["baseline"].startswith("uniform-requests")
+    rows = {(r["preset"], r["price"]): r for r in data["cases"]}
+    assert set(rows) == {("seer", 1.0), ("seer", 2.0), ("low", 1.0)}
+    for row in rows.values():
+        assert row["tailsieve"]["mean"] > 0 and len(row["per_seed"]) == 2
+        assert row["uniform-requests-nospec"]["mean"] > 0
+    assert rows[("low", 1.0)]["colocated_seeds"] == 0  # no sibling drafts: stays spread
+    md = (tmp_path / "spec.md").read_text()
+    assert "| 4b-paper-math-r8 | seer |" in md
