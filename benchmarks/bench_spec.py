@@ -15,7 +15,8 @@ at every batch (what switching on vLLM's ``suffix`` or MTP gives without TailSie
 Workloads as ``bench_balancer.py``: 4B paper-math R = 8, 4B AIME R = 8, 30B-A3B TP2
 paper-math R = 4, N = 64 x 8, profile caps and context term on. Presets: the literature's
 (target >= 1.10x), ``low`` and the literature's at twice the price (never below 0.99x), and
-every measured preset shipped (``tailsieve.model.acceptance.measured_presets``; none: said so).
+every measured preset shipped (``tailsieve.model.acceptance.measured_presets``; none: said so)
+or given with ``--acceptance-file``.
 """
 
 from __future__ import annotations
@@ -31,7 +32,13 @@ from typing import Any
 import numpy as np
 from outdir import default_out
 
-from tailsieve.model.acceptance import LITERATURE, get_acceptance, measured_presets
+from tailsieve.model.acceptance import (
+    LITERATURE,
+    AcceptanceCurve,
+    get_acceptance,
+    load_acceptance_file,
+    measured_presets,
+)
 from tailsieve.model.profiles import load_profile
 from tailsieve.model.replica_engine import ReplicaConfig
 from tailsieve.sim.driver import SimSettings, epoch_prompt_ids
@@ -68,10 +75,10 @@ COLUMNS = ("tailsieve", "tailsieve-spread", "seer-oracle", "uniform-requests-nos
            "uniform-requests-gated", "uniform-spec")
 
 
-def run_case(wl: Workload, preset: str, price: float, target: float, kind: str,
+def run_case(wl: Workload, curve: AcceptanceCurve, price: float, target: float, kind: str,
              seeds: list[int], steps: int, groups: int) -> dict[str, Any]:
     base = ReplicaConfig.from_profile(load_profile(wl.profile))
-    curve = get_acceptance(preset)
+    preset = curve.name
     per_seed: list[dict[str, Any]] = []
     t0 = time.perf_counter()
     for sd in seeds:
@@ -144,10 +151,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cases", nargs="*", default=None, help="workload names (default: all)")
     ap.add_argument("--presets", nargs="*", default=None,
                     help="acceptance presets (default: the literature's, low, x2 price, measured)")
+    ap.add_argument("--acceptance-file", type=Path, default=None,
+                    help="a measured acceptance file (tailsieve acceptance measure) whose "
+                         "sources run as measured presets, beside any shipped ones")
     args = ap.parse_args(argv)
     seeds, steps = (2, 12) if args.quick else (args.seeds, args.steps)
     wls = [w for w in WORKLOADS if args.cases is None or w.name in args.cases]
-    measured = measured_presets()
+    curves = dict(measured_presets())
+    if args.acceptance_file is not None:
+        curves.update(load_acceptance_file(args.acceptance_file))
+    measured = sorted(curves)
     plan = list(PRESETS) + [(name, 1.0, 0.99, "measured") for name in measured]
     if args.presets is not None:
         plan = [p for p in plan if p[0] in args.presets] + [
@@ -156,8 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for wl in wls:
         for preset, price, target, kind in plan:
-            get_acceptance(preset)  # fail early on an unknown name
-            row = run_case(wl, preset, price, target, kind, list(range(seeds)), steps,
+            curve = curves[preset] if preset in curves else get_acceptance(preset)
+            row = run_case(wl, curve, price, target, kind, list(range(seeds)), steps,
                            args.groups)
             rows.append(row)
             print(f"{wl.name} {preset} x{price:g}: tailsieve {_fmt(row['tailsieve'])} "
@@ -171,8 +184,8 @@ def main(argv: list[str] | None = None) -> int:
         "baseline": "uniform-requests, the same engine speculation on every replica",
         "steady_from": STEADY_FROM,
         "literature_presets": {k: v.to_dict() for k, v in LITERATURE.items()},
-        "measured_presets": sorted(measured) or "none shipped (no tailsieve/model/data/"
-                                                "acceptance-*.json yet)",
+        "measured_presets": {n: curves[n].to_dict() for n in measured} or (
+            "none shipped (no tailsieve/model/data/acceptance-*.json yet)"),
         "cases": rows,
     }
     (args.out / "spec.json").write_text(json.dumps(payload, indent=1) + "\n")
