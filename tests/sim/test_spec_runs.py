@@ -122,3 +122,11 @@ def test_priced_moves_leave_fewer_tokens_away_from_their_siblings() -> None:
                                  price_drafts=False)
     assert unpriced.offsite_fraction > 0.0
     assert priced.offsite_fraction < unpriced.offsite_fraction
+
+
+def test_forced_whole_groups_run_whole_groups_for_any_source() -> None:
+    settings_, ids, wl = _setup(2, groups=6, replicas=3, steps=6)
+    res = run_spec_variants(settings_, ids, wl, BASE, LITERATURE["low"],  # type: ignore[arg-type]
+                            variants=("tailsieve",), colocate="group")
+    assert res.colocation.dealing == "group"
+    assert res.runs["tailsieve"] is res.runs["tailsieve-grouped"]

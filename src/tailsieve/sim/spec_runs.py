@@ -180,7 +180,7 @@ def run_spec_variants(
     if "tailsieve" in wanted:
         spread_run = one("tailsieve", spec_pools(base, placed, ks, dealt))
         grouped_run = None
-        if colocate != "spread" and curve.sibling and n > ks:
+        if colocate == "group" or (colocate == "auto" and curve.sibling and n > ks):
             grouped = replace(settings, spread=False, m0=0)
             pricing = DraftPricing(curve) if price_drafts else None
             with metering_moves(OffsiteMeter(), pricing) as meter:
