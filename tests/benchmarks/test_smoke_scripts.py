@@ -27,6 +27,7 @@ SCRIPTS = {
     "bench_real_engine.py": "test_smoke_live.py::test_bench_real_engine_*",
     "bench_router.py": "test_smoke_live.py::test_bench_router_*",
     "bench_sim.py": "test_bench_sim",
+    "bench_spec.py": "test_bench_spec.py::test_bench_spec",
     "bench_tail_signal.py": "test_bench_tail_signal",
     "bench_trace_io.py": "test_bench_trace_io_defaults_outside_the_repo",
     "grounded_suite.py": "test_grounded_suite",

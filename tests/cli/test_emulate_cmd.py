@@ -36,6 +36,9 @@ def _app() -> typer.Typer:
     (["--crash-after", "-2"], ConfigError),
     (["--model-name", "a b"], ConfigError),
     (["--profile", "nope"], ProfileError),
+    (["--spec", "nope"], ConfigError),
+    (["--spec", "seer", "--spec-gate", "sometimes"], ConfigError),
+    (["--spec", "seer", "--spec-k", "0"], ConfigError),
 ])
 def test_bad_options_raise_tailsieve_errors(args: list[str], exc: type[Exception]) -> None:
     res = CliRunner().invoke(_app(), ["emulate", "--port", "0", *args])
@@ -70,3 +73,13 @@ def test_emulate_runs_until_sigterm() -> None:
     finally:
         os.kill(proc.pid, signal.SIGTERM)
         assert proc.wait(10) == 0
+
+
+def test_emulator_speculates_with_an_acceptance_preset() -> None:
+    cfg = EmulatorConfig.from_profile("qwen3-4b-h100")
+    one = emulate_cmd.with_speculation(cfg, "seer", k=1)
+    eight = emulate_cmd.with_speculation(cfg, "seer", k=8)
+    assert eight.throughput.tau(1) < one.throughput.tau(1) < cfg.throughput.tau(1)
+    gated = emulate_cmd.with_speculation(cfg, "low", gate="pays")
+    assert gated.throughput.tau(1) < cfg.throughput.tau(1)
+    assert gated.max_num_seqs == cfg.max_num_seqs

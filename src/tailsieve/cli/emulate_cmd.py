@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import typer
 
 from tailsieve.errors import ConfigError
+from tailsieve.model.acceptance import get_acceptance
+from tailsieve.model.spec_engine import GATES, SpecEngine
 from tailsieve.runtime.emulator.config import CRASH_MODES, EmulatorConfig
 from tailsieve.runtime.emulator.runner import capacity_options, serve_forever
 
@@ -41,6 +45,17 @@ def emulate(
         256.0, "--length-median", help="Median drawn length (requests without ignore_eos)."
     ),
     length_sigma: float = typer.Option(1.0, "--length-sigma", help="Log-space sigma of lengths."),
+    spec: str = typer.Option(
+        None, "--spec", help="Speculate with this acceptance preset (seer, tlt-eagle-tree, "
+                             "rhymerl-epoch, low, measured NAME:SOURCE; "
+                             "docs/speculation-placement.md)."),
+    spec_k: int = typer.Option(
+        1, "--spec-k", help="With --spec: a group's responses on this server (sibling drafts)."),
+    spec_price: float = typer.Option(
+        1.0, "--spec-price", help="With --spec: multiply speculation's extra step cost."),
+    spec_gate: str = typer.Option(
+        "always", "--spec-gate", help="With --spec: always, or only at batch sizes where it "
+                                      "pays (pays)."),
 ) -> None:
     """Serve vLLM's OpenAI endpoints with timing from a throughput profile (Ctrl-C stops).
 
@@ -55,7 +70,22 @@ def emulate(
         crash_mode=crash_mode, error_rate=error_rate, slowdown=slowdown, seed=seed,
         length_median_tokens=length_median, length_sigma=length_sigma,
     )
+    if spec is not None:
+        config = with_speculation(config, spec, spec_k, spec_price, spec_gate)
     try:
         serve_forever(config, host, port)
     except OSError as exc:
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+
+def with_speculation(config: EmulatorConfig, preset: str, k: int = 1, price: float = 1.0,
+                     gate: str = "always") -> EmulatorConfig:
+    """``config`` decoding with speculation: its throughput replaced by the speculating
+    replica's (``model.spec_engine``), acceptance from ``preset`` at ``k`` co-located
+    siblings."""
+    if gate not in GATES:
+        raise ConfigError(f"--spec-gate must be one of {', '.join(GATES)}, got {gate!r}")
+    if k < 1:
+        raise ConfigError(f"--spec-k must be >= 1, got {k}")
+    engine = SpecEngine(get_acceptance(preset), price, gate)  # type: ignore[arg-type]
+    return replace(config, throughput=engine.throughput(config.throughput, k))

@@ -76,6 +76,17 @@ def simulate(
         None, "--stream-interval",
         help="Moves as the live runtime's --stream --stream-interval K makes them on vLLM: at "
              "once, keeping the tokens streamed in chunks of K (the rest decoded again)."),
+    spec: str = typer.Option(
+        None, "--spec",
+        help="Acceptance preset (seer, tlt-eagle-tree, rhymerl-epoch, low, measured "
+             "NAME:SOURCE, or FILE.json:SOURCE): simulate speculation placed by TailSieve "
+             "against uniform-requests with the same speculation on every replica "
+             "(docs/speculation-placement.md); --policy, --tail-spec/--bulk-spec are ignored."),
+    spec_price: float = typer.Option(
+        1.0, "--spec-price", help="With --spec: multiply speculation's extra step cost."),
+    colocate: str = typer.Option(
+        "auto", "--colocate", help="With --spec: deal groups spread, whole (group) or as the "
+                                   "measured warm-up steps say (auto)."),
     plot: Annotated[
         Path | None, typer.Option("--plot", help="Write PNG plots into this folder.")
     ] = None,
@@ -94,13 +105,19 @@ def simulate(
     for folder, flag in ((out, "--out"), (plot, "--plot")):
         if folder is not None:
             checks.output_dir(folder, flag)
+    if spec is not None:
+        from tailsieve.cli.spec_sim import run_spec_cli
+
+        run_spec_cli(workload, spec, spec_price, colocate, replicas, groups, group_size, steps,
+                     profile, seed, seeds, tail_strength, as_json, out)
+        return
     result = run_simulation(
         workload, policies=policy, replicas=replicas, groups=groups, group_size=group_size,
         steps=steps, profile=profile, seed=seed, seeds=seeds, q0=q0, m0=m0, spread=spread,
         tail_strength=tail_strength, tail_spec=tail_spec, bulk_spec=bulk_spec,
         max_num_seqs=max_num_seqs, kv_capacity_tokens=kv_capacity, prefill_s=prefill_s,
         num_prompts=num_prompts, piece_tokens=piece_tokens, piece_seam_s=piece_seam_s,
-        piece_moves=piece_moves,  # type: ignore[arg-type]
+        piece_moves=piece_moves,  # type: ignore[arg-type,unused-ignore]
         stream_interval=stream_interval,
     )
     meta, runs = result.settings, result.runs

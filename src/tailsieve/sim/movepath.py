@@ -40,8 +40,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tailsieve.core.balance_check import plan_check
+from tailsieve.core.balance_drafts import reprice_gain
 from tailsieve.core.balance_trace import BalanceTrace
-from tailsieve.core.balancer import BalanceSettings, ReplicaLoad, Running
+from tailsieve.core.balancer import BalanceSettings, Move, ReplicaLoad, Running
 from tailsieve.errors import ConfigError
 from tailsieve.model.replica_engine import Completion, ReplicaConfig, ReplicaEngine
 from tailsieve.sim.layout import RequestLayout, SimResult, choose_fresh
@@ -132,12 +133,17 @@ def simulate_with_moves(
     tail_replicas: Sequence[int] = (),
     pieces: PieceSettings | None = None,
     trace: BalanceTrace | None = None,
+    draft_factor: Callable[[int, int, int], float] | None = None,
 ) -> tuple[SimResult, MoveStats]:
     """Simulate one plan with re-balancing; ``k`` fresh groups are delivered. Moves stay
     within a pool (``tail_replicas`` form the tail pool); ``keep_pieces`` records every
     response's chain of pieces in the returned stats; ``pieces``: bounded pieces (None: a
     response runs in one piece until it is moved); ``trace``: each check's inputs and decision
-    are recorded there (``core.balance_trace``), as the live rebalancer records its own."""
+    are recorded there (``core.balance_trace``), as the live rebalancer records its own.
+    ``draft_factor(request, src, dst)``: how
+    many times as many verify steps per token the response takes on ``dst`` (the sibling
+    drafts it loses, ``core.balance_drafts``); a move whose gain, repriced with it at the
+    check's loads, is not positive is skipped (None: drafts not priced)."""
     n = layout.group_size
     lens, ptoks = layout.lengths, layout.prompt_tokens
     nreq = int(lens.size)
@@ -271,9 +277,13 @@ def simulate_with_moves(
         if trace is not None:
             trace.record(t, loads, balance.horizon_at(t), balance.seam_s, moves, len(moves))
         nonlocal seq
+        horizon = balance.horizon_at(t)
         for mv in moves:
             rid = mv.key
             i = rid[0]  # type: ignore[index]
+            if draft_factor is not None and _repriced(
+                    mv, loads, horizon, draft_factor(i, mv.src, mv.dst)) <= 0:
+                continue  # the drafts it loses outweigh the balance it gains
             if defer:
                 redirect[i] = mv.dst  # moves when its running piece ends
                 continue
@@ -396,6 +406,18 @@ def simulate_with_moves(
     )
     return res, stats
 
+
+
+def _repriced(mv: Move, loads: Sequence[ReplicaLoad], horizon_s: float, rho: float) -> float:
+    """``mv``'s predicted gain with the moved response's progress on the destination scaled
+    by ``rho`` (``core.balance_drafts.reprice_gain``), at the loads the check started from."""
+    if rho == 1.0:
+        return mv.predicted_gain_s
+    src, dst, x = loads[mv.src], loads[mv.dst], mv.prefix_tokens
+    c_top = src.cost_s(src.num_running, src.context_tokens)
+    a = src.cost_s(src.num_running - 1, src.context_tokens - x)
+    b = dst.cost_s(dst.num_running + 1, dst.context_tokens + x)
+    return reprice_gain(mv.predicted_gain_s, horizon_s, c_top, a, b, rho)
 
 
 def _without(running: Callable[[], Running],
