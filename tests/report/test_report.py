@@ -156,6 +156,8 @@ def test_headline_states_the_paired_speedup_with_its_interval(tmp_path: Path) ->
     assert "10.0% of all generated tokens" in words
     assert "q = 6 tail groups on m = 2 of 8 replicas" in words
     assert f"a mean step of {sp.policy_mean_s:.2f} emulated s against" in words  # a demo's unit
+    run.settings["served_model_name"] = "smollm2"  # a demo on real servers measures seconds
+    assert f"a mean step of {sp.policy_mean_s:.2f} s against" in " ".join(headline_sentences(run))
     run.kind = "simulate"
     assert "modelled s against" in " ".join(headline_sentences(run))
 

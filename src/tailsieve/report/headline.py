@@ -141,8 +141,9 @@ def _pct(x: float | None) -> str:
 
 def time_unit(run: RunData) -> str:
     """The unit of the run's step times: a demo runs emulated replicas (emulated seconds,
-    ``time_scale`` of the modelled ones), ``simulate`` models them, a rollout measures them."""
-    if run.kind == "demo":
+    ``time_scale`` of the modelled ones), ``simulate`` models them, a rollout or a demo on real
+    servers (``--real-model``, ``--endpoints``) measures them."""
+    if run.kind == "demo" and "served_model_name" not in run.settings:
         return "emulated s"
     if run.kind == "simulate":
         return "modelled s"

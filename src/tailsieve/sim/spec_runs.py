@@ -118,10 +118,12 @@ def metering_moves(meter: OffsiteMeter,
     inner = sim_executor.simulate_with_moves
 
     def wrapped(layout: Any, configs: Any, k: int, balance: Any, keep_pieces: bool = False,
-                tail_replicas: Any = (), pieces: Any = None, draft_factor: Any = None) -> Any:
+                tail_replicas: Any = (), pieces: Any = None, trace: Any = None,
+                draft_factor: Any = None) -> Any:
         rho = draft_factor if pricing is None else pricing.for_dealing(
             layout.request_replica.tolist(), layout.group_size)
-        res, stats = inner(layout, configs, k, balance, True, tail_replicas, pieces, rho)
+        res, stats = inner(layout, configs, k, balance, True, tail_replicas, pieces,
+                           trace=trace, draft_factor=rho)
         meter.observe(layout.request_replica, layout.group_size, stats.pieces)
         if not keep_pieces:
             stats.pieces = []
