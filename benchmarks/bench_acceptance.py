@@ -43,7 +43,7 @@ def _every_sibling(trace: str, cfg: DraftConfig, max_prompts: int | None) -> Rep
     return every
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=default_out("acceptance"))
     ap.add_argument("--package-data", type=Path, default=None,
@@ -52,8 +52,9 @@ def main() -> None:
     ap.add_argument("--max-spec-tokens", type=int, default=8)
     ap.add_argument("--max-prompts", type=int, default=None)
     ap.add_argument("--workers", type=int, default=1)
-    args = ap.parse_args()
-    command = "python " + " ".join(["benchmarks/bench_acceptance.py", *sys.argv[1:]])
+    args = ap.parse_args(argv)
+    command = "python " + " ".join(["benchmarks/bench_acceptance.py",
+                                    *(sys.argv[1:] if argv is None else argv)])
     t0 = time.perf_counter()
     cfg = DraftConfig(max_spec_tokens=args.max_spec_tokens)
     prov = {"model": MODEL, "trace_description": TRACE_NOTE, "command": command,

@@ -43,7 +43,7 @@ def counters(url: str) -> dict[str, float]:
     return out
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--url", required=True)
     ap.add_argument("--model", default="smollm2", help="served model name")
@@ -55,7 +55,7 @@ def main() -> None:
     ap.add_argument("--prompt-lookup-min", type=int, default=1)
     ap.add_argument("--prompt-lookup-max", type=int, default=4)
     ap.add_argument("--out", type=Path, default=None)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     lines = (DATA_DIR / "math-word-problems.jsonl").read_text().splitlines()[:args.prompts]
     prompts = [json.loads(line) for line in lines]
 

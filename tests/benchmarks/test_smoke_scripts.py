@@ -18,6 +18,7 @@ from smoke_helpers import BENCH, ROOT, repo_unchanged
 
 # every script under benchmarks/ and the test that runs it; a new script must be added here
 SCRIPTS = {
+    "bench_acceptance.py": "test_bench_acceptance.py::test_bench_acceptance",
     "bench_balancer.py": "test_bench_balancer",
     "bench_faults.py": "test_bench_faults",
     "bench_seam.py": "test_smoke_live.py::test_bench_seam_vllm",
@@ -29,6 +30,7 @@ SCRIPTS = {
     "bench_sim.py": "test_bench_sim",
     "bench_spec.py": "test_bench_spec.py::test_bench_spec",
     "bench_tail_signal.py": "test_bench_tail_signal",
+    "check_spec_live.py": "test_bench_acceptance.py::test_check_spec_live_*",
     "bench_trace_io.py": "test_bench_trace_io_defaults_outside_the_repo",
     "grounded_suite.py": "test_grounded_suite",
     "run_all.py": "test_run_all",
