@@ -11,7 +11,7 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from smoke_helpers import repo_unchanged
@@ -43,11 +43,12 @@ class _Stub(BaseHTTPRequestHandler):
     """A vLLM-like server: every chat request answers the prompt's tokens 3..8 twice and adds
     fixed amounts to the speculative counters."""
 
-    prompt = list(range(1, 11))
-    answer = [3, 4, 5, 6, 7, 8, 3, 4, 5, 6, 7, 8, 99]
-    per_request = {"num_drafts": 3.0, "num_draft_tokens": 12.0, "num_accepted_tokens": 5.0}
+    prompt: ClassVar[list[int]] = list(range(1, 11))
+    answer: ClassVar[list[int]] = [3, 4, 5, 6, 7, 8, 3, 4, 5, 6, 7, 8, 99]
+    per_request: ClassVar[dict[str, float]] = {
+        "num_drafts": 3.0, "num_draft_tokens": 12.0, "num_accepted_tokens": 5.0}
     lock = threading.Lock()
-    totals = {k: 0.0 for k in per_request}
+    totals: ClassVar[dict[str, float]] = dict.fromkeys(per_request, 0.0)
 
     def log_message(self, *args: Any) -> None:
         pass
