@@ -105,6 +105,21 @@ def running(url: str) -> float:
     return metric(url, "vllm:num_requests_running")
 
 
+def restarted_healthy(state_file: Path, victim: dict[str, Any]) -> bool:
+    """The launcher's state names a new process for the victim's slot and it answers /health."""
+    try:
+        rep = json.loads(state_file.read_text())["replicas"][0]
+    except (OSError, ValueError, KeyError, IndexError):
+        return False
+    if not rep.get("restarted") or rep["pid"] == victim["pid"]:
+        return False
+    try:
+        with urllib.request.urlopen(rep["endpoint"] + "/health", timeout=2) as r:
+            return bool(r.status == 200)
+    except OSError:
+        return False
+
+
 def group_alive(pid: int) -> bool:
     try:
         os.killpg(pid, 0)
@@ -234,7 +249,7 @@ def test_ray_launch_restart_readmit_exactly_once(
          "rollout", "--state", str(state_file), "--prompts", str(prompts), "--groups",
          str(GROUPS), "--group-size", str(GROUP_SIZE), "--steps", str(STEPS), "--policy",
          "tailsieve", "--profile", "cpu", "--model", "tiny", "--max-tokens", "48", "--seed", "0",
-         "--request-timeout", "120", "--out", str(run_dir)],
+         "--request-timeout", "600", "--out", str(run_dir)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
@@ -253,7 +268,18 @@ def test_ray_launch_restart_readmit_exactly_once(
             60, "the victim to decode",
         )  # fmt: skip
         os.killpg(int(victim["pid"]), signal.SIGKILL)
+        # the rollout pauses until Ray has restarted the victim, however long that takes on a
+        # loaded machine, so that steps are left to re-admit it (it resumes into the fault)
+        rollout.send_signal(signal.SIGSTOP)
         killed_in_step = steps_file.read_text().count("\n")
+        try:
+            wait_for(
+                lambda: restarted_healthy(state_file, victim),
+                300,
+                "Ray to restart the killed replica and the new one to answer /health",
+            )
+        finally:
+            rollout.send_signal(signal.SIGCONT)
         _, stderr = rollout.communicate(timeout=240)
     finally:
         if rollout.poll() is None:
@@ -346,9 +372,10 @@ def test_replica_out_of_restarts_is_marked_dead(
     dead = after["replicas"][1]
     assert dead["status"] == "dead" and dead["endpoint"] is None and dead["pid"] is None
     assert dead["last_pid"] == victim["pid"] and dead["last_endpoint"] == victim["endpoint"]
-    assert "out of restarts" in dead["reason"] and dead["dead_at"] >= after["replicas"][0][
-        "started_at"
-    ]
+    assert (
+        "out of restarts" in dead["reason"]
+        and dead["dead_at"] >= after["replicas"][0]["started_at"]
+    )
     assert after["replicas"][0]["status"] == "alive"
     assert after["endpoints"] == [reps[0]["endpoint"], victim["endpoint"]]
     pid0 = int(reps[0]["pid"])
