@@ -4,8 +4,9 @@ Starts its own vLLM CPU server (``VllmFleet``, port ``TAILSIEVE_VLLM_KILL_PORT``
 core 1), runs one live replay step
 on a 2-replica ``LiveExecutor`` over [that server, the first CI server] with groups on both,
 SIGKILLs the started server's process group (API server, EngineCore, Worker) once its groups
-are generating (waiting on the server's own running count, however long a loaded machine
-takes to get there, up to ``WAIT_RUNNING_S``), and checks: the step completes, every group is delivered exactly once, complete
+are generating (the server runs one request at a time, and the test kills it when its first
+streamed token reaches the executor, however long a loaded machine takes to get there, up to
+``WAIT_RUNNING_S``), and checks: the step completes, every group is delivered exactly once, complete
 and exact (forced lengths), the killed replica's groups were regenerated on the healthy
 replica, and the dead replica is marked unhealthy. Needs the CI servers:
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,8 @@ from tailsieve.runtime.attempt import ExecutorConfig
 from tailsieve.runtime.backends import PromptInput, SamplingParams
 from tailsieve.runtime.executor import LiveExecutor
 from tailsieve.runtime.launcher import LaunchConfig, VllmFleet
+from tailsieve.runtime.lean_http import LeanTransport
+from tailsieve.runtime.transport import JSON
 
 pytestmark = pytest.mark.vllm
 
@@ -42,6 +46,7 @@ PORT = int(os.environ.get("TAILSIEVE_VLLM_KILL_PORT", "8131"))
 GROUPS, GROUP_SIZE, FORCED = 4, 4, 400  # 2 groups per replica; ~3-4 s of decoding per group
 # bounds on state, not deadlines for speed: generous enough for a machine under full load
 WAIT_RUNNING_S = 600.0  # the victim has its groups running
+METRICS_TIMEOUT_S = 30.0  # one /metrics answer (a busy server on a loaded core answers late)
 STEP_BOUND_S = 1200.0  # the whole step, regeneration included
 
 
@@ -69,10 +74,29 @@ async def served_name(url: str) -> str:
         return str((await r.json())["data"][0]["id"])
 
 
+class WatchedTransport(LeanTransport):
+    """The executor's own transport; ``victim_streamed`` is set when a streamed chunk arrives
+    from ``victim_url`` (client-side evidence that the victim is decoding)."""
+
+    def __init__(self, victim_url: str) -> None:
+        super().__init__()
+        self.victim_url = victim_url
+        self.victim_streamed = asyncio.Event()
+
+    async def stream_json(
+        self, url: str, payload: JSON, timeout_s: float | None
+    ) -> AsyncIterator[JSON]:
+        async for obj in super().stream_json(url, payload, timeout_s):
+            if url.startswith(self.victim_url):
+                self.victim_streamed.set()
+            yield obj
+
+
 async def running_on(url: str) -> float:
-    """``vllm:num_requests_running`` of a server (0 when it does not answer)."""
+    """``vllm:num_requests_running`` of a server (0 when it does not answer within
+    ``METRICS_TIMEOUT_S``)."""
     try:
-        timeout = aiohttp.ClientTimeout(total=2)
+        timeout = aiohttp.ClientTimeout(total=METRICS_TIMEOUT_S)
         async with aiohttp.ClientSession(timeout=timeout) as s, s.get(url + "/metrics") as r:
             text = await r.text()
     except (aiohttp.ClientError, TimeoutError):
@@ -89,38 +113,39 @@ async def test_real_replica_killed_mid_step_loses_nothing(tmp_path: Path) -> Non
     cfg = LaunchConfig(
         model=str(MODEL_DIR), replicas=1, base_port=PORT, python=VLLM_PYTHON, cores=(1,),
         served_model_name=name, log_dir=str(tmp_path / "launch"), health_timeout_s=600.0,
+        extra_args=("--max-num-seqs", "1"),
     )
     fleet = VllmFleet(cfg)
     try:
         fleet.start_processes()
         await fleet.wait_healthy()
         victim = fleet.replicas[0]
+        transport = WatchedTransport(victim.endpoint)
         ex = LiveExecutor(
             [victim.endpoint, healthy_url],
-            ExecutorConfig(model=name, sampling=SamplingParams(max_tokens=1000, seed=0),
+            ExecutorConfig(model=name, sampling=SamplingParams(max_tokens=1000), stream=True,
                            request_timeout_s=STEP_BOUND_S, max_retries=0),
-            forced_length=forced,
+            forced_length=forced, transport=transport,
         )
         plan = uniform_plan()
         prompts = {pid: PromptInput(pid, text=pid) for pid in plan.fresh_prompt_ids}
         killed_at: list[float] = []
 
         async def killer(run: asyncio.Task[Any]) -> None:
-            # wait until the victim is decoding its groups (its own running count), however
-            # long that takes, then kill the whole tree
+            # wait until the victim streams its first token, however long that takes, then
+            # kill the whole tree. It runs one request at a time (--max-num-seqs 1), so no group
+            # of its can complete before GROUP_SIZE of its responses have finished: the kill
+            # lands while both its groups are running, whatever the load
             loop = asyncio.get_running_loop()
             start = loop.time()
-            seen = 0.0
-            while (seen := await running_on(victim.endpoint)) < 2 * GROUP_SIZE:
-                waited = loop.time() - start
-                assert waited < WAIT_RUNNING_S, (
-                    f"waited {waited:.0f} s for the victim ({victim.endpoint}) to report "
-                    f"{2 * GROUP_SIZE} running requests (vllm:num_requests_running); it "
-                    f"reported {seen:g}")
-                assert not run.done(), (
-                    f"the step ended before the victim reported {2 * GROUP_SIZE} running "
-                    f"requests (it reported {seen:g})")
-                await asyncio.sleep(0.1)
+            first = asyncio.ensure_future(transport.victim_streamed.wait())
+            await asyncio.wait({first, run}, timeout=WAIT_RUNNING_S,
+                               return_when=asyncio.FIRST_COMPLETED)
+            first.cancel()
+            waited = loop.time() - start
+            assert transport.victim_streamed.is_set(), (
+                f"{'the step ended' if run.done() else 'gave up'} after {waited:.0f} s before "
+                f"the victim ({victim.endpoint}) streamed a token")
             killed_at.append(loop.time())
             os.killpg(victim.pid, signal.SIGKILL)
 
