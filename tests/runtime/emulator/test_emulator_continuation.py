@@ -162,7 +162,10 @@ async def test_sglang_move_keeps_the_aborted_pieces_partial_output(
 ) -> None:
     """A move on SGLang aborts the running piece by id (/abort_request): its partial output is
     kept as a piece and the response continues on the destination, token-exact."""
-    async with make_server(time_scale=0.05) as a, make_server(time_scale=0.05) as b:
+    # the source runs at model speed (MOVED tokens take ~10 s there, the move comes after a
+    # few dozen), so no stall of a loaded event loop lets it finish before the move; the
+    # destination runs 20x faster
+    async with make_server(time_scale=1.0) as a, make_server(time_scale=0.05) as b:
         ex = chained_executor([a, b], Backend.SGLANG, 5000, MOVED)
         res = await run_moving_after(ex, a, 20)
     (r,) = res.groups["g"].responses
@@ -179,7 +182,10 @@ async def test_vllm_streamed_in_chunks_move_keeps_the_streamed_tokens(
     """Streaming with vLLM's ``stream_interval``: a move aborts the running request at once and
     keeps every token streamed so far (whole chunks); the tokens generated but not yet sent
     are generated again on the destination."""
-    async with make_server(time_scale=0.05) as a, make_server(time_scale=0.05) as b:
+    # the source runs at model speed (MOVED tokens take ~10 s there, the move comes after a
+    # few dozen), so no stall of a loaded event loop lets it finish before the move; the
+    # destination runs 20x faster
+    async with make_server(time_scale=1.0) as a, make_server(time_scale=0.05) as b:
         ex = chained_executor([a, b], Backend.VLLM, 5000, MOVED, stream_interval=16)
         res = await run_moving_after(ex, a, 40)
     (r,) = res.groups["g"].responses
