@@ -46,7 +46,6 @@ PORT = int(os.environ.get("TAILSIEVE_VLLM_KILL_PORT", "8131"))
 GROUPS, GROUP_SIZE, FORCED = 4, 4, 400  # 2 groups per replica; ~3-4 s of decoding per group
 # bounds on state, not deadlines for speed: generous enough for a machine under full load
 WAIT_RUNNING_S = 600.0  # the victim has its groups running
-METRICS_TIMEOUT_S = 30.0  # one /metrics answer (a busy server on a loaded core answers late)
 STEP_BOUND_S = 1200.0  # the whole step, regeneration included
 
 
@@ -93,10 +92,9 @@ class WatchedTransport(LeanTransport):
 
 
 async def running_on(url: str) -> float:
-    """``vllm:num_requests_running`` of a server (0 when it does not answer within
-    ``METRICS_TIMEOUT_S``)."""
+    """``vllm:num_requests_running`` of a server (0 when it does not answer)."""
     try:
-        timeout = aiohttp.ClientTimeout(total=METRICS_TIMEOUT_S)
+        timeout = aiohttp.ClientTimeout(total=2)
         async with aiohttp.ClientSession(timeout=timeout) as s, s.get(url + "/metrics") as r:
             text = await r.text()
     except (aiohttp.ClientError, TimeoutError):

@@ -28,6 +28,9 @@ GROUP = {"g": PromptInput("g", token_ids=tuple(PROMPT))}  # the executor tests' 
 # the source generated 20-40 tokens) lands mid-response even when a loaded machine's event loop
 # runs the mover 100s of ms late (400 tokens, ~0.24 s, finished first under two CPU hogs)
 MOVED = 3000  # + the 100-token prompt: inside the emulator's 4,096-token context
+# a moved-from replica decodes at model speed (MOVED tokens take ~10 s; the move comes after a
+# few dozen), so no stall of a loaded event loop lets it finish before the move
+SOURCE_SCALE = 1.0
 
 
 def one_group_plan(num_replicas: int, group_size: int) -> StepPlan:
@@ -162,10 +165,7 @@ async def test_sglang_move_keeps_the_aborted_pieces_partial_output(
 ) -> None:
     """A move on SGLang aborts the running piece by id (/abort_request): its partial output is
     kept as a piece and the response continues on the destination, token-exact."""
-    # the source runs at model speed (MOVED tokens take ~10 s there, the move comes after a
-    # few dozen), so no stall of a loaded event loop lets it finish before the move; the
-    # destination runs 20x faster
-    async with make_server(time_scale=1.0) as a, make_server(time_scale=0.05) as b:
+    async with make_server(time_scale=SOURCE_SCALE) as a, make_server(time_scale=0.05) as b:
         ex = chained_executor([a, b], Backend.SGLANG, 5000, MOVED)
         res = await run_moving_after(ex, a, 20)
     (r,) = res.groups["g"].responses
@@ -182,10 +182,7 @@ async def test_vllm_streamed_in_chunks_move_keeps_the_streamed_tokens(
     """Streaming with vLLM's ``stream_interval``: a move aborts the running request at once and
     keeps every token streamed so far (whole chunks); the tokens generated but not yet sent
     are generated again on the destination."""
-    # the source runs at model speed (MOVED tokens take ~10 s there, the move comes after a
-    # few dozen), so no stall of a loaded event loop lets it finish before the move; the
-    # destination runs 20x faster
-    async with make_server(time_scale=1.0) as a, make_server(time_scale=0.05) as b:
+    async with make_server(time_scale=SOURCE_SCALE) as a, make_server(time_scale=0.05) as b:
         ex = chained_executor([a, b], Backend.VLLM, 5000, MOVED, stream_interval=16)
         res = await run_moving_after(ex, a, 40)
     (r,) = res.groups["g"].responses
