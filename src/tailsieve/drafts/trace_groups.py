@@ -17,7 +17,7 @@ from pathlib import Path
 from tailsieve.drafts.base import Group, Tokens
 from tailsieve.errors import TraceError
 from tailsieve.workload.io import read_trace
-from tailsieve.workload.shipped import DATA_DIR, SHIPPED_TRACES
+from tailsieve.workload.shipped import DATA_DIR
 
 SHIPPED_PROMPT_IDS: dict[str, Path] = {
     "smollm2-math": DATA_DIR / "smollm2-135m-math.prompt-ids.jsonl"}
@@ -76,8 +76,3 @@ def trace_groups(trace: str | Path, prompt_ids: str | Path | None = None,
             raise TraceError(f"{prompt_ids}: no token ids for prompt {name!r}")
         groups.append(Group(name, step, prompts.get(name, ()), responses, previous, replicas))
     return groups
-
-
-def is_shipped(trace: str | Path) -> bool:
-    """Whether ``trace`` names a shipped trace (and no such file exists)."""
-    return str(trace) in SHIPPED_TRACES and not Path(trace).exists()
