@@ -12,6 +12,9 @@ from tailsieve.workload.agentic_presets import agentic_preset
 from tailsieve.workload.turn_io import read_turn_trace
 
 
+META = ("out", "preset", "seed", "models", "calibrated_to")
+
+
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
     rc = main(argv)
     out = capsys.readouterr()
@@ -32,8 +35,9 @@ def test_agentic_writes_the_preset_trace(tmp_path: Path, capsys: pytest.CaptureF
     rc, text, err = run(["trace", "turns", str(out), "--json"], capsys)
     assert rc == 0, err
     again = json.loads(text)
-    assert {k: again[k] for k in summary if k not in ("out", "preset", "seed")} == {
-        k: v for k, v in summary.items() if k not in ("out", "preset", "seed")}
+    assert {k: again[k] for k in summary if k not in META} == {
+        k: v for k, v in summary.items() if k not in META}
+    assert "Search-R1" in summary["calibrated_to"]
 
 
 def test_agentic_overrides(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -67,10 +67,12 @@ def agentic(
     if not trace_suffix(out):
         raise ConfigError(f"{out}: unknown trace format; use .jsonl, .csv, .parquet, "
                           ".jsonl.gz or .csv.gz")
-    tt = agentic_preset(preset_name).generate(
+    preset = agentic_preset(preset_name)
+    tt = preset.generate(
         groups, group_size, steps, seed,
         group_correlation=group_correlation, max_context_tokens=max_context,
     )  # fmt: skip
     write_turn_trace(tt, out)
     _show(f"agentic trace ({preset_name})",
-          {"out": str(out), "preset": preset_name, "seed": seed, **turn_trace_stats(tt)}, as_json)
+          {"out": str(out), "preset": preset_name, "models": preset.description,
+           "calibrated_to": preset.source, "seed": seed, **turn_trace_stats(tt)}, as_json)
