@@ -11,7 +11,6 @@ from tailsieve.cli.main import main
 from tailsieve.workload.agentic_presets import agentic_preset
 from tailsieve.workload.turn_io import read_turn_trace
 
-
 META = ("out", "preset", "seed", "models", "calibrated_to")
 
 
