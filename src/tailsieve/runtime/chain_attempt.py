@@ -220,8 +220,8 @@ class ChainedAttempt:
         url = self.where_url(sample, req)
         try:
             with contextlib.suppress(Exception):  # the piece is cancelled below if it failed
-                await asyncio.wait_for(self._t.post_json(url, {"rid": rid}, ABORT_WAIT_S),
-                                       ABORT_WAIT_S)  # fmt: skip
+                async with asyncio.timeout(ABORT_WAIT_S):  # (wait_for can lose a cancel on 3.11)
+                    await self._t.post_json(url, {"rid": rid}, ABORT_WAIT_S)
             await asyncio.wait({req}, timeout=ABORT_WAIT_S)  # raises only if cancelled
         finally:
             if not req.done():

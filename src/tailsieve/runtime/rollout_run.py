@@ -31,6 +31,7 @@ from tailsieve.runtime.lean_http import LeanTransport
 from tailsieve.runtime.observe import ProgressDisplay, RuntimeMetrics, StepLog, StepMetrics
 from tailsieve.runtime.rollout import RolloutBatch, RolloutConfig, TailSieveRollout
 from tailsieve.runtime.served_model import check_served_model, transport_getter
+from tailsieve.runtime.transport import Transport
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,15 +78,19 @@ def check_prompt_budget(where: str, num_prompts: int, budget: PromptBudget, poli
     )
 
 
-async def check_model(urls: Sequence[str], model: str | None, backend: Backend) -> None:
-    """A given served ``model`` must be one the replicas list (the error names the replica)."""
+async def check_model(
+    urls: Sequence[str], model: str | None, backend: Backend, transport: Transport | None = None
+) -> None:
+    """A given served ``model`` must be one the replicas list (the error names the replica);
+    asked over ``transport`` (default: a new one, closed after)."""
     if model is None:
         return
-    transport = LeanTransport()
+    t = transport or LeanTransport()
     try:
-        await check_served_model(transport_getter(transport.get), list(urls), model, backend)
+        await check_served_model(transport_getter(t.get), list(urls), model, backend)
     finally:
-        await transport.aclose()
+        if transport is None:
+            await t.aclose()
 
 
 async def run_rollout(
@@ -96,13 +101,14 @@ async def run_rollout(
     run: RolloutRun,
     addresses: Callable[[], Sequence[str]] | None = None,
     warn: Callable[[str], None] | None = None,
+    transport: Transport | None = None,
 ) -> dict[str, Any]:
     """Run ``run.num_steps`` steps (and a flush step) of ``cfg`` on ``urls`` with the prompts
     of ``source`` in order, writing into ``out``; returns the summary it wrote.
     ``addresses``: the replicas' current addresses (a launch state file's); ``warn``: told if
     the prompts run out before the last step (not expected once ``check_prompt_budget``
-    passed)."""
-    await check_model(urls, cfg.model, cfg.backend)
+    passed); ``transport``: how requests go (default: a new ``LeanTransport``)."""
+    await check_model(urls, cfg.model, cfg.backend, transport)
     metrics = RuntimeMetrics()
     display = ProgressDisplay() if run.progress else None
     batches: list[RolloutBatch] = []
@@ -111,8 +117,8 @@ async def run_rollout(
     t0 = time.perf_counter()
     try:
         async with TailSieveRollout(
-            urls, cfg, on_progress=display.update if display else None, metrics=metrics,
-            addresses=addresses,
+            urls, cfg, transport=transport, on_progress=display.update if display else None,
+            metrics=metrics, addresses=addresses,
         ) as ro:
             # the replicas answer and serve the model: only now is anything written
             await _serve_metrics(metrics, run.metrics_port)
