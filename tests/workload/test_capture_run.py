@@ -39,7 +39,7 @@ def test_a_single_checkpoint_trace_is_split_in_halves() -> None:
 
 
 def test_an_unknown_source_is_named() -> None:
-    with pytest.raises(TraceError, match="nope.jsonl: no such trace file"):
+    with pytest.raises(TraceError, match=r"nope\.jsonl: no such trace file"):
         run_capture("nope.jsonl", MODEL, CaptureConfig(rounds=1))
 
 

@@ -16,6 +16,7 @@ from rich.table import Table
 
 from tailsieve.cli import checks
 from tailsieve.errors import ConfigError, TraceError
+from tailsieve.model.profiles import DEFAULT_PROFILE, load_profile
 from tailsieve.workload.capture import CaptureConfig
 from tailsieve.workload.capture_run import CaptureRun, run_capture
 from tailsieve.workload.io import read_trace, write_trace
@@ -194,7 +195,7 @@ def capture(
     group_size: Annotated[int, typer.Option("--group-size", help="n: responses per group.")] = 8,
     profile: Annotated[
         str, typer.Option("--profile", help="Throughput profile (a name or a file).")
-    ] = "qwen3-4b-h100",
+    ] = DEFAULT_PROFILE,
     rounds: Annotated[int, typer.Option("--rounds", help="Random rounds to average.")] = 200,
     seed: Annotated[int, typer.Option("--seed", help="Seed.")] = 0,
     tail_metric: Annotated[
@@ -217,8 +218,6 @@ def capture(
 ) -> None:
     """Capture rate of ground-truth long-tail groups by the partial-rollout cutoff."""
     checks.output_files((plot, "--plot"))
-    from tailsieve.model.profiles import load_profile
-
     rhos = _rhos(rho, list(ctx.args))
     model = load_profile(profile)
     cfg = CaptureConfig(
