@@ -14,7 +14,7 @@ from tailsieve.cli import checks
 from tailsieve.errors import ConfigError
 from tailsieve.model.profiles import load_profile
 from tailsieve.runtime import event_loop
-from tailsieve.runtime.backends import Backend, SamplingParams
+from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
 from tailsieve.runtime.cluster.spec import EngineGroup
 from tailsieve.runtime.cluster.state import StateFileAddresses
 from tailsieve.runtime.launch_run import serve_local, stop_launched
@@ -217,12 +217,7 @@ def rollout(
         replay = ReplayLengths.from_file(
             replay_trace, length_scale=length_scale, max_tokens=max_tokens
         )
-    if prompts is not None:
-        source, where = checks.read_prompts(prompts), str(prompts)
-    elif replay is not None:
-        source, where = replay.prompts(), f"--replay-trace {replay_trace}"
-    else:
-        raise ConfigError("give --prompts FILE or --replay-trace FILE")
+    source, where = _prompt_source(prompts, replay, replay_trace)
     load_profile(profile)
     ctrl = {k: v for k, v in (("q0", q0), ("m0", m0), ("seam_s", seam_s)) if v is not None}
     cfg = RolloutConfig(
@@ -248,6 +243,17 @@ def rollout(
     )
     keys = ("policy", "num_steps", "total_makespan_s", "num_delivered_groups")
     typer.echo(json.dumps({k: summary[k] for k in keys}))
+
+
+def _prompt_source(
+    prompts: Path | None, replay: ReplayLengths | None, replay_trace: Path | None
+) -> tuple[list[PromptInput], str]:
+    """The prompts of a run and where they come from (for the budget's error)."""
+    if prompts is not None:
+        return checks.read_prompts(prompts), str(prompts)
+    if replay is not None:
+        return replay.prompts(), f"--replay-trace {replay_trace}"
+    raise ConfigError("give --prompts FILE or --replay-trace FILE")
 
 
 def _endpoints(endpoints: str | None) -> list[str]:
