@@ -88,6 +88,9 @@ CASES: list[tuple[str, list[str], str]] = [
      "(the line has ['text'])"),
     ("stream-interval-no-stream", [*RO, "--prompts", "prompts40.jsonl", "--stream-interval", "16"],
      "stream_interval needs stream=True on a vLLM backend"),
+    ("no-split-with-moves", [*RO40, "--groups", "2", "--no-split"],
+     "split_groups=False (--no-split: one request with n responses per group) cannot run with "
+     "continuation"),
     ("state-not-json", ["rollout", "--state", "notjson.json", "--prompts", "prompts40.jsonl"],
      "--state notjson.json: not a launch state file (not JSON: Expecting value: line 1"),
     ("state-no-endpoints", ["rollout", "--state", "noendpoints.json", "--prompts",

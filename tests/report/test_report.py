@@ -286,3 +286,31 @@ def test_summary_shows_moves_and_the_speedup_over_round_robin(tmp_path: Path) ->
     table = write_report(tmp_path).read_text().split('id="summary"')[1].split("</table>")[0]
     assert "Paired speedup vs per-request round-robin" in table and "1.123x" in table
     assert "Moves per step" in table and ">91<" in table
+
+
+def test_headline_names_the_three_kinds_of_waste_with_their_bounds(tmp_path: Path) -> None:
+    """A live run's step records split the waste: tokens of cutoff aborts, tokens decoded again
+    counted exactly, and estimated ones, each estimate with its bound. Records that do not
+    split it (the simulator's) are not called "aborted at the cutoff" alone."""
+    from tailsieve.report.headline import headline_sentences
+
+    make_paired_run(tmp_path)
+    steps = tmp_path / "steps.jsonl"
+    rows = [json.loads(x) for x in steps.read_text().splitlines()]
+    for r in rows:
+        live = r["policy"] == "tailsieve"
+        r.update(cutoff_wasted_tokens=60 if live else 0, cutoff_estimated_tokens=20 if live else 0,
+                 cutoff_max_tokens=90 if live else 0, lost_exact_tokens=15 if live else 0,
+                 lost_estimated_tokens=25 if live else 0,
+                 lost_estimated_max_tokens=64 if live else 0)
+    steps.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    words = " ".join(headline_sentences(load_run(tmp_path)))
+    assert ("Tokens wasted: 10.0% of all generated tokens (600 tokens): 360 on groups aborted "
+            "at the cutoff (120 of them estimated; at most 540); 90 decoded again after a fault "
+            "or a move, counted exactly, and 150 estimated (at most 384).") in words
+    make_paired_run(tmp_path)  # no split in the records
+    run = load_run(tmp_path)
+    run.kind = "simulate"
+    words = " ".join(headline_sentences(run))
+    assert "on groups aborted at the cutoff and on responses decoded again after a move or a " \
+           "fault (counted exactly by the simulator)" in words

@@ -53,6 +53,17 @@ def test_no_moves_means_no_continuation_and_plain_requests() -> None:
         RolloutConfig(num_groups=4, moves=False, piece_tokens=64)
 
 
+def test_one_request_per_group_is_refused_with_moves_and_honoured_without() -> None:
+    """``split_groups=False`` (``--no-split``) cannot be honoured while every response is its
+    own chain (moves on, or continuation): a clear error, not a silent n requests."""
+    for kw in ({}, {"moves": False, "continuation": True}):
+        with pytest.raises(ConfigError, match=r"split_groups=False .* --no-moves"):
+            RolloutConfig(num_groups=4, split_groups=False, **kw)  # type: ignore[arg-type]
+    for kw in ({"moves": False}, {"policy": "uniform"}):
+        cfg = RolloutConfig(num_groups=4, split_groups=False, **kw)  # type: ignore[arg-type]
+        assert not cfg.continuation and not cfg.executor_config().split_groups
+
+
 @pytest.mark.parametrize(
     ("kw", "reason"),
     [

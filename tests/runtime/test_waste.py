@@ -1,16 +1,24 @@
 """Tokens of attempts thrown away (at the cutoff or by a fault) count as wasted: exact where
-observed, estimated at the observed decode rate where not (``runtime.waste``)."""
+observed, estimated at the observed decode rate where not, each estimate within its bound, and
+split into cutoff aborts, lost tokens counted exactly and lost tokens estimated
+(``runtime.waste``, ``core.outcome.WasteSplit``)."""
 
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from test_live_executor import cfg, make_plan, prompts_for
 
+from tailsieve.core.outcome import WasteSplit
 from tailsieve.core.protocol import validate_outcome
-from tailsieve.runtime.attempt import AttemptProgress
+from tailsieve.errors import ConfigError
+from tailsieve.runtime.attempt import AttemptProgress, LostPiece
+from tailsieve.runtime.backends import Response
 from tailsieve.runtime.executor import LiveExecutor
+from tailsieve.runtime.step_state import GroupRun, build_result
 from tailsieve.runtime.stub import StubFault, StubTransport
-from tailsieve.runtime.waste import WasteCounter
+from tailsieve.runtime.waste import AttemptWaste, WasteCounter, lost_waste, split_waste
 
 
 def progress(**kw: object) -> AttemptProgress:
@@ -24,6 +32,7 @@ def test_nothing_estimated_before_any_response_finished() -> None:
     w = WasteCounter(max_tokens=1000)
     got = w.count("a", progress(finished_tokens=7, num_finished=1, started_s={1: 0.0}), 5.0)
     assert (got.exact, got.estimated) == (7, 0)
+    assert got.max_estimated == 1000  # unseen: anywhere up to its response's cap
 
 
 def test_unfinished_estimated_at_observed_rate_capped() -> None:
@@ -33,6 +42,7 @@ def test_unfinished_estimated_at_observed_rate_capped() -> None:
     p = progress(finished_tokens=40, started_s={1: 10.0, 2: 9.0})
     got = w.count("a", p, end_s=10.5)  # 50 tokens, and 150 capped at max_tokens 120
     assert (got.exact, got.estimated, got.total) == (40, 170, 210)
+    assert got.max_estimated == 2 * 120
     replay = WasteCounter(max_tokens=1000, forced=lambda pid, s: 10 * s)
     replay.learn([progress(timed_tokens=100, timed_s=1.0)])
     assert replay.count("a", p, end_s=12.0).estimated == 20 + 10  # capped at forced lengths
@@ -43,7 +53,110 @@ def test_streamed_tokens_are_exact() -> None:
     w.learn([progress(timed_tokens=100, timed_s=1.0)])
     p = progress(live_tokens={0: 33, 1: 4}, started_s={0: 0.0, 1: 0.0}, streaming=True)
     got = w.count("a", p, end_s=9.0)
-    assert (got.exact, got.estimated) == (37, 0)
+    assert (got.exact, got.estimated, got.max_estimated) == (37, 0, 0)
+
+
+def test_a_running_piece_is_estimated_within_its_own_cap() -> None:
+    """Continuation: a cut response's tokens up to its last seam are exact; its running piece
+    is estimated, at most the piece's cap (not the response's)."""
+    w = WasteCounter(max_tokens=4000)
+    w.learn([progress(timed_tokens=1000, timed_s=1.0)])
+    p = progress(live_tokens={0: 512}, started_s={0: 0.0}, caps={0: 64})
+    got = w.count("a", p, end_s=1.0)  # 1,000 tokens at the rate, capped at the piece's 64
+    assert (got.exact, got.estimated, got.max_estimated) == (512, 64, 64)
+
+
+def test_lost_pieces_streamed_are_exact_unstreamed_estimated() -> None:
+    pieces = [
+        LostPiece(0, started_s=0.0, ended_s=0.5, cap=64, exact=20, estimate=False),  # streamed
+        LostPiece(1, started_s=1.0, ended_s=1.1, cap=64),  # 0.1 s at 100 tokens/s: 10
+        LostPiece(2, started_s=0.0, ended_s=9.0, cap=64),  # 900 at the rate: capped at 64
+        LostPiece(3, started_s=2.0, ended_s=1.0, cap=64),  # a clock that ran back: nothing
+    ]
+    got = lost_waste(pieces, tokens_per_s=100.0)
+    assert (got.exact, got.estimated, got.max_estimated, got.num_pieces) == (20, 74, 192, 4)
+    unknown = lost_waste(pieces, tokens_per_s=None)  # no rate yet: estimated 0, bound the same
+    assert (unknown.exact, unknown.estimated, unknown.max_estimated) == (20, 0, 192)
+    assert lost_waste([], 100.0) == AttemptWaste(0, 0)
+
+
+def test_a_partly_streamed_lost_piece_estimates_only_its_unseen_rest() -> None:
+    piece = LostPiece(0, started_s=0.0, ended_s=10.0, cap=50, exact=30, estimate=True)
+    got = lost_waste([piece], tokens_per_s=100.0)
+    assert (got.exact, got.estimated, got.max_estimated) == (30, 20, 20)
+
+
+def test_count_lost_reads_the_attempts_lost_pieces_at_the_learned_rate() -> None:
+    w = WasteCounter(max_tokens=1000)
+    p = progress(lost=[LostPiece(0, 0.0, 0.5, cap=128)])
+    assert w.count_lost(p) == AttemptWaste(0, 0, 128, 1)  # no rate learned yet
+    w.learn([progress(timed_tokens=200, timed_s=1.0)])
+    assert w.count_lost(p) == AttemptWaste(0, 100, 128, 1)
+
+
+PIECES = st.lists(st.builds(
+    LostPiece, st.integers(0, 7), st.floats(0, 100), st.floats(0, 100), st.integers(0, 4096),
+    st.integers(0, 4096), st.booleans(),
+), max_size=20)
+
+
+@given(PIECES, st.none() | st.floats(0.0, 1e5))
+def test_lost_estimates_stay_within_their_bounds(pieces: list[LostPiece],
+                                                 rate: float | None) -> None:
+    got = lost_waste(pieces, rate)
+    assert got.exact == sum(p.exact for p in pieces)
+    assert 0 <= got.estimated <= got.max_estimated
+    assert got.max_estimated == sum(max(p.cap - p.exact, 0) for p in pieces if p.estimate)
+    assert got.num_pieces == len(pieces)
+
+
+def test_split_waste_keeps_the_three_parts_apart() -> None:
+    cut = [AttemptWaste(100, 40, 64), AttemptWaste(7, 0)]
+    lost = [AttemptWaste(20, 74, 192, 4), AttemptWaste(5, 10, 30)]
+    s = split_waste(cut, lost)
+    assert s == WasteSplit(cutoff_tokens=147, cutoff_estimated_tokens=40, cutoff_max_tokens=171,
+                           lost_exact_tokens=25, lost_estimated_tokens=84,
+                           lost_estimated_max_tokens=222, num_lost_pieces=4)
+    assert s.total == 147 + 25 + 84 and s.estimated == 40 + 84
+    assert split_waste([], []) == WasteSplit()
+
+
+@pytest.mark.parametrize("bad", [
+    {"cutoff_tokens": -1},
+    {"cutoff_estimated_tokens": 5, "cutoff_tokens": 4, "cutoff_max_tokens": 9},
+    {"cutoff_tokens": 10, "cutoff_max_tokens": 9},
+    {"lost_estimated_tokens": 3, "lost_estimated_max_tokens": 2},
+])
+def test_a_split_that_breaks_its_bounds_is_refused(bad: dict[str, int]) -> None:
+    with pytest.raises(ConfigError):
+        WasteSplit(**bad)
+    with pytest.raises(ConfigError, match="bound"):
+        AttemptWaste(1, 5, 4)
+
+
+def test_build_result_splits_the_steps_waste() -> None:
+    """One group cut at the cutoff (a finished response exact, the running one estimated) and
+    a delivered group that lost a piece to a fault: three parts, summing to wasted_tokens."""
+    plan = make_plan([], [], ["a", "b"], cut=1, m=0, r=2)
+    w = WasteCounter(max_tokens=1000)
+    done = GroupRun(plan.assignments[0], 0, status="done", completion_s=2.0,
+                    progress=progress(num_finished=2, finished_tokens=300, timed_tokens=300,
+                                      timed_s=3.0,
+                                      lost=[LostPiece(1, 0.5, 1.0, cap=64, exact=0)]))
+    done.responses = (Response("x", 100, "stop"), Response("y", 200, "stop"))
+    cut = GroupRun(plan.assignments[1], 1, status="aborted", completion_s=2.0,
+                   progress=progress(num_finished=1, finished_tokens=30, started_s={1: 1.0}))
+    ids = [a.prompt_id for a in plan.assignments]
+    out = build_result(plan, dict(zip(ids, (done, cut), strict=True)), 2.0, [], 0, [2.0, 2.0],
+                       w).outcome
+    s = out.waste
+    assert s is not None  # rate: 100 tokens per request-second
+    assert (s.cutoff_tokens, s.cutoff_estimated_tokens, s.cutoff_max_tokens) == (130, 100, 1030)
+    assert (s.lost_exact_tokens, s.lost_estimated_tokens, s.lost_estimated_max_tokens) == (
+        0, 50, 64)
+    assert s.num_lost_pieces == 1
+    assert out.wasted_tokens == s.total == 180 and out.estimated_wasted_tokens == s.estimated
+    assert out.aborted[0].wasted_tokens == 130 and out.aborted[0].estimated_tokens == 100
 
 
 async def test_fault_regeneration_counts_the_lost_attempt_as_wasted() -> None:
@@ -64,6 +177,9 @@ async def test_fault_regeneration_counts_the_lost_attempt_as_wasted() -> None:
     truth = 2 * 0.05 / spt  # two responses, 50 ms each at 2,000 tokens/s
     assert out.wasted_tokens > 0
     assert out.estimated_wasted_tokens == out.wasted_tokens  # nothing had finished: estimated
+    split = out.waste
+    assert split is not None and split.cutoff_tokens == 0  # no cutoff in this step: all lost
+    assert split.lost_estimated_tokens == out.wasted_tokens <= split.lost_estimated_max_tokens
     assert out.wasted_tokens == pytest.approx(truth, rel=0.5)
     delivered = sum(g.total_tokens for g in out.delivered)
     assert out.generated_tokens == delivered + out.wasted_tokens
@@ -208,5 +324,7 @@ async def test_emulated_crash_with_unstreamed_pieces_counts_what_is_decoded_twic
     assert m.num_relocated >= 1
     assert truth > 0 and m.wasted_tokens > 0
     assert m.estimated_wasted_tokens == m.wasted_tokens  # unstreamed: all estimated
+    assert m.lost_estimated_tokens == m.wasted_tokens <= m.lost_estimated_max_tokens
+    assert m.num_lost_pieces >= m.num_relocated and m.cutoff_wasted_tokens == 0
     assert m.generated_tokens == m.delivered_tokens + m.wasted_tokens
     assert abs(m.wasted_tokens - truth) <= piece * m.num_relocated

@@ -50,11 +50,6 @@ def parse_lengths(text: str) -> np.ndarray:
     return np.array(out)
 
 
-def trace_lengths(path: Path) -> np.ndarray:
-    """The ``response_tokens`` column of a JSONL/CSV/Parquet trace (validated on read)."""
-    return trace_columns(path)[0]
-
-
 def trace_columns(path: Path) -> tuple[np.ndarray, np.ndarray | None]:
     """``response_tokens`` and, when the trace has it, ``prompt_tokens`` (context under the
     profile's context term)."""

@@ -3,36 +3,30 @@ TailSieve steps against endpoints and write the batches)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import shlex
-import sys
-import time
 from pathlib import Path
-from typing import IO, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
 from tailsieve.cli import checks
-from tailsieve.control.budget import PromptBudget, prompts_needed
-from tailsieve.control.config import ControllerConfig
 from tailsieve.errors import ConfigError
 from tailsieve.model.profiles import load_profile
 from tailsieve.runtime import event_loop
 from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
 from tailsieve.runtime.cluster.spec import EngineGroup
 from tailsieve.runtime.cluster.state import StateFileAddresses
-from tailsieve.runtime.launcher import LaunchConfig, VllmFleet, stop_from_state
-from tailsieve.runtime.lean_http import LeanTransport
-from tailsieve.runtime.observe import ProgressDisplay, RuntimeMetrics, StepLog
+from tailsieve.runtime.launch_run import serve_local, stop_launched
+from tailsieve.runtime.launcher import LaunchConfig
 from tailsieve.runtime.replay import ReplayLengths
-from tailsieve.runtime.rollout import (
-    MOVING_POLICIES,
-    RolloutBatch,
-    RolloutConfig,
-    TailSieveRollout,
+from tailsieve.runtime.rollout import LIVE_PROFILE, MOVING_POLICIES, RolloutConfig
+from tailsieve.runtime.rollout_run import (
+    RolloutRun,
+    check_prompt_budget,
+    rollout_budget,
+    run_rollout,
 )
-from tailsieve.runtime.served_model import check_served_model, transport_getter
 
 
 def register(app: typer.Typer) -> None:
@@ -110,77 +104,39 @@ def launch(
     """Start R vLLM servers (local, or as Ray actors with --ray), wait until healthy, print the
     endpoints; Ctrl-C stops them."""
     if stop is not None:
-        pids = _stop(stop, connect_timeout)
+        pids = stop_launched(stop, connect_timeout)
         typer.echo(f"stopped pids {' '.join(map(str, pids))}")
         return
     if not model and not (use_ray and engines and set(_engine_names(engines)) == {"emulated"}):
         raise ConfigError("--model is required (or --stop STATEFILE)")
     if use_ray and engines:
-        replicas = sum(g.count for g in _engine_groups(engines, base_port))
+        replicas = sum(g.count for g in EngineGroup.parse_list(engines, base_port))
     kw: dict[str, Any] = {} if python is None else {"python": python}
     cfg = LaunchConfig(
-        model=model or "",
-        replicas=replicas,
-        base_port=base_port,
-        cores=_ints(cores),
-        gpus=tuple(gpus.split(",")) if gpus else None,
-        served_model_name=name,
-        tail_spec=tail_spec,
-        bulk_spec=bulk_spec,
-        tail_replicas=tail_replicas,
-        max_model_len=max_model_len,
-        extra_args=tuple(shlex.split(extra_args)),
-        health_timeout_s=timeout_s,
-        log_dir=log_dir,
-        state_file=state_file,
-        **kw,
-    )
+        model=model or "", replicas=replicas, base_port=base_port, cores=_ints(cores),
+        gpus=tuple(gpus.split(",")) if gpus else None, served_model_name=name,
+        tail_spec=tail_spec, bulk_spec=bulk_spec, tail_replicas=tail_replicas,
+        max_model_len=max_model_len, extra_args=tuple(shlex.split(extra_args)),
+        health_timeout_s=timeout_s, log_dir=log_dir, state_file=state_file, **kw,
+    )  # fmt: skip
     if use_ray:
         from tailsieve.cli.ray_launch import launch_ray
 
-        groups = _engine_groups(engines or f"vllm*{replicas}", base_port)
         launch_ray(
-            cfg, groups, address, placement, gpus_per_replica, cpus_per_replica, resource,
-            max_restarts, emulator_profile, tuple(shlex.split(emulator_args)), detach,
-            connect_timeout,
+            cfg, EngineGroup.parse_list(engines or f"vllm*{replicas}", base_port), address,
+            placement, gpus_per_replica, cpus_per_replica, resource, max_restarts,
+            emulator_profile, tuple(shlex.split(emulator_args)), detach, connect_timeout,
         )  # fmt: skip
         return
-    fleet = VllmFleet(cfg)
-    fleet.start_processes()
-    try:
-        asyncio.run(fleet.wait_healthy())
-        typer.echo(",".join(fleet.endpoints))
-        typer.echo(f"state file: {cfg.state_path}", err=True)
-        if detach:
-            return
-        typer.echo("serving; Ctrl-C stops all replicas", err=True)
-        while True:
-            time.sleep(3600)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        if not detach:
-            fleet.stop()
+    serve_local(cfg, detach, _say)
+
+
+def _say(line: str, err: bool) -> None:
+    typer.echo(line, err=err)
 
 
 def _engine_names(text: str) -> list[str]:
     return [p.split("@")[0].split("*")[0].strip().lower() for p in text.split(",") if p.strip()]
-
-
-def _engine_groups(text: str, base_port: int) -> tuple[EngineGroup, ...]:
-    return EngineGroup.parse_list(text, base_port)
-
-
-def _stop(state: Path, connect_timeout_s: float = 30.0) -> list[int]:
-    try:
-        data = json.loads(state.read_text())
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"--stop {state}: cannot read the state file ({exc})") from None
-    if "ray" in data:
-        from tailsieve.runtime.cluster.stop import stop_from_ray_state
-
-        return stop_from_ray_state(state, connect_timeout_s=connect_timeout_s)
-    return stop_from_state(state)
 
 
 def rollout(
@@ -204,7 +160,7 @@ def rollout(
         help="tailsieve | tailsieve-fixed | tailsieve-static (with --q0, --m0) | uniform | "
         "uniform-requests."
     ),
-    profile: str = typer.Option("cpu", "--profile", help="Throughput profile name or file."),
+    profile: str = typer.Option(LIVE_PROFILE, "--profile", help="Throughput profile name or file."),
     backend: Annotated[Backend, typer.Option("--backend")] = Backend.VLLM,
     model: str = typer.Option(
         None, "--model", help="Served model name (default: the one the servers serve)."
@@ -212,7 +168,11 @@ def rollout(
     max_tokens: int = typer.Option(256, "--max-tokens", help="Cap per response (and replay clip)."),
     temperature: float = typer.Option(1.0, "--temperature"),
     seed: int = typer.Option(None, "--seed", help="Base sampling seed."),
-    split: bool = typer.Option(True, "--split/--no-split", help="n single requests per group."),
+    split: bool = typer.Option(
+        True, "--split/--no-split",
+        help="n single requests per group; --no-split: one request with n (needs --no-moves, or "
+        "a policy that does not move; a group dealt over several replicas is n requests).",
+    ),
     stream: bool = typer.Option(False, "--stream/--no-stream"),
     stream_interval: int = typer.Option(
         None, "--stream-interval", min=1,
@@ -257,66 +217,43 @@ def rollout(
         replay = ReplayLengths.from_file(
             replay_trace, length_scale=length_scale, max_tokens=max_tokens
         )
-    if prompts is not None:
-        source, where = checks.read_prompts(prompts), str(prompts)
-    elif replay is not None:
-        source, where = replay.prompts(), f"--replay-trace {replay_trace}"
-    else:
-        raise ConfigError("give --prompts FILE or --replay-trace FILE")
+    source, where = _prompt_source(prompts, replay, replay_trace)
     load_profile(profile)
     ctrl = {k: v for k, v in (("q0", q0), ("m0", m0), ("seam_s", seam_s)) if v is not None}
-    ccfg = ControllerConfig(
-        num_groups=groups, num_replicas=len(urls), group_size=group_size, q0=q0, m0=m0
-    )
-    _check_budget(where, len(source), prompts_needed(policy, ccfg, steps), policy)
+    cfg = RolloutConfig(
+        num_groups=groups, group_size=group_size, policy=policy, backend=backend, model=model,
+        sampling=SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed),
+        replay=replay, profile=profile, split_groups=split, stream=stream,
+        stream_interval=stream_interval, request_timeout_s=request_timeout, controller=ctrl,
+        moves=moves, piece_tokens=piece_tokens,
+        continuation=True if piece_tokens is not None and continuation is None else continuation,
+    )  # fmt: skip
+    check_prompt_budget(where, len(source), rollout_budget(cfg, len(urls), steps), policy)
     checks.output_dir(out)
     if log_file is not None:
         checks.output_file(log_file, "--log-file")
     if metrics_port is not None:
         checks.tcp_port(metrics_port, "--metrics-port")
-    cfg = RolloutConfig(
-        num_groups=groups,
-        group_size=group_size,
-        policy=policy,
-        backend=backend,
-        model=model,
-        sampling=SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed),
-        replay=replay,
-        profile=profile,
-        split_groups=split,
-        stream=stream,
-        stream_interval=stream_interval,
-        request_timeout_s=request_timeout,
-        controller=ctrl,
-        moves=moves,
-        continuation=True if piece_tokens is not None and continuation is None else continuation,
-        piece_tokens=piece_tokens,
-    )
     if cfg.moves and cfg.policy in MOVING_POLICIES and not cfg.moves_active:
         typer.echo(f"note: moves are off: {cfg.moves_off_reason}", err=True)
+    run = RolloutRun(steps, flush, progress, metrics_port, log_file)
     provider = StateFileAddresses(state) if state is not None else None
-    event_loop.run(  # uvloop when installed (tailsieve[fast]): less router CPU per request
-        _drive(urls, cfg, source, steps, flush, progress, metrics_port, log_file, out, provider)
+    summary = event_loop.run(  # uvloop when installed (tailsieve[fast]): less router CPU
+        run_rollout(urls, cfg, source, out, run, provider, lambda s: typer.echo(s, err=True))
     )
+    keys = ("policy", "num_steps", "total_makespan_s", "num_delivered_groups")
+    typer.echo(json.dumps({k: summary[k] for k in keys}))
 
 
-def _check_budget(where: str, num_prompts: int, budget: PromptBudget, policy: str) -> None:
-    """Refuse a run whose prompts run out before its last step (see ``control.budget``)."""
-    if num_prompts >= budget.num_needed:
-        return
-    n, steps = budget.num_groups, budget.num_steps
-    extra = (
-        f" and up to {budget.max_extra} extra groups that the {policy} policy launches in the "
-        "last step and delivers in the flush step"
-        if budget.max_extra
-        else ""
-    )
-    fit = max(0, (num_prompts - budget.max_extra) // n)
-    raise ConfigError(
-        f"{where} has {num_prompts} prompts; --groups {n} x --steps {steps} needs at least "
-        f"{budget.num_needed}: {budget.num_delivered} delivered ({n} per step){extra}; give at "
-        f"least {budget.num_needed} prompts or at most --steps {fit}"
-    )
+def _prompt_source(
+    prompts: Path | None, replay: ReplayLengths | None, replay_trace: Path | None
+) -> tuple[list[PromptInput], str]:
+    """The prompts of a run and where they come from (for the budget's error)."""
+    if prompts is not None:
+        return checks.read_prompts(prompts), str(prompts)
+    if replay is not None:
+        return replay.prompts(), f"--replay-trace {replay_trace}"
+    raise ConfigError("give --prompts FILE or --replay-trace FILE")
 
 
 def _endpoints(endpoints: str | None) -> list[str]:
@@ -326,131 +263,3 @@ def _endpoints(endpoints: str | None) -> list[str]:
     if not urls:
         raise ConfigError(f"--endpoints {endpoints!r}: no URL")
     return urls
-
-
-async def _check_model(urls: list[str], model: str | None, backend: Backend) -> None:
-    """A given ``--model`` must be one the replicas list (the error names the replica)."""
-    if model is None:
-        return
-    transport = LeanTransport()
-    try:
-        await check_served_model(transport_getter(transport.get), urls, model, backend)
-    finally:
-        await transport.aclose()
-
-
-async def _drive(
-    urls: list[str],
-    cfg: RolloutConfig,
-    source: list[PromptInput],
-    steps: int,
-    flush: bool,
-    progress: bool,
-    metrics_port: int | None,
-    log_file: Path | None,
-    out: Path,
-    addresses: StateFileAddresses | None = None,
-) -> None:
-    await _check_model(urls, cfg.model, cfg.backend)
-    metrics = RuntimeMetrics()
-    display = ProgressDisplay() if progress else None
-    batches: list[RolloutBatch] = []
-    num_used = 0
-    log_fh: IO[str] | None = None
-    t0 = time.perf_counter()
-    try:
-        async with TailSieveRollout(
-            urls,
-            cfg,
-            on_progress=display.update if display else None,
-            metrics=metrics,
-            addresses=addresses,
-        ) as ro:
-            # the replicas answer and serve the model: only now is anything written
-            if metrics_port is not None:
-                try:
-                    await metrics.serve(metrics_port)
-                except OSError as exc:
-                    raise ConfigError(
-                        f"--metrics-port {metrics_port}: cannot listen ({exc.strerror or exc})"
-                    ) from None
-            (out / "batches").mkdir(parents=True, exist_ok=True)
-            (out / "steps.jsonl").write_text("")
-            log_fh = log_file.open("a") if log_file is not None else None
-            ro.step_log = StepLog(log_fh or sys.stderr)
-            if display:
-                display.__enter__()
-            for _ in range(steps):
-                need = ro.num_fresh_needed()
-                new = source[num_used : num_used + need]
-                if len(new) < need:  # not expected: the budget was checked up front
-                    typer.echo(
-                        f"warning: prompts ran out after {len(batches)} steps: step "
-                        f"{len(batches)} needs {need}, {len(new)} left", err=True
-                    )
-                    break
-                num_used += need
-                batches.append(await ro.step(new))
-                _write(out, batches[-1])
-            if flush and (last := await ro.flush()) is not None:
-                batches.append(last)
-                _write(out, last)
-    finally:
-        if display:
-            display.__exit__(None, None, None)
-        if log_fh is not None:
-            log_fh.close()
-        await metrics.aclose()
-    ms = [b.metrics for b in batches]
-    summary = {
-        "policy": cfg.policy,
-        "endpoints": urls,
-        "num_steps": len(ms),
-        "num_groups": cfg.num_groups,
-        "group_size": cfg.group_size,
-        "wall_s": time.perf_counter() - t0,
-        "total_makespan_s": sum(m.makespan_s for m in ms),
-        "makespans_s": [m.makespan_s for m in ms],
-        "steady_mean_makespan_s": _mean(
-            [m.makespan_s for m in ms if m.step > 0 and not m.is_flush]
-        ),
-        "generated_tokens": sum(m.generated_tokens for m in ms),
-        "wasted_tokens": sum(m.wasted_tokens for m in ms),
-        "wasted_token_fraction": (sum(m.wasted_tokens for m in ms)
-                                  / max(1, sum(m.generated_tokens for m in ms))),
-        "estimated_wasted_tokens": sum(m.estimated_wasted_tokens for m in ms),
-        "num_regenerated": sum(m.num_regenerated for m in ms),
-        "num_relocated": sum(m.num_relocated for m in ms),
-        "moves": cfg.moves_active,
-        "moves_off_reason": cfg.moves_off_reason,
-        "num_moves": sum(m.num_moves for m in ms),
-        "moves_per_step": _mean([float(m.num_moves) for m in ms if not m.is_flush]),
-        "q": [m.q for m in ms],
-        "m": [m.m for m in ms],
-        "num_delivered_groups": sum(m.num_groups for m in ms),
-        "num_readmitted": max((m.num_readmitted for m in ms), default=0),
-        "planned_replicas": [m.num_planned_replicas for m in ms],
-        "num_prompts": len(source),
-        "num_prompts_used": num_used,
-    }
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    typer.echo(
-        json.dumps(
-            {
-                k: summary[k]
-                for k in ("policy", "num_steps", "total_makespan_s", "num_delivered_groups")
-            }
-        )
-    )
-
-
-def _mean(xs: list[float]) -> float | None:
-    return sum(xs) / len(xs) if xs else None
-
-
-def _write(out: Path, b: RolloutBatch) -> None:
-    with (out / "batches" / f"step_{b.step:04d}.jsonl").open("w") as fh:
-        for row in b.rows():
-            fh.write(json.dumps(row) + "\n")
-    with (out / "steps.jsonl").open("a") as fh:
-        fh.write(b.metrics.to_json() + "\n")

@@ -14,7 +14,7 @@ from tailsieve.cli import checks
 from tailsieve.errors import ConfigError
 from tailsieve.model.profiles import DEFAULT_PROFILE
 from tailsieve.sim.api import simulate as run_simulation
-from tailsieve.sim.driver import ALL_POLICIES, ProtocolRun
+from tailsieve.sim.driver import ALL_POLICIES
 from tailsieve.sim.speedup_stats import STEADY_FROM, SpeedupStat
 
 _POLICY_HELP = (
@@ -120,50 +120,14 @@ def simulate(
         piece_moves=piece_moves,  # type: ignore[arg-type,unused-ignore]
         stream_interval=stream_interval,
     )
-    meta, runs = result.settings, result.runs
-    summaries = list(result.summaries.values())
     if out is not None:
-        _write_records(out, meta, summaries, runs)
+        result.write(out)
     if plot is not None:
-        _write_plots(plot, runs, replicas)
+        result.plot(plot)
     if as_json:
-        diag = {name: [d for rec in r.run.records if (d := rec.diagnostics_dict()) is not None]
-                for name, r in runs.items()}
-        print(json.dumps({"settings": meta, "policies": summaries, "diagnostics": diag},
-                         indent=2))
+        print(json.dumps({**result.to_dict(), "diagnostics": result.diagnostics()}, indent=2))
         return
-    _print_table(meta, summaries)
-
-
-def _write_records(
-    folder: Path, meta: dict[str, Any], summaries: list[dict[str, Any]],
-    runs: dict[str, ProtocolRun],
-) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    data = {
-        "settings": meta,
-        "policies": summaries,
-        "steps": {name: [rec.to_dict() for rec in r.run.records] for name, r in runs.items()},
-    }
-    path = folder / "simulate.json"
-    path.write_text(json.dumps(data, indent=1) + "\n")
-    return path
-
-
-def _write_plots(folder: Path, runs: dict[str, ProtocolRun], num_replicas: int) -> list[Path]:
-    from tailsieve.sim.plots import plot_controller, plot_step_times, plot_timeline
-
-    folder.mkdir(parents=True, exist_ok=True)
-    policy_runs = {name: r.run for name, r in runs.items()}
-    paths = [
-        plot_step_times(policy_runs, folder / "step_times.png"),
-        plot_controller(policy_runs, folder / "controller.png"),
-    ]
-    for name, r in runs.items():
-        if r.timeline is not None:
-            paths.append(plot_timeline(r.timeline, num_replicas, name,
-                                       folder / f"timeline_{name}.png"))
-    return paths
+    _print_table(result.settings, list(result.summaries.values()))
 
 
 def _print_table(meta: dict[str, Any], summaries: list[dict[str, Any]]) -> None:

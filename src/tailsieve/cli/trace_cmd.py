@@ -16,14 +16,14 @@ from rich.table import Table
 
 from tailsieve.cli import checks
 from tailsieve.errors import ConfigError, TraceError
-from tailsieve.workload.capture import CaptureConfig, capture_rates, default_step_pairs
+from tailsieve.model.profiles import DEFAULT_PROFILE, load_profile
+from tailsieve.workload.capture import CaptureConfig
+from tailsieve.workload.capture_run import CaptureRun, run_capture
 from tailsieve.workload.io import read_trace, write_trace
-from tailsieve.workload.presets import PRESETS, aime_trace_path, load_workload, preset
-from tailsieve.workload.shipped import SHIPPED_TRACES
+from tailsieve.workload.presets import PRESETS, preset
 from tailsieve.workload.summary import trace_stats
 from tailsieve.workload.synthetic import SyntheticWorkload
 from tailsieve.workload.transform import fit_tail_transform
-from tailsieve.workload.workload_model import ReplayWorkload, ResampleWorkload, Workload
 
 trace_app = typer.Typer(
     name="trace",
@@ -178,29 +178,6 @@ def transform(
         )
 
 
-def _capture_source(
-    source: str, prompts: int, seed: int, rounds: int
-) -> tuple[Workload, tuple[tuple[int, int], ...], str]:
-    if source in PRESETS:
-        wl = load_workload(source, num_prompts=prompts, seed=seed)
-        return wl, default_step_pairs(None, rounds), "synthetic preset: next step regenerated"
-    if not Path(source).exists() and source not in SHIPPED_TRACES:
-        raise TraceError(
-            f"{source}: no such trace file (or preset: {', '.join(PRESETS)}; shipped trace: "
-            f"{', '.join(SHIPPED_TRACES)})"
-        )
-    trace = read_trace(aime_trace_path() if source == "aime" else Path(source))
-    if trace.is_multi_checkpoint:
-        replay = ReplayWorkload(trace)
-        return replay, default_step_pairs(replay.num_steps, rounds), "replay: next checkpoint"
-    return (
-        ResampleWorkload(trace, halves="alternate"),
-        ((0, 1),),
-        "single checkpoint: split halves (step a draws from each prompt's first half of "
-        "samples, the next step from the second half, with replacement)",
-    )
-
-
 @trace_app.command(
     "capture", context_settings={"allow_extra_args": True, "ignore_unknown_options": True}
 )
@@ -218,7 +195,7 @@ def capture(
     group_size: Annotated[int, typer.Option("--group-size", help="n: responses per group.")] = 8,
     profile: Annotated[
         str, typer.Option("--profile", help="Throughput profile (a name or a file).")
-    ] = "qwen3-4b-h100",
+    ] = DEFAULT_PROFILE,
     rounds: Annotated[int, typer.Option("--rounds", help="Random rounds to average.")] = 200,
     seed: Annotated[int, typer.Option("--seed", help="Seed.")] = 0,
     tail_metric: Annotated[
@@ -241,9 +218,27 @@ def capture(
 ) -> None:
     """Capture rate of ground-truth long-tail groups by the partial-rollout cutoff."""
     checks.output_files((plot, "--plot"))
-    from tailsieve.model.profiles import load_profile
+    rhos = _rhos(rho, list(ctx.args))
+    model = load_profile(profile)
+    cfg = CaptureConfig(
+        rhos=rhos, groups=groups, group_size=group_size,
+        replicas=replicas, rounds=rounds, seed=seed, tail_metric=tail_metric,
+        tail_fraction=tail_fraction,
+    )  # fmt: skip
+    run = run_capture(source, model, cfg, num_prompts=prompts)
+    if plot is not None:
+        from tailsieve.workload.plots import plot_capture
 
-    extra = list(ctx.args)
+        plot_capture(run.results, plot, title=f"{Path(source).name}: N={groups}, R={replicas}")
+    if as_json:
+        print(json.dumps(run.to_dict(), indent=2))
+        return
+    _print_capture(run)
+
+
+def _rhos(rho: list[float] | None, extra: list[str]) -> tuple[float, ...]:
+    """The over-launch fractions: those of ``--rho`` and the values after it (default
+    0.05, 0.10, 0.25)."""
     rhos = list(rho or [])
     for value in extra:
         try:
@@ -252,71 +247,22 @@ def capture(
             raise ConfigError(f"capture: unexpected argument {value!r}") from None
     if extra and not rho:
         raise ConfigError(f"capture: unexpected arguments {' '.join(extra)}")
-    if not rhos:
-        rhos = [0.05, 0.10, 0.25]
-    model = load_profile(profile)
-    wl, pairs, method = _capture_source(source, prompts, seed, rounds)
-    cfg = CaptureConfig(
-        rhos=tuple(rhos),
-        groups=groups,
-        group_size=group_size,
-        replicas=replicas,
-        rounds=rounds,
-        seed=seed,
-        tail_metric=tail_metric,
-        tail_fraction=tail_fraction,
-        step_pairs=pairs,
-    )
-    results = capture_rates(wl, model, cfg)
-    if plot is not None:
-        from tailsieve.workload.plots import plot_capture
+    return tuple(rhos) if rhos else (0.05, 0.10, 0.25)
 
-        plot_capture(results, plot, title=f"{Path(source).name}: N={groups}, R={replicas}")
-    if as_json:
-        print(
-            json.dumps(
-                {
-                    "source": source,
-                    "profile": model.name,
-                    "groups": groups,
-                    "group_size": group_size,
-                    "replicas": replicas,
-                    "rounds": rounds,
-                    "seed": seed,
-                    "tail_metric": tail_metric,
-                    "tail_fraction": tail_fraction,
-                    "cross_step_method": method,
-                    "results": [r.to_dict() for r in results],
-                },
-                indent=2,
-            )
-        )
-        return
+
+def _print_capture(run: CaptureRun) -> None:
     table = Table(
-        title=f"partial-rollout capture: {source} (profile {model.name})",
-        caption=f"next step: {method}",
+        title=f"partial-rollout capture: {run.source} (profile {run.profile})",
+        caption=f"next step: {run.method}",
         caption_justify="left",
     )
-    for col in (
-        "rho",
-        "launched",
-        "candidates",
-        "same round",
-        "next step",
-        "top-1 same",
-        "top-1 next",
-        "random",
-    ):
+    for col in ("rho", "launched", "candidates", "same round", "next step", "top-1 same",
+                "top-1 next", "random"):
         table.add_column(col, justify="right")
-    for r in results:
+    for r in run.results:
         table.add_row(
-            f"{r.rho:.0%}",
-            str(r.launched_groups),
-            str(r.candidates),
-            f"{r.same_round_capture:.1%}",
-            f"{r.cross_step_capture:.1%}",
-            f"{r.same_round_top1:.1%}",
-            f"{r.cross_step_top1:.1%}",
-            f"{r.random_baseline:.1%}",
+            f"{r.rho:.0%}", str(r.launched_groups), str(r.candidates),
+            f"{r.same_round_capture:.1%}", f"{r.cross_step_capture:.1%}",
+            f"{r.same_round_top1:.1%}", f"{r.cross_step_top1:.1%}", f"{r.random_baseline:.1%}",
         )
     Console().print(table)

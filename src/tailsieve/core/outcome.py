@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tailsieve.core.pool import Pool
+from tailsieve.errors import ConfigError
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +47,57 @@ class AbortedGroup:
 
 
 @dataclass(frozen=True, slots=True)
+class WasteSplit:
+    """Where a live step's wasted tokens went, each part with its bound. Three things:
+
+    - cutoff aborts: every token of the fresh groups aborted at the cutoff; finished and
+      streamed responses counted exactly, unfinished unstreamed ones estimated (rate x
+      elapsed), each estimate at most its response's (or running piece's) cap;
+    - lost, counted exactly: tokens decoded again after a fault or a move (a continuation
+      piece lost mid-way, an attempt regenerated after a fault) that were seen: streamed, or
+      finished responses of a regenerated attempt (an exact count is its own bound);
+    - lost, estimated: the unseen tokens of those (unstreamed pieces and requests), each
+      estimate at most its piece's cap less what was seen of it.
+
+    ``total`` is the step's ``wasted_tokens`` and ``estimated`` its ``estimated_wasted_tokens``.
+    """
+
+    cutoff_tokens: int = 0  # tokens of attempts aborted at the cutoff (exact + estimated)
+    cutoff_estimated_tokens: int = 0  # of them, estimated (unfinished unstreamed responses)
+    cutoff_max_tokens: int = 0  # the most cutoff_tokens can be: exact part + estimates' caps
+    lost_exact_tokens: int = 0  # tokens decoded again after a fault or move, counted exactly
+    lost_estimated_tokens: int = 0  # tokens decoded again after a fault or move, estimated
+    lost_estimated_max_tokens: int = 0  # the most lost_estimated_tokens can be (caps)
+    num_lost_pieces: int = 0  # continuation pieces lost mid-way (their tokens decoded again)
+
+    def __post_init__(self) -> None:
+        for name in self.__slots__:
+            if getattr(self, name) < 0:
+                raise ConfigError(f"WasteSplit.{name} must be >= 0, got {getattr(self, name)}")
+        if not self.cutoff_estimated_tokens <= self.cutoff_tokens <= self.cutoff_max_tokens:
+            raise ConfigError(
+                f"WasteSplit: need cutoff_estimated_tokens ({self.cutoff_estimated_tokens}) "
+                f"<= cutoff_tokens ({self.cutoff_tokens}) <= cutoff_max_tokens "
+                f"({self.cutoff_max_tokens})"
+            )
+        if self.lost_estimated_tokens > self.lost_estimated_max_tokens:
+            raise ConfigError(
+                f"WasteSplit: lost_estimated_tokens ({self.lost_estimated_tokens}) > "
+                f"lost_estimated_max_tokens ({self.lost_estimated_max_tokens})"
+            )
+
+    @property
+    def total(self) -> int:
+        """All wasted tokens (``StepOutcome.wasted_tokens``)."""
+        return self.cutoff_tokens + self.lost_exact_tokens + self.lost_estimated_tokens
+
+    @property
+    def estimated(self) -> int:
+        """The estimated part (``StepOutcome.estimated_wasted_tokens``)."""
+        return self.cutoff_estimated_tokens + self.lost_estimated_tokens
+
+
+@dataclass(frozen=True, slots=True)
 class StepOutcome:
     """Result of one step, identical in shape for the simulator and the live executor."""
 
@@ -68,6 +120,8 @@ class StepOutcome:
     prefill_s: float = 0.0  # destination seconds spent prefilling their uncached prefixes
     num_relocated: int = 0  # continuation: responses continued on another replica after a
     # fault (each lost only its running piece; their groups were not regenerated)
+    waste: WasteSplit | None = None  # the live executor's split of wasted_tokens (None: not
+    # split; the simulator counts every wasted token exactly)
 
     @property
     def delivered_ids(self) -> tuple[str, ...]:

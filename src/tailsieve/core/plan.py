@@ -85,11 +85,6 @@ class StepPlan:
     def tail_ids(self) -> tuple[str, ...]:
         return tuple(a.prompt_id for a in self.assignments if a.pool is Pool.TAIL)
 
-    def replica_groups(self, replica: int) -> list[GroupAssignment]:
-        """Assignments on one replica in dispatch order."""
-        return sorted((a for a in self.assignments if replica in a.all_replicas),
-                      key=lambda a: a.order)
-
     def is_abortable(self, a: GroupAssignment) -> bool:
         """Only fresh bulk groups can be aborted at the cutoff."""
         return a.pool is Pool.BULK and not a.pinned

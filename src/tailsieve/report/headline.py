@@ -59,6 +59,12 @@ class PolicyFacts:
     final_q: int | None
     final_m: int | None
     num_replicas: int | None
+    waste_split: dict[str, int] | None = None  # live runs: WASTE_PARTS summed over the steps
+
+
+WASTE_PARTS = ("cutoff_wasted_tokens", "cutoff_estimated_tokens", "cutoff_max_tokens",
+               "lost_exact_tokens", "lost_estimated_tokens", "lost_estimated_max_tokens")
+"""The live step records' split of ``wasted_tokens`` (``StepMetrics``, ``core.outcome.WasteSplit``)."""
 
 
 def _regular(recs: list[dict[str, Any]]) -> dict[int, float]:
@@ -112,6 +118,9 @@ def policy_facts(run: RunData, policy: str) -> PolicyFacts:
     if frac is None and has_tokens and gen:
         frac = wasted / gen
     replicas = run.settings.get("replicas")
+    split = None
+    if every and all(WASTE_PARTS[0] in r for r in every):
+        split = {k: sum(int(r.get(k, 0)) for r in every) for k in WASTE_PARTS}
     return PolicyFacts(
         policy=policy,
         mean_step_s=float(np.mean(list(regular.values()))) if regular else summary.get(
@@ -119,6 +128,7 @@ def policy_facts(run: RunData, policy: str) -> PolicyFacts:
         steady_step_s=summary.get("steady_step_s"),
         wasted_fraction=None if frac is None else float(frac),
         wasted_tokens=wasted if has_tokens else None,
+        waste_split=split,
         final_q=int(recs[-1]["q"]) if recs and "q" in recs[-1] else None,
         final_m=int(recs[-1]["m"]) if recs and "m" in recs[-1] else None,
         num_replicas=int(replicas) if isinstance(replicas, int) else None,
@@ -203,11 +213,7 @@ def headline_sentences(run: RunData) -> list[str]:
         out.append(f"{name}: mean step time {_s(facts.mean_step_s, unit)} after the warm-up "
                    "step.")
     if facts.wasted_fraction is not None:
-        tokens = f" ({facts.wasted_tokens:,} tokens)" if facts.wasted_tokens is not None else ""
-        out.append(
-            f"Tokens wasted on groups aborted at the cutoff: {_pct(facts.wasted_fraction)} of "
-            f"all generated tokens{tokens}."
-        )
+        out.append(waste_sentence(facts, run.kind))
     if facts.final_m == 0 and pol not in (REFERENCE, USER_BASELINE):
         out.append("It ended in balance (m = 0: no tail pool; with spread dealing, the default, "
                    "each group's responses run over all replicas).")
@@ -217,3 +223,25 @@ def headline_sentences(run: RunData) -> list[str]:
             f"It ended with q = {facts.final_q} tail groups on m = {facts.final_m}{of} replicas."
         )
     return out
+
+
+def waste_sentence(facts: PolicyFacts, kind: str) -> str:
+    """What the wasted tokens were, in words. A live run's records split them three ways,
+    each with its bound: tokens of groups aborted at the cutoff, tokens decoded again after a
+    fault or a move counted exactly (streamed, or finished), and those estimated (unstreamed:
+    rate x elapsed, at most each piece's cap). The simulator counts every token exactly."""
+    tokens = f" ({facts.wasted_tokens:,} tokens)" if facts.wasted_tokens is not None else ""
+    head = f"Tokens wasted: {_pct(facts.wasted_fraction)} of all generated tokens{tokens}"
+    w = facts.waste_split
+    if w is None:
+        how = "counted exactly by the simulator" if kind == "simulate" else "not split"
+        return (f"{head}, on groups aborted at the cutoff and on responses decoded again after "
+                f"a move or a fault ({how}).")
+    cut = f"{w['cutoff_wasted_tokens']:,} on groups aborted at the cutoff"
+    if w["cutoff_estimated_tokens"]:
+        cut += (f" ({w['cutoff_estimated_tokens']:,} of them estimated; at most "
+                f"{w['cutoff_max_tokens']:,})")
+    lost = (f"{w['lost_exact_tokens']:,} decoded again after a fault or a move, counted "
+            f"exactly, and {w['lost_estimated_tokens']:,} estimated (at most "
+            f"{w['lost_estimated_max_tokens']:,})")
+    return f"{head}: {cut}; {lost}."

@@ -25,7 +25,6 @@ Pure: no I/O.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -134,10 +133,6 @@ class ResponseChain:
     @property
     def done(self) -> bool:
         return self.final is not None
-
-    def can_continue(self) -> bool:
-        """A continuation can be sent (the prompt's token ids are known, or nothing yet)."""
-        return not self.pieces or self.prompt_ids is not None
 
     def next_prompt(self, prompt: PromptInput) -> PromptInput:
         """The prompt of the next piece: the original one, or its token ids plus the tokens
@@ -281,13 +276,3 @@ def _completing_token(piece: Piece, end: int) -> int:
         if tok_end >= end:
             return j
     return n - 1
-
-
-def join_all(chains: Sequence[ResponseChain]) -> list[Response]:
-    """The delivered responses of complete chains, in order."""
-    out: list[Response] = []
-    for c in chains:
-        if c.final is None:
-            raise ChainError("a chain is not complete")
-        out.append(c.final)
-    return out

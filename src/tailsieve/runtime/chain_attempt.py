@@ -218,13 +218,14 @@ class ChainedAttempt:
         """Abort by id and let the piece return its partial output; cancel it (dropping its
         tokens) if that does not happen within ``ABORT_WAIT_S``."""
         url = self.where_url(sample, req)
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(self._t.post_json(url, {"rid": rid}, ABORT_WAIT_S),
-                                   ABORT_WAIT_S)  # fmt: skip
-        with contextlib.suppress(BaseException):
-            await asyncio.wait({req}, timeout=ABORT_WAIT_S)
-        if not req.done():
-            req.cancel()
+        try:
+            with contextlib.suppress(Exception):  # the piece is cancelled below if it failed
+                async with asyncio.timeout(ABORT_WAIT_S):  # (wait_for can lose a cancel on 3.11)
+                    await self._t.post_json(url, {"rid": rid}, ABORT_WAIT_S)
+            await asyncio.wait({req}, timeout=ABORT_WAIT_S)  # raises only if cancelled
+        finally:
+            if not req.done():
+                req.cancel()
 
     def _abort_sglang(self, sample: int) -> None:
         """SGLang notices a closed connection only at its next disconnect check: abort the
@@ -305,8 +306,9 @@ class ChainedAttempt:
             finally:
                 if not req.done():
                     req.cancel()
-                    with contextlib.suppress(BaseException):
-                        await req
+                    # wait for the piece to end (its outcome is read below); raises only if
+                    # this task is cancelled meanwhile, and then that cancellation propagates
+                    await asyncio.wait({req})
                 self._inflight.pop(i, None)
             partial = self._partial.pop(i, None)
             ended = asyncio.get_running_loop().time()

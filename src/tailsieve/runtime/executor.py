@@ -13,11 +13,17 @@ Replica lifecycle: a replica taken out is probed (``GET /health``) in the backgr
 take regenerated groups again; the caller plans the next step for the new healthy count). An
 ``addresses`` callable (e.g. a launch state file rewritten when Ray restarts a server elsewhere)
 is polled at every probe: a replica whose address changed is taken out and probed at the new one.
+
+A crash of the live rebalancer (an exception out of its loop) is logged once (logger
+``tailsieve.runtime.executor``, with its traceback) and kept in ``last_balance_error``; moves are
+off for the rest of that step, and the step runs on: a move is made or not, whole, so every
+response is still delivered exactly once and token-exact.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -46,6 +52,8 @@ from tailsieve.runtime.served_model import resolve_served_model, transport_gette
 from tailsieve.runtime.step_state import GroupRun, StepProgress, StepResult, build_result
 from tailsieve.runtime.transport import ReplicaDownError, Transport
 from tailsieve.runtime.waste import WasteCounter
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +92,7 @@ class _Run:
     chains: dict[str, list[ResponseChain]] = field(default_factory=dict)  # continuation mode
     attempts: dict[str, ChainedAttempt] = field(default_factory=dict)
     rebalancer: LiveRebalancer | None = None
+    balance_error: str | None = None  # the rebalancer's crash in this step (moves then off)
     index: RunningIndex | None = None  # the running responses by replica (re-balancing)
     config: ExecutorConfig | None = None  # this step's attempts' config (None: the executor's)
 
@@ -96,8 +105,10 @@ class LiveExecutor:
     ``addresses()`` returns the current base URL of every replica (same count and order).
     ``balance_costs`` (the controller's cost model, one ``ReplicaConfig`` or one per replica)
     switches on the live rebalancer (``runtime.rebalancer``) for steps whose plan carries
-    ``BalanceSettings`` when ``config.continuation`` is on.
+    ``BalanceSettings`` when ``config.continuation`` is on (``rebalancer_class`` builds it).
     """
+
+    rebalancer_class: type[LiveRebalancer] = LiveRebalancer
 
     def __init__(
         self,
@@ -134,6 +145,7 @@ class LiveExecutor:
         self.balance_costs = balance_costs
         self.last_moves = MoveTally()  # the last step's re-balancing
         self.last_trace = BalanceTrace()  # the last step's checks (core.balance_trace)
+        self.last_balance_error: str | None = None  # the last step's rebalancer crash, if any
 
     @property
     def num_replicas(self) -> int:
@@ -299,6 +311,7 @@ class LiveExecutor:
             self._run = None
             self.last_moves = run.rebalancer.tally if run.rebalancer else MoveTally()
             self.last_trace = run.rebalancer.trace if run.rebalancer else BalanceTrace()
+            self.last_balance_error = run.balance_error
             effective = sum(a.stats.num_moved_pieces for a in run.attempts.values())
             self.last_moves.num_effective = self.last_trace.num_effective = effective
             # the attempts (their relocation closures hold the run) and the index are cycles
@@ -355,13 +368,28 @@ class LiveExecutor:
             return None
         costs = self.balance_costs
         assert costs is not None and run.plan.balance is not None
-        run.rebalancer = LiveRebalancer(
+        run.rebalancer = self.rebalancer_class(
             self, run.plan.balance, [costs[i] for i in active],
             lambda: [r.healthy for r in run.reps], lambda: self._now(run),
         )
         if run.index is not None:
             run.index.on_complete = run.rebalancer.poke  # a check at each response completion
-        return asyncio.create_task(run.rebalancer.loop())
+        task = asyncio.create_task(run.rebalancer.loop())
+        task.add_done_callback(lambda t: self._balance_crashed(run, t))
+        return task
+
+    def _balance_crashed(self, run: _Run, task: asyncio.Task[None]) -> None:
+        """The rebalancer's loop ended. Not by the step's end (a cancel): it crashed. Log it
+        once and keep it for the step's record; no check runs again in this step, so moves
+        are off, and what it moved stays moved (each move is whole)."""
+        if task.cancelled() or task.exception() is None:
+            return
+        exc = task.exception()
+        run.balance_error = f"{type(exc).__name__}: {exc}"
+        if run.index is not None:
+            run.index.on_complete = None
+        logger.error("step %d: the live rebalancer crashed; moves are off for the rest of "
+                     "the step", run.plan.step, exc_info=exc)
 
     def running_index(self) -> RunningIndex | None:
         """During a re-balanced ``run``: the running responses by replica, kept up to date as

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from tailsieve.core.outcome import WasteSplit
 from tailsieve.runtime.step_state import StepProgress
 
 
@@ -49,9 +50,34 @@ class StepMetrics:
     prefill_s: float = 0.0  # the cost model's prefill seconds for those tokens
     num_relocated: int = 0  # continuation: responses continued elsewhere after a fault
     moves: bool = False  # whether the step could move responses (moves on, a balanced step)
+    # wasted_tokens split three ways (core.outcome.WasteSplit), each with its bound:
+    cutoff_wasted_tokens: int = 0  # tokens of groups aborted at the cutoff (exact + estimated)
+    cutoff_estimated_tokens: int = 0  # of them, estimated (unfinished unstreamed responses)
+    cutoff_max_tokens: int = 0  # the most cutoff_wasted_tokens can be (estimates at their caps)
+    lost_exact_tokens: int = 0  # decoded again after a fault or move, counted exactly (streamed)
+    lost_estimated_tokens: int = 0  # decoded again after a fault or move, estimated (unstreamed)
+    lost_estimated_max_tokens: int = 0  # the most lost_estimated_tokens can be (pieces' caps)
+    num_lost_pieces: int = 0  # continuation pieces lost mid-way (to a fault or a move)
+    num_rebalancer_errors: int = 0  # live rebalancer crashes (moves were off after it)
+    rebalancer_error: str | None = None  # the crash's exception, when there was one
 
     def to_json(self) -> str:
         return json.dumps({"event": "tailsieve.step", **asdict(self)}, sort_keys=True)
+
+
+def waste_fields(split: WasteSplit | None) -> dict[str, int]:
+    """``StepMetrics``' waste fields from a step's ``WasteSplit`` (none when not split)."""
+    if split is None:
+        return {}
+    return {
+        "cutoff_wasted_tokens": split.cutoff_tokens,
+        "cutoff_estimated_tokens": split.cutoff_estimated_tokens,
+        "cutoff_max_tokens": split.cutoff_max_tokens,
+        "lost_exact_tokens": split.lost_exact_tokens,
+        "lost_estimated_tokens": split.lost_estimated_tokens,
+        "lost_estimated_max_tokens": split.lost_estimated_max_tokens,
+        "num_lost_pieces": split.num_lost_pieces,
+    }
 
 
 class RuntimeMetrics:
@@ -78,6 +104,21 @@ class RuntimeMetrics:
         self.regenerated = Counter(
             "tailsieve_regenerated_groups", "Groups regenerated after a replica fault", registry=r
         )
+        self.cutoff_tokens = Counter(
+            "tailsieve_cutoff_tokens", "Tokens of groups aborted at the cutoff", registry=r
+        )
+        self.lost_exact_tokens = Counter(
+            "tailsieve_lost_exact_tokens",
+            "Tokens decoded again after a fault or move, counted exactly", registry=r,
+        )
+        self.lost_estimated_tokens = Counter(
+            "tailsieve_lost_estimated_tokens",
+            "Tokens decoded again after a fault or move, estimated (unstreamed)", registry=r,
+        )
+        self.rebalancer_errors = Counter(
+            "tailsieve_rebalancer_errors",
+            "Crashes of the live rebalancer (moves off for the rest of that step)", registry=r,
+        )
         self.healthy = Gauge(
             "tailsieve_replica_healthy", "1 when the replica is in service", ["replica"], registry=r
         )
@@ -93,6 +134,10 @@ class RuntimeMetrics:
         self.aborted_tokens.inc(m.wasted_tokens)
         self.generated_tokens.inc(m.generated_tokens)
         self.regenerated.inc(m.num_regenerated)
+        self.cutoff_tokens.inc(m.cutoff_wasted_tokens)
+        self.lost_exact_tokens.inc(m.lost_exact_tokens)
+        self.lost_estimated_tokens.inc(m.lost_estimated_tokens)
+        self.rebalancer_errors.inc(m.num_rebalancer_errors)
         for i, h in enumerate(healthy):
             self.healthy.labels(replica=str(i)).set(1.0 if h else 0.0)
 

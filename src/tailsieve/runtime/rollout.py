@@ -38,7 +38,7 @@ from tailsieve.runtime.attempt import ExecutorConfig, ForcedLength
 from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
 from tailsieve.runtime.chain import penalties_of
 from tailsieve.runtime.executor import LiveExecutor
-from tailsieve.runtime.observe import RuntimeMetrics, StepLog, StepMetrics
+from tailsieve.runtime.observe import RuntimeMetrics, StepLog, StepMetrics, waste_fields
 from tailsieve.runtime.step_state import GroupResponses, StepProgress
 from tailsieve.runtime.transport import Transport
 
@@ -48,6 +48,7 @@ MOVE_PIECE_TOKENS = 512  # default piece cap when moves need pieces (vLLM, unstr
 MOVING_POLICIES = ("tailsieve",)  # policies whose controller moves running responses
 CONTINUABLE_BACKENDS = (Backend.VLLM, Backend.VLLM_CHAT, Backend.SGLANG)  # a response can be
 # sent on as token ids (vllm-chat: its prompts are tokenized by the server, runtime.chat_tokens)
+LIVE_PROFILE = "cpu"  # default throughput profile of a live rollout (RolloutConfig, the CLI)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +73,9 @@ class RolloutConfig:
     model: str | None = None  # served model name; None = the one model the servers serve
     sampling: SamplingParams = field(default_factory=SamplingParams)
     replay: ForcedLength | None = None  # forced length per (prompt_id, sample): replay mode
-    profile: str = "cpu"  # throughput profile (name or JSON path) for the controller's model
-    split_groups: bool = True
+    profile: str = LIVE_PROFILE  # throughput profile (name or JSON path) of the controller
+    split_groups: bool = True  # n single requests per group; False (one request with n) needs
+    # continuation off: with it every response is its own chain of requests
     stream: bool = False
     stream_interval: int | None = None  # stream: tokens per streamed chunk on vLLM (vLLM's
     # stream_interval): moves keep what was streamed at a fraction of per-token streaming's CPU
@@ -94,6 +96,13 @@ class RolloutConfig:
         object.__setattr__(self, "backend", Backend(self.backend))
         if self.continuation is None:
             object.__setattr__(self, "continuation", self.moves_active)
+        if not self.split_groups and self.continuation:
+            raise ConfigError(
+                "split_groups=False (--no-split: one request with n responses per group) "
+                "cannot run with continuation, which moves need (on by default): each response "
+                "is then its own chain of requests; turn moves off (moves=False, --no-moves) "
+                "or keep split_groups"
+            )
         if self.piece_tokens is not None and not self.continuation:
             why = self.moves_off_reason
             raise ConfigError(
@@ -371,6 +380,9 @@ class TailSieveRollout:
             prefill_s=self.executor.last_moves.prefill_s,
             num_relocated=out.num_relocated,
             moves=self.config.moves_active and plan.balance is not None,
+            num_rebalancer_errors=int(self.executor.last_balance_error is not None),
+            rebalancer_error=self.executor.last_balance_error,
+            **waste_fields(out.waste),
         )
         if self.metrics is not None:
             self.metrics.record(metrics, self.executor.healthy)

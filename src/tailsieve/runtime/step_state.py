@@ -11,7 +11,7 @@ from tailsieve.core.plan import GroupAssignment, StepPlan
 from tailsieve.core.pool import Pool
 from tailsieve.runtime.attempt import AttemptProgress
 from tailsieve.runtime.backends import Response
-from tailsieve.runtime.waste import WasteCounter
+from tailsieve.runtime.waste import AttemptWaste, WasteCounter, split_waste
 
 
 @dataclass(slots=True)
@@ -114,7 +114,8 @@ def build_result(
 ) -> StepResult:
     """Fill ``StepOutcome`` (in plan order) and the delivered responses. ``discarded``: the
     attempts a fault threw away (prompt id, progress, when on the loop clock); ``t0``: the
-    step's start on that clock. Wasted tokens are counted by ``waste`` (``runtime.waste``).
+    step's start on that clock. Wasted tokens are counted by ``waste`` and split into cutoff
+    aborts and tokens lost to faults or moves, exact and estimated (``runtime.waste``).
     ``num_relocated``: responses continued on another replica after a fault (continuation)."""
     delivered: list[GroupResult] = []
     aborted: list[AbortedGroup] = []
@@ -124,8 +125,7 @@ def build_result(
     lost_to_faults = [waste.count(pid, p, at_s) for pid, p, at_s in discarded]
     # continuation: pieces lost to a fault (or dropped by a move) are decoded again
     lost_to_faults += [waste.count_lost(p) for p in attempts if p.lost]
-    wasted = sum(w.total for w in lost_to_faults)
-    estimated = sum(w.estimated for w in lost_to_faults)
+    at_cutoff: list[AttemptWaste] = []
     for a in plan.assignments:
         g = groups[a.prompt_id]
         if g.status == "done":
@@ -152,9 +152,7 @@ def build_result(
         elif g.status == "aborted":
             p = g.progress
             w = waste.count(a.prompt_id, p, t0 + (cut_s or g.completion_s))
-            lost = w.total
-            wasted += lost
-            estimated += w.estimated
+            at_cutoff.append(w)
             aborted.append(
                 AbortedGroup(
                     prompt_id=a.prompt_id,
@@ -162,7 +160,7 @@ def build_result(
                     num_finished=p.num_finished,
                     finished_tokens=p.finished_tokens,
                     tokens_so_far=p.tokens_so_far,
-                    wasted_tokens=lost,
+                    wasted_tokens=w.total,
                     estimated_tokens=w.estimated,
                 )
             )
@@ -171,6 +169,7 @@ def build_result(
     tail_time_s = max(tail_times, default=0.0)
     bulk_cut_s = max([*bulk_times, cut_s or 0.0], default=0.0)
     produced = sum(r.total_tokens for r in delivered)
+    split = split_waste(at_cutoff, lost_to_faults)
     outcome = StepOutcome(
         step=plan.step,
         delivered=tuple(delivered),
@@ -178,11 +177,12 @@ def build_result(
         tail_time_s=tail_time_s,
         bulk_cut_s=bulk_cut_s,
         makespan_s=max(tail_time_s, bulk_cut_s),
-        wasted_tokens=wasted,
-        generated_tokens=produced + wasted,
+        wasted_tokens=split.total,
+        generated_tokens=produced + split.total,
         num_regenerated=num_regenerated,
         replica_busy_s=tuple(busy_until_s),
-        estimated_wasted_tokens=estimated,
+        estimated_wasted_tokens=split.estimated,
         num_relocated=num_relocated,
+        waste=split,
     )
     return StepResult(outcome=outcome, groups=data)

@@ -11,7 +11,6 @@ are scripted with ``StubFault``; every request start, completion and cancellatio
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -194,8 +193,7 @@ class StubTransport:
             finally:
                 if not task.done():
                     task.cancel()
-                    with contextlib.suppress(BaseException):
-                        await task
+                    await asyncio.wait({task})  # raises only if this stream is cancelled
         body = await task
         for ch in body["choices"]:
             for j, tok in enumerate(ch["token_ids"][sent:]):

@@ -21,7 +21,11 @@ could not be kept, otherwise estimated as above, capped at the piece's cap. A cu
 response wastes what it generated up to its last seam (exact), what its running piece streamed
 (exact) or, unstreamed, the running piece's estimate.
 
-The estimated part is reported on its own (``StepOutcome.estimated_wasted_tokens``,
+Every estimate has its bound: it lies between 0 and the cap of what it estimates
+(``AttemptWaste.max_estimated``). A step's waste is split three ways (``core.outcome.WasteSplit``,
+built by ``split_waste``): the tokens of cutoff aborts, the tokens decoded again after a fault or
+a move counted exactly (seen: streamed, or finished), and those estimated (unseen), each with its
+bound. The estimated part is also reported on its own (``StepOutcome.estimated_wasted_tokens``,
 ``AbortedGroup.estimated_tokens``) and included in ``wasted_tokens``. Tokens of a request that
 failed with an HTTP error and was retried are not counted.
 """
@@ -31,19 +35,35 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from tailsieve.core.outcome import WasteSplit
+from tailsieve.errors import ConfigError
 from tailsieve.runtime.attempt import AttemptProgress, ForcedLength, LostPiece
 
 
 @dataclass(frozen=True, slots=True)
 class AttemptWaste:
-    """Wasted tokens of one discarded attempt."""
+    """Wasted tokens of one discarded attempt (or of the pieces it lost)."""
 
     exact: int  # finished responses + streamed tokens of unfinished ones
     estimated: int  # unfinished non-streamed responses (rate x elapsed, capped)
+    max_estimated: int = 0  # the most ``estimated`` can be: the caps of what it estimates
+    num_pieces: int = 0  # lost pieces counted (``lost_waste``)
+
+    def __post_init__(self) -> None:
+        if min(self.exact, self.estimated, self.num_pieces) < 0:
+            raise ConfigError(f"AttemptWaste counts must be >= 0: {self}")
+        if self.estimated > self.max_estimated:
+            raise ConfigError(f"AttemptWaste: estimated {self.estimated} > its bound "
+                              f"{self.max_estimated}")
 
     @property
     def total(self) -> int:
         return self.exact + self.estimated
+
+    def __add__(self, other: AttemptWaste) -> AttemptWaste:
+        return AttemptWaste(self.exact + other.exact, self.estimated + other.estimated,
+                            self.max_estimated + other.max_estimated,
+                            self.num_pieces + other.num_pieces)
 
 
 @dataclass(slots=True)
@@ -72,16 +92,16 @@ class WasteCounter:
     def count(self, prompt_id: str, p: AttemptProgress, end_s: float) -> AttemptWaste:
         """Wasted tokens of an attempt discarded at ``end_s`` (the event loop's clock)."""
         exact = p.finished_tokens + max(p.tokens_so_far, 0)
-        rate = self.tokens_per_s
-        if rate is None or p.streaming:
+        if p.streaming:
             return AttemptWaste(exact, 0)
-        est = 0
+        est = bound = 0
         for sample, start_s in p.started_s.items():
             cap = p.caps.get(sample)
             if cap is None:
                 cap = self.forced(prompt_id, sample) if self.forced is not None else self.max_tokens
             est += self._estimate(end_s - start_s, cap)
-        return AttemptWaste(exact, est)
+            bound += cap
+        return AttemptWaste(exact, est, bound)
 
     def count_lost(self, p: AttemptProgress) -> AttemptWaste:
         """Wasted tokens of the continuation pieces ``p`` lost (``AttemptProgress.lost``)."""
@@ -94,11 +114,34 @@ class WasteCounter:
 
 def lost_waste(lost: Iterable[LostPiece], tokens_per_s: float | None) -> AttemptWaste:
     """Exact and estimated tokens of lost pieces at ``tokens_per_s`` (nothing estimated while
-    the rate is unknown)."""
-    exact = est = 0
+    the rate is unknown): each piece's dropped streamed tokens exactly, and, where its tokens
+    were not seen, its elapsed seconds times the rate, at most its cap less what was seen
+    (the bound, ``max_estimated``)."""
+    exact = est = bound = num = 0
     for piece in lost:
+        num += 1
         exact += piece.exact
-        if piece.estimate and tokens_per_s is not None:
+        if not piece.estimate:
+            continue
+        room = max(piece.cap - piece.exact, 0)
+        bound += room
+        if tokens_per_s is not None:
             elapsed = max(0.0, piece.ended_s - piece.started_s)
-            est += round(min(elapsed * tokens_per_s, float(max(piece.cap - piece.exact, 0))))
-    return AttemptWaste(exact, est)
+            est += round(min(elapsed * tokens_per_s, float(room)))
+    return AttemptWaste(exact, est, bound, num)
+
+
+def split_waste(cutoff: Iterable[AttemptWaste], lost: Iterable[AttemptWaste]) -> WasteSplit:
+    """A step's ``WasteSplit`` from the waste of its attempts aborted at the cutoff and of
+    those lost to faults or moves (regenerated attempts, lost pieces)."""
+    cut = sum(cutoff, AttemptWaste(0, 0))
+    gone = sum(lost, AttemptWaste(0, 0))
+    return WasteSplit(
+        cutoff_tokens=cut.total,
+        cutoff_estimated_tokens=cut.estimated,
+        cutoff_max_tokens=cut.exact + cut.max_estimated,
+        lost_exact_tokens=gone.exact,
+        lost_estimated_tokens=gone.estimated,
+        lost_estimated_max_tokens=gone.max_estimated,
+        num_lost_pieces=gone.num_pieces,
+    )

@@ -11,9 +11,11 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import partial
+from pathlib import Path
 from typing import Any, Literal
 
 from tailsieve.errors import ConfigError
@@ -65,8 +67,43 @@ class SimulationResult:
         return float(self.summaries[policy][key])
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON ``tailsieve simulate --json`` prints (settings + a list of summaries)."""
+        """Settings + a list of summaries (``tailsieve simulate --json`` adds ``diagnostics``)."""
         return {"settings": dict(self.settings), "policies": list(self.summaries.values())}
+
+    def diagnostics(self) -> dict[str, list[dict[str, Any]]]:
+        """Per policy, each step's diagnostics (``core.diagnostics``) where it has them."""
+        return {name: [d for rec in r.run.records if (d := rec.diagnostics_dict()) is not None]
+                for name, r in self.runs.items()}
+
+    def write(self, folder: Path) -> Path:
+        """Write ``folder/simulate.json`` (settings, summaries and every step record, the file
+        ``tailsieve report`` reads); returns its path."""
+        folder.mkdir(parents=True, exist_ok=True)
+        data = {
+            **self.to_dict(),
+            "steps": {name: [rec.to_dict() for rec in r.run.records]
+                      for name, r in self.runs.items()},
+        }
+        path = folder / "simulate.json"
+        path.write_text(json.dumps(data, indent=1) + "\n")
+        return path
+
+    def plot(self, folder: Path) -> list[Path]:
+        """Write PNG plots into ``folder``: step times, the controller's trajectory, and each
+        protocol run's timeline; returns their paths."""
+        from tailsieve.sim.plots import plot_controller, plot_step_times, plot_timeline
+
+        folder.mkdir(parents=True, exist_ok=True)
+        policy_runs = {name: r.run for name, r in self.runs.items()}
+        paths = [
+            plot_step_times(policy_runs, folder / "step_times.png"),
+            plot_controller(policy_runs, folder / "controller.png"),
+        ]
+        for name, r in self.runs.items():
+            if r.timeline is not None:
+                paths.append(plot_timeline(r.timeline, int(self.settings["replicas"]), name,
+                                           folder / f"timeline_{name}.png"))
+        return paths
 
 
 def simulate(

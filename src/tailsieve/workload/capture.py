@@ -24,7 +24,6 @@ Rates are averaged over ``rounds`` seeded rounds; all ``rho`` share a round's dr
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -175,8 +174,3 @@ def default_step_pairs(num_steps: int | None, rounds: int) -> tuple[tuple[int, i
     if num_steps < 2:
         return ((0, 1),)
     return tuple((k, k + 1) for k in range(num_steps - 1))
-
-
-def as_rhos(values: Sequence[float]) -> tuple[float, ...]:
-    """Validated tuple of rho values."""
-    return CaptureConfig(rhos=tuple(float(v) for v in values)).rhos

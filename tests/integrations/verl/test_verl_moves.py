@@ -56,6 +56,16 @@ class Emulators:
     def num_running(self, i: int) -> int:
         return self.servers[i].driver.num_running
 
+    def mid_piece(self, i: int, tokens: int) -> bool:
+        """Whether replica ``i`` runs requests that have generated ``tokens`` each on average
+        (so one of them at least is that far into its piece)."""
+        async def probe() -> bool:
+            d = self.servers[i].driver
+            d.sync()
+            return d.num_running >= 1 and d.running_tokens() >= tokens * d.num_running
+
+        return self.loop.run(probe())
+
     def crash(self, i: int) -> None:
         self.loop.run(self.servers[i].crash())
 
@@ -122,18 +132,18 @@ def test_no_moves_key_gives_round_robin(emulators3: Emulators) -> None:
 
 
 def test_replica_killed_mid_step_costs_only_its_own_pieces(emulators3: Emulators) -> None:
-    """Replica 2 dies while it runs responses in step 2: its responses continue on the other
-    two from their last seam, no group is regenerated, every row stays correct, and the
-    tokens decoded again are at most one piece per relocated response."""
+    """Replica 2 dies mid-piece in step 2: its responses continue on the other two from their
+    last seam, no group is regenerated, every row stays correct, and the tokens decoded again
+    are counted (estimated: the pieces were not streamed) and at most one piece per relocated
+    response."""
     killed: list[float] = []
 
     def kill_when_running() -> None:
         t0 = time.monotonic()
-        while emulators3.num_running(2) < 1:  # however long that takes, up to a bound
-            if time.monotonic() - t0 > 120:
+        while not emulators3.mid_piece(2, 2):  # half-way through its pieces, however long
+            if time.monotonic() - t0 > 120:  # that takes (up to a bound)
                 raise AssertionError("replica 2 never ran a response in step 2 (120 s)")
             time.sleep(0.005)
-        time.sleep(0.05)  # let its pieces generate some tokens
         emulators3.crash(2)
         killed.append(time.monotonic() - t0)
 
@@ -145,6 +155,13 @@ def test_replica_killed_mid_step_costs_only_its_own_pieces(emulators3: Emulators
     assert hit.num_regenerated == 0, "a group was regenerated: more than its pieces was lost"
     assert hit.num_relocated >= 1, "the killed replica's responses did not continue elsewhere"
     assert hit.wasted_tokens <= PIECE * hit.num_relocated
+    # the waste was counted, not only bounded: the lost pieces, and their tokens (estimated:
+    # unstreamed vLLM pieces), each estimate within its piece's cap
+    assert hit.num_lost_pieces >= 1
+    assert hit.lost_estimated_tokens > 0, "a replica died mid-piece, yet no waste was counted"
+    assert hit.lost_estimated_tokens <= hit.lost_estimated_max_tokens <= PIECE * hit.num_lost_pieces
+    assert hit.wasted_tokens == (hit.cutoff_wasted_tokens + hit.lost_exact_tokens
+                                 + hit.lost_estimated_tokens)
     assert steps[3].num_healthy_replicas == 2
 
 

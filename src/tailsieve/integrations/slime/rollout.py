@@ -130,4 +130,8 @@ def _metrics(batch: RolloutBatch) -> dict[str, Any]:
         "tailsieve/wasted_tokens": m.wasted_tokens,
         "tailsieve/num_moves": m.num_moves,
         "tailsieve/num_relocated": m.num_relocated,
+        "tailsieve/cutoff_wasted_tokens": m.cutoff_wasted_tokens,
+        "tailsieve/lost_exact_tokens": m.lost_exact_tokens,
+        "tailsieve/lost_estimated_tokens": m.lost_estimated_tokens,
+        "tailsieve/num_rebalancer_errors": m.num_rebalancer_errors,
     }

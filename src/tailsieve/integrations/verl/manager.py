@@ -237,6 +237,10 @@ class TailSieveAgentLoopManager(AgentLoopManager):
             "tailsieve/wasted_tokens": float(m.wasted_tokens),
             "tailsieve/num_moves": float(m.num_moves),
             "tailsieve/num_relocated": float(m.num_relocated),
+            "tailsieve/cutoff_wasted_tokens": float(m.cutoff_wasted_tokens),
+            "tailsieve/lost_exact_tokens": float(m.lost_exact_tokens),
+            "tailsieve/lost_estimated_tokens": float(m.lost_estimated_tokens),
+            "tailsieve/num_rebalancer_errors": float(m.num_rebalancer_errors),
         }
         self.last_batch = batch
         out.__class__ = WholeOnFirstSlice

@@ -1,0 +1,98 @@
+"""Cancellation propagates through the router's waits: a cancelled caller is never swallowed
+(no ``suppress(BaseException)`` anywhere in ``src/``)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import tailsieve
+from tailsieve.runtime.attempt import AttemptProgress, ExecutorConfig
+from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
+from tailsieve.runtime.chain import ResponseChain
+from tailsieve.runtime.chain_attempt import ChainedAttempt
+
+SRC = Path(tailsieve.__file__).parent
+
+
+class HeldGeneration:
+    """SGLang-shaped replicas whose ``/generate`` never answers (until cancelled) and whose
+    ``/abort_request`` answers at once without ending it."""
+
+    def __init__(self) -> None:
+        self.generating = asyncio.Event()
+        self.aborted = asyncio.Event()
+        self.cancelled: list[str] = []
+
+    async def post_json(self, url: str, payload: Any, timeout_s: float | None) -> Any:
+        if url.endswith("/abort_request"):
+            self.aborted.set()
+            return {}
+        self.generating.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.cancelled.append(url)
+            raise
+
+    def stream_json(self, url: str, payload: Any, timeout_s: float | None
+                    ) -> AsyncIterator[Any]:
+        raise AssertionError("not streamed")
+
+    async def get(self, url: str, timeout_s: float | None) -> tuple[int, str]:
+        return 200, ""
+
+    async def aclose(self) -> None:
+        return None
+
+
+def attempt(transport: HeldGeneration) -> ChainedAttempt:
+    cfg = ExecutorConfig(backend=Backend.SGLANG, model="m", continuation=True,
+                         sampling=SamplingParams(max_tokens=64))
+    prompt = PromptInput("p", token_ids=(1, 2, 3))
+    chains = [ResponseChain(64, prompt.token_ids)]
+    return ChainedAttempt(transport, [(0, "http://r0")], cfg, prompt, chains, None,
+                          AttemptProgress(), lambda *a: (0, "http://r0"))
+
+
+async def test_a_cancelled_abort_wait_is_not_swallowed() -> None:
+    """A move on SGLang aborts the running piece by id and waits for its partial output; the
+    task that waits, cancelled meanwhile, ends cancelled (and cancels the piece), rather than
+    swallowing the cancel and running on."""
+    t = HeldGeneration()
+    att = attempt(t)
+    runner = asyncio.ensure_future(att.run())
+    await t.generating.wait()
+    assert att.move(0, 1, "http://r1")
+    waits = [x for x in asyncio.all_tasks() if "_abort_or_cancel" in repr(x.get_coro())]
+    assert len(waits) == 1
+    await t.aborted.wait()  # the abort was sent and answered at once
+    for _ in range(10):  # let the move reach its wait for the piece's output
+        await asyncio.sleep(0)
+    waits[0].cancel()
+    await asyncio.wait(waits)
+    assert waits[0].cancelled(), "the cancel was swallowed"
+    assert t.cancelled == ["http://r0/generate"]  # the held piece was cancelled on the way out
+    runner.cancel()
+    await asyncio.wait({runner})
+    assert runner.cancelled()
+
+
+async def test_cancelling_a_running_attempt_cancels_it() -> None:
+    t = HeldGeneration()
+    att = attempt(t)
+    runner = asyncio.ensure_future(att.run())
+    await t.generating.wait()
+    runner.cancel()
+    await asyncio.wait({runner})
+    assert runner.cancelled() and t.cancelled == ["http://r0/generate"]
+
+
+def test_no_suppress_base_exception_in_src() -> None:
+    offenders = [f"{p.relative_to(SRC)}:{i}" for p in SRC.rglob("*.py")
+                 for i, line in enumerate(p.read_text().splitlines(), 1)
+                 if re.search(r"suppress\([^)]*BaseException", line)]
+    assert offenders == []
