@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tailsieve.drafts import DraftConfig, measure_acceptance, trace_groups
-from tailsieve.drafts.base import Group
+from tailsieve.drafts.group import Group
 
 
 def test_groups_of_the_shipped_trace() -> None:

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 from tailsieve.drafts import DraftConfig, Group
 from tailsieve.drafts.colocated import server_slices
 from tailsieve.drafts.measure import SOURCES
-from tailsieve.drafts.ngram import NgramConfig, NgramSource
+from tailsieve.drafts.ngram import NgramSource
+from tailsieve.drafts.prompt_lookup import NgramConfig
 from tailsieve.drafts.replay import ReplayStats, accepted_prefix, verify
 from tailsieve.drafts.rhymerl_epoch import RhymeRLEpochSource
 from tailsieve.drafts.seer_group import SeerGroupSource

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from tailsieve.drafts.base import DraftConfig, DraftSource, Group
+from tailsieve.drafts.group import DraftConfig, DraftSource, Group
 from tailsieve.drafts.ngram import NgramSource
 from tailsieve.drafts.replay import POSITION_BUCKETS, ReplayStats, bucket_label
 from tailsieve.drafts.rhymerl_epoch import RhymeRLEpochSource

@@ -14,7 +14,7 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from tailsieve.drafts.base import Group, Tokens
+from tailsieve.drafts.group import Group, Tokens
 from tailsieve.errors import TraceError
 from tailsieve.workload.io import read_trace
 from tailsieve.workload.shipped import DATA_DIR
