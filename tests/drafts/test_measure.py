@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tailsieve.drafts import DraftConfig, measure_acceptance, trace_groups
 from tailsieve.drafts.group import Group
+from tailsieve.model.acceptance import load_acceptance_file
 
 
 def test_groups_of_the_shipped_trace() -> None:
@@ -25,12 +28,22 @@ def test_table_shape_and_bounds() -> None:
                                config=DraftConfig(max_spec_tokens=4))
     pkg = table.to_package_dict()
     assert pkg["max_spec_tokens"] == 4
-    for source, by_k in pkg["sources"].items():  # type: ignore[union-attr]
-        assert list(by_k) == ["1", "2", "4", "8"], source
-        assert all(1.0 <= v <= 5.0 for v in by_k.values())
-    # a source that does not depend on k repeats one measurement
-    assert len(set(pkg["sources"]["seer-group"].values())) == 1  # type: ignore[index]
-    assert table.tau("ngram", 1) == pytest.approx(pkg["sources"]["ngram"]["1"], abs=1e-4)  # type: ignore[index]
+    # what the simulator reads: placement-free sources at one k, the server tree per k (each
+    # response has 3 independent siblings on this trace: k = 8 is not measured); lockstep
+    # replays stay out
+    sources: dict[str, dict[str, float]] = pkg["sources"]  # type: ignore[assignment]
+    assert pkg["placement"] == {"ngram": "none", "suffix-siblings": "server",
+                                "seer-group": "none", "rhymerl-epoch": "none"}
+    assert {s: list(by_k) for s, by_k in sources.items()} == {
+        "ngram": ["1"], "suffix-siblings": ["1", "2", "4"], "seer-group": ["1"],
+        "rhymerl-epoch": ["1"]}
+    assert all(1.0 <= v <= 5.0 for by_k in sources.values() for v in by_k.values())
+    assert table.tau("ngram", 1) == pytest.approx(sources["ngram"]["1"], abs=1e-4)
+    assert table.results["suffix-siblings"][8].total().steps == 0
+    assert "| suffix-siblings | 8 | - (no response has 7 independent" in table.to_markdown()
+    curves = load_acceptance_file(text=json.dumps(pkg))
+    assert curves["smollm2-math:suffix-siblings"].placement == "server"
+    assert curves["smollm2-math:seer-group"].placement == "none"
     # every response of both epochs is replayed, rhymerl only the second epoch
     assert table.results["ngram"][1].responses == 32
     assert table.results["rhymerl-epoch"][1].responses == 16
