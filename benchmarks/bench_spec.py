@@ -193,8 +193,8 @@ def main(argv: list[str] | None = None) -> int:
                           "gate is vLLM's num_speculative_tokens_per_batch_size, set at launch",
         "steady_from": STEADY_FROM,
         "literature_presets": {k: v.to_dict() for k, v in LITERATURE.items()},
-        "measured_presets": {n: curves[n].to_dict() for n in measured} or (
-            "none shipped (no tailsieve/model/data/acceptance-*.json yet)"),
+        "measured_presets": {n: curves[n].to_dict() for n in measured
+                             if any(r["preset"] == n for r in rows)} or "none run",
         "cases": rows,
     }
     (args.out / "spec.json").write_text(json.dumps(payload, indent=1) + "\n")

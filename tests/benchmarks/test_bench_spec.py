@@ -20,7 +20,7 @@ def test_bench_spec(tmp_path: Path) -> None:
              "toy:suffix-siblings", "--acceptance-file", str(measured)]) == 0
     data = json.loads((tmp_path / "spec.json").read_text())
     assert data["baseline"].startswith("uniform-requests")
-    assert "toy:suffix-siblings" in data["measured_presets"]
+    assert list(data["measured_presets"]) == ["toy:suffix-siblings"]
     rows = {(r["preset"], r["price"]): r for r in data["cases"]}
     assert set(rows) == {("seer", 1.0), ("seer", 2.0), ("low", 1.0),
                          ("toy:suffix-siblings", 1.0)}
