@@ -52,6 +52,12 @@ class Group:
         same moment can be copies (see docs/speculation.md)."""
         return self.replicas is None or self.replicas[i] == self.replicas[j]
 
+    def mates(self, i: int, independent_only: bool = True) -> list[int]:
+        """The siblings of response ``i`` (not ``i`` itself), in group order; only those
+        sampled independently of it when ``independent_only``."""
+        return [j for j in range(len(self.responses))
+                if j != i and (not independent_only or self.independent(i, j))]
+
 
 @dataclass(frozen=True, slots=True)
 class DraftConfig:

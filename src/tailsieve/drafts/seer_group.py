@@ -31,11 +31,9 @@ class SeerGroupSource:
 
     def replay_group(self, group: Group, k: int, config: DraftConfig) -> ReplayStats:
         stats = ReplayStats()
-        n = len(group.responses)
         pools: dict[tuple[int, ...], list[int]] = {}
-        for i in range(n):  # responses that share a corpus (up to themselves)
-            mates = tuple(j for j in range(n)
-                          if not self.independent_only or group.independent(i, j))
+        for i in range(len(group.responses)):  # responses that share a corpus (up to themselves)
+            mates = tuple(sorted([i, *group.mates(i, self.independent_only)]))
             pools.setdefault(mates, []).append(i)
         for mates, members in pools.items():
             corpus = SuffixIndex(config.max_depth)

@@ -18,24 +18,20 @@ from __future__ import annotations
 from tailsieve.drafts.base import replay_against
 from tailsieve.drafts.group import DraftConfig, Group
 from tailsieve.drafts.replay import ReplayStats
+from tailsieve.drafts.seer_group import SeerGroupSource
 from tailsieve.drafts.suffix_index import SuffixIndex
 
 
-class SuffixSiblingsSource:
+class SuffixSiblingsSource(SeerGroupSource):
     """Own tree plus a server tree holding ``k - 1`` complete independent siblings."""
 
     name = "suffix-siblings"
     depends_on_k = True
 
-    def __init__(self, independent_only: bool = True) -> None:
-        self.independent_only = independent_only
-
     def replay_group(self, group: Group, k: int, config: DraftConfig) -> ReplayStats:
         stats = ReplayStats()
-        n = len(group.responses)
-        for i in range(n):
-            mates = [j for j in range(n) if j != i
-                     and (not self.independent_only or group.independent(i, j))]
+        for i, response in enumerate(group.responses):
+            mates = group.mates(i, self.independent_only)
             if len(mates) < k - 1:
                 continue
             corpus = None
@@ -43,5 +39,5 @@ class SuffixSiblingsSource:
                 corpus = SuffixIndex(config.max_depth)
                 for j in mates[:k - 1]:
                     corpus.extend(j, group.responses[j])
-            replay_against(stats, group.prompt_ids, group.responses[i], config, corpus)
+            replay_against(stats, group.prompt_ids, response, config, corpus)
         return stats
