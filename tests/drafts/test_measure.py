@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -48,6 +49,19 @@ def test_table_shape_and_bounds() -> None:
     assert table.results["ngram"][1].responses == 32
     assert table.results["rhymerl-epoch"][1].responses == 16
     assert "| rhymerl-epoch | 8 |" in table.to_markdown()
+
+
+def test_a_seeded_recording_makes_every_sibling_independent(tmp_path: Path) -> None:
+    rows = [{"prompt_id": "p", "step": 0, "sample": i, "response_tokens": 3, "replica": i % 2,
+             "token_ids": [i, i + 1, i + 2]} for i in range(4)]
+    trace = tmp_path / "rec.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (group,) = trace_groups(trace)
+    assert group.replicas == (0, 0, 1, 1) and not group.independent(0, 2)  # unseeded servers
+    (tmp_path / "rec.jsonl.info.json").write_text(json.dumps({"run_seed": 7}))
+    (group,) = trace_groups(trace)
+    assert group.replicas is None and group.independent(0, 2)  # a seed per request
+    assert group.responses[1] == (2, 3, 4)  # still ordered by (recording server, sample)
 
 
 def test_unknown_source_and_k() -> None:
