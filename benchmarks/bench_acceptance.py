@@ -28,6 +28,7 @@ from outdir import default_out
 
 from tailsieve.drafts import DraftConfig, NgramConfig, ReplayStats, measure_acceptance, trace_groups
 from tailsieve.drafts.seer_group import SeerGroupSource
+from tailsieve.drafts.trace_groups import seeded_recording
 
 MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct (bf16 from the Q4_1 GGUF), vLLM 0.32 CPU"
 TRACE_NOTE = ("smollm2-math: 128 math word problems x 8 samples x 2 epochs, temperature 1, "
@@ -59,8 +60,10 @@ def main(argv: list[str] | None = None) -> None:
     cfg = DraftConfig(max_spec_tokens=args.max_spec_tokens)
     prov = {"model": MODEL, "trace_description": TRACE_NOTE, "command": command,
             "python": platform.python_version()}
+    seeded = seeded_recording(args.trace)  # then every sibling is independent already
     with ProcessPoolExecutor(1) as side:  # the two side runs overlap the main one
-        every_job = side.submit(_every_sibling, args.trace, cfg, args.max_prompts)
+        every_job = None if seeded else side.submit(_every_sibling, args.trace, cfg,
+                                                    args.max_prompts)
         table = measure_acceptance(args.trace, config=cfg, max_prompts=args.max_prompts,
                                    provenance=prov, progress=print, workers=args.workers,
                                    name="smollm2-math" if args.trace == "smollm2-math" else None)
@@ -68,16 +71,17 @@ def main(argv: list[str] | None = None) -> None:
             args.trace, config=DraftConfig(max_spec_tokens=args.max_spec_tokens,
                                            ngram=NgramConfig(5, 5)),
             sources=["ngram"], k_values=[1], max_prompts=args.max_prompts)
-        every = every_job.result()
+        every = None if every_job is None else every_job.result()
     args.out.mkdir(parents=True, exist_ok=True)
     full = table.to_dict()
     full["ngram_vllm_default_window"] = {
         "prompt_lookup_min": 5, "prompt_lookup_max": 5,
         **vllm_default.results["ngram"][1].to_dict()}
-    full["seer_group_every_sibling"] = {
-        "note": "corpus: all 7 siblings, including the other recording server's, which can be "
-                "copies (two unseeded servers drew the same random numbers)",
-        **every.to_dict()}
+    if every is not None:
+        full["seer_group_every_sibling"] = {
+            "note": "corpus: all 7 siblings, including the other recording server's, which can "
+                    "be copies (two unseeded servers drew the same random numbers)",
+            **every.to_dict()}
     full["wall_s"] = round(time.perf_counter() - t0, 1)
     (args.out / "acceptance.json").write_text(json.dumps(full, indent=1) + "\n")
     ng = vllm_default.results["ngram"][1].total()
@@ -86,10 +90,11 @@ def main(argv: list[str] | None = None) -> None:
           + f"\nPrompt lookup with vLLM's default window (prompt_lookup_min = max = 5): "
             f"tau {ng.tau:.3f}, accepted / drafted {ng.acceptance_rate:.3f}, steps with a "
             f"draft {ng.draft_rate:.3f}.\n"
-          + f"\nseer-group drafting from all 7 siblings (the other recording server's included, "
-            f"which can be copies of the response): tau {every.total().tau:.3f}, "
-            f"accepted / drafted {every.total().acceptance_rate:.3f} (not a property of the "
-            f"model: see docs/speculation.md).\n")
+          + ("" if every is None else
+             f"\nseer-group drafting from all 7 siblings (the other recording server's "
+             f"included, which can be copies of the response): tau {every.total().tau:.3f}, "
+             f"accepted / drafted {every.total().acceptance_rate:.3f} (not a property of the "
+             f"model: see docs/speculation.md).\n"))
     (args.out / "acceptance.md").write_text(md)
     if args.package_data is not None:
         args.package_data.parent.mkdir(parents=True, exist_ok=True)

@@ -5,18 +5,21 @@ Run: ``PYTHONPATH=src python benchmarks/bench_spec.py --out benchmarks/results/s
 ``--presets`` pick a subset). Writes ``spec.json`` and ``spec.md`` into ``--out``.
 
 The honest baseline is ``uniform-requests`` with the same engine speculation on every replica
-at every batch (what switching on vLLM's ``suffix`` or MTP gives without TailSieve). Beside it
-(each paired over it, ``sim.spec_runs``): round-robin without speculation
-(``uniform-requests-nospec``), the baseline speculating only where it pays
-(``uniform-requests-gated``), whole groups round-robin with speculation (``uniform-spec``),
-``tailsieve`` (moves, speculation where it pays, groups dealt spread or whole as
-``control.colocate`` decides from the warm-up steps' measured times), ``tailsieve-spread``
-(never co-located) and ``seer-oracle`` (knows every length) with the same speculation.
+under the same batch-size gate as TailSieve (speculate where it pays: vLLM's
+``num_speculative_tokens_per_batch_size``). Beside it (each paired over it,
+``sim.spec_runs``): round-robin without speculation (``uniform-requests-nospec``), the
+baseline speculating at every batch (``uniform-requests-ungated``), whole groups round-robin
+with the same speculation (``uniform-spec``), ``tailsieve`` (moves, groups dealt spread or
+whole as ``control.colocate`` decides from the warm-up steps' measured times; whole only for a
+server-tree source), ``tailsieve-spread`` (never co-located) and ``seer-oracle`` (knows every
+length) with the same speculation. Acceptance follows the draft source
+(``model.acceptance``): only a server's suffix tree depends on where a response runs.
 Workloads as ``bench_balancer.py``: 4B paper-math R = 8, 4B AIME R = 8, 30B-A3B TP2
 paper-math R = 4, N = 64 x 8, profile caps and context term on. Presets: the literature's
-(target >= 1.10x), ``low`` and the literature's at twice the price (never below 0.99x), and
-every measured preset shipped (``tailsieve.model.acceptance.measured_presets``; none: said so)
-or given with ``--acceptance-file``.
+(target >= 1.10x; not measured here), ``low`` and the literature's at twice the price (never
+below 0.99x), and every measured preset shipped (``tailsieve.model.acceptance
+.measured_presets``; none: said so) or given with ``--acceptance-file``. Simulated only: no
+live code places speculation.
 """
 
 from __future__ import annotations
@@ -61,7 +64,7 @@ WORKLOADS: tuple[Workload, ...] = (
     Workload("30b-a3b-paper-math-r4", "qwen3-30b-a3b-h100-tp2", "paper-math", 4),
 )
 
-# (preset, price, target, kind)
+# (preset, price, target, kind); "literature" and "guard" rows are not measured acceptance
 PRESETS: tuple[tuple[str, float, float, str], ...] = (
     ("seer", 1.0, 1.10, "literature"),
     ("tlt-eagle-tree", 1.0, 1.10, "literature"),
@@ -72,7 +75,7 @@ PRESETS: tuple[tuple[str, float, float, str], ...] = (
 )
 
 COLUMNS = ("tailsieve", "tailsieve-spread", "seer-oracle", "uniform-requests-nospec",
-           "uniform-requests-gated", "uniform-spec")
+           "uniform-requests-ungated", "uniform-spec")
 
 
 def run_case(wl: Workload, curve: AcceptanceCurve, price: float, target: float, kind: str,
@@ -103,6 +106,7 @@ def run_case(wl: Workload, curve: AcceptanceCurve, price: float, target: float, 
     out: dict[str, Any] = {
         "workload": wl.name, "profile": wl.profile, "replicas": wl.replicas,
         "preset": preset, "price": price, "target": target, "kind": kind,
+        "measured_acceptance": curve.citation.startswith("measured"),
         "acceptance": curve.to_dict(), "seeds": seeds, "steps": steps, "groups": groups,
         "colocated_seeds": sum(r["colocation"] == "group" for r in per_seed),
         "elapsed_s": round(time.perf_counter() - t0, 1), "per_seed": per_seed,
@@ -126,18 +130,20 @@ def _fmt(cell: dict[str, Any] | None) -> str:
 
 
 def to_markdown(rows: list[dict[str, Any]]) -> str:
-    head = ("| workload | acceptance | price | tailsieve (dealing) | target | tailsieve, spread "
-            "only | seer-oracle, same spec | baseline gated | uniform (groups) + spec | "
-            "no spec |\n|---|---|---|---|---|---|---|---|---|---|\n")
+    head = ("| workload | acceptance | measured? | price | tailsieve (dealing) | target | "
+            "tailsieve, spread only | seer-oracle, same spec | baseline ungated | "
+            "uniform (groups) + spec | no spec |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|\n")
     lines = []
     for r in rows:
         deal = f"{r['colocated_seeds']}/{len(r['seeds'])} grouped"
         tgt = (">= " if r["target"] > 1 else "never below ") + f"{r['target']:.2f}x"
+        measured = "measured" if r.get("measured_acceptance") else "not measured"
         lines.append(
-            f"| {r['workload']} | {r['preset']} | {r['price']:g}x | {_fmt(r['tailsieve'])} "
-            f"({deal}) | {tgt} | {_fmt(r['tailsieve-spread'])} | {_fmt(r.get('seer-oracle'))} "
-            f"| {_fmt(r.get('uniform-requests-gated'))} | {_fmt(r.get('uniform-spec'))} | "
-            f"{_fmt(r.get('uniform-requests-nospec'))} |")
+            f"| {r['workload']} | {r['preset']} | {measured} | {r['price']:g}x | "
+            f"{_fmt(r['tailsieve'])} ({deal}) | {tgt} | {_fmt(r['tailsieve-spread'])} | "
+            f"{_fmt(r.get('seer-oracle'))} | {_fmt(r.get('uniform-requests-ungated'))} | "
+            f"{_fmt(r.get('uniform-spec'))} | {_fmt(r.get('uniform-requests-nospec'))} |")
     return head + "\n".join(lines) + "\n"
 
 
@@ -181,11 +187,14 @@ def main(argv: list[str] | None = None) -> int:
     payload = {
         "command": "PYTHONPATH=src python benchmarks/bench_spec.py " + " ".join(
             argv if argv is not None else sys.argv[1:]),
-        "baseline": "uniform-requests, the same engine speculation on every replica",
+        "baseline": "uniform-requests, the same engine speculation on every replica, under "
+                    "the same batch-size gate as tailsieve (speculate where it pays)",
+        "simulated_only": "no live code places or gates speculation; on a real server the "
+                          "gate is vLLM's num_speculative_tokens_per_batch_size, set at launch",
         "steady_from": STEADY_FROM,
         "literature_presets": {k: v.to_dict() for k, v in LITERATURE.items()},
-        "measured_presets": {n: curves[n].to_dict() for n in measured} or (
-            "none shipped (no tailsieve/model/data/acceptance-*.json yet)"),
+        "measured_presets": {n: curves[n].to_dict() for n in measured
+                             if any(r["preset"] == n for r in rows)} or "none run",
         "cases": rows,
     }
     (args.out / "spec.json").write_text(json.dumps(payload, indent=1) + "\n")

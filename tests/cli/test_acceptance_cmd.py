@@ -8,6 +8,9 @@ from pathlib import Path
 import pytest
 
 from tailsieve.cli.main import main
+from tailsieve.drafts.trace_groups import seeded_recording
+
+SERVER_KS = ["1", "2", "4", "8"] if seeded_recording("smollm2-math") else ["1", "2", "4"]
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -19,7 +22,8 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
 def test_list_names_every_source(capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, _ = run(["acceptance", "list"], capsys)
     assert rc == 0
-    for name in ("ngram", "suffix-running", "suffix-finished", "seer-group", "rhymerl-epoch"):
+    for name in ("ngram", "suffix-running", "suffix-finished", "suffix-siblings", "seer-group",
+                 "rhymerl-epoch"):
         assert name in out
 
 
@@ -30,10 +34,12 @@ def test_measure_writes_the_table_and_the_preset_file(tmp_path: Path,
     assert rc == 0 and "| suffix-running | 8 |" in out
     preset = json.loads((tmp_path / "acceptance-smollm2-math.json").read_text())
     assert preset["name"] == "smollm2-math" and preset["max_spec_tokens"] == 4
-    assert set(preset["sources"]) == {"ngram", "suffix-running", "suffix-finished",
-                                      "seer-group", "rhymerl-epoch"}
-    for by_k in preset["sources"].values():
-        assert list(by_k) == ["1", "2", "4", "8"]
+    # what the simulator reads: the server tree per k (up to k = 4 where each response has 3
+    # independent siblings), every placement-free source once; lockstep replays stay out
+    assert preset["placement"] == {"ngram": "none", "suffix-siblings": "server",
+                                   "seer-group": "none", "rhymerl-epoch": "none"}
+    for source, by_k in preset["sources"].items():
+        assert list(by_k) == (SERVER_KS if source == "suffix-siblings" else ["1"])
         assert all(1.0 <= tau <= 5.0 for tau in by_k.values())
     full = json.loads((tmp_path / "acceptance.json").read_text())
     assert full["config"]["max_spec_tokens"] == 4

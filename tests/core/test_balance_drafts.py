@@ -8,15 +8,16 @@ from hypothesis import strategies as st
 
 from tailsieve.core.balance_drafts import DraftPricing, reprice_gain
 from tailsieve.errors import ConfigError
-from tailsieve.model.acceptance import LITERATURE
+from tailsieve.model.acceptance import LITERATURE, AcceptanceCurve
 
-SEER = DraftPricing(LITERATURE["seer"])
+TREE = AcceptanceCurve("srv", "suffix-siblings", ((1, 1.5), (8, 3.0)), placement="server")
+SEER = DraftPricing(TREE)
 
 
 def test_factor_from_the_dealing() -> None:
     # two groups of 4: group 0 whole on replica 0, group 1 split 2 / 2 over replicas 1 and 2
     rho = SEER.for_dealing([0, 0, 0, 0, 1, 1, 2, 2], 4)
-    seer = LITERATURE["seer"]
+    seer = TREE
     assert rho(0, 0, 3) == pytest.approx(seer.tau(4) / seer.tau(1))  # leaves its 3 siblings
     assert rho(4, 1, 2) == pytest.approx(seer.tau(2) / seer.tau(3))  # joins the other two
     assert rho(0, 0, 0) == pytest.approx(1.0)
@@ -26,9 +27,11 @@ def test_factor_from_the_dealing() -> None:
     assert back < 1.0
 
 
-def test_a_source_without_sibling_drafts_prices_nothing() -> None:
-    rho = DraftPricing(LITERATURE["tlt-eagle-tree"]).for_dealing([0] * 8, 8)
-    assert rho(3, 0, 5) == 1.0
+def test_a_source_that_ignores_placement_prices_nothing() -> None:
+    """Seer's group drafter (every sibling wherever it runs), EAGLE/MTP, prompt lookup."""
+    for name in LITERATURE:
+        rho = DraftPricing(LITERATURE[name]).for_dealing([0] * 8, 8)
+        assert rho(3, 0, 5) == 1.0 and rho(3, 5, 0) == 1.0
 
 
 def test_reprice_to_an_idle_destination_keeps_the_gain() -> None:

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from tailsieve.drafts import DraftConfig, measure_acceptance, trace_groups
-from tailsieve.drafts.base import Group
+from tailsieve.drafts.group import Group
+from tailsieve.drafts.trace_groups import seeded_recording
+from tailsieve.model.acceptance import load_acceptance_file
+
+SEEDED = seeded_recording("smollm2-math")  # a seed per request: every sibling independent
+SERVER_KS = ["1", "2", "4", "8"] if SEEDED else ["1", "2", "4"]  # 7 or 3 independent siblings
 
 
 def test_groups_of_the_shipped_trace() -> None:
@@ -15,9 +23,11 @@ def test_groups_of_the_shipped_trace() -> None:
     g0, _, g1, _ = groups
     assert len(g0.responses) == 8 and g0.previous is None and g1.previous == g0.responses
     assert len(g0.prompt_ids) == 77  # the trace's prompt_tokens of math-0000
-    # ordered by recording server: four of replica 0, then four of replica 1
-    assert g0.replicas == (0, 0, 0, 0, 1, 1, 1, 1)
-    assert g0.independent(0, 3) and not g0.independent(0, 4)
+    if SEEDED:
+        assert g0.replicas is None and all(g0.independent(0, j) for j in range(8))
+    else:  # ordered by recording server: four of replica 0, then four of replica 1
+        assert g0.replicas == (0, 0, 0, 0, 1, 1, 1, 1)
+        assert g0.independent(0, 3) and not g0.independent(0, 4)
 
 
 def test_table_shape_and_bounds() -> None:
@@ -25,16 +35,39 @@ def test_table_shape_and_bounds() -> None:
                                config=DraftConfig(max_spec_tokens=4))
     pkg = table.to_package_dict()
     assert pkg["max_spec_tokens"] == 4
-    for source, by_k in pkg["sources"].items():  # type: ignore[union-attr]
-        assert list(by_k) == ["1", "2", "4", "8"], source
-        assert all(1.0 <= v <= 5.0 for v in by_k.values())
-    # a source that does not depend on k repeats one measurement
-    assert len(set(pkg["sources"]["seer-group"].values())) == 1  # type: ignore[index]
-    assert table.tau("ngram", 1) == pytest.approx(pkg["sources"]["ngram"]["1"], abs=1e-4)  # type: ignore[index]
+    # what the simulator reads: placement-free sources at one k, the server tree per k (up to
+    # k = 4 where each response has 3 independent siblings); lockstep replays stay out
+    sources: dict[str, dict[str, float]] = pkg["sources"]  # type: ignore[assignment]
+    assert pkg["placement"] == {"ngram": "none", "suffix-siblings": "server",
+                                "seer-group": "none", "rhymerl-epoch": "none"}
+    assert {s: list(by_k) for s, by_k in sources.items()} == {
+        "ngram": ["1"], "suffix-siblings": SERVER_KS, "seer-group": ["1"],
+        "rhymerl-epoch": ["1"]}
+    assert all(1.0 <= v <= 5.0 for by_k in sources.values() for v in by_k.values())
+    assert table.tau("ngram", 1) == pytest.approx(sources["ngram"]["1"], abs=1e-4)
+    if not SEEDED:
+        assert table.results["suffix-siblings"][8].total().steps == 0
+        assert "| suffix-siblings | 8 | - (no response has 7 independent" in table.to_markdown()
+    curves = load_acceptance_file(text=json.dumps(pkg))
+    assert curves["smollm2-math:suffix-siblings"].placement == "server"
+    assert curves["smollm2-math:seer-group"].placement == "none"
     # every response of both epochs is replayed, rhymerl only the second epoch
     assert table.results["ngram"][1].responses == 32
     assert table.results["rhymerl-epoch"][1].responses == 16
     assert "| rhymerl-epoch | 8 |" in table.to_markdown()
+
+
+def test_a_seeded_recording_makes_every_sibling_independent(tmp_path: Path) -> None:
+    rows = [{"prompt_id": "p", "step": 0, "sample": i, "response_tokens": 3, "replica": i % 2,
+             "token_ids": [i, i + 1, i + 2]} for i in range(4)]
+    trace = tmp_path / "rec.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (group,) = trace_groups(trace)
+    assert group.replicas == (0, 0, 1, 1) and not group.independent(0, 2)  # unseeded servers
+    (tmp_path / "rec.jsonl.info.json").write_text(json.dumps({"run_seed": 7}))
+    (group,) = trace_groups(trace)
+    assert group.replicas is None and group.independent(0, 2)  # a seed per request
+    assert group.responses[1] == (2, 3, 4)  # still ordered by (recording server, sample)
 
 
 def test_unknown_source_and_k() -> None:

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tailsieve.drafts.ngram import NgramConfig, NgramMatcher, naive_ngram_propose
+from tailsieve.drafts.prompt_lookup import NgramConfig, NgramMatcher, naive_ngram_propose
 
 
 @settings(max_examples=200, deadline=None)

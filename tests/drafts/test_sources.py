@@ -9,12 +9,14 @@ from hypothesis import strategies as st
 from tailsieve.drafts import DraftConfig, Group
 from tailsieve.drafts.colocated import server_slices
 from tailsieve.drafts.measure import SOURCES
-from tailsieve.drafts.ngram import NgramConfig, NgramSource
+from tailsieve.drafts.ngram import NgramSource
+from tailsieve.drafts.prompt_lookup import NgramConfig
 from tailsieve.drafts.replay import ReplayStats, accepted_prefix, verify
 from tailsieve.drafts.rhymerl_epoch import RhymeRLEpochSource
 from tailsieve.drafts.seer_group import SeerGroupSource
 from tailsieve.drafts.suffix_finished import SuffixFinishedSource
 from tailsieve.drafts.suffix_running import SuffixRunningSource
+from tailsieve.drafts.suffix_siblings import SuffixSiblingsSource
 
 RESPONSE = tuple(range(100, 140))  # 40 distinct tokens: nothing repeats within it
 
@@ -70,6 +72,22 @@ def test_running_siblings_in_lockstep_cannot_draft_ahead_of_themselves() -> None
     assert both.accepted >= fin.accepted
 
 
+def test_suffix_siblings_drafts_from_finished_siblings_on_its_server_only() -> None:
+    """vLLM suffix late in a step: a sibling complete in the server's tree drafts the whole
+    response; without it (k = 1: only the own tree) nothing repeats, nothing is drafted."""
+    g = Group("p", 0, (), (RESPONSE, RESPONSE))
+    cfg = DraftConfig(max_spec_tokens=8)
+    alone = SuffixSiblingsSource().replay_group(g, 1, cfg).total()
+    assert alone.accepted == 0 and alone.tau == 1.0
+    with_one = SuffixSiblingsSource().replay_group(g, 2, cfg).total()
+    assert with_one.accepted == with_one.drafted > 0
+    assert with_one == SeerGroupSource().replay_group(g, 8, cfg).total()  # the whole group
+    # a response with fewer independent siblings than k - 1 is not replayed at that k
+    split = Group("p", 0, (), (RESPONSE,) * 4, replicas=(0, 0, 1, 1))
+    assert SuffixSiblingsSource().replay_group(split, 3, cfg).total().steps == 0
+    assert SuffixSiblingsSource().replay_group(split, 2, cfg).responses == 4
+
+
 def test_rhymerl_drafts_epoch_one_from_epoch_zero_only() -> None:
     first = Group("p", 0, (), (RESPONSE,))
     assert RhymeRLEpochSource().replay_group(first, 1, DraftConfig()).total().steps == 0
@@ -98,4 +116,6 @@ def test_tau_is_within_one_and_d_plus_one_and_every_token_is_emitted_once(
     tot = stats.total()
     assert 1.0 <= tot.tau <= d + 1
     assert tot.accepted <= tot.drafted <= d * tot.steps
-    assert tot.emitted == sum(len(r) - 1 for r in responses)  # all but the prefill token
+    replayed = source != "suffix-siblings" or len(responses) >= k  # enough siblings for k
+    # all but the prefill token
+    assert tot.emitted == (sum(len(r) - 1 for r in responses) if replayed else 0)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -14,6 +16,7 @@ from tailsieve.model.spec_engine import SpecEngine
 from tailsieve.model.throughput import ThroughputModel
 
 BASE = load_profile("qwen3-4b-h100")
+SERVER = AcceptanceCurve("srv", "suffix-siblings", ((1, 1.5), (8, 3.0)), placement="server")
 
 
 @pytest.mark.parametrize("name", sorted(LITERATURE))
@@ -87,7 +90,8 @@ def test_context_term_is_read_once_per_verify_step() -> None:
 
 
 def test_finished_siblings_draft_more_as_the_replica_drains() -> None:
-    curve = LITERATURE["seer"]
+    """A server tree: siblings help only once they have finished on this server."""
+    curve = SERVER
     eng = SpecEngine(curve)
     full = eng.throughput(BASE, k=8, dealt=64)
     spread = eng.throughput(BASE, k=1, dealt=64)
@@ -97,6 +101,40 @@ def test_finished_siblings_draft_more_as_the_replica_drains() -> None:
     assert f[1] == pytest.approx(s_[1])
     # at 1 running almost every sibling finished on this server
     assert f[0] < s_[0] * curve.tau(1) / curve.tau(7)
+
+
+@pytest.mark.parametrize("name", sorted(LITERATURE))
+def test_a_placement_free_source_prices_every_dealing_alike(name: str) -> None:
+    """Seer's group drafter, EAGLE/MTP, the previous epoch, prompt lookup: whether the group's
+    siblings share the server, and whether they finished, changes nothing."""
+    eng = SpecEngine(LITERATURE[name], gate="pays")
+    b = np.arange(1, 300)
+    alone = eng.throughput(BASE, k=1, dealt=64).tau_array(b)
+    for k, dealt in ((8, 64), (8, None), (2, 16)):
+        assert np.array_equal(eng.throughput(BASE, k=k, dealt=dealt).tau_array(b), alone)
+
+
+@pytest.mark.parametrize("gate", ["pays", "always"])
+def test_batch_schedule_is_the_gate_as_vllm_takes_it(gate: str) -> None:
+    eng = SpecEngine(LITERATURE["tlt-eagle-tree"], gate=gate,  # type: ignore[arg-type]
+                     ref_context_tokens=0)
+    sched = eng.batch_schedule(BASE, max_batch=512)
+    # contiguous inclusive ranges from 1 to max_batch, alternating depths
+    assert sched[0][0] == 1 and sched[-1][1] == 512
+    for (_, end, d0), (start, _, d1) in itertools.pairwise(sched):
+        assert start == end + 1 and d0 != d1
+    depth = {b: d for lo, hi, d in sched for b in range(lo, hi + 1)}
+    gated = _at_ref(eng.throughput(BASE, max_batch=512), np.arange(1, 513), 0.0)
+    plain = _at_ref(BASE, np.arange(1, 513), 0.0)
+    for b in range(1, 513):
+        if gate == "always":
+            assert depth[b] == 16
+        elif depth[b]:
+            assert depth[b] == 16 and gated[b - 1] < plain[b - 1] * (1 + 1e-9)
+        else:
+            assert gated[b - 1] == pytest.approx(plain[b - 1], rel=1e-6)
+    if gate == "pays":  # at zero context the tree stops paying at 88 running
+        assert depth[1] == 16 and depth[512] == 0
 
 
 def test_bad_settings_are_refused() -> None:

@@ -31,16 +31,19 @@ def _run(curve: AcceptanceCurve | None) -> tuple[int, float]:
 
 def test_moves_to_an_idle_server_survive_moderate_draft_loss() -> None:
     free, _ = _run(None)
-    seer, _ = _run(LITERATURE["seer"])
+    tree = AcceptanceCurve("srv", "suffix-siblings", ((1, 1.5), (8, 3.0)), placement="server")
+    seer, _ = _run(tree)
     assert free >= 2
     assert 1 <= seer <= free
 
 
 def test_moves_that_would_lose_most_drafts_are_skipped() -> None:
-    steep = AcceptanceCurve("steep", "suffix-running", ((1, 1.0), (6, 9.0)), max_spec_tokens=8)
+    steep = AcceptanceCurve("steep", "suffix-siblings", ((1, 1.0), (6, 9.0)), max_spec_tokens=8,
+                            placement="server")
     moves, _ = _run(steep)
     assert moves == 0
 
 
-def test_sources_without_sibling_drafts_move_as_before() -> None:
+def test_sources_that_ignore_placement_move_as_before() -> None:
     assert _run(LITERATURE["tlt-eagle-tree"]) == _run(None)
+    assert _run(LITERATURE["seer"]) == _run(None)

@@ -2,8 +2,9 @@
 
 ``measure`` replays a recorded trace (token ids) against every draft source and prints the table
 (tau per source and k, acceptance per drafted token, tau by position); ``--out DIR`` writes
-``acceptance.json``, ``acceptance.md`` and ``acceptance-<name>.json`` (the form the throughput
-model's acceptance presets are read in). ``list`` names the draft sources.
+``acceptance.json``, ``acceptance.md`` and ``acceptance-<name>.json`` (the sources the
+simulator reads, each with its placement: the form the throughput model's acceptance presets
+are read in). ``list`` names the draft sources.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ def register(app: typer.Typer) -> None:
 
 @acceptance_app.command("list")
 def list_sources() -> None:
-    """The draft sources and whether they depend on k (the group's responses per server)."""
+    """The draft sources and whether they depend on k (co-located responses in the lockstep
+    replays; 1 + complete siblings in the server's tree for suffix-siblings)."""
     from tailsieve.drafts.measure import SOURCE_HELP, SOURCES
 
     for name, make in SOURCES.items():
@@ -48,7 +50,8 @@ def measure(
     source: Annotated[list[str] | None, typer.Option(
         "--source", help="Draft source (repeat; default all, see `acceptance list`).")] = None,
     k: Annotated[list[int] | None, typer.Option(
-        "--k", help="Group responses per server (repeat; default 1 2 4 8).")] = None,
+        "--k", help="k (repeat; default 1 2 4 8): co-located responses for suffix-running / "
+                    "suffix-finished, 1 + complete siblings for suffix-siblings.")] = None,
     prompt_ids: Annotated[Path | None, typer.Option(
         "--prompt-ids", help="JSON {prompt_id: [token ids]} of the prompts (default: shipped "
                              "for smollm2-math; else none: prompt lookup sees only responses).")

@@ -1,5 +1,5 @@
 """``tailsieve simulate --spec PRESET``: speculation placed by the router, over the honest
-baseline (``sim.spec_api``)."""
+baseline (``sim.spec_api``; simulated only, no live code places speculation)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from tailsieve.sim.spec_api import BASELINE, simulate_spec
 
 _DESCRIBE = {
     "uniform-requests": "the honest baseline: round-robin requests, speculation on every "
-                        "replica at every batch",
+                        "replica where it pays (the same batch-size gate as tailsieve)",
     "uniform-requests-nospec": "round-robin requests, no speculation",
-    "uniform-requests-gated": "round-robin requests, speculation only where it pays",
-    "uniform-spec": "whole groups round-robin, speculation at every batch",
+    "uniform-requests-ungated": "round-robin requests, speculation at every batch",
+    "uniform-spec": "whole groups round-robin, speculation where it pays",
     "tailsieve": "moves + speculation where it pays + the dealing chosen",
     "tailsieve-spread": "moves + speculation where it pays, groups spread",
     "tailsieve-grouped": "moves + speculation where it pays, groups whole",
@@ -41,7 +41,8 @@ def run_spec_cli(workload: str, spec: str, spec_price: float, colocate: str, rep
         return
     table = Table(title=f"Speculation ({spec}, price x{spec_price:g}) on {workload}, "
                         f"R={replicas}, N={groups}x{group_size}, profile {profile}, "
-                        f"{seeds} seed(s); paired over {BASELINE} with the same speculation")
+                        f"{seeds} seed(s); paired over {BASELINE} with the same speculation "
+                        "and gate (simulated)")
     for col in ("variant", "speedup", "95% interval", "what it is"):
         table.add_column(col)
     for name, mean in res.speedups.items():

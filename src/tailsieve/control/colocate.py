@@ -3,15 +3,18 @@
 Speculation pays where few requests run (``SpecEngine.throughput`` with ``gate = pays``
 turns it on only at the batch sizes where the acceptance model and the measured step times
 say it pays; at the end of a step that is every replica still decoding stragglers, so the
-tail pool is wherever the balancer has gathered them). Sibling drafts (vLLM ``suffix``,
-SGLang ``NGRAM``: one tree per server) need the group on one server: dealing groups whole
-gives ``k = n`` siblings per server instead of ``k_spread``, at the cost of the balance that
-spread dealing gives. Nothing here reads a response length.
+tail pool is wherever the balancer has gathered them). Only a server's own suffix tree (vLLM
+``suffix``, placement ``server`` in ``model.acceptance``) drafts from the siblings that
+finished on the same server: dealing groups whole gives ``k = n`` siblings per server instead
+of ``k_spread``, at the cost of the balance that spread dealing gives. A group drafter that
+sees every sibling wherever it runs (Seer's), a drafter model or prompt lookup gains nothing
+from co-location. Nothing here reads a response length.
 
 ``choose_colocation`` decides it:
 
-1. the acceptance model first: a source whose acceptance does not grow with ``k``, or a
-   dealing that cannot put more siblings together, stays spread;
+1. the acceptance model first: a source whose drafts do not depend on placement, whose
+   acceptance does not grow with ``k``, or a dealing that cannot put more siblings together,
+   stays spread;
 2. otherwise by measured step times: both dealings ran the warm-up steps (with their own
    acceptance, the moved tokens' lost drafts priced in) and the faster one is kept.
 """
@@ -44,8 +47,10 @@ class ColocationChoice:
 
 
 def draft_gain(curve: AcceptanceCurve, group_size: int, num_replicas: int) -> float:
-    """How many times more tokens a verify step accepts with the group on one server than
-    spread (1.0 for a source that does not draft from siblings)."""
+    """How many times more tokens a verify step accepts with the whole group finished on the
+    server than spread (1.0 for a source whose drafts do not depend on placement)."""
+    if not curve.server_siblings:
+        return 1.0
     return curve.tau(group_size) / curve.tau(k_spread(group_size, num_replicas))
 
 

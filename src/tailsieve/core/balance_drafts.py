@@ -1,10 +1,13 @@
 """Pricing a move by the drafts it gains or loses (pure, no I/O).
 
-With sibling drafts (vLLM ``suffix``, SGLang ``NGRAM``: one tree per server), a response
-drafts from the siblings on its server. Moved away from them it drafts alone, so each of its
-tokens takes ``rho = t(k_src) / t(k_dst)`` times as many verify steps there (``t`` = the
-acceptance model's accepted tokens per step, ``k`` = the group's responses on that server, the
-moved one included). ``rho > 1`` loses drafts; ``rho < 1`` (a move toward its siblings) gains.
+With a server's suffix tree (vLLM ``suffix``: arctic-inference's global tree per server, see
+``model.acceptance``), a response drafts from the siblings that finished on its server. Moved
+away from them it drafts without them, so each of its tokens takes ``rho = t(k_src) /
+t(k_dst)`` times as many verify steps there (``t`` = the acceptance model's accepted tokens per
+step, ``k`` = the group's responses dealt to that server, the moved one included: late in a
+step, when moves happen, most of them have finished). ``rho > 1`` loses drafts; ``rho < 1`` (a
+move toward its siblings) gains. A source whose drafts do not depend on placement (prompt
+lookup, EAGLE/MTP, Seer's group drafter, the previous epoch) prices every move at 1.
 
 The balancer (``core.balancer``) prices a move of ``x`` from ``top`` to ``d`` as
 ``horizon * (c_top - max(A, B)) / c_top - cost`` with ``A`` = the top's iteration cost without
@@ -46,6 +49,8 @@ class DraftPricing:
         the source."""
         if k_src < 1 or k_dst < 1:
             raise ConfigError("k counts the moved response itself: must be >= 1")
+        if not self.curve.server_siblings:
+            return 1.0
         return self.curve.tau(k_src) / self.curve.tau(k_dst)
 
     def for_dealing(self, request_replica: Sequence[int], group_size: int) -> DraftFactor:

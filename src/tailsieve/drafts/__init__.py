@@ -7,9 +7,9 @@ vLLM's prompt lookup), the siblings co-located on a server while they run
 recorded trace against them; see docs/speculation.md.
 """
 
-from tailsieve.drafts.base import DraftConfig, DraftSource, Group
+from tailsieve.drafts.group import DraftConfig, DraftSource, Group
 from tailsieve.drafts.measure import K_VALUES, SOURCES, AcceptanceTable, measure_acceptance
-from tailsieve.drafts.ngram import NgramConfig, NgramMatcher
+from tailsieve.drafts.prompt_lookup import NgramConfig, NgramMatcher
 from tailsieve.drafts.replay import ReplayStats
 from tailsieve.drafts.suffix_index import Draft, SuffixIndex
 from tailsieve.drafts.trace_groups import trace_groups

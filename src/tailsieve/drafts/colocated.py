@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tailsieve.drafts.base import DraftConfig, Requester, Tokens
+from tailsieve.drafts.base import Requester
+from tailsieve.drafts.group import DraftConfig, Tokens
 from tailsieve.drafts.replay import ReplayStats
 from tailsieve.drafts.suffix_index import SuffixIndex
 

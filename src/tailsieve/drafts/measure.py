@@ -16,13 +16,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from tailsieve.drafts.base import DraftConfig, DraftSource, Group
+from tailsieve.drafts.group import DraftConfig, DraftSource, Group
 from tailsieve.drafts.ngram import NgramSource
 from tailsieve.drafts.replay import POSITION_BUCKETS, ReplayStats, bucket_label
 from tailsieve.drafts.rhymerl_epoch import RhymeRLEpochSource
 from tailsieve.drafts.seer_group import SeerGroupSource
 from tailsieve.drafts.suffix_finished import SuffixFinishedSource
 from tailsieve.drafts.suffix_running import SuffixRunningSource
+from tailsieve.drafts.suffix_siblings import SuffixSiblingsSource
 from tailsieve.drafts.trace_groups import trace_groups
 
 K_VALUES: tuple[int, ...] = (1, 2, 4, 8)
@@ -30,16 +31,25 @@ SOURCES: dict[str, Callable[[], DraftSource]] = {
     "ngram": NgramSource,
     "suffix-running": SuffixRunningSource,
     "suffix-finished": SuffixFinishedSource,
+    "suffix-siblings": SuffixSiblingsSource,
     "seer-group": SeerGroupSource,
     "rhymerl-epoch": RhymeRLEpochSource,
 }
 SOURCE_HELP: dict[str, str] = {
     "ngram": "prompt lookup over the request's prompt and tokens (vLLM ngram)",
-    "suffix-running": "per-server tree over co-located running siblings (vLLM suffix, V1)",
-    "suffix-finished": "per-server tree over co-located finished siblings (Model Runner V2)",
-    "seer-group": "the other independently sampled siblings' complete responses (Seer, a bound)",
+    "suffix-running": "lockstep replay: k co-located siblings decoding together, each one's "
+                      "tokens in the server's tree as sampled (vLLM suffix as arctic-inference "
+                      "codes it)",
+    "suffix-finished": "lockstep replay: the same, a sibling entering the server's tree only "
+                       "once finished (as arctic-inference's docs describe it)",
+    "suffix-siblings": "vLLM suffix with k - 1 siblings finished on the server: own tree plus "
+                       "their complete responses (the simulator's server tree)",
+    "seer-group": "the other independently sampled siblings' complete responses (Seer's group "
+                  "drafter, wherever they ran)",
     "rhymerl-epoch": "the same prompt's previous-epoch responses (RhymeRL)",
 }
+SIMULATOR_PLACEMENT: dict[str, str] = {  # what the throughput model reads (model.acceptance)
+    "ngram": "none", "suffix-siblings": "server", "seer-group": "none", "rhymerl-epoch": "none"}
 
 
 @dataclass(slots=True)
@@ -57,14 +67,21 @@ class AcceptanceTable:
 
     def to_package_dict(self) -> dict[str, object]:
         """``{"name", "provenance", "max_spec_tokens", "sources": {source: {"k": tau}},
-        "drafted": {source: {"k": mean drafted tokens per verify step}}}``."""
+        "drafted": {source: {"k": mean drafted tokens per verify step}},
+        "placement": {source: "none" | "server"}}``: the sources the simulator reads
+        (``SIMULATOR_PLACEMENT``; a placement-free one at its smallest ``k``), cells with no
+        verify step left out."""
+        sim = {s: {k: st.total() for k, st in by_k.items() if st.total().steps}
+               for s, by_k in self.results.items() if s in SIMULATOR_PLACEMENT}
+        sim = {s: (cells if SIMULATOR_PLACEMENT[s] == "server" else dict(list(cells.items())[:1]))
+               for s, cells in sim.items() if cells}
         return {"name": self.name, "provenance": self.provenance,
                 "max_spec_tokens": self.config.max_spec_tokens,
-                "sources": {s: {str(k): round(st.total().tau, 4) for k, st in by_k.items()}
-                            for s, by_k in self.results.items()},
-                "drafted": {s: {str(k): round(st.total().drafted / max(st.total().steps, 1), 4)
-                                for k, st in by_k.items()}
-                            for s, by_k in self.results.items()}}
+                "sources": {s: {str(k): round(t.tau, 4) for k, t in cells.items()}
+                            for s, cells in sim.items()},
+                "drafted": {s: {str(k): round(t.drafted / t.steps, 4) for k, t in cells.items()}
+                            for s, cells in sim.items()},
+                "placement": {s: SIMULATOR_PLACEMENT[s] for s in sim}}
 
     def to_dict(self) -> dict[str, object]:
         """Everything: settings, provenance, and per source and ``k`` the counts by position."""
@@ -82,6 +99,10 @@ class AcceptanceTable:
         for s, by_k in self.results.items():
             for k, st in by_k.items():
                 tot = st.total()
+                if not tot.steps:
+                    rows.append(f"| {s} | {k} | - (no response has {k - 1} independent "
+                                "siblings) |" + " |" * (2 + len(labels)))
+                    continue
                 rows.append(f"| {s} | {k} | {tot.tau:.3f} | {tot.acceptance_rate:.3f} | "
                             f"{tot.draft_rate:.3f} | "
                             + " | ".join(f"{b.tau:.3f}" for b in st.buckets) + " |")
@@ -138,15 +159,17 @@ def measure_acceptance(
         "prompt_ids": any(g.prompt_ids for g in groups),
         "date_utc": datetime.now(UTC).strftime("%Y-%m-%d"),
         "method": "exact-match replay of the recorded samples (one-hot drafts); "
-                  "co-located siblings decode in lockstep from a common start",
-        "k": "the group's responses co-located on one server (the response itself included)",
+                  "co-located siblings decode in lockstep from a common start "
+                  "(suffix-running, suffix-finished)",
+        "k": "suffix-running, suffix-finished: the group's responses co-located on one server "
+             "(the response itself included); suffix-siblings: 1 + the siblings complete in "
+             "the server's tree",
         "sources": {s: SOURCE_HELP[s] for s in names},
         "notes": "tau includes the bonus token; token 0 comes from prefill (no draft); suffix "
                  "sources draft from the request's own prompt and tokens too (arctic-inference's "
                  "per-request tree), best score wins; siblings are co-located in order of "
-                 "(recording server, sample) and seer-group drafts only from siblings recorded on "
-                 "the same server: two unseeded servers drew the same random numbers, so "
-                 "responses recorded on different servers can be copies",
+                 "(recording server, sample); seer-group and suffix-siblings draft only from "
+                 "siblings sampled independently of the response (Group.independent)",
         **(provenance or {}),
     }
     return AcceptanceTable(name or Path(str(trace)).name.split(".")[0], cfg, results, prov)

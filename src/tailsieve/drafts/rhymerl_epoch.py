@@ -8,7 +8,8 @@ replayed. It does not depend on placement (``k``).
 
 from __future__ import annotations
 
-from tailsieve.drafts.base import DraftConfig, Group, replay_against
+from tailsieve.drafts.base import replay_against
+from tailsieve.drafts.group import DraftConfig, Group
 from tailsieve.drafts.replay import ReplayStats
 from tailsieve.drafts.suffix_index import SuffixIndex
 

@@ -14,7 +14,8 @@ same random numbers). ``SeerGroupSource(independent_only=False)`` takes every si
 
 from __future__ import annotations
 
-from tailsieve.drafts.base import DraftConfig, Group, replay_against
+from tailsieve.drafts.base import replay_against
+from tailsieve.drafts.group import DraftConfig, Group
 from tailsieve.drafts.replay import ReplayStats
 from tailsieve.drafts.suffix_index import SuffixIndex
 
@@ -30,11 +31,9 @@ class SeerGroupSource:
 
     def replay_group(self, group: Group, k: int, config: DraftConfig) -> ReplayStats:
         stats = ReplayStats()
-        n = len(group.responses)
         pools: dict[tuple[int, ...], list[int]] = {}
-        for i in range(n):  # responses that share a corpus (up to themselves)
-            mates = tuple(j for j in range(n)
-                          if not self.independent_only or group.independent(i, j))
+        for i in range(len(group.responses)):  # responses that share a corpus (up to themselves)
+            mates = tuple(sorted([i, *group.mates(i, self.independent_only)]))
             pools.setdefault(mates, []).append(i)
         for mates, members in pools.items():
             corpus = SuffixIndex(config.max_depth)

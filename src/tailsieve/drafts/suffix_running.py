@@ -8,8 +8,8 @@ responses on the server are left out of its tree (they rarely share a prompt's w
 
 from __future__ import annotations
 
-from tailsieve.drafts.base import DraftConfig, Group
 from tailsieve.drafts.colocated import replay_colocated, server_slices
+from tailsieve.drafts.group import DraftConfig, Group
 from tailsieve.drafts.replay import ReplayStats
 
 

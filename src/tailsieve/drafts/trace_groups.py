@@ -14,10 +14,10 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from tailsieve.drafts.base import Group, Tokens
+from tailsieve.drafts.group import Group, Tokens
 from tailsieve.errors import TraceError
 from tailsieve.workload.io import read_trace
-from tailsieve.workload.shipped import DATA_DIR
+from tailsieve.workload.shipped import DATA_DIR, resolve_trace_path
 
 SHIPPED_PROMPT_IDS: dict[str, Path] = {
     "smollm2-math": DATA_DIR / "smollm2-135m-math.prompt-ids.jsonl"}
@@ -43,11 +43,31 @@ def load_prompt_ids(path: str | Path) -> dict[str, Tokens]:
     return {str(k): tuple(v) for k, v in table.items()}
 
 
+def seeded_recording(trace: str | Path) -> bool:
+    """Whether the recording gave every request its own seed (its info file, beside the trace
+    as ``<file>.info.json`` or ``<stem>.info.json``, names a ``run_seed``). Then every sibling
+    was sampled independently; without one, responses recorded on different servers can be
+    copies (two unseeded servers draw the same random numbers)."""
+    p = resolve_trace_path(trace)
+    for info in (p.with_name(p.name + ".info.json"),
+                 p.with_name(p.name.split(".")[0] + ".info.json")):
+        if info.is_file():
+            try:
+                doc = json.loads(info.read_text())
+            except ValueError as exc:
+                raise TraceError(f"{info}: cannot read the recording's info ({exc})") from None
+            return isinstance(doc, dict) and doc.get("run_seed") is not None
+    return False
+
+
 def trace_groups(trace: str | Path, prompt_ids: str | Path | None = None,
                  max_prompts: int | None = None) -> list[Group]:
     """The trace's (prompt, epoch) groups, epoch by epoch, each with the previous epoch's
-    responses to the same prompt; responses ordered by (recording server, sample). ``prompt_ids``: a JSON file; default the shipped one for a
-    shipped trace, else none. ``max_prompts`` keeps the first prompts only."""
+    responses to the same prompt; responses ordered by (recording server, sample), each
+    group's recording servers kept for ``Group.independent`` unless the recording was seeded
+    per request (``seeded_recording``: every sibling independent). ``prompt_ids``: a JSON
+    file; default the shipped one for a shipped trace, else none. ``max_prompts`` keeps the
+    first prompts only."""
     tr = read_trace(trace)
     if tr.token_ids is None:
         raise TraceError(f"{tr.source}: the trace has no token_ids column (record it with "
@@ -55,6 +75,7 @@ def trace_groups(trace: str | Path, prompt_ids: str | Path | None = None,
     if prompt_ids is None and str(trace) in SHIPPED_PROMPT_IDS and not Path(trace).exists():
         prompt_ids = SHIPPED_PROMPT_IDS[str(trace)]
     prompts = load_prompt_ids(prompt_ids) if prompt_ids is not None else {}
+    per_server = tr.replica is not None and not seeded_recording(trace)
     cells: dict[tuple[int, int], list[tuple[int, int, Tokens]]] = defaultdict(list)
     for i in range(tr.prompt_codes.size):
         rep = -1 if tr.replica is None else int(tr.replica[i])
@@ -68,7 +89,7 @@ def trace_groups(trace: str | Path, prompt_ids: str | Path | None = None,
         name = tr.prompt_names[code]
         rows = sorted(cells[(code, step)])  # by (recording server, sample)
         responses = tuple(r for _, _, r in rows)
-        replicas = None if tr.replica is None else tuple(rep for rep, _, _ in rows)
+        replicas = tuple(rep for rep, _, _ in rows) if per_server else None
         earlier = [s for (c, s) in cells if c == code and s < step]
         previous = (tuple(r for _, _, r in sorted(cells[(code, max(earlier))]))
                     if earlier else None)

@@ -1,20 +1,32 @@
 """Acceptance of speculative drafts: mean accepted tokens per verify step, by draft source.
 
 ``tau`` (mean tokens a request emits per verify step, the bonus token included, so
-``tau >= 1``) depends on where the drafts come from and on what the server holds: a
-per-server suffix tree (vLLM ``suffix``, SGLang ``NGRAM``) drafts a response from its
-siblings only when they run (or ran) on the same server. ``k`` is the number of a group's
-responses co-located on the server (the response itself included); sources that do not draft
-from siblings ignore it.
+``tau >= 1``) depends on where the drafts come from. Only one kind of source depends on where
+a response runs (``placement``):
 
-An ``AcceptanceCurve`` holds ``tau`` at a few ``k`` (interpolated linearly in ``log k``,
-clamped at the ends) and the mean number of drafted tokens each step verifies (what the verify
-forward pays for). Curves are named presets:
+- ``server``: a suffix tree kept by the server. vLLM's ``suffix`` method calls
+  arctic-inference's ``SuffixDecodingCache`` (``vllm/v1/spec_decode/suffix_decoding.py``,
+  vLLM 0.32): a tree per request over its prompt and generated tokens, plus one global tree
+  per server over the responses it ran (FIFO, ``suffix_decoding_max_cached_requests`` = 10,000
+  by default); each verify step keeps the higher-scoring of the two drafts. A sibling's tokens
+  help only on the server where it ran. ``k`` = 1 + the group's siblings that have *finished*
+  on the response's server. (``add_active_response`` also appends a running response's tokens
+  to the global tree as they are sampled, but a sibling decoding in the same batch is never far
+  ahead: replayed in lockstep it is worth < 1%, ``suffix-running`` in docs/speculation.md, so
+  the model counts finished siblings only.)
+- ``none``: everything else, one ``tau`` wherever the response runs: prompt lookup (the
+  request's own context), a drafter model (EAGLE, MTP: no sibling enters), a group drafter that
+  sees every sibling wherever it runs (Seer's grouped draft server), the previous epoch.
 
-- literature figures, cited (``seer``, ``tlt-eagle-tree``, ``rhymerl-epoch``, ``low``);
+An ``AcceptanceCurve`` holds ``tau`` at a few ``k`` (``server``: interpolated linearly in
+``log k``, clamped at the ends; ``none``: one point) and the mean number of drafted tokens each
+step verifies (what the verify forward pays for). Curves are named presets:
+
+- literature figures, cited (``seer``, ``tlt-eagle-tree``, ``rhymerl-epoch``, ``low``), none of
+  them measured here and none placement-dependent;
 - measured curves from package data files ``tailsieve/model/data/acceptance-<name>.json``
   (written by ``tailsieve acceptance measure``), named ``<name>:<source>``, e.g.
-  ``smollm2-math:suffix-running``. ``load_acceptance_file`` reads any such file.
+  ``smollm2-math:suffix-siblings``. ``load_acceptance_file`` reads any such file.
 """
 
 from __future__ import annotations
@@ -25,28 +37,43 @@ import math
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from tailsieve.errors import ConfigError
 
 DEFAULT_DRAFT_YIELD = 0.5  # accepted / drafted tokens when a measurement gives no draft count
+Placement = Literal["none", "server"]
+PLACEMENTS: tuple[str, ...] = ("none", "server")
+SERVER_SOURCES: frozenset[str] = frozenset({"suffix-siblings"})  # measured, k = 1 + finished
+REPLAY_ONLY_SOURCES: frozenset[str] = frozenset({"suffix-running", "suffix-finished"})
+# (lockstep replays: their k counts co-located siblings running together, a replay experiment,
+# not the simulator's axis; the acceptance table shows them, the simulator does not read them)
 
 
 @dataclass(frozen=True, slots=True)
 class AcceptanceCurve:
-    """Mean accepted tokens per verify step of one draft source, by co-located siblings."""
+    """Mean accepted tokens per verify step of one draft source (``server``: by the group's
+    finished siblings on the response's server)."""
 
     name: str
-    source: str  # draft source: ngram, suffix-running, suffix-finished, seer-group, ...
+    source: str  # draft source: ngram, suffix-siblings, seer-group, eagle-tree, ...
     tau_by_k: tuple[tuple[int, float], ...]  # (k, tau), k ascending, tau >= 1
     drafted_by_k: tuple[tuple[int, float], ...] = ()  # (k, drafted tokens per step); () = derived
     draft_cost: float = 0.0  # drafting, as a fraction of one target step (model drafters)
     max_spec_tokens: int = 8  # the most tokens drafted per step
     citation: str = ""  # where the numbers come from
+    placement: Placement = "none"  # server: k = 1 + finished siblings on the server; none: any
 
     def __post_init__(self) -> None:
         if not self.tau_by_k:
             raise ConfigError(f"acceptance {self.name!r}: no (k, tau) points")
+        if self.placement not in PLACEMENTS:
+            raise ConfigError(f"acceptance {self.name!r}: placement must be one of "
+                              f"{PLACEMENTS}, got {self.placement!r}")
+        if self.placement == "none" and (len(self.tau_by_k) > 1 or len(self.drafted_by_k) > 1):
+            raise ConfigError(
+                f"acceptance {self.name!r}: a source whose drafts do not depend on where the "
+                "response runs has one (k, tau) point; placement 'server' takes several")
         ks = [k for k, _ in self.tau_by_k]
         if ks != sorted(set(ks)) or ks[0] < 1:
             raise ConfigError(f"acceptance {self.name!r}: k must be ascending integers >= 1")
@@ -66,12 +93,13 @@ class AcceptanceCurve:
             raise ConfigError(f"acceptance {self.name!r}: draft_cost must be >= 0")
 
     @property
-    def sibling(self) -> bool:
-        """Whether acceptance depends on the co-located siblings (more than one k point)."""
-        return len(self.tau_by_k) > 1
+    def server_siblings(self) -> bool:
+        """Whether acceptance grows with the group's finished siblings on the server."""
+        return self.placement == "server" and len(self.tau_by_k) > 1
 
     def tau(self, k: float = 1.0) -> float:
-        """Mean accepted tokens per verify step with ``k`` of the group on the server."""
+        """Mean accepted tokens per verify step, ``k`` = 1 + the group's finished siblings on
+        the server (ignored where placement is ``none``)."""
         return _interp_log(self.tau_by_k, k)
 
     def drafted(self, k: float = 1.0) -> float:
@@ -84,7 +112,7 @@ class AcceptanceCurve:
         return max(t - 1.0, min(float(self.max_spec_tokens), (t - 1.0) / DEFAULT_DRAFT_YIELD))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "source": self.source,
+        return {"name": self.name, "source": self.source, "placement": self.placement,
                 "tau_by_k": {str(k): t for k, t in self.tau_by_k},
                 "drafted_by_k": {str(k): d for k, d in self.drafted_by_k},
                 "draft_cost": self.draft_cost, "max_spec_tokens": self.max_spec_tokens,
@@ -93,7 +121,7 @@ class AcceptanceCurve:
 
 def _interp_log(points: tuple[tuple[int, float], ...], k: float) -> float:
     if k < 1:
-        raise ConfigError(f"k (co-located responses) must be >= 1, got {k}")
+        raise ConfigError(f"k (1 + finished siblings on the server) must be >= 1, got {k}")
     if len(points) == 1 or k <= points[0][0]:
         return float(points[0][1])
     if k >= points[-1][0]:
@@ -107,21 +135,23 @@ def _interp_log(points: tuple[tuple[int, float], ...], k: float) -> float:
 
 LITERATURE: dict[str, AcceptanceCurve] = {
     "seer": AcceptanceCurve(
-        "seer", "suffix-running", ((1, 1.70), (8, 2.85)),
-        citation="Seer (arXiv 2511.14617): mean accepted length 1.70 without, 2.85 with the "
-                 "group's siblings as drafts (second-hand figures); here k = 1 -> 1.70, "
-                 "k = 8 co-located -> 2.85, linear in log k between"),
+        "seer", "seer-group", ((1, 2.85),),
+        citation="Seer (arXiv 2511.14617): mean accepted length 2.85 with its grouped draft "
+                 "server, which drafts from every sibling of the group wherever it runs (1.70 "
+                 "without the group); second-hand figures, not measured here. Independent of "
+                 "placement: the baseline drafts as well"),
     "tlt-eagle-tree": AcceptanceCurve(
         "tlt-eagle-tree", "eagle-tree", ((1, 4.16),), drafted_by_k=((1, 15.0),),
         draft_cost=0.15, max_spec_tokens=16,
         citation="TLT (arXiv 2511.16665): per-batch speedup 3.62x at batch 1 falling to 1.70x "
                  "at batch 32; tau 4.16 with a 15-token tree and drafting at 15% of a step "
-                 "reproduce both on the qwen3-4b-h100 profile (zero context)"),
+                 "reproduce both on the qwen3-4b-h100 profile (zero context); a drafter model, "
+                 "independent of siblings"),
     "rhymerl-epoch": AcceptanceCurve(
         "rhymerl-epoch", "previous-epoch", ((1, 3.0),), drafted_by_k=((1, 8.0),),
         citation="RhymeRL (arXiv 2508.18588): ~93% of tokens recur between adjacent epochs; "
                  "taken as 3.0 accepted per step at 8 drafted (the geometric bound at 0.93 per "
-                 "token would be 6.2)"),
+                 "token would be 6.2); its history server sees every previous response"),
     "low": AcceptanceCurve(
         "low", "ngram", ((1, 1.15),), drafted_by_k=((1, 1.0),),
         citation="prompt lookup (n-gram) level: 1.15 accepted per step, one drafted token"),
@@ -131,8 +161,13 @@ LITERATURE: dict[str, AcceptanceCurve] = {
 def load_acceptance_file(path: str | Path | None = None, *, text: str | None = None,
                          ) -> dict[str, AcceptanceCurve]:
     """The curves of one measured file (``{"name", "provenance", "max_spec_tokens",
-    "sources": {source: {k: tau}}, "drafted": {source: {k: tokens}} (optional)}``), named
-    ``<name>:<source>``."""
+    "sources": {source: {k: tau}}, "drafted": {source: {k: tokens}} (optional),
+    "placement": {source: "none" | "server"} (optional)}``), named ``<name>:<source>``.
+
+    A source's placement is the file's, else ``server`` for ``SERVER_SOURCES`` and ``none``
+    otherwise; a ``none`` source keeps its smallest ``k`` (its values must not differ).
+    Lockstep replays (``REPLAY_ONLY_SOURCES``) are not read: their ``k`` is not the
+    simulator's."""
     where = str(path) if path is not None else "acceptance data"
     try:
         data = json.loads(text if text is not None else Path(str(path)).read_text())
@@ -143,15 +178,24 @@ def load_acceptance_file(path: str | Path | None = None, *, text: str | None = N
     name = str(data.get("name") or Path(where).stem.removeprefix("acceptance-"))
     max_spec = int(data.get("max_spec_tokens", 8))
     drafted = data.get("drafted") or {}
+    placements = data.get("placement") or {}
     prov = data.get("provenance")
     out: dict[str, AcceptanceCurve] = {}
     for source, by_k in data["sources"].items():
+        if source in REPLAY_ONLY_SOURCES:
+            continue
+        place = placements.get(source, "server" if source in SERVER_SOURCES else "none")
+        taus = _points(by_k, where)
+        drafts = _points(drafted.get(source, {}), where) if isinstance(drafted, dict) else ()
+        if place == "none":
+            if len({round(t, 9) for _, t in taus}) > 1:
+                raise ConfigError(f"{where}: source {source!r} varies with k; give it "
+                                  "placement 'server' or one value")
+            taus, drafts = taus[:1], drafts[:1]
         out[f"{name}:{source}"] = AcceptanceCurve(
-            f"{name}:{source}", str(source), _points(by_k, where),
-            _points(drafted.get(source, {}), where) if isinstance(drafted, dict) else (),
-            max_spec_tokens=max_spec,
+            f"{name}:{source}", str(source), taus, drafts, max_spec_tokens=max_spec,
             citation=f"measured ({where}): {json.dumps(prov)[:200]}" if prov else
-                     f"measured ({where})")
+                     f"measured ({where})", placement=place)
     return out
 
 
@@ -193,5 +237,8 @@ def get_acceptance(name: str) -> AcceptanceCurve:
         for curve in curves.values():
             if curve.source == source:
                 return curve
+        if source in REPLAY_ONLY_SOURCES:
+            raise ConfigError(f"{path}: {source!r} is a lockstep replay, not a simulator "
+                              "source; the server tree is 'suffix-siblings'")
         raise ConfigError(f"{path} has no source {source!r}")
     raise ConfigError(f"unknown acceptance preset {name!r}; choose from {', '.join(presets)}")

@@ -11,14 +11,16 @@ gain falls below 1 (FastGRPO, arXiv 2509.21792: standard speculation < 1.0x at h
 concurrency). The context term (KV reads) is paid once per verify step, so per emitted token
 it is divided by ``t``.
 
-``gate``: ``always`` speculates at every batch (what switching a method on in vLLM gives);
-``pays`` speculates only at the batch sizes where it pays at a reference context per running
-request (``ref_context_tokens``; live, the measured mean context of the running requests;
-TLT's rule, arXiv 2511.16665, turns it on below 32 running; on vLLM a
-``num_speculative_tokens_per_batch_size`` schedule of batch ranges). A throughput model has
-one context coefficient: the gated model takes the speculating one (``k / t``) and carries
-the rest of a plain batch's context cost in that batch's points, exact at the reference
-context.
+``gate``: ``always`` speculates at every batch (a ``--speculative-config`` without a
+schedule); ``pays`` speculates only at the batch sizes where it pays at a reference context
+per running request (``ref_context_tokens``). That is a fixed rule by batch size, which is what
+vLLM's ``num_speculative_tokens_per_batch_size`` schedule does (``batch_schedule`` gives it;
+TLT's rule, arXiv 2511.16665, turns speculation on below 32 running). The simulator gives the
+baseline and TailSieve the same gate. No live code prices, gates or places speculation: on a
+real server the gate is that schedule, set at launch (docs/speculation-placement.md). A
+throughput model has one context coefficient: the gated model takes the speculating one
+(``k / t``) and carries the rest of a plain batch's context cost in that batch's points, exact
+at the reference context.
 """
 
 from __future__ import annotations
@@ -82,19 +84,12 @@ class SpecEngine:
         loses = np.nonzero(self.speedup(base, b, k) <= 1.0)[0]
         return int(loses[0]) + 1 if loses.size else max_batch + 1
 
-    def throughput(self, base: ThroughputModel, k: float = 1.0, max_batch: int = 1024,
-                   dealt: int | None = None) -> ThroughputModel:
-        """Effective throughput model: seconds per emitted token per request at batch ``b``
-        (the simulator's and the balancer's price of a speculating replica). With ``gate =
-        pays`` the replica decodes plainly where speculation does not pay.
-
-        ``dealt``: requests dealt to the replica at the step's start. Given, sibling drafts
-        come from *finished* co-located siblings: at ``b`` running the replica has finished
-        a fraction ``1 - b / dealt`` of its requests, so a response has
-        ``1 + (k - 1) * (1 - b / dealt)`` of its group to draft from (``k`` at the very end,
-        1 at the start). None: ``k`` at every batch."""
+    def _per_token(self, base: ThroughputModel, k: float, max_batch: int,
+                   dealt: int | None) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+        """Per batch ``1..max_batch``: seconds per emitted token speculating and plain (both at
+        the reference context), the context seconds held, and ``t``."""
         b = np.arange(1, max_batch + 1, dtype=np.float64)
-        if dealt is None:
+        if dealt is None or self.curve.placement != "server":
             kb = np.full_like(b, float(k))
         else:
             kb = 1.0 + (float(k) - 1.0) * np.clip(1.0 - b / max(dealt, 1), 0.0, 1.0)
@@ -102,13 +97,45 @@ class SpecEngine:
         d = np.array([self.curve.drafted(x) for x in kb])
         plain = base.tau_array(b)
         extra = base.tau_array(b * (1.0 + d)) - plain + self.curve.draft_cost * plain
-        eff = (plain + self.price * extra) / t
         # whole steps at the reference context: speculation reads the KV once per verify
         # step, so per emitted token the context term is divided by t
         held = base.context_s_per_token * b * self.ref_context_tokens
-        total = eff + held / t
+        spec = (plain + self.price * extra) / t + held / t
+        return spec, plain + held, held, t
+
+    def batch_schedule(self, base: ThroughputModel, k: float = 1.0, max_batch: int = 1024,
+                       dealt: int | None = None) -> tuple[tuple[int, int, int], ...]:
+        """The gate as vLLM's ``num_speculative_tokens_per_batch_size``: inclusive batch
+        ranges ``(first, last, num_speculative_tokens)``, ``max_spec_tokens`` where
+        speculating is faster (``gate = always``: everywhere), 0 elsewhere."""
+        spec, plain, _, _ = self._per_token(base, k, max_batch, dealt)
+        on = np.ones(max_batch, dtype=bool) if self.gate == "always" else spec < plain
+        out: list[tuple[int, int, int]] = []
+        for i, flag in enumerate(on.tolist(), start=1):
+            depth = self.curve.max_spec_tokens if flag else 0
+            if out and out[-1][2] == depth:
+                out[-1] = (out[-1][0], i, depth)
+            else:
+                out.append((i, i, depth))
+        return tuple(out)
+
+    def throughput(self, base: ThroughputModel, k: float = 1.0, max_batch: int = 1024,
+                   dealt: int | None = None) -> ThroughputModel:
+        """Effective throughput model: seconds per emitted token per request at batch ``b``
+        (the simulator's and the balancer's price of a speculating replica). With ``gate =
+        pays`` the replica decodes plainly where speculation does not pay.
+
+        ``k`` and ``dealt`` matter only for a ``server`` curve (drafts from the group's
+        finished siblings on this server). ``k``: the group's responses dealt to the replica;
+        ``dealt``: requests dealt to it at the step's start. Given, at ``b`` running the
+        replica has finished a fraction ``1 - b / dealt`` of its requests, so a response has
+        ``1 + (k - 1) * (1 - b / dealt)`` of its group to draft from (1 at the start, ``k`` at
+        the very end): a sibling helps only once it has finished there. None: ``k`` at every
+        batch (the emulator's fixed ``--spec-k``)."""
+        b = np.arange(1, max_batch + 1, dtype=np.float64)
+        total, plain, _, t = self._per_token(base, k, max_batch, dealt)
         if self.gate == "pays":
-            total = np.minimum(total, plain + held)
+            total = np.minimum(total, plain)
         # one context coefficient for the whole model, the tail's (k / t at b = 1); what a
         # batch's context costs beyond it stays in that batch's points, exact at the
         # reference context

@@ -32,7 +32,7 @@ from tailsieve.core.protocol import ProtocolConfig, RolloutProtocol
 from tailsieve.core.stream import PromptStream
 from tailsieve.errors import ConfigError
 from tailsieve.sim.baseline_step import BASELINE_POLICIES, run_baseline_step
-from tailsieve.sim.executor import SimExecutor, SimStepResult
+from tailsieve.sim.executor import MoveHook, SimExecutor, SimStepResult
 from tailsieve.sim.movepath import PieceSettings
 from tailsieve.sim.records import PolicyRun, StepRecord
 from tailsieve.sim.replicas import PoolConfigs
@@ -237,8 +237,10 @@ def run_policies(
     policies: Iterable[str], settings: SimSettings, prompt_ids: Callable[[], Iterable[str]],
     workload: LengthModel, pools: PoolConfigs,
     controller_factory: ControllerFactory = default_controller,
+    move_hook: MoveHook | None = None,
 ) -> dict[str, ProtocolRun]:
-    """Run each policy on the same prompt stream and lengths (a shared ``PairedLengths``)."""
+    """Run each policy on the same prompt stream and lengths (a shared ``PairedLengths``);
+    ``move_hook`` goes to the protocol policies' executor (``SimExecutor``)."""
     lengths = PairedLengths(workload, settings.group_size, settings.seed)
     table = trace_prompt_tokens(workload)
     ptoks = None if table is None else (lambda pid: table.get(base_prompt_id(pid), 0))
@@ -248,8 +250,10 @@ def run_policies(
             run = run_baseline(name, settings, prompt_ids(), lengths, pools, ptoks)
             out[name] = ProtocolRun(run, None, None)
         elif name in PROTOCOL_POLICIES or name in EXTRA_POLICIES:
+            ex = None if move_hook is None else SimExecutor(pools, pieces=settings.pieces,
+                                                            move_hook=move_hook)
             out[name] = run_protocol(name, settings, prompt_ids(), lengths, pools,
-                                     controller_factory, prompt_tokens=ptoks)
+                                     controller_factory, ex, prompt_tokens=ptoks)
         else:
             known = ", ".join(KNOWN_POLICIES)
             raise ConfigError(f"unknown policy {name!r}; choose from {known}")

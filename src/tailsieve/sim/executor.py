@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -37,13 +38,29 @@ from tailsieve.sim.cutoff_work import work_at_cutoff
 from tailsieve.sim.eventpath import simulate_events
 from tailsieve.sim.fastpath import simulate_closed_form
 from tailsieve.sim.layout import RequestLayout
-from tailsieve.sim.movepath import MoveStats, PieceSettings, simulate_with_moves
+from tailsieve.sim.movepath import MoveStats, Piece, PieceSettings, simulate_with_moves
 from tailsieve.sim.replicas import PoolConfigs
 
 LengthsFn = Callable[[str, int], "Sequence[int] | npt.NDArray[np.int64]"]
 """``(prompt_id, step) -> group_size`` response lengths of that prompt's attempt at that step."""
 PromptTokensFn = Callable[[str], int]
 """``prompt_id -> prompt tokens`` (prefill cost)."""
+DraftFactorFn = Callable[[int, int, int], float]
+"""``(request, src, dst) -> rho``: verify steps per token on ``dst`` over ``src``."""
+
+
+class MoveHook(Protocol):
+    """What a caller adds to the steps that re-balance (``plan.balance``): a price on each
+    move and a look at where every response ran (the speculation runs, ``sim.spec_runs``)."""
+
+    def draft_factor(self, layout: RequestLayout) -> DraftFactorFn | None:
+        """How many times as many verify steps per token a moved response takes on its
+        destination (``core.balance_drafts``); None: moves are not priced by drafts."""
+        ...
+
+    def observe(self, layout: RequestLayout, pieces: Sequence[Sequence[Piece]]) -> None:
+        """Each request's chain of pieces ``(replica, first token, end token)`` in the step."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,13 +88,15 @@ class SimExecutor:
     """Executes plans on simulated replicas; pure and deterministic."""
 
     def __init__(self, pools: PoolConfigs, force_event_driven: bool = False,
-                 pieces: PieceSettings | None = None, trace_checks: bool = False) -> None:
+                 pieces: PieceSettings | None = None, trace_checks: bool = False,
+                 move_hook: MoveHook | None = None) -> None:
         """``pieces``: continued responses run as bounded pieces, as the live runtime with
         ``piece_tokens`` does (applies to plans with balance settings; None: one piece until
-        moved)."""
+        moved); ``move_hook``: prices moves and observes the pieces of re-balanced steps."""
         self.pools = pools
         self.force_event_driven = force_event_driven
         self.pieces = pieces
+        self.move_hook = move_hook
         self.trace_checks = trace_checks  # record each check in ``last_trace``
         self.last_trace: BalanceTrace | None = None  # the last re-balanced step's checks
 
@@ -117,9 +136,13 @@ class SimExecutor:
         )
         if plan.balance is not None:
             self.last_trace = BalanceTrace() if self.trace_checks else None
-            res, moves = simulate_with_moves(layout, configs, k, plan.balance,
-                                             tail_replicas=plan.tail_replicas,
-                                             pieces=self.pieces, trace=self.last_trace)
+            hook = self.move_hook
+            res, moves = simulate_with_moves(
+                layout, configs, k, plan.balance, keep_pieces=hook is not None,
+                tail_replicas=plan.tail_replicas, pieces=self.pieces, trace=self.last_trace,
+                draft_factor=None if hook is None else hook.draft_factor(layout))
+            if hook is not None:
+                hook.observe(layout, moves.pieces)
         elif closed:
             res = simulate_closed_form(layout, configs, k)
         else:

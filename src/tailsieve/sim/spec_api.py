@@ -19,17 +19,15 @@ from tailsieve.model.acceptance import get_acceptance
 from tailsieve.model.profiles import DEFAULT_PROFILE, load_profile
 from tailsieve.model.replica_engine import ReplicaConfig
 from tailsieve.sim.driver import SimSettings, epoch_prompt_ids
-from tailsieve.sim.spec_runs import SPEC_VARIANTS, run_spec_variants
+from tailsieve.sim.spec_runs import BASELINE, SPEC_VARIANTS, run_spec_variants
 from tailsieve.sim.speedup_stats import seed_speedup, t_interval
 from tailsieve.sim.workloads import resolve_workload
-
-BASELINE = "uniform-requests"
 
 
 @dataclass(frozen=True, slots=True)
 class SpecSimulationResult:
     """Paired speedups over the honest baseline (``uniform-requests`` with the same engine
-    speculation on every replica), per variant, over seeds."""
+    speculation and the same batch-size gate on every replica), per variant, over seeds."""
 
     settings: dict[str, Any]
     speedups: dict[str, float]  # variant -> mean over seeds
@@ -51,7 +49,8 @@ def simulate_spec(
     tail_strength: str | None = None, price_drafts: bool = True,
 ) -> SpecSimulationResult:
     """Simulate the speculation variants (``sim.spec_runs.SPEC_VARIANTS``) with acceptance
-    preset ``spec`` (``tailsieve.model.acceptance``), its extra cost times ``spec_price``."""
+    preset ``spec`` (``tailsieve.model.acceptance``), its extra cost times ``spec_price``.
+    Simulated only: no live code places speculation."""
     if seeds < 1:
         raise ConfigError(f"seeds must be >= 1, got {seeds}")
     curve = get_acceptance(spec)
