@@ -1,10 +1,12 @@
 """Several steps of one policy: fresh routers and caches per step (new weights invalidate
 prefix caches), the balance gate and the step-time estimate carried across steps.
 
-The balance gate (``control.balance_gate``) keeps TailSieve's moves off where they do not
-pay: each step's observed time is divided by a yardstick of the step's own work
-(``yardstick_s``: the same for both modes, so its error cancels), and moves stay on while the
-recent steps with moves ran faster on that measure than those without.
+The balance gate (``control.balance_gate``, its default ``GateConfig``) keeps TailSieve's
+moves off where they do not pay: each step's observed time is divided by a yardstick of the
+step's own work (``yardstick_s``: the same for both modes, so its error cancels), and moves
+stay on while the recent steps with moves ran faster on that measure than those without.
+Step 1 runs without moves (the gate's calibration); it needs ``min_balanced`` steps with
+moves before it may switch them off.
 """
 
 from __future__ import annotations

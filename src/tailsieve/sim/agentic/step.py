@@ -44,7 +44,7 @@ class StepOptions:
     """How one step runs beyond its router."""
 
     midturn: bool = False  # re-balance running turns by continuation (router holds them)
-    interval_s: float = 2.0  # seconds between re-balance checks
+    interval_s: float = 5.0  # seconds between re-balance checks
     seam_s: float = 0.05  # per continuation: round trip + one scheduling iteration, s
     max_moves_per_check: int = 64
     horizon_s: float = 30.0  # expected remaining step time without an estimate, s
