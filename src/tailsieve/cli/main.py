@@ -33,12 +33,14 @@ def _register_all() -> None:
         runtime_cmd,
         simulate_cmd,
         trace_cmd,
+        trace_turns_cmd,
     )
 
     for module in (
         profiles_cmd,
         oracle_cmd,
         trace_cmd,
+        trace_turns_cmd,
         simulate_cmd,
         runtime_cmd,
         emulate_cmd,
