@@ -2,7 +2,7 @@
 
 Run: ``PYTHONPATH=src python benchmarks/bench_agentic.py --out benchmarks/results/agentic``
 (defaults: profiles ``qwen3-4b-h100`` and ``qwen3-30b-a3b-h100-tp2``, R = 8, 16, 32, 64,
-every preset of ``workload.agentic_presets``, 64 groups x 8, 5 seeds, 2 warm-up + 2
+every preset of ``workload.agentic_presets``, 64 groups x 8, 5 seeds, 2 warm-up + 1
 measured steps, the policies of ``sim.agentic.policies.DEFAULT_POLICIES``; ``--smoke``: a
 tiny run). Each cell (profile x preset x R) is written to ``cells/<cell>.json`` as it
 finishes and reused when the command is run again (``--force`` recomputes), then
@@ -55,7 +55,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--groups", type=int, default=64)
     ap.add_argument("--group-size", type=int, default=8)
     ap.add_argument("--warmup-steps", type=int, default=2)
-    ap.add_argument("--measured-steps", type=int, default=2)
+    ap.add_argument("--measured-steps", type=int, default=1)
     ap.add_argument("--force", action="store_true", help="recompute cells already written")
     ap.add_argument("--smoke", action="store_true", help="a tiny run (tests)")
     args = ap.parse_args(argv)

@@ -39,8 +39,8 @@ import numpy as np
 
 from tailsieve.errors import ReplicaError
 from tailsieve.session.decision import TurnDecision
-from tailsieve.session.pricing import Loads, prefill_s
-from tailsieve.session.replica_view import ReplicaView
+from tailsieve.session.pricing import Loads
+from tailsieve.session.replica_view import ReplicaView, ViewTable
 from tailsieve.session.settings import SessionSettings
 from tailsieve.session.turn import TurnRequest
 
@@ -64,7 +64,8 @@ def place_turn(turn: TurnRequest, views: Sequence[ReplicaView], settings: Sessio
         settings.turn_tokens)
     w = settings.tool_wait_weight
     home = next((i for i, v in enumerate(healthy) if v.replica == turn.home), None)
-    loads = Loads(healthy, w)
+    table = views if isinstance(views, ViewTable) and len(healthy) == len(views) else None
+    loads = Loads(healthy, w, table)
     if home is not None and healthy[home].num_tool_waits > 0:
         loads.b[home] = max(loads.b[home] - w, 0.0)  # the session is one of its home's tool
         loads.c[home] = max(loads.c[home] - w * (turn.context_tokens - turn.new_tokens), 0.0)
@@ -89,17 +90,18 @@ def place_turn(turn: TurnRequest, views: Sequence[ReplicaView], settings: Sessio
     saving = (np.maximum(h_with, scale * without + lag)
               - np.maximum(h_without, scale * with_ + lag))
     saving[home] = -np.inf
-    p_home = prefill_s(h.config, turn.uncached_on(h.replica), turn.cached_on(h.replica))
-    seam, margin = settings.seam_s, settings.move_margin
+    cached = np.zeros(len(healthy))
+    for i, v in enumerate(healthy):
+        if v.replica in turn.cached_tokens:
+            cached[i] = turn.cached_tokens[v.replica]
+    prefill = loads.prefill(turn.context_tokens, cached)
+    extra = prefill - prefill[home]
+    net = saving - extra - settings.seam_s
+    ok = (net > 0) & (saving >= settings.move_margin * extra + settings.seam_s)
     best: tuple[float, int, float, float] | None = None  # (net, index, saving, extra)
-    for i in np.flatnonzero(saving > seam).tolist():
-        v = healthy[i]
-        extra = prefill_s(v.config, turn.uncached_on(v.replica), turn.cached_on(v.replica)) - (
-            p_home)
-        gain = float(saving[i])
-        net = gain - extra - seam
-        if net > 0 and gain >= margin * extra + seam and (best is None or net > best[0]):
-            best = (net, i, gain, extra)
+    if ok.any():
+        i = int(np.argmax(np.where(ok, net, -np.inf)))
+        best = (float(net[i]), i, float(saving[i]), float(extra[i]))
     if best is None:
         return stay
     dst = healthy[best[1]].replica
@@ -112,8 +114,8 @@ def _place(turn: TurnRequest, healthy: list[ReplicaView], loads: Loads, without:
     time with the turn, its prefill included."""
     top = max(float(without.max()), float(with_.min()))
     scale = horizon / top if top > 0 else 0.0
-    prefill = np.array([prefill_s(v.config, turn.uncached_on(v.replica),
-                                  turn.cached_on(v.replica)) for v in healthy])
+    cached = np.array([float(turn.cached_tokens.get(v.replica, 0)) for v in healthy])
+    prefill = loads.prefill(turn.context_tokens, cached)
     score = scale * with_ + loads.backlog_s + prefill
     best = int(np.argmin(score))  # ties: the first (views in replica order)
     r = healthy[best].replica

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Mapping, Sequence
 
 from tailsieve.core.balancer import Move, ReplicaLoad, plan_moves
-from tailsieve.model.replica_config import ReplicaConfig
+from tailsieve.session.pricing import recompute_rate
 from tailsieve.sim.agentic.replicas import Replicas
 
 __all__ = ["MovePlanner"]
@@ -41,7 +41,7 @@ class MovePlanner:
             out.append(ReplicaLoad(
                 r, e.num_running + reps.num_tool[r], kv + max(reps.tool_context[r], 0.0),
                 _const(running), self._taus[r],
-                cfg.throughput.context_s_per_token, _rate(cfg, kv / max(e.num_running, 1)),
+                cfg.throughput.context_s_per_token, recompute_rate(cfg, kv / max(e.num_running, 1)),
                 cfg.prefill_s, self._accepts(r)))
         return out
 
@@ -67,14 +67,6 @@ class MovePlanner:
         wait for KV space, a turn moved away only lets a queued one in: no gain)."""
         loads = [ld for ld in self.loads() if not self.reps.engines[ld.replica].num_waiting]
         return plan_moves(loads, horizon_s, seam_s, max_moves, self.cached, self.cached_on)
-
-
-def _rate(cfg: ReplicaConfig, context_tokens: float) -> float:
-    """Seconds per recomputed token of a prefix of about ``context_tokens`` (the balancer
-    prices a prefill per token: the causal-attention term makes long prefixes dearer per
-    token, so the rate is taken at the replica's mean context)."""
-    n = max(int(context_tokens), 1)
-    return (cfg.recompute_cost_s(n) - cfg.prefill_s) / n
 
 
 def _session(key: Hashable) -> int:

@@ -15,7 +15,7 @@ from collections.abc import Hashable, Sequence
 from tailsieve.model.replica_config import ReplicaConfig
 from tailsieve.model.replica_engine import Completion, ReplicaEngine
 from tailsieve.session.cache_model import PrefixCacheModel
-from tailsieve.session.replica_view import ReplicaView
+from tailsieve.session.replica_view import ReplicaView, ViewTable
 
 __all__ = ["Replicas"]
 
@@ -30,7 +30,8 @@ class Replicas:
         self.num_tool = [0] * len(configs)
         self.tool_context = [0.0] * len(configs)
         self.prefill_until_s = [0.0] * len(configs)  # when each replica's prefills end
-        self._views: list[ReplicaView | None] = [None] * len(configs)
+        self._table: ViewTable | None = None
+        self._dirty: set[int] = set(range(len(configs)))
         self._heap: list[tuple[float, int, int]] = []  # (event time, replica, version)
         self._version = [0] * len(configs)
 
@@ -40,7 +41,7 @@ class Replicas:
     # ----- events --------------------------------------------------------------------
     def touched(self, r: int) -> None:
         """Replica ``r`` changed: its view is stale and its next event is rescheduled."""
-        self._views[r] = None
+        self._dirty.add(r)
         self._version[r] += 1
         t = self.engines[r].next_event_s()
         if t != float("inf"):
@@ -79,12 +80,12 @@ class Replicas:
     def enter_tool(self, r: int, context_tokens: float) -> None:
         self.num_tool[r] += 1
         self.tool_context[r] += context_tokens
-        self._views[r] = None
+        self._dirty.add(r)
 
     def leave_tool(self, r: int, context_tokens: float) -> None:
         self.num_tool[r] -= 1
         self.tool_context[r] -= context_tokens
-        self._views[r] = None
+        self._dirty.add(r)
 
     def fit_cache(self, r: int) -> None:
         """The cache may hold what the running requests leave of the KV budget."""
@@ -93,13 +94,15 @@ class Replicas:
             self.cache.set_capacity(r, int(cap - self.engines[r].kv_tokens()))
 
     # ----- reads ---------------------------------------------------------------------
-    def views(self, now_s: float) -> list[ReplicaView]:
+    def views(self, now_s: float) -> ViewTable:
         """Every replica as a router sees it (rebuilt where something changed)."""
-        out = self._views
-        for r, v in enumerate(out):
-            if v is None or v.prefill_backlog_tokens > 0:
-                out[r] = self._view(r, now_s)
-        return out  # type: ignore[return-value]
+        if self._table is None:
+            self._table = ViewTable([self._view(r, now_s) for r in range(len(self.engines))])
+        else:
+            for r in self._dirty:
+                self._table[r] = self._view(r, now_s)
+        self._dirty.clear()
+        return self._table
 
     def _view(self, r: int, now_s: float) -> ReplicaView:
         e, cfg = self.engines[r], self.configs[r]
