@@ -48,11 +48,11 @@ class EmulatorServer:
         self.port = port
         self.crashed = False
         self.driver = EngineDriver(config.replica_config(), config.time_scale, self._on_complete)
-        self.metrics = EmulatorMetrics(self.driver, config.model_name)
+        self.prefix_cache = _prefix_cache(config)
+        self.metrics = EmulatorMetrics(self.driver, config.model_name, self.prefix_cache)
         self._rng = np.random.default_rng([config.seed, 0])  # injected errors + lengths
         self._meta: dict[str, tuple[str, float]] = {}  # seq id -> (finish reason, submitted)
         self._seq_prompt: dict[str, tuple[int, ...]] = {}  # seq id -> prompt ids (to cache)
-        self.prefix_cache = PrefixCache()
         self._transports: set[asyncio.BaseTransport] = set()
         self._sglang_aborts: dict[str, asyncio.Event] = {}  # running /generate rid -> abort
         self.num_abort_requests = 0  # POST /abort_request calls received
@@ -158,13 +158,15 @@ class EmulatorServer:
             self.prefix_cache.insert(ids + (P.FILLER_TOKEN_ID,) * num_generated)
 
     def _submit(self, sid: str, k: int, prompt_ids: tuple[int, ...]) -> asyncio.Future[Completion]:
-        """Start a sequence; a token-id prompt pays prefill only for its uncached tokens, and
-        one that ends in generated (filler) tokens is a continuation (recompute rate)."""
+        """Start a sequence; a token-id prompt pays prefill only for its uncached tokens. One
+        that carries generated (filler) tokens, a continued response or a later turn of a
+        multi-turn trajectory (earlier turns' outputs, then new tokens), prefills them at
+        the profile's prefill model (``EmulatorConfig``)."""
         if all(t == P.PROMPT_TOKEN_ID for t in prompt_ids):  # a text prompt: no cache
             return self.driver.submit(sid, k, len(prompt_ids))
         self._seq_prompt[sid] = prompt_ids
         cached = self.prefix_cache.lookup(prompt_ids)
-        cont = _generated_suffix(prompt_ids) > 0
+        cont = P.FILLER_TOKEN_ID in prompt_ids
         return self.driver.submit(sid, k, len(prompt_ids), cached_tokens=cached, continuation=cont)
 
     def _lengths(self, req: P.GenRequest) -> list[tuple[int, str]]:
@@ -424,6 +426,15 @@ async def run_emulator(
     """Run an emulator in this event loop; yields its base URL (``http://127.0.0.1:PORT``)."""
     async with EmulatorServer(config, host, port) as server:
         yield server.url
+
+
+def _prefix_cache(config: EmulatorConfig) -> PrefixCache:
+    """A replica's prefix cache: as many blocks as its KV budget holds (vLLM keeps cached
+    blocks in the KV cache until it needs them), unbounded without a budget."""
+    kv = config.kv_capacity_tokens
+    if kv is None:
+        return PrefixCache()
+    return PrefixCache(max_blocks=max(1, kv // PrefixCache().block_tokens))
 
 
 def _generated_suffix(ids: tuple[int, ...]) -> int:
