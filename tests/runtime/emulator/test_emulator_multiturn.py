@@ -133,3 +133,20 @@ async def test_a_text_prompt_is_not_looked_up(
         assert resp.status == 200
     m = await metrics(session, fast_server.url)
     assert m["vllm:prefix_cache_queries_total"] == 0
+
+
+async def test_cached_tokens_are_reported_per_request(
+    make_server: ServerFactory, session: aiohttp.ClientSession
+) -> None:
+    async with make_server(PROFILE, time_scale=0.001, prompt_tokens_details=True) as srv:
+        out = await complete(session, srv.url, PROMPT, 30)
+        turn2 = PROMPT + out + OBSERVATION
+        body = {"prompt": turn2, "max_tokens": 3, "ignore_eos": True}
+        async with session.post(srv.url + "/v1/completions", json=body) as resp:
+            usage = (await resp.json())["usage"]
+        sg = {"input_ids": turn2, "sampling_params": {"max_new_tokens": 3, "ignore_eos": True}}
+        async with session.post(srv.url + "/generate", json=sg) as resp:
+            meta = (await resp.json())["meta_info"]
+    held = cached_blocks(len(PROMPT) + len(out))
+    assert usage["prompt_tokens_details"] == {"cached_tokens": held}
+    assert meta["cached_tokens"] == cached_blocks(len(turn2))  # the turn ran here just now

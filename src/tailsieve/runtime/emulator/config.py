@@ -45,6 +45,8 @@ class EmulatorConfig:
     prefill_profile: bool = False  # True: a new prompt's uncached tokens also cost the
     # profile's prefill model (as a later turn's context or a continuation's always do);
     # False: a new prompt costs ``prefill_s`` + ``prefill_s_per_token`` per token
+    prompt_tokens_details: bool = False  # report each request's cached prompt tokens in
+    # ``usage.prompt_tokens_details`` (vLLM's --enable-prompt-tokens-details)
     seed: int = 0  # seeds drawn lengths (requests without a ``seed``) and injected errors
     length_median_tokens: float = 256.0  # median of the drawn response length, tokens
     length_sigma: float = 1.0  # log-space standard deviation of the drawn length
