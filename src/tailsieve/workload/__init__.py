@@ -1,5 +1,6 @@
 """Workloads: length traces (schema, I/O, validation), workload models (replay, resampling,
-calibrated synthetic presets), the tail-strength transform, analytics and capture rate.
+calibrated synthetic presets), the tail-strength transform, analytics and capture rate; and
+multi-turn trajectories (turn traces, calibrated agentic presets).
 
 Typical use::
 
@@ -9,6 +10,12 @@ Typical use::
     lengths = wl.group_lengths(prompts[0], step=0, n=8, rng=np.random.default_rng(1))
 """
 
+from tailsieve.workload.agentic_presets import (
+    AGENTIC_PRESETS,
+    AgenticPreset,
+    LogNormal,
+    agentic_preset,
+)
 from tailsieve.workload.analytics import (
     VarianceDecomposition,
     auc,
@@ -32,6 +39,9 @@ from tailsieve.workload.transform import (
     transform_lengths,
     transform_trace,
 )
+from tailsieve.workload.turn_io import read_turn_trace, write_turn_trace
+from tailsieve.workload.turn_stats import turn_trace_stats
+from tailsieve.workload.turns import Trajectory, Turn, TurnTrace
 from tailsieve.workload.workload_model import (
     ReplayWorkload,
     ResampleWorkload,
@@ -41,18 +51,25 @@ from tailsieve.workload.workload_model import (
 )
 
 __all__ = [
+    "AGENTIC_PRESETS",
     "PRESETS",
     "TAIL_PRESETS",
+    "AgenticPreset",
     "CalibrationTargets",
     "CaptureConfig",
     "CaptureResult",
+    "LogNormal",
     "ReplayWorkload",
     "ResampleWorkload",
     "SyntheticParams",
     "SyntheticWorkload",
     "Trace",
+    "Trajectory",
+    "Turn",
+    "TurnTrace",
     "VarianceDecomposition",
     "Workload",
+    "agentic_preset",
     "auc",
     "calibrate",
     "capture_rates",
@@ -65,12 +82,15 @@ __all__ = [
     "preset",
     "prompt_stream",
     "read_trace",
+    "read_turn_trace",
     "split_half_auc",
     "tail_auc",
     "trace_stats",
     "transform_lengths",
     "transform_trace",
     "truncated_fraction",
+    "turn_trace_stats",
     "variance_decomposition",
     "write_trace",
+    "write_turn_trace",
 ]

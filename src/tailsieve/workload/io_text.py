@@ -21,6 +21,7 @@ from tailsieve.workload.io_values import (
     optional_pyarrow,
 )
 from tailsieve.workload.trace import LIST_COLUMNS, Trace
+from tailsieve.workload.trace_lists import FLOAT_LIST_COLUMNS
 
 
 def _gz(path: Path) -> bool:
@@ -257,7 +258,7 @@ def read_jsonl_arrow(path: Path) -> Trace | None:
         key = canonical(name)
         if key in ALL_COLUMNS and (col.null_count or pa.types.is_struct(col.type)):
             return None
-        if key in LIST_COLUMNS and key != "chunk_times_s" and not _int_list(pa, col.type):
+        if key in LIST_COLUMNS and key not in FLOAT_LIST_COLUMNS and not _int_list(pa, col.type):
             return None  # e.g. a float among the ids made every row's ids floats
     return from_arrow(table, str(path), _jsonl_line_of(path))
 

@@ -11,6 +11,7 @@ import numpy as np
 
 from tailsieve.errors import TraceError
 from tailsieve.workload.trace import ALL_COLUMNS, LIST_COLUMNS, REQUIRED_COLUMNS, Trace
+from tailsieve.workload.trace_lists import FLOAT_LIST_COLUMNS
 
 PARQUET_HINT = "reading/writing Parquet needs pyarrow: pip install 'tailsieve[parquet]'"
 ALIASES = {"checkpoint": "step"}
@@ -115,7 +116,7 @@ def convert_column(
     """Column ``values`` (strings when ``text``, else JSON/Arrow values) to a typed array; a
     list column to a list of tuples."""
     if field in LIST_COLUMNS:
-        floats = field == "chunk_times_s"
+        floats = field in FLOAT_LIST_COLUMNS
         rows: list[tuple[Any, ...]] = []
         for i, v in enumerate(values):
             try:

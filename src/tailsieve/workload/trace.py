@@ -1,7 +1,8 @@
 """The length-trace schema: one row per generated response, stored column-wise.
 
 A row is ``(prompt_id, step, sample, response_tokens[, prompt_tokens, finish_reason,
-correct, replica, token_ids, chunk_times_s, chunk_tokens])``. ``step`` is the policy checkpoint
+correct, replica, token_ids, chunk_times_s, chunk_tokens, turn_output_tokens, turn_tool_s,
+turn_tool_output_tokens])``. ``step`` is the policy checkpoint
 (0 when a file has no such column), ``sample`` the index of the response inside its prompt
 group. ``(prompt_id, step, sample)`` must be unique.
 
@@ -9,8 +10,16 @@ Recorded rollouts (``tailsieve record``) add ``replica`` (the server that genera
 response, an index into the recording's endpoints), ``token_ids`` (the generated token ids;
 as many as ``response_tokens``) and, when streamed, ``chunk_times_s`` (arrival of each streamed
 chunk, seconds after the request was sent; non-decreasing) with ``chunk_tokens`` (tokens
-generated after each chunk; non-decreasing, the last equal to ``response_tokens``). These list
-columns are dropped when lengths are rewritten (``with_lengths``): they would no longer match.
+generated after each chunk; non-decreasing, the last equal to ``response_tokens``).
+
+A multi-turn trajectory (``workload.turns``) is one row whose ``response_tokens`` is the sum of
+its turns' outputs, with the three turn columns: per turn the output tokens
+(``turn_output_tokens``, each >= 1), the seconds of the tool call after it (``turn_tool_s``) and
+the tokens that call appends to the context (``turn_tool_output_tokens``); both 0 after the last
+turn. A row without them is a one-turn trajectory.
+
+The list columns are dropped when lengths are rewritten (``with_lengths``): they would no
+longer match.
 """
 
 from __future__ import annotations
@@ -23,14 +32,13 @@ import numpy as np
 import numpy.typing as npt
 
 from tailsieve.errors import TraceError
-from tailsieve.workload.trace_lists import list_array, validate_lists
+from tailsieve.workload.trace_lists import LIST_COLUMNS, LIST_KINDS, list_array, validate_lists
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 ObjArray = npt.NDArray[np.object_]
 
 REQUIRED_COLUMNS: tuple[str, ...] = ("prompt_id", "sample", "response_tokens")
-LIST_COLUMNS: tuple[str, ...] = ("token_ids", "chunk_times_s", "chunk_tokens")
 OPTIONAL_COLUMNS: tuple[str, ...] = (
     "step", "prompt_tokens", "finish_reason", "correct", "replica", *LIST_COLUMNS
 )
@@ -74,6 +82,9 @@ class Trace:
     token_ids: ObjArray | None = None  # per row a tuple of ints
     chunk_times_s: ObjArray | None = None  # per row a tuple of floats
     chunk_tokens: ObjArray | None = None  # per row a tuple of ints
+    turn_output_tokens: ObjArray | None = None  # per row a tuple of ints, one per turn
+    turn_tool_s: ObjArray | None = None  # per row a tuple of floats (seconds), one per turn
+    turn_tool_output_tokens: ObjArray | None = None  # per row a tuple of ints, one per turn
 
     @classmethod
     def from_columns(
@@ -91,6 +102,9 @@ class Trace:
         token_ids: Sequence[Sequence[int]] | None = None,
         chunk_times_s: Sequence[Sequence[float]] | None = None,
         chunk_tokens: Sequence[Sequence[int]] | None = None,
+        turn_output_tokens: Sequence[Sequence[int]] | None = None,
+        turn_tool_s: Sequence[Sequence[float]] | None = None,
+        turn_tool_output_tokens: Sequence[Sequence[int]] | None = None,
     ) -> Trace:
         """Build and validate a trace from equal-length columns.
 
@@ -119,6 +133,9 @@ class Trace:
             token_ids,
             chunk_times_s,
             chunk_tokens,
+            turn_output_tokens,
+            turn_tool_s,
+            turn_tool_output_tokens,
         )
 
     @classmethod
@@ -138,6 +155,9 @@ class Trace:
         token_ids: Sequence[Sequence[int]] | None = None,
         chunk_times_s: Sequence[Sequence[float]] | None = None,
         chunk_tokens: Sequence[Sequence[int]] | None = None,
+        turn_output_tokens: Sequence[Sequence[int]] | None = None,
+        turn_tool_s: Sequence[Sequence[float]] | None = None,
+        turn_tool_output_tokens: Sequence[Sequence[int]] | None = None,
     ) -> Trace:
         """Like ``from_columns`` with prompts given as codes into ``prompt_names``."""
         codes = _int_array(prompt_codes)
@@ -156,9 +176,14 @@ class Trace:
             correct=None if correct is None else np.asarray(correct, dtype=np.bool_),
             source=source,
             replica=None if replica is None else _int_array(replica),
-            token_ids=None if token_ids is None else list_array(token_ids, int),
-            chunk_times_s=None if chunk_times_s is None else list_array(chunk_times_s, float),
-            chunk_tokens=None if chunk_tokens is None else list_array(chunk_tokens, int),
+            **_lists(
+                token_ids=token_ids,
+                chunk_times_s=chunk_times_s,
+                chunk_tokens=chunk_tokens,
+                turn_output_tokens=turn_output_tokens,
+                turn_tool_s=turn_tool_s,
+                turn_tool_output_tokens=turn_tool_output_tokens,
+            ),
         )
         trace.validate(line_of)
         return trace
@@ -192,7 +217,8 @@ class Trace:
                             *((c, getattr(self, c)) for c in LIST_COLUMNS)):
             if other is not None and other.size != n:
                 raise TraceError(f"{self.source}: column '{name}' has {other.size} rows, not {n}")
-        validate_lists(self, where)
+        lists = {c: getattr(self, c) for c in LIST_COLUMNS}
+        validate_lists(self.source, self.response_tokens, lists, where)
         key = np.stack([self.prompt_codes, self.step, self.sample], axis=1)
         order = np.lexsort((self.sample, self.step, self.prompt_codes))
         sk = key[order]
@@ -271,20 +297,22 @@ class Trace:
             finish_reason=None if self.finish_reason is None else self.finish_reason[m],
             correct=None if self.correct is None else self.correct[m],
             replica=None if self.replica is None else self.replica[m],
-            token_ids=None if self.token_ids is None else self.token_ids[m],
-            chunk_times_s=None if self.chunk_times_s is None else self.chunk_times_s[m],
-            chunk_tokens=None if self.chunk_tokens is None else self.chunk_tokens[m],
+            **self._lists_where(m),
         )
 
     def with_lengths(self, response_tokens: npt.ArrayLike) -> Trace:
         """A copy with new response lengths (same keys and other columns, except the list
-        columns -- token ids, chunks -- which would no longer match and are dropped)."""
+        columns -- token ids, chunks, turns -- which would no longer match and are dropped)."""
         arr = _int_array(response_tokens)
         if arr.shape != self.response_tokens.shape:
             raise TraceError(f"{self.source}: new lengths have shape {arr.shape}")
-        return replace(
-            self, response_tokens=arr, token_ids=None, chunk_times_s=None, chunk_tokens=None
-        )
+        no_lists: dict[str, Any] = dict.fromkeys(LIST_COLUMNS)
+        return replace(self, response_tokens=arr, **no_lists)
+
+    def _lists_where(self, mask: npt.NDArray[Any]) -> dict[str, Any]:
+        """The list columns restricted to ``mask`` (absent ones None)."""
+        return {c: None if getattr(self, c) is None else getattr(self, c)[mask]
+                for c in LIST_COLUMNS}
 
     def cell_index(self) -> tuple[IntArray, IntArray, IntArray]:
         """``(cell_prompt, cell_step, row_cell)``: distinct (prompt, step) cells, and each row's
@@ -299,6 +327,14 @@ class Trace:
         order = np.lexsort((self.sample, self.step, self.prompt_codes))
         counts = np.bincount(self.prompt_codes, minlength=self.num_prompts)
         return np.split(self.response_tokens[order], np.cumsum(counts)[:-1])
+
+
+def _lists(**columns: Sequence[Sequence[Any]] | None) -> dict[str, ObjArray | None]:
+    """The given list columns as object arrays of tuples (absent ones None)."""
+    return {
+        name: None if rows is None else list_array(rows, LIST_KINDS[name])
+        for name, rows in columns.items()
+    }
 
 
 def _str_array(values: Any) -> ObjArray:
