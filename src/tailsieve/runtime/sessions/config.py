@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tailsieve.core.balancer import BalanceSettings
 from tailsieve.errors import ConfigError
+from tailsieve.session.routers import SessionPolicy, parse_policy
+from tailsieve.session.settings import SessionSettings
 
-if TYPE_CHECKING:
-    from tailsieve.session.settings import SessionSettings
-
-MOVING_POLICY = "tailsieve"  # the one policy whose turns move mid-turn (the others are the
-# routers users run today: they place turns and never move a running one)
+MOVING_POLICY = SessionPolicy.TAILSIEVE  # the one policy whose turns move mid-turn (the
+# others are the routers users run today: they place turns and never move a running one)
 DEFAULT_PIECE_TOKENS = 512  # a turn's piece cap while mid-turn moves run (runtime.rollout's)
 AUTO_FALLBACK_PROFILE = "cpu"  # the cost model ``profile="auto"`` uses until it has fitted one
 
@@ -34,7 +33,7 @@ class GatewayConfig:
     previous turn (while that one is healthy) and runs each turn as one piece.
     """
 
-    policy: str = MOVING_POLICY  # a SessionPolicy value (session.routers)
+    policy: SessionPolicy = MOVING_POLICY  # or its value, e.g. "verl-sticky"
     moves: bool = True  # TailSieve's moves (boundary and mid-turn); see the class docstring
     piece_tokens: int | None = None  # max tokens per piece while mid-turn moves run (None:
     # DEFAULT_PIECE_TOKENS); a turn without mid-turn moves runs as one piece
@@ -52,6 +51,7 @@ class GatewayConfig:
     router_kw: dict[str, Any] = field(default_factory=dict)  # passed to make_router
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "policy", parse_policy(self.policy))
         if self.piece_tokens is not None and self.piece_tokens < 1:
             raise ConfigError(f"piece_tokens must be >= 1, got {self.piece_tokens}")
         if self.request_timeout_s is not None and not self.request_timeout_s > 0:
@@ -71,9 +71,9 @@ class GatewayConfig:
         and the sampling of each turn decide further)."""
         if not self.moves:
             return "moves=False"
-        if str(self.policy) != MOVING_POLICY:
-            return (f"policy {str(self.policy)!r} does not move running turns "
-                    f"(only {MOVING_POLICY!r})")
+        if self.policy is not MOVING_POLICY:
+            return (f"policy {self.policy.value!r} does not move running turns "
+                    f"(only {MOVING_POLICY.value!r})")
         return None
 
     @property

@@ -33,16 +33,23 @@ from typing import Any
 
 from tailsieve.control.balance_gate import BalanceGate
 from tailsieve.errors import ConfigError, ReplicaError
-from tailsieve.runtime.backends import SamplingParams
+from tailsieve.runtime.backends import Backend, SamplingParams
 from tailsieve.runtime.chain import penalties_of
 from tailsieve.runtime.sessions.config import GatewayConfig
+from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
 from tailsieve.runtime.sessions.midturn import MidTurnRebalancer
 from tailsieve.runtime.sessions.parts import GatewayParts, Placement, build_parts
-from tailsieve.runtime.sessions.pieces import HealthProbe, PieceRunner, sampling_from_dict
-from tailsieve.runtime.sessions.result import GatewayStats, TurnResult
+from tailsieve.runtime.sessions.pieces import (
+    HealthProbe,
+    PieceOutput,
+    PieceRunner,
+    sampling_from_dict,
+)
+from tailsieve.runtime.sessions.result import GatewayStats, PieceSpan, TurnResult
 from tailsieve.runtime.sessions.tally import Tally
 from tailsieve.runtime.sessions.turn_chain import RunningTurn
-from tailsieve.runtime.transport import ReplicaDownError
+from tailsieve.runtime.transport import ReplicaDownError, Transport
+from tailsieve.session.turn import TurnRequest
 
 log = logging.getLogger(__name__)
 
@@ -80,9 +87,23 @@ class SessionGateway:
         self._crash: str | None = None
         self._task: asyncio.Task[None] | None = None
         self._probes: dict[int, asyncio.Task[None]] = {}
+        self._owns_runner = False  # ``over_http``: the runner is closed with the gateway
         self.rebalancer = MidTurnRebalancer(
             self.book, self.config.balance, self._move, self._waiting, lambda: self._healthy,
             self.now, self.elapsed)
+
+    @classmethod
+    def over_http(cls, endpoints: Sequence[str], config: GatewayConfig | None = None,
+                  backend: Backend | str = Backend.VLLM, model: str | None = None,
+                  transport: Transport | None = None) -> SessionGateway:
+        """A gateway over vLLM / SGLang servers at ``endpoints`` (an ``HttpPieceRunner``
+        with the config's request timeout, closed with the gateway)."""
+        cfg = config or GatewayConfig()
+        runner = HttpPieceRunner(endpoints, backend, model, transport,
+                                 request_timeout_s=cfg.request_timeout_s)
+        gw = cls(len(endpoints), runner, cfg)
+        gw._owns_runner = True
+        return gw
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -96,7 +117,8 @@ class SessionGateway:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Stop the rebalancer and the probes (the runner is the caller's to close)."""
+        """Stop the rebalancer and the probes (the runner is the caller's to close, but for
+        ``over_http``'s)."""
         tasks = [t for t in (self._task, *self._probes.values()) if t is not None]
         for t in tasks:
             t.cancel()
@@ -105,6 +127,8 @@ class SessionGateway:
                 await t
         self._task = None
         self._probes.clear()
+        if self._owns_runner and isinstance(self.runner, HttpPieceRunner):
+            await self.runner.aclose()
 
     # -- time --------------------------------------------------------------------------------
 
@@ -163,12 +187,15 @@ class SessionGateway:
         sampling: SamplingParams | Mapping[str, Any],
         max_tokens: int | None = None,
         prompt_tokens: int | None = None,
+        on_piece: Callable[[PieceSpan, PieceOutput], None] | None = None,
     ) -> TurnResult:
         """Generate one turn of ``session_id``: ``prompt_ids`` is its whole prompt (the
         context so far plus the new tokens); ``prompt_tokens``: the group's shared prompt
-        prefix (first turn); ``max_tokens`` overrides the sampling's. Raises ``RequestError``
-        when a server answers badly beyond retries, ``ReplicaError`` when no replica is
-        healthy within ``no_replica_timeout_s``."""
+        prefix (first turn); ``max_tokens`` overrides the sampling's. ``on_piece`` is called
+        with each piece as it ends (e.g. to stream it on; the returned ``TurnResult`` is the
+        authority: a stop string spanning a seam cuts it shorter than its pieces). Raises
+        ``RequestError`` when a server answers badly beyond retries, ``ReplicaError`` when no
+        replica is healthy within ``no_replica_timeout_s``."""
         sp = sampling if isinstance(sampling, SamplingParams) else sampling_from_dict(sampling)
         if max_tokens is not None:
             sp = replace(sp, max_tokens=max_tokens)
@@ -182,6 +209,7 @@ class SessionGateway:
         decision = await self._place(req)
         rt = RunningTurn.start(session_id, f"{session_id}-t{k}", ids, sp, decision.replica,
                                self._piece_tokens(sp), len(ids) - decision.prefill_tokens)
+        rt.on_piece = on_piece
         self._turns[session_id] = rt
         self.book.start_turn(session_id, decision.replica, self.now())
         self.tally.placed(decision, req)
@@ -217,16 +245,13 @@ class SessionGateway:
 
     # -- placement -------------------------------------------------------------------------------
 
-    async def _place(self, req: Any) -> Placement:
+    async def _place(self, req: TurnRequest) -> Placement:
         """The router's decision; a replica out of service is never chosen (the least loaded
         healthy one is: "home-down" when the router chose the session's home, else
-        "fallback"). With ``moves=False`` a later turn stays home while home is healthy."""
+        "fallback")."""
         await self._wait_healthy()
         views = self.book.views(self.now())
         home = req.home
-        if self.config.moves_off_reason == "moves=False" and home is not None \
-                and self._healthy[home]:
-            return self.parts.stay(req)
         d = Placement.of(self.router.choose(req, views, self.elapsed()))
         if not self._healthy[d.replica]:
             why = "home-down" if d.replica == home else "fallback"
@@ -269,6 +294,8 @@ class SessionGateway:
                 rt.piece_on = None
             self.tally.piece(replica, piece, out, rt.expect_hit)
             rt.add(replica, piece, out)
+            if rt.on_piece is not None:
+                rt.on_piece(rt.spans[-1], out)
             if rt.empty_aborts >= self.config.max_empty_aborts:
                 raise ReplicaError(f"turn {rt.turn_id}: {rt.empty_aborts} pieces in a row "
                                    f"aborted by the server on replica {replica}")

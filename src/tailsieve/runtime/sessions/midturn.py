@@ -14,7 +14,6 @@ I/O-side glue lives here; the decision is the balancer's.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
@@ -104,8 +103,13 @@ class MidTurnRebalancer:
             if wait <= 0:
                 break
             self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), wait)
+            # ``asyncio.wait``, not ``wait_for``: on 3.11 that can lose a cancel that arrives
+            # with a poke (the gateway pokes at a turn's end, then may close)
+            waiter = asyncio.ensure_future(self._wake.wait())
+            try:
+                await asyncio.wait({waiter}, timeout=wait)
+            finally:
+                waiter.cancel()
         self._poked = False
         return self.check()
 

@@ -8,7 +8,7 @@ chain and takes its output back.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field, replace
 
 from tailsieve.runtime.backends import PromptInput, SamplingParams, with_encoded_ids
@@ -35,6 +35,7 @@ class RunningTurn:
     empty_aborts: int = 0  # consecutive pieces the server aborted with no token
     has_text: bool = True  # every piece came with its text
     expect_hit: int = 0  # prompt tokens of the next piece expected cached where it goes
+    on_piece: Callable[[PieceSpan, PieceOutput], None] | None = None  # told of each piece
 
     @classmethod
     def start(cls, session_id: Hashable, turn_id: str, prompt_ids: tuple[int, ...],
