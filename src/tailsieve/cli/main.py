@@ -22,6 +22,7 @@ app = typer.Typer(
 def _register_all() -> None:
     from tailsieve.cli import (
         acceptance_cmd,
+        agentic_cmd,
         demo_cmd,
         emulate_cmd,
         oracle_cmd,
@@ -32,12 +33,14 @@ def _register_all() -> None:
         runtime_cmd,
         simulate_cmd,
         trace_cmd,
+        trace_turns_cmd,
     )
 
     for module in (
         profiles_cmd,
         oracle_cmd,
         trace_cmd,
+        trace_turns_cmd,
         simulate_cmd,
         runtime_cmd,
         emulate_cmd,
@@ -46,6 +49,7 @@ def _register_all() -> None:
         report_cmd,
         record_cmd,
         acceptance_cmd,
+        agentic_cmd,
     ):
         module.register(app)
 

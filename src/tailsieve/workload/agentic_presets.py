@@ -6,11 +6,11 @@ workloads"); the targets the presets must keep are checked by
 * ``search-agent``: Search-R1-style retrieval QA; a few turns, second-scale search calls,
   ~400-token observations, a 4K context.
 * ``swe-agent``: SWE-Gym / R2E-Gym / SWE-agent / OpenHands-style repository repair; tens of
-  turns, shell and editor tools, contexts reaching 50-65K tokens.
+  turns, shell and editor tools, contexts reaching 50-65K tokens (a 64K window).
 * ``swe-agent-long``: the setting of verl #6533: many long sessions whose contexts are
   50-100K tokens, so a re-prefill costs seconds.
-* ``math-code-agent``: ReTool / ToRL / SimpleTIR-style math with a code interpreter; few turns,
-  long reasoning, short interpreter outputs, a 16K response budget.
+* ``math-code-agent``: ReTool-style math with a code interpreter (verl-recipe ``retool``); few
+  turns, long reasoning, short interpreter outputs, a 16K response budget.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ AGENTIC_PRESETS: dict[str, AgenticPreset] = {
         name="swe-agent",
         description="repository-repair agent: shell and editor tools over tens of turns",
         source="SWE-rebench-OpenHands dataset card (turn stats of 6 SWE trajectory sets); "
-        "DeepSWE; Nebius SWE RL (arXiv 2508.03501); NeMo Gym SWE RL; Daytona",
+        "DeepSWE; SkyRL-Agent; NeMo Gym SWE RL; Daytona sandbox latencies",
         prompt_tokens=LogNormal(4000, 0.3, 1500, 16000),
         num_turns=LogNormal(20, 0.6, 3, 100),
         output_tokens=LogNormal(300, 0.9, 1, 8192),
@@ -51,8 +51,8 @@ AGENTIC_PRESETS: dict[str, AgenticPreset] = {
     "swe-agent-long": AgenticPreset(
         name="swe-agent-long",
         description="long SWE sessions with 50-100K-token contexts (verl #6533's setting)",
-        source="verl PR #6533 (50-100K-token contexts); Nebius SWE RL 131K stage; "
-        "SWE-rebench-OpenHands (64 turns avg)",
+        source="verl PR #6533 (50-100K-token contexts); SWE-rebench-OpenHands (64 turns avg "
+        "for Qwen3-Coder on OpenHands)",
         prompt_tokens=LogNormal(8000, 0.3, 3000, 24000),
         num_turns=LogNormal(30, 0.3, 12, 100),
         output_tokens=LogNormal(400, 0.9, 1, 8192),
@@ -64,8 +64,8 @@ AGENTIC_PRESETS: dict[str, AgenticPreset] = {
     "math-code-agent": AgenticPreset(
         name="math-code-agent",
         description="math reasoning with a code interpreter: few turns, long reasoning",
-        source="ReTool (arXiv 2504.11536) and verl-recipe retool; ToRL (arXiv 2503.23383); "
-        "SimpleTIR (arXiv 2509.02479)",
+        source="verl-recipe retool (ReTool, arXiv 2504.11536): max 16 turns, 2K prompt, 16K "
+        "response, 30 s sandbox timeout",
         prompt_tokens=LogNormal(200, 0.4, 50, 2048),
         num_turns=LogNormal(3, 0.5, 1, 16),
         output_tokens=LogNormal(1500, 0.8, 1, 16384),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -38,7 +39,8 @@ def turn_trace_stats(trace: TurnTrace) -> dict[str, Any]:
     """Sizes; percentiles of turns per trajectory, final context (prompt + outputs + tool
     outputs), per-turn output, tool seconds per call and per trajectory, tool output per call;
     the fraction ending at the context cap (``finish_reason`` ``length``); and the
-    between-group share of the variance of log turns and of log mean turn output."""
+    between-group share of the variance of log turns and of log mean turn output (None when
+    undefined: no variance, or a group of one)."""
     trajs = trace.trajectories
     turns = np.array([t.num_turns for t in trajs])
     outs = np.array([u.output_tokens for t in trajs for u in t.turns])
@@ -64,6 +66,7 @@ def turn_trace_stats(trace: TurnTrace) -> dict[str, Any]:
         out.update(_pct([u.tool_s for u in calls], "tool_s"))
         out.update(_pct([u.tool_output_tokens for u in calls], "tool_output"))
     out["truncated_fraction"] = float(np.mean([t.finish_reason == "length" for t in trajs]))
-    out["group_share_log_turns"] = group_share(np.log(turns), group_ids)
-    out["group_share_log_turn_output"] = group_share(np.log(mean_out), group_ids)
+    for name, values in (("log_turns", np.log(turns)), ("log_turn_output", np.log(mean_out))):
+        share = group_share(values, group_ids)
+        out[f"group_share_{name}"] = None if math.isnan(share) else share
     return out
