@@ -22,7 +22,8 @@ also ends after ``max_turns`` turns, or when the next turn would not fit ``max_c
 Every turn's prompt is exactly the context before it (``AgentTrajectory.check``, run on every
 batch). A turn that fails (a request error beyond retries, no healthy replica) fails the step
 with that error; the same prompts can be run again (trajectories start from their prompts).
-The balance gate sees each step: its time against a yardstick of the step's own turns.
+The balance gate sees each step: its time against the agentic simulator's yardstick of the
+step's own turns.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from tailsieve.errors import ConfigError
 from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
 from tailsieve.runtime.sessions.config import GatewayConfig
 from tailsieve.runtime.sessions.gateway import SessionGateway
+from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
 from tailsieve.runtime.sessions.pieces import PieceRunner
 from tailsieve.runtime.sessions.trajectory import (
     AgentGroup,
@@ -50,6 +52,7 @@ from tailsieve.runtime.sessions.trajectory import (
     stats_delta,
 )
 from tailsieve.runtime.transport import Transport
+from tailsieve.sim.agentic.run import yardstick_s
 
 ToolFn = Callable[[ToolCall], ToolResult | Awaitable[ToolResult]]
 PromptLike = PromptInput | dict[str, Any]
@@ -112,8 +115,6 @@ class AgenticRollout:
     async def tokenize(self, text: str) -> tuple[int, ...]:
         """``text`` as the servers' tokenizer gives it (vLLM's ``POST /tokenize``, no special
         tokens added): for tools that answer in text."""
-        from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
-
         runner = self.gateway.runner
         if not isinstance(runner, HttpPieceRunner):
             raise ConfigError("tokenize needs HTTP replicas (endpoints)")
@@ -196,14 +197,7 @@ async def _call(tool: ToolFn, call: ToolCall) -> ToolResult:
 
 
 def predicted_step_s(batch: AgenticBatch, gw: SessionGateway) -> float:
-    """The balance gate's yardstick for a step (the same for steps with and without moves):
-    its longest trajectory's tool seconds plus its output tokens at the cost model's decode
-    iteration with the step's trajectories spread evenly over the replicas."""
-    trajs = [tr for g in batch.groups for tr in g.trajectories]
-    if not trajs:
-        return 0.0
-    cfg = gw.parts.configs[0]
-    per = -(-len(trajs) // gw.num_replicas)
-    tau = cfg.throughput.tau(per)
-    return max(sum(t.tool_s for t in tr.turns)
-               + tau * sum(len(t.output.token_ids) for t in tr.turns) for tr in trajs)
+    """The balance gate's yardstick for a step, the agentic simulator's
+    (``sim.agentic.run.yardstick_s``: the step's own work as time, the same for steps with
+    and without moves, so its error cancels)."""
+    return yardstick_s(batch.turn_trace().trajectories, gw.parts.configs)
