@@ -115,11 +115,21 @@ class AgenticRollout:
     async def tokenize(self, text: str) -> tuple[int, ...]:
         """``text`` as the servers' tokenizer gives it (vLLM's ``POST /tokenize``, no special
         tokens added): for tools that answer in text."""
+        runner, replica = self._http()
+        return await runner.tokenize(text, replica)
+
+    async def tokenize_chat(self, messages: Sequence[dict[str, str]]) -> tuple[int, ...]:
+        """Chat ``messages`` as token ids under the model's chat template, with the
+        generation prompt: a prompt for ``run``."""
+        runner, replica = self._http()
+        return await runner.tokenize_chat(messages, replica)
+
+    def _http(self) -> tuple[HttpPieceRunner, int]:
         runner = self.gateway.runner
         if not isinstance(runner, HttpPieceRunner):
-            raise ConfigError("tokenize needs HTTP replicas (endpoints)")
-        return await runner.tokenize(text, next(i for i, ok in enumerate(
-            self.gateway.healthy()) if ok))
+            raise ConfigError("tokenizing needs HTTP replicas (endpoints)")
+        up = [i for i, ok in enumerate(self.gateway.healthy()) if ok]
+        return runner, up[0] if up else 0
 
     async def run(self, prompts: Sequence[PromptLike], tool: ToolFn) -> AgenticBatch:
         """One step: every prompt's group of trajectories, all at once, to their ends."""

@@ -96,6 +96,18 @@ class HttpPieceRunner:
         body: JSON = {"prompt": text, "add_special_tokens": False}
         if self.backend is Backend.VLLM:
             body["model"] = await self._model()
+        return await self._tokens(replica, body)
+
+    async def tokenize_chat(self, messages: Sequence[dict[str, str]],
+                            replica: int = 0) -> tuple[int, ...]:
+        """Chat ``messages`` as the token ids ``replica`` gives them under the model's chat
+        template, with the generation prompt (vLLM's ``POST /tokenize``)."""
+        body: JSON = {"messages": [dict(m) for m in messages], "add_generation_prompt": True}
+        if self.backend is Backend.VLLM:
+            body["model"] = await self._model()
+        return await self._tokens(replica, body)
+
+    async def _tokens(self, replica: int, body: JSON) -> tuple[int, ...]:
         url = self._base(replica) + "/tokenize"
         out = await self._t.post_json(url, body, self._health_timeout_s)
         tokens = out.get("tokens") if isinstance(out, dict) else None
