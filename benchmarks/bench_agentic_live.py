@@ -157,6 +157,19 @@ async def cache_counts(urls: list[str]) -> tuple[float, float]:
     return q, h
 
 
+async def cache_config(url: str) -> dict[str, str]:
+    """vLLM's ``vllm:cache_config_info`` labels that matter here (prefix caching on, its block
+    size); empty where the server has none (the emulator)."""
+    async with aiohttp.ClientSession() as s, s.get(url + "/metrics") as r:
+        text = await r.text()
+    for fam in text_string_to_metric_families(text):
+        for sm in fam.samples:
+            if sm.name == "vllm:cache_config_info":
+                return {k: sm.labels[k] for k in ("enable_prefix_caching", "block_size")
+                        if k in sm.labels}
+    return {}
+
+
 async def make_prompts(ro: AgenticRollout, run: str, args: argparse.Namespace
                        ) -> tuple[list[PromptInput], dict[str, int]]:
     """Chat prompts as token ids (the server's chat template) and k (tool calls) of each."""
@@ -289,6 +302,7 @@ def markdown(res: dict[str, Any]) -> str:
 
 async def amain(args: argparse.Namespace, urls: list[str]) -> dict[str, Any]:
     model, max_len = await served_model(urls[0])
+    caching = [await cache_config(u) for u in urls]
     bs = tuple(int(b) for b in args.batch_sizes.split(","))
     prof = await measure(urls, model, bs, args.profile_tokens, 1, args.repeats, "before",
                          args.out)
@@ -304,6 +318,7 @@ async def amain(args: argparse.Namespace, urls: list[str]) -> dict[str, Any]:
     res["context_mismatches"] = sum(len(d["context_mismatches"])
                                     for d in res["policies"].values())
     res.update({"model": model, "max_model_len": max_len, "endpoints": urls,
+                "cache_config": caching,
                 "profile": prof.summary(), "prefill_s_per_token": rate,
                 "args": {k: str(v) for k, v in vars(args).items()}})
     return res
