@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import pytest
 
 from tailsieve.core.balancer import BalanceSettings
-from tailsieve.errors import ConfigError
+from tailsieve.errors import ConfigError, ReplicaError
 from tailsieve.runtime.backends import SamplingParams
 from tailsieve.runtime.sessions import (
     GatewayConfig,
@@ -212,3 +212,17 @@ async def test_bad_input_is_refused() -> None:
         with pytest.raises(ConfigError, match="already has a turn running"):
             await gw.generate("s", None, prompt(1), {}, max_tokens=5)
         await task
+
+
+async def test_a_turn_fails_when_no_replica_comes_back() -> None:
+    runner = StubPieceRunner(1, NEVER_EOS, seconds_per_token=0.001)
+    cfg = GatewayConfig(piece_tokens=8, probe_interval_s=0.01, no_replica_timeout_s=0.05)
+    async with SessionGateway(1, runner, cfg) as gw:
+        task = asyncio.create_task(gw.generate("s", None, prompt(1), {}, max_tokens=100))
+        while not runner.calls:
+            await asyncio.sleep(0.001)
+        runner.kill(0)
+        with pytest.raises(ReplicaError, match="no healthy replica"):
+            await task
+        st = gw.stats()
+    assert st.num_failed_turns == 1 and st.num_running == 0

@@ -36,11 +36,11 @@ from tailsieve.errors import ConfigError, ReplicaError
 from tailsieve.runtime.backends import Backend, SamplingParams
 from tailsieve.runtime.chain import penalties_of
 from tailsieve.runtime.sessions.config import GatewayConfig
+from tailsieve.runtime.sessions.health import ReplicaHealth
 from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
 from tailsieve.runtime.sessions.midturn import MidTurnRebalancer
 from tailsieve.runtime.sessions.parts import GatewayParts, Placement, build_parts
 from tailsieve.runtime.sessions.pieces import (
-    HealthProbe,
     PieceOutput,
     PieceRunner,
     sampling_from_dict,
@@ -78,7 +78,9 @@ class SessionGateway:
         self._clock = clock
         self._t0: float | None = None
         self._step_t0 = 0.0
-        self._healthy = [True] * num_replicas
+        self.health = ReplicaHealth(num_replicas, runner, self.config.probe_interval_s,
+                                    self.book.set_healthy)
+        self._healthy = self.health.healthy  # the same list: read on every placement
         self._turns: dict[Hashable, RunningTurn] = {}
         self._num_turns: dict[Hashable, int] = {}  # session -> turns started
         self.tally = Tally(num_replicas)
@@ -86,7 +88,6 @@ class SessionGateway:
         self._step_balanced = True
         self._crash: str | None = None
         self._task: asyncio.Task[None] | None = None
-        self._probes: dict[int, asyncio.Task[None]] = {}
         self._owns_runner = False  # ``over_http``: the runner is closed with the gateway
         self.rebalancer = MidTurnRebalancer(
             self.book, self.config.balance, self._move, self._waiting, lambda: self._healthy,
@@ -119,14 +120,12 @@ class SessionGateway:
     async def aclose(self) -> None:
         """Stop the rebalancer and the probes (the runner is the caller's to close, but for
         ``over_http``'s)."""
-        tasks = [t for t in (self._task, *self._probes.values()) if t is not None]
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
+        if self._task is not None:
+            self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await t
-        self._task = None
-        self._probes.clear()
+                await self._task
+            self._task = None
+        await self.health.aclose()
         if self._owns_runner and isinstance(self.runner, HttpPieceRunner):
             await self.runner.aclose()
 
@@ -233,8 +232,7 @@ class SessionGateway:
 
     def set_healthy(self, replica: int, healthy: bool) -> None:
         """Take a replica out of service or return it (e.g. a framework removed a server)."""
-        self._healthy[replica] = healthy
-        self.book.set_healthy(replica, healthy)
+        self.health.set(replica, healthy)
 
     def healthy(self) -> tuple[bool, ...]:
         return tuple(self._healthy)
@@ -249,7 +247,7 @@ class SessionGateway:
         """The router's decision; a replica out of service is never chosen (the least loaded
         healthy one is: "home-down" when the router chose the session's home, else
         "fallback")."""
-        await self._wait_healthy()
+        await self.health.wait_any(self.config.no_replica_timeout_s)
         views = self.book.views(self.now())
         home = req.home
         d = Placement.of(self.router.choose(req, views, self.elapsed()))
@@ -257,18 +255,6 @@ class SessionGateway:
             why = "home-down" if d.replica == home else "fallback"
             d = self.parts.fallback(req, views, self._healthy, why)
         return d
-
-    async def _wait_healthy(self) -> None:
-        if any(self._healthy):
-            return
-        limit = self.config.no_replica_timeout_s
-        waited = 0.0
-        step = min(self.config.probe_interval_s, limit)
-        while not any(self._healthy):
-            if waited >= limit or not isinstance(self.runner, HealthProbe):
-                raise ReplicaError(f"no healthy replica (waited {waited:.1f} s of {limit} s)")
-            await asyncio.sleep(step)
-            waited += step
 
     def _piece_tokens(self, sp: SamplingParams) -> int | None:
         """Pieces while mid-turn moves run (and the sampling lets a turn be continued)."""
@@ -287,7 +273,7 @@ class SessionGateway:
                 out = await self.runner.run_piece(replica, piece)
             except ReplicaDownError as exc:
                 rt.piece_on = None
-                self._down(replica, exc)
+                self.health.down(replica, exc)
                 await self._relocate(rt)
                 continue
             finally:
@@ -305,7 +291,7 @@ class SessionGateway:
     async def _relocate(self, rt: RunningTurn) -> None:
         """The turn's replica failed: continue on a healthy one from the last seam (or from
         the prompt when the turn cannot be continued)."""
-        await self._wait_healthy()
+        await self.health.wait_any(self.config.no_replica_timeout_s)
         if not self.config.continuation or penalties_of(rt.sampling):
             rt.restart()
         views = self.book.views(self.now())
@@ -315,25 +301,6 @@ class SessionGateway:
         rt.expect_hit = self.book.cached(rt.session_id, dst)
         self.tally.relocated(rt.prefix_tokens - rt.expect_hit)
         self.book.move_turn(rt.session_id, dst, self.now())
-
-    def _down(self, replica: int, exc: BaseException) -> None:
-        if not self._healthy[replica]:
-            return
-        log.warning("session gateway: replica %d taken out: %s", replica, exc)
-        self.set_healthy(replica, False)
-        if isinstance(self.runner, HealthProbe) and replica not in self._probes:
-            self._probes[replica] = asyncio.create_task(self._probe(replica))
-
-    async def _probe(self, replica: int) -> None:
-        probe = self.runner
-        assert isinstance(probe, HealthProbe)
-        try:
-            while not await probe.probe(replica):
-                await asyncio.sleep(self.config.probe_interval_s)
-            log.info("session gateway: replica %d back in service", replica)
-            self.set_healthy(replica, True)
-        finally:
-            self._probes.pop(replica, None)
 
     # -- mid-turn moves ----------------------------------------------------------------------
 
