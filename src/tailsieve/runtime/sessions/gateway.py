@@ -110,8 +110,11 @@ class SessionGateway:
 
     async def __aenter__(self) -> SessionGateway:
         self.now()
-        if self.config.moves_off_reason is None:
+        why = self.config.moves_off_reason
+        if why is None:
             self._task = asyncio.create_task(self._rebalance(), name="session-rebalancer")
+        else:
+            log.info("session gateway: running turns do not move: %s", why)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
