@@ -71,12 +71,11 @@ async def test_a_moved_multi_turn_session_on_the_real_model() -> None:
         outs = []
         for turn in range(3):
             task = asyncio.create_task(gw.generate("traj", None, ctx, SamplingParams(
-                max_tokens=24, temperature=0.0, logprobs=0)))
-            if turn == 1:  # move it after its first piece has started
-                while not echo.seen or gw._turns.get("traj") is None:
-                    await asyncio.sleep(0.01)
-                rt = gw._turns["traj"]
-                gw._move("traj", 1 - rt.replica)
+                max_tokens=24, temperature=0.0, logprobs=0, extra={"ignore_eos": True})))
+            if turn == 1:  # move it while its first piece runs
+                while (rt := gw._turns.get("traj")) is None or rt.piece_on is None:
+                    await asyncio.sleep(0.005)
+                assert gw._move("traj", 1 - rt.replica)
             out = await task
             outs.append((list(ctx), out))
             ctx = [*ctx, *out.token_ids, *obs]
