@@ -71,6 +71,9 @@ class AgenticConfig:
     backend: Backend = Backend.VLLM  # HTTP replicas: "vllm" (completions) or "sglang"
     model: str | None = None  # served model name; None: ask the servers
     gateway: GatewayConfig = field(default_factory=GatewayConfig)  # policy, moves, profile
+    turn_sampling: Callable[[str, int, int], SamplingParams] | None = None  # (prompt id,
+    # sample, turn) -> that turn's sampling, in place of ``sampling`` (e.g. a replay's
+    # forced lengths: ``TurnReplay.sampling``)
 
     def __post_init__(self) -> None:
         if self.group_size < 1 or self.max_turns < 1:
@@ -173,8 +176,10 @@ class AgenticRollout:
         ending = "max_turns"
         try:
             for t in range(cfg.max_turns):
+                sp = cfg.sampling if cfg.turn_sampling is None else cfg.turn_sampling(
+                    pid, sample, t)
                 sent, start = tuple(ctx), gw.now() - t0
-                out = await gw.generate(sid, gid, sent, cfg.sampling, prompt_tokens=len(ids))
+                out = await gw.generate(sid, gid, sent, sp, prompt_tokens=len(ids))
                 end = gw.now() - t0
                 ctx += out.token_ids
                 if t + 1 == cfg.max_turns:
@@ -184,7 +189,7 @@ class AgenticRollout:
                 tool_s = gw.now() - t0 - end
                 fits = cfg.max_context_tokens is None or (
                     len(ctx) + len(res.observation_ids) + cfg.sampling.max_tokens
-                    <= cfg.max_context_tokens)
+                    <= cfg.max_context_tokens)  # the default turn cap bounds the next turn
                 if res.done or not fits:
                     ending = "done" if res.done else "max_context"
                     turns.append(TurnRecord(sent, out, (), start, end, 0.0))
