@@ -246,3 +246,18 @@ def test_bench_agentic_live_emulated(tmp_path: Path) -> None:
             assert sorted(set(r["turns_per_trajectory"])) == [1, 2]  # k of q0, q1
     assert (tmp_path / "turns_tailsieve.jsonl").is_file()
     assert "| policy | step | live s |" in (tmp_path / "agentic_live.md").read_text()
+
+
+def test_bench_agentic_emulated(tmp_path: Path) -> None:
+    """A preset replayed on emulated replicas under two policies, against the simulator."""
+    argv = ["--groups", "2", "--group-size", "2", "--steps", "2", "--replicas", "2",
+            "--time-scale", "0.005", "--policies", "verl-sticky,tailsieve", "--out",
+            str(tmp_path)]
+    with repo_unchanged():
+        assert importlib.import_module("bench_agentic_emulated").main(argv) == 0
+    res = json.loads((tmp_path / "agentic_emulated.json").read_text())
+    assert list(res["policies"]) == ["verl-sticky", "tailsieve"]
+    assert res["policies"]["verl-sticky"]["live_speedup"] == pytest.approx(1.0)
+    for d in res["policies"].values():
+        assert len(d["steps"]) == 2 and d["live_mean_step_s"] > 0 and d["sim_mean_step_s"] > 0
+        assert 0 <= d["live_hit_rate"] <= 1

@@ -55,6 +55,7 @@ from tailsieve.runtime.transport import Transport
 from tailsieve.sim.agentic.run import yardstick_s
 
 ToolFn = Callable[[ToolCall], ToolResult | Awaitable[ToolResult]]
+TurnSampling = Callable[[str, int, int], SamplingParams]  # (prompt id, sample, turn) ->
 PromptLike = PromptInput | dict[str, Any]
 
 
@@ -71,7 +72,7 @@ class AgenticConfig:
     backend: Backend = Backend.VLLM  # HTTP replicas: "vllm" (completions) or "sglang"
     model: str | None = None  # served model name; None: ask the servers
     gateway: GatewayConfig = field(default_factory=GatewayConfig)  # policy, moves, profile
-    turn_sampling: Callable[[str, int, int], SamplingParams] | None = None  # (prompt id,
+    turn_sampling: TurnSampling | None = None  # (prompt id,
     # sample, turn) -> that turn's sampling, in place of ``sampling`` (e.g. a replay's
     # forced lengths: ``TurnReplay.sampling``)
 
@@ -134,8 +135,10 @@ class AgenticRollout:
         up = [i for i, ok in enumerate(self.gateway.healthy()) if ok]
         return runner, up[0] if up else 0
 
-    async def run(self, prompts: Sequence[PromptLike], tool: ToolFn) -> AgenticBatch:
-        """One step: every prompt's group of trajectories, all at once, to their ends."""
+    async def run(self, prompts: Sequence[PromptLike], tool: ToolFn,
+                  turn_sampling: TurnSampling | None = None) -> AgenticBatch:
+        """One step: every prompt's group of trajectories, all at once, to their ends.
+        ``turn_sampling``: this step's per-turn sampling (in place of the config's)."""
         items = [p if isinstance(p, PromptInput) else PromptInput.from_dict(p, "prompts")
                  for p in prompts]
         if not items:
@@ -151,7 +154,9 @@ class AgenticRollout:
         before = gw.stats()
         moves = gw.begin_step()
         t0 = gw.now()
-        groups = await asyncio.gather(*(self._group(step, p, tool, t0) for p in items))
+        per_turn = turn_sampling or self.config.turn_sampling
+        groups = await asyncio.gather(*(self._group(step, p, tool, t0, per_turn)
+                                        for p in items))
         step_s = gw.now() - t0
         self.num_steps += 1
         check_groups(groups, self.config.group_size)
@@ -159,14 +164,14 @@ class AgenticRollout:
         gw.end_step(step_s, predicted_step_s(batch, gw))
         return batch
 
-    async def _group(self, step: int, prompt: PromptInput, tool: ToolFn,
-                     t0: float) -> AgentGroup:
-        trajs = await asyncio.gather(*(self._trajectory(step, prompt, i, tool, t0)
+    async def _group(self, step: int, prompt: PromptInput, tool: ToolFn, t0: float,
+                     per_turn: TurnSampling | None) -> AgentGroup:
+        trajs = await asyncio.gather(*(self._trajectory(step, prompt, i, tool, t0, per_turn)
                                        for i in range(self.config.group_size)))
         return AgentGroup(prompt.prompt_id, tuple(trajs))
 
     async def _trajectory(self, step: int, prompt: PromptInput, sample: int, tool: ToolFn,
-                          t0: float) -> AgentTrajectory:
+                          t0: float, per_turn: TurnSampling | None) -> AgentTrajectory:
         cfg, gw = self.config, self.gateway
         pid = prompt.prompt_id
         sid, gid = f"{step}:{pid}:{sample}", f"{step}:{pid}"
@@ -176,8 +181,7 @@ class AgenticRollout:
         ending = "max_turns"
         try:
             for t in range(cfg.max_turns):
-                sp = cfg.sampling if cfg.turn_sampling is None else cfg.turn_sampling(
-                    pid, sample, t)
+                sp = cfg.sampling if per_turn is None else per_turn(pid, sample, t)
                 sent, start = tuple(ctx), gw.now() - t0
                 out = await gw.generate(sid, gid, sent, sp, prompt_tokens=len(ids))
                 end = gw.now() - t0
