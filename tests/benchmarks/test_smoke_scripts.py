@@ -181,6 +181,7 @@ def test_bench_agentic(tmp_path: Path) -> None:
     md = (tmp_path / "agentic.md").read_text()
     assert "| search-agent | 2 |" in md and "| tailsieve |" in md
     assert (tmp_path / "cells" / "qwen3-4b-h100_search-agent_r2.json").exists()
+    assert len(data["gate"]["moves_on"]) == 4 and "## The balance gate" in md
 
 
 def test_bench_faults(tmp_path: Path) -> None:

@@ -8,6 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tailsieve.core.balancer import BalanceSettings
+from tailsieve.errors import ConfigError
 from tailsieve.model.profiles import builtin_profile
 from tailsieve.model.replica_config import ReplicaConfig
 from tailsieve.session.routers import make_router
@@ -64,7 +66,8 @@ def test_midturn_moves_keep_every_token() -> None:
     rng = np.random.default_rng(3)
     trajs = [_traj(g, 0, 3000, [(int(rng.integers(200, 3000)), 0.2, 100),
                                 (int(rng.integers(200, 3000)), 0, 0)]) for g in range(24)]
-    opts = StepOptions(midturn=True, interval_s=1.0, expected_step_s=60.0)
+    opts = StepOptions(True, BalanceSettings(interval_s=1.0, horizon_s=30.0,
+                                             expected_step_s=60.0))
     sim = TurnStepSim(trajs, [CFG] * 3, make_router("tailsieve"), opts)
     stats = sim.run()
     assert stats.midturn_moves > 0
@@ -92,6 +95,11 @@ def test_every_turn_runs_once_under_every_policy(
     assert stats.step_s > 0 and yardstick_s(trajs, [CFG] * replicas) > 0
 
 
-def test_options_are_validated() -> None:
-    with pytest.raises(ValueError, match="interval_s"):
-        StepOptions(interval_s=0)
+def test_checks_follow_the_balance_settings() -> None:
+    trajs = [_traj(0, 0, 100, [(2000, 0, 0)])]
+    few = TurnStepSim(trajs, [CFG], make_router("tailsieve"), StepOptions(True)).run()
+    many = TurnStepSim(trajs, [CFG], make_router("tailsieve"), StepOptions(
+        True, BalanceSettings(interval_s=0.5, horizon_s=30.0))).run()
+    assert many.checks > few.checks > 0
+    with pytest.raises(ConfigError, match="interval_s"):
+        BalanceSettings(interval_s=0, horizon_s=1.0)

@@ -78,7 +78,7 @@ def _one_step(trajs: Sequence[Trajectory], configs: Sequence[ReplicaConfig], spe
     settings = replace(opts.settings, moves=moves and spec.boundary_moves,
                        expected_step_s=expected_step_s)
     step_opts = replace(opts.step, midturn=spec.midturn and moves,
-                        expected_step_s=expected_step_s)
+                        balance=replace(opts.step.balance, expected_step_s=expected_step_s))
     holder: list[TurnStepSim] = []
     kw = dict(spec.kw)
     if spec.router.value == "tailsieve":

@@ -25,8 +25,9 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from tailsieve.core.balancer import BalanceSettings
 from tailsieve.errors import ConfigError
 from tailsieve.model.replica_config import ReplicaConfig
 from tailsieve.session.router_base import SessionRouter
@@ -36,7 +37,11 @@ from tailsieve.sim.agentic.replicas import Replicas
 from tailsieve.sim.agentic.stats import StepStats
 from tailsieve.workload.turns import Trajectory
 
-__all__ = ["StepOptions", "TurnStepSim", "simulate_step"]
+__all__ = ["AGENTIC_BALANCE", "StepOptions", "TurnStepSim", "simulate_step"]
+
+
+# checks every 5 s (a turn lasts seconds to minutes), a 0.05 s seam per continuation
+AGENTIC_BALANCE = BalanceSettings(interval_s=5.0, horizon_s=30.0, seam_s=0.05)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,24 +49,8 @@ class StepOptions:
     """How one step runs beyond its router."""
 
     midturn: bool = False  # re-balance running turns by continuation (router holds them)
-    interval_s: float = 5.0  # seconds between re-balance checks
-    seam_s: float = 0.05  # per continuation: round trip + one scheduling iteration, s
-    max_moves_per_check: int = 64
-    horizon_s: float = 30.0  # expected remaining step time without an estimate, s
-    expected_step_s: float = 0.0  # the controller's step-time estimate (0: unknown)
-
-    def __post_init__(self) -> None:
-        if not self.interval_s > 0:
-            raise ConfigError(f"interval_s must be > 0, got {self.interval_s}")
-        if self.seam_s < 0 or self.horizon_s < 0 or self.expected_step_s < 0:
-            raise ConfigError("seam_s, horizon_s and expected_step_s must be >= 0")
-        if self.max_moves_per_check < 0:
-            raise ConfigError("max_moves_per_check must be >= 0")
-
-    def horizon_at(self, elapsed_s: float) -> float:
-        left = (self.expected_step_s - elapsed_s if self.expected_step_s > 0
-                else self.horizon_s)
-        return max(left, elapsed_s, self.interval_s)
+    balance: BalanceSettings = field(default_factory=lambda: AGENTIC_BALANCE)  # checks:
+    # interval, seam, moves per check, horizon and the controller's step-time estimate
 
 
 class TurnStepSim:
@@ -94,7 +83,7 @@ class TurnStepSim:
     def run(self) -> StepStats:
         for i in range(len(self.trajs)):
             self.arrive(i, 0.0)
-        next_check = self.options.interval_s if self.planner is not None else math.inf
+        next_check = self.options.balance.interval_s if self.planner is not None else math.inf
         while self.left > 0:
             eng = self.reps.next_event()
             t_eng = eng[0] if eng is not None else math.inf
@@ -112,7 +101,7 @@ class TurnStepSim:
                     self.continue_on(i, r, t)
             else:
                 self.check(t)
-                next_check = t + self.options.interval_s
+                next_check = t + self.options.balance.interval_s
         pre, rec = self.reps.preemptions()
         self.stats.preemptions, self.stats.recomputed_tokens = pre, rec
         return self.stats
@@ -131,7 +120,7 @@ class TurnStepSim:
         for r in range(len(self.reps)):
             self.sync(r, t)
         self.stats.checks += 1
-        opts = self.options
+        opts = self.options.balance
         horizon = min(opts.horizon_at(t), self.session_horizon_s())
         for m in self.planner.plan(horizon, opts.seam_s, opts.max_moves_per_check):
             i, piece = _ids(m.key)
