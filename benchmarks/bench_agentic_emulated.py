@@ -66,6 +66,11 @@ async def live(args: argparse.Namespace, policies: list[str],
     every policy alike."""
     out: dict[str, list[dict[str, Any]]] = {p: [] for p in policies}
     max_turns = max(t.num_turns for ts in steps for t in ts)
+    loop = asyncio.get_running_loop()
+
+    def model_clock() -> float:  # the gateway prices in the emulators' model seconds
+        return loop.time() / args.time_scale
+
     async with AsyncExitStack() as stack:
         fleets, ros = {}, {}
         for p in policies:
@@ -77,7 +82,7 @@ async def live(args: argparse.Namespace, policies: list[str],
             gcfg = GatewayConfig(policy=p, piece_tokens=args.piece_tokens, profile=args.profile)
             cfg = AgenticConfig(group_size=args.group_size, max_turns=max_turns, gateway=gcfg)
             ros[p] = await stack.enter_async_context(
-                AgenticRollout([sv.url for sv in fleets[p]], cfg))
+                AgenticRollout([sv.url for sv in fleets[p]], cfg, clock=model_clock))
         for s, trajs in enumerate(steps):
             for j in range(len(policies)):
                 p = policies[(s + j) % len(policies)]
@@ -96,7 +101,7 @@ async def live_step(args: argparse.Namespace, ro: AgenticRollout,
     q = sum(sv.prefix_cache.query_tokens for sv in servers) - q0
     h = sum(sv.prefix_cache.hit_tokens for sv in servers) - h0
     st = batch.stats
-    return {"step": s, "live_step_s": batch.step_s / args.time_scale,
+    return {"step": s, "live_step_s": batch.step_s,
             "mid_turn_moves": batch.mid_turn_moves, "hit_rate": h / q if q else 0.0,
             "moves_at_boundary": st.moves_at_boundary, "moves_mid_turn": st.moves_mid_turn,
             "reprefill_tokens": st.reprefill_tokens, "loadavg": loadavg()}
