@@ -3,7 +3,9 @@
 Every ``BalanceSettings.interval_s`` (and at a turn's end once half an interval has passed
 since the last check, as the single-turn rebalancer does) the gateway's running turns are read
 from the book as one ``ReplicaLoad`` per replica (``SessionBook.balance_loads``: running turns
-keyed by session id, with their contexts and the replica's cost model), ``plan_moves`` picks the
+keyed by session id, with their contexts and the replica's cost model; as the agentic
+simulator's planner, a replica's load also counts the sessions in a tool call whose home it is,
+and a replica without KV room for one more context takes no move), ``plan_moves`` picks the
 moves that save more than they cost (the uncached prefix's prefill on the destination plus a
 seam; ``SessionBook.cached`` / ``cached_on`` say what is cached where), and each is handed to
 the gateway (``mover``), which makes the turn's next piece go to the destination. A turn whose
@@ -19,12 +21,15 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from tailsieve.core.balancer import BalanceSettings, ReplicaLoad, Running, plan_moves
+from tailsieve.session.replica_view import ReplicaView
 
 
 class LoadSource(Protocol):
     """What the rebalancer reads of a ``SessionBook``."""
 
     def balance_loads(self, now_s: float) -> list[ReplicaLoad]: ...
+
+    def views(self, now_s: float) -> Sequence[ReplicaView]: ...
 
     def cached(self, key: Hashable, replica: int) -> int: ...
 
@@ -83,7 +88,9 @@ class MidTurnRebalancer:
         if self._before is not None:
             self._before(now)
         ok = self._healthy()
-        loads = [self._candidates(ld, ok) for ld in self.book.balance_loads(now)]
+        views = self.book.views(now)
+        loads = [self._candidates(ld, views[ld.replica], ok)
+                 for ld in self.book.balance_loads(now)]
         s = self.settings
         moves = plan_moves(loads, s.horizon_at(self._elapsed()), s.seam_s,
                            s.max_moves_per_check, cached=self.book.cached,
@@ -91,11 +98,21 @@ class MidTurnRebalancer:
         made = sum(1 for mv in moves if self._mover(mv.key, mv.dst))
         return CheckResult(len(moves), made)
 
-    def _candidates(self, ld: ReplicaLoad, healthy: Sequence[bool]) -> ReplicaLoad:
-        """``ld`` without the turns waiting on a move; a replica taken out accepts none."""
+    def _candidates(self, ld: ReplicaLoad, view: ReplicaView,
+                    healthy: Sequence[bool]) -> ReplicaLoad:
+        """``ld`` as the agentic simulator's planner sees a replica
+        (``sim.agentic.midturn``): its load counts the sessions in a tool call whose home it
+        is (they come back to it), and it takes moves only while healthy and while its KV
+        has room for one more context of its mean size; the turns waiting on a move are no
+        candidates."""
         up = 0 <= ld.replica < len(healthy) and healthy[ld.replica]
-        return replace(ld, running=_without(ld.running, self._waiting),
-                       accepts=ld.accepts and up)
+        cap = view.config.kv_capacity_tokens
+        n, kv = ld.num_running, ld.context_tokens
+        room = cap is None or n == 0 or kv + kv / n <= cap
+        return replace(ld, num_running=n + view.num_tool_waits,
+                       context_tokens=kv + view.tool_wait_context_tokens,
+                       running=_without(ld.running, self._waiting),
+                       accepts=ld.accepts and up and room)
 
     async def loop_once(self) -> CheckResult:
         """Wait until a check is due (``interval_s`` after the last one, half that after a
