@@ -20,6 +20,8 @@ from smoke_helpers import BENCH, ROOT, repo_unchanged
 SCRIPTS = {
     "bench_acceptance.py": "test_bench_acceptance.py::test_bench_acceptance",
     "bench_agentic.py": "test_bench_agentic",
+    "bench_agentic_emulated.py": "test_smoke_live.py::test_bench_agentic_emulated",
+    "bench_agentic_live.py": "test_smoke_live.py::test_bench_agentic_live_emulated",
     "bench_balancer.py": "test_bench_balancer",
     "bench_faults.py": "test_bench_faults",
     "bench_seam.py": "test_smoke_live.py::test_bench_seam_vllm",
