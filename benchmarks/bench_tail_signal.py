@@ -49,7 +49,7 @@ from tailsieve.workload.analytics import (
 from tailsieve.workload.capture import CaptureConfig, capture_rates, default_step_pairs
 from tailsieve.workload.io import read_trace
 from tailsieve.workload.presets import load_workload
-from tailsieve.workload.shipped import AIME_TRACE_PATH, SMOLLM2_TRACE_PATH
+from tailsieve.workload.shipped import AIME_TRACE_PATH, SMOLLM2_TRACE_PATH, portable_path
 from tailsieve.workload.synthetic import SyntheticWorkload
 from tailsieve.workload.trace import Trace
 from tailsieve.workload.workload_model import ReplayWorkload, ResampleWorkload, Workload
@@ -147,8 +147,8 @@ def sim(workload: str, profile: str, replicas: int, groups: int, steps: int,
             "lower_bound_ratio": s[name]["steady_lower_bound_ratio"],
             "wasted_token_fraction": s[name]["wasted_token_fraction"],
         }
-    return {"workload": workload, "profile": profile, "replicas": replicas, "groups": groups,
-            "group_size": 8, "steps": steps, "seeds": seeds, "policies": rows}
+    return {"workload": portable_path(workload), "profile": profile, "replicas": replicas,
+            "groups": groups, "group_size": 8, "steps": steps, "seeds": seeds, "policies": rows}
 
 
 def run(trace_path: Path, quick: bool) -> dict[str, Any]:
@@ -167,7 +167,8 @@ def run(trace_path: Path, quick: bool) -> dict[str, Any]:
         "paper-math": (synth, default_step_pairs(None, rounds)),
         "aime": (ResampleWorkload(aime, halves="alternate"), ((0, 1),)),
     }
-    sim_name = {"smollm2-math": str(trace_path), "paper-math": "paper-math", "aime": "aime"}
+    real_name = "smollm2-math" if trace_path.resolve() == SMOLLM2_TRACE_PATH else str(trace_path)
+    sim_name = {"smollm2-math": real_name, "paper-math": "paper-math", "aime": "aime"}
     workloads = {}
     for name, (tr, cap) in traces.items():
         wl, pairs = wls[name]
@@ -178,9 +179,9 @@ def run(trace_path: Path, quick: bool) -> dict[str, Any]:
             "capture_total": capture(wl, pairs, rounds, "total"),
             "sim": sim(sim_name[name], DEFAULT_PROFILE, 8, 64, steps, seeds),
         }
-    workloads["smollm2-math"]["sim_cpu"] = sim(str(trace_path), "cpu", 2, 16, steps, seeds)
+    workloads["smollm2-math"]["sim_cpu"] = sim(real_name, "cpu", 2, 16, steps, seeds)
     return {
-        "name": "tail_signal", "quick": quick, "trace": str(trace_path),
+        "name": "tail_signal", "quick": quick, "trace": portable_path(trace_path),
         "settings": {"capture": {"groups": 64, "group_size": 8, "replicas": 8,
                                  "rounds": rounds, "profile": DEFAULT_PROFILE,
                                  "ground_truth": "k = G - N longest groups (max response)"},
