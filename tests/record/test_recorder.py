@@ -205,3 +205,13 @@ def test_prompt_sets() -> None:
         shipped.head(0)
     with pytest.raises(ConfigError, match="no such prompt file"):
         read_prompt_set("nope.jsonl")
+
+
+def test_info_names_the_shipped_prompts_package_relative() -> None:
+    t = StubTransport(length_of)
+    shipped = read_prompt_set("math").head(2)
+    text = PromptSet(tuple(PromptInput(p.prompt_id, text=p.prompt_id) for p in shipped.prompts),
+                     {}, shipped.source)  # the stub takes text prompts
+    rec = run(text, RecordConfig(group_size=1, backend="vllm", max_tokens=4), t)
+    assert rec.info["prompts"] == "workload/data/math-word-problems.jsonl"
+    assert not any(str(v).startswith("/") for v in rec.info.values())
