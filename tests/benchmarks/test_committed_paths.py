@@ -45,8 +45,8 @@ def test_the_scan_sees_absolute_paths() -> None:
 def test_writers_name_paths_portably(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from outdir import command_line
 
-    assert portable_path(DATA_DIR / "PROVENANCE.md") == "workload/data/PROVENANCE.md"
-    assert portable_path(PACKAGE_DIR / "x" / ".." / "workload") == "workload"
+    assert portable_path(DATA_DIR / "PROVENANCE.md") == "tailsieve/workload/data/PROVENANCE.md"
+    assert portable_path(PACKAGE_DIR / "x" / ".." / "workload") == "tailsieve/workload"
     assert portable_path("math") == "math"  # a name, not a file
     monkeypatch.chdir(REPO)
     monkeypatch.setenv("TMPDIR", str(tmp_path))

@@ -213,5 +213,5 @@ def test_info_names_the_shipped_prompts_package_relative() -> None:
     text = PromptSet(tuple(PromptInput(p.prompt_id, text=p.prompt_id) for p in shipped.prompts),
                      {}, shipped.source)  # the stub takes text prompts
     rec = run(text, RecordConfig(group_size=1, backend="vllm", max_tokens=4), t)
-    assert rec.info["prompts"] == "workload/data/math-word-problems.jsonl"
+    assert rec.info["prompts"] == "tailsieve/workload/data/math-word-problems.jsonl"
     assert not any(str(v).startswith("/") for v in rec.info.values())

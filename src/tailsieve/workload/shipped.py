@@ -28,8 +28,9 @@ SHIPPED_MAX_TOKENS: dict[str, int] = {"smollm2-math": 1024}  # the recording's c
 
 def portable_path(path: str | Path) -> str:
     """How a file is named in written results and provenance, never by a machine's absolute
-    path: a file inside the installed package relative to the package (``workload/data/...``),
-    one under the working directory relative to it, one under the system temp dir as
+    path: a file inside the installed package relative to the package's parent
+    (``tailsieve/workload/data/...``, as ``record.turn_recorder`` names it), one under the
+    working directory relative to it, one under the system temp dir as
     ``$TMPDIR/...``, one under the home folder as ``~/...``; anything else as given. Relative
     names that are not existing files (``math``, ``smollm2-math``, ``<api>``) come back as
     they are."""
@@ -37,8 +38,8 @@ def portable_path(path: str | Path) -> str:
     if not p.is_absolute() and not p.exists():
         return str(path)
     full = Path(os.path.abspath(p))
-    roots = ((PACKAGE_DIR, ""), (Path.cwd(), ""), (Path(tempfile.gettempdir()), "$TMPDIR/"),
-             (Path.home(), "~/"))
+    roots = ((PACKAGE_DIR, "tailsieve/"), (Path.cwd(), ""),
+             (Path(tempfile.gettempdir()), "$TMPDIR/"), (Path.home(), "~/"))
     for root, prefix in roots:
         for r in dict.fromkeys((root, root.resolve())):
             if full.is_relative_to(r) and full != r:
