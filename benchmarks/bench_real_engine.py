@@ -44,13 +44,12 @@ import argparse
 import asyncio
 import json
 import os
-import shlex
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from outdir import default_out
+from outdir import command_line, default_out
 from real_engine import report
 from real_engine.live import (
     LaneSpec,
@@ -197,7 +196,7 @@ async def amain(args: argparse.Namespace, endpoints: list[str], servers: str,
     res = {
         "what": "live steps vs SimExecutor on the same plans and lengths, policies interleaved, "
                 "one profile for every prediction, drift from a second profile after",
-        "command": "python benchmarks/bench_real_engine.py " + shlex.join(sys.argv[1:]),
+        "command": command_line("benchmarks/bench_real_engine.py", sys.argv[1:]),
         "servers": servers,
         "endpoints": endpoints,
         "model": model,
@@ -279,7 +278,7 @@ async def natural_main(args: argparse.Namespace, endpoints: list[str], servers: 
         "what": "natural lengths (real model, EOS, chat prompts): live steps vs SimExecutor on "
                 "the same plans replaying the lengths each lane produced",
         "natural": True,
-        "command": "python benchmarks/bench_real_engine.py " + shlex.join(sys.argv[1:]),
+        "command": command_line("benchmarks/bench_real_engine.py", sys.argv[1:]),
         "servers": servers, "endpoints": endpoints, "model": model, "max_model_len": max_len,
         "groups": groups, "group_size": n, "steps": steps, "policies_run": policies,
         "controller_overrides": overrides, "prompts": args.prompts,

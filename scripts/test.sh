@@ -11,7 +11,9 @@
 # It starts two vLLM CPU servers on 127.0.0.1 unless TAILSIEVE_VLLM_ENDPOINTS names running
 # ones (the tiny model), and two serving the real model (scripts/start_real_servers.sh, ports
 # 8111..) unless TAILSIEVE_REAL_ENDPOINTS names running ones or TAILSIEVE_REAL_SERVERS=0 (then
-# the real-model tests skip, with the reason); about 14 GB of memory for the four. It runs ruff, mypy, the strict docs build, pytest and the verl tests, and stops what it
+# the real-model tests skip, with the reason; with CI=true or CI=1 a missing real model or
+# real-model servers fail the run instead, and so does any test that would skip for want of
+# them: tests/conftest.py); about 14 GB of memory for the four. It runs ruff, mypy, the strict docs build, pytest and the verl tests, and stops what it
 # started. The one system package it may add is Debian's chromium (for the two browser tests),
 # and only when that upgrades nothing: see browser_setup below. TAILSIEVE_SYSTEM_PACKAGES=0
 # forbids it; then, or without root, those two tests are skipped with the reason shown.
@@ -108,6 +110,11 @@ if [[ -z "${TAILSIEVE_REAL_ENDPOINTS:-}" && "${TAILSIEVE_REAL_SERVERS:-1}" != 0 
 fi
 export TAILSIEVE_REAL_ENDPOINTS="${TAILSIEVE_REAL_ENDPOINTS:-}"
 say "real-model endpoints ${TAILSIEVE_REAL_ENDPOINTS:-none (the real-model tests skip)}"
+if [[ "${CI:-}" =~ ^([Tt][Rr][Uu][Ee]|1)$ && -z "$TAILSIEVE_REAL_ENDPOINTS" ]]; then
+    say "error: CI=$CI but no real-model servers ($(cat "$TAILSIEVE_REAL_MODEL_DIR.unavailable" \
+        2>/dev/null || echo "TAILSIEVE_REAL_SERVERS=0 and no TAILSIEVE_REAL_ENDPOINTS")): CI fails rather than skip the real-model tests"
+    exit 1
+fi
 
 .venv/bin/ruff check src tests benchmarks
 .venv/bin/mypy

@@ -74,6 +74,13 @@ def test_bench_tail_signal(tmp_path: Path) -> None:
     assert 0 < real["signal"]["prompt_share"] < 1 and 0 <= real["signal"]["tail_auc"] <= 1
     assert [round(c["rho"], 2) for c in real["capture"]] == [0.05, 0.1, 0.25]
     assert real["sim"]["policies"]["uniform"]["vs_uniform"] == 1.0
+    # the shipped trace is named package-relative, never by this machine's absolute path
+    assert payload["trace"] == "tailsieve/workload/data/smollm2-135m-math.jsonl.gz"
+    assert real["sim"]["workload"] == real["sim_cpu"]["workload"] == "smollm2-math"
+    levels = real["levels"]
+    assert [r["level"] for r in levels] == [1, 2, 3, 4, 5, "all"]
+    assert sum(r["responses"] for r in levels[:-1]) == levels[-1]["responses"] == 2048
+    assert real["sibling_copies"]["num_responses"] == 2048
     assert "Partial-rollout cutoff capture" in (tmp_path / "tail_signal.md").read_text()
 
 

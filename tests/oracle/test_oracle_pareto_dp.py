@@ -15,6 +15,7 @@ from tailsieve.model.throughput import ThroughputModel
 from tailsieve.oracle import solve_two_replicas, topk_sweep
 
 CPU = load_profile("cpu")
+MAX_STATES_N100 = 200_000  # 8x the most these five instances keep (26,417)
 GPU = load_profile("illustrative-flat")
 # strongly concave-then-linear curve: aggregate throughput saturates quickly
 STEEP = ThroughputModel.from_pairs([(1, 1.0), (2, 1.05), (3, 3.0), (8, 9.0)], name="steep")
@@ -98,9 +99,12 @@ def test_tuning_knobs_do_not_change_the_result(aime_lengths: np.ndarray) -> None
 
 
 def test_n100_is_fast_and_small(aime_lengths: np.ndarray) -> None:
+    """Fast by the work done, not the clock: the exact solve of 100 requests keeps at most
+    ``MAX_STATES_N100`` DP states over all passes (0.2 s on the project's CPU; 2**100
+    assignments exist)."""
     rng = np.random.default_rng(11)
     res = [solve_two_replicas(rng.choice(aime_lengths, 100, replace=False), CPU) for _ in range(5)]
-    assert np.median([r.solve_s for r in res]) < 2.0  # target 0.5 s; slack for loaded CI
+    assert max(r.retained_states for r in res) <= MAX_STATES_N100
     assert all(r.makespan_s <= r.incumbent_makespan_s * (1 + 1e-12) for r in res)
 
 

@@ -6,8 +6,10 @@
   ``smollm2``: SmolLM2-135M-Instruct from ``scripts/setup_real_model.sh``): the chat template
   reaches vLLM and responses end on the model's own EOS.
 
-No per-request seeds: vLLM CPU 0.32 kills its engine when a seeded request's prefill is split
-into chunks (see ``record.recorder``).
+The recorder seeds every request (its default). vLLM CPU 0.32 kills its engine when a seeded
+request's prefill is split into chunks (see ``record.recorder``); these recordings stay far
+below the 2,048-token prefill budget per engine step, so the test servers keep chunked prefill
+on (a full recording runs with ``--no-enable-chunked-prefill``).
 """
 
 from __future__ import annotations
@@ -87,6 +89,7 @@ def test_real_model_natural_eos_and_chat_template() -> None:
     tr = rec.trace
     assert tr.num_rows == 16 and tr.correct is not None
     _check_columns(rec, 256, len(REAL), stream=True)
+    assert rec.info["run_seed"] is not None and rec.info["sibling_copies"]["num_copies"] == 0
     stops = np.flatnonzero(tr.finish_reason == "stop")
     assert stops.size > 0, "no response ended on its own within 256 tokens"
     assert tr.token_ids is not None

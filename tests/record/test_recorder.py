@@ -1,6 +1,7 @@
 """The recorder's logic against the stub transport (``runtime.stub``): every prompt x sample x
-epoch recorded once, the columns it fills, unique per-request seeds, the answer check, the
-replicas, streamed chunk times, and bad input (settings, prompt files, unreachable servers)."""
+epoch recorded once, the columns it fills, a distinct seed on every request sent (by default),
+the sibling copies an unseeded recording makes, the answer check, the replicas, streamed chunk
+times, and bad input (settings, prompt files, unreachable servers)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ import numpy as np
 import pytest
 
 from tailsieve.errors import ConfigError, ReplicaError
+from tailsieve.record import recorder
 from tailsieve.record.prompt_file import PromptSet, read_prompt_set
 from tailsieve.record.recorder import RecordConfig, Recording, record_rollouts
+from tailsieve.record.seeds import group_seed
 from tailsieve.runtime.backends import PromptInput
 from tailsieve.runtime.stub import StubFault, StubTransport, token_at
 from tailsieve.workload.io import read_trace
@@ -45,15 +48,16 @@ def test_every_response_recorded_once_with_its_tokens(stream: bool) -> None:
     keys = set(zip(tr.prompt_id_array().tolist(), tr.step.tolist(), tr.sample.tolist(),
                    strict=True))
     assert len(keys) == tr.num_rows
-    seeds = sorted(s for _, _, s in t.log.started)
-    assert seeds == list(range(100, 100 + 6 * 4 * 2))  # one distinct seed per request
+    seeds = [s for _, _, s in t.log.started]
+    assert len(seeds) == 6 * 4 * 2 and len(set(seeds)) == len(seeds)  # one seed per request
+    assert sorted(seeds) == sorted(group_seed(100, f"q{k}", e) + i for k in range(6)
+                                   for e in range(2) for i in range(4))
     assert tr.token_ids is not None and tr.prompt_tokens is not None
     for pid, step, smp, length, ids, ptoks, why in zip(
         tr.prompt_id_array(), tr.step, tr.sample, tr.response_tokens, tr.token_ids,
         tr.prompt_tokens, tr.finish_reason, strict=True,
     ):
-        k = int(pid[1:])
-        s0 = 100 + (step * 6 + k) * 4 + smp  # the stub's sample identity is the seed
+        s0 = group_seed(100, pid, int(step)) + int(smp)  # the stub's sample identity is the seed
         assert length == min(length_of(pid, s0), 20)
         assert why == ("length" if length_of(pid, s0) > 20 else "stop")
         assert ids == tuple(token_at(s0, j) for j in range(length))
@@ -68,12 +72,39 @@ def test_every_response_recorded_once_with_its_tokens(stream: bool) -> None:
         assert tr.chunk_times_s is None and tr.chunk_tokens is None
     assert [s["epoch"] for s in rec.info["steps"]] == [0, 0, 1, 1]
     assert rec.info["config"]["seed"] == 100 and rec.info["num_prompts"] == 6
+    assert rec.info["run_seed"] == 100 and rec.info["sibling_copies"]["num_copies"] == 0
 
 
-def test_correct_column_from_the_answers() -> None:
+def test_every_request_gets_its_own_seed_by_default() -> None:
+    t = StubTransport(length_of)
+    rec = run(prompt_set(5), RecordConfig(group_size=4, num_epochs=2, backend="vllm",
+                                          max_tokens=8), t)
+    seeds = [s for _, _, s in t.log.started]
+    assert len(seeds) == 5 * 4 * 2 and min(seeds) >= 0 and len(set(seeds)) == len(seeds)
+    run_seed = rec.info["run_seed"]
+    assert isinstance(run_seed, int) and rec.info["config"]["seed"] is None
+    assert set(seeds) == {group_seed(run_seed, f"q{k}", e) + i for k in range(5)
+                          for e in range(2) for i in range(4)}
+    other = StubTransport(length_of)  # a second recording draws another run seed
+    assert run(prompt_set(5), RecordConfig(group_size=4, backend="vllm", max_tokens=8),
+               other).info["run_seed"] != run_seed
+    assert rec.info["sibling_copies"]["num_copies"] == 0
+
+
+def test_a_part_keeps_the_seeds_of_its_epochs() -> None:
+    whole, part = StubTransport(length_of), StubTransport(length_of)
+    run(prompt_set(3), RecordConfig(group_size=2, num_epochs=2, backend="vllm", seed=7), whole)
+    rec = run(prompt_set(3), RecordConfig(group_size=2, num_epochs=1, first_epoch=1,
+                                          backend="vllm", seed=7), part)
+    assert set(rec.trace.step.tolist()) == {1}
+    assert {s for *_, s in part.log.started} < {s for *_, s in whole.log.started}
+
+
+def test_correct_column_from_the_answers(monkeypatch: pytest.MonkeyPatch) -> None:
     t = StubTransport(length_of)
     cfg = RecordConfig(group_size=3, backend="vllm", max_tokens=40, seed=0)
-    # the stub answers "<prompt>:<seed>": q1's sample 0 has seed 3 (prompt 1 x 3 samples)
+    # the stub answers "<prompt>:<seed>"; with these group seeds q1's sample 0 has seed 3
+    monkeypatch.setattr(recorder, "group_seed", lambda _s, pid, _e: 3 * int(pid[1:]))
     rec = run(prompt_set(2, {"q0": 1.0, "q1": 3.0}), cfg, t)
     tr = rec.trace
     assert tr.correct is not None
@@ -83,10 +114,16 @@ def test_correct_column_from_the_answers() -> None:
                    ("q1", 0): True, ("q1", 1): False, ("q1", 2): False}
 
 
-def test_unseeded_requests_carry_no_seed() -> None:
+def test_unseeded_requests_carry_no_seed_and_their_copies_are_flagged() -> None:
+    # the stub, like two vLLM servers started with the same engine seed, draws the same numbers
+    # for every unseeded request: each group's siblings come out token-identical
     t = StubTransport(length_of)
-    run(prompt_set(2), RecordConfig(group_size=2, backend="vllm", max_tokens=8), t)
+    rec = run(prompt_set(2), RecordConfig(group_size=3, backend="vllm", max_tokens=8,
+                                          seeded=False), t)
     assert {s for _, _, s in t.log.started} == {-1}
+    copies = rec.info["sibling_copies"]
+    assert (copies["num_copies"], copies["num_groups_with_copies"]) == (2 * 2, 2)
+    assert rec.info["run_seed"] is None and rec.info["seed_rule"] == "unseeded requests"
 
 
 def test_write_round_trips_and_writes_info(tmp_path: Path) -> None:
@@ -118,6 +155,8 @@ def test_a_server_that_does_not_answer_is_one_clear_error() -> None:
         ({"group_size": 0}, "group_size must be >= 1"),
         ({"num_epochs": 0}, "num_epochs must be >= 1"),
         ({"seed": -1}, "seed must be in"),
+        ({"seed": 3, "seeded": False}, "needs seeded requests"),
+        ({"first_epoch": -1}, "first_epoch must be >= 0"),
         ({"stream_interval": 4}, "needs stream=True"),
         ({"groups_per_step": 0}, "groups_per_step must be >= 1"),
         ({"backend": "triton"}, "triton"),
@@ -132,8 +171,6 @@ def test_settings_that_do_not_fit_the_prompts() -> None:
     t = StubTransport(length_of)
     with pytest.raises(ConfigError, match="groups_per_step 4 must divide the 6 prompts"):
         run(prompt_set(6), RecordConfig(groups_per_step=4, backend="vllm"), t)
-    with pytest.raises(ConfigError, match="too large"):
-        RecordConfig(seed=2**63 - 2).request_seed(1, 0, 10)
 
 
 @pytest.mark.parametrize(
@@ -168,3 +205,13 @@ def test_prompt_sets() -> None:
         shipped.head(0)
     with pytest.raises(ConfigError, match="no such prompt file"):
         read_prompt_set("nope.jsonl")
+
+
+def test_info_names_the_shipped_prompts_package_relative() -> None:
+    t = StubTransport(length_of)
+    shipped = read_prompt_set("math").head(2)
+    text = PromptSet(tuple(PromptInput(p.prompt_id, text=p.prompt_id) for p in shipped.prompts),
+                     {}, shipped.source)  # the stub takes text prompts
+    rec = run(text, RecordConfig(group_size=1, backend="vllm", max_tokens=4), t)
+    assert rec.info["prompts"] == "tailsieve/workload/data/math-word-problems.jsonl"
+    assert not any(str(v).startswith("/") for v in rec.info.values())

@@ -4,7 +4,7 @@ converts it, ``scripts/start_real_servers.sh`` serves it; ``scripts/test.sh`` do
 ``TAILSIEVE_REAL_ENDPOINTS``: comma-separated URLs; ``TAILSIEVE_REAL_MODEL``: the served name
 (default ``smollm2``); ``TAILSIEVE_REAL_MODEL_DIR``: the checkpoint. When the set-up could not
 have the model it wrote the reason next to the checkpoint (``<dir>.unavailable``): the tests
-that need it skip with that reason.
+that need it skip with that reason, and with ``CI=true`` fail with it (``tests/conftest.py``).
 """
 
 from __future__ import annotations

@@ -94,8 +94,10 @@ async def test_moved_replica_followed_to_its_new_address() -> None:
 async def test_replica_moved_mid_step_is_not_blamed_for_its_old_server() -> None:
     lengths = {"t0": 300, "p0": 250, "p1": 250, "f0": 10, "f1": 20, "f2": 30, "f3": 400}
     addresses = list(URLS[:3])
+    # r1 dies 0.4 s in (stub clock), while pinned p1 (1 s) still runs there; the move below
+    # happens on state, before that, however late a loaded event loop runs it
     stub = StubTransport(
-        lambda p, s: lengths[p] + s, 0.001, faults={"http://r1": StubFault(die_after_s=0.1)}
+        lambda p, s: lengths[p] + s, 0.004, faults={"http://r1": StubFault(die_after_s=0.4)}
     )
     ex = LiveExecutor(
         URLS[:3], fast(ExecutorConfig(model="m")), transport=stub, addresses=lambda: addresses
@@ -104,7 +106,8 @@ async def test_replica_moved_mid_step_is_not_blamed_for_its_old_server() -> None
     prompts = {a.prompt_id: PromptInput(a.prompt_id, text=a.prompt_id) for a in plan.assignments}
 
     async def move() -> None:  # Ray restarted r1 elsewhere; its old server dies a bit later
-        await asyncio.sleep(0.04)
+        while not any(u == "http://r1" for u, *_ in stub.log.started):  # r1 is working
+            await asyncio.sleep(0.001)
         addresses[1] = "http://r1-new"
 
     mover = asyncio.create_task(move())

@@ -13,6 +13,7 @@ from tailsieve.cli.main import main
 from tailsieve.record.prompt_file import read_prompt_set
 from tailsieve.sim.api import simulate
 from tailsieve.workload import load_workload, read_trace
+from tailsieve.workload.copies import sibling_copies
 from tailsieve.workload.shipped import PROVENANCE_PATH, SMOLLM2_TRACE_PATH, resolve_trace_path
 from tailsieve.workload.workload_model import ReplayWorkload
 
@@ -46,6 +47,11 @@ def test_a_recording_of_the_shipped_prompts() -> None:
     for code in range(tr.num_prompts):  # one tokenization per prompt
         assert len(set(tr.prompt_tokens[tr.prompt_codes == code].tolist())) == 1
     assert tr.chunk_times_s is not None and tr.chunk_tokens is not None
+    # a clean recording: a seed per request, no response an exact copy of a sibling's
+    assert sibling_copies(tr).num_copies == 0
+    info = json.loads(SMOLLM2_TRACE_PATH.with_name(SMOLLM2_TRACE_PATH.name[:-len(".jsonl.gz")]
+                                                   + ".info.json").read_text())
+    assert info["run_seed"] is not None and info["sibling_copies"]["num_copies"] == 0
 
 
 def test_preset_replays_the_two_epochs() -> None:

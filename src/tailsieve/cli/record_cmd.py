@@ -1,7 +1,8 @@
 """``tailsieve record``: record real rollouts into a trace, and write the math prompt set.
 
-Sub-commands: ``run`` (groups on live servers -> trace with token ids) and ``prompts`` (the
-seeded math word problems as JSONL). Bad input raises a ``TailSieveError`` that ``main`` prints
+Sub-commands: ``run`` (groups on live servers -> trace with token ids), ``join`` (a recording
+made in parts, one epoch per run, into one trace) and ``prompts`` (the seeded math word problems
+as JSONL). Bad input raises a ``TailSieveError`` that ``main`` prints
 as one ``error: ...`` line (exit 2).
 """
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import numpy as np
 import typer
@@ -17,8 +18,9 @@ import typer
 from tailsieve.cli import checks
 from tailsieve.errors import ConfigError
 from tailsieve.record.math_problems import SHIPPED_PER_LEVEL, SHIPPED_SEED, generate, write_problems
+from tailsieve.record.parts import join_parts, read_recording
 from tailsieve.record.prompt_file import read_prompt_set
-from tailsieve.record.recorder import RecordConfig, StepRecord, record
+from tailsieve.record.recorder import RecordConfig, Recording, StepRecord, record
 from tailsieve.runtime.backends import Backend
 from tailsieve.workload.io import trace_suffix
 
@@ -60,6 +62,10 @@ def run(
     ] = None,
     group_size: Annotated[int, typer.Option("--group-size", help="n: samples per prompt.")] = 8,
     epochs: Annotated[int, typer.Option("--epochs", help="Times every prompt runs.")] = 1,
+    first_epoch: Annotated[
+        int, typer.Option("--first-epoch", help="Index of the first epoch (a recording in "
+                          "parts: same --seed, then `record join`).")
+    ] = 0,
     groups_per_step: Annotated[
         int | None,
         typer.Option("--groups-per-step", help="Prompts per rollout step (default: an epoch)."),
@@ -73,9 +79,14 @@ def run(
     top_p: Annotated[float | None, typer.Option("--top-p")] = None,
     seed: Annotated[
         int | None,
-        typer.Option("--seed", help="Base per-request seed (default unseeded: seeded requests "
-                     "crash vLLM CPU 0.32 under load, see docs)."),
+        typer.Option("--seed", help="Run seed: every request gets its own seed derived from it, "
+                     "the prompt, epoch and sample (default: drawn at random, recorded in the "
+                     "info). vLLM CPU: serve with --no-enable-chunked-prefill, see docs."),
     ] = None,
+    unseeded: Annotated[
+        bool, typer.Option("--unseeded", help="Send no seeds (the servers' own generators; "
+                           "siblings on two servers can come out identical).")
+    ] = False,
     stream: Annotated[
         bool, typer.Option("--stream/--no-stream", help="Stream: record chunk arrival times.")
     ] = False,
@@ -96,6 +107,7 @@ def run(
     cfg = RecordConfig(
         group_size=group_size,
         num_epochs=epochs,
+        first_epoch=first_epoch,
         groups_per_step=groups_per_step,
         backend=backend,
         model=model,
@@ -103,6 +115,7 @@ def run(
         temperature=temperature,
         top_p=top_p,
         seed=seed,
+        seeded=not unseeded,
         stream=stream,
         stream_interval=stream_interval,
         request_timeout_s=request_timeout,
@@ -116,22 +129,49 @@ def run(
         )  # fmt: skip
 
     rec = record(urls, pset, cfg, out=out, on_step=progress)
+    typer.echo(json.dumps({"out": str(out), "epochs": epochs, **summary(rec)}))
+
+
+@record_app.command("join")
+def join(
+    parts: Annotated[list[Path], typer.Argument(help="Trace files of the parts (each with its "
+                                                "info file beside it).")],
+    out: Annotated[Path, typer.Option("--out", help="Trace file of the whole recording.")],
+) -> None:
+    """Join a recording made in parts (``run --first-epoch E --seed S`` per part) into one
+    trace and info file; refuses parts that are not one recording."""
+    if not trace_suffix(out):
+        raise ConfigError(
+            f"--out {out}: use a trace suffix (.jsonl, .jsonl.gz, .csv, .csv.gz, .parquet)"
+        )
+    checks.output_file(out, "--out")
+    rec = join_parts([read_recording(p) for p in parts])
+    rec.write(out)
+    typer.echo(json.dumps({"out": str(out), "epochs": rec.info["config"]["num_epochs"],
+                           **summary(rec)}))
+
+
+def summary(rec: Recording) -> dict[str, Any]:
+    """The one-line summary of a recording (lengths, truncation, accuracy, sibling copies)."""
     lens = rec.trace.response_tokens
     fr = rec.trace.finish_reason
-    summary = {
-        "out": str(out),
+    copies = rec.info.get("sibling_copies")
+    if copies and copies["num_copies"]:
+        typer.echo(f"warning: {copies['num_copies']} responses are exact copies of a sibling "
+                   f"(in {copies['num_groups_with_copies']} groups); see the info file", err=True)
+    return {
         "rows": rec.trace.num_rows,
         "prompts": rec.trace.num_prompts,
-        "epochs": epochs,
         "p50": float(np.percentile(lens, 50)),
         "p90": float(np.percentile(lens, 90)),
         "mean": float(lens.mean()),
         "max": int(lens.max()),
         "truncated": float(np.mean(fr == "length")) if fr is not None else None,
         "correct": float(rec.trace.correct.mean()) if rec.trace.correct is not None else None,
+        "sibling_copies": copies["num_copies"] if copies else None,
+        "run_seed": rec.info.get("run_seed"),
         "wall_s": round(rec.info["wall_s"], 1),
     }
-    typer.echo(json.dumps(summary))
 
 
 @record_app.command("prompts")

@@ -6,13 +6,17 @@ response is exactly one uninterrupted request that ended on the model's own EOS 
 ``max_tokens``): nothing is forced (no ``ignore_eos``). Every prompt of an epoch runs once per
 epoch; epoch ``e`` is the trace's ``step`` ``e``.
 
-Seeds: with ``seed`` set, sample ``i`` of prompt ``k`` (in file order) in epoch ``e`` is sampled
-with the per-request seed ``seed + (e * P + k) * n + i`` (``P`` prompts, ``n`` per group), so
-no two requests share one. vLLM is not batch-invariant, so a rerun is not token-identical even
-with the same seeds (numerics depend on the batch a request ran in). The default is unseeded:
-vLLM CPU 0.32 kills its engine when a seeded request's prefill is split into chunks under load
-(``RuntimeError: CPU Generator does not use offset`` in ``gpu_model_runner._bookkeeping_sync``),
-which a recording of a thousand concurrent requests triggers within a minute.
+Seeds: every request carries its own sampling seed, derived from the run seed (``seed``, drawn
+at random when not given and recorded in the info) and the prompt, epoch and sample index
+(``record.seeds``). Unseeded requests (``seeded=False``) use the server's own generator, which
+vLLM seeds with 0 on every server: two servers then draw the same numbers and siblings on them
+can come out token-identical. vLLM is not batch-invariant, so a rerun with the same run seed is
+not token-identical either (numerics depend on the batch a request ran in). vLLM CPU 0.32 kills
+its engine when a seeded request's prefill is split into chunks (``RuntimeError: CPU Generator
+does not use offset``): serve with ``--no-enable-chunked-prefill`` (docs/recorded-trace.md).
+
+Every recording counts its exact sibling copies (``workload.copies``: responses of one group
+with identical token ids) into the info; a clean recording has none.
 
 Per response the trace holds: ``prompt_id``, ``step`` (epoch), ``sample``, ``response_tokens``,
 ``prompt_tokens`` (as the server tokenized the prompt, chat template applied), ``finish_reason``,
@@ -34,15 +38,16 @@ from typing import Any
 from tailsieve.errors import ConfigError, ReplicaError
 from tailsieve.record.math_problems import check_answer
 from tailsieve.record.prompt_file import PromptSet
+from tailsieve.record.seeds import MAX_SEED, SEED_RULE, check_distinct, draw_run_seed, group_seed
 from tailsieve.runtime import event_loop
 from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
 from tailsieve.runtime.lean_http import LeanTransport
 from tailsieve.runtime.rollout import RolloutBatch, RolloutConfig, TailSieveRollout
 from tailsieve.runtime.transport import Transport
+from tailsieve.workload.copies import sibling_copies
 from tailsieve.workload.io import trace_suffix, write_trace
+from tailsieve.workload.shipped import portable_path
 from tailsieve.workload.trace import Trace
-
-MAX_SEED = 2**63 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,13 +56,15 @@ class RecordConfig:
 
     group_size: int = 8  # n: samples per prompt and epoch
     num_epochs: int = 1  # each epoch runs every prompt once (the trace's step = epoch)
+    first_epoch: int = 0  # index of the first epoch (a recording in parts: record.parts)
     groups_per_step: int | None = None  # prompts per rollout step; None: a whole epoch at once
     backend: Backend = Backend.VLLM_CHAT  # vllm-chat applies the model's chat template
     model: str | None = None  # served model name; None: the one the servers serve
     max_tokens: int = 1024
     temperature: float = 1.0
     top_p: float | None = None
-    seed: int | None = None  # base per-request seed (module doc); None: unseeded (see there)
+    seed: int | None = None  # run seed of the per-request seeds; None: drawn at random
+    seeded: bool = True  # False: requests carry no seed (the server's generator; module doc)
     stream: bool = False  # streamed: per-chunk arrival times are recorded
     stream_interval: int | None = None  # streamed vLLM: tokens per chunk
     request_timeout_s: float | None = 3600.0
@@ -68,6 +75,8 @@ class RecordConfig:
         for name in ("group_size", "num_epochs", "max_tokens"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.first_epoch < 0:
+            raise ConfigError(f"first_epoch must be >= 0, got {self.first_epoch}")
         if self.groups_per_step is not None and self.groups_per_step < 1:
             raise ConfigError(f"groups_per_step must be >= 1, got {self.groups_per_step}")
         if not (math.isfinite(self.temperature) and 0 <= self.temperature <= 10):
@@ -76,6 +85,8 @@ class RecordConfig:
             raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.seed is not None and not 0 <= self.seed <= MAX_SEED:
             raise ConfigError(f"seed must be in [0, 2**63 - 1], got {self.seed}")
+        if self.seed is not None and not self.seeded:
+            raise ConfigError("a run seed needs seeded requests (seeded=False sends none)")
         if self.stream_interval is not None and (self.stream_interval < 1 or not self.stream):
             raise ConfigError("stream_interval must be >= 1 and needs stream=True")
         if self.request_timeout_s is not None and self.request_timeout_s <= 0:
@@ -88,14 +99,10 @@ class RecordConfig:
             max_tokens=self.max_tokens, temperature=self.temperature, top_p=self.top_p
         )
 
-    def request_seed(self, epoch: int, prompt_index: int, num_prompts: int) -> int | None:
-        """Seed of sample 0 of a prompt in an epoch (sample ``i`` adds ``i``)."""
-        if self.seed is None:
-            return None
-        s = self.seed + (epoch * num_prompts + prompt_index) * self.group_size
-        if s + self.group_size - 1 > MAX_SEED:
-            raise ConfigError(f"seed {self.seed} too large for this many requests")
-        return s
+    @property
+    def epochs(self) -> range:
+        """The epochs this recording runs (the trace's steps)."""
+        return range(self.first_epoch, self.first_epoch + self.num_epochs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,7 +217,60 @@ async def record_rollouts(
     per_step = config.groups_per_step or num
     if num % per_step:
         raise ConfigError(f"groups_per_step {per_step} must divide the {num} prompts")
-    rcfg = RolloutConfig(
+    run_seed = None
+    if config.seeded:
+        run_seed = draw_run_seed() if config.seed is None else config.seed
+    by_epoch = {e: _with_seeds(pset.prompts, e, run_seed) for e in config.epochs}
+    if run_seed is not None:
+        check_distinct((p.seed or 0 for ps in by_epoch.values() for p in ps), config.group_size)
+    rows = _Rows()
+    steps: list[StepRecord] = []
+    started = datetime.datetime.now(datetime.UTC)
+    t0 = time.perf_counter()
+    async with TailSieveRollout(endpoints, _rollout_config(config, per_step),
+                                transport=transport) as ro:
+        down = [r for r in ro.executor.replicas if not r.healthy]
+        if down:
+            raise ReplicaError(
+                "a recording needs every server: "
+                + "; ".join(f"{r.url} does not answer /health ({r.reason})" for r in down)
+            )
+        model = ro.executor.config.model
+        for epoch, seeded in by_epoch.items():
+            for start in range(0, num, per_step):
+                batch = await ro.step(list(seeded[start : start + per_step]))
+                if ro.num_carried or len(batch.groups) != per_step:  # uniform-requests: never
+                    raise ReplicaError(f"step {batch.step} did not deliver every group")
+                rows.add(batch, epoch, pset.answers)
+                rec = StepRecord(
+                    epoch, batch.step, len(batch.groups), batch.metrics.wall_s,
+                    batch.metrics.makespan_s, batch.metrics.generated_tokens,
+                )  # fmt: skip
+                steps.append(rec)
+                if on_step is not None:
+                    on_step(rec)
+    wall_s = time.perf_counter() - t0
+    trace = rows.trace(f"<recording of {portable_path(pset.source)}>")
+    info = {
+        "prompts": portable_path(pset.source),
+        "num_prompts": num,
+        "endpoints": list(endpoints),
+        "served_model": model,
+        "server_versions": await _server_versions(endpoints, transport),
+        "config": {k: (v.value if isinstance(v, Backend) else v) for k, v in
+                   asdict(config).items()},
+        "run_seed": run_seed,
+        "seed_rule": SEED_RULE if run_seed is not None else "unseeded requests",
+        "started_utc": started.isoformat(timespec="seconds"),
+        "wall_s": wall_s,
+        "steps": [asdict(s) for s in steps],
+        "sibling_copies": copies_info(trace),
+    }
+    return Recording(trace, info)
+
+
+def _rollout_config(config: RecordConfig, per_step: int) -> RolloutConfig:
+    return RolloutConfig(
         num_groups=per_step,
         group_size=config.group_size,
         policy="uniform-requests",
@@ -225,52 +285,21 @@ async def record_rollouts(
         return_token_ids=True,
         moves=False,  # one uninterrupted request per response (what is recorded)
     )
-    rows = _Rows()
-    steps: list[StepRecord] = []
-    started = datetime.datetime.now(datetime.UTC)
-    t0 = time.perf_counter()
-    async with TailSieveRollout(endpoints, rcfg, transport=transport) as ro:
-        down = [r for r in ro.executor.replicas if not r.healthy]
-        if down:
-            raise ReplicaError(
-                "a recording needs every server: "
-                + "; ".join(f"{r.url} does not answer /health ({r.reason})" for r in down)
-            )
-        model = ro.executor.config.model
-        for epoch in range(config.num_epochs):
-            for start in range(0, num, per_step):
-                chunk = [
-                    replace(p, seed=config.request_seed(epoch, k, num))
-                    for k, p in enumerate(pset.prompts[start : start + per_step], start)
-                ]
-                batch = await ro.step(chunk)
-                if ro.num_carried or len(batch.groups) != per_step:  # uniform-requests: never
-                    raise ReplicaError(f"step {batch.step} did not deliver every group")
-                rows.add(batch, epoch, pset.answers)
-                rec = StepRecord(
-                    epoch, batch.step, len(batch.groups), batch.metrics.wall_s,
-                    batch.metrics.makespan_s, batch.metrics.generated_tokens,
-                )  # fmt: skip
-                steps.append(rec)
-                if on_step is not None:
-                    on_step(rec)
-    wall_s = time.perf_counter() - t0
-    versions = await _server_versions(endpoints, transport)
-    info = {
-        "prompts": pset.source,
-        "num_prompts": num,
-        "endpoints": list(endpoints),
-        "served_model": model,
-        "server_versions": versions,
-        "config": {k: (v.value if isinstance(v, Backend) else v) for k, v in
-                   asdict(config).items()},
-        "seed_rule": "sample i of prompt k in epoch e: seed + (e * num_prompts + k) * "
-                     "group_size + i",
-        "started_utc": started.isoformat(timespec="seconds"),
-        "wall_s": wall_s,
-        "steps": [asdict(s) for s in steps],
-    }
-    return Recording(rows.trace(f"<recording of {pset.source}>"), info)
+
+
+def _with_seeds(
+    prompts: Sequence[PromptInput], epoch: int, run_seed: int | None
+) -> tuple[PromptInput, ...]:
+    """The prompts of one epoch, each carrying its group's base seed (None: unseeded)."""
+    return tuple(
+        replace(p, seed=None if run_seed is None else group_seed(run_seed, p.prompt_id, epoch))
+        for p in prompts
+    )
+
+
+def copies_info(trace: Trace) -> dict[str, Any] | None:
+    """The trace's exact sibling copies for the info file (None without token ids)."""
+    return None if trace.token_ids is None else sibling_copies(trace).to_dict()
 
 
 async def _server_versions(endpoints: Sequence[str], transport: Transport | None) -> list[str]:

@@ -47,8 +47,9 @@ PROMPT_BASE = 10_000_000  # prompt token ids: PROMPT_BASE + ord(char) of the pro
 
 
 def token_at(sample: int, position: int) -> int:
-    """The token id sample ``sample`` generates at ``position`` (distinct per sample)."""
-    return sample * 100_000 + position
+    """The token id sample ``sample`` generates at ``position`` (distinct per sample below
+    2**40; larger samples, e.g. 62-bit seeds, fold onto that range so ids fit in int64)."""
+    return (sample % 2**40) * 100_000 + position
 
 
 def prompt_ids(text: str) -> list[int]:

@@ -41,8 +41,8 @@ async def test_disconnect_aborts(make_server: Any, metrics: Any, stream: bool) -
         for t in tasks:
             t.cancel()
         await client.close()  # the client goes away mid-generation
-        took = await wait_for_metric(probe, srv.url, metrics, "vllm:num_requests_running", 0)
-        assert took < 10.0  # at once: 0.01-0.05 s idle; a bound a loaded machine keeps
+        # freed by the abort, not by finishing: the tokens stop short of 8 x 3,000 (below)
+        await wait_for_metric(probe, srv.url, metrics, "vllm:num_requests_running", 0)
         gen = (await metrics(probe, srv.url))["vllm:generation_tokens_total"]
         await asyncio.sleep(0.1)
         m = await metrics(probe, srv.url)

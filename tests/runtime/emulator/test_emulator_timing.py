@@ -90,8 +90,11 @@ async def test_max_num_seqs_queues(make_server: Any, session: aiohttp.ClientSess
         async with make_server(time_scale=0.2, max_num_seqs=2) as srv:
             t0 = time.monotonic()
             task = asyncio.create_task(timed_batch(session, srv.url, 4, 300))
-            await asyncio.sleep(0.05)
             m = await metrics(session, srv.url)
+            while m["vllm:num_requests_running"] + m["vllm:num_requests_waiting"] < 4:
+                assert not task.done(), "the batch ended before all four reached the server"
+                await asyncio.sleep(0.005)  # on state: all four requests arrived
+                m = await metrics(session, srv.url)
             assert m["vllm:num_requests_running"] == 2
             assert m["vllm:num_requests_waiting"] == 2
             await task
