@@ -361,7 +361,13 @@ class LiveExecutor:
         )
         if run.index is not None:
             run.index.on_complete = run.rebalancer.poke  # a check at each response completion
+            run.index.on_moved = run.rebalancer.took_effect  # recorded in its trace
         return asyncio.create_task(run.rebalancer.loop())
+
+    @property
+    def defers_moves(self) -> bool:
+        """A move of a running piece waits for the piece's end (vLLM, unstreamed)."""
+        return self.config.defers_moves
 
     def running_index(self) -> RunningIndex | None:
         """During a re-balanced ``run``: the running responses by replica, kept up to date as

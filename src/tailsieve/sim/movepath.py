@@ -39,7 +39,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from tailsieve.core.balance_check import plan_check
-from tailsieve.core.balance_trace import BalanceTrace
+from tailsieve.core.balance_trace import DEFERRED, MADE, SKIPPED, BalanceTrace, MoveRecord
 from tailsieve.core.balancer import BalanceSettings, Move, ReplicaLoad
 from tailsieve.model.replica_engine import Completion, ReplicaConfig, ReplicaEngine
 from tailsieve.sim.layout import RequestLayout, SimResult, choose_fresh
@@ -171,16 +171,16 @@ class MoveSimulation:
             prefix = st.prefix(i)
             cached = st.cached_prefix(i, d)
             if moved:
-                self._count_move(d, prefix, cached)
+                self._count_move(i, d, prefix, cached, t)
             st.cur[i] = d
             st.started_s[i] = t
             e.submit((i, st.piece_no[i]), st.piece_len(i), prefix, cached_tokens=cached,
                      continuation=True)
 
-    def _count_move(self, dst: int, prefix: int, cached: int) -> None:
-        """A moved response's piece began on ``dst``: the move took effect."""
+    def _count_move(self, i: int, dst: int, prefix: int, cached: int, t: float) -> None:
+        """A moved response's piece began on ``dst`` at ``t``: the move took effect."""
         if self.trace is not None:
-            self.trace.took_effect()
+            self.trace.took_effect(self.state.response(i), t)
         s = self.stats
         s.num_moves += 1
         s.moved_tokens += prefix
@@ -198,28 +198,30 @@ class MoveSimulation:
         moves = [mv for decision in plan_check(
             loads, horizon, bal.seam_s, bal.max_moves_per_check, bal.max_moves_per_decision,
             st.cached, st.cached_on) for mv in decision]
+        made = [self._make(mv, t, loads, horizon) for mv in moves]
         if self.trace is not None:
-            self.trace.record(t, loads, horizon, bal.seam_s, moves, len(moves))
-        for mv in moves:
-            self._make(mv, t, loads, horizon)
+            self.trace.record(t, loads, horizon, bal.seam_s, [
+                MoveRecord.of(mv, st.response(mv.key[0]), d)  # type: ignore[index]
+                for mv, d in zip(moves, made, strict=True)])
 
     def _check_loads(self) -> list[ReplicaLoad]:
         """The loads a check reads, as the live executor sees them (``StepResponses.seen``)."""
         return self.state.seen(replica_loads(self.engines, self.models), self.engines)
 
-    def _make(self, mv: Move, t: float, loads: Sequence[ReplicaLoad], horizon_s: float) -> None:
+    def _make(self, mv: Move, t: float, loads: Sequence[ReplicaLoad], horizon_s: float) -> str:
         """Make one planned move, unless pricing skips it: deferred to the running piece's
-        end, or at once (the running piece's tokens kept, or dropped and decoded again)."""
+        end, or at once (the running piece's tokens kept, or dropped and decoded again).
+        Returns the decision (``core.balance_trace``)."""
         st, rid = self.state, mv.key
         i = rid[0]  # type: ignore[index]
         if self.draft_factor is not None and repriced(
                 mv, loads, horizon_s, self.draft_factor(i, mv.src, mv.dst)) <= 0:
-            return  # the drafts it loses outweigh the balance it gains
+            return SKIPPED  # the drafts it loses outweigh the balance it gains
         if self.defer:
             st.redirect[i] = mv.dst  # moves when its running piece ends
-            return
+            return DEFERRED
         if self.drops and mv.predicted_gain_s <= t - st.started_s[i]:
-            return  # the gain does not cover decoding the running piece again
+            return SKIPPED  # the gain does not cover decoding the running piece again
         src = self.engines[mv.src]
         g = src.tokens_so_far(rid)
         src.abort(rid)
@@ -233,6 +235,7 @@ class MoveSimulation:
         st.ran(i, mv.src, g)
         st.left(i, mv.src)
         self._send(i, mv.dst, t + self.balance.seam_s, True)
+        return MADE
 
     def on_cutoff(self, t: float) -> None:
         """The ``k``-th fresh group completed: the unchosen fresh groups are aborted wherever
