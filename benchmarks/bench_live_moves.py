@@ -18,7 +18,8 @@ the simulator does?
 4. Sim: ``SimExecutor`` on exactly each live plan and lengths, with its own moves (pieces as
    the live lane ran them), its checks recorded the same way.
 5. Check by check (``core.trace_compare``): each step's live and simulated checks paired in
-   time order; where they part (the state seen, the candidates, the gains, the decisions,
+   order by their place in the step (the simulated times scaled by the live step's length
+   over the simulated one's); where they part (the state seen, the candidates, the gains, the decisions,
    whether a move took effect), and the first check where their moves part.
 
 Written to ``--out``: ``live_moves.json`` (per step: live and simulated moves by decision and
@@ -101,7 +102,9 @@ async def amain(args: argparse.Namespace, endpoints: list[str], kind: str) -> di
         o = sim.run(s.plan, lambda pid, _st: [lengths(pid, j) for j in range(n)])
         tr = sim.last_trace
         gap = s.plan.balance.interval_s / 2 if s.plan.balance is not None else None
-        cmp = compare(s.trace, tr, gap) if s.trace is not None and tr is not None else None
+        scale = s.outcome.makespan_s / o.makespan_s if o.makespan_s > 0 else 1.0
+        cmp = (compare(s.trace, tr, gap, sim_time_scale=scale)
+               if s.trace is not None and tr is not None else None)
         rows.append({
             "step": s.plan.step, "is_flush": s.plan.is_flush, "balance": s.plan.balance is not None,
             "live_moves_asked": s.num_moves, "live_moves": s.num_effective,

@@ -36,6 +36,10 @@ def test_pairs_keep_their_order_when_one_side_runs_slower() -> None:
     live = [_check(t) for t in (0.5, 1.0, 1.5, 2.0)]
     sim = [_check(t * 1.15) for t in (0.5, 1.0, 1.5, 2.0)]  # 15% longer: drifts by 0.3 s
     assert pair_checks(live, sim, gap_s=0.25) == [(0, 0), (1, 1), (2, 2), (3, 3)]
+    slow = [_check(t * 1.8) for t in (0.5, 1.0, 1.5, 2.0)]  # its step ran 1.8x as long
+    by_place = [(0, 0), (1, 1), (2, 2), (3, 3)]
+    assert pair_checks(live, slow, gap_s=0.1) != by_place
+    assert pair_checks(live, slow, gap_s=0.1, b_scale=1 / 1.8) == by_place
 
 
 def test_a_check_on_one_side_only_is_left_alone_where_it_happened() -> None:
@@ -47,6 +51,8 @@ def test_a_check_on_one_side_only_is_left_alone_where_it_happened() -> None:
     assert pair_checks(live[:1], far, gap_s=0.5) == [(0, None), (None, 0)]
     with pytest.raises(ConfigError, match="gap_s"):
         pair_checks(live, sim, gap_s=0.0)
+    with pytest.raises(ConfigError, match="b_scale"):
+        pair_checks(live, sim, gap_s=0.1, b_scale=0.0)
 
 
 @settings(max_examples=60, deadline=None)

@@ -2,7 +2,8 @@
 
 ``pair_checks`` aligns two traces' checks in time order (each pair costs the time between its
 checks; a check left without a partner costs ``gap_s``; the cheapest alignment wins, so the
-pairs keep their order within the step even when one side ran faster). ``differences`` says
+pairs keep their order within the step). When one side ran faster, ``b_scale`` (the live
+step's length over the simulated one's) pairs checks by their place in the step instead. ``differences`` says
 what two paired checks saw or decided differently:
 
 - ``state``: the replicas' running counts, or a replica's context beyond ``context_rel``;
@@ -49,13 +50,14 @@ class Parting:
 
 
 def pair_checks(a: Sequence[CheckRecord], b: Sequence[CheckRecord], gap_s: float,
-                ) -> list[tuple[int | None, int | None]]:
+                b_scale: float = 1.0) -> list[tuple[int | None, int | None]]:
     """The cheapest order-keeping alignment of ``a``'s and ``b``'s checks: pairs ``(i, j)``,
     and ``(i, None)`` / ``(None, j)`` for checks left alone, in time order. A pair costs
-    ``|t_a - t_b|``, a check alone ``gap_s`` (so checks more than ``2 gap_s`` apart are never
-    paired)."""
-    if gap_s <= 0:
-        raise ConfigError(f"gap_s must be > 0, got {gap_s}")
+    ``|t_a - b_scale * t_b|``, a check alone ``gap_s`` (so checks more than ``2 gap_s`` apart
+    are never paired)."""
+    if gap_s <= 0 or b_scale <= 0:
+        raise ConfigError(f"gap_s and b_scale must be > 0, got {gap_s} and {b_scale}")
+    tb = [b_scale * c.t_s for c in b]
     n, m = len(a), len(b)
     cost = [[0.0] * (m + 1) for _ in range(n + 1)]
     step = [[0] * (m + 1) for _ in range(n + 1)]  # 0: a pair, 1: a's check alone, 2: b's
@@ -65,7 +67,7 @@ def pair_checks(a: Sequence[CheckRecord], b: Sequence[CheckRecord], gap_s: float
                 continue
             options = []
             if i and j:
-                options.append((cost[i - 1][j - 1] + abs(a[i - 1].t_s - b[j - 1].t_s), 0))
+                options.append((cost[i - 1][j - 1] + abs(a[i - 1].t_s - tb[j - 1]), 0))
             if i:
                 options.append((cost[i - 1][j] + gap_s, 1))
             if j:
@@ -77,15 +79,15 @@ def pair_checks(a: Sequence[CheckRecord], b: Sequence[CheckRecord], gap_s: float
         kind = step[i][j]
         out.append((i - 1 if kind < 2 else None, j - 1 if kind != 1 else None))
         i, j = i - (kind < 2), j - (kind != 1)
-    return _alone_in_time_order(out[::-1], a, b)
+    return _alone_in_time_order(out[::-1], a, tb)
 
 
 def _alone_in_time_order(pairs: list[tuple[int | None, int | None]],
-                         a: Sequence[CheckRecord], b: Sequence[CheckRecord],
+                         a: Sequence[CheckRecord], tb: Sequence[float],
                          ) -> list[tuple[int | None, int | None]]:
     """``pairs`` with each run of checks left alone between two pairs in time order."""
     def t(p: tuple[int | None, int | None]) -> float:
-        return a[p[0]].t_s if p[0] is not None else b[p[1]].t_s  # type: ignore[index]
+        return a[p[0]].t_s if p[0] is not None else tb[p[1]]  # type: ignore[index]
 
     out: list[tuple[int | None, int | None]] = []
     run: list[tuple[int | None, int | None]] = []
@@ -124,12 +126,14 @@ def differences(a: CheckRecord, b: CheckRecord, context_rel: float = 0.1,
 
 
 def compare(live: BalanceTrace, sim: BalanceTrace, gap_s: float | None = None,
-            context_rel: float = 0.1, gain_rel: float = 0.25) -> dict[str, Any]:
+            context_rel: float = 0.1, gain_rel: float = 0.25,
+            sim_time_scale: float = 1.0) -> dict[str, Any]:
     """Where a live step's checks and the simulator's part (see the module docstring).
     ``gap_s``: the pairing's cost of a check left alone (default: half the median time
-    between the simulator's checks)."""
+    between the simulator's checks); ``sim_time_scale``: the simulator's check times are
+    scaled by it to pair (``pair_checks``'s ``b_scale``)."""
     gap = gap_s if gap_s is not None else _half_spacing(sim.checks or live.checks)
-    pairs = pair_checks(live.checks, sim.checks, gap)
+    pairs = pair_checks(live.checks, sim.checks, gap, sim_time_scale)
     partings: list[Parting] = []
     alone_quiet = 0
     for i, j in pairs:
@@ -148,7 +152,7 @@ def compare(live: BalanceTrace, sim: BalanceTrace, gap_s: float | None = None,
     counts = {k: sum(1 for p in partings if k in p.kinds) for k in (*KINDS, "unpaired")}
     a, b = live.summary(), sim.summary()
     return {
-        "gap_s": round(gap, 4), "num_pairs": sum(1 for i, j in pairs if i is not None
+        "gap_s": round(gap, 4), "sim_time_scale": round(sim_time_scale, 4), "num_pairs": sum(1 for i, j in pairs if i is not None
                                                  and j is not None),
         "alone_without_moves": alone_quiet, "partings_by_kind": counts,
         "first_parting": partings[0].as_dict(live, sim) if partings else None,
