@@ -102,8 +102,8 @@ async def amain(args: argparse.Namespace, endpoints: list[str], kind: str) -> di
         o = sim.run(s.plan, lambda pid, _st: [lengths(pid, j) for j in range(n)])
         tr = sim.last_trace
         gap = s.plan.balance.interval_s / 2 if s.plan.balance is not None else None
-        scale = s.outcome.makespan_s / o.makespan_s if o.makespan_s > 0 else 1.0
-        cmp = (compare(s.trace, tr, gap, sim_time_scale=scale)
+        pace = s.outcome.makespan_s / o.makespan_s if o.makespan_s > 0 else 1.0
+        cmp = (compare(s.trace, tr, gap, sim_time_scale=pace)
                if s.trace is not None and tr is not None else None)
         rows.append({
             "step": s.plan.step, "is_flush": s.plan.is_flush, "balance": s.plan.balance is not None,
