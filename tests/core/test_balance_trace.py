@@ -70,3 +70,15 @@ def test_a_record_is_validated() -> None:
         CheckRecord(0.0, (1, 2), (1.0,), (0, 1), 1.0, 0.0)
     with pytest.raises(ConfigError, match="decision 'moved'"):
         MoveRecord(("p", 0), 0, 1, 10, 0.5, "moved")
+
+
+def test_a_move_made_before_its_check_is_recorded_may_take_effect_first() -> None:
+    """A live check makes its decisions with the event loop free between them."""
+    mv = Move(("p0", 0), 0, 1, 1000, 1000, 0.5)
+    rec = MoveRecord.of(mv, mv.key, MADE)
+    tr = BalanceTrace()
+    tr.made(rec)
+    tr.took_effect(("p0", 0), 1.2)
+    tr.record(1.0, _loads(), 10.0, 0.01, [rec])
+    tr.took_effect(("p0", 0), 5.0)  # nothing open: the record keeps its first effect
+    assert tr.checks[0].moves[0].effective_s == 1.2 and tr.num_effective == 2

@@ -132,8 +132,13 @@ class BalanceTrace:
             tuple(float(ld.context_tokens) for ld in loads),
             tuple(ld.replica for ld in loads), horizon_s, seam_s, tuple(moves)))
         for m in moves:
-            if m.made:
+            if m.made and m.effective_s is None:
                 self._open[m.response] = m
+
+    def made(self, move: MoveRecord) -> None:
+        """``move`` was made before its check is recorded (a live check makes its decisions
+        with the event loop free between them): it may take effect before ``record``."""
+        self._open[move.response] = move
 
     def took_effect(self, response: Hashable, t_s: float) -> None:
         """The last move made of ``response`` took effect at ``t_s`` (its next piece began on

@@ -279,7 +279,9 @@ class LiveRebalancer:
                 self._planned.append(MoveRecord.of(mv, key, REFUSED))
                 continue
             waits = defers and _bound_elsewhere(self._index.get(key))  # its piece runs on
-            self._planned.append(MoveRecord.of(mv, key, DEFERRED if waits else MADE))
+            rec = MoveRecord.of(mv, key, DEFERRED if waits else MADE)
+            self._planned.append(rec)
+            self.trace.made(rec)
             made += 1
             self._moved_now.add(key)
             self._cache.setdefault((pid, sample), {})[mv.src] = mv.prefix_tokens
