@@ -17,10 +17,14 @@ the simulator does?
    piece began on another replica).
 4. Sim: ``SimExecutor`` on exactly each live plan and lengths, with its own moves (pieces as
    the live lane ran them), its checks recorded the same way.
+5. Check by check (``core.trace_compare``): each step's live and simulated checks paired in
+   order by their place in the step (the simulated times scaled by the live step's length
+   over the simulated one's); where they part (the state seen, the candidates, the gains, the decisions,
+   whether a move took effect), and the first check where their moves part.
 
-Written to ``--out``: ``live_moves.json`` (per step: live and simulated moves asked for and
-taken effect, checks, the mean imbalance each saw; the ratio live / sim in total) and
-``live_moves.md``.
+Written to ``--out``: ``live_moves.json`` (per step: live and simulated moves by decision and
+taken effect, checks, where the two part, every check of both; the ratio live / sim in total)
+and ``live_moves.md``.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from real_engine.predict import sim_pools
 from real_engine.profiles import measure
 from real_engine.servers import Servers, log, prompt_tokens, served_model
 
-from tailsieve.core.balance_trace import compare
+from tailsieve.core.trace_compare import compare
 from tailsieve.runtime.backends import PromptInput
 from tailsieve.runtime.replay import ReplayLengths
 from tailsieve.sim.executor import SimExecutor
@@ -97,7 +101,10 @@ async def amain(args: argparse.Namespace, endpoints: list[str], kind: str) -> di
     for s in live:
         o = sim.run(s.plan, lambda pid, _st: [lengths(pid, j) for j in range(n)])
         tr = sim.last_trace
-        cmp = compare(s.trace, tr) if s.trace is not None and tr is not None else None
+        gap = s.plan.balance.interval_s / 2 if s.plan.balance is not None else None
+        pace = s.outcome.makespan_s / o.makespan_s if o.makespan_s > 0 else 1.0
+        cmp = (compare(s.trace, tr, gap, sim_time_scale=pace)
+               if s.trace is not None and tr is not None else None)
         rows.append({
             "step": s.plan.step, "is_flush": s.plan.is_flush, "balance": s.plan.balance is not None,
             "live_moves_asked": s.num_moves, "live_moves": s.num_effective,
@@ -112,6 +119,9 @@ async def amain(args: argparse.Namespace, endpoints: list[str], kind: str) -> di
     reg = [r for r in rows if r["balance"]]
     live_total = sum(r["live_moves"] for r in reg)
     sim_total = sum(r["sim_moves"] for r in reg)
+    by_decision = {side: _sum_counts(r["checks"]["moves"][side] for r in reg if r["checks"])
+                   for side in ("live", "sim")}
+    partings = _sum_counts(r["checks"]["partings_by_kind"] for r in reg if r["checks"])
     return {
         "what": "moves per step that took effect, live rebalancer vs the simulator on the "
                 "same plans and forced lengths",
@@ -124,6 +134,7 @@ async def amain(args: argparse.Namespace, endpoints: list[str], kind: str) -> di
         "live_moves_per_step": round(live_total / max(len(reg), 1), 2),
         "sim_moves_per_step": round(sim_total / max(len(reg), 1), 2),
         "ratio_live_over_sim": round(live_total / sim_total, 3) if sim_total else None,
+        "moves_by_decision": by_decision, "partings_by_kind": partings,
         "steps_detail": rows,
     }
 
@@ -150,7 +161,41 @@ def write_md(res: dict[str, Any], path: Path) -> None:
             f"| {c['sim'].get('num_checks', '-')} | {c['live'].get('mean_imbalance', '-')} | "
             f"{c['sim'].get('mean_imbalance', '-')} | {r['live_makespan_s']} | "
             f"{r['sim_makespan_s']} |")
+    lines += ["", "## Check by check", "",
+              f"Moves by decision over the balance steps: live {res['moves_by_decision']['live']}"
+              f", sim {res['moves_by_decision']['sim']}. Paired checks that part, by what "
+              f"differed: {res['partings_by_kind']}.", "",
+              "| step | pairs | partings (state / candidate / gain / decision / effect / "
+              "unpaired) | first check whose moves part: live t, sim t | what differed |",
+              "|---:|---:|---|---|---|"]
+    for r in res["steps_detail"]:
+        c = r["checks"]
+        if not c:
+            continue
+        k = c["partings_by_kind"]
+        first = c["first_move_parting"]
+        where = "-" if first is None else " / ".join(
+            "-" if x is None else f"{x['t_s']} s ({_moves_text(x)})"
+            for x in (first["live"], first["sim"]))
+        lines.append(f"| {r['step']} | {c['num_pairs']} | {k['state']} / {k['candidate']} / "
+                     f"{k['gain']} / {k['decision']} / {k['effect']} / {k['unpaired']} | "
+                     f"{where} | {', '.join(first['kinds']) if first else '-'} |")
     path.write_text("\n".join(lines) + "\n")
+
+
+def _moves_text(check: dict[str, Any]) -> str:
+    """A check's moves as ``response src->dst decision[, took effect]``."""
+    return "; ".join(
+        f"{m['response'][0]}#{m['response'][1]} {m['src']}->{m['dst']} {m['decision']}"
+        f"{' +' if m['effective_s'] is not None else ''}" for m in check["moves"]) or "none"
+
+
+def _sum_counts(counts: Any) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for c in counts:
+        for k, v in c.items():
+            out[k] = out.get(k, 0) + v
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -203,7 +203,8 @@ def test_bench_live_moves_emulated(tmp_path: Path) -> None:
     for r in res["steps_detail"]:
         assert r["live_moves"] <= r["live_moves_asked"]
         if r["balance"]:  # both traces recorded (a step this small may end before a check)
-            assert {"live", "sim", "effective_ratio"} <= set(r["checks"])
+            assert {"live", "sim", "effective_ratio", "partings_by_kind",
+                    "first_move_parting"} <= set(r["checks"])
             assert r["checks"]["live"]["effective"] == r["live_moves"]
     assert "ratio live/sim" in (tmp_path / "live_moves.md").read_text()
 

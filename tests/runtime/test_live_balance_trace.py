@@ -10,6 +10,7 @@ from test_continuation import URLS, ccfg, lengths_fn
 from test_live_executor import prompts_for
 from test_live_rebalance import BALANCE, COSTS, IDS, TABLE, piled_plan
 
+from tailsieve.core.balance_trace import DEFERRED, REFUSED
 from tailsieve.runtime.executor import LiveExecutor
 from tailsieve.runtime.running_index import RunningIndex
 from tailsieve.runtime.stub import StubTransport
@@ -31,6 +32,17 @@ def test_a_live_step_records_its_checks_and_the_moves_that_took_effect() -> None
     first = trace.checks[0]
     assert sum(first.num_running) == len(IDS) * plan.group_size  # every response, piled
     assert all(c.t_s >= 0 for c in trace.checks)
+    # each move as the simulator records it: its candidate, gain and decision (unstreamed
+    # vLLM pieces: deferred to the piece's end), and when it took effect
+    moves = trace.moves
+    assert {m.decision for m in moves} <= {DEFERRED, REFUSED} and DEFERRED in {
+        m.decision for m in moves}
+    assert all(m.response[0] in IDS and m.src != m.dst and m.gain_s > 0 for m in moves)
+    took = [m for m in moves if m.effective_s is not None]
+    assert len(took) == trace.num_effective
+    for m in took:
+        made_at = next(c.t_s for c in trace.checks if m in c.moves)
+        assert m.made and m.effective_s >= made_at
 
 
 def test_a_response_completion_tells_the_index_listener() -> None:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tailsieve.cli.main import main
-from tailsieve.record.prompt_file import read_prompt_set
+from tailsieve.runtime.prompt_file import read_prompt_set
 from tailsieve.sim.api import simulate
 from tailsieve.workload import load_workload, read_trace
 from tailsieve.workload.copies import sibling_copies

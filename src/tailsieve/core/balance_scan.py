@@ -11,10 +11,8 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from operator import itemgetter
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from tailsieve.core.balancer import ReplicaLoad
+from tailsieve.core.replica_load import ReplicaLoad
 
 __all__ = ["Groups", "best_for", "plateau_len"]
 

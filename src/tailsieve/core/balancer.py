@@ -45,12 +45,10 @@ from itertools import islice
 from operator import itemgetter
 
 from tailsieve.core.balance_scan import Groups, best_for, plateau_len
+from tailsieve.core.replica_load import ReplicaLoad, Running
 from tailsieve.errors import ConfigError
 
-__all__ = ["BalanceSettings", "Move", "ReplicaLoad", "iter_moves", "plan_moves"]
-
-Running = Sequence[tuple[Hashable, int]]  # (key, context tokens) of the running responses
-
+__all__ = ["BalanceSettings", "Move", "ReplicaLoad", "Running", "iter_moves", "plan_moves"]
 
 @dataclass(frozen=True, slots=True)
 class BalanceSettings:
@@ -82,35 +80,6 @@ class BalanceSettings:
         long) nor below one interval."""
         left = self.expected_step_s - elapsed_s if self.expected_step_s > 0 else self.horizon_s
         return max(left, elapsed_s, self.interval_s)
-
-
-@dataclass(slots=True)
-class ReplicaLoad:
-    """One replica's load and its decode/prefill cost model (read, never changed, by
-    ``plan_moves``; not frozen because a check builds one per replica and a frozen
-    dataclass is about 7x slower to build)."""
-
-    replica: int
-    num_running: int  # b
-    context_tokens: float  # C: prompt + generated tokens held by the running responses
-    running: Callable[[], Running]  # the running responses, read only when needed
-    tau: Callable[[int], float]  # seconds per decode iteration at b running (effective)
-    context_s_per_token: float  # k: seconds per iteration per context token held
-    prefill_s_per_token: float  # seconds to prefill one uncached prefix token (recompute rate)
-    prefill_s: float = 0.0  # fixed cost per admitted continuation, seconds
-    accepts: bool = True  # may receive moves (False: e.g. a replica with queued requests)
-    pool: int = 0  # moves stay within a pool (the tail pool and the bulk pool differ)
-
-    @classmethod
-    def of(cls, replica: int, running: Running, tau: Callable[[int], float],
-           context_s_per_token: float, prefill_s_per_token: float, **kw: object) -> ReplicaLoad:
-        """A load from an explicit list of ``(key, context tokens)``."""
-        items = tuple(running)
-        return cls(replica, len(items), float(sum(map(_INDEX, items))), lambda: items, tau,
-                   context_s_per_token, prefill_s_per_token, **kw)  # type: ignore[arg-type]
-
-    def cost_s(self, b: int, context: float) -> float:
-        return self.tau(b) + self.context_s_per_token * context if b > 0 else 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tailsieve.control.base import Controller
+from tailsieve.core.controller import Controller
 from tailsieve.core.outcome import StepOutcome
 from tailsieve.core.plan import GroupAssignment, StepPlan
 from tailsieve.core.pool import Pool

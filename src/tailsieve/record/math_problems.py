@@ -30,13 +30,11 @@ from typing import Any
 import numpy as np
 
 from tailsieve.errors import ConfigError
+from tailsieve.workload.shipped import SHIPPED_PROMPTS as SHIPPED_PROMPTS  # the shipped set
 
 NUM_LEVELS = 5
 SHIPPED_SEED = 2028
 SHIPPED_PER_LEVEL = 64
-SHIPPED_PROMPTS = Path(__file__).resolve().parent.parent / "workload" / "data" / (
-    "math-word-problems.jsonl"
-)
 INSTRUCTION = "Solve the problem step by step. End with a last line of the form 'Answer: <number>'."
 
 _NAMES = ("Ava", "Ben", "Chloe", "Dev", "Emma", "Farid", "Grace", "Hiro", "Iris", "Jonas",

@@ -37,11 +37,11 @@ from typing import Any
 
 from tailsieve.errors import ConfigError, ReplicaError
 from tailsieve.record.math_problems import check_answer
-from tailsieve.record.prompt_file import PromptSet
 from tailsieve.record.seeds import MAX_SEED, SEED_RULE, check_distinct, draw_run_seed, group_seed
 from tailsieve.runtime import event_loop
 from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
 from tailsieve.runtime.lean_http import LeanTransport
+from tailsieve.runtime.prompt_file import PromptSet
 from tailsieve.runtime.rollout import RolloutBatch, RolloutConfig, TailSieveRollout
 from tailsieve.runtime.transport import Transport
 from tailsieve.workload.copies import sibling_copies

@@ -73,6 +73,12 @@ class ExecutorConfig:
         if self.request_timeout_s is not None and self.request_timeout_s <= 0:
             raise ConfigError(f"request_timeout_s must be > 0, got {self.request_timeout_s}")
 
+    @property
+    def defers_moves(self) -> bool:
+        """A move waits for the running piece's end: vLLM pieces, unstreamed (cancelling one
+        would drop what it generated)."""
+        return not self.stream and self.backend is not Backend.SGLANG
+
 
 class RequestFailedError(RequestError):
     """A request error that retries could not fix (or that is not retryable); ``sample`` is

@@ -168,7 +168,7 @@ class ChainedAttempt:
         if self._index is not None:
             self._index.set_replica((self._prompt.prompt_id, sample), replica, self)
         req = self._inflight.get(sample)
-        if req is None or req.done() or self._defers_moves:
+        if req is None or req.done() or self._cfg.defers_moves:
             return True
         rid = self._rids.get(sample)
         if self._cfg.backend is Backend.SGLANG and not self._cfg.stream and rid is not None:
@@ -194,12 +194,6 @@ class ChainedAttempt:
             part = self._partial.get(sample)
             ids = part.prompt_ids if part is not None else None
         return len(ids or ())
-
-    @property
-    def _defers_moves(self) -> bool:
-        """A move waits for the running piece's end: vLLM pieces, unstreamed (cancelling one
-        would drop what it generated)."""
-        return not self._cfg.stream and self._cfg.backend is not Backend.SGLANG
 
     def running_piece(self, sample: int, now: float | None = None) -> tuple[int, float, int] | None:
         """``(replica, age_s, cap_tokens)`` of the unstreamed running piece of ``sample``: the
@@ -281,6 +275,8 @@ class ChainedAttempt:
             prev = self._piece_replica.get(i)
             if prev is not None and prev != replica and not relocated:
                 self.stats.num_moved_pieces += 1
+                if self._index is not None:
+                    self._index.moved((pid, i), self)
             relocated = False
             self._piece_replica[i] = replica
             req = asyncio.ensure_future(

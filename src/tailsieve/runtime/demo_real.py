@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tailsieve.errors import ConfigError
-from tailsieve.record.prompt_file import read_prompt_set
 from tailsieve.runtime.backends import Backend, SamplingParams
 from tailsieve.runtime.demo import PolicyResult, record_batch, write_run
 from tailsieve.runtime.launcher import LaunchConfig, VllmFleet
 from tailsieve.runtime.profiler import ProfileSettings, mean_profile, profile_endpoints
+from tailsieve.runtime.prompt_file import read_prompt_set
 from tailsieve.runtime.rollout import RolloutConfig, TailSieveRollout
 from tailsieve.runtime.step_state import StepProgress
 

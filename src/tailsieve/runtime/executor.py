@@ -374,6 +374,7 @@ class LiveExecutor:
         )
         if run.index is not None:
             run.index.on_complete = run.rebalancer.poke  # a check at each response completion
+            run.index.on_moved = run.rebalancer.took_effect  # recorded in its trace
         task = asyncio.create_task(run.rebalancer.loop())
         task.add_done_callback(lambda t: self._balance_crashed(run, t))
         return task
@@ -390,6 +391,11 @@ class LiveExecutor:
             run.index.on_complete = None
         logger.error("step %d: the live rebalancer crashed; moves are off for the rest of "
                      "the step", run.plan.step, exc_info=exc)
+
+    @property
+    def defers_moves(self) -> bool:
+        """A move of a running piece waits for the piece's end (vLLM, unstreamed)."""
+        return self.config.defers_moves
 
     def running_index(self) -> RunningIndex | None:
         """During a re-balanced ``run``: the running responses by replica, kept up to date as

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
 from tailsieve.core.balance_check import plan_check
-from tailsieve.core.balance_trace import BalanceTrace
+from tailsieve.core.balance_trace import DEFERRED, MADE, REFUSED, BalanceTrace, MoveRecord
 from tailsieve.core.balancer import BalanceSettings, Move, ReplicaLoad, Running
 from tailsieve.model.replica_config import ReplicaConfig
 from tailsieve.runtime.progress_clock import ProgressClock
@@ -85,7 +85,9 @@ class MoveTally:
 class Mover(Protocol):
     """What the rebalancer needs from the executor (``LiveExecutor`` is one). An executor that
     also has ``running_index() -> RunningIndex | None`` is read through it (O(replicas) per
-    check) instead of ``running_responses`` (O(running responses))."""
+    check) instead of ``running_responses`` (O(running responses)); one whose
+    ``defers_moves`` is true makes a move of a running piece at the piece's end (recorded as
+    deferred)."""
 
     def running_responses(self) -> list[LiveResponse]: ...
 
@@ -116,7 +118,12 @@ class LiveRebalancer:
     _last_s: float = 0.0
     trace: BalanceTrace = field(default_factory=BalanceTrace)  # every check's inputs, decision
     _open: tuple[float, list[ReplicaLoad], float] | None = None  # the check being made
-    _planned: list[Move] = field(default_factory=list)  # its moves planned so far
+    _planned: list[MoveRecord] = field(default_factory=list)  # its moves and decisions so far
+
+    def took_effect(self, key: tuple[str, int]) -> None:
+        """A moved response's next piece began on its destination (``RunningIndex.on_moved``):
+        its move took effect now."""
+        self.trace.took_effect(key, self.clock())
 
     def poke(self) -> None:
         """A response completed: check now if half an interval has passed since the last
@@ -239,7 +246,7 @@ class LiveRebalancer:
         """The check is over: record what it saw and decided in ``trace``."""
         if self._open is not None:
             now, loads, horizon = self._open
-            self.trace.record(now, loads, horizon, self.settings.seam_s, self._planned, made)
+            self.trace.record(now, loads, horizon, self.settings.seam_s, self._planned)
             self._open = None
 
     @staticmethod
@@ -264,12 +271,17 @@ class LiveRebalancer:
 
     def _make(self, moves: list[Move]) -> int:
         made = 0
-        self._planned += moves
+        defers = getattr(self.executor, "defers_moves", False)
         for mv in moves:
             key: tuple[str, int] = mv.key  # type: ignore[assignment]
             pid, sample = key
             if not self.executor.move(pid, sample, mv.dst):
+                self._planned.append(MoveRecord.of(mv, key, REFUSED))
                 continue
+            waits = defers and _bound_elsewhere(self._index.get(key))  # its piece runs on
+            rec = MoveRecord.of(mv, key, DEFERRED if waits else MADE)
+            self._planned.append(rec)
+            self.trace.made(rec)
             made += 1
             self._moved_now.add(key)
             self._cache.setdefault((pid, sample), {})[mv.src] = mv.prefix_tokens

@@ -66,6 +66,7 @@ class RunningIndex:
     _owned: dict[object, list[Key]] = field(default_factory=dict)  # owner -> its keys
     _num_pieces: int = 0  # pieces started (numbers them)
     on_complete: Callable[[], None] | None = None  # told of each response completion
+    on_moved: Callable[[Key], None] | None = None  # told when a move takes effect
 
     # -- events ------------------------------------------------------------------------------
 
@@ -97,6 +98,11 @@ class RunningIndex:
         self.remove(key, owner)
         if self.on_complete is not None:
             self.on_complete()
+
+    def moved(self, key: Key, owner: object = None) -> None:
+        """A moved response's next piece began on its new replica: ``on_moved`` is told."""
+        if self.on_moved is not None and self._get(key, owner) is not None:
+            self.on_moved(key)
 
     def drop_owner(self, owner: object) -> None:
         """Every response ``owner`` reported (its group stopped running)."""

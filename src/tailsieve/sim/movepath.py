@@ -35,93 +35,266 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from tailsieve.core.balance_check import plan_check
-from tailsieve.core.balance_drafts import reprice_gain
-from tailsieve.core.balance_trace import BalanceTrace
-from tailsieve.core.balancer import BalanceSettings, Move, ReplicaLoad, Running
-from tailsieve.errors import ConfigError
+from tailsieve.core.balance_trace import DEFERRED, MADE, SKIPPED, BalanceTrace, MoveRecord
+from tailsieve.core.balancer import BalanceSettings, Move, ReplicaLoad
 from tailsieve.model.replica_engine import Completion, ReplicaConfig, ReplicaEngine
 from tailsieve.sim.layout import RequestLayout, SimResult, choose_fresh
+from tailsieve.sim.move_state import StepResponses, cost_models, replica_loads, repriced
+from tailsieve.sim.pieces import MoveStats, Piece, PieceSettings
 
-Piece = tuple[int, int, int]  # (replica, first token index, end token index) of one piece
+__all__ = ["MoveSimulation", "MoveStats", "Piece", "PieceSettings", "cost_models",
+           "replica_loads", "simulate_with_moves"]
 
-
-@dataclass(frozen=True, slots=True)
-class PieceSettings:
-    """How the live runtime runs a continued response: pieces of bounded length."""
-
-    piece_tokens: int  # max tokens per piece
-    seam_s: float = 0.0  # a piece end on the same replica: the response waits this long (round
-    # trip); its continuation is charged like any (prefill_s + uncached prefix)
-    keeps_running_piece: bool = False  # a move keeps the running piece's tokens (streaming)
-    defer_moves: bool = True  # a move waits for the running piece's end, as the live runtime
-    # does on vLLM (False: it cuts the piece, whose tokens are decoded again)
-    stream_interval: int = 1  # with keeps_running_piece: tokens per streamed chunk (vLLM's
-    # stream_interval); a move keeps the tokens streamed, the first at once and then every
-    # ``stream_interval``, and the rest of the running piece is decoded again
-
-    def __post_init__(self) -> None:
-        if self.piece_tokens < 1:
-            raise ConfigError(f"piece_tokens must be >= 1, got {self.piece_tokens}")
-        if self.seam_s < 0:
-            raise ConfigError(f"piece seam_s must be >= 0, got {self.seam_s}")
-        if self.stream_interval < 1:
-            raise ConfigError(f"stream_interval must be >= 1, got {self.stream_interval}")
-
-    @classmethod
-    def streamed(cls, stream_interval: int = 1) -> PieceSettings:
-        """One piece per response until it moves, streamed in chunks of ``stream_interval``
-        tokens (a move keeps what was streamed)."""
-        return cls(piece_tokens=2**62, keeps_running_piece=True, defer_moves=False,
-                   stream_interval=stream_interval)
-
-    def kept_on_move(self, generated: int) -> int:
-        """Tokens of a running piece a move keeps, of ``generated``: all of them without
-        pieces' loss (streaming, SGLang's abort), else the streamed chunks."""
-        k = self.stream_interval
-        if k <= 1 or generated <= 1:
-            return generated
-        return 1 + (generated - 1) // k * k
+Arrival = tuple[float, int, int, int, bool]  # (time, order, request, replica, after a move)
 
 
-@dataclass(slots=True)
-class MoveStats:
-    """What moving cost in one step."""
+class MoveSimulation:
+    """One plan simulated with re-balancing: the step's state, and one handler per event.
 
-    num_moves: int = 0
-    moved_tokens: int = 0  # prefix tokens carried by continuations (prompt + generated)
-    prefill_tokens: int = 0  # of them, not in the destination's prefix cache
-    prefill_s: float = 0.0  # destination stall for those prefills, seconds
-    num_checks: int = 0  # re-balance checks made
-    dropped_tokens: int = 0  # tokens of running pieces a move dropped (decoded again)
-    pieces: list[list[Piece]] = field(default_factory=list)  # per request: its chain
+    Events, in the order ``run`` meets them: a response's next piece arrives on its replica
+    (``on_arrivals``: after a seam or a move); a re-balance check is due (``on_check``); a
+    replica completes pieces (``on_completions``, which hands each to ``_on_piece_end`` or
+    ``_on_response_done``). The cutoff (``on_cutoff``) follows whichever event completed the
+    ``k``-th fresh group. ``simulate_with_moves`` documents the arguments."""
 
+    def __init__(self, layout: RequestLayout, configs: Sequence[ReplicaConfig], k: int,
+                 balance: BalanceSettings, keep_pieces: bool = False,
+                 tail_replicas: Sequence[int] = (), pieces: PieceSettings | None = None,
+                 trace: BalanceTrace | None = None,
+                 draft_factor: Callable[[int, int, int], float] | None = None) -> None:
+        self.layout, self.configs, self.k, self.balance = layout, configs, k, balance
+        self.pieces, self.trace, self.draft_factor = pieces, trace, draft_factor
+        nreq = int(layout.lengths.size)
+        self.engines = [ReplicaEngine(c) for c in configs]
+        self.models = cost_models(configs, frozenset(tail_replicas), nreq + 2)
+        self.defer = pieces is not None and pieces.defer_moves and not pieces.keeps_running_piece
+        self.drops = pieces is not None and not pieces.keeps_running_piece and not self.defer
+        st = self.state = StepResponses(layout, len(configs),
+                                        pieces.piece_tokens if pieces is not None else None,
+                                        keep_pieces, self.drops)
+        self.stats = MoveStats(pieces=st.chains)
+        self.done = np.full(nreq, np.inf)  # per request: completion time
+        self.left = np.full(layout.num_groups, layout.group_size, dtype=np.int64)  # unfinished
+        self.group_done = np.full(layout.num_groups, np.inf)  # per group: completion time
+        self.pending: list[Arrival] = []  # pieces on their way to a replica (a heap)
+        self.seq = 0  # arrivals pushed so far (orders equal times)
+        self.fresh_done = 0  # fresh groups complete
+        self.finished = 0  # responses complete
+        self.chosen: np.ndarray | None = None  # per group: delivered (set at the cutoff)
+        self.cutoff_s = 0.0
+        for r, idx in enumerate(layout.replica_requests):
+            for i in idx.tolist():
+                self.engines[r].submit((i, 0), st.piece_len(i), st.prompt_tokens[i])
 
-def replica_loads(
-    engines: Sequence[ReplicaEngine],
-    models: Sequence[tuple[Callable[[int], float], float, float, float, int]],
-) -> list[ReplicaLoad]:
-    """What a re-balance check reads: one ``ReplicaLoad`` per replica (a replica with
-    queued requests accepts no move); ``models``: per replica, what does not change during a
-    step (``cost_models``)."""
-    return [ReplicaLoad(r, e.num_running, e.kv_tokens(), e.running_contexts, tau, k, per_token,
-                        prefill_s, e.num_waiting == 0, pool)
-            for r, (e, (tau, k, per_token, prefill_s, pool)) in enumerate(
-                zip(engines, models, strict=True))]
+    def run(self) -> tuple[SimResult, MoveStats]:
+        """Simulate the step to its end: every replica idle and no piece on its way."""
+        bal = self.balance
+        if self.k == 0:
+            self.on_cutoff(0.0)
+        t_check, last_check, half = bal.interval_s, 0.0, bal.interval_s / 2.0
+        while True:
+            t_eng, r_eng = self._next_engine_event()
+            t_pend = self.pending[0][0] if self.pending else math.inf
+            if math.isinf(t_eng) and math.isinf(t_pend):
+                break
+            if t_pend <= t_eng and t_pend <= t_check:
+                t = t_pend
+                self.on_arrivals(t)
+            elif t_check < t_eng:
+                t = t_check
+                self._advance_all(t)
+                self._cut_if_due(t)
+                self.on_check(t)
+                last_check = t
+                t_check += bal.interval_s
+            else:
+                t = t_eng
+                finished = self.finished
+                self.on_completions(self.engines[r_eng].pop_next())
+                self._cut_if_due(t)
+                if self.finished > finished and t - last_check >= half:  # a check follows a
+                    self._advance_all(t)  # completion, at most one per half interval
+                    self.on_check(t)
+                    last_check = t
+                    t_check = t + bal.interval_s
+                continue
+            self._cut_if_due(t)
+        return self._result(), self.stats
 
+    # -- events ------------------------------------------------------------------------------
 
-def cost_models(
-    configs: Sequence[ReplicaConfig], taus: Sequence[Callable[[int], float]],
-    per_token: Sequence[float], tails: frozenset[int],
-) -> list[tuple[Callable[[int], float], float, float, float, int]]:
-    """Per replica: its ``tau``, context rate, recompute rate per token, fixed prefill cost
-    per continuation and pool (``tails`` form pool 1)."""
-    return [(taus[r], cfg.throughput.context_s_per_token, per_token[r], cfg.prefill_s,
-             int(r in tails)) for r, cfg in enumerate(configs)]
+    def on_completions(self, comps: list[Completion]) -> None:
+        """Pieces ended: each either finishes its response or ends a bounded piece."""
+        st = self.state
+        for c in comps:
+            i = c.request_id[0]  # type: ignore[index]
+            r = st.cur[i]
+            st.ran(i, r, c.num_tokens)
+            dst = st.redirect.pop(i, r)
+            if st.done_prev[i] < st.lengths[i]:
+                self._on_piece_end(i, r, dst, c.time_s)
+            else:
+                self._on_response_done(i, c.time_s)
+
+    def _on_piece_end(self, i: int, r: int, dst: int, t: float) -> None:
+        """A bounded piece of request ``i`` ended on ``r``: its next piece goes to ``dst``
+        (``r``, unless a deferred move bound it elsewhere) after the seam."""
+        assert self.pieces is not None
+        self.state.left(i, r)
+        wait = self.balance.seam_s if dst != r else self.pieces.seam_s
+        self._send(i, dst, t + wait, dst != r)
+
+    def _on_response_done(self, i: int, t: float) -> None:
+        self.done[i] = t
+        self.finished += 1
+        g = i // self.layout.group_size
+        self.left[g] -= 1
+        if self.left[g] == 0:
+            self.group_done[g] = t
+            self.fresh_done += int(self.layout.fresh[g])
+
+    def on_arrivals(self, t: float) -> None:
+        """Every piece due by ``t`` begins on its replica (a moved one counts as a move)."""
+        st, pending = self.state, self.pending
+        while pending and pending[0][0] <= t:
+            _, _, i, d, moved = heapq.heappop(pending)
+            st.transit.pop(i, None)
+            if st.aborted[i]:
+                continue
+            e = self.engines[d]
+            if e.now_s < t:
+                self.on_completions(e.advance(t))
+            prefix = st.prefix(i)
+            cached = st.cached_prefix(i, d)
+            if moved:
+                self._count_move(i, d, prefix, cached, t)
+            st.cur[i] = d
+            st.started_s[i] = t
+            e.submit((i, st.piece_no[i]), st.piece_len(i), prefix, cached_tokens=cached,
+                     continuation=True)
+
+    def _count_move(self, i: int, dst: int, prefix: int, cached: int, t: float) -> None:
+        """A moved response's piece began on ``dst`` at ``t``: the move took effect."""
+        if self.trace is not None:
+            self.trace.took_effect(self.state.response(i), t)
+        s = self.stats
+        s.num_moves += 1
+        s.moved_tokens += prefix
+        s.prefill_tokens += prefix - cached
+        s.prefill_s += self.configs[dst].recompute_cost_s(prefix - cached)
+
+    def on_check(self, t: float) -> None:
+        """A re-balance check at ``t`` (every replica advanced to it): plan the moves in
+        decisions, all planned before any is made (the simulated instant does not advance
+        between them), then make each."""
+        st, bal = self.state, self.balance
+        self.stats.num_checks += 1
+        loads = self._check_loads()
+        horizon = bal.horizon_at(t)
+        moves = [mv for decision in plan_check(
+            loads, horizon, bal.seam_s, bal.max_moves_per_check, bal.max_moves_per_decision,
+            st.cached, st.cached_on) for mv in decision]
+        made = [self._make(mv, t, loads, horizon) for mv in moves]
+        if self.trace is not None:
+            self.trace.record(t, loads, horizon, bal.seam_s, [
+                MoveRecord.of(mv, st.response(mv.key[0]), d)  # type: ignore[index]
+                for mv, d in zip(moves, made, strict=True)])
+
+    def _check_loads(self) -> list[ReplicaLoad]:
+        """The loads a check reads, as the live executor sees them (``StepResponses.seen``)."""
+        return self.state.seen(replica_loads(self.engines, self.models), self.engines)
+
+    def _make(self, mv: Move, t: float, loads: Sequence[ReplicaLoad], horizon_s: float) -> str:
+        """Make one planned move, unless pricing skips it: deferred to the running piece's
+        end, or at once (the running piece's tokens kept, or dropped and decoded again).
+        Returns the decision (``core.balance_trace``)."""
+        st, rid = self.state, mv.key
+        i = rid[0]  # type: ignore[index]
+        if self.draft_factor is not None and repriced(
+                mv, loads, horizon_s, self.draft_factor(i, mv.src, mv.dst)) <= 0:
+            return SKIPPED  # the drafts it loses outweigh the balance it gains
+        if self.defer:
+            st.redirect[i] = mv.dst  # moves when its running piece ends
+            return DEFERRED
+        if self.drops and mv.predicted_gain_s <= t - st.started_s[i]:
+            return SKIPPED  # the gain does not cover decoding the running piece again
+        src = self.engines[mv.src]
+        g = src.tokens_so_far(rid)
+        src.abort(rid)
+        if self.drops:
+            self.stats.dropped_tokens += g
+            g = 0
+        elif self.pieces is not None:
+            kept = self.pieces.kept_on_move(g)
+            self.stats.dropped_tokens += g - kept
+            g = kept
+        st.ran(i, mv.src, g)
+        st.left(i, mv.src)
+        self._send(i, mv.dst, t + self.balance.seam_s, True)
+        return MADE
+
+    def on_cutoff(self, t: float) -> None:
+        """The ``k``-th fresh group completed: the unchosen fresh groups are aborted wherever
+        their pieces are (running, waiting or on their way)."""
+        self._advance_all(t)
+        st, n = self.state, self.layout.group_size
+        self.chosen, self.cutoff_s = choose_fresh(self.group_done, self.layout, self.k)
+        for g in np.flatnonzero(self.layout.fresh & ~self.chosen):
+            for i in range(g * n, (g + 1) * n):
+                if np.isfinite(self.done[i]):
+                    continue
+                st.aborted[i] = True
+                r = st.cur[i]
+                if r >= 0:
+                    rid = (i, st.piece_no[i])
+                    so_far = self.engines[r].tokens_so_far(rid)
+                    self.engines[r].abort(rid)
+                    st.ran(i, r, so_far)
+                    st.cur[i] = -1
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _send(self, i: int, dst: int, at_s: float, moved: bool) -> None:
+        """Request ``i``'s next piece is on its way to ``dst``, arriving at ``at_s``."""
+        heapq.heappush(self.pending, (at_s, self.seq, i, dst, moved))
+        self.state.transit[i] = dst
+        self.seq += 1
+
+    def _cut_if_due(self, t: float) -> None:
+        if self.chosen is None and self.fresh_done >= self.k:
+            self.on_cutoff(t)
+
+    def _advance_all(self, t: float) -> None:
+        for e in self.engines:
+            if e.now_s < t:
+                self.on_completions(e.advance(t))
+
+    def _next_engine_event(self) -> tuple[float, int]:
+        t_eng, r_eng = math.inf, -1
+        for r, e in enumerate(self.engines):
+            te = e.next_event_s()
+            if te < t_eng:
+                t_eng, r_eng = te, r
+        return t_eng, r_eng
+
+    def _result(self) -> SimResult:
+        if self.chosen is None:
+            self.chosen, self.cutoff_s = choose_fresh(self.group_done, self.layout, self.k)
+        aborted = self.state.aborted
+        so_far = np.zeros(aborted.size, dtype=np.int64)
+        so_far[aborted] = np.asarray(self.state.done_prev, dtype=np.int64)[aborted]
+        self.done[aborted] = np.inf
+        return SimResult(
+            done_s=self.done, tokens_so_far=so_far, delivered_fresh=self.chosen,
+            cutoff_s=self.cutoff_s,
+            num_preemptions=sum(e.num_preemptions for e in self.engines),
+            recomputed_tokens=sum(e.recomputed_tokens for e in self.engines),
+            replica_preemptions=tuple(e.num_preemptions for e in self.engines),
+        )
 
 
 def simulate_with_moves(
@@ -140,287 +313,10 @@ def simulate_with_moves(
     response's chain of pieces in the returned stats; ``pieces``: bounded pieces (None: a
     response runs in one piece until it is moved); ``trace``: each check's inputs and decision
     are recorded there (``core.balance_trace``), as the live rebalancer records its own.
-    ``draft_factor(request, src, dst)``: how
-    many times as many verify steps per token the response takes on ``dst`` (the sibling
-    drafts it loses, ``core.balance_drafts``); a move whose gain, repriced with it at the
-    check's loads, is not positive is skipped (None: drafts not priced)."""
-    n = layout.group_size
-    lens, ptoks = layout.lengths, layout.prompt_tokens
-    nreq = int(lens.size)
-    num_rep = len(configs)
-    engines = [ReplicaEngine(c) for c in configs]
-    tails = frozenset(tail_replicas)
-    per_token = [c.recompute_cost_s(1) - c.prefill_s for c in configs]  # recompute rate
-    taus: dict[int, Callable[[int], float]] = {}
-    for c in configs:
-        if id(c.throughput) not in taus:
-            arr = c.throughput.taus(nreq + 2).tolist()
-            taus[id(c.throughput)] = arr.__getitem__
-    rep_taus = [taus[id(c.throughput)] for c in configs]
-    models = cost_models(configs, rep_taus, per_token, tails)
-    piece_no = [0] * nreq
-    done_prev = [0] * nreq  # tokens of the request's finished pieces
-    cur = layout.request_replica.tolist()  # replica of the current piece (-1: in transit)
-    cache: list[dict[int, int]] = [{} for _ in range(num_rep)]  # replica -> request -> tokens
-    group_reps: list[tuple[int, ...]] = [()] * layout.num_groups
-    for g in range(layout.num_groups):
-        group_reps[g] = tuple(sorted(set(layout.request_replica[g * n:(g + 1) * n].tolist())))
-    stats = MoveStats(pieces=[[] for _ in range(nreq)] if keep_pieces else [])
-    piece_start = [0] * nreq
-    started_s = [0.0] * nreq  # when the running piece of each request began
-    cap = pieces.piece_tokens if pieces is not None else None
-    defer = pieces is not None and pieces.defer_moves and not pieces.keeps_running_piece
-    drops = pieces is not None and not pieces.keeps_running_piece and not defer
-    redirect: dict[int, int] = {}  # deferred moves: request -> destination at its piece end
-    transit: dict[int, int] = {}  # between pieces (a seam): request -> its next piece's replica
+    ``draft_factor(request, src, dst)``: how many times as many verify steps per token the
+    response takes on ``dst`` (the sibling drafts it loses, ``core.balance_drafts``); a move
+    whose gain, repriced with it at the check's loads, is not positive is skipped (None:
+    drafts not priced)."""
+    return MoveSimulation(layout, configs, k, balance, keep_pieces, tail_replicas, pieces,
+                          trace, draft_factor).run()
 
-    def piece_len(i: int) -> int:
-        left_i = int(lens[i]) - done_prev[i]
-        return left_i if cap is None else min(left_i, cap)
-
-    for r, idx in enumerate(layout.replica_requests):
-        for i in idx.tolist():
-            engines[r].submit((i, 0), piece_len(i), int(ptoks[i]))
-    done = np.full(nreq, np.inf)
-    left = np.full(layout.num_groups, n, dtype=np.int64)
-    group_done = np.full(layout.num_groups, np.inf)
-    aborted = np.zeros(nreq, dtype=bool)
-    pending: list[tuple[float, int, int, int, bool]] = []  # (time, seq, request, dst, moved)
-    seq = 0
-    fresh_done = 0
-    finished = [0]  # responses completed (a check follows a completion, as live)
-
-    def end_piece(i: int, r: int, upto: int) -> None:
-        if keep_pieces and not (drops and upto == piece_start[i]):  # a dropped piece: nothing
-            stats.pieces[i].append((r, piece_start[i], upto))
-        piece_start[i] = upto
-
-    def record(comps: list[Completion]) -> None:
-        nonlocal fresh_done, seq
-        for c in comps:
-            i = c.request_id[0]  # type: ignore[index]
-            r = cur[i]
-            end_piece(i, r, done_prev[i] + c.num_tokens)
-            done_prev[i] += c.num_tokens
-            d = redirect.pop(i, r)
-            if done_prev[i] < int(lens[i]):  # a bounded piece ended: continue after the seam
-                assert pieces is not None
-                cache[r][i] = int(ptoks[i]) + done_prev[i]
-                got = cached_on((i, 0))
-                got[r] = max(got.get(r, 0), cache[r][i])
-                piece_no[i] += 1
-                cur[i] = -1
-                wait = balance.seam_s if d != r else pieces.seam_s
-                heapq.heappush(pending, (c.time_s + wait, seq, i, d, d != r))
-                transit[i] = d
-                seq += 1
-                continue
-            done[i] = c.time_s
-            finished[0] += 1
-            g = i // n
-            left[g] -= 1
-            if left[g] == 0:
-                group_done[g] = c.time_s
-                fresh_done += int(layout.fresh[g])
-
-    def advance_all(t: float) -> None:
-        for e in engines:
-            if e.now_s < t:
-                record(e.advance(t))
-
-    def cached(rid: object, r: int) -> int:
-        i = rid[0]  # type: ignore[index]
-        p = int(ptoks[i]) if r in group_reps[i // n] else 0
-        return max(p, cache[r].get(i, 0))
-
-    hits: dict[int, dict[int, int]] = {}  # request -> replica -> cached prefix tokens
-
-    def cached_on(rid: object) -> dict[int, int]:
-        i = rid[0]  # type: ignore[index]
-        got = hits.get(i)
-        if got is None:
-            p = int(ptoks[i])
-            got = hits[i] = {r: p for r in group_reps[i // n]} if p else {}
-        return got
-
-    def rebalance(t: float) -> None:
-        stats.num_checks += 1
-        loads = replica_loads(engines, models)
-        if redirect:
-            # a response bound elsewhere by a deferred move counts where it is going (as the
-            # live executor sees it) and is not a candidate again
-            for i, d in redirect.items():
-                r = cur[i]
-                if r < 0 or r == d:
-                    continue
-                x = int(ptoks[i]) + done_prev[i] + engines[r].tokens_so_far((i, piece_no[i]))
-                loads[r].num_running -= 1
-                loads[r].context_tokens -= x
-                loads[d].num_running += 1
-                loads[d].context_tokens += x
-            for ld in loads:
-                ld.running = _without(ld.running, redirect)
-        if transit:
-            # between two pieces (a seam) a response counts on the replica of its next piece,
-            # its context what it generated so far, as the live executor sees it; it is not
-            # a candidate (its next piece is already on its way)
-            for i, d in transit.items():
-                if aborted[i]:
-                    continue
-                loads[d].num_running += 1
-                loads[d].context_tokens += int(ptoks[i]) + done_prev[i]
-        # the check's decisions (at most max_moves_per_decision moves each), made once all are
-        # planned: the simulated instant does not advance between them
-        moves = [mv for decision in plan_check(
-            loads, balance.horizon_at(t), balance.seam_s, balance.max_moves_per_check,
-            balance.max_moves_per_decision, cached, cached_on) for mv in decision]
-        if trace is not None:
-            trace.record(t, loads, balance.horizon_at(t), balance.seam_s, moves, len(moves))
-        nonlocal seq
-        horizon = balance.horizon_at(t)
-        for mv in moves:
-            rid = mv.key
-            i = rid[0]  # type: ignore[index]
-            if draft_factor is not None and _repriced(
-                    mv, loads, horizon, draft_factor(i, mv.src, mv.dst)) <= 0:
-                continue  # the drafts it loses outweigh the balance it gains
-            if defer:
-                redirect[i] = mv.dst  # moves when its running piece ends
-                continue
-            if drops and mv.predicted_gain_s <= t - started_s[i]:
-                continue  # the gain does not cover decoding the running piece again
-            g = engines[mv.src].tokens_so_far(rid)
-            engines[mv.src].abort(rid)
-            if drops:
-                stats.dropped_tokens += g
-                g = 0
-            elif pieces is not None:
-                kept = pieces.kept_on_move(g)
-                stats.dropped_tokens += g - kept
-                g = kept
-            end_piece(i, mv.src, done_prev[i] + g)
-            done_prev[i] += g
-            cache[mv.src][i] = int(ptoks[i]) + done_prev[i]
-            got = cached_on(rid)
-            got[mv.src] = max(got.get(mv.src, 0), cache[mv.src][i])
-            piece_no[i] += 1
-            cur[i] = -1
-            heapq.heappush(pending, (t + balance.seam_s, seq, i, mv.dst, True))
-            transit[i] = mv.dst
-            seq += 1
-
-    def submit_pending(t: float) -> None:
-        while pending and pending[0][0] <= t:
-            _, _, i, d, moved = heapq.heappop(pending)
-            transit.pop(i, None)
-            if aborted[i]:
-                continue
-            e = engines[d]
-            if e.now_s < t:
-                record(e.advance(t))
-            prefix = int(ptoks[i]) + done_prev[i]
-            p = int(ptoks[i]) if d in group_reps[i // n] else 0
-            cached = min(prefix, max(p, cache[d].get(i, 0)))
-            cfg = configs[d]
-            if moved:
-                if trace is not None:
-                    trace.took_effect()
-                stats.num_moves += 1
-                stats.moved_tokens += prefix
-                stats.prefill_tokens += prefix - cached
-                stats.prefill_s += cfg.recompute_cost_s(prefix - cached)
-            cur[i] = d
-            started_s[i] = t
-            e.submit((i, piece_no[i]), piece_len(i), prefix, cached_tokens=cached,
-                     continuation=True)
-
-    def cut(t: float) -> tuple[np.ndarray, float]:
-        advance_all(t)
-        chosen, cutoff = choose_fresh(group_done, layout, k)
-        for g in np.flatnonzero(layout.fresh & ~chosen):
-            for i in range(g * n, (g + 1) * n):
-                if np.isfinite(done[i]):
-                    continue
-                aborted[i] = True
-                r = cur[i]
-                if r >= 0:
-                    rid = (i, piece_no[i])
-                    so_far = engines[r].tokens_so_far(rid)
-                    engines[r].abort(rid)
-                    end_piece(i, r, done_prev[i] + so_far)
-                    done_prev[i] += so_far
-                    cur[i] = -1
-        return chosen, cutoff
-
-    chosen: np.ndarray | None = None
-    cutoff = 0.0
-    if k == 0:
-        chosen, cutoff = cut(0.0)
-    t_check = balance.interval_s
-    last_check = 0.0
-    half = balance.interval_s / 2.0
-    while True:
-        t_eng, r_eng = math.inf, -1
-        for r, e in enumerate(engines):
-            te = e.next_event_s()
-            if te < t_eng:
-                t_eng, r_eng = te, r
-        t_pend = pending[0][0] if pending else math.inf
-        if math.isinf(t_eng) and math.isinf(t_pend):
-            break
-        if t_pend <= t_eng and t_pend <= t_check:
-            t = t_pend
-            submit_pending(t)
-        elif t_check < t_eng:
-            t = t_check
-            advance_all(t)
-            if chosen is None and fresh_done >= k:
-                chosen, cutoff = cut(t)
-            rebalance(t)
-            last_check = t
-            t_check += balance.interval_s
-        else:
-            t = t_eng
-            ndone = finished[0]
-            record(engines[r_eng].pop_next())
-            if chosen is None and fresh_done >= k:
-                chosen, cutoff = cut(t)
-            if finished[0] > ndone and t - last_check >= half:
-                advance_all(t)
-                rebalance(t)
-                last_check = t
-                t_check = t + balance.interval_s
-            continue
-        if chosen is None and fresh_done >= k:
-            chosen, cutoff = cut(t)
-    if chosen is None:
-        chosen, cutoff = choose_fresh(group_done, layout, k)
-    so_far = np.zeros(nreq, dtype=np.int64)
-    so_far[aborted] = np.asarray(done_prev, dtype=np.int64)[aborted]
-    done[aborted] = np.inf
-    res = SimResult(
-        done_s=done, tokens_so_far=so_far, delivered_fresh=chosen, cutoff_s=cutoff,
-        num_preemptions=sum(e.num_preemptions for e in engines),
-        recomputed_tokens=sum(e.recomputed_tokens for e in engines),
-        replica_preemptions=tuple(e.num_preemptions for e in engines),
-    )
-    return res, stats
-
-
-
-def _repriced(mv: Move, loads: Sequence[ReplicaLoad], horizon_s: float, rho: float) -> float:
-    """``mv``'s predicted gain with the moved response's progress on the destination scaled
-    by ``rho`` (``core.balance_drafts.reprice_gain``), at the loads the check started from."""
-    if rho == 1.0:
-        return mv.predicted_gain_s
-    src, dst, x = loads[mv.src], loads[mv.dst], mv.prefix_tokens
-    c_top = src.cost_s(src.num_running, src.context_tokens)
-    a = src.cost_s(src.num_running - 1, src.context_tokens - x)
-    b = dst.cost_s(dst.num_running + 1, dst.context_tokens + x)
-    return reprice_gain(mv.predicted_gain_s, horizon_s, c_top, a, b, rho)
-
-
-def _without(running: Callable[[], Running],
-             redirect: dict[int, int]) -> Callable[[], Running]:
-    """``running`` less the requests a deferred move has already bound elsewhere."""
-    return lambda: [(k, c) for k, c in running() if k[0] not in redirect]  # type: ignore[index]

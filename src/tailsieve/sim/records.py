@@ -8,8 +8,7 @@ from typing import Any
 import numpy as np
 
 from tailsieve.core.diagnostics import StepDiagnostics
-
-STEADY_STEPS = 3  # steady step time = mean of the last three regular steps (paper 4.2)
+from tailsieve.sim.steady import STEADY_FROM, STEADY_STEPS, ratios_by_step
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +71,10 @@ class PolicyRun:
     def regular(self) -> list[StepRecord]:
         """Steps that deliver a full batch (the flush step excluded)."""
         return [r for r in self.records if not r.is_flush]
+
+    def step_times(self) -> dict[int, float]:
+        """Step index -> step time of every regular step."""
+        return {r.step: r.makespan_s for r in self.regular}
 
     @property
     def steady_step_s(self) -> float:
@@ -223,11 +226,9 @@ class PolicyRun:
             "fluid_bound_ratio": self.fluid_bound_ratio,
         }
         if uniform is not None and self.steady_step_s > 0 and self.mean_step_s > 0:
-            from tailsieve.sim.speedup_stats import STEADY_FROM, paired_step_ratios
-
             out["speedup_vs_uniform"] = uniform.steady_step_s / self.steady_step_s
             out["mean_speedup_vs_uniform"] = uniform.mean_step_s / self.mean_step_s
-            ratios = paired_step_ratios(uniform, self, STEADY_FROM)
+            ratios = ratios_by_step(uniform.step_times(), self.step_times(), STEADY_FROM)
             out["paired_speedup"] = float(np.mean(list(ratios.values()))) if ratios else None
             out["paired_steady_from"] = STEADY_FROM
         return out

@@ -24,9 +24,15 @@ from typing import Any
 import numpy as np
 
 from tailsieve.errors import ConfigError
-from tailsieve.sim.records import STEADY_STEPS, PolicyRun
+from tailsieve.sim.records import PolicyRun
+from tailsieve.sim.steady import STEADY_FROM, STEADY_STEPS, ratios_by_step
 
-STEADY_FROM = 5  # first steady step: warm-up (step 0) + 4 steps for the controller to settle
+__all__ = [
+    "CI_LEVEL", "CI_METHOD", "STEADY_FROM", "STEADY_STEPS", "SpeedupStat", "last_steps_speedup",
+    "paired_step_ratios", "ratios_by_step", "seed_speedup", "speedup_stat", "speedup_table",
+    "t_interval", "t_quantile_975",
+]
+
 CI_LEVEL = 0.95
 CI_METHOD = "95% Student-t interval over per-seed means"
 
@@ -57,23 +63,11 @@ def t_interval(values: Sequence[float]) -> tuple[float, float | None, float | No
     return mean, mean - half, mean + half
 
 
-def ratios_by_step(
-    uniform: Mapping[int, float], policy: Mapping[int, float], steady_from: int = STEADY_FROM
-) -> dict[int, float]:
-    """``uniform[t] / policy[t]`` for every step ``t >= steady_from`` both map (step -> step
-    time of a regular step); the live demo passes its measured step times."""
-    return {
-        t: uniform[t] / v for t, v in sorted(policy.items())
-        if t >= steady_from and t in uniform and v > 0
-    }
-
-
 def paired_step_ratios(
     uniform: PolicyRun, policy: PolicyRun, steady_from: int = STEADY_FROM
 ) -> dict[int, float]:
     """``T_uniform(t) / T_policy(t)`` for every steady regular step both runs have."""
-    return ratios_by_step({r.step: r.makespan_s for r in uniform.regular},
-                          {r.step: r.makespan_s for r in policy.regular}, steady_from)
+    return ratios_by_step(uniform.step_times(), policy.step_times(), steady_from)
 
 
 def seed_speedup(uniform: PolicyRun, policy: PolicyRun, steady_from: int = STEADY_FROM) -> float:

@@ -22,6 +22,7 @@ DATA_DIR = PACKAGE_DIR / "workload" / "data"
 AIME_TRACE_PATH = DATA_DIR / "aime-r1distill-1.5b-lengths.csv"
 SMOLLM2_TRACE_PATH = DATA_DIR / "smollm2-135m-math.jsonl.gz"
 PROVENANCE_PATH = DATA_DIR / "PROVENANCE.md"
+SHIPPED_PROMPTS = DATA_DIR / "math-word-problems.jsonl"  # ``record.math_problems``' set
 SHIPPED_TRACES: dict[str, Path] = {"aime": AIME_TRACE_PATH, "smollm2-math": SMOLLM2_TRACE_PATH}
 SHIPPED_MAX_TOKENS: dict[str, int] = {"smollm2-math": 1024}  # the recording's cap
 
