@@ -13,8 +13,6 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 SRC = Path(__file__).resolve().parents[1] / "src"
 ROOT = "tailsieve"
 
@@ -34,13 +32,6 @@ RANKS: dict[str, int] = {
     ROOT: 10,  # the package's own __init__: the public API, lazily over everything
 }
 
-# Circles other changes are breaking; each must disappear (the test then passes: not strict).
-PENDING_CIRCLES: dict[frozenset[str], str] = {
-    frozenset({"tailsieve.drafts.base", "tailsieve.drafts.ngram"}):
-        "drafts/base <-> drafts/ngram: being broken in another change of issue 35",
-    frozenset({"tailsieve.workload.trace", "tailsieve.workload.trace_lists"}):
-        "workload/trace <-> workload/trace_lists: being broken in another change of issue 35",
-}
 
 
 def module_files(src: Path = SRC) -> dict[str, Path]:
@@ -156,17 +147,8 @@ def test_every_layer_has_a_rank() -> None:
 
 
 def test_no_circle() -> None:
-    found = [c for c in circles(import_graph()) if c not in PENDING_CIRCLES]
+    found = circles(import_graph())
     assert found == [], [sorted(c) for c in found]
-
-
-@pytest.mark.parametrize("circle", [
-    pytest.param(c, id=" <-> ".join(sorted(m.rpartition(".")[2] for m in c)),
-                 marks=pytest.mark.xfail(reason=why, strict=False))
-    for c, why in PENDING_CIRCLES.items()
-])
-def test_pending_circle_is_gone(circle: frozenset[str]) -> None:
-    assert circle not in circles(import_graph())
 
 
 def test_no_import_from_a_lower_layer_to_a_higher_one() -> None:
