@@ -369,6 +369,7 @@ class SessionGateway:
         self.tally.moved(rt.prefix_tokens - rt.expect_hit)
         rt.replica = dst
         if self.interrupter is not None and rt.piece_on is not None:
+            rt.interrupted = True
             self.interrupter.interrupt(rt.piece_on, rt.piece_id)
         return True
 

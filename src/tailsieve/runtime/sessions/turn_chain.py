@@ -40,6 +40,7 @@ class RunningTurn:
     hold_pieces: int = 0  # after a move: no other move before this many pieces have ended
     piece_started_s: float = 0.0  # when the running piece was sent (the gateway's clock)
     booked: int = -1  # the replica the session book has it on (its last piece's)
+    interrupted: bool = False  # its running piece was interrupted by a move
     piece_id: str = ""  # request id of the running (or last) piece
 
     @classmethod
@@ -111,8 +112,9 @@ class RunningTurn:
                              out.text_offsets, replica), piece.max_tokens)
         self.spans.append(PieceSpan(replica, start, start + len(out.token_ids),
                                     out.num_cached_tokens))
-        self.empty_aborts = self.empty_aborts + 1 if reason == "moved" and not out.token_ids \
-            else 0
+        self.empty_aborts = (self.empty_aborts + 1 if reason == "moved" and not out.token_ids
+                             and not self.interrupted else 0)
+        self.interrupted = False
         self.expect_hit = len(piece.prompt_ids) + len(out.token_ids)  # if it stays here
 
     def restart(self) -> None:
