@@ -17,7 +17,7 @@ from tailsieve.cli import checks
 from tailsieve.control.budget import PromptBudget, prompts_needed
 from tailsieve.control.config import ControllerConfig
 from tailsieve.errors import ConfigError
-from tailsieve.model.profiles import load_profile
+from tailsieve.model.profiles import check_profile
 from tailsieve.runtime import event_loop
 from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
 from tailsieve.runtime.cluster.spec import EngineGroup
@@ -204,7 +204,12 @@ def rollout(
         help="tailsieve | tailsieve-fixed | tailsieve-static (with --q0, --m0) | uniform | "
         "uniform-requests."
     ),
-    profile: str = typer.Option("cpu", "--profile", help="Throughput profile name or file."),
+    profile: str = typer.Option(
+        "auto", "--profile",
+        help="Controller's cost model: auto (fitted online from the rollout's timings, after a "
+        "short probe), auto:NAME (fitted online, the named profile or file until then), or a "
+        "profile name or file (fixed).",
+    ),
     backend: Annotated[Backend, typer.Option("--backend")] = Backend.VLLM,
     model: str = typer.Option(
         None, "--model", help="Served model name (default: the one the servers serve)."
@@ -263,7 +268,7 @@ def rollout(
         source, where = replay.prompts(), f"--replay-trace {replay_trace}"
     else:
         raise ConfigError("give --prompts FILE or --replay-trace FILE")
-    load_profile(profile)
+    check_profile(profile)
     ctrl = {k: v for k, v in (("q0", q0), ("m0", m0), ("seam_s", seam_s)) if v is not None}
     ccfg = ControllerConfig(
         num_groups=groups, num_replicas=len(urls), group_size=group_size, q0=q0, m0=m0

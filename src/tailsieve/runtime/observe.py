@@ -49,6 +49,7 @@ class StepMetrics:
     prefill_s: float = 0.0  # the cost model's prefill seconds for those tokens
     num_relocated: int = 0  # continuation: responses continued elsewhere after a fault
     moves: bool = False  # whether the step could move responses (moves on, a balanced step)
+    moves_off_reason: str = ""  # why responses cannot move in this rollout ("" when they can)
     profile: str = ""  # the controller's throughput model in this step (its name)
     profile_fitted: bool = False  # profile "auto": the online fit was in use (not the fallback)
 

@@ -441,6 +441,7 @@ class TailSieveRollout:
             prefill_s=self.executor.last_moves.prefill_s,
             num_relocated=out.num_relocated,
             moves=self.config.moves_active and plan.balance is not None,
+            moves_off_reason=self.config.moves_off_reason or "",
             profile=used.name,
             profile_fitted=used.provenance.get("kind") == "online-fit",
         )

@@ -130,4 +130,6 @@ def _metrics(batch: RolloutBatch) -> dict[str, Any]:
         "tailsieve/wasted_tokens": m.wasted_tokens,
         "tailsieve/num_moves": m.num_moves,
         "tailsieve/num_relocated": m.num_relocated,
+        "tailsieve/moves_active": 0 if m.moves_off_reason else 1,
+        "tailsieve/profile_fitted": int(m.profile_fitted),
     }

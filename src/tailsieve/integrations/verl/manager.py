@@ -237,6 +237,8 @@ class TailSieveAgentLoopManager(AgentLoopManager):
             "tailsieve/wasted_tokens": float(m.wasted_tokens),
             "tailsieve/num_moves": float(m.num_moves),
             "tailsieve/num_relocated": float(m.num_relocated),
+            "tailsieve/moves_active": 0.0 if m.moves_off_reason else 1.0,
+            "tailsieve/profile_fitted": float(m.profile_fitted),
         }
         self.last_batch = batch
         out.__class__ = WholeOnFirstSlice
