@@ -128,7 +128,9 @@ async def amain(args: argparse.Namespace, endpoints: list[str], kind: str,
     cfg = RolloutConfig(num_groups=args.groups, group_size=args.group_size, model=model,
                         sampling=SamplingParams(max_tokens=budget), replay=lengths, profile=spec)
     rows: list[dict[str, Any]] = []
+    t0 = time.perf_counter()
     async with TailSieveRollout(endpoints, cfg) as ro:
+        start_s = time.perf_counter() - t0  # health, model, and the probe (auto)
         assert ro.auto is not None
         online = ro.auto.online
         rows.append(_row("probe" if args.fallback is None else "start", 0.0, ro, online,
@@ -152,7 +154,7 @@ async def amain(args: argparse.Namespace, endpoints: list[str], kind: str,
         "servers": kind, "endpoints": endpoints, "model": model, "groups": args.groups,
         "group_size": args.group_size, "steps": args.steps, "profile": spec,
         "max_forced_tokens": budget, "nproc": os.cpu_count(), "grid": grid,
-        "profile_seconds": round(prof_s, 1),
+        "profile_seconds": round(prof_s, 1), "start_seconds": round(start_s, 2),
         "references": {k: _curve(v, grid) for k, v in refs.items()},
         "fitted": _curve(fitted, grid), "steps_detail": rows,
         "converged": _converged(rows),
@@ -205,7 +207,9 @@ def write_md(res: dict[str, Any], path: Path) -> None:
         f"Servers: {res['servers']} ({len(res['endpoints'])}), model `{res['model']}`, "
         f"N={res['groups']} x n={res['group_size']}, forced lengths <= "
         f"{res['max_forced_tokens']} tokens, profile `{res['profile']}`; grid b = "
-        f"{', '.join(map(str, res['grid']))}.", "",
+        f"{', '.join(map(str, res['grid']))}. `tailsieve profile` took "
+        f"{res['profile_seconds']} s; the rollout's start (with the probe) "
+        f"{res['start_seconds']} s.", "",
         f"| after | pieces | fit in use | fit error | {head} |",
         "|---|---:|---|---:|" + "---:|---:|" * len(refs),
     ]

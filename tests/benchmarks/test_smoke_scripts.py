@@ -19,6 +19,7 @@ from smoke_helpers import BENCH, ROOT, repo_unchanged
 # every script under benchmarks/ and the test that runs it; a new script must be added here
 SCRIPTS = {
     "bench_acceptance.py": "test_bench_acceptance.py::test_bench_acceptance",
+    "bench_auto_profile.py": "test_smoke_live.py::test_bench_auto_profile_emulated",
     "bench_balancer.py": "test_bench_balancer",
     "bench_faults.py": "test_bench_faults",
     "bench_seam.py": "test_smoke_live.py::test_bench_seam_vllm",

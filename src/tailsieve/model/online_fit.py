@@ -45,7 +45,8 @@ class FitSettings:
     min_observations: int = 16  # pieces needed before the fit is used
     min_batch_levels: int = 2  # distinct batch sizes (rounded) the pieces must have run at
     max_rel_rmse: float = 0.35  # a fit whose pieces are predicted worse than this is not used
-    smoothing: float = 0.05  # weight of the slope-change penalty (relative to the data)
+    smoothing: float = 1.0  # weight of the slope-change penalty, in units of the data of
+    # ``min_observations`` pieces (its share shrinks as pieces accumulate)
     min_context_tokens: float = 256.0  # k is fitted only once the sequences held this many
     # tokens of context each (90th percentile over decode steps); below, k is held at its
     # prior: short contexts (a lockstep probe) cannot tell k from the slope of tau
@@ -238,8 +239,9 @@ def _solve(data: _Data, knots: Sequence[int], cfg: FitSettings,
         aw = a * w[:, None]
         rows, rhs = [aw], [data.time * w]
         if cfg.smoothing > 0 and penalty.shape[0]:
-            scale = cfg.smoothing * float(np.linalg.norm(aw[:, :m])) / max(
-                float(np.linalg.norm(penalty)), 1e-30)
+            # as strong as ``smoothing`` x ``min_observations`` pieces: it fades as data grow
+            scale = cfg.smoothing * float(np.linalg.norm(aw[:, :m])) * math.sqrt(
+                cfg.min_observations / num_obs) / max(float(np.linalg.norm(penalty)), 1e-30)
             rows.append(np.hstack([penalty * scale, np.zeros((penalty.shape[0], 2))]))
             rhs.append(np.zeros(penalty.shape[0]))
         if k0 is not None:  # k held: its part of every piece's time is known
