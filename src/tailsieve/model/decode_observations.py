@@ -189,6 +189,11 @@ class DecodeLedger:
     def num_in_flight(self) -> int:
         return len(self._by_id)
 
+    @property
+    def num_replicas(self) -> int:
+        """Replicas with records."""
+        return len(self._replicas)
+
 
 @dataclass(frozen=True, slots=True)
 class _Timeline:

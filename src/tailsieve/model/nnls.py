@@ -26,16 +26,19 @@ def nnls(a: npt.ArrayLike, b: npt.ArrayLike, max_iter: int | None = None) -> Flo
         raise ProfileError("nnls: the system has a non-finite entry")
     norms = np.linalg.norm(mat, axis=0)
     scale = np.where(norms > 0, norms, 1.0)
-    y = _solve(mat / scale, rhs, max_iter or 3 * mat.shape[1] + 10)
+    mat = mat / scale
+    # on the normal equations: ||A x - b||^2 = x'Gx - 2c'x + b'b, G and c are n x n and n
+    y = _solve(mat.T @ mat, mat.T @ rhs, max_iter or 3 * mat.shape[1] + 10)
     return np.where(norms > 0, y / scale, 0.0)
 
 
-def _solve(a: FloatArray, b: FloatArray, max_iter: int) -> FloatArray:
-    n = a.shape[1]
+def _solve(g: FloatArray, c: FloatArray, max_iter: int) -> FloatArray:
+    """Lawson-Hanson on the normal equations ``G = A'A``, ``c = A'b``."""
+    n = g.shape[0]
     x = np.zeros(n)
     passive = np.zeros(n, dtype=bool)
-    tol = 10 * np.finfo(float).eps * max(a.shape) * max(1.0, float(np.abs(a).sum(axis=0).max()))
-    w = a.T @ (b - a @ x)
+    tol = 10 * np.finfo(float).eps * n * max(1.0, float(np.abs(g).max()))
+    w = c - g @ x
     num_iter = 0
     while not passive.all() and np.max(np.where(passive, -np.inf, w)) > tol:
         j = int(np.argmax(np.where(passive, -np.inf, w)))
@@ -45,7 +48,7 @@ def _solve(a: FloatArray, b: FloatArray, max_iter: int) -> FloatArray:
             if num_iter > max_iter:
                 raise ProfileError(f"nnls: no convergence in {max_iter} iterations")
             s = np.zeros(n)
-            s[passive] = np.linalg.lstsq(a[:, passive], b, rcond=None)[0]
+            s[passive] = np.linalg.lstsq(g[np.ix_(passive, passive)], c[passive], rcond=None)[0]
             if np.all(s[passive] > 0):
                 break
             bad = passive & (s <= 0)
@@ -58,5 +61,5 @@ def _solve(a: FloatArray, b: FloatArray, max_iter: int) -> FloatArray:
             if not passive[j]:
                 return x  # the variable just freed cannot improve the fit (rounding): done
         x = s
-        w = a.T @ (b - a @ x)
+        w = c - g @ x
     return x

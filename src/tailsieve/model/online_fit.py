@@ -150,6 +150,10 @@ class _Data:
     tokens: FloatArray  # per observation
     time: FloatArray  # per observation
 
+    def starts(self) -> npt.NDArray[np.intp]:
+        """Index of each observation's first stretch (stretches are grouped in order)."""
+        return np.searchsorted(self.obs, np.arange(len(self.tokens)))
+
     @classmethod
     def of(cls, observations: Sequence[PieceObservation]) -> _Data:
         lens = [len(o.durations_s) for o in observations]
@@ -228,14 +232,13 @@ def _solve(data: _Data, knots: Sequence[int], cfg: FitSettings,
     w = np.sqrt(data.tokens) / data.time  # relative errors, longer pieces weigh more
     penalty = _slope_penalty(knots)
     steps = data.dur * data.tokens[data.obs] / data.time[data.obs]
+    starts = data.starts()
+    cols = np.hstack([basis, data.ctx[:, None]])  # per stretch: tau's columns, then C
     coef = np.zeros(m + 2)
     pred = data.time
     for _ in range(cfg.iterations):
-        a = np.zeros((num_obs, m + 2))
-        for c in range(m):
-            a[:, c] = np.bincount(data.obs, steps * basis[:, c], num_obs)
-        a[:, m] = np.bincount(data.obs, steps * data.ctx, num_obs)
-        a[:, m + 1] = 1.0
+        a = np.ones((num_obs, m + 2))
+        a[:, : m + 1] = np.add.reduceat(steps[:, None] * cols, starts, axis=0)
         aw = a * w[:, None]
         rows, rhs = [aw], [data.time * w]
         if cfg.smoothing > 0 and penalty.shape[0]:
@@ -255,7 +258,7 @@ def _solve(data: _Data, knots: Sequence[int], cfg: FitSettings,
         step_s = basis @ coef[:m] + coef[m] * data.ctx
         step_s = np.maximum(step_s, 1e-12)
         per = data.dur / step_s
-        total = np.bincount(data.obs, per, num_obs)
+        total = np.add.reduceat(per, starts)
         steps = per * data.tokens[data.obs] / np.maximum(total[data.obs], 1e-30)
     return coef, pred
 

@@ -40,7 +40,7 @@ class OnlineProfile:
         fallback: ThroughputModel | None = None,
         settings: FitSettings | None = None,
         name: str = AUTO,
-        max_observations: int = 2048,
+        max_observations: int = 1024,
         max_num_seqs: int | None = None,
         max_per_replica: int | None = 256,
     ) -> None:
@@ -106,7 +106,11 @@ class OnlineProfile:
         """Turn the requests answered since the last update into observations (timed on the
         current model's step clock) and refit when anything is new. Returns the fit."""
         clock = self._model if self._model is not None else self.fallback
-        self.add(self.ledger.harvest(clock, self.max_per_replica))
+        cap = self._obs.maxlen or 1
+        per_replica = max(8, cap // max(self.ledger.num_replicas, 1))  # no more than are kept
+        if self.max_per_replica is not None:
+            per_replica = min(per_replica, self.max_per_replica)
+        self.add(self.ledger.harvest(clock, per_replica))
         if self._dirty and self._obs:
             k0 = self.fallback.context_s_per_token if self.fallback is not None else 0.0
             self._fit = fit_decode(list(self._obs), self.settings, k0)
