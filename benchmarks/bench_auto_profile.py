@@ -12,12 +12,13 @@
    with ``--context-lengths``, the context term), averaged over the replicas.
 3. Live: ``--steps`` steps of ``TailSieveRollout`` with the default ``profile="auto"`` (or
    ``--fallback NAME``: ``auto:NAME``) and the default moves, on forced lengths from the
-   shipped AIME trace (replay mode). After the probe and after every step the fitted model is
-   compared with the reference (and with the truth on emulated servers):
+   shipped AIME trace (replay mode). The model in use after the probe (or at the start) and
+   after every step is compared with the reference (and with the truth on emulated servers):
 
    - ``err_ran``: relative error of the step time ``tau(b) + k * C`` at the batch and context
-     the step actually ran at, weighted by the tokens generated there (the replicas' stretches
-     as the router's bookkeeping saw them);
+     the next step actually ran at (out of sample; the last model: its own step's), weighted
+     by the tokens generated there (the replicas' stretches as the router's bookkeeping saw
+     them);
    - ``err_grid``: relative error of ``tau(b)`` at zero context on the grid ``--batch-sizes``
      (max and mean over the grid).
 
@@ -128,13 +129,15 @@ async def amain(args: argparse.Namespace, endpoints: list[str], kind: str,
     cfg = RolloutConfig(num_groups=args.groups, group_size=args.group_size, model=model,
                         sampling=SamplingParams(max_tokens=budget), replay=lengths, profile=spec)
     rows: list[dict[str, Any]] = []
+    models: list[ThroughputModel] = []
+    ran: list[tuple[PieceObservation, ...]] = []  # the pieces each step timed
     t0 = time.perf_counter()
     async with TailSieveRollout(endpoints, cfg) as ro:
         start_s = time.perf_counter() - t0  # health, model, and the probe (auto)
         assert ro.auto is not None
         online = ro.auto.online
-        rows.append(_row("probe" if args.fallback is None else "start", 0.0, ro, online,
-                         refs, grid, online.observations))
+        rows.append(_row("probe" if args.fallback is None else "start", 0.0, ro, online, grid))
+        models.append(ro.profile)
         used = 0
         for _ in range(args.steps):
             need = ro.num_fresh_needed()
@@ -142,10 +145,15 @@ async def amain(args: argparse.Namespace, endpoints: list[str], kind: str,
             used += need
             seen = online.num_seen
             batch = await ro.step(prompts)
-            new = online.observations[-min(online.num_seen - seen, online.num_observations):]
-            rows.append(_row(f"step {batch.step}", batch.metrics.makespan_s, ro, online, refs,
-                             grid, new if online.num_seen > seen else ()))
-            log(f"step {batch.step}: {json.dumps(rows[-1]['errors'])}")
+            new = min(online.num_seen - seen, online.num_observations)
+            ran.append(online.observations[-new:] if new else ())
+            rows.append(_row(f"step {batch.step}", batch.metrics.makespan_s, ro, online, grid))
+            models.append(ro.profile)
+    # each model against the pieces of the step it priced next (out of sample); the last
+    # one against the last step's
+    for i, (row, m) in enumerate(zip(rows, models, strict=True)):
+        row["errors"] = compare(m, refs, grid, ran[min(i, len(ran) - 1)] if ran else ())
+        log(f"{row['label']}: {json.dumps(row['errors'])}")
     fitted = ro.profile
     return {
         "what": "the auto profile (fitted online from the rollout's own timings) against "
@@ -162,8 +170,7 @@ async def amain(args: argparse.Namespace, endpoints: list[str], kind: str,
 
 
 def _row(label: str, makespan_s: float, ro: TailSieveRollout, online: Any,
-         refs: dict[str, ThroughputModel], grid: list[int],
-         obs: tuple[PieceObservation, ...]) -> dict[str, Any]:
+         grid: list[int]) -> dict[str, Any]:
     q = online.quality
     return {
         "label": label, "makespan_s": round(makespan_s, 3), "pieces": online.num_seen,
@@ -172,7 +179,6 @@ def _row(label: str, makespan_s: float, ro: TailSieveRollout, online: Any,
         "overhead_s": ro.profile.provenance.get("overhead_s"),
         "tau_ms": [round(ro.profile.tau(b) * 1e3, 4) for b in grid],
         "k_ns_per_token": round(ro.profile.context_s_per_token * 1e9, 3),
-        "errors": compare(ro.profile, refs, grid, obs),
     }
 
 

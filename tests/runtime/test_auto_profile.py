@@ -11,13 +11,9 @@ import pytest
 
 from tailsieve.errors import ConfigError, ProfileError, ReplicaError
 from tailsieve.model.online_profile import OnlineProfile
-from tailsieve.runtime.auto_profile import (
-    AutoProfile,
-    ObservingTransport,
-    ProbeSettings,
-    _StreamCount,
-    answer_tokens,
-)
+from tailsieve.runtime.answer_counts import StreamCount, answer_tokens
+from tailsieve.runtime.auto_probe import ProbeSettings
+from tailsieve.runtime.auto_profile import AutoProfile, ObservingTransport
 from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
 from tailsieve.runtime.rollout import RolloutConfig, TailSieveRollout
 from tailsieve.runtime.stub import StubFault, StubTransport
@@ -25,9 +21,9 @@ from tailsieve.runtime.stub import StubFault, StubTransport
 URLS = ["http://r0", "http://r1"]
 
 
-def stub() -> StubTransport:
+def stub(seconds_per_token: float = 0.0005) -> StubTransport:
     return StubTransport(lambda p, s: 30 + 200 * (p.endswith("0")) + 7 * s,
-                         seconds_per_token=0.0005, batch_slowdown=0.05)
+                         seconds_per_token=seconds_per_token, batch_slowdown=0.05)
 
 
 def test_answer_tokens_of_every_answer_shape() -> None:
@@ -45,7 +41,7 @@ def test_answer_tokens_of_every_answer_shape() -> None:
 
 
 def test_stream_count_reads_chunks_usage_and_cache_hits() -> None:
-    c = _StreamCount(1)
+    c = StreamCount(1)
     assert not c.add({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
     assert c.add({"choices": [{"index": 0, "token_ids": [1, 2]}]})
     assert c.add({"choices": [{"index": 0, "text": "a"}]})
@@ -53,7 +49,7 @@ def test_stream_count_reads_chunks_usage_and_cache_hits() -> None:
     c.add({"choices": [], "usage": {"completion_tokens": 4, "prompt_tokens": 100,
                                     "prompt_tokens_details": {"cached_tokens": 64}}})
     assert c.tokens() == (4,) and c.uncached() == 36
-    s = _StreamCount(1)
+    s = StreamCount(1)
     s.add({"meta_info": {"completion_tokens": 3, "prompt_tokens": 50, "cached_tokens": 10}})
     s.add({"meta_info": {"completion_tokens": 7}})
     assert s.tokens() == (7,) and s.uncached() == 40
@@ -91,17 +87,22 @@ async def test_a_cancelled_request_is_recorded_as_such() -> None:
     assert prof.ledger.num_in_flight == 0 and prof.ledger.harvest() == []
 
 
-async def test_the_probe_times_lockstep_rounds_and_prefills() -> None:
-    inner = stub()
-    auto = AutoProfile(probe=ProbeSettings(tokens=16, max_batch=8, prefill_repeats=1))
+async def test_the_probe_times_lockstep_rounds_without_recording_them() -> None:
+    inner = stub(seconds_per_token=0.003)
+    auto = AutoProfile(probe=ProbeSettings(tokens=32, max_batch=8, prefill_repeats=1))
     tr = auto.wrap(inner)
     assert auto.needs_probe
-    await auto.probe(tr, URLS, Backend.VLLM, "stub", load=8)
+    measured = await auto.probe(tr, URLS, Backend.VLLM, "stub", load=8)
     assert not auto.needs_probe
     hellos = [s for s in inner.log.started if s[1] == "hello"]
-    assert len(hellos) == 2 * 2 * (1 + 3 + 8)  # replicas x (short, full) x batch sizes
-    model = auto.current()
-    assert model.provenance["kind"] == "online-fit" and model.tau(1) > 0
+    assert len(hellos) >= 2 * 2 * (1 + 3 + 8)  # replicas x (short, full) x batch sizes
+    assert [p.batch_size for p in measured.points] == [1, 3, 8]
+    # the stub's step: 3 ms x (1 + 0.05 per other request running when one starts)
+    assert measured.tau(1) == pytest.approx(0.003, rel=0.3)
+    assert measured.tau(8) > measured.tau(1)
+    assert measured.provenance["kind"] == "probe"
+    assert auto.current() is measured  # the fallback until the rollout's pieces fit
+    assert auto.online.ledger.harvest() == []  # its requests are not observations
     assert ProbeSettings().batch_sizes(64) == (1, 8, 64)
     assert ProbeSettings(max_batch=16).batch_sizes(100) == (1, 4, 16)
 
@@ -110,9 +111,8 @@ async def test_the_probe_leaves_out_a_failing_replica_and_fails_when_all_do() ->
     inner = stub()
     inner.faults["http://r1"] = StubFault(num_http_400=10_000)
     auto = AutoProfile(probe=ProbeSettings(tokens=16, max_batch=4, prefill_repeats=0))
-    await auto.probe(auto.wrap(inner), URLS, Backend.VLLM, "stub", load=4)
-    assert {o.replica for o in auto.online.observations} | {
-        o.replica for o in auto.online.ledger.harvest()} <= {"http://r0"}
+    measured = await auto.probe(auto.wrap(inner), URLS, Backend.VLLM, "stub", load=4)
+    assert measured.provenance["replicas"] == ["http://r0"]
     inner.faults["http://r0"] = StubFault(num_http_400=10_000)
     again = AutoProfile(probe=ProbeSettings(tokens=16, max_batch=4, prefill_repeats=0))
     with pytest.raises(ReplicaError, match="auto:NAME"):
@@ -139,7 +139,7 @@ async def test_auto_is_the_default_and_refits_every_step() -> None:
         assert ro.auto is not None
         assert any(s[1] == "hello" for s in inner.log.started)  # probed at start
         probed = ro.profile
-        assert probed.provenance["kind"] == "online-fit"
+        assert probed.provenance["kind"] == "probe"
         await run(ro, 2)
         assert ro.profile is not probed
         assert ro.auto.online.num_seen > 0

@@ -282,14 +282,12 @@ class TailSieveRollout:
         load = math.ceil(cfg.num_groups * cfg.group_size / max(len(urls), 1))
         t0 = time.perf_counter()
         assert self._transport is not None
-        await self.auto.probe(self._transport, urls, cfg.executor_config().backend,
-                              model, load)
+        got = await self.auto.probe(self._transport, urls, cfg.executor_config().backend,
+                                    model, load)
         self._refresh_profile()
-        q = self.auto.online.quality
-        logger.info("TailSieve auto profile: probed %d replica(s) in %.1f s: tau(1) = %.3g s, "
-                    "k = %.3g s/token (%s)", len(urls), time.perf_counter() - t0,
-                    self.profile.tau(1), self.profile.context_s_per_token,
-                    "no piece timed" if q is None else q.reason or "fit ready")
+        logger.info("TailSieve auto profile: probed %d replica(s) in %.1f s: %s", len(urls),
+                    time.perf_counter() - t0, ", ".join(
+                        f"tau({p.batch_size}) = {p.step_s * 1e3:.3g} ms" for p in got.points))
 
     def _refresh_profile(self) -> None:
         """Profile ``auto``: hand the latest fit (or the fallback) to the controller and to
