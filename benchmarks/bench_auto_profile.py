@@ -165,6 +165,8 @@ async def amain(args: argparse.Namespace, endpoints: list[str], kind: str,
         "profile_seconds": round(prof_s, 1), "start_seconds": round(start_s, 2),
         "references": {k: _curve(v, grid) for k, v in refs.items()},
         "fitted": _curve(fitted, grid), "steps_detail": rows,
+        "profile_vs_truth": None if truth is None else compare(
+            prof, {"truth": truth}, grid, ran[-1] if ran else ())["truth"],
         "converged": _converged(rows),
     }
 
@@ -230,6 +232,10 @@ def write_md(res: dict[str, Any], path: Path) -> None:
         lines.append(f"| {name} | " + " | ".join(f"{t:.3f}" for t in c["tau_ms"])
                      + f" | {c['k_ns_per_token']:.2f} |")
     lines += ["", f"Converged (err_ran within 10% from then on): {json.dumps(res['converged'])}"]
+    pvt = res.get("profile_vs_truth")
+    if pvt:
+        lines.append(f"`tailsieve profile` against the truth: err_ran {_pct(pvt['err_ran'])} "
+                     f"(the last step's points), err_grid max {_pct(pvt['err_grid']['max'])}.")
     path.write_text("\n".join(lines) + "\n")
 
 
