@@ -185,3 +185,19 @@ def test_why_moves_are_off_is_logged_once(caplog: pytest.LogCaptureFixture) -> N
     assert (logging.INFO, "TailSieve: moves are off: moves=False") in recs
     assert any(lvl == logging.WARNING and "stop strings on SGLang" in msg for lvl, msg in recs)
     assert len(recs) == 2
+
+
+async def test_a_checkpoint_keeps_the_model_in_use() -> None:
+    async with TailSieveRollout(URLS, config(), transport=stub()) as ro:
+        await run(ro, 2)
+        state = ro.state_dict()
+        fitted = ro.profile
+    assert state["profile"]["provenance"]["kind"] == "online-fit"
+    inner = stub()
+    resumed = TailSieveRollout(URLS, config(), transport=inner)
+    resumed.load_state_dict(state)
+    async with resumed as ro2:  # no probe: the saved model stands in
+        assert not any(s[1] == "hello" for s in inner.log.started)
+        assert ro2.profile.points == fitted.points
+        assert ro2.protocol.controller.predictor.tail_model is ro2.profile  # type: ignore[attr-defined]
+        await run(ro2, 1)

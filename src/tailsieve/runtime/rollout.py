@@ -274,8 +274,8 @@ class TailSieveRollout:
         return self
 
     async def _probe(self, model: str) -> None:
-        """``profile="auto"`` without a fallback: time a few lockstep rounds on the healthy
-        replicas (``runtime.auto_profile``) and use the fit from them."""
+        """``profile="auto"`` without a fallback: lockstep rounds on the healthy replicas
+        (``runtime.auto_probe``); their curve is the model until the fit is ready."""
         assert self.auto is not None
         urls = [self.executor.replicas[i].url for i in self._active]
         cfg = self.config
@@ -297,6 +297,9 @@ class TailSieveRollout:
         model = self.auto.current()
         if model is self.profile:
             return
+        self._use_profile(model)
+
+    def _use_profile(self, model: ThroughputModel) -> None:
         self.profile = model
         self.protocol.controller.set_throughput(model)
         if self.executor.balance_costs is not None:
@@ -467,14 +470,26 @@ class TailSieveRollout:
         )
 
     def state_dict(self) -> dict[str, Any]:
-        """Protocol (candidates, controller) + queued and carried prompt contents; JSON-safe."""
-        return {
+        """Protocol (candidates, controller) + queued and carried prompt contents; JSON-safe.
+        With ``profile="auto"`` also the model in use (not the timed pieces behind it)."""
+        out = {
             "protocol": self.protocol.state_dict(),
             "pending": [_prompt_dict(p) for p in self._pending],
             "carried": [_prompt_dict(p) for p in self._carried.values()],
         }
+        if self.auto is not None:
+            out["profile"] = self.profile.to_dict()
+        return out
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore ``state_dict``. With ``profile="auto"`` the saved model is used (and no
+        probe is needed) until the resumed rollout's own pieces fit a new one."""
+        saved = state.get("profile")
+        if self.auto is not None and saved is not None:
+            model = ThroughputModel.from_dict(saved, where="rollout state: profile")
+            self.auto.online.fallback = model
+            self.auto.probed = True
+            self._use_profile(model)  # before the controller's state (measured against it)
         self.protocol.load_state_dict(state["protocol"])
         self._pending = deque(PromptInput.from_dict(d, "state") for d in state["pending"])
         self._carried = {
