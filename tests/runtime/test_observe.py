@@ -52,7 +52,7 @@ async def test_metrics_log_and_progress() -> None:
     assert "tailsieve_moves_active 1.0" in text and "tailsieve_profile_fitted" in text
     line = json.loads(buf.getvalue().strip())
     assert line["event"] == "tailsieve.step" and line["num_groups"] == 4
-    assert line["profile"] in ("auto", "cpu")  # the probe's fit (or its stand-in)
+    assert line["profile"] == "auto-probe"  # step 0 ran on the probe's curve
     assert seen and seen[-1].num_bulk_done >= seen[-1].num_bulk_needed
     # two collectors never clash: each RuntimeMetrics has its own registry
     RuntimeMetrics()
