@@ -3,13 +3,13 @@
 ``ObservingTransport`` wraps the router's ``Transport``: every POST to a generation path
 (``/v1/completions``, ``/v1/chat/completions``, SGLang's ``/generate``) is recorded in an
 ``OnlineProfile`` (``model.online_profile``) with its replica, its send and answer times on the
-event loop's clock, its prompt tokens and the tokens each sequence generated (from the answer:
-token ids, logprob entries or ``usage``; streamed: the chunks, and the first token's arrival as
-a time to first token of the prompt tokens the server says it did not find in its prefix cache
-(SGLang's ``cached_tokens``; vLLM's ``prompt_tokens_details`` when the server reports them):
-a prefill whose cache hits are unknown says nothing about the prefill rate). Cancelled and failed requests are recorded as such: they still ran on
-their replica. Nothing else changes: the payload and the answer pass through untouched, and
-cancelling the awaiting task still closes the connection.
+event loop's clock, its prompt tokens and the tokens each sequence generated
+(``runtime.answer_counts``). A streamed request's first token is also a time to first token of
+the prompt tokens the server says it did not find in its prefix cache (SGLang's
+``cached_tokens``; vLLM's ``prompt_tokens_details`` when it reports them): a prefill whose cache
+hits are unknown says nothing about the prefill rate. Cancelled and failed requests are
+recorded as such: they still ran on their replica. Nothing else changes: the payload and the
+answer pass through untouched, and cancelling the awaiting task still closes the connection.
 
 ``AutoProfile`` ties it together for ``TailSieveRollout`` (and an HTTP proxy): ``wrap`` a
 transport, ``probe`` once when no fallback profile is named (``runtime.auto_probe``: the
