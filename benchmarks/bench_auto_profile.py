@@ -9,7 +9,9 @@
    otherwise ``--emulate R`` emulated replicas of ``--emulate-profile`` at
    ``--emulate-time-scale`` (their truth: that profile, scaled).
 2. Reference: ``tailsieve profile`` on the servers (lockstep rounds at ``--batch-sizes`` and,
-   with ``--context-lengths``, the context term), averaged over the replicas.
+   with ``--context-lengths``, the context term), averaged over the replicas; with
+   ``--profile-after`` measured again after the rollout and averaged (on a shared machine the
+   servers' speed drifts; the difference of the two is reported).
 3. Live: ``--steps`` steps of ``TailSieveRollout`` with the default ``profile="auto"`` (or
    ``--fallback NAME``: ``auto:NAME``) and the default moves, on forced lengths from the
    shipped AIME trace (replay mode). The model in use after the probe (or at the start) and
@@ -70,6 +72,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--profile-tokens", type=int, default=200)
     p.add_argument("--context-lengths", default="", help="e.g. 256,768: the profiler's k sweep")
     p.add_argument("--context-batch", type=int, default=8)
+    p.add_argument("--profile-after", action="store_true",
+                   help="profile again after the rollout; the reference is the mean of both")
     p.add_argument("--trace", default=str(AIME_TRACE_IN_REPO))
     return p.parse_args(argv)
 
@@ -149,6 +153,12 @@ async def amain(args: argparse.Namespace, endpoints: list[str], kind: str,
             ran.append(online.observations[-new:] if new else ())
             rows.append(_row(f"step {batch.step}", batch.metrics.makespan_s, ro, online, grid))
             models.append(ro.profile)
+    drift = None
+    if args.profile_after:  # the servers' speed drifts on a shared machine: bracket the run
+        log("tailsieve profile again, after the rollout")
+        after = await reference(endpoints, args, grid)
+        drift = compare(prof, {"after": after}, grid, ran[-1] if ran else ())["after"]
+        refs["profile"] = _mean(prof, after, grid)
     # each model against the pieces of the step it priced next (out of sample); the last
     # one against the last step's
     for i, (row, m) in enumerate(zip(rows, models, strict=True)):
@@ -168,7 +178,19 @@ async def amain(args: argparse.Namespace, endpoints: list[str], kind: str,
         "profile_vs_truth": None if truth is None else compare(
             prof, {"truth": truth}, grid, ran[-1] if ran else ())["truth"],
         "converged": _converged(rows),
+        "profile_before_vs_after": drift,
     }
+
+
+def _mean(a: ThroughputModel, b: ThroughputModel, grid: list[int]) -> ThroughputModel:
+    """The mean of two measured curves on the grid (running maximum), and their mean k."""
+    top, pairs = 0.0, []
+    for x in grid:
+        top = max(top, (a.tau(x) + b.tau(x)) / 2)
+        pairs.append((x, top))
+    return ThroughputModel.from_pairs(pairs, name="tailsieve-profile (before and after)",
+                                      ).with_context((a.context_s_per_token
+                                                      + b.context_s_per_token) / 2)
 
 
 def _row(label: str, makespan_s: float, ro: TailSieveRollout, online: Any,
@@ -232,6 +254,11 @@ def write_md(res: dict[str, Any], path: Path) -> None:
         lines.append(f"| {name} | " + " | ".join(f"{t:.3f}" for t in c["tau_ms"])
                      + f" | {c['k_ns_per_token']:.2f} |")
     lines += ["", f"Converged (err_ran within 10% from then on): {json.dumps(res['converged'])}"]
+    drift = res.get("profile_before_vs_after")
+    if drift:
+        lines.append(f"`tailsieve profile` before against after the rollout (the reference is "
+                     f"their mean): err_ran {_pct(drift['err_ran'])}, err_grid max "
+                     f"{_pct(drift['err_grid']['max'])}.")
     pvt = res.get("profile_vs_truth")
     if pvt:
         lines.append(f"`tailsieve profile` against the truth: err_ran {_pct(pvt['err_ran'])} "

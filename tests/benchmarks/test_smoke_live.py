@@ -211,7 +211,7 @@ def test_bench_live_moves_emulated(tmp_path: Path) -> None:
 def test_bench_auto_profile_emulated(tmp_path: Path) -> None:
     argv = ["--emulate", "2", "--emulate-time-scale", "0.3", "--groups", "2", "--group-size",
             "2", "--steps", "2", "--max-response-tokens", "60", "--batch-sizes", "1,2",
-            "--profile-tokens", "20", "--out", str(tmp_path)]
+            "--profile-tokens", "20", "--profile-after", "--out", str(tmp_path)]
     with repo_unchanged():
         assert importlib.import_module("bench_auto_profile").main(argv) == 0
     res = json.loads((tmp_path / "auto_profile.json").read_text())
@@ -221,6 +221,7 @@ def test_bench_auto_profile_emulated(tmp_path: Path) -> None:
     assert last["pieces"] > res["steps_detail"][0]["pieces"]
     for ref in ("profile", "truth"):
         assert last["errors"][ref]["err_grid"]["max"] >= 0
+    assert res["profile_before_vs_after"]["err_grid"]["max"] >= 0
     assert "err_ran vs truth" in (tmp_path / "auto_profile.md").read_text()
 
 
