@@ -68,6 +68,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--group-size", type=int, default=8)
     p.add_argument("--max-response-tokens", type=int, default=600)
     p.add_argument("--fallback", default=None, help="auto:NAME instead of the probe")
+    p.add_argument("--temperature", type=float, default=0.0,
+                   help="the rollout's sampling (tailsieve profile decodes greedily)")
     p.add_argument("--batch-sizes", default="1,2,4,8,16,32")
     p.add_argument("--profile-tokens", type=int, default=200)
     p.add_argument("--context-lengths", default="", help="e.g. 256,768: the profiler's k sweep")
@@ -131,7 +133,8 @@ async def amain(args: argparse.Namespace, endpoints: list[str], kind: str,
     ids = list(raw.lengths)
     spec = "auto" if args.fallback is None else f"auto:{args.fallback}"
     cfg = RolloutConfig(num_groups=args.groups, group_size=args.group_size, model=model,
-                        sampling=SamplingParams(max_tokens=budget), replay=lengths, profile=spec)
+                        sampling=SamplingParams(max_tokens=budget, temperature=args.temperature),
+                        replay=lengths, profile=spec)
     rows: list[dict[str, Any]] = []
     models: list[ThroughputModel] = []
     ran: list[tuple[PieceObservation, ...]] = []  # the pieces each step timed

@@ -86,3 +86,16 @@ def test_auto_names() -> None:
     check_profile("auto:qwen3-4b-h100")
     with pytest.raises(ProfileError, match="unknown profile"):
         check_profile("auto:nonesuch")
+
+
+def test_a_refit_that_is_not_ready_keeps_the_last_ready_one() -> None:
+    prof = OnlineProfile(max_observations=200)
+    run_replica(prof.ledger, np.random.default_rng(0), tau, 0.0)
+    good = prof.current()
+    assert prof.ready
+    rng = np.random.default_rng(1)  # pieces whose times have nothing to do with their work
+    prof.add(PieceObservation.constant(int(g), float(t), float(b)) for g, t, b in zip(
+        rng.integers(10, 500, 200), rng.uniform(0.1, 30.0, 200), rng.integers(1, 64, 200),
+        strict=True))
+    assert prof.current() is good
+    assert prof.quality is not None and not prof.quality.ready

@@ -44,7 +44,10 @@ class FitSettings:
 
     min_observations: int = 16  # pieces needed before the fit is used
     min_batch_levels: int = 2  # distinct batch sizes (rounded) the pieces must have run at
-    max_rel_rmse: float = 0.35  # a fit whose pieces are predicted worse than this is not used
+    max_rel_rmse: float = 0.2  # a fit whose pieces are predicted worse than this is not used
+    max_overhead_share: float = 0.25  # nor one whose fixed cost per piece exceeds this share
+    # of the median piece's time (the pieces did not separate it from the decode time: the
+    # replicas' speed changed while they ran)
     smoothing: float = 1.0  # weight of the slope-change penalty, in units of the data of
     # ``min_observations`` pieces (its share shrinks as pieces accumulate)
     min_context_tokens: float = 256.0  # k is fitted only once the sequences held this many
@@ -58,8 +61,10 @@ class FitSettings:
         if self.min_observations < 2 or self.min_batch_levels < 1 or self.iterations < 1:
             raise ProfileError("fit settings: need min_observations >= 2, min_batch_levels >= 1 "
                                "and iterations >= 1")
-        if not (self.max_rel_rmse > 0 and self.smoothing >= 0 and self.trim >= 0):
-            raise ProfileError("fit settings: need max_rel_rmse > 0, smoothing >= 0, trim >= 0")
+        if not (self.max_rel_rmse > 0 and self.smoothing >= 0 and self.trim >= 0
+                and self.max_overhead_share > 0):
+            raise ProfileError("fit settings: need max_rel_rmse > 0, max_overhead_share > 0, "
+                               "smoothing >= 0, trim >= 0")
         if self.min_context_tokens < 0:
             raise ProfileError("fit settings: min_context_tokens must be >= 0")
         if self.min_prefill_observations < 2:
@@ -218,7 +223,7 @@ def fit_decode(observations: Sequence[PieceObservation], settings: FitSettings |
     tau = np.cumsum(coef[: len(knots)])
     floor = 1e-3 * float(tau[-1]) if tau[-1] > 0 else 1e-9
     tau = np.maximum.accumulate(np.maximum(tau, floor))
-    quality = _quality(data, knots, pred, num_trimmed, cfg)
+    quality = _quality(data, knots, pred, num_trimmed, cfg, float(coef[len(knots) + 1]))
     return DecodeFit(knots, tuple(float(t) for t in tau), float(coef[len(knots)]),
                      float(coef[len(knots) + 1]), quality)
 
@@ -280,7 +285,7 @@ def _slope_penalty(knots: Sequence[int]) -> FloatArray:
 
 
 def _quality(data: _Data, knots: Sequence[int], pred: FloatArray, num_trimmed: int,
-             cfg: FitSettings) -> FitQuality:
+             cfg: FitSettings, overhead_s: float) -> FitQuality:
     steps = data.dur * data.tokens[data.obs] / data.time[data.obs]
     rel = (pred - data.time) / data.time
     rel_rmse = float(np.sqrt(np.mean(rel * rel)))
@@ -296,6 +301,9 @@ def _quality(data: _Data, knots: Sequence[int], pred: FloatArray, num_trimmed: i
         reason = f"pieces ran at {levels} batch size(s), need {cfg.min_batch_levels}"
     elif rel_rmse > cfg.max_rel_rmse:
         reason = f"pieces predicted to {rel_rmse:.0%}, need {cfg.max_rel_rmse:.0%}"
+    elif overhead_s > cfg.max_overhead_share * float(np.median(data.time)):
+        reason = (f"a fixed {overhead_s:.3g} s per piece, over {cfg.max_overhead_share:.0%} of "
+                  "the median piece: decode time not separated")
     return FitQuality(
         num_observations=n, num_trimmed=num_trimmed, num_tokens=int(data.tokens.sum()),
         batch_min=float(data.batch.min()), batch_max=float(data.batch.max()),

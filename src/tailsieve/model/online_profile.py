@@ -60,7 +60,8 @@ class OnlineProfile:
         self._obs: deque[PieceObservation] = deque(maxlen=max_observations)
         self._prefill: deque[PrefillObservation] = deque(maxlen=max_observations)
         self._fit: DecodeFit | None = None
-        self._model: ThroughputModel | None = None
+        self._model: ThroughputModel | None = None  # the latest fit
+        self._ready_model: ThroughputModel | None = None  # the latest fit that was ready
         self._dirty = False
         self.num_seen = 0  # observations added in all (not only those kept)
 
@@ -115,14 +116,18 @@ class OnlineProfile:
             k0 = self.fallback.context_s_per_token if self.fallback is not None else 0.0
             self._fit = fit_decode(list(self._obs), self.settings, k0)
             self._model = self._fit.model(self.name, self._prefill_model(), self.fallback)
+            if self._fit.quality.ready:
+                self._ready_model = self._model
         self._dirty = False
         return self._fit
 
     def current(self) -> ThroughputModel:
-        """The fitted model when it is ready, else the fallback, else the fit so far."""
+        """The latest fit that was ready (a refit that is not, e.g. while the replicas' speed
+        changed under the pieces, does not replace it), else the fallback, else the fit so
+        far."""
         self.update()
-        if self._model is not None and self._fit is not None and self._fit.quality.ready:
-            return self._model
+        if self._ready_model is not None:
+            return self._ready_model
         if self.fallback is not None:
             return self.fallback
         if self._model is not None:
@@ -137,8 +142,8 @@ class OnlineProfile:
 
     @property
     def ready(self) -> bool:
-        """Whether ``current()`` is the fit (not the fallback)."""
-        return self._fit is not None and self._fit.quality.ready
+        """Whether ``current()`` is a fit (not the fallback)."""
+        return self._ready_model is not None
 
     @property
     def num_observations(self) -> int:
