@@ -11,7 +11,11 @@ run the same model of the same machine: each policy replays the preset's steps
 ``AgenticRollout`` on its own emulated replicas (prefill of uncached contexts at the profile's
 prefill model, ``prefill_profile``), the policies' steps interleaved (round t: step t of each,
 the order rotating), and the agentic simulator runs the same trajectories under the same
-policy. Figures per step, in model seconds (live wall time / ``time_scale``):
+policy. Mid-turn moves take effect as the backend allows: at once on ``--backend sglang``
+(``/abort_request`` returns the piece's partial output) and on vLLM with ``--stream`` (the
+streamed tokens are kept), else at the running piece's end (``--piece-tokens``); the
+simulator models the same (``StepOptions.piece_tokens``). Figures per step, in model seconds
+(live wall time / ``time_scale``):
 live and simulated step times, each policy's speedup over verl's default live and simulated,
 prefix-cache hit rates (the emulators' ``vllm:prefix_cache_*`` counters and the simulator's)
 and moves. Every batch is checked (whole groups, each trajectory once, exact prompts) and its
@@ -30,12 +34,15 @@ from typing import Any
 
 from outdir import default_out
 
+from tailsieve.runtime.backends import Backend
 from tailsieve.runtime.emulator import EmulatorConfig, EmulatorServer
 from tailsieve.runtime.sessions import AgenticConfig, AgenticRollout, GatewayConfig
+from tailsieve.runtime.sessions.config import DEFAULT_PIECE_TOKENS
 from tailsieve.runtime.sessions.replay import TurnReplay
 from tailsieve.sim.agentic.compare import replica_configs
 from tailsieve.sim.agentic.policies import policy_spec
-from tailsieve.sim.agentic.run import simulate_policy
+from tailsieve.sim.agentic.run import RunOptions, simulate_policy
+from tailsieve.sim.agentic.step import StepOptions
 from tailsieve.workload.agentic_presets import agentic_preset
 from tailsieve.workload.turns import Trajectory
 
@@ -53,7 +60,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--policies", default="verl-sticky,cache-aware,turn-round-robin,tailsieve")
     p.add_argument("--profile", default="qwen3-4b-h100")
     p.add_argument("--time-scale", type=float, default=0.05, help="real s per model s")
-    p.add_argument("--piece-tokens", type=int, default=256)
+    p.add_argument("--piece-tokens", type=int, default=256,
+                   help="piece cap while turns may move (0: one piece per turn, only where "
+                        "moves interrupt pieces)")
+    p.add_argument("--backend", choices=("vllm", "sglang"), default="vllm",
+                   help="the emulators' API the gateway speaks")
+    p.add_argument("--stream", action="store_true", help="vLLM: stream pieces (moves at once)")
+    p.add_argument("--stream-interval", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
 
@@ -79,8 +92,11 @@ async def live(args: argparse.Namespace, policies: list[str],
                                                max_model_len=1 << 20)
                    for i in range(args.replicas)]
             fleets[p] = [await stack.enter_async_context(EmulatorServer(c)) for c in emu]
-            gcfg = GatewayConfig(policy=p, piece_tokens=args.piece_tokens, profile=args.profile)
-            cfg = AgenticConfig(group_size=args.group_size, max_turns=max_turns, gateway=gcfg)
+            gcfg = GatewayConfig(policy=p, piece_tokens=args.piece_tokens or None,
+                                 profile=args.profile, stream=args.stream,
+                                 stream_interval=args.stream_interval)
+            cfg = AgenticConfig(group_size=args.group_size, max_turns=max_turns, gateway=gcfg,
+                                backend=Backend(args.backend))
             ros[p] = await stack.enter_async_context(
                 AgenticRollout([sv.url for sv in fleets[p]], cfg, clock=model_clock))
         for s, trajs in enumerate(steps):
@@ -122,11 +138,18 @@ def check_turns(got: tuple[Trajectory, ...], want: list[Trajectory]) -> None:
             raise AssertionError(f"trajectory {w.key}: turns differ from the trace")
 
 
+def interrupts(args: argparse.Namespace) -> bool:
+    """Whether live mid-turn moves take effect at once (else at the running piece's end)."""
+    return args.backend == "sglang" or args.stream
+
+
 def simulate(args: argparse.Namespace, policy: str, steps: list[list[Trajectory]]
              ) -> list[dict[str, Any]]:
     configs = replica_configs(args.profile, args.replicas)
+    pieces = None if interrupts(args) else args.piece_tokens or DEFAULT_PIECE_TOKENS
+    opts = RunOptions(step=StepOptions(piece_tokens=pieces))
     out = []
-    for st in simulate_policy(steps, configs, policy_spec(policy), args.seed):
+    for st in simulate_policy(steps, configs, policy_spec(policy), args.seed, opts):
         assert st is not None
         out.append({"sim_step_s": st.step_s, "sim_hit_rate": st.hit_rate,
                     "sim_boundary_moves": st.boundary_moves,
@@ -177,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
                            "groups": args.groups, "group_size": args.group_size,
                            "profile": args.profile, "time_scale": args.time_scale,
                            "piece_tokens": args.piece_tokens, "seed": args.seed,
+                           "backend": args.backend, "stream": args.stream,
+                           "moves_at_once": interrupts(args),
                            "policies": {}}
     policies = [x for x in args.policies.split(",") if x]
     rows = asyncio.run(live(args, policies, steps))

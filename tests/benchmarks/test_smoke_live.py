@@ -209,6 +209,23 @@ def test_bench_live_moves_emulated(tmp_path: Path) -> None:
     assert "ratio live/sim" in (tmp_path / "live_moves.md").read_text()
 
 
+def test_bench_auto_profile_emulated(tmp_path: Path) -> None:
+    argv = ["--emulate", "2", "--emulate-time-scale", "0.3", "--groups", "2", "--group-size",
+            "2", "--steps", "2", "--max-response-tokens", "60", "--batch-sizes", "1,2",
+            "--profile-tokens", "20", "--profile-after", "--out", str(tmp_path)]
+    with repo_unchanged():
+        assert importlib.import_module("bench_auto_profile").main(argv) == 0
+    res = json.loads((tmp_path / "auto_profile.json").read_text())
+    assert [r["label"] for r in res["steps_detail"]] == ["probe", "step 0", "step 1"]
+    assert set(res["references"]) == {"profile", "truth"}
+    last = res["steps_detail"][-1]
+    assert last["pieces"] > res["steps_detail"][0]["pieces"]
+    for ref in ("profile", "truth"):
+        assert last["errors"][ref]["err_grid"]["max"] >= 0
+    assert res["profile_before_vs_after"]["err_grid"]["max"] >= 0
+    assert "err_ran vs truth" in (tmp_path / "auto_profile.md").read_text()
+
+
 def test_bench_real_engine_natural_emulated(tmp_path: Path) -> None:
     """``--natural``: chat prompts, no forced lengths; the simulator replays each lane's own
     produced lengths."""

@@ -22,6 +22,7 @@ SCRIPTS = {
     "bench_agentic.py": "test_bench_agentic",
     "bench_agentic_emulated.py": "test_smoke_live.py::test_bench_agentic_emulated",
     "bench_agentic_live.py": "test_smoke_live.py::test_bench_agentic_live_emulated",
+    "bench_auto_profile.py": "test_smoke_live.py::test_bench_auto_profile_emulated",
     "bench_balancer.py": "test_bench_balancer",
     "bench_faults.py": "test_bench_faults",
     "bench_seam.py": "test_smoke_live.py::test_bench_seam_vllm",

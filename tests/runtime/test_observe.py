@@ -49,8 +49,10 @@ async def test_metrics_log_and_progress() -> None:
     assert "tailsieve_steps_total 1.0" in text
     assert 'tailsieve_replica_healthy{replica="1"} 1.0' in text
     assert "tailsieve_aborted_tokens_total" in text
+    assert "tailsieve_moves_active 1.0" in text and "tailsieve_profile_fitted" in text
     line = json.loads(buf.getvalue().strip())
     assert line["event"] == "tailsieve.step" and line["num_groups"] == 4
+    assert line["profile"] == "auto-probe"  # step 0 ran on the probe's curve
     assert seen and seen[-1].num_bulk_done >= seen[-1].num_bulk_needed
     # two collectors never clash: each RuntimeMetrics has its own registry
     RuntimeMetrics()
@@ -58,3 +60,14 @@ async def test_metrics_log_and_progress() -> None:
     with ProgressDisplay(Console(file=out, force_terminal=False, width=80)) as d:
         d.update(seen[-1])
     assert "bulk" in out.getvalue()
+
+
+def test_moves_off_reason_is_a_labelled_gauge() -> None:
+    metrics = RuntimeMetrics()
+    metrics.record_moves("moves=False")
+    text = metrics.render().decode()
+    assert 'tailsieve_moves_off{reason="moves=False"} 1.0' in text
+    assert "tailsieve_moves_active 0.0" in text
+    metrics.record_moves(None)  # moves back on: no reason left
+    text = metrics.render().decode()
+    assert "tailsieve_moves_active 1.0" in text and 'reason="' not in text

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -105,13 +107,56 @@ def test_errors_name_what_is_wrong() -> None:
         SessionBook([], PrefixCacheModel([]))
 
 
+def test_turns_beyond_the_kv_budget_wait_and_their_replica_moves_nothing() -> None:
+    """As an engine admits requests in order while their KV fits, the book counts a
+    replica's later turns beyond its budget as waiting; count routers still see them all in
+    flight, and the mid-turn planner leaves that replica out (a turn moved away would only
+    let a queued one in)."""
+    small = replace(CONFIG, kv_capacity_tokens=10_000)
+    b = _book(2, small)
+    for i, n in enumerate((4000, 4000, 3000, 1000)):
+        b.request(f"s{i}", None, n)
+        b.start_turn(f"s{i}", 0, 0.0)
+    v = b.views(0.0)[0]
+    assert (v.num_running, v.num_waiting, v.num_in_flight) == (2, 2, 4)
+    assert v.context_tokens == 8000
+    assert [ld.replica for ld in b.balance_loads(0.0)] == [1]
+    b.end_turn("s0", 10, 1.0)
+    v = b.views(1.0)[0]
+    assert (v.num_running, v.num_waiting) == (3, 0) and v.context_tokens == 8000
+    assert [ld.replica for ld in b.balance_loads(1.0)] == [0, 1]
+
+
+def test_balance_loads_count_tool_waits_kv_room_and_health() -> None:
+    cap = CONFIG.kv_capacity_tokens
+    assert cap is not None
+    b = _book(3)
+    b.request("t", None, 5000)
+    b.start_turn("t", 1, 0.0)
+    b.end_turn("t", 100, 1.0)  # in a tool call, home 1
+    n = 4
+    for i in range(n):  # replica 0 nearly full
+        b.request(f"s{i}", None, int(cap / (n + 0.5)))
+        b.start_turn(f"s{i}", 0, 1.0)
+    b.set_healthy(2, False)
+    loads = b.balance_loads(1.0)
+    assert [ld.num_running for ld in loads] == [n, 1, 0]
+    assert loads[1].context_tokens == 5100
+    assert [ld.accepts for ld in loads] == [False, True, False]
+    assert len(loads[0].running()) == n and loads[1].running() == ()
+    h = b.session_horizon_s(1.0)
+    tp = CONFIG.throughput
+    pace = tp.tau(n) + tp.context_s_per_token * b.views(1.0)[0].context_tokens
+    assert h == pytest.approx(1.0 * 100.0 * pace)  # turn 0 counts as one; mean output 100
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 4), st.integers(0, 2), st.integers(1, 400)),
                 min_size=1, max_size=60))
 def test_counts_always_match_the_sessions(ops: list[tuple[int, int, int]]) -> None:
     """Whatever the order of turns, ends and moves, the views count every running turn and
     every session in a tool call exactly once."""
-    b = _book(3)
+    b = _book(3, replace(CONFIG, kv_capacity_tokens=3000))  # some turns wait
     state: dict[str, str] = {}
     ctx: dict[str, int] = {}
     for sid_i, r, n in ops:
@@ -129,6 +174,9 @@ def test_counts_always_match_the_sessions(ops: list[tuple[int, int, int]]) -> No
             ctx[sid] += n
             state[sid] = "tool"
         views = b.views(0.0)
-        assert sum(v.num_running for v in views) == sum(s == "run" for s in state.values())
+        assert sum(v.num_in_flight for v in views) == sum(s == "run" for s in state.values())
+        for v in views:
+            assert v.num_running >= min(v.num_in_flight, 1)  # the first turn always runs
+            assert v.context_tokens <= 3000 or v.num_running == 1
         assert sum(v.num_tool_waits for v in views) == sum(s == "tool" for s in state.values())
         assert all(v.context_tokens >= 0 and v.prefill_backlog_tokens >= 0 for v in views)

@@ -12,7 +12,7 @@ import typer
 
 from tailsieve.cli import checks
 from tailsieve.errors import ConfigError
-from tailsieve.model.profiles import load_profile
+from tailsieve.model.profiles import check_profile
 from tailsieve.runtime import event_loop
 from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
 from tailsieve.runtime.cluster.spec import EngineGroup
@@ -160,7 +160,12 @@ def rollout(
         help="tailsieve | tailsieve-fixed | tailsieve-static (with --q0, --m0) | uniform | "
         "uniform-requests."
     ),
-    profile: str = typer.Option(LIVE_PROFILE, "--profile", help="Throughput profile name or file."),
+    profile: str = typer.Option(
+        LIVE_PROFILE, "--profile",
+        help="Controller's cost model: auto (fitted online from the rollout's timings, after a "
+        "short probe), auto:NAME (fitted online, the named profile or file until then), or a "
+        "profile name or file (fixed).",
+    ),
     backend: Annotated[Backend, typer.Option("--backend")] = Backend.VLLM,
     model: str = typer.Option(
         None, "--model", help="Served model name (default: the one the servers serve)."
@@ -218,7 +223,7 @@ def rollout(
             replay_trace, length_scale=length_scale, max_tokens=max_tokens
         )
     source, where = _prompt_source(prompts, replay, replay_trace)
-    load_profile(profile)
+    check_profile(profile)
     ctrl = {k: v for k, v in (("q0", q0), ("m0", m0), ("seam_s", seam_s)) if v is not None}
     cfg = RolloutConfig(
         num_groups=groups, group_size=group_size, policy=policy, backend=backend, model=model,

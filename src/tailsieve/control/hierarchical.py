@@ -200,6 +200,25 @@ class HierarchicalController(Controller):
         st.last_event = f"R {old_r}->{num_replicas}: m {old_m}->{m}"
         self.inner.reset()
 
+    def set_throughput(self, model: ThroughputModel) -> None:
+        """Predict both pools with ``model`` from now on. What was measured against the old
+        model keeps its meaning: the observed/predicted corrections and the balance gate's
+        ratios are rescaled by how much the prediction of the remembered steps changes (the
+        m = 0 step time: old over new)."""
+        p, st = self.predictor, self.state
+        before = p.predict_samples(self._samples, 0, 0).bulk_s if self._samples else 0.0
+        p.tail_model = p.bulk_model = model
+        self._cache = {}
+        after = p.predict_samples(self._samples, 0, 0).bulk_s if self._samples else 0.0
+        if before <= 0 or after <= 0:
+            return
+        f = before / after
+        st.k_tail *= f
+        st.k_bulk *= f
+        st.k_uniform *= f
+        st.gate.balanced[:] = [r * f for r in st.gate.balanced]
+        st.gate.round_robin[:] = [r * f for r in st.gate.round_robin]
+
     def _inner_decision(self, plan: StepPlan, outcome: StepOutcome) -> InnerDecision:
         cfg, st = self.config, self.state
         if cfg.inner_target == "rates":

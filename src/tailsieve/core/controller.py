@@ -11,6 +11,7 @@ from tailsieve.core.balancer import BalanceSettings
 from tailsieve.core.diagnostics import PredictedPoolTimes
 from tailsieve.core.outcome import StepOutcome
 from tailsieve.core.plan import StepPlan
+from tailsieve.model.throughput import ThroughputModel
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +45,11 @@ class Controller(ABC):
     def resize(self, num_replicas: int) -> None:
         """The number of serving replicas changed (a replica failed or came back) before the
         next ``targets`` call. Default: nothing to re-plan (the protocol caps m at R - 1)."""
+        return None
+
+    def set_throughput(self, model: ThroughputModel) -> None:
+        """Predict with ``model`` from the next decision on (the live ``auto`` profile refits
+        it between steps). Default: the controller uses no throughput model."""
         return None
 
     @abstractmethod

@@ -60,6 +60,9 @@ class StepMetrics:
     num_lost_pieces: int = 0  # continuation pieces lost mid-way (to a fault or a move)
     num_rebalancer_errors: int = 0  # live rebalancer crashes (moves were off after it)
     rebalancer_error: str | None = None  # the crash's exception, when there was one
+    moves_off_reason: str = ""  # why responses cannot move in this rollout ("" when they can)
+    profile: str = ""  # the controller's throughput model in this step (its name)
+    profile_fitted: bool = False  # profile "auto": the online fit was in use (not the fallback)
 
     def to_json(self) -> str:
         return json.dumps({"event": "tailsieve.step", **asdict(self)}, sort_keys=True)
@@ -122,6 +125,25 @@ class RuntimeMetrics:
         self.healthy = Gauge(
             "tailsieve_replica_healthy", "1 when the replica is in service", ["replica"], registry=r
         )
+        self.moves_active = Gauge(
+            "tailsieve_moves_active", "1 when running responses may move between replicas",
+            registry=r,
+        )
+        self.moves_off = Gauge(
+            "tailsieve_moves_off", "1 for the reason moves are off (label reason)", ["reason"],
+            registry=r,
+        )
+        self.profile_fitted = Gauge(
+            "tailsieve_profile_fitted", "1 when the auto profile's online fit is in use",
+            registry=r,
+        )
+        self.profile_observations = Gauge(
+            "tailsieve_profile_observations", "Timed pieces the auto profile fitted", registry=r
+        )
+        self.profile_error = Gauge(
+            "tailsieve_profile_relative_error",
+            "Root-mean-square relative error of the auto profile on its pieces", registry=r,
+        )
         self._runner: web.AppRunner | None = None
 
     def record(self, m: StepMetrics, healthy: tuple[bool, ...]) -> None:
@@ -140,6 +162,19 @@ class RuntimeMetrics:
         self.rebalancer_errors.inc(m.num_rebalancer_errors)
         for i, h in enumerate(healthy):
             self.healthy.labels(replica=str(i)).set(1.0 if h else 0.0)
+
+    def record_moves(self, off_reason: str | None) -> None:
+        """Whether moves run, and why not (``RolloutConfig.moves_off_reason``)."""
+        self.moves_active.set(0.0 if off_reason else 1.0)
+        self.moves_off.clear()
+        if off_reason:
+            self.moves_off.labels(reason=off_reason).set(1.0)
+
+    def record_profile(self, fitted: bool, num_observations: int, rel_error: float) -> None:
+        """The ``auto`` profile's state after a step."""
+        self.profile_fitted.set(1.0 if fitted else 0.0)
+        self.profile_observations.set(num_observations)
+        self.profile_error.set(rel_error)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -19,6 +19,8 @@ in the queue, and are part of ``state_dict``).
 from __future__ import annotations
 
 import dataclasses
+import logging
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -32,23 +34,29 @@ from tailsieve.core.protocol import ProtocolConfig, RolloutProtocol
 from tailsieve.core.stream import PromptStream
 from tailsieve.core.timeline import StepTimeline
 from tailsieve.errors import ConfigError, ReplicaError
-from tailsieve.model.profiles import load_profile
+from tailsieve.model.profiles import builtin_profile, check_profile, load_profile, parse_profile
 from tailsieve.model.replica_config import ReplicaConfig
+from tailsieve.model.throughput import ThroughputModel
 from tailsieve.runtime.attempt import ExecutorConfig, ForcedLength
+from tailsieve.runtime.auto_profile import AutoProfile
 from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
 from tailsieve.runtime.chain import penalties_of
 from tailsieve.runtime.executor import LiveExecutor
+from tailsieve.runtime.lean_http import LeanTransport
 from tailsieve.runtime.observe import RuntimeMetrics, StepLog, StepMetrics, waste_fields
 from tailsieve.runtime.step_state import GroupResponses, StepProgress
 from tailsieve.runtime.transport import Transport
 
 PromptLike = PromptInput | dict[str, Any]
+logger = logging.getLogger(__name__)
 MOVE_PIECE_TOKENS = 512  # default piece cap when moves need pieces (vLLM, unstreamed): the best
 # of 128-8,192 in the simulator (qwen3-4b-h100, paper-math, R = 8, 50 ms seams, moves deferred)
 MOVING_POLICIES = ("tailsieve",)  # policies whose controller moves running responses
+MODEL_POLICIES = ("tailsieve", "tailsieve-fixed")  # policies whose controller uses the profile
 CONTINUABLE_BACKENDS = (Backend.VLLM, Backend.VLLM_CHAT, Backend.SGLANG)  # a response can be
 # sent on as token ids (vllm-chat: its prompts are tokenized by the server, runtime.chat_tokens)
-LIVE_PROFILE = "cpu"  # default throughput profile of a live rollout (RolloutConfig, the CLI)
+LIVE_PROFILE = "auto"  # default cost model of a live rollout (RolloutConfig, the CLI): fitted
+# online from the rollout's own timings (``runtime.auto_profile``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,9 +69,17 @@ class RolloutConfig:
     the controller's balance gate switches them off for steps where they are not measured to
     pay. ``moves=False`` turns them off: every response is one request, dealt round-robin.
     Where moves cannot run (another policy, a history-dependent penalty, stop strings on
-    SGLang) they are off and ``moves_off_reason`` says why. With moves on, ``vllm-chat``
-    prompts are sent as the token ids the server's ``/tokenize`` gives their messages, on the
-    completions API (``runtime.chat_tokens``; the same template, the same sampling).
+    SGLang) they are off and ``moves_off_reason`` says why (logged once when the rollout is
+    made, and the runtime's ``/metrics`` gauge ``tailsieve_moves_off{reason=...}``). With
+    moves on, ``vllm-chat`` prompts are sent as the token ids the server's ``/tokenize`` gives
+    their messages, on the completions API (``runtime.chat_tokens``; the same template, the
+    same sampling).
+
+    ``profile="auto"`` (the default): the controller's cost model is fitted online from the
+    timings of the rollout's own requests (``model.online_profile``: ``tau(b) + k * C`` and
+    the prefill rate), after a short probe of the replicas when the rollout starts;
+    ``"auto:NAME"`` uses the named profile (or file) instead of the probe until the fit is
+    trusted; a name or a file alone fixes the model.
     """
 
     num_groups: int  # N: groups per delivered batch
@@ -73,9 +89,9 @@ class RolloutConfig:
     model: str | None = None  # served model name; None = the one model the servers serve
     sampling: SamplingParams = field(default_factory=SamplingParams)
     replay: ForcedLength | None = None  # forced length per (prompt_id, sample): replay mode
-    profile: str = LIVE_PROFILE  # throughput profile (name or JSON path) of the controller
-    split_groups: bool = True  # n single requests per group; False (one request with n) needs
-    # continuation off: with it every response is its own chain of requests
+    profile: str = LIVE_PROFILE  # controller's cost model: "auto" (fitted online, probe first),
+    # "auto:NAME" (fitted online, NAME until then), or a profile name / JSON path (fixed)
+    split_groups: bool = True
     stream: bool = False
     stream_interval: int | None = None  # stream: tokens per streamed chunk on vLLM (vLLM's
     # stream_interval): moves keep what was streamed at a fraction of per-token streaming's CPU
@@ -94,6 +110,7 @@ class RolloutConfig:
         if self.num_groups < 1 or self.group_size < 1:
             raise ConfigError("num_groups and group_size must be >= 1")
         object.__setattr__(self, "backend", Backend(self.backend))
+        check_profile(self.profile)
         if self.continuation is None:
             object.__setattr__(self, "continuation", self.moves_active)
         if not self.split_groups and self.continuation:
@@ -143,6 +160,12 @@ class RolloutConfig:
     def chat_as_tokens(self) -> bool:
         """Chat prompts go as token ids on the completions API (vllm-chat with continuation)."""
         return self.backend is Backend.VLLM_CHAT and bool(self.continuation)
+
+    @property
+    def fits_profile(self) -> bool:
+        """Whether the controller's model is fitted online (``auto`` and a policy that uses
+        a model)."""
+        return parse_profile(self.profile)[0] and self.policy in MODEL_POLICIES
 
     def executor_config(self) -> ExecutorConfig:
         return ExecutorConfig(
@@ -208,7 +231,15 @@ class TailSieveRollout:
             group_size=config.group_size,
             **config.controller,
         )
-        profile = load_profile(config.profile)
+        self.auto: AutoProfile | None = None  # profile "auto": the online fit
+        _, fixed = parse_profile(config.profile)
+        if config.fits_profile:
+            self.auto = AutoProfile(fixed)
+            transport = self.auto.wrap(transport or LeanTransport())
+        self._transport = transport  # the executor's (observed with "auto")
+        profile = (load_profile(fixed) if fixed is not None else builtin_profile("cpu"))
+        # (with "auto" and no fallback the "cpu" curve only stands in until the probe)
+        self.profile: ThroughputModel = profile  # the controller's model now
         controller = make_controller(config.policy, ccfg, profile, moves=config.moves_active)
         self.protocol = RolloutProtocol(
             ProtocolConfig(
@@ -227,6 +258,9 @@ class TailSieveRollout:
         )
         self.metrics = metrics
         self.step_log = step_log
+        _log_moves_off(config)
+        if metrics is not None:
+            metrics.record_moves(config.moves_off_reason)
         self._pending: deque[PromptInput] = deque()
         self._carried: dict[str, PromptInput] = {}  # content of carried candidates
         self._seen: set[str] = set()  # ids queued or carried (duplicate guard)
@@ -240,11 +274,46 @@ class TailSieveRollout:
             raise ReplicaError(f"no replica answers /health ({reasons})")
         self._set_active()
         try:
-            await self.executor.resolve_model()
+            model = await self.executor.resolve_model()
+            if self.auto is not None and self.auto.needs_probe:
+                await self._probe(model)
         except BaseException:
             await self.aclose()
             raise
         return self
+
+    async def _probe(self, model: str) -> None:
+        """``profile="auto"`` without a fallback: lockstep rounds on the healthy replicas
+        (``runtime.auto_probe``); their curve is the model until the fit is ready."""
+        assert self.auto is not None
+        urls = [self.executor.replicas[i].url for i in self._active]
+        cfg = self.config
+        load = math.ceil(cfg.num_groups * cfg.group_size / max(len(urls), 1))
+        t0 = time.perf_counter()
+        assert self._transport is not None
+        got = await self.auto.probe(self._transport, urls, cfg.executor_config().backend,
+                                    model, load)
+        self._refresh_profile()
+        logger.info("TailSieve auto profile: probed %d replica(s) in %.1f s: %s", len(urls),
+                    time.perf_counter() - t0, ", ".join(
+                        f"tau({p.batch_size}) = {p.step_s * 1e3:.3g} ms" for p in got.points))
+
+    def _refresh_profile(self) -> None:
+        """Profile ``auto``: hand the latest fit (or the fallback) to the controller and to
+        the live rebalancer's move pricing."""
+        if self.auto is None:
+            return
+        model = self.auto.current()
+        if model is self.profile:
+            return
+        self._use_profile(model)
+
+    def _use_profile(self, model: ThroughputModel) -> None:
+        self.profile = model
+        self.protocol.controller.set_throughput(model)
+        if self.executor.balance_costs is not None:
+            self.executor.balance_costs = [ReplicaConfig.from_profile(model)] * len(
+                self.executor.replicas)
 
     async def __aexit__(
         self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
@@ -346,6 +415,8 @@ class TailSieveRollout:
             await self.refresh_replicas()
             raise
         self.protocol.update_from_outcome(plan, result.outcome)
+        used = self.profile
+        self._refresh_profile()
         # failed replicas out, recovered ones back: num_fresh_needed() is exact for the next step
         await self.refresh_replicas()
         delivered = {g.prompt_id for g in result.outcome.delivered}
@@ -383,9 +454,16 @@ class TailSieveRollout:
             num_rebalancer_errors=int(self.executor.last_balance_error is not None),
             rebalancer_error=self.executor.last_balance_error,
             **waste_fields(out.waste),
+            moves_off_reason=self.config.moves_off_reason or "",
+            profile=used.name,
+            profile_fitted=used.provenance.get("kind") == "online-fit",
         )
         if self.metrics is not None:
             self.metrics.record(metrics, self.executor.healthy)
+            if self.auto is not None:
+                q = self.auto.online.quality
+                self.metrics.record_profile(self.auto.online.ready, self.auto.online.
+                                            num_observations, q.rel_rmse if q else 0.0)
         if self.step_log is not None:
             self.step_log.write(metrics)
         groups = tuple(
@@ -404,20 +482,45 @@ class TailSieveRollout:
         )
 
     def state_dict(self) -> dict[str, Any]:
-        """Protocol (candidates, controller) + queued and carried prompt contents; JSON-safe."""
-        return {
+        """Protocol (candidates, controller) + queued and carried prompt contents; JSON-safe.
+        With ``profile="auto"`` also the model in use (not the timed pieces behind it)."""
+        out = {
             "protocol": self.protocol.state_dict(),
             "pending": [_prompt_dict(p) for p in self._pending],
             "carried": [_prompt_dict(p) for p in self._carried.values()],
         }
+        if self.auto is not None:
+            out["profile"] = self.profile.to_dict()
+        return out
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore ``state_dict``. With ``profile="auto"`` the saved model is used (and no
+        probe is needed) until the resumed rollout's own pieces fit a new one."""
+        saved = state.get("profile")
+        if self.auto is not None and saved is not None:
+            model = ThroughputModel.from_dict(saved, where="rollout state: profile")
+            self.auto.online.fallback = model
+            self.auto.probed = True
+            self._use_profile(model)  # before the controller's state (measured against it)
         self.protocol.load_state_dict(state["protocol"])
         self._pending = deque(PromptInput.from_dict(d, "state") for d in state["pending"])
         self._carried = {
             p.prompt_id: p for p in (PromptInput.from_dict(d, "state") for d in state["carried"])
         }
         self._seen = {p.prompt_id for p in self._pending} | set(self._carried)
+
+
+def _log_moves_off(config: RolloutConfig) -> None:
+    """Say once why moves are off: a warning when something blocks moves the policy would
+    make, info when they were switched off, debug for a policy that never moves."""
+    why = config.moves_off_reason
+    if why is None:
+        return
+    if config.policy not in MOVING_POLICIES:
+        level = logging.DEBUG
+    else:
+        level = logging.INFO if not config.moves else logging.WARNING
+    logger.log(level, "TailSieve: moves are off: %s", why)
 
 
 def _prompt_dict(p: PromptInput) -> dict[str, Any]:

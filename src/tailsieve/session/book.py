@@ -7,20 +7,22 @@ call at that replica) and finally the session ends (``end_session``). From them 
 what a router reads: per replica, the turns running and their contexts, the sessions waiting
 on a tool whose home it is, prefills not yet done; per session, its context, home and turn;
 and a ``PrefixCacheModel`` of what each replica's cache holds. ``views`` and ``balance_loads``
-turn that into the inputs of ``place_turn`` / the routers and of ``core.balancer``. No
-clock: callers pass ``now_s``.
+turn that into the inputs of ``place_turn`` / the routers and of ``core.balancer`` (the
+latter by ``session.midturn``, as the agentic simulator builds them). A replica's turns
+beyond its KV budget (in the order they started there, as an engine admits them) count as
+waiting. No clock: callers pass ``now_s``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
 
-from tailsieve.core.balancer import ReplicaLoad, Running
+from tailsieve.core.balancer import ReplicaLoad
 from tailsieve.errors import ConfigError
 from tailsieve.model.replica_config import ReplicaConfig
 from tailsieve.session.cache_model import PrefixCacheModel
-from tailsieve.session.pricing import recompute_rate
+from tailsieve.session.midturn import move_loads, session_horizon_s
 from tailsieve.session.replica_view import ReplicaView
 from tailsieve.session.turn import TurnRequest
 
@@ -50,6 +52,8 @@ class _Rep:
     tool_context: float = 0.0
     backlog: float = 0.0  # tokens admitted, not yet prefilled
     healthy: bool = True
+    sessions: dict[Hashable, None] = field(default_factory=dict)  # running turns, in the
+    # order they started here
 
 
 class _TauTable:
@@ -121,6 +125,7 @@ class SessionBook:
         rep.num_running += 1
         rep.context += s.requested_tokens
         rep.backlog += s.unprefilled
+        rep.sessions[session_id] = None
         self._fit_cache(replica)
 
     def progress(self, session_id: Hashable, generated_tokens: int, now_s: float) -> None:
@@ -142,7 +147,7 @@ class SessionBook:
             raise ConfigError(f"session {session_id!r}: no turn is running to move")
         src = s.replica
         held = s.requested_tokens + s.generated
-        self._stop(s)
+        self._stop(session_id, s)
         if self._reps[src].healthy:
             self.cache.insert(src, session_id, s.group_id, min(s.prompt_tokens, held), held)
         cached = self.cache.cached(dst, session_id, s.group_id, held)
@@ -152,6 +157,7 @@ class SessionBook:
         rep.num_running += 1
         rep.context += held
         rep.backlog += s.unprefilled
+        rep.sessions[session_id] = None
         self._fit_cache(dst)
 
     def end_turn(self, session_id: Hashable, output_tokens: int, now_s: float) -> None:
@@ -163,7 +169,7 @@ class SessionBook:
         if output_tokens < 0:
             raise ConfigError(f"session {session_id!r}: output_tokens must be >= 0")
         r = s.replica
-        self._stop(s)
+        self._stop(session_id, s)
         s.context_tokens = s.requested_tokens + output_tokens
         s.home = r
         self._num_turns += 1
@@ -182,7 +188,7 @@ class SessionBook:
         if s is None:
             return
         if s.replica is not None:
-            self._stop(s)
+            self._stop(session_id, s)
         self._leave_tool(s)
         self.cache.discard(session_id)
 
@@ -195,29 +201,25 @@ class SessionBook:
 
     # ----- reads ---------------------------------------------------------------------
     def views(self, now_s: float) -> list[ReplicaView]:
-        """Every replica as ``place_turn`` and the routers read it."""
-        return [ReplicaView(r, self.configs[r], rep.num_running, max(rep.context, 0.0), 0,
-                            rep.num_tool, max(rep.tool_context, 0.0), max(rep.backlog, 0.0),
-                            rep.healthy)
-                for r, rep in enumerate(self._reps)]
+        """Every replica as ``place_turn`` and the routers read it: its turns beyond its KV
+        budget, in the order they started there, are waiting."""
+        return [self._view(r, rep) for r, rep in enumerate(self._reps)]
 
     def balance_loads(self, now_s: float) -> list[ReplicaLoad]:
-        """One ``ReplicaLoad`` per replica for ``core.balancer.plan_moves`` (mid-turn moves):
-        its running turns keyed by session id with their contexts (prompt + generated);
-        pass ``self.cached`` and ``self.cached_on`` as its ``cached`` / ``cached_on``."""
-        running: list[list[tuple[Hashable, int]]] = [[] for _ in self._reps]
-        for key, s in self._sessions.items():
-            if s.replica is not None:
-                running[s.replica].append((key, s.requested_tokens + s.generated))
-        out = []
-        for r, (rep, cfg) in enumerate(zip(self._reps, self.configs, strict=True)):
-            items = running[r]
-            out.append(ReplicaLoad(
-                r, len(items), float(sum(n for _, n in items)), _frozen(items), self._taus[r],
-                cfg.throughput.context_s_per_token,
-                recompute_rate(cfg, rep.context / max(rep.num_running, 1)), cfg.prefill_s,
-                rep.healthy))
-        return out
+        """The loads of ``core.balancer.plan_moves`` for mid-turn moves
+        (``session.midturn.move_loads``): per replica where no turn waits, its running turns
+        keyed by session id with their contexts (prompt + generated), the sessions in a tool
+        call whose home it is, whether it takes moves (healthy, KV room); pass ``self.cached``
+        and ``self.cached_on`` as its ``cached`` / ``cached_on``."""
+        running = [[(key, self._held(self._sessions[key])) for key in rep.sessions]
+                   for rep in self._reps]
+        return move_loads(self.views(now_s), running, self._taus)
+
+    def session_horizon_s(self, now_s: float) -> float:
+        """How long a mid-turn move made now is expected to keep paying
+        (``session.midturn.session_horizon_s`` over the running turns)."""
+        turns = [s.turn_index for s in self._sessions.values() if s.replica is not None]
+        return session_horizon_s(turns, self.expected_turn_tokens, self.views(now_s))
 
     def cached(self, session_id: Hashable, replica: int) -> int:
         """Prefix tokens of the session's running context cached on ``replica``."""
@@ -262,10 +264,30 @@ class SessionBook:
         if not 0 <= replica < len(self._reps):
             raise ConfigError(f"no replica {replica} (replicas 0..{len(self._reps) - 1})")
 
-    def _stop(self, s: _Session) -> None:
+    def _view(self, r: int, rep: _Rep) -> ReplicaView:
+        cfg = self.configs[r]
+        n, ctx = rep.num_running, max(rep.context, 0.0)
+        cap = cfg.kv_capacity_tokens
+        if cap is not None and ctx > cap:
+            n, ctx = 0, 0.0
+            for key in rep.sessions:
+                held = self._held(self._sessions[key])
+                if n and ctx + held > cap:
+                    break
+                n, ctx = n + 1, ctx + held
+        return ReplicaView(r, cfg, n, ctx, rep.num_running - n, rep.num_tool,
+                           max(rep.tool_context, 0.0), max(rep.backlog, 0.0), rep.healthy)
+
+    @staticmethod
+    def _held(s: _Session) -> int:
+        """Context a running turn holds (prompt + generated so far)."""
+        return s.requested_tokens + s.generated
+
+    def _stop(self, session_id: Hashable, s: _Session) -> None:
         assert s.replica is not None
         rep = self._reps[s.replica]
         rep.num_running -= 1
+        rep.sessions.pop(session_id, None)
         rep.context -= s.requested_tokens + s.generated
         rep.backlog -= s.unprefilled
         s.replica, s.unprefilled = None, 0
@@ -282,7 +304,3 @@ class SessionBook:
         if cap is not None:
             self.cache.set_capacity(replica, int(cap - max(self._reps[replica].context, 0.0)))
 
-
-def _frozen(items: list[tuple[Hashable, int]]) -> Callable[[], Running]:
-    snapshot = tuple(items)
-    return lambda: snapshot

@@ -203,10 +203,13 @@ def test_settings(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_moves_on_by_default_and_the_move_keys(monkeypatch: pytest.MonkeyPatch) -> None:
     """No move key: the SGLang rollout moves (continuation, one piece until moved);
     ``tailsieve_moves: false`` (or ``TAILSIEVE_MOVES=0``) gives plans without moves."""
-    for key in ("TAILSIEVE_MOVES", "TAILSIEVE_PIECE_TOKENS", "TAILSIEVE_SEAM_S"):
+    for key in ("TAILSIEVE_MOVES", "TAILSIEVE_PIECE_TOKENS", "TAILSIEVE_SEAM_S",
+                "TAILSIEVE_PROFILE"):
         monkeypatch.delenv(key, raising=False)
     rc = SlimeSettings.from_args(make_args(["http://a:1"])).rollout_config()
     assert rc.moves_active and rc.continuation and rc.piece_tokens is None
+    default = SlimeSettings.from_args(make_args(["http://a:1"], tailsieve_profile=None))
+    assert default.profile == "auto" and default.rollout_config().fits_profile
     off = SlimeSettings.from_args(make_args(["http://a:1"], tailsieve_moves=False))
     assert not off.rollout_config().moves_active
     monkeypatch.setenv("TAILSIEVE_MOVES", "0")
@@ -233,10 +236,11 @@ def test_moves_on_by_default_and_the_move_keys(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_rollouts_move_with_the_default_settings(slow_sglang_workers: list[str]) -> None:
-    """Three rollouts with slime's interface and no move key: moves happen, and every group
-    is N x n samples of whole fresh attempts (``Ledger.step``)."""
+    """Three rollouts with slime's interface, no move key and the default profile (``auto``:
+    probed, then fitted online): moves happen, and every group is N x n samples of whole
+    fresh attempts (``Ledger.step``)."""
     args = make_args(slow_sglang_workers, tailsieve_controller={"seam_s": 0.0},
-                     rollout_max_response_len=64)
+                     rollout_max_response_len=64, tailsieve_profile=None)
     ds = make_source(args)
     ledger = Ledger()
     ledger.track(ds)
@@ -245,6 +249,7 @@ def test_rollouts_move_with_the_default_settings(slow_sglang_workers: list[str])
         for rid in range(4):
             ledger.step(args, ds, rid)
             moves += int(ledger.last_metrics["tailsieve/num_moves"])
+            assert ledger.last_metrics["tailsieve/moves_active"] == 1
         ledger.check(ds)
     finally:
         ds.tailsieve.close()

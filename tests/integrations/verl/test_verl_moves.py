@@ -117,10 +117,13 @@ def run_with_moves(
 
 @pytest.mark.parametrize("backend", ["vllm", "sglang"])
 def test_training_steps_move_by_default(emulators3: Emulators, backend: str) -> None:
-    """No move key set: the rollout moves responses; every row is this prompt's, exactly
-    once (``check_step``, ``final_check``)."""
-    _, steps = run_with_moves(emulators3.urls, 5, f"++tailsieve.backend={backend}")
+    """No move key set and the default profile (``auto``: probed, then fitted online): the
+    rollout moves responses; every row is this prompt's, exactly once (``check_step``,
+    ``final_check``)."""
+    _, steps = run_with_moves(emulators3.urls, 5, f"++tailsieve.backend={backend}",
+                              "++tailsieve.profile=auto")
     assert any(m.moves for m in steps), "no step could move (moves are off)"
+    assert all(m.moves_off_reason == "" for m in steps) and steps[-1].profile == "auto"
     assert sum(m.num_moves for m in steps) > 0, "moves on, but nothing moved in 5 steps"
     assert all(m.num_regenerated == 0 and m.wasted_tokens == 0 for m in steps)
 

@@ -17,11 +17,13 @@ from tailsieve.session.routers import SessionPolicy
 POLICIES = [p.value for p in SessionPolicy if p is not SessionPolicy.ORACLE]
 
 
-async def scenario(num_replicas: int, num_sessions: int, num_turns: int, piece_tokens: int,
-                   policy: str, kills: list[tuple[int, int]], seed: int) -> None:
+async def scenario(num_replicas: int, num_sessions: int, num_turns: int,
+                   piece_tokens: int | None, policy: str, kills: list[tuple[int, int]],
+                   seed: int, interrupts: bool = False) -> None:
     rnd = random.Random(seed)
     runner = StubPieceRunner(num_replicas, StubModel(eos_every=37),
-                             seconds_per_token=0.0002, batch_slowdown=0.5)
+                             seconds_per_token=0.0002, batch_slowdown=0.5,
+                             interrupts=interrupts)
     cfg = GatewayConfig(policy=policy, piece_tokens=piece_tokens, probe_interval_s=0.01,
                         balance=BalanceSettings(interval_s=0.003, horizon_s=30.0, seam_s=0.0),
                         profile="qwen3-4b-h100")
@@ -56,7 +58,8 @@ async def scenario(num_replicas: int, num_sessions: int, num_turns: int, piece_t
     assert len(delivered) == num_sessions * num_turns
     for key, ids in delivered.items():
         assert list(ids) == runner.model.generate(prompts[key], 90)[0]
-    # a killed piece returns nothing, so what was generated is exactly what was delivered
+    # a killed piece returns nothing and an interrupted one what it generated, so what was
+    # generated is exactly what was delivered
     assert sum(len(c.output_ids) for c in runner.calls) == sum(map(len, delivered.values()))
     st_ = gw.stats()
     assert st_.num_turns == len(delivered) and st_.num_running == 0 and st_.num_failed_turns == 0
@@ -68,14 +71,16 @@ async def scenario(num_replicas: int, num_sessions: int, num_turns: int, piece_t
     num_replicas=st.integers(1, 4),
     num_sessions=st.integers(1, 6),
     num_turns=st.integers(1, 3),
-    piece_tokens=st.integers(4, 40),
+    piece_tokens=st.one_of(st.none(), st.integers(4, 40)),
     policy=st.sampled_from(POLICIES),
     kills=st.lists(st.tuples(st.integers(1, 60), st.integers(0, 3)), max_size=3),
     seed=st.integers(0, 10**6),
+    interrupts=st.booleans(),
 )
 def test_every_turn_exactly_once_and_token_exact(
-    num_replicas: int, num_sessions: int, num_turns: int, piece_tokens: int, policy: str,
-    kills: list[tuple[int, int]], seed: int,
+    num_replicas: int, num_sessions: int, num_turns: int, piece_tokens: int | None,
+    policy: str, kills: list[tuple[int, int]], seed: int, interrupts: bool,
 ) -> None:
+    """Also where moves interrupt running pieces (``StubPieceRunner(interrupts=True)``)."""
     asyncio.run(scenario(num_replicas, num_sessions, num_turns, piece_tokens, policy, kills,
-                         seed))
+                         seed, interrupts))

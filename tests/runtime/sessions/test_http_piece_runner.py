@@ -13,6 +13,8 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tailsieve.core.balancer import BalanceSettings
+from tailsieve.errors import ConfigError
 from tailsieve.runtime.backends import Backend, SamplingParams
 from tailsieve.runtime.emulator import EmulatorConfig, EmulatorServer
 from tailsieve.runtime.sessions import (
@@ -31,8 +33,8 @@ PROFILE = "qwen3-4b-h100"
 async def servers(stack: AsyncExitStack, n: int, **kw: Any) -> list[EmulatorServer]:
     out = []
     for i in range(n):
-        cfg = EmulatorConfig.from_profile(PROFILE, time_scale=0.002, seed=i,
-                                          prompt_tokens_details=True, **kw)
+        cfg = EmulatorConfig.from_profile(PROFILE, **{"time_scale": 0.002, "seed": i,
+                                                      "prompt_tokens_details": True, **kw})
         out.append(await stack.enter_async_context(EmulatorServer(cfg)))
     return out
 
@@ -131,3 +133,80 @@ async def test_over_http_streams_pieces_as_they_end(stack: AsyncExitStack) -> No
                                                                       len(piece.token_ids))))
     assert seen == [(10, 10), (20, 10), (30, 10), (35, 5)] and len(out.token_ids) == 35
     assert isinstance(gw.runner, HttpPieceRunner)
+
+
+@pytest.mark.parametrize(("backend", "stream"), [(Backend.VLLM, True), (Backend.SGLANG, False)])
+async def test_a_running_piece_is_interrupted_with_what_it_generated(
+        stack: AsyncExitStack, backend: Backend, stream: bool) -> None:
+    """SGLang's /abort_request, or a closed vLLM stream, ends a piece at once: it returns the
+    tokens so far ("abort"), and the server frees the request."""
+    srv = await servers(stack, 1, time_scale=0.2)
+    runner = HttpPieceRunner([srv[0].url], backend, stream=stream)
+    stack.push_async_callback(runner.aclose)
+    assert runner.interrupts
+    sp = SamplingParams(max_tokens=4000, extra={"ignore_eos": True})
+    task = asyncio.create_task(runner.run_piece(0, PieceRequest(tuple(range(1000, 1100)), sp,
+                                                                4000, "p-0")))
+    while (srv[0].driver.sync(), srv[0].driver.running_tokens())[1] < 50:
+        await asyncio.sleep(0.01)
+    if stream:
+        assert (runner.generated_tokens("p-0") or 0) > 0
+    runner.interrupt(0, "p-0")
+    out = await asyncio.wait_for(task, 10)
+    assert out.finish_reason == "abort" and 0 < len(out.token_ids) < 4000
+    while srv[0].driver.num_running:
+        await asyncio.sleep(0.01)
+    if backend is Backend.SGLANG:
+        assert srv[0].num_abort_requests >= 1
+
+
+async def test_unstreamed_vllm_pieces_are_not_interrupted(stack: AsyncExitStack) -> None:
+    srv = await servers(stack, 1)
+    runner = HttpPieceRunner([srv[0].url])
+    stack.push_async_callback(runner.aclose)
+    assert not runner.interrupts
+    task = asyncio.create_task(runner.run_piece(0, PieceRequest(
+        (5, 6, 7), SamplingParams(max_tokens=64, extra={"ignore_eos": True}), 64, "p")))
+    await asyncio.sleep(0)
+    runner.interrupt(0, "p")  # ignored
+    out = await task
+    assert out.finish_reason == "length" and len(out.token_ids) == 64
+
+
+async def test_a_streamed_piece_is_the_whole_piece(stack: AsyncExitStack) -> None:
+    srv = await servers(stack, 1)
+    runner = HttpPieceRunner([srv[0].url], stream=True, stream_interval=4)
+    stack.push_async_callback(runner.aclose)
+    piece = PieceRequest(tuple(range(1000, 1040)),
+                         SamplingParams(max_tokens=30, logprobs=0, extra={"ignore_eos": True}),
+                         30, "p")
+    first = await runner.run_piece(0, piece)
+    again = await runner.run_piece(0, PieceRequest(piece.prompt_ids, piece.sampling, 30, "q"))
+    assert first.finish_reason == "length" and len(first.token_ids) == 30
+    assert first.logprobs is not None and len(first.logprobs) == 30
+    assert first.text_offsets is not None and len(first.text_offsets) == 30
+    assert again.num_cached_tokens is not None and again.num_cached_tokens >= 32
+    with pytest.raises(ConfigError, match="stream"):
+        HttpPieceRunner([srv[0].url], Backend.SGLANG, stream=True)
+
+
+@pytest.mark.parametrize(("backend", "stream"), [(Backend.VLLM, True), (Backend.SGLANG, False)])
+async def test_a_mid_turn_move_over_http_takes_effect_at_once(
+        stack: AsyncExitStack, backend: Backend, stream: bool) -> None:
+    srv = await servers(stack, 2, time_scale=0.2)
+    cfg = GatewayConfig(profile=PROFILE, stream=stream,
+                        balance=BalanceSettings(interval_s=3600.0, horizon_s=30.0))
+    gw = await stack.enter_async_context(
+        SessionGateway.over_http([s.url for s in srv], cfg, backend))
+    ids = list(range(1000, 1040))
+    task = asyncio.create_task(gw.generate("s", None, ids, {"max_tokens": 3000,
+                                                            "ignore_eos": True}))
+    while not gw._turns or gw._turns["s"].piece_on is None:
+        await asyncio.sleep(0.005)
+    await asyncio.sleep(0.2)
+    src = gw._turns["s"].replica
+    assert gw._move("s", 1 - src)
+    out = await asyncio.wait_for(task, 20)
+    assert len(out.token_ids) == 3000 and out.finish_reason == "length"
+    assert [p.replica for p in out.pieces] == [src, 1 - src]
+    assert 0 < out.pieces[0].end < 3000

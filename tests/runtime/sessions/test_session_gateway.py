@@ -104,6 +104,42 @@ async def test_a_running_turn_moves_at_its_next_seam() -> None:
     assert st.moves_mid_turn == 1 and st.reprefill_tokens > 0
 
 
+async def test_a_move_interrupts_the_running_piece_where_the_runner_can() -> None:
+    """With a runner that interrupts pieces a turn runs as one piece, and a move ends it at
+    once: the turn continues on the destination from the tokens it had, none generated
+    twice; the book moves the turn when its piece starts there."""
+    runner = StubPieceRunner(2, NEVER_EOS, seconds_per_token=0.002, interrupts=True)
+    async with SessionGateway(2, runner, GatewayConfig(balance=SLOW_CHECKS)) as gw:
+        task = asyncio.create_task(gw.generate("s", None, prompt(3), {}, max_tokens=300))
+        while not gw._turns or gw._turns["s"].piece_on is None:
+            await asyncio.sleep(0.001)
+        src = gw._turns["s"].replica
+        await asyncio.sleep(0.05)
+        assert gw._move("s", 1 - src)
+        assert gw.book.views(gw.now())[src].num_running == 1  # not before it takes effect
+        assert not gw._move("s", src)  # held until its piece started on the destination
+        while not gw._turns["s"].spans:
+            await asyncio.sleep(0.001)
+        await asyncio.sleep(0.01)
+        assert gw.book.views(gw.now())[1 - src].num_running == 1
+        assert gw._move("s", src)  # it may move again
+        out = await task
+    assert_exact(runner, prompt(3), 300, out)
+    assert [p.replica for p in out.pieces] == [src, 1 - src, src]
+    assert 0 < out.pieces[0].end < out.pieces[1].end < 300  # each ended where it was
+    assert runner.num_interrupts == 2 and out.num_mid_turn_moves == 2
+    assert sum(len(c.output_ids) for c in runner.calls) == 300
+
+
+async def test_an_interrupting_runner_s_turns_run_as_one_piece_unless_capped() -> None:
+    runner = StubPieceRunner(2, NEVER_EOS, interrupts=True)
+    async with SessionGateway(2, runner, GatewayConfig()) as gw:
+        whole = await gw.generate("a", None, prompt(1), {}, max_tokens=100)
+    async with SessionGateway(2, runner, GatewayConfig(piece_tokens=32)) as gw:
+        capped = await gw.generate("b", None, prompt(2), {}, max_tokens=100)
+    assert len(whole.pieces) == 1 and len(capped.pieces) == 4
+
+
 async def test_the_rebalancer_moves_turns_to_a_replica_that_came_back() -> None:
     runner = StubPieceRunner(2, NEVER_EOS, seconds_per_token=0.001)
     cfg = GatewayConfig(piece_tokens=8, balance=SLOW_CHECKS, profile="qwen3-4b-h100")

@@ -134,4 +134,6 @@ def _metrics(batch: RolloutBatch) -> dict[str, Any]:
         "tailsieve/lost_exact_tokens": m.lost_exact_tokens,
         "tailsieve/lost_estimated_tokens": m.lost_estimated_tokens,
         "tailsieve/num_rebalancer_errors": m.num_rebalancer_errors,
+        "tailsieve/moves_active": 0 if m.moves_off_reason else 1,
+        "tailsieve/profile_fitted": int(m.profile_fitted),
     }

@@ -4,7 +4,8 @@ them as attributes) or from the environment::
     # tailsieve.yaml, passed with --custom-config-path tailsieve.yaml
     tailsieve_policy: tailsieve        # tailsieve | tailsieve-fixed | uniform | uniform-requests
     tailsieve_endpoints: []            # [] = ask slime's router (GET /workers) for its workers
-    tailsieve_profile: qwen3-4b-h100          # throughput profile of the controller
+    tailsieve_profile: auto            # controller cost model: auto (fitted online), auto:NAME,
+                                       # or a profile name / JSON path (fixed)
     tailsieve_controller: {}           # ControllerConfig overrides
     tailsieve_moves: true              # move running responses between SGLang workers
     tailsieve_piece_tokens: null       # tokens per piece (null: one piece until moved)
@@ -47,7 +48,7 @@ class SlimeSettings:
     policy: str = "tailsieve"
     endpoints: tuple[str, ...] = ()  # empty: the router's workers
     router_url: str | None = None  # http://{sglang_router_ip}:{sglang_router_port}
-    profile: str = "qwen3-4b-h100"
+    profile: str = "auto"  # the controller's cost model (RolloutConfig.profile)
     controller: dict[str, Any] = field(default_factory=dict)
     request_timeout_s: float = 3600.0
     moves: bool = True  # move running responses between workers while a step runs
@@ -100,7 +101,7 @@ class SlimeSettings:
             policy=str(opt("tailsieve_policy", "TAILSIEVE_POLICY", "tailsieve")),
             endpoints=tuple(str(e).strip().rstrip("/") for e in eps),
             router_url=f"http://{ip}:{port}" if ip and port else None,
-            profile=str(opt("tailsieve_profile", "TAILSIEVE_PROFILE", "qwen3-4b-h100")),
+            profile=str(opt("tailsieve_profile", "TAILSIEVE_PROFILE", "auto")),
             controller=dict(getattr(args, "tailsieve_controller", None) or {}),
             moves=flag(opt("tailsieve_moves", "TAILSIEVE_MOVES", True), "tailsieve_moves"),
             piece_tokens=optional(opt("tailsieve_piece_tokens", "TAILSIEVE_PIECE_TOKENS", None), int,

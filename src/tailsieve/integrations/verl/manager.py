@@ -241,6 +241,8 @@ class TailSieveAgentLoopManager(AgentLoopManager):
             "tailsieve/lost_exact_tokens": float(m.lost_exact_tokens),
             "tailsieve/lost_estimated_tokens": float(m.lost_estimated_tokens),
             "tailsieve/num_rebalancer_errors": float(m.num_rebalancer_errors),
+            "tailsieve/moves_active": 0.0 if m.moves_off_reason else 1.0,
+            "tailsieve/profile_fitted": float(m.profile_fitted),
         }
         self.last_batch = batch
         out.__class__ = WholeOnFirstSlice

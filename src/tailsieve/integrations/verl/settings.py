@@ -8,7 +8,8 @@
       endpoints: []           # [] = the servers verl launched; else "http://host:port" URLs
       backend: null           # vllm | sglang (default: actor_rollout_ref.rollout.name)
       model: null             # served model name for vLLM (default: the server's first model)
-      profile: qwen3-4b-h100         # throughput profile for the controller (name or JSON path)
+      profile: auto           # controller cost model: auto (fitted online), auto:NAME, or a
+                              # profile name / JSON path (fixed)
       controller: {}          # ControllerConfig overrides
       request_timeout_s: 3600.0
       split_groups: true      # n single requests per group (exact abort evidence)
@@ -63,7 +64,7 @@ class VerlSettings:
     policy: str = "tailsieve"
     endpoints: tuple[str, ...] = ()  # empty: ask verl's load balancer for its servers
     model: str | None = None  # served model name (None: discover from /v1/models)
-    profile: str = "qwen3-4b-h100"
+    profile: str = "auto"  # the controller's cost model (RolloutConfig.profile)
     controller: dict[str, Any] = field(default_factory=dict)
     request_timeout_s: float = 3600.0
     split_groups: bool = True
@@ -125,7 +126,7 @@ class VerlSettings:
             policy=str(ts.get("policy", "tailsieve")),
             endpoints=tuple(str(u).rstrip("/") for u in ts.get("endpoints") or ()),
             model=ts.get("model"),
-            profile=str(ts.get("profile", "qwen3-4b-h100")),
+            profile=str(ts.get("profile", "auto")),
             controller=dict(ts.get("controller") or {}),
             request_timeout_s=float(ts.get("request_timeout_s", 3600.0)),
             split_groups=bool(ts.get("split_groups", True)),

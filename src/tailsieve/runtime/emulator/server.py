@@ -291,7 +291,8 @@ class EmulatorServer:
             pending = [f for f in futs if not f.done()]
             if not pending:
                 break
-            wait_s = max(MIN_POLL_S, self.driver.step_real_s())
+            # the next chunk is due after ``stream_interval`` decode steps
+            wait_s = max(MIN_POLL_S, self.driver.step_real_s() * max(req.stream_interval, 1))
             await asyncio.wait(pending, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED)
         if req.include_usage:
             total = sum(k for k, _ in lengths)

@@ -52,7 +52,7 @@ from tailsieve.runtime.sessions.trajectory import (
     stats_delta,
 )
 from tailsieve.runtime.transport import Transport
-from tailsieve.sim.agentic.run import yardstick_s
+from tailsieve.session.yardstick import yardstick_s
 
 ToolFn = Callable[[ToolCall], ToolResult | Awaitable[ToolResult]]
 TurnSampling = Callable[[str, int, int], SamplingParams]  # (prompt id, sample, turn) ->
@@ -222,6 +222,6 @@ async def _call(tool: ToolFn, call: ToolCall) -> ToolResult:
 
 def predicted_step_s(batch: AgenticBatch, gw: SessionGateway) -> float:
     """The balance gate's yardstick for a step, the agentic simulator's
-    (``sim.agentic.run.yardstick_s``: the step's own work as time, the same for steps with
+    (``session.yardstick.yardstick_s``: the step's own work as time, the same for steps with
     and without moves, so its error cancels)."""
     return yardstick_s(batch.turn_trace().trajectories, gw.parts.configs)

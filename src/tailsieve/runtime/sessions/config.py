@@ -8,9 +8,9 @@ from typing import Any
 
 from tailsieve.core.balancer import BalanceSettings
 from tailsieve.errors import ConfigError
+from tailsieve.session.midturn import AGENTIC_BALANCE
 from tailsieve.session.routers import SessionPolicy, parse_policy
 from tailsieve.session.settings import SessionSettings
-from tailsieve.sim.agentic.step import AGENTIC_BALANCE
 
 MOVING_POLICY = SessionPolicy.TAILSIEVE  # the one policy whose turns move mid-turn (the
 # others are the routers users run today: they place turns and never move a running one)
@@ -19,7 +19,7 @@ AUTO_FALLBACK_PROFILE = "cpu"  # the cost model ``profile="auto"`` uses until it
 
 
 def default_balance() -> BalanceSettings:
-    """The agentic simulator's mid-turn checks (``sim.agentic.step.AGENTIC_BALANCE``: every
+    """The agentic simulator's mid-turn checks (``session.midturn.AGENTIC_BALANCE``: every
     5 s, priced over a 30 s horizon without a step-time estimate, 50 ms seams)."""
     return AGENTIC_BALANCE
 
@@ -38,7 +38,11 @@ class GatewayConfig:
     policy: SessionPolicy = MOVING_POLICY  # or its value, e.g. "verl-sticky"
     moves: bool = True  # TailSieve's moves (boundary and mid-turn); see the class docstring
     piece_tokens: int | None = None  # max tokens per piece while mid-turn moves run (None:
-    # DEFAULT_PIECE_TOKENS); a turn without mid-turn moves runs as one piece
+    # DEFAULT_PIECE_TOKENS, or one piece where the runner interrupts pieces); a turn without
+    # mid-turn moves runs as one piece
+    stream: bool = False  # ``over_http`` on vLLM: stream each piece, so that a mid-turn move
+    # interrupts it at once, keeping what it streamed (SGLang interrupts by /abort_request)
+    stream_interval: int | None = None  # streamed vLLM pieces: tokens per chunk (None: 1)
     continuation: bool = True  # a turn hit by a replica fault continues elsewhere from its
     # last seam (False: it starts again from its prompt)
     settings: SessionSettings | None = None  # the session router's (None: its defaults)

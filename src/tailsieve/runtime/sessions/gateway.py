@@ -14,7 +14,10 @@
 Each turn is placed by the policy's ``SessionRouter`` (``session.routers``) over the
 ``SessionBook`` (``session.book``, kept from the gateway's events) and runs as a chain of
 pieces (``turn_chain``; joined by ``runtime.chain``). With the ``tailsieve`` policy running
-turns move at piece ends (``midturn``; behind the balance gate). A replica that fails
+turns move mid-turn (``midturn``; behind the balance gate): at once where the runner can
+interrupt a running piece (``PieceInterrupter``: SGLang, streamed vLLM pieces; a turn then
+runs as one piece unless ``piece_tokens`` is given), else at the running piece's end. The
+book moves a turn when its next piece starts on the destination. A replica that fails
 (``ReplicaDownError``) is taken out (probed every ``probe_interval_s`` when the runner can
 probe) and each turn running there continues on a healthy replica from its last seam: nothing
 is lost or generated twice. A crash of the mid-turn rebalancer is logged, counted in
@@ -41,6 +44,7 @@ from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
 from tailsieve.runtime.sessions.midturn import MidTurnRebalancer
 from tailsieve.runtime.sessions.parts import GatewayParts, Placement, build_parts
 from tailsieve.runtime.sessions.pieces import (
+    PieceInterrupter,
     PieceOutput,
     PieceRunner,
     sampling_from_dict,
@@ -91,9 +95,11 @@ class SessionGateway:
         self._crash: str | None = None
         self._task: asyncio.Task[None] | None = None
         self._owns_runner = False  # ``over_http``: the runner is closed with the gateway
+        self.interrupter = (runner if isinstance(runner, PieceInterrupter) and runner.interrupts
+                            else None)  # moves take effect at once
         self.rebalancer = MidTurnRebalancer(
-            self.book, self.config.balance, self._move, self._waiting, lambda: self._healthy,
-            self.now, self.elapsed, self._estimate_progress)
+            self.book, self.config.balance, self._move, self._waiting, self.now, self.elapsed,
+            self._estimate_progress)
 
     @classmethod
     def over_http(cls, endpoints: Sequence[str], config: GatewayConfig | None = None,
@@ -101,10 +107,11 @@ class SessionGateway:
                   transport: Transport | None = None,
                   clock: Callable[[], float] | None = None) -> SessionGateway:
         """A gateway over vLLM / SGLang servers at ``endpoints`` (an ``HttpPieceRunner``
-        with the config's request timeout, closed with the gateway)."""
+        with the config's request timeout and streaming, closed with the gateway)."""
         cfg = config or GatewayConfig()
         runner = HttpPieceRunner(endpoints, backend, model, transport,
-                                 request_timeout_s=cfg.request_timeout_s)
+                                 request_timeout_s=cfg.request_timeout_s, stream=cfg.stream,
+                                 stream_interval=cfg.stream_interval)
         gw = cls(len(endpoints), runner, cfg, clock=clock)
         gw._owns_runner = True
         return gw
@@ -221,8 +228,10 @@ class SessionGateway:
         k = self._num_turns[session_id] = self._num_turns.get(session_id, 0) + 1
         req = self.book.request(session_id, group_id, len(ids), prompt_tokens, sp.max_tokens)
         decision = await self._place(req)
+        moves = self.mid_turn_moves and not penalties_of(sp)
         rt = RunningTurn.start(session_id, f"{session_id}-t{k}", ids, sp, decision.replica,
-                               self._piece_tokens(sp), len(ids) - decision.prefill_tokens)
+                               self._piece_tokens(moves), len(ids) - decision.prefill_tokens,
+                               moves)
         rt.on_piece = on_piece
         self._turns[session_id] = rt
         self.book.start_turn(session_id, decision.replica, self.now())
@@ -271,9 +280,11 @@ class SessionGateway:
             d = self.parts.fallback(req, views, self._healthy, why)
         return d
 
-    def _piece_tokens(self, sp: SamplingParams) -> int | None:
-        """Pieces while mid-turn moves run (and the sampling lets a turn be continued)."""
-        if not self.mid_turn_moves or penalties_of(sp):
+    def _piece_tokens(self, moves: bool) -> int | None:
+        """The piece cap of a turn that may move mid-turn (``moves``): with a runner that
+        interrupts pieces, one piece unless ``piece_tokens`` is given; else the configured
+        cap. A turn that does not move runs as one piece."""
+        if not moves or (self.interrupter is not None and self.config.piece_tokens is None):
             return None
         return self.config.move_piece_tokens
 
@@ -282,6 +293,9 @@ class SessionGateway:
     async def _run(self, rt: RunningTurn) -> None:
         while not rt.chain.done:
             replica = rt.replica
+            if rt.booked != replica:  # a move or a relocation takes effect
+                self.book.move_turn(rt.session_id, replica, self.now())
+                rt.booked = replica
             piece = rt.next_piece()
             rt.piece_on, rt.piece_started_s = replica, self.now()
             try:
@@ -315,42 +329,48 @@ class SessionGateway:
         rt.num_relocations += 1
         rt.expect_hit = self.book.cached(rt.session_id, dst)
         self.tally.relocated(rt.prefix_tokens - rt.expect_hit)
-        self.book.move_turn(rt.session_id, dst, self.now())
 
     # -- mid-turn moves ----------------------------------------------------------------------
 
     def _estimate_progress(self, now_s: float) -> None:
-        """Before a check: tell the book how far each running piece has come, one token per
-        predicted decode iteration of its replica since it was sent, at most its cap (an
-        unstreamed piece reports its tokens only at its end; lengths are not predicted)."""
+        """Before a check: tell the book how far each running piece has come: the tokens it
+        streamed, else one token per predicted decode iteration of its replica since it was
+        sent, at most its cap (an unstreamed piece reports its tokens only at its end;
+        lengths are not predicted)."""
         views = self.book.views(now_s)
+        streamed = self.interrupter.generated_tokens if self.interrupter is not None else None
         for rt in self._turns.values():
             r = rt.piece_on
-            if r is None or rt.piece_on != rt.replica:
+            if r is None:
                 continue
-            v = views[r]
-            tp = v.config.throughput
-            step_s = tp.tau(max(v.num_running, 1)) + tp.context_s_per_token * v.context_tokens
-            cap = rt.chain.piece_cap(rt.piece_tokens)
-            ran = int((now_s - rt.piece_started_s) / step_s) if step_s > 0 else 0
-            self.book.progress(rt.session_id, rt.chain.num_generated + min(max(ran, 0), cap),
-                               now_s)
+            got = streamed(rt.piece_id) if streamed is not None else None
+            if got is None:
+                v = views[r]
+                tp = v.config.throughput
+                step_s = (tp.tau(max(v.num_running + v.num_waiting, 1))
+                          + tp.context_s_per_token * v.context_tokens)
+                ran = int((now_s - rt.piece_started_s) / step_s) if step_s > 0 else 0
+                got = min(max(ran, 0), rt.chain.piece_cap(rt.piece_tokens))
+            self.book.progress(rt.session_id, rt.chain.num_generated + got, now_s)
 
     def _waiting(self, session_id: Hashable) -> bool:
         rt = self._turns.get(session_id)
         return rt is None or not rt.movable
 
     def _move(self, session_id: Hashable, dst: int) -> bool:
-        """Send the turn's next piece to ``dst`` (the rebalancer's move)."""
+        """Send the turn's next piece to ``dst`` (the rebalancer's move), interrupting the
+        running piece where the runner can."""
         rt = self._turns.get(session_id)
         if (rt is None or not rt.movable or dst == rt.replica or not self._healthy[dst]
                 or not self.mid_turn_moves):
             return False
-        rt.moved()
+        rt.moved(self.interrupter is not None)
         rt.expect_hit = self.book.cached(session_id, dst)
         self.tally.moved(rt.prefix_tokens - rt.expect_hit)
         rt.replica = dst
-        self.book.move_turn(session_id, dst, self.now())
+        if self.interrupter is not None and rt.piece_on is not None:
+            rt.interrupted = True
+            self.interrupter.interrupt(rt.piece_on, rt.piece_id)
         return True
 
     async def _rebalance(self) -> None:

@@ -7,12 +7,21 @@ turn continues on any replica exactly from its last seam. Requests go through a
 retried; a dead replica raises ``ReplicaDownError`` at once. The server's count of cached
 prompt tokens is read where it reports one (vLLM with ``--enable-prompt-tokens-details``:
 ``usage.prompt_tokens_details.cached_tokens``; SGLang: ``meta_info.cached_tokens``).
+
+A running piece can be ended at once (``interrupt``, the ``PieceInterrupter`` seam a mid-turn
+move uses) on SGLang, by ``POST /abort_request {"rid"}`` (the piece answers with its partial
+output), and on vLLM with ``stream=True`` (each piece is streamed, ``streamed``; closing the
+stream aborts the request on the server, and the piece returns the tokens streamed so far).
+Unstreamed vLLM pieces cannot be interrupted without losing their tokens: a move waits for
+the running piece's end.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from tailsieve.errors import ConfigError
@@ -26,12 +35,27 @@ from tailsieve.runtime.backends import (
 )
 from tailsieve.runtime.lean_http import LeanTransport
 from tailsieve.runtime.sessions.pieces import FINISH_REASONS, PieceOutput, PieceRequest
+from tailsieve.runtime.sessions.streamed import StreamedPiece, finished
 from tailsieve.runtime.transport import JSON, ReplicaDownError, RequestError, Transport
+
+ABORT_TRIES = 3  # SGLang: /abort_request is sent again while the piece still runs
+ABORT_RETRY_S = 0.5  # (an abort that arrives before the server registered the rid is lost)
+
+
+@dataclass(slots=True)
+class _Live:
+    """A running piece: where it runs, what it streamed, how to stop it."""
+
+    replica: int
+    streamed: StreamedPiece | None = None
+    task: asyncio.Future[None] | None = None  # the stream's reader (cancelled: interrupted)
 
 
 class HttpPieceRunner:
     """Pieces to ``endpoints[replica]`` (base URLs) on ``backend`` (``vllm`` or ``sglang``).
-    ``model``: the served model name vLLM requests carry (None: ask the servers once)."""
+    ``model``: the served model name vLLM requests carry (None: ask the servers once);
+    ``stream``: vLLM pieces are streamed (so that a move can interrupt one), every
+    ``stream_interval`` tokens (vLLM's per-request ``stream_interval``; None: every token)."""
 
     def __init__(
         self,
@@ -44,11 +68,18 @@ class HttpPieceRunner:
         backoff_s: float = 0.25,
         backoff_max_s: float = 8.0,
         health_timeout_s: float = 5.0,
+        stream: bool = False,
+        stream_interval: int | None = None,
     ) -> None:
         self.backend = Backend(backend)
         if self.backend is Backend.VLLM_CHAT:
             raise ConfigError("pieces go to /v1/completions as token ids: use backend 'vllm' "
                               "(tokenize chat prompts first, e.g. runtime.chat_tokens)")
+        if stream and self.backend is not Backend.VLLM:
+            raise ConfigError("stream=True streams vLLM pieces; SGLang pieces are interrupted "
+                              "by /abort_request without it")
+        if stream_interval is not None and (not stream or stream_interval < 1):
+            raise ConfigError("stream_interval needs stream=True and must be >= 1")
         if not endpoints:
             raise ConfigError("HttpPieceRunner needs at least one endpoint")
         if max_retries < 0 or backoff_s < 0 or backoff_max_s < 0:
@@ -61,6 +92,33 @@ class HttpPieceRunner:
         self._backoff_s, self._backoff_max_s = backoff_s, backoff_max_s
         self._health_timeout_s = health_timeout_s
         self._model_lock = asyncio.Lock()
+        self.stream = stream
+        self.stream_interval = stream_interval
+        self._live: dict[str, _Live] = {}
+        self._aborts: set[asyncio.Task[None]] = set()
+
+    @property
+    def interrupts(self) -> bool:
+        """Whether ``interrupt`` ends running pieces: SGLang, or vLLM with streaming."""
+        return self.stream or self.backend is Backend.SGLANG
+
+    def interrupt(self, replica: int, request_id: str) -> None:
+        """End the running piece ``request_id`` now (see the module docstring); ignored
+        where pieces cannot be interrupted or the piece is not running."""
+        live = self._live.get(request_id)
+        if live is None or not self.interrupts:
+            return
+        if live.task is not None:
+            live.task.cancel()
+        elif self.backend is Backend.SGLANG:
+            task = asyncio.create_task(self._abort(live.replica, request_id))
+            self._aborts.add(task)
+            task.add_done_callback(self._aborts.discard)
+
+    def generated_tokens(self, request_id: str) -> int | None:
+        """Tokens the running piece has streamed so far (None: not streamed, or not running)."""
+        live = self._live.get(request_id)
+        return None if live is None or live.streamed is None else len(live.streamed.ids)
 
     async def run_piece(self, replica: int, piece: PieceRequest) -> PieceOutput:
         """Generate ``piece`` on ``replica`` (see the module docstring for errors)."""
@@ -70,7 +128,10 @@ class HttpPieceRunner:
         where = f"{url} piece {piece.request_id}"
         retry = 0
         while True:
+            live = self._live[piece.request_id] = _Live(replica)
             try:
+                if self.stream:
+                    return await self._streamed(url, body, live, where)
                 raw = await self._t.post_json(url, body, self._timeout_s)
                 resp = parse_response(self.backend, raw, 1, where, allow_abort=True)[0]
                 return _output(resp, raw, self.backend)
@@ -80,6 +141,40 @@ class HttpPieceRunner:
                                        status=exc.status, retryable=False) from exc
                 await asyncio.sleep(min(self._backoff_max_s, self._backoff_s * 2**retry))
                 retry += 1
+            finally:
+                self._live.pop(piece.request_id, None)
+
+    async def _streamed(self, url: str, body: JSON, live: _Live, where: str) -> PieceOutput:
+        """One streamed piece; interrupted (its reader cancelled), the tokens so far."""
+        got = live.streamed = StreamedPiece()
+
+        async def read() -> None:
+            async for chunk in self._t.stream_json(url, body, self._timeout_s):
+                got.add(chunk, where)
+
+        task = live.task = asyncio.ensure_future(read())
+        try:
+            await asyncio.wait({task})
+        finally:
+            if not task.done():  # this call was cancelled: so is the stream
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        if task.cancelled():
+            return got.output(interrupted=True)
+        task.result()
+        finished(got, where)
+        return got.output()
+
+    async def _abort(self, replica: int, request_id: str) -> None:
+        """SGLang: ``/abort_request`` for the piece, again while it still runs."""
+        url = self._base(replica) + "/abort_request"
+        for _ in range(ABORT_TRIES):
+            with contextlib.suppress(ReplicaDownError, RequestError):
+                await self._t.post_json(url, {"rid": request_id}, self._health_timeout_s)
+            await asyncio.sleep(ABORT_RETRY_S)
+            if request_id not in self._live:
+                return
 
     async def probe(self, replica: int) -> bool:
         """``GET /health`` answers 200."""
@@ -116,6 +211,8 @@ class HttpPieceRunner:
         return tuple(tokens)
 
     async def aclose(self) -> None:
+        for task in list(self._aborts):
+            task.cancel()
         await self._t.aclose()
 
     def _base(self, replica: int) -> str:
@@ -130,7 +227,8 @@ class HttpPieceRunner:
         model = await self._model() if self.backend is Backend.VLLM else ""
         body = build_request(self.backend, model, PromptInput(piece.request_id, token_ids=ids),
                              piece.sampling, 1, seed=piece.sampling.seed,
-                             return_token_ids=True, max_tokens=piece.max_tokens)
+                             return_token_ids=True, max_tokens=piece.max_tokens,
+                             stream=self.stream, stream_interval=self.stream_interval)
         if self.backend is Backend.SGLANG:
             body["rid"] = piece.request_id
         return body

@@ -2,26 +2,27 @@
 
 Every ``BalanceSettings.interval_s`` (and at a turn's end once half an interval has passed
 since the last check, as the single-turn rebalancer does) the gateway's running turns are read
-from the book as one ``ReplicaLoad`` per replica (``SessionBook.balance_loads``: running turns
-keyed by session id, with their contexts and the replica's cost model; as the agentic
-simulator's planner, a replica's load also counts the sessions in a tool call whose home it is,
-and a replica without KV room for one more context takes no move), ``plan_moves`` picks the
-moves that save more than they cost (the uncached prefix's prefill on the destination plus a
-seam; ``SessionBook.cached`` / ``cached_on`` say what is cached where), and each is handed to
-the gateway (``mover``), which makes the turn's next piece go to the destination. A turn whose
-move is still waiting for its running piece to end is no candidate (``waiting``). Only the
-I/O-side glue lives here; the decision is the balancer's.
+from the book as one ``ReplicaLoad`` per replica (``SessionBook.balance_loads``, built by
+``session.midturn.move_loads`` exactly as the agentic simulator builds its planner's: running
+turns keyed by session id with their contexts, tool waits in their home's load, no move into a
+replica without KV room, replicas with waiting turns left out), priced over the same horizon
+as the simulator's (``session.midturn.move_horizon_s`` with ``SessionBook.session_horizon_s``);
+``plan_moves`` picks the moves that save more than they cost (the uncached prefix's prefill on
+the destination plus a seam; ``SessionBook.cached`` / ``cached_on`` say what is cached where),
+and each is handed to the gateway (``mover``), which moves the turn. A turn whose last move
+has not taken effect yet is no candidate (``waiting``). Only the I/O-side glue lives here; the
+decision is the balancer's.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, replace
 from typing import Protocol
 
 from tailsieve.core.balancer import BalanceSettings, ReplicaLoad, Running, plan_moves
-from tailsieve.session.replica_view import ReplicaView
+from tailsieve.session.midturn import move_horizon_s
 
 
 class LoadSource(Protocol):
@@ -29,7 +30,7 @@ class LoadSource(Protocol):
 
     def balance_loads(self, now_s: float) -> list[ReplicaLoad]: ...
 
-    def views(self, now_s: float) -> Sequence[ReplicaView]: ...
+    def session_horizon_s(self, now_s: float) -> float: ...
 
     def cached(self, key: Hashable, replica: int) -> int: ...
 
@@ -46,10 +47,10 @@ class CheckResult:
 
 class MidTurnRebalancer:
     """Plans mid-turn moves over ``book``; ``mover(session_id, dst)`` makes one (False when
-    the turn cannot move now), ``waiting(session_id)`` says a turn's last move has not taken
-    effect yet, ``healthy()`` which replicas may receive turns, ``clock()`` the book's time
-    and ``elapsed()`` the seconds since the step began (the horizon's origin);
-    ``before_check(now_s)`` runs first at every check."""
+    the turn cannot move now), ``waiting(session_id)`` says a turn may not move now (its last
+    move has not taken effect yet), ``clock()`` the book's time and ``elapsed()`` the seconds
+    since the step began (the horizon's origin); ``before_check(now_s)`` runs first at every
+    check. Replicas out of service take no move (the book knows their health)."""
 
     def __init__(
         self,
@@ -57,7 +58,6 @@ class MidTurnRebalancer:
         settings: BalanceSettings,
         mover: Callable[[Hashable, int], bool],
         waiting: Callable[[Hashable], bool],
-        healthy: Callable[[], Sequence[bool]],
         clock: Callable[[], float],
         elapsed: Callable[[], float],
         before_check: Callable[[float], None] | None = None,
@@ -66,7 +66,6 @@ class MidTurnRebalancer:
         self.settings = settings
         self._mover = mover
         self._waiting = waiting
-        self._healthy = healthy
         self._clock = clock
         self._elapsed = elapsed
         self._before = before_check  # e.g. the gateway's progress estimate of running pieces
@@ -87,32 +86,14 @@ class MidTurnRebalancer:
         self.num_checks += 1
         if self._before is not None:
             self._before(now)
-        ok = self._healthy()
-        views = self.book.views(now)
-        loads = [self._candidates(ld, views[ld.replica], ok)
+        loads = [replace(ld, running=_without(ld.running, self._waiting))
                  for ld in self.book.balance_loads(now)]
         s = self.settings
-        moves = plan_moves(loads, s.horizon_at(self._elapsed()), s.seam_s,
-                           s.max_moves_per_check, cached=self.book.cached,
-                           cached_on=self.book.cached_on)
+        horizon = move_horizon_s(s, self._elapsed(), self.book.session_horizon_s(now))
+        moves = plan_moves(loads, horizon, s.seam_s, s.max_moves_per_check,
+                           cached=self.book.cached, cached_on=self.book.cached_on)
         made = sum(1 for mv in moves if self._mover(mv.key, mv.dst))
         return CheckResult(len(moves), made)
-
-    def _candidates(self, ld: ReplicaLoad, view: ReplicaView,
-                    healthy: Sequence[bool]) -> ReplicaLoad:
-        """``ld`` as the agentic simulator's planner sees a replica
-        (``sim.agentic.midturn``): its load counts the sessions in a tool call whose home it
-        is (they come back to it), and it takes moves only while healthy and while its KV
-        has room for one more context of its mean size; the turns waiting on a move are no
-        candidates."""
-        up = 0 <= ld.replica < len(healthy) and healthy[ld.replica]
-        cap = view.config.kv_capacity_tokens
-        n, kv = ld.num_running, ld.context_tokens
-        room = cap is None or n == 0 or kv + kv / n <= cap
-        return replace(ld, num_running=n + view.num_tool_waits,
-                       context_tokens=kv + view.tool_wait_context_tokens,
-                       running=_without(ld.running, self._waiting),
-                       accepts=ld.accepts and up and room)
 
     async def loop_once(self) -> CheckResult:
         """Wait until a check is due (``interval_s`` after the last one, half that after a

@@ -81,6 +81,31 @@ class PieceRunner(Protocol):
 
 
 @runtime_checkable
+class PieceInterrupter(Protocol):
+    """A runner that can end a running piece at once (optional). ``HttpPieceRunner`` can on
+    SGLang (``/abort_request``: the piece returns its partial output) and on vLLM with
+    streamed pieces (the stream is closed: the piece returns the tokens streamed so far); a
+    mid-turn move then takes effect at once instead of at the running piece's end."""
+
+    @property
+    def interrupts(self) -> bool:
+        """Whether ``interrupt`` ends pieces under this runner's configuration."""
+        ...
+
+    def interrupt(self, replica: int, request_id: str) -> None:
+        """Ask the piece ``request_id`` running on ``replica`` to end now: its ``run_piece``
+        returns what it generated so far with finish reason "abort" (possibly no token, or
+        its whole output when it ended first). Never raises; a piece not running is
+        ignored."""
+        ...
+
+    def generated_tokens(self, request_id: str) -> int | None:
+        """Tokens the running piece ``request_id`` has returned so far (streamed), or None
+        when the runner does not see them before the piece ends."""
+        ...
+
+
+@runtime_checkable
 class HealthProbe(Protocol):
     """A runner that can tell whether a replica taken out answers again (optional)."""
 

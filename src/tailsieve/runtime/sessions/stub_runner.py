@@ -7,7 +7,9 @@ generated in one go: tests check token-exact chains against ``StubModel.generate
 (``emulator.prefix_cache``) and reports the cached prompt tokens of every piece. Time: a piece
 of ``k`` tokens sleeps ``k * seconds_per_token * (1 + batch_slowdown * (running - 1))`` on its
 replica. Faults: ``kill(replica)`` fails its running pieces and refuses new ones
-(``ReplicaDownError``) until ``revive``. Every piece is logged (``calls``).
+(``ReplicaDownError``) until ``revive``. With ``interrupts=True`` it is a ``PieceInterrupter``:
+``interrupt`` ends a running piece at once with the tokens its time so far generated (finish
+"abort"), as SGLang's ``/abort_request`` does. Every piece is logged (``calls``).
 """
 
 from __future__ import annotations
@@ -77,6 +79,15 @@ class _Replica:
     dead: bool = False
 
 
+@dataclass(slots=True)
+class _Piece:
+    gate: asyncio.Future[None]
+    started_s: float
+    s_per_token: float
+    num_tokens: int
+    stopped_at: int | None = None  # tokens it had generated when interrupted
+
+
 class StubPieceRunner:
     """``num_replicas`` in-memory replicas (see the module docstring)."""
 
@@ -87,6 +98,7 @@ class StubPieceRunner:
         seconds_per_token: float | Sequence[float] = 0.0,
         batch_slowdown: float = 0.0,
         logprobs: bool = True,
+        interrupts: bool = False,
     ) -> None:
         if num_replicas < 1:
             raise ConfigError(f"num_replicas must be >= 1, got {num_replicas}")
@@ -101,6 +113,23 @@ class StubPieceRunner:
         self.logprobs = logprobs
         self.replicas = [_Replica() for _ in range(num_replicas)]
         self.calls: list[StubCall] = []
+        self.interrupts = interrupts
+        self.num_interrupts = 0  # pieces ended early by ``interrupt``
+        self._live: dict[str, _Piece] = {}
+
+    def interrupt(self, replica: int, request_id: str) -> None:
+        """End the running piece now with the tokens generated so far (``interrupts``)."""
+        live = self._live.get(request_id)
+        if not self.interrupts or live is None or live.gate.done():
+            return
+        ran = asyncio.get_running_loop().time() - live.started_s
+        done = int(ran / live.s_per_token) if live.s_per_token > 0 else live.num_tokens
+        live.stopped_at = min(done, live.num_tokens)
+        self.num_interrupts += 1
+        live.gate.set_result(None)
+
+    def generated_tokens(self, request_id: str) -> int | None:
+        return None
 
     def kill(self, replica: int) -> None:
         """The replica dies: its running pieces fail, new ones are refused."""
@@ -130,10 +159,12 @@ class StubPieceRunner:
         ids, reason = self.model.generate(piece.prompt_ids, piece.max_tokens)
         gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         rep.running.add(gate)
+        loop = asyncio.get_running_loop()
         try:
             slow = 1.0 + self.batch_slowdown * (len(rep.running) - 1)
-            delay = len(ids) * self.seconds_per_token[replica] * slow
-            timer = asyncio.get_running_loop().call_later(delay, _release, gate)
+            per = self.seconds_per_token[replica] * slow
+            live = self._live[piece.request_id] = _Piece(gate, loop.time(), per, len(ids))
+            timer = loop.call_later(len(ids) * per, _release, gate)
             try:
                 await gate
             finally:
@@ -144,6 +175,9 @@ class StubPieceRunner:
             raise
         finally:
             rep.running.discard(gate)
+            self._live.pop(piece.request_id, None)
+        if live.stopped_at is not None and live.stopped_at < len(ids):
+            ids, reason = ids[:live.stopped_at], "abort"
         rep.cache.insert(tuple(piece.prompt_ids) + tuple(ids))
         self.calls.append(StubCall(replica, piece.request_id, piece.prompt_ids,
                                    piece.max_tokens, tuple(ids)))

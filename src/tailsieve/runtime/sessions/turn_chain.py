@@ -28,6 +28,7 @@ class RunningTurn:
     chain: ResponseChain
     replica: int  # where its next piece goes (a move changes it)
     piece_tokens: int | None  # the piece cap (None: one piece)
+    moves: bool  # it may move mid-turn
     want_logprobs: bool  # the caller asked for logprobs
     piece_on: int | None = None  # replica its running piece runs on (None: between pieces)
     spans: list[PieceSpan] = field(default_factory=list)
@@ -38,19 +39,24 @@ class RunningTurn:
     on_piece: Callable[[PieceSpan, PieceOutput], None] | None = None  # told of each piece
     hold_pieces: int = 0  # after a move: no other move before this many pieces have ended
     piece_started_s: float = 0.0  # when the running piece was sent (the gateway's clock)
+    booked: int = -1  # the replica the session book has it on (its last piece's)
+    interrupted: bool = False  # its running piece was interrupted by a move
+    piece_id: str = ""  # request id of the running (or last) piece
 
     @classmethod
     def start(cls, session_id: Hashable, turn_id: str, prompt_ids: tuple[int, ...],
               sampling: SamplingParams, replica: int, piece_tokens: int | None,
-              expect_hit: int = 0) -> RunningTurn:
+              expect_hit: int = 0, moves: bool | None = None) -> RunningTurn:
+        """``moves``: it may move mid-turn (default: when it runs in pieces)."""
         want = sampling.logprobs is not None
         if sampling.stop and not want:  # a stop string across a seam needs text offsets
             sampling = replace(sampling, logprobs=0)
         prompt = with_encoded_ids(PromptInput(turn_id, token_ids=tuple(prompt_ids)))
         chain = ResponseChain(max_tokens=sampling.max_tokens, prompt_ids=prompt.token_ids,
                               stop=tuple(sampling.stop or ()))
-        return cls(session_id, turn_id, prompt, sampling, chain, replica, piece_tokens, want,
-                   expect_hit=expect_hit)
+        movable = piece_tokens is not None if moves is None else moves
+        return cls(session_id, turn_id, prompt, sampling, chain, replica, piece_tokens, movable,
+                   want, expect_hit=expect_hit, booked=replica)
 
     @property
     def prefix_tokens(self) -> int:
@@ -59,21 +65,24 @@ class RunningTurn:
 
     @property
     def waiting_on_move(self) -> bool:
-        """A move was made while a piece runs elsewhere: it takes effect at the piece's end."""
+        """A move was made while a piece runs elsewhere: it takes effect at the piece's end
+        (or at once, where the runner interrupts the piece)."""
         return self.piece_on is not None and self.piece_on != self.replica
 
     @property
     def movable(self) -> bool:
-        """The turn may move now: it runs in pieces, and since its last move a piece has
-        ended on the destination (a moved turn advances before it moves again: no
-        ping-pong on estimates its move has not yet changed)."""
-        return (self.piece_tokens is not None and not self.chain.done
-                and len(self.spans) >= self.hold_pieces)
+        """The turn may move now: it may move mid-turn, and its last move took effect (a
+        moved turn advances before it moves again: no ping-pong on estimates its move has
+        not yet changed)."""
+        return self.moves and not self.chain.done and len(self.spans) >= self.hold_pieces
 
-    def moved(self) -> None:
-        """A move was made: hold the turn until the running piece (if any) and one piece on
-        the destination have ended."""
-        self.hold_pieces = len(self.spans) + (2 if self.piece_on is not None else 1)
+    def moved(self, interrupted: bool) -> None:
+        """A move was made. ``interrupted``: the running piece (if any) ends at once, and the
+        turn may move again once its next piece started on the destination (as the agentic
+        simulator's moves at once); else it is held until the running piece (if any) and one
+        piece on the destination have ended (as the simulator's moves at piece ends)."""
+        running = 1 if self.piece_on is not None else 0
+        self.hold_pieces = len(self.spans) + (running if interrupted else running + 1)
 
     def next_piece(self) -> PieceRequest:
         """The request of the next piece (the prompt plus every token generated so far)."""
@@ -85,9 +94,13 @@ class RunningTurn:
             prompt_ids=ids,
             sampling=chain.piece_sampling(self.sampling, self.piece_tokens),
             max_tokens=chain.piece_cap(self.piece_tokens),
-            request_id=f"{self.turn_id}-{len(self.spans)}",
+            request_id=self._next_id(),
             prompt_json=getattr(ids, "json", None),
         )
+
+    def _next_id(self) -> str:
+        self.piece_id = f"{self.turn_id}-{len(self.spans)}"
+        return self.piece_id
 
     def add(self, replica: int, piece: PieceRequest, out: PieceOutput) -> None:
         """Take a piece's output into the chain. A piece the server aborted keeps its tokens
@@ -99,8 +112,9 @@ class RunningTurn:
                              out.text_offsets, replica), piece.max_tokens)
         self.spans.append(PieceSpan(replica, start, start + len(out.token_ids),
                                     out.num_cached_tokens))
-        self.empty_aborts = self.empty_aborts + 1 if reason == "moved" and not out.token_ids \
-            else 0
+        self.empty_aborts = (self.empty_aborts + 1 if reason == "moved" and not out.token_ids
+                             and not self.interrupted else 0)
+        self.interrupted = False
         self.expect_hit = len(piece.prompt_ids) + len(out.token_ids)  # if it stays here
 
     def restart(self) -> None:

@@ -20,6 +20,7 @@ from tailsieve.control.balance_gate import BalanceGate, GateConfig
 from tailsieve.model.replica_config import ReplicaConfig
 from tailsieve.session.routers import make_router
 from tailsieve.session.settings import SessionSettings
+from tailsieve.session.yardstick import yardstick_s
 from tailsieve.sim.agentic.policies import PolicySpec
 from tailsieve.sim.agentic.stats import StepStats
 from tailsieve.sim.agentic.step import StepOptions, TurnStepSim
@@ -35,16 +36,6 @@ class RunOptions:
     step: StepOptions = field(default_factory=StepOptions)
     settings: SessionSettings = field(default_factory=SessionSettings)
     gate: GateConfig = field(default_factory=GateConfig)
-
-
-def yardstick_s(trajectories: Sequence[Trajectory], configs: Sequence[ReplicaConfig]) -> float:
-    """A step's own work as time: the longer of its longest trajectory alone (decode at batch
-    1 plus its tools) and its decode tokens spread over the replicas at their peak rate."""
-    model = configs[0].throughput
-    solo = model.tau(1)
-    crit = max(t.output_tokens * solo + t.tool_s for t in trajectories)
-    rate = sum(c.throughput.peak_aggregate_tokens_per_s() for c in configs)
-    return max(crit, sum(t.output_tokens for t in trajectories) / rate)
 
 
 def simulate_policy(steps: Sequence[Sequence[Trajectory]], configs: Sequence[ReplicaConfig],

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from tailsieve.core.balancer import BalanceSettings
 from tailsieve.errors import ConfigError
 from tailsieve.model.replica_config import ReplicaConfig
+from tailsieve.session.midturn import AGENTIC_BALANCE, move_horizon_s, session_horizon_s
 from tailsieve.session.router_base import SessionRouter
 from tailsieve.session.turn import TurnRequest
 from tailsieve.sim.agentic.midturn import MovePlanner
@@ -40,10 +41,6 @@ from tailsieve.workload.turns import Trajectory
 __all__ = ["AGENTIC_BALANCE", "StepOptions", "TurnStepSim", "simulate_step"]
 
 
-# checks every 5 s (a turn lasts seconds to minutes), a 0.05 s seam per continuation
-AGENTIC_BALANCE = BalanceSettings(interval_s=5.0, horizon_s=30.0, seam_s=0.05)
-
-
 @dataclass(frozen=True, slots=True)
 class StepOptions:
     """How one step runs beyond its router."""
@@ -51,6 +48,14 @@ class StepOptions:
     midturn: bool = False  # re-balance running turns by continuation (router holds them)
     balance: BalanceSettings = field(default_factory=lambda: AGENTIC_BALANCE)  # checks:
     # interval, seam, moves per check, horizon and the controller's step-time estimate
+    piece_tokens: int | None = None  # None: a mid-turn move stops the turn at once (live:
+    # streamed pieces, SGLang's abort); k: with mid-turn moves a turn runs as pieces of k
+    # tokens and a move takes effect at the running piece's end (live: unstreamed vLLM
+    # pieces), the turn held from the next move until a piece ended on its destination
+
+    def __post_init__(self) -> None:
+        if self.piece_tokens is not None and self.piece_tokens < 1:
+            raise ConfigError(f"piece_tokens must be >= 1, got {self.piece_tokens}")
 
 
 class TurnStepSim:
@@ -76,6 +81,8 @@ class TurnStepSim:
         self.events: list[tuple[float, int, int, int]] = []  # (time, kind, session, replica)
         self.planner = (MovePlanner(self.reps, [t.prompt_id for t in self.trajs])
                         if options.midturn else None)
+        self.pending: dict[int, int] = {}  # session -> destination of a move at piece end
+        self.hold: dict[int, int] = {}  # session -> first piece it may move in again
         self._out_sum = 0
         self._out_n = 0
 
@@ -107,11 +114,18 @@ class TurnStepSim:
         return self.stats
 
     def sync(self, r: int, t: float) -> None:
-        """Bring replica ``r`` to ``t`` and end the turns that completed there."""
+        """Bring replica ``r`` to ``t`` and end the turns (or pieces) that completed there."""
+        pieces = []
         for c in self.reps.advance(r, t):
             i, piece = _ids(c.request_id)
             if self.where[i] == r and self.piece[i] == piece:
-                self.end_turn(i, r, c.time_s)
+                left = self.trajs[i].turns[self.turn[i]].output_tokens - self.done_tokens[i]
+                if c.num_tokens < left:
+                    pieces.append((i, c))
+                else:
+                    self.end_turn(i, r, c.time_s)
+        for i, c in pieces:
+            self.piece_end(i, r, c.time_s, c.num_tokens)
 
     def check(self, t: float) -> None:
         """A mid-turn re-balance check at ``t``: plan moves, stop each moved turn and
@@ -121,10 +135,16 @@ class TurnStepSim:
             self.sync(r, t)
         self.stats.checks += 1
         opts = self.options.balance
-        horizon = min(opts.horizon_at(t), self.session_horizon_s())
-        for m in self.planner.plan(horizon, opts.seam_s, opts.max_moves_per_check):
+        horizon = move_horizon_s(opts, t, self.session_horizon_s(t))
+        for m in self.planner.plan(t, horizon, opts.seam_s, opts.max_moves_per_check,
+                                   self.held):
             i, piece = _ids(m.key)
             if self.where[i] != m.src or self.piece[i] != piece:
+                continue
+            if self.options.piece_tokens is not None:  # at the running piece's end
+                self.pending[i] = m.dst
+                self.hold[i] = piece + 2
+                self.stats.midturn_moves += 1
                 continue
             self.done_tokens[i] += self.reps.engines[m.src].abort(m.key)
             self.reps.touched(m.src)
@@ -165,7 +185,8 @@ class TurnStepSim:
         self.sync(r, t)
         self.reps.cache.release(r, i)
         self.where[i], self.piece[i], self.done_tokens[i] = r, 0, 0
-        out = self.trajs[i].turns[self.turn[i]].output_tokens
+        self.hold.pop(i, None)
+        out = self.piece_cap(self.trajs[i].turns[self.turn[i]].output_tokens)
         self.reps.submit(r, (i, 0), out, turn.context_tokens, cached, False, t)
 
     def end_turn(self, i: int, r: int, t: float) -> None:
@@ -177,6 +198,7 @@ class TurnStepSim:
         self.reps.cache.insert(r, i, tr.prompt_id, min(tr.prompt_tokens, end_ctx), end_ctx)
         self.reps.fit_cache(r)
         self.where[i] = -1
+        self.pending.pop(i, None)
         if k + 1 == tr.num_turns:
             self.left -= 1
             self.stats.step_s = max(self.stats.step_s, t)
@@ -188,11 +210,38 @@ class TurnStepSim:
         self.turn[i] = k + 1
         heapq.heappush(self.events, (t + u.tool_s, 0, i, -1))
 
+    def piece_end(self, i: int, r: int, t: float, num_tokens: int) -> None:
+        """A piece of turn ``turn[i]`` ended on ``r`` with tokens left: its next piece starts
+        there at once, or on a move's destination after the seam."""
+        tr = self.trajs[i]
+        self.done_tokens[i] += num_tokens
+        self.piece[i] += 1
+        held = self.context[i] + self.done_tokens[i]
+        self.reps.cache.insert(r, i, tr.prompt_id, min(tr.prompt_tokens, held), held)
+        self.reps.fit_cache(r)
+        dst = self.pending.pop(i, None)
+        if dst is None:
+            self.continue_on(i, r, t)
+            return
+        self.where[i] = -1
+        heapq.heappush(self.events, (t + self.options.balance.seam_s, 1, i, dst))
+
+    def piece_cap(self, left: int) -> int:
+        """Tokens the next piece of a turn with ``left`` tokens to go generates."""
+        k = self.options.piece_tokens
+        return left if k is None or self.planner is None else min(left, k)
+
+    def held(self, key: Hashable) -> bool:
+        """A running piece that may not move: its turn's move is pending, or no piece has
+        ended on the destination since."""
+        i, piece = _ids(key)
+        return i in self.pending or piece < self.hold.get(i, 0)
+
     def continue_on(self, i: int, r: int, t: float) -> None:
-        """A moved turn's continuation starts on ``r`` after its seam."""
+        """A turn's next piece starts on ``r`` (a moved turn's after its seam)."""
         tr = self.trajs[i]
         held = self.context[i] + self.done_tokens[i]
-        out = tr.turns[self.turn[i]].output_tokens - self.done_tokens[i]
+        out = self.piece_cap(tr.turns[self.turn[i]].output_tokens - self.done_tokens[i])
         self.sync(r, t)
         cached = self.reps.cache.cached(r, i, tr.prompt_id, held)
         self.reps.cache.release(r, i)
@@ -200,17 +249,11 @@ class TurnStepSim:
         self.stats.midturn_prefill_tokens += held - cached
         self.reps.submit(r, (i, self.piece[i]), out, held, cached, True, t)
 
-    def session_horizon_s(self) -> float:
-        """How long a move made now is expected to keep paying: a moved turn's session stays
-        on its new replica for about as many turns as it has run (as ``place_turn``
-        assumes), each the mean turn output at the mean pace of the busy replicas."""
-        running = [i for i, r in enumerate(self.where) if r >= 0]
-        if not running:
-            return 0.0
-        turns = max(sum(self.turn[i] for i in running) / len(running), 1.0)
-        paces = [e.step_s() for e in self.reps.engines if e.num_running]
-        out = self.expected_turn_tokens or 512.0
-        return turns * out * sum(paces) / len(paces)
+    def session_horizon_s(self, now_s: float) -> float:
+        """How long a move made now is expected to keep paying
+        (``session.midturn.session_horizon_s``, as the live gateway prices it)."""
+        running = [self.turn[i] for i, r in enumerate(self.where) if r >= 0]
+        return session_horizon_s(running, self.expected_turn_tokens, self.reps.views(now_s))
 
     def session(self, i: int) -> Hashable:
         return i

@@ -1,0 +1,203 @@
+"""The live glue of ``profile="auto"``: requests are timed through the transport, the probe
+runs at start without a fallback, and every step hands the latest fit to the controller and
+to the move pricing."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+
+from tailsieve.errors import ConfigError, ProfileError, ReplicaError
+from tailsieve.model.online_profile import OnlineProfile
+from tailsieve.runtime.answer_counts import StreamCount, answer_tokens
+from tailsieve.runtime.auto_probe import ProbeSettings
+from tailsieve.runtime.auto_profile import AutoProfile, ObservingTransport
+from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
+from tailsieve.runtime.rollout import RolloutConfig, TailSieveRollout
+from tailsieve.runtime.stub import StubFault, StubTransport
+
+URLS = ["http://r0", "http://r1"]
+
+
+def stub(seconds_per_token: float = 0.0005) -> StubTransport:
+    return StubTransport(lambda p, s: 30 + 200 * (p.endswith("0")) + 7 * s,
+                         seconds_per_token=seconds_per_token, batch_slowdown=0.05)
+
+
+def test_answer_tokens_of_every_answer_shape() -> None:
+    assert answer_tokens({"choices": [{"token_ids": [1, 2, 3]}, {"token_ids": [4]}],
+                          "usage": {"prompt_tokens": 9}}) == ((3, 1), 9)
+    assert answer_tokens({"choices": [{"text": "x"}], "usage": {"completion_tokens": 12}}) == (
+        (12,), None)
+    assert answer_tokens({"choices": [{"logprobs": {"content": [{}, {}]}}]}) == ((2,), None)
+    assert answer_tokens({"meta_info": {"completion_tokens": 5, "prompt_tokens": 3}}) == (
+        (5,), 3)
+    assert answer_tokens([{"meta_info": {"completion_tokens": 5}},
+                          {"meta_info": {"completion_tokens": 8}}]) == ((5, 8), None)
+    assert answer_tokens({"error": "x"}) == (None, None)
+    assert answer_tokens("not json") == (None, None)
+
+
+def test_stream_count_reads_chunks_usage_and_cache_hits() -> None:
+    c = StreamCount(1)
+    assert not c.add({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
+    assert c.add({"choices": [{"index": 0, "token_ids": [1, 2]}]})
+    assert c.add({"choices": [{"index": 0, "text": "a"}]})
+    assert c.tokens() == (3,)
+    c.add({"choices": [], "usage": {"completion_tokens": 4, "prompt_tokens": 100,
+                                    "prompt_tokens_details": {"cached_tokens": 64}}})
+    assert c.tokens() == (4,) and c.uncached() == 36
+    s = StreamCount(1)
+    s.add({"meta_info": {"completion_tokens": 3, "prompt_tokens": 50, "cached_tokens": 10}})
+    s.add({"meta_info": {"completion_tokens": 7}})
+    assert s.tokens() == (7,) and s.uncached() == 40
+
+
+async def test_the_transport_records_generation_requests_only() -> None:
+    inner = stub()
+    prof = OnlineProfile()
+    tr = ObservingTransport(inner, prof)
+    body = {"model": "m", "prompt": "p0", "max_tokens": 40, "ignore_eos": True}
+    out = await asyncio.gather(*(tr.post_json("http://r0/v1/completions", body, None)
+                                 for _ in range(3)))
+    assert all(len(o["choices"][0]["token_ids"]) == 40 for o in out)  # passed through
+    assert await tr.get("http://r0/health", 1.0) == (200, "")
+    obs = prof.ledger.harvest()
+    assert len(obs) == 3 and all(o.tokens == 40 and o.replica == "http://r0" for o in obs)
+    assert max(max(o.batch) for o in obs) == 3.0
+    chunks = [c async for c in tr.stream_json("http://r1/v1/completions",
+                                              {**body, "max_tokens": 20}, None)]
+    assert chunks
+    (streamed,) = prof.ledger.harvest()
+    assert streamed.tokens == 20 and streamed.replica == "http://r1"
+
+
+async def test_a_cancelled_request_is_recorded_as_such() -> None:
+    prof = OnlineProfile()
+    tr = ObservingTransport(stub(), prof)
+    task = asyncio.ensure_future(tr.post_json(
+        "http://r0/v1/completions", {"prompt": "p1", "max_tokens": 2000, "ignore_eos": True},
+        None))
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert prof.ledger.num_in_flight == 0 and prof.ledger.harvest() == []
+
+
+async def test_the_probe_times_lockstep_rounds_without_recording_them() -> None:
+    inner = stub(seconds_per_token=0.003)
+    auto = AutoProfile(probe=ProbeSettings(tokens=32, max_batch=8, prefill_repeats=1))
+    tr = auto.wrap(inner)
+    assert auto.needs_probe
+    measured = await auto.probe(tr, URLS, Backend.VLLM, "stub", load=8)
+    assert not auto.needs_probe
+    hellos = [s for s in inner.log.started if s[1] == "hello"]
+    assert len(hellos) >= 2 * 2 * (1 + 3 + 8)  # replicas x (short, full) x batch sizes
+    assert [p.batch_size for p in measured.points] == [1, 3, 8]
+    # the stub's step: 3 ms x (1 + 0.05 per other request running when one starts)
+    assert measured.tau(1) == pytest.approx(0.003, rel=0.3)
+    assert measured.tau(8) > measured.tau(1)
+    assert measured.provenance["kind"] == "probe"
+    assert auto.current() is measured  # the fallback until the rollout's pieces fit
+    assert auto.online.ledger.harvest() == []  # its requests are not observations
+    assert ProbeSettings().batch_sizes(64) == (1, 8, 64)
+    assert ProbeSettings(max_batch=16).batch_sizes(100) == (1, 4, 16)
+
+
+async def test_the_probe_leaves_out_a_failing_replica_and_fails_when_all_do() -> None:
+    inner = stub()
+    inner.faults["http://r1"] = StubFault(num_http_400=10_000)
+    auto = AutoProfile(probe=ProbeSettings(tokens=16, max_batch=4, prefill_repeats=0))
+    measured = await auto.probe(auto.wrap(inner), URLS, Backend.VLLM, "stub", load=4)
+    assert measured.provenance["replicas"] == ["http://r0"]
+    inner.faults["http://r0"] = StubFault(num_http_400=10_000)
+    again = AutoProfile(probe=ProbeSettings(tokens=16, max_batch=4, prefill_repeats=0))
+    with pytest.raises(ReplicaError, match="auto:NAME"):
+        await again.probe(again.wrap(inner), URLS, Backend.VLLM, "stub", load=4)
+
+
+def config(**kw: object) -> RolloutConfig:
+    kw.setdefault("sampling", SamplingParams(max_tokens=2000))
+    return RolloutConfig(num_groups=4, group_size=4, model="m", **kw)  # type: ignore[arg-type]
+
+
+async def run(ro: TailSieveRollout, steps: int) -> None:
+    prompts = [PromptInput(f"p{i}", text=f"p{i}") for i in range(100)]
+    for _ in range(steps):
+        need = ro.num_fresh_needed()
+        await ro.step(prompts[:need])
+        prompts = prompts[need:]
+
+
+async def test_auto_is_the_default_and_refits_every_step() -> None:
+    inner = stub()
+    assert RolloutConfig(num_groups=1).profile == "auto"
+    async with TailSieveRollout(URLS, config(), transport=inner) as ro:
+        assert ro.auto is not None
+        assert any(s[1] == "hello" for s in inner.log.started)  # probed at start
+        probed = ro.profile
+        assert probed.provenance["kind"] == "probe"
+        await run(ro, 2)
+        assert ro.profile is not probed
+        assert ro.auto.online.num_seen > 0
+        pred = ro.protocol.controller.predictor  # type: ignore[attr-defined]
+        assert pred.tail_model is ro.profile and pred.bulk_model is ro.profile
+        costs = ro.executor.balance_costs
+        assert costs is not None and all(c.throughput is ro.profile for c in costs)
+
+
+async def test_a_named_fallback_replaces_the_probe() -> None:
+    inner = stub()
+    async with TailSieveRollout(URLS, config(profile="auto:cpu"), transport=inner) as ro:
+        assert ro.profile.name == "cpu"
+        assert not any(s[1] == "hello" for s in inner.log.started)
+        await run(ro, 1)
+
+
+async def test_fixed_profiles_and_model_free_policies_fit_nothing() -> None:
+    async with TailSieveRollout(URLS, config(profile="qwen3-4b-h100"), transport=stub()) as ro:
+        assert ro.auto is None and ro.profile.name == "qwen3-4b-h100"
+    inner = stub()
+    async with TailSieveRollout(URLS, config(policy="uniform"), transport=inner) as ro:
+        assert ro.auto is None
+        assert not any(s[1] == "hello" for s in inner.log.started)
+
+
+def test_bad_profiles_fail_at_config_time() -> None:
+    with pytest.raises(ProfileError, match="unknown profile"):
+        config(profile="auto:nonesuch")
+    with pytest.raises(ProfileError):
+        config(profile="nonesuch")
+    with pytest.raises(ConfigError, match="tokens >= 8"):
+        ProbeSettings(tokens=2)
+
+
+def test_why_moves_are_off_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.DEBUG, logger="tailsieve.runtime.rollout"):
+        TailSieveRollout(URLS, config(moves=False, profile="cpu"), transport=stub())
+        TailSieveRollout(URLS, config(backend=Backend.SGLANG, profile="cpu",
+                                      sampling=SamplingParams(max_tokens=99, stop=("x",))),
+                         transport=stub())
+    recs = [(r.levelno, r.getMessage()) for r in caplog.records]
+    assert (logging.INFO, "TailSieve: moves are off: moves=False") in recs
+    assert any(lvl == logging.WARNING and "stop strings on SGLang" in msg for lvl, msg in recs)
+    assert len(recs) == 2
+
+
+async def test_a_checkpoint_keeps_the_model_in_use() -> None:
+    async with TailSieveRollout(URLS, config(), transport=stub()) as ro:
+        await run(ro, 2)
+        state = ro.state_dict()
+        fitted = ro.profile
+    assert state["profile"]["provenance"]["kind"] == "online-fit"
+    inner = stub()
+    resumed = TailSieveRollout(URLS, config(), transport=inner)
+    resumed.load_state_dict(state)
+    async with resumed as ro2:  # no probe: the saved model stands in
+        assert not any(s[1] == "hello" for s in inner.log.started)
+        assert ro2.profile.points == fitted.points
+        assert ro2.protocol.controller.predictor.tail_model is ro2.profile  # type: ignore[attr-defined]
+        await run(ro2, 1)
