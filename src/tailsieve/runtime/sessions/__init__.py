@@ -1,0 +1,33 @@
+"""The live session gateway: multi-turn sessions over live replicas (see ``gateway``)."""
+
+from tailsieve.runtime.sessions.config import GatewayConfig
+from tailsieve.runtime.sessions.gateway import SessionGateway
+from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
+from tailsieve.runtime.sessions.pieces import (
+    HealthProbe,
+    PieceOutput,
+    PieceRequest,
+    PieceRunner,
+    sampling_dict,
+    sampling_from_dict,
+)
+from tailsieve.runtime.sessions.result import GatewayStats, PieceSpan, ReplicaStat, TurnResult
+from tailsieve.runtime.sessions.stub_runner import StubModel, StubPieceRunner
+
+__all__ = [
+    "GatewayConfig",
+    "GatewayStats",
+    "HealthProbe",
+    "HttpPieceRunner",
+    "PieceOutput",
+    "PieceRequest",
+    "PieceRunner",
+    "PieceSpan",
+    "ReplicaStat",
+    "SessionGateway",
+    "StubModel",
+    "StubPieceRunner",
+    "TurnResult",
+    "sampling_dict",
+    "sampling_from_dict",
+]
