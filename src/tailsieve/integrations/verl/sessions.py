@@ -1,0 +1,89 @@
+"""Which of verl's trajectories are sessions still, and under which key the gateway knows them.
+
+verl's client passes a trajectory's ``request_id`` with every turn but never says that the
+trajectory ended. A session therefore ends when it has been silent for ``idle_s`` seconds
+(above the longest tool call you expect), when more than ``max_sessions`` are kept (the least
+recently used goes first, as verl's own sticky cache does), or when the caller clears them
+(``clear_sticky_cache``, new weights). A session with a turn running is never ended. Two turns
+of one ``request_id`` at once (e.g. ``det-0`` under full determinism) get separate keys.
+Pure bookkeeping: callers pass ``now_s``.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tailsieve.errors import ConfigError
+
+
+@dataclass(slots=True)
+class Session:
+    """One trajectory as the router keeps it."""
+
+    key: str  # the gateway's session id
+    group: int | None  # its GRPO group: a hash of its first prompt (siblings share it)
+    running: bool = False  # a turn is running
+    last_s: float = 0.0  # when its last turn began or ended
+
+
+class SessionTable:
+    """verl request ids to live sessions (module docstring)."""
+
+    def __init__(self, idle_s: float, max_sessions: int) -> None:
+        if not idle_s > 0 or max_sessions < 1:
+            raise ConfigError("idle_s must be > 0 and max_sessions >= 1")
+        self.idle_s = idle_s
+        self.max_sessions = max_sessions
+        self._by_key: OrderedDict[str, Session] = OrderedDict()  # least recently used first
+        self._num_dup = 0
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+    def begin(self, request_id: str, prompt_ids: Sequence[int], now_s: float) -> Session:
+        """A turn of ``request_id`` begins: its session (a new one for a first turn)."""
+        s = self._by_key.get(request_id)
+        if s is not None and s.running:
+            self._num_dup += 1
+            s = None
+            key = f"{request_id}#{self._num_dup}"
+        else:
+            key = request_id
+        if s is None:
+            s = Session(key, hash(tuple(prompt_ids)) if prompt_ids else None)
+            self._by_key[key] = s
+        s.running, s.last_s = True, now_s
+        self._by_key.move_to_end(key)
+        return s
+
+    def end(self, key: str, now_s: float) -> None:
+        """The turn of session ``key`` ended."""
+        s = self._by_key.get(key)
+        if s is None:
+            return
+        s.running, s.last_s = False, now_s
+        self._by_key.move_to_end(key)
+
+    def expired(self, now_s: float) -> list[str]:
+        """Keys of the sessions that ended now (silent too long, or too many); forgotten."""
+        out: list[str] = []
+        excess = len(self._by_key) - self.max_sessions
+        for key, s in list(self._by_key.items()):
+            if s.running:
+                continue
+            if excess > 0 or now_s - s.last_s > self.idle_s:
+                out.append(key)
+                del self._by_key[key]
+                excess -= 1
+            else:
+                break  # ordered by last use: the rest are younger
+        return out
+
+    def clear_idle(self) -> list[str]:
+        """Forget every session without a running turn; their keys."""
+        out = [k for k, s in self._by_key.items() if not s.running]
+        for k in out:
+            del self._by_key[k]
+        return out
