@@ -22,9 +22,10 @@ pytest.importorskip("verl", reason="verl is not installed (bash scripts/setup_ve
 import ray
 import verl
 import yaml
+from call_log import CallLog
 from hydra import compose, initialize_config_dir
 from verl_helpers import tiny_model_dir
-from verl_server_actor import CallLog, HttpServerActor
+from verl_server_actor import HttpServerActor
 
 from tailsieve.integrations.loop_thread import LoopThread
 from tailsieve.runtime.emulator import EmulatorConfig, EmulatorServer
@@ -164,7 +165,7 @@ class Chains:
 
     turns: list[tuple[list[int], list[int], list[str]]]  # prompt, joined tokens, servers
     num_pieces: int
-    num_lost_pieces: int  # pieces whose server never answered (killed under them)
+    num_lost_pieces: int  # pieces asked again at the same seam (their server was killed)
     num_whole: int
 
     @property
@@ -187,23 +188,24 @@ def chains(calls: list[dict[str, Any]]) -> Chains:
         groups.setdefault(m["turn"], []).append((int(m["n"]), c))
     turns, pieces, lost = [], 0, 0
     for key, items in groups.items():
-        items.sort(key=lambda x: (x[0], x[1]["tokens"] is not None))  # a lost piece, then its
-        # retry from the same seam (same piece number, another server)
-        nums = sorted({n for n, _ in items})
-        assert nums == list(range(len(nums))), f"turn {key}: pieces missing"
-        prompt = list(items[0][1]["prompt_ids"])
+        by_n: dict[int, list[dict[str, Any]]] = {}
+        for n, c in items:  # in the order the servers were asked
+            by_n.setdefault(n, []).append(c)
+        assert sorted(by_n) == list(range(len(by_n))), f"turn {key}: pieces missing"
+        prompt = list(by_n[0][0]["prompt_ids"])
         got: list[int] = []
         servers: list[str] = []
-        for n, c in items:
-            assert list(c["prompt_ids"]) == prompt + got, (
-                f"turn {key}: piece {n} was asked with a prefix other than the turn's prompt "
-                f"plus the {len(got)} tokens before it")
+        for n in range(len(by_n)):
+            for c in by_n[n]:  # a piece lost with its server, then its retry at the same seam
+                assert list(c["prompt_ids"]) == prompt + got, (
+                    f"turn {key}: piece {n} was asked with a prefix other than the turn's "
+                    f"prompt plus the {len(got)} tokens before it")
+                servers.append(c["server"])
             pieces += 1
-            servers.append(c["server"])
-            if c["tokens"] is None:
-                lost += 1
-            else:
-                got.extend(int(t) for t in c["tokens"])
+            lost += len(by_n[n]) - 1
+            last = by_n[n][-1]
+            assert last["tokens"] is not None, f"turn {key}: its last piece never answered"
+            got.extend(int(t) for t in last["tokens"])
         turns.append((prompt, got, servers))
     return Chains(turns, pieces, lost, whole)
 
@@ -216,3 +218,49 @@ def match_delivered(ch: Chains, delivered: list[tuple[list[int], list[int]]]) ->
         assert pool[key] > 0, (f"a delivered turn of {len(tokens)} tokens is no chain of "
                                "the pieces the servers were asked for")
         pool[key] -= 1
+
+
+def row_turns(out: Any) -> list[list[tuple[list[int], list[int]]]]:
+    """Each row of an agent loop's output as its turns: ``(prompt, tokens)`` per run of the
+    response mask (the model's tokens; a tool's are masked out), the prompt being everything
+    before the run."""
+    rows = []
+    am, ids, rm = (out.batch[k] for k in ("attention_mask", "input_ids", "response_mask"))
+    for i in range(len(out)):
+        prompt = ids[i, :PROMPT_LEN][am[i, :PROMPT_LEN] == 1].tolist()
+        keep = am[i, PROMPT_LEN:] == 1
+        resp = ids[i, PROMPT_LEN:][keep].tolist()
+        mask = rm[i][keep].tolist()
+        turns, k = [], 0
+        while k < len(mask):
+            if mask[k] != 1:
+                k += 1
+                continue
+            e = k
+            while e < len(mask) and mask[e] == 1:
+                e += 1
+            turns.append((prompt + resp[:k], resp[k:e]))
+            k = e
+        rows.append(turns)
+    return rows
+
+
+def check_rows(out: Any, calls: list[dict[str, Any]]) -> Chains:
+    """Every model turn of every row is exactly one chain of pieces the servers were asked
+    for (a row's last turn may be cut at ``response_length``), and every chain is one turn
+    of one row: nothing lost, nothing generated twice."""
+    ch = chains(calls)
+    pool = Counter((tuple(p), tuple(t)) for p, t, _ in ch.turns)
+    delivered = 0
+    for turns in row_turns(out):
+        for j, (prompt, tokens) in enumerate(turns):
+            key = (tuple(prompt), tuple(tokens))
+            if pool[key] == 0 and j == len(turns) - 1:  # cut at response_length
+                key = next((k for k, n in pool.items() if n and k[0] == key[0]
+                            and k[1][: len(tokens)] == key[1]), key)
+            assert pool[key] > 0, f"a row's turn of {len(tokens)} tokens is no chain of pieces"
+            pool[key] -= 1
+            delivered += 1
+    assert delivered == len(ch.turns), (
+        f"{len(ch.turns)} turns generated, {delivered} delivered in rows")
+    return ch

@@ -134,14 +134,19 @@ def test_sessions_end_when_silent_or_too_many() -> None:
     b = t.begin("b", [1, 2], 1.0)
     assert a.group == b.group  # siblings: the same first prompt
     dup = t.begin("a", [1, 2, 3], 2.0)  # a second turn of "a" while its first runs
-    assert dup.key != "a"
-    t.end("a", 3.0)
+    assert len({a.key, b.key, dup.key}) == 3
+    t.end(a.key, 3.0)
     t.end(dup.key, 3.0)
-    assert t.expired(5.0) == ["a"]  # three sessions, two kept: the least recently used goes
-    assert t.expired(12.0) == []  # the duplicate silent 9 s of 10; b runs
-    assert t.expired(13.5) == [dup.key]
-    t.end("b", 12.0)
-    assert t.clear_idle() == ["b"] and len(t) == 0
+    assert t.begin("a", [9], 3.5) is a  # its next turn: the same session
+    t.end(a.key, 4.0)
+    assert t.expired(5.0) == [dup.key]  # three sessions, two kept: least recently used goes
+    assert t.expired(14.5) == [a.key]
+    again = t.begin("a", [1, 2], 15.0)  # after it ended: a new session, a new key
+    assert again is not a and again.key != a.key
+    t.end(again.key, 15.0)
+    assert t.expired(15.0) == []
+    t.end(b.key, 15.0)
+    assert sorted(t.clear_idle()) == sorted([b.key, again.key]) and len(t) == 0
 
 
 def test_slots_keep_a_server_on_its_slot() -> None:

@@ -29,24 +29,6 @@ def teacher_logprob(token: int) -> float:
     return -0.1 * (1 + int(token) % 7)
 
 
-class CallLog:
-    """Every generate call of every server actor, kept apart from them (a killed server's
-    calls stay on record): ``start`` when a call arrives, ``finish`` with what it returned."""
-
-    def __init__(self) -> None:
-        self.calls: dict[tuple[str, str], dict[str, Any]] = {}
-
-    def start(self, server: str, request_id: str, record: dict[str, Any]) -> None:
-        self.calls[(server, request_id)] = {"server": server, "request_id": request_id,
-                                            **record, "tokens": None, "stop": None}
-
-    def finish(self, server: str, request_id: str, tokens: list[int], stop: str | None) -> None:
-        self.calls[(server, request_id)].update(tokens=tokens, stop=stop)
-
-    def all(self) -> list[dict[str, Any]]:
-        return list(self.calls.values())
-
-
 class HttpServerActor:
     """verl's server-actor interface over ``base_url`` (``/v1/completions``); calls are
     recorded in ``log`` (a ``CallLog`` actor) under ``name``."""

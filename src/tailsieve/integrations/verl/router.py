@@ -297,6 +297,8 @@ TailSieveRouter = ray.remote(max_concurrency=MAX_CONCURRENCY)(  # type: ignore[c
 
 def _own_handle() -> Any:
     """This actor's handle (None in-process, outside Ray actors)."""
+    if not ray.is_initialized():
+        return None
     try:
         return ray.get_runtime_context().current_actor
     except Exception:

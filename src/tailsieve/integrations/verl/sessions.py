@@ -5,7 +5,7 @@ trajectory ended. A session therefore ends when it has been silent for ``idle_s`
 (above the longest tool call you expect), when more than ``max_sessions`` are kept (the least
 recently used goes first, as verl's own sticky cache does), or when the caller clears them
 (``clear_sticky_cache``, new weights). A session with a turn running is never ended. Two turns
-of one ``request_id`` at once (e.g. ``det-0`` under full determinism) get separate keys.
+of one ``request_id`` at once get separate sessions. Keys are ``request_id.serial``.
 Pure bookkeeping: callers pass ``now_s``.
 """
 
@@ -37,23 +37,26 @@ class SessionTable:
         self.idle_s = idle_s
         self.max_sessions = max_sessions
         self._by_key: OrderedDict[str, Session] = OrderedDict()  # least recently used first
-        self._num_dup = 0
+        self._live: dict[str, str] = {}  # verl request id -> its session's key
+        self._serial = 0
 
     def __len__(self) -> int:
         return len(self._by_key)
 
     def begin(self, request_id: str, prompt_ids: Sequence[int], now_s: float) -> Session:
-        """A turn of ``request_id`` begins: its session (a new one for a first turn)."""
-        s = self._by_key.get(request_id)
-        if s is not None and s.running:
-            self._num_dup += 1
-            s = None
-            key = f"{request_id}#{self._num_dup}"
-        else:
-            key = request_id
-        if s is None:
+        """A turn of ``request_id`` begins: its session (a new one for a first turn, or when
+        the one it had is running a turn or has ended). Keys are never reused, so the
+        gateway's piece ids stay unique."""
+        key = self._live.get(request_id)
+        s = self._by_key.get(key) if key is not None else None
+        if s is None or s.running:
+            duplicate = s is not None
+            self._serial += 1
+            key = f"{request_id}.{self._serial}"
             s = Session(key, hash(tuple(prompt_ids)) if prompt_ids else None)
             self._by_key[key] = s
+            if not duplicate:
+                self._live[request_id] = key
         s.running, s.last_s = True, now_s
         self._by_key.move_to_end(key)
         return s
@@ -75,7 +78,7 @@ class SessionTable:
                 continue
             if excess > 0 or now_s - s.last_s > self.idle_s:
                 out.append(key)
-                del self._by_key[key]
+                self._forget(key)
                 excess -= 1
             else:
                 break  # ordered by last use: the rest are younger
@@ -85,5 +88,11 @@ class SessionTable:
         """Forget every session without a running turn; their keys."""
         out = [k for k, s in self._by_key.items() if not s.running]
         for k in out:
-            del self._by_key[k]
+            self._forget(k)
         return out
+
+    def _forget(self, key: str) -> None:
+        del self._by_key[key]
+        rid = key.rsplit(".", 1)[0]
+        if self._live.get(rid) == key:
+            del self._live[rid]

@@ -1,0 +1,255 @@
+"""TailSieve's router inside verl 0.9.1, switched on by ``router_config_path`` alone.
+
+verl's real classes throughout: ``LLMServerManager`` builds the router from the YAML
+(``get_router_handle``), ``LLMServerClient`` (v0 and v1 sync trainers) and
+``FullyAsyncLLMServerClient`` (v1 async trainers) call it, ``AgentLoopWorker`` runs
+``single_turn_agent`` and ``tool_agent`` (with a tool and a tool parser of the tests' own),
+and the servers are verl server actors over emulated vLLM servers (``verl_server_actor``).
+Every turn of every row is checked against the pieces the servers were asked for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("verl", reason="verl is not installed (bash scripts/setup_verl.sh)")
+
+import ray
+from router_harness import (
+    HERE,
+    Pool,
+    chains,
+    check_rows,
+    emulated_pool,
+    ray_session,  # noqa: F401 - the fixture
+    run,
+    status,
+    verl_config,
+    write_yaml,
+)
+from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
+from verl.workers.rollout.llm_server import (
+    FullyAsyncLLMServerClient,
+    LLMServerClient,
+    LLMServerManager,
+)
+from verl.workers.rollout.router import get_router_handle
+from verl_helpers import dataset_row, trainer_batch
+
+pytestmark = pytest.mark.usefixtures("ray_session")
+
+N = 2  # rollout.n
+TOOL_AGENT = (
+    "actor_rollout_ref.rollout.multi_turn.enable=true",
+    f"actor_rollout_ref.rollout.multi_turn.function_tool_path={HERE / 'scripted_tool.py'}",
+    "actor_rollout_ref.rollout.multi_turn.format=tailsieve_scripted",
+    "actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent",
+)
+MOVES = {"piece_tokens": 8, "eos_token_ids": [2], "balance": {"interval_s": 0.2, "seam_s": 0.0}}
+
+
+class CpuServerManager(LLMServerManager):
+    """verl's ``LLMServerManager`` minus launching GPU replicas (``create_empty``)."""
+
+    rollout_replica_class = None
+
+
+@pytest.fixture
+def pool2() -> Iterator[Pool]:
+    p = emulated_pool(2)
+    yield p
+    p.close()
+
+
+def rollout(worker: AgentLoopWorker, num_prompts: int, start: int = 0) -> Any:
+    batch = trainer_batch([dataset_row(start + i) for i in range(num_prompts)])
+    return run(worker.generate_sequences(batch.repeat(N, interleave=True)))
+
+
+def test_verl_builds_the_router_from_the_yaml_alone(tmp_path: Path, pool2: Pool) -> None:
+    """verl's ``LLMServerManager`` (as the v1 separate-async trainer starts it: no servers,
+    added later) builds TailSieve's router from ``rollout.router_config_path``; clients get
+    verl's "no servers" error until servers are added, then generate through it."""
+    cfg = verl_config(write_yaml(tmp_path / "r.yaml", eos_token_ids=[2]),
+                      "actor_rollout_ref.rollout.nnodes=1")
+    mgr = CpuServerManager.create_empty(config=cfg)
+    lb = mgr.global_load_balancer
+    st = status(lb)
+    assert st["policy"] == "tailsieve" and st["active_servers"] == 0
+    client = mgr.get_client()
+    with pytest.raises(RuntimeError, match="No available servers in load balancer"):
+        run(client.generate("t0", prompt_ids=[1, 2], sampling_params={}))
+    ray.get(lb.add_servers.remote(pool2.servers))  # as add_replicas_to_balancer does
+    assert sorted(ray.get(lb.get_all_servers.remote())) == sorted(pool2.servers)
+
+    async def many() -> list[Any]:
+        return await asyncio.gather(*[
+            client.generate(f"t{i}", prompt_ids=[5, 6, i], sampling_params={"logprobs": True})
+            for i in range(6)])
+
+    outs = run(many())
+    assert all(o.stop_reason == "completed" and len(o.log_probs) == len(o.token_ids)
+               for o in outs)
+    ch = chains(pool2.calls())
+    assert sorted((p, t) for p, t, _ in ch.turns) == sorted(
+        ([5, 6, i], o.token_ids) for i, o in enumerate(outs))
+    first = sorted(pool2.servers)[0]
+    ray.get(lb.remove_servers.remote([first]))
+    assert ray.get(lb.get_all_servers.remote()) == [s for s in sorted(pool2.servers)
+                                                    if s != first]
+    cleared = ray.get(lb.clear_sticky_cache.remote())
+    assert cleared["cleared_entries"] == 6
+    _wait(lambda: ray.get(lb.get_total_inflight.remote()) == 0)
+
+
+def test_single_turn_agent_moves_running_turns(tmp_path: Path) -> None:
+    """``single_turn_agent`` through ``LLMServerClient`` (the v0 trainer's and the v1 sync
+    trainer's client) on a straggler and two fast servers: running turns move at piece ends
+    and every row is its chain of pieces."""
+    pool = emulated_pool(3, slow_first=True, time_scale=0.6, median=40.0)
+    try:
+        router = get_router_handle(pool.servers, write_yaml(tmp_path / "r.yaml", **MOVES))
+        cfg = verl_config(None, f"actor_rollout_ref.rollout.n={N}")
+        worker = AgentLoopWorker(cfg, LLMServerClient(cfg, router))
+        out = rollout(worker, 12)
+        ch = check_rows(out, pool.calls())
+        gw = status(router)["gateway"]
+        assert gw["moves_mid_turn"] > 0 and ch.num_moved > 0, "nothing moved"
+        assert gw["num_turns"] == len(out) == len(ch.turns)
+        assert status(router)["moves_off_reason"] is None
+    finally:
+        pool.close()
+
+
+def test_tool_agent_turns_are_sessions(tmp_path: Path, pool2: Pool) -> None:
+    """``tool_agent`` with a tool of the tests' own: several turns per trajectory, each a
+    turn of one session (verl's sticky request id), later turns finding their prefix
+    cached; every model turn of every row is its chain of pieces."""
+    router = get_router_handle(pool2.servers, write_yaml(tmp_path / "r.yaml", **MOVES))
+    cfg = verl_config(None, f"actor_rollout_ref.rollout.n={N}", *TOOL_AGENT)
+    worker = AgentLoopWorker(cfg, LLMServerClient(cfg, router))
+    out = rollout(worker, 6)
+    ch = check_rows(out, pool2.calls())
+    st = status(router)
+    assert len(ch.turns) > len(out), "no trajectory had a second turn"
+    assert st["num_sessions"] == len(out)
+    assert st["gateway"]["num_turns"] == len(ch.turns)
+    assert st["gateway"]["prefix_hit_tokens"] > 0
+
+
+def test_v1_async_client_resumes_across_a_weight_sync(tmp_path: Path) -> None:
+    """``FullyAsyncLLMServerClient`` (the v1 async trainers' client): a weight sync aborts
+    every server mid-turn; the router returns each running turn's tokens marked aborted, as
+    the server would, and verl's client resumes it under the new weights through the router.
+    Each result is its chains joined, with the weight versions it spans."""
+    pool = emulated_pool(2, time_scale=0.3, median=60.0)
+    try:
+        router = get_router_handle(pool.servers, write_yaml(tmp_path / "r.yaml", **MOVES))
+        for a in pool.actors.values():
+            ray.get(a.set_global_steps.remote(0))
+        client = FullyAsyncLLMServerClient(verl_config(None), router)
+        prompts = [[7, 8, 100 + i] for i in range(8)]
+
+        async def sync_weights() -> None:
+            await _until_running(pool)
+            await asyncio.gather(*[a.abort_all_requests.remote() for a in pool.actors.values()])
+            await asyncio.gather(*[a.set_global_steps.remote(1) for a in pool.actors.values()])
+            await asyncio.gather(*[a.resume_generation.remote() for a in pool.actors.values()])
+
+        async def go() -> list[Any]:
+            outs = asyncio.gather(*[client.generate(f"a{i}", prompt_ids=p,
+                                                    sampling_params={"max_tokens": 80})
+                                    for i, p in enumerate(prompts)])
+            await sync_weights()
+            return list(await outs)
+
+        outs = run(go())
+        ch = chains(pool.calls())
+        resumed = 0
+        for p, o in zip(prompts, outs, strict=True):
+            assert o.token_ids == _follow(ch, p, len(o.token_ids))
+            assert o.stop_reason == "length" or len(o.token_ids) <= 80
+            steps = (o.extra_fields["min_global_steps"], o.extra_fields["max_global_steps"])
+            resumed += steps == (0, 1)
+            assert steps in ((0, 0), (0, 1), (1, 1))
+        assert resumed > 0, "no turn was running at the weight sync"
+    finally:
+        pool.close()
+
+
+def test_replica_killed_mid_step(tmp_path: Path) -> None:
+    """A server actor killed while it runs pieces: its turns continue on the others from
+    their last seam; every row is correct and nothing is lost or generated twice."""
+    pool = emulated_pool(3, time_scale=0.3, median=40.0)
+    try:
+        router = get_router_handle(pool.servers, write_yaml(tmp_path / "r.yaml", **MOVES))
+        cfg = verl_config(None, f"actor_rollout_ref.rollout.n={N}", *TOOL_AGENT)
+        worker = AgentLoopWorker(cfg, LLMServerClient(cfg, router))
+        victim = sorted(pool.servers)[2]
+        killer = threading.Thread(target=_kill_when_running, args=(pool, victim), daemon=True)
+        killer.start()
+        out = rollout(worker, 6)
+        killer.join(timeout=60)
+        ch = check_rows(out, pool.calls())
+        gw = status(router)["gateway"]
+        assert ch.num_lost_pieces >= 1 and gw["num_relocations"] >= 1
+        assert gw["num_failed_turns"] == 0
+        assert not next(r for r in gw["replicas"] if r["server"] == victim)["healthy"]
+    finally:
+        pool.close()
+
+
+def test_full_determinism_routes_as_verl_does(tmp_path: Path) -> None:
+    pool = emulated_pool(2, full_determinism=True)
+    try:
+        router = get_router_handle(pool.servers, write_yaml(tmp_path / "r.yaml"))
+        got = {ray.get(router.acquire_server.remote("det-3"))[0] for _ in range(4)}
+        assert len(got) == 1 and got <= set(pool.servers)
+        assert "full_determinism" in status(router)["moves_off_reason"]
+    finally:
+        pool.close()
+
+
+# ----- helpers -------------------------------------------------------------------------------
+def _follow(ch: Any, prompt: list[int], length: int) -> list[int]:
+    """The tokens of the turns that continue ``prompt`` (an aborted turn, then its resume)."""
+    by_prompt = {tuple(p): t for p, t, _ in ch.turns}
+    got: list[int] = []
+    while len(got) < length and tuple(prompt + got) in by_prompt:
+        nxt = by_prompt[tuple(prompt + got)]
+        if not nxt:
+            break
+        got += nxt
+    return got
+
+
+async def _until_running(pool: Pool) -> None:
+    while not any(c["tokens"] is None for c in await pool.log.all.remote()):
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.2)
+
+
+def _kill_when_running(pool: Pool, victim: str) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        calls = ray.get(pool.log.all.remote())
+        if any(c["server"] == victim and c["tokens"] is None for c in calls):
+            time.sleep(0.1)
+            pool.kill(victim)
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"{victim} never ran a piece")
+
+
+def _wait(cond: Any, limit_s: float = 30.0) -> None:
+    deadline = time.monotonic() + limit_s
+    while not cond():
+        assert time.monotonic() < deadline, "state never reached"
+        time.sleep(0.05)
