@@ -58,7 +58,7 @@ class SessionTable:
             if not duplicate:
                 self._live[request_id] = key
         s.running, s.last_s = True, now_s
-        self._by_key.move_to_end(key)
+        self._by_key.move_to_end(s.key)
         return s
 
     def end(self, key: str, now_s: float) -> None:
