@@ -35,13 +35,16 @@ from router_harness import (
     write_yaml,
 )
 from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
+from verl.experimental.teacher_loop.teacher_model import TeacherModelManager
+from verl.utils.config import omega_conf_to_dataclass
 from verl.workers.rollout.llm_server import (
     FullyAsyncLLMServerClient,
     LLMServerClient,
     LLMServerManager,
 )
 from verl.workers.rollout.router import get_router_handle
-from verl_helpers import dataset_row, trainer_batch
+from verl_helpers import dataset_row, tiny_model_dir, trainer_batch
+from verl_server_actor import teacher_logprob
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -61,11 +64,33 @@ class CpuServerManager(LLMServerManager):
     rollout_replica_class = None
 
 
-@pytest.fixture
-def pool2() -> Iterator[Pool]:
+@pytest.fixture(scope="module")
+def fast_pool() -> Iterator[Pool]:
+    """Two fast emulated servers, shared by the tests that leave them as they found them."""
     p = emulated_pool(2)
     yield p
     p.close()
+
+
+@pytest.fixture(scope="module")
+def slow_pool() -> Iterator[Pool]:
+    """A straggler and two servers slow enough for moves, weight syncs and a kill (the kill
+    test comes last in this file)."""
+    p = emulated_pool(3, slow_first=True, time_scale=0.3, median=40.0)
+    yield p
+    p.close()
+
+
+@pytest.fixture
+def pool2(fast_pool: Pool) -> Pool:
+    ray.get(fast_pool.log.clear.remote())
+    return fast_pool
+
+
+@pytest.fixture
+def pool3(slow_pool: Pool) -> Pool:
+    ray.get(slow_pool.log.clear.remote())
+    return slow_pool
 
 
 def rollout(worker: AgentLoopWorker, num_prompts: int, start: int = 0) -> Any:
@@ -109,23 +134,19 @@ def test_verl_builds_the_router_from_the_yaml_alone(tmp_path: Path, pool2: Pool)
     _wait(lambda: ray.get(lb.get_total_inflight.remote()) == 0)
 
 
-def test_single_turn_agent_moves_running_turns(tmp_path: Path) -> None:
+def test_single_turn_agent_moves_running_turns(tmp_path: Path, pool3: Pool) -> None:
     """``single_turn_agent`` through ``LLMServerClient`` (the v0 trainer's and the v1 sync
     trainer's client) on a straggler and two fast servers: running turns move at piece ends
     and every row is its chain of pieces."""
-    pool = emulated_pool(3, slow_first=True, time_scale=0.6, median=40.0)
-    try:
-        router = get_router_handle(pool.servers, write_yaml(tmp_path / "r.yaml", **MOVES))
-        cfg = verl_config(None, f"actor_rollout_ref.rollout.n={N}")
-        worker = AgentLoopWorker(cfg, LLMServerClient(cfg, router))
-        out = rollout(worker, 12)
-        ch = check_rows(out, pool.calls())
-        gw = status(router)["gateway"]
-        assert gw["moves_mid_turn"] > 0 and ch.num_moved > 0, "nothing moved"
-        assert gw["num_turns"] == len(out) == len(ch.turns)
-        assert status(router)["moves_off_reason"] is None
-    finally:
-        pool.close()
+    router = get_router_handle(pool3.servers, write_yaml(tmp_path / "r.yaml", **MOVES))
+    cfg = verl_config(None, f"actor_rollout_ref.rollout.n={N}")
+    worker = AgentLoopWorker(cfg, LLMServerClient(cfg, router))
+    out = rollout(worker, 12)
+    ch = check_rows(out, pool3.calls())
+    st = status(router)
+    assert st["gateway"]["moves_mid_turn"] > 0 and ch.num_moved > 0, "nothing moved"
+    assert st["gateway"]["num_turns"] == len(out) == len(ch.turns)
+    assert st["moves_off_reason"] is None
 
 
 def test_tool_agent_turns_are_sessions(tmp_path: Path, pool2: Pool) -> None:
@@ -144,77 +165,95 @@ def test_tool_agent_turns_are_sessions(tmp_path: Path, pool2: Pool) -> None:
     assert st["gateway"]["prefix_hit_tokens"] > 0
 
 
-def test_v1_async_client_resumes_across_a_weight_sync(tmp_path: Path) -> None:
+def test_distillation_teacher_has_its_own_router(tmp_path: Path, pool2: Pool) -> None:
+    """On-policy distillation: verl's ``TeacherModelManager`` builds the teacher's router
+    from the teacher's own ``inference.router_config_path``; the student's turns and the
+    teacher's scoring both go through TailSieve. A teacher request (``prompt_logprobs``)
+    runs whole on one server and its log-probs reach the rows unchanged."""
+    student_yaml = write_yaml(tmp_path / "student.yaml", **MOVES)
+    teacher_yaml = write_yaml(tmp_path / "teacher.yaml", policy="sticky-least-loaded")
+    cfg = verl_config(
+        student_yaml, f"actor_rollout_ref.rollout.n={N}", "distillation.enabled=true",
+        "distillation.teacher_models.teacher_model.key=tailsieve/test",
+        f"distillation.teacher_models.teacher_model.model_path={tiny_model_dir()}",
+        "distillation.teacher_models.teacher_model.num_replicas=2",
+        f"+distillation.teacher_models.teacher_model.inference.router_config_path={teacher_yaml}")
+    dist = omega_conf_to_dataclass(cfg.distillation)
+    (teacher_cfg,) = dist.teacher_models.values()
+
+    class CpuTeacherManager(TeacherModelManager):
+        """verl's teacher manager, its servers being the pool's (no GPU replicas)."""
+
+        def _initialize_llm_servers(self) -> None:
+            self.server_addresses = list(pool2.servers)
+            self.server_handles = list(pool2.servers.values())
+
+    teacher = CpuTeacherManager(dist, teacher_cfg, resource_pool=None)
+    assert status(teacher.load_balancer_handle)["policy"] == "sticky-least-loaded"
+    student = get_router_handle(pool2.servers, cfg.actor_rollout_ref.rollout.router_config_path)
+    worker = AgentLoopWorker(cfg, LLMServerClient(cfg, student), teacher_client={
+        teacher_cfg.key: LLMServerClient(cfg, teacher.load_balancer_handle)})
+    out = rollout(worker, 3)
+    check_rows(out, [c for c in pool2.calls() if "prompt_logprobs" not in c["sampling"]])
+    am = out.batch["attention_mask"]
+    for i in range(len(out)):
+        seq = out.batch["input_ids"][i][am[i] == 1].tolist()
+        got = out.batch["teacher_logprobs"][i][am[i] == 1][:, 0].tolist()
+        assert got == pytest.approx([teacher_logprob(t) for t in seq[1:]] + [0.0])
+    whole = status(teacher.load_balancer_handle)["whole_turns"]
+    assert sum(whole.values()) == len(out) and all("prompt_logprobs" in k for k in whole)
+    assert status(student)["whole_turns"] == {}
+
+
+def test_v1_async_client_resumes_across_a_weight_sync(tmp_path: Path, pool3: Pool) -> None:
     """``FullyAsyncLLMServerClient`` (the v1 async trainers' client): a weight sync aborts
     every server mid-turn; the router returns each running turn's tokens marked aborted, as
     the server would, and verl's client resumes it under the new weights through the router.
     Each result is its chains joined, with the weight versions it spans."""
-    pool = emulated_pool(2, time_scale=0.3, median=60.0)
-    try:
-        router = get_router_handle(pool.servers, write_yaml(tmp_path / "r.yaml", **MOVES))
-        for a in pool.actors.values():
-            ray.get(a.set_global_steps.remote(0))
-        client = FullyAsyncLLMServerClient(verl_config(None), router)
-        prompts = [[7, 8, 100 + i] for i in range(8)]
+    router = get_router_handle(pool3.servers, write_yaml(tmp_path / "r.yaml", **MOVES))
+    actors = list(pool3.actors.values())
+    ray.get([a.set_global_steps.remote(0) for a in actors])
+    client = FullyAsyncLLMServerClient(verl_config(None), router)
+    prompts = [[7, 8, 100 + i] for i in range(8)]
 
-        async def sync_weights() -> None:
-            await _until_running(pool)
-            await asyncio.gather(*[a.abort_all_requests.remote() for a in pool.actors.values()])
-            await asyncio.gather(*[a.set_global_steps.remote(1) for a in pool.actors.values()])
-            await asyncio.gather(*[a.resume_generation.remote() for a in pool.actors.values()])
+    async def go() -> list[Any]:
+        outs = asyncio.gather(*[client.generate(f"a{i}", prompt_ids=p,
+                                                sampling_params={"max_tokens": 80})
+                                for i, p in enumerate(prompts)])
+        await _until_running(pool3)
+        await asyncio.gather(*[a.abort_all_requests.remote() for a in actors])
+        await asyncio.gather(*[a.set_global_steps.remote(1) for a in actors])
+        await asyncio.gather(*[a.resume_generation.remote() for a in actors])
+        return list(await outs)
 
-        async def go() -> list[Any]:
-            outs = asyncio.gather(*[client.generate(f"a{i}", prompt_ids=p,
-                                                    sampling_params={"max_tokens": 80})
-                                    for i, p in enumerate(prompts)])
-            await sync_weights()
-            return list(await outs)
-
-        outs = run(go())
-        ch = chains(pool.calls())
-        resumed = 0
-        for p, o in zip(prompts, outs, strict=True):
-            assert o.token_ids == _follow(ch, p, len(o.token_ids))
-            assert o.stop_reason == "length" or len(o.token_ids) <= 80
-            steps = (o.extra_fields["min_global_steps"], o.extra_fields["max_global_steps"])
-            resumed += steps == (0, 1)
-            assert steps in ((0, 0), (0, 1), (1, 1))
-        assert resumed > 0, "no turn was running at the weight sync"
-    finally:
-        pool.close()
+    outs = run(go())
+    ch = chains(pool3.calls())
+    resumed = 0
+    for p, o in zip(prompts, outs, strict=True):
+        assert o.token_ids == _follow(ch, p, len(o.token_ids))
+        assert 0 < len(o.token_ids) <= 80
+        steps = (o.extra_fields["min_global_steps"], o.extra_fields["max_global_steps"])
+        assert steps in ((0, 0), (0, 1), (1, 1))
+        resumed += steps == (0, 1)
+    assert resumed > 0, "no turn was running at the weight sync"
 
 
-def test_replica_killed_mid_step(tmp_path: Path) -> None:
+def test_replica_killed_mid_step(tmp_path: Path, pool3: Pool) -> None:
     """A server actor killed while it runs pieces: its turns continue on the others from
     their last seam; every row is correct and nothing is lost or generated twice."""
-    pool = emulated_pool(3, time_scale=0.3, median=40.0)
-    try:
-        router = get_router_handle(pool.servers, write_yaml(tmp_path / "r.yaml", **MOVES))
-        cfg = verl_config(None, f"actor_rollout_ref.rollout.n={N}", *TOOL_AGENT)
-        worker = AgentLoopWorker(cfg, LLMServerClient(cfg, router))
-        victim = sorted(pool.servers)[2]
-        killer = threading.Thread(target=_kill_when_running, args=(pool, victim), daemon=True)
-        killer.start()
-        out = rollout(worker, 6)
-        killer.join(timeout=60)
-        ch = check_rows(out, pool.calls())
-        gw = status(router)["gateway"]
-        assert ch.num_lost_pieces >= 1 and gw["num_relocations"] >= 1
-        assert gw["num_failed_turns"] == 0
-        assert not next(r for r in gw["replicas"] if r["server"] == victim)["healthy"]
-    finally:
-        pool.close()
-
-
-def test_full_determinism_routes_as_verl_does(tmp_path: Path) -> None:
-    pool = emulated_pool(2, full_determinism=True)
-    try:
-        router = get_router_handle(pool.servers, write_yaml(tmp_path / "r.yaml"))
-        got = {ray.get(router.acquire_server.remote("det-3"))[0] for _ in range(4)}
-        assert len(got) == 1 and got <= set(pool.servers)
-        assert "full_determinism" in status(router)["moves_off_reason"]
-    finally:
-        pool.close()
+    router = get_router_handle(pool3.servers, write_yaml(tmp_path / "r.yaml", **MOVES))
+    cfg = verl_config(None, f"actor_rollout_ref.rollout.n={N}", *TOOL_AGENT)
+    worker = AgentLoopWorker(cfg, LLMServerClient(cfg, router))
+    victim = sorted(pool3.servers)[2]
+    killer = threading.Thread(target=_kill_when_running, args=(pool3, victim), daemon=True)
+    killer.start()
+    out = rollout(worker, 6)
+    killer.join(timeout=60)
+    ch = check_rows(out, pool3.calls())
+    gw = status(router)["gateway"]
+    assert ch.num_lost_pieces >= 1 and gw["num_relocations"] >= 1
+    assert gw["num_failed_turns"] == 0
+    assert not next(r for r in gw["replicas"] if r["server"] == victim)["healthy"]
 
 
 # ----- helpers -------------------------------------------------------------------------------
