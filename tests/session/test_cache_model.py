@@ -71,3 +71,27 @@ def test_never_over_capacity_and_hits_never_exceed_the_prompt(
         for s in range(6):
             for ctx in (0, 1500, 12_000):
                 assert 0 <= c.cached(0, s, gid, ctx) <= ctx
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 4), st.integers(0, 2),
+                          st.integers(0, 2000), st.integers(0, 6000), st.integers(0, 3)),
+                max_size=40))
+def test_cached_on_is_cached_wherever_above_zero(
+        ops: list[tuple[int, int, int, int, int, int]]) -> None:
+    """The index behind ``cached_on`` agrees with asking every replica, through inserts,
+    releases, discards, shrinking capacities and lost replicas."""
+    c = PrefixCacheModel([9000, None, 4000])
+    for r, sid, gid, prompt, extra, op in ops:
+        if op == 0 or op == 1:
+            c.insert(r, sid, gid, prompt, prompt + extra)
+        elif op == 2:
+            c.release(r, sid)
+        elif extra % 3 == 0:
+            c.drop_replica(r)
+        else:
+            c.set_capacity(r, extra)
+        for s in range(5):
+            for g in range(3):
+                want = {x: n for x in range(3) if (n := c.cached(x, s, g, 7000)) > 0}
+                assert c.cached_on(s, g, 7000) == want

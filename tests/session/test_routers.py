@@ -19,7 +19,9 @@ CONFIG = grounded_config()
 
 def _turn(sid: object, index: int, context: int, home: int | None, group: object = "g",
           new: int | None = None) -> TurnRequest:
-    return TurnRequest(sid, group, index, context, context if new is None else new, home)
+    cached = {home: context - new} if home is not None and new is not None else {}
+    return TurnRequest(sid, group, index, context, context if new is None else new, home,
+                       cached)
 
 
 def test_verl_first_turn_to_fewest_in_flight_then_sticky(config: ReplicaConfig) -> None:
@@ -119,13 +121,12 @@ def test_round_robin_cycles(config: ReplicaConfig) -> None:
 def test_oracle_needs_lengths_and_uses_them(config: ReplicaConfig) -> None:
     with pytest.raises(ConfigError, match="remaining"):
         make_router("oracle")
-    left = {"long": 20000.0, "short": 50.0}
-    r = make_router("oracle", remaining=lambda sid, t: left[sid])
-    views = [view(config, 0), view(config, 1)]
-    a = r.choose(_turn("long", 0, 1000, None), views, 0.0).replica
-    b = r.choose(_turn("short", 0, 1000, None), [view(config, 0, 1 - a), view(config, 1, a)],
-                 0.0).replica
-    assert a != b
+    left = {("long", 1): 20000.0, ("short", 1): 50.0}
+    r = make_router("oracle", remaining=lambda sid, t: left.get((sid, t), 0.0))
+    views = [view(config, 0, 30, 8000), view(config, 1, 12, 8000)]
+    # told the lengths: a long turn leaves a crowded home, a short one is not worth moving
+    assert r.choose(_turn("long", 1, 8000, 0, new=100), views, 50.0).moved
+    assert not r.choose(_turn("short", 1, 8000, 0, new=100), views, 50.0).moved
 
 
 def test_make_router_rejects_unknown_names_and_options() -> None:

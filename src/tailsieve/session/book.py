@@ -20,6 +20,7 @@ from tailsieve.core.balancer import ReplicaLoad, Running
 from tailsieve.errors import ConfigError
 from tailsieve.model.replica_config import ReplicaConfig
 from tailsieve.session.cache_model import PrefixCacheModel
+from tailsieve.session.pricing import recompute_rate
 from tailsieve.session.replica_view import ReplicaView
 from tailsieve.session.turn import TurnRequest
 
@@ -213,8 +214,9 @@ class SessionBook:
             items = running[r]
             out.append(ReplicaLoad(
                 r, len(items), float(sum(n for _, n in items)), _frozen(items), self._taus[r],
-                cfg.throughput.context_s_per_token, cfg.recompute_cost_s(1) - cfg.prefill_s,
-                cfg.prefill_s, rep.healthy))
+                cfg.throughput.context_s_per_token,
+                recompute_rate(cfg, rep.context / max(rep.num_running, 1)), cfg.prefill_s,
+                rep.healthy))
         return out
 
     def cached(self, session_id: Hashable, replica: int) -> int:

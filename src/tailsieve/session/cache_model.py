@@ -30,25 +30,42 @@ _Key = tuple[str, Hashable]  # ("g", group_id) or ("s", session_id)
 class _Replica:
     """One replica's LRU of prefixes."""
 
-    __slots__ = ("capacity", "entries", "prompts", "used")
+    __slots__ = ("capacity", "entries", "index", "prompts", "replica", "used")
 
-    def __init__(self, capacity: int | None) -> None:
+    def __init__(self, replica: int, capacity: int | None,
+                 index: dict[_Key, set[int]]) -> None:
+        self.replica = replica
         self.capacity = capacity
         self.entries: OrderedDict[_Key, int] = OrderedDict()  # key -> tokens it holds alone
         self.prompts: dict[Hashable, tuple[Hashable, int]] = {}  # session -> (group, prompt)
         self.used = 0
+        self.index = index  # shared: key -> replicas holding it
+
+    def add(self, key: _Key, tokens: int) -> None:
+        self.entries[key] = tokens
+        self.used += tokens
+        self.index.setdefault(key, set()).add(self.replica)
 
     def drop(self, key: _Key) -> None:
         n = self.entries.pop(key, None)
         if n is None:
             return
         self.used -= n
+        where = self.index.get(key)
+        if where is not None:
+            where.discard(self.replica)
+            if not where:
+                del self.index[key]
         if key[0] == "s":
             self.prompts.pop(key[1], None)
         else:  # a group prompt: its sessions' contexts no longer match past it
             orphans = [s for s, (g, _) in self.prompts.items() if g == key[1]]
             for s in orphans:
                 self.drop(("s", s))
+
+    def clear(self) -> None:
+        for key in list(self.entries):
+            self.drop(key)
 
     def evict(self) -> None:
         cap = self.capacity
@@ -67,7 +84,8 @@ class PrefixCacheModel:
             if cap is not None and cap < 0:
                 raise ConfigError(f"prefix cache of replica {r}: capacity must be >= 0, "
                                   f"got {cap}")
-        self._reps = [_Replica(cap) for cap in capacity_tokens]
+        self._index: dict[_Key, set[int]] = {}  # key -> replicas holding it
+        self._reps = [_Replica(r, cap, self._index) for r, cap in enumerate(capacity_tokens)]
         self.num_evictions = 0  # prefixes evicted for space (all replicas)
 
     @property
@@ -99,8 +117,11 @@ class PrefixCacheModel:
     def cached_on(self, session_id: Hashable, group_id: Hashable | None,
                   context_tokens: int) -> dict[int, int]:
         """``{replica: cached(replica, ...)}`` over the replicas holding some of it."""
+        where = set(self._index.get(("s", session_id), ()))
+        if group_id is not None:
+            where |= self._index.get(("g", group_id), set())
         out: dict[int, int] = {}
-        for r in range(len(self._reps)):
+        for r in sorted(where):
             n = self.cached(r, session_id, group_id, context_tokens)
             if n > 0:
                 out[r] = n
@@ -124,11 +145,9 @@ class PrefixCacheModel:
                 rep.used += prompt_tokens - rep.entries[gkey]
                 rep.entries[gkey] = prompt_tokens
         else:
-            rep.entries[gkey] = prompt_tokens
-            rep.used += prompt_tokens
-        own = context_tokens - prompt_tokens
-        rep.used += own - rep.entries.pop(skey, 0)
-        rep.entries[skey] = own
+            rep.add(gkey, prompt_tokens)
+        rep.used -= rep.entries.pop(skey, 0)
+        rep.add(skey, context_tokens - prompt_tokens)
         rep.prompts[session_id] = (group, prompt_tokens)
         before = len(rep.entries)
         rep.evict()
@@ -159,7 +178,4 @@ class PrefixCacheModel:
 
     def drop_replica(self, replica: int) -> None:
         """A replica died or restarted: its cache is empty."""
-        rep = self._rep(replica)
-        rep.entries.clear()
-        rep.prompts.clear()
-        rep.used = 0
+        self._rep(replica).clear()

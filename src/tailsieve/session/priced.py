@@ -19,7 +19,10 @@ prompt's uncached part on ``r``:
 
 - **first turn** (or a dead or unknown home): the replica minimizing ``A_r(with the turn) +
   P_r``;
-- **later turn**: for each other replica ``d``, the saving
+- **later turn**: the move pays only while the session lives, so here ``H`` is at most its
+  expected remaining decode time, ``max(t, 1)`` turns of the expected output at home's pace
+  for a session at turn ``t`` (a session that ran ``t`` turns is expected to run about as
+  many more), and at least one turn. For each other replica ``d``, the saving
   ``S_d = max(A_h(with), A_d) - max(A_h(without), A_d(with))`` (the pair's slower replica
   gets faster) against the move's extra prefill ``X_d = P_d - P_h`` (and the seam). It moves
   to the ``d`` of largest ``S_d - X_d`` among those with ``S_d >= margin X_d + seam`` and
@@ -32,10 +35,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from tailsieve.errors import ReplicaError
 from tailsieve.session.decision import TurnDecision
-from tailsieve.session.pricing import TauTables, backlog_s, expected_load
-from tailsieve.session.replica_view import ReplicaView
+from tailsieve.session.pricing import Loads
+from tailsieve.session.replica_view import ReplicaView, ViewTable
 from tailsieve.session.settings import SessionSettings
 from tailsieve.session.turn import TurnRequest
 
@@ -43,11 +48,14 @@ __all__ = ["place_turn"]
 
 
 def place_turn(turn: TurnRequest, views: Sequence[ReplicaView], settings: SessionSettings,
-               elapsed_s: float, expected_turn_tokens: float | None = None) -> TurnDecision:
+               elapsed_s: float, expected_turn_tokens: float | None = None,
+               remaining_tokens: float | None = None) -> TurnDecision:
     """Where ``turn`` runs (see the module docstring). ``views``: every replica (unhealthy
     ones are never chosen); ``elapsed_s``: seconds since the step began;
-    ``expected_turn_tokens``: the mean output of the turns observed so far (None:
-    ``settings.turn_tokens``)."""
+    ``expected_turn_tokens``: the mean output of the turns observed so far (None or 0:
+    ``settings.turn_tokens``). ``remaining_tokens`` is for the simulator's length-knowing
+    oracle only (routers never know it): the tokens the session will still generate, this
+    turn on, used instead of the estimate of its remaining life."""
     healthy = [v for v in views if v.healthy]
     if not healthy:
         raise ReplicaError(f"no healthy replica for turn {turn.turn_index} of session "
@@ -56,52 +64,61 @@ def place_turn(turn: TurnRequest, views: Sequence[ReplicaView], settings: Sessio
         settings.turn_tokens)
     w = settings.tool_wait_weight
     home = next((i for i, v in enumerate(healthy) if v.replica == turn.home), None)
-    bases = [expected_load(v, w) for v in healthy]
+    table = views if isinstance(views, ViewTable) and len(healthy) == len(views) else None
+    loads = Loads(healthy, w, table)
     if home is not None and healthy[home].num_tool_waits > 0:
-        b, c = bases[home]  # the session is one of its home's tool waits: take it out
-        bases[home] = (max(b - w, 0.0), max(c - w * (turn.context_tokens - turn.new_tokens), 0.0))
-    taus = TauTables(healthy, max(b for b, _ in bases) + 1.0)
-    add = turn.context_tokens + out / 2.0
-    without = [taus.cost(v, b, c) for v, (b, c) in zip(healthy, bases, strict=True)]
-    with_ = [taus.cost(v, b + 1.0, c + add) for v, (b, c) in zip(healthy, bases, strict=True)]
-    lag = [backlog_s(v) for v in healthy]
-    prefill = [v.config.prefill_cost_s(turn.uncached_on(v.replica), turn.cached_on(v.replica))
-               for v in healthy]
+        loads.b[home] = max(loads.b[home] - w, 0.0)  # the session is one of its home's tool
+        loads.c[home] = max(loads.c[home] - w * (turn.context_tokens - turn.new_tokens), 0.0)
+    without, with_ = loads.costs(turn.context_tokens + out / 2.0)
     if home is None:
-        top = max(max(without), min(with_))
-        horizon = settings.horizon_at(elapsed_s)
-        scale = horizon / top if top > 0 else 0.0
-        best = min(range(len(healthy)),
-                   key=lambda i: (scale * with_[i] + lag[i] + prefill[i], healthy[i].replica))
-        reason = "first" if turn.home is None else "home-down"
-        chosen = healthy[best]
-        return TurnDecision(chosen.replica, turn.home is not None and chosen.replica != turn.home,
-                            turn.uncached_on(chosen.replica), 0.0, reason)
-    stay = TurnDecision(healthy[home].replica, False, turn.uncached_on(healthy[home].replica),
-                        0.0, "stay")
+        return _place(turn, healthy, loads, without, with_, settings.horizon_at(elapsed_s))
+    h = healthy[home]
+    stay = TurnDecision(h.replica, False, turn.uncached_on(h.replica), 0.0, "stay")
     if not settings.moves or len(healthy) < 2:
         return stay
-    top = max(max(without[:home] + without[home + 1:], default=0.0), with_[home])
+    top = max(float(without.max()), float(with_[home]))  # home's with >= its without
     if top <= 0:
         return stay
-    horizon = max(settings.horizon_at(elapsed_s), out * with_[home])
+    turn_s = out * float(with_[home])  # the turn's expected decode time at home
+    life_s = (max(turn.turn_index, 1) * turn_s if remaining_tokens is None
+              else remaining_tokens * float(with_[home]))
+    horizon = max(min(settings.horizon_at(elapsed_s), life_s), turn_s)
     scale = horizon / top
+    lag = loads.backlog_s
     h_with = scale * with_[home] + lag[home]
     h_without = scale * without[home] + lag[home]
-    best_net, best_i, best_saving, best_extra = 0.0, -1, 0.0, 0.0
-    for i in range(len(healthy)):
-        if i == home:
-            continue
-        d_without = scale * without[i] + lag[i]
-        d_with = scale * with_[i] + lag[i]
-        saving = max(h_with, d_without) - max(h_without, d_with)
-        extra = prefill[i] - prefill[home]
-        net = saving - extra - settings.seam_s
-        if net <= best_net or saving < settings.move_margin * extra + settings.seam_s:
-            continue
-        best_net, best_i, best_saving, best_extra = net, i, saving, extra
-    if best_i < 0:
+    saving = (np.maximum(h_with, scale * without + lag)
+              - np.maximum(h_without, scale * with_ + lag))
+    saving[home] = -np.inf
+    cached = np.zeros(len(healthy))
+    for i, v in enumerate(healthy):
+        if v.replica in turn.cached_tokens:
+            cached[i] = turn.cached_tokens[v.replica]
+    prefill = loads.prefill(turn.context_tokens, cached)
+    extra = prefill - prefill[home]
+    net = saving - extra - settings.seam_s
+    ok = (net > 0) & (saving >= settings.move_margin * extra + settings.seam_s)
+    best: tuple[float, int, float, float] | None = None  # (net, index, saving, extra)
+    if ok.any():
+        i = int(np.argmax(np.where(ok, net, -np.inf)))
+        best = (float(net[i]), i, float(saving[i]), float(extra[i]))
+    if best is None:
         return stay
-    dst = healthy[best_i].replica
-    return TurnDecision(dst, True, turn.uncached_on(dst), best_net, "move", best_saving,
-                        best_extra)
+    dst = healthy[best[1]].replica
+    return TurnDecision(dst, True, turn.uncached_on(dst), best[0], "move", best[2], best[3])
+
+
+def _place(turn: TurnRequest, healthy: list[ReplicaView], loads: Loads, without: np.ndarray,
+           with_: np.ndarray, horizon: float) -> TurnDecision:
+    """A first turn (or one whose home is dead or unknown): the replica of least predicted
+    time with the turn, its prefill included."""
+    top = max(float(without.max()), float(with_.min()))
+    scale = horizon / top if top > 0 else 0.0
+    cached = np.array([float(turn.cached_tokens.get(v.replica, 0)) for v in healthy])
+    prefill = loads.prefill(turn.context_tokens, cached)
+    score = scale * with_ + loads.backlog_s + prefill
+    best = int(np.argmin(score))  # ties: the first (views in replica order)
+    r = healthy[best].replica
+    reason = "first" if turn.home is None else "home-down"
+    return TurnDecision(r, turn.home is not None and r != turn.home, turn.uncached_on(r), 0.0,
+                        reason)

@@ -81,7 +81,7 @@ def make_router(policy: SessionPolicy | str, settings: SessionSettings | None = 
     options: ``cache_threshold``, ``balance_abs_threshold``, ``balance_rel_threshold``
     (cache-aware, verl-repin), ``margin`` (affinity-margin), ``remaining`` (oracle: a
     callable ``(session_id, turn_index) -> tokens the session still generates, this turn
-    on``; required), ``expected_turn_tokens`` (tailsieve: a callable returning the mean turn
+    on`` (0 past its last turn); required), ``expected_turn_tokens`` (tailsieve: a callable returning the mean turn
     output observed so far, or None)."""
     p = parse_policy(policy)
     extra = set(kw) - _KW[p]
@@ -104,5 +104,5 @@ def make_router(policy: SessionPolicy | str, settings: SessionSettings | None = 
         if "remaining" not in kw:
             raise ConfigError("the oracle session policy needs remaining=(session, turn) -> "
                               "tokens left (the simulator passes it)")
-        return LengthOracle(kw["remaining"])
+        return LengthOracle(kw["remaining"], settings or SessionSettings())
     return TailSieveRouter(settings or SessionSettings(), kw.get("expected_turn_tokens"))

@@ -19,7 +19,9 @@ They read request or session *counts* only, never the cost of a move:
   SGLang cache_aware's dual rule (``max - min > abs`` and ``max > rel * min`` in flight is
   imbalanced); otherwise the turn is re-pinned to the least loaded. The PR found conservative
   thresholds did nothing and aggressive ones ran 18-20% slower on 50-100K contexts; the
-  defaults here (abs 2, rel 1.1) are an aggressive setting.
+  defaults here (abs 0, rel 1.0: re-pin whenever the pool is uneven) are its most aggressive
+  setting, and behave like SGLang's cache_aware as slime's example scripts run it
+  (``--sglang-router-balance-abs-threshold 0``).
 - ``TurnRoundRobin``: every turn to the next replica, ignoring the cache.
 """
 
@@ -108,8 +110,8 @@ class ImbalanceRepin(VerlSticky):
 
     policy = SessionPolicy.REPIN
 
-    def __init__(self, rng: np.random.Generator, balance_abs_threshold: int = 2,
-                 balance_rel_threshold: float = 1.1) -> None:
+    def __init__(self, rng: np.random.Generator, balance_abs_threshold: int = 0,
+                 balance_rel_threshold: float = 1.0) -> None:
         super().__init__(rng)
         if balance_abs_threshold < 0 or balance_rel_threshold < 1:
             raise ConfigError("balance_abs_threshold must be >= 0 and balance_rel_threshold "

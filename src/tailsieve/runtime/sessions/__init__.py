@@ -1,5 +1,6 @@
 """The live session gateway: multi-turn sessions over live replicas (see ``gateway``)."""
 
+from tailsieve.runtime.sessions.agentic import AgenticConfig, AgenticRollout, ToolFn
 from tailsieve.runtime.sessions.config import GatewayConfig
 from tailsieve.runtime.sessions.gateway import SessionGateway
 from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
@@ -13,8 +14,21 @@ from tailsieve.runtime.sessions.pieces import (
 )
 from tailsieve.runtime.sessions.result import GatewayStats, PieceSpan, ReplicaStat, TurnResult
 from tailsieve.runtime.sessions.stub_runner import StubModel, StubPieceRunner
+from tailsieve.runtime.sessions.trajectory import (
+    AgentGroup,
+    AgenticBatch,
+    AgentTrajectory,
+    ToolCall,
+    ToolResult,
+    TurnRecord,
+)
 
 __all__ = [
+    "AgentGroup",
+    "AgentTrajectory",
+    "AgenticBatch",
+    "AgenticConfig",
+    "AgenticRollout",
     "GatewayConfig",
     "GatewayStats",
     "HealthProbe",
@@ -27,6 +41,10 @@ __all__ = [
     "SessionGateway",
     "StubModel",
     "StubPieceRunner",
+    "ToolCall",
+    "ToolFn",
+    "ToolResult",
+    "TurnRecord",
     "TurnResult",
     "sampling_dict",
     "sampling_from_dict",

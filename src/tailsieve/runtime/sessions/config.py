@@ -4,23 +4,24 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tailsieve.core.balancer import BalanceSettings
 from tailsieve.errors import ConfigError
+from tailsieve.session.routers import SessionPolicy, parse_policy
+from tailsieve.session.settings import SessionSettings
+from tailsieve.sim.agentic.step import AGENTIC_BALANCE
 
-if TYPE_CHECKING:
-    from tailsieve.session.settings import SessionSettings
-
-MOVING_POLICY = "tailsieve"  # the one policy whose turns move mid-turn (the others are the
-# routers users run today: they place turns and never move a running one)
+MOVING_POLICY = SessionPolicy.TAILSIEVE  # the one policy whose turns move mid-turn (the
+# others are the routers users run today: they place turns and never move a running one)
 DEFAULT_PIECE_TOKENS = 512  # a turn's piece cap while mid-turn moves run (runtime.rollout's)
 AUTO_FALLBACK_PROFILE = "cpu"  # the cost model ``profile="auto"`` uses until it has fitted one
 
 
 def default_balance() -> BalanceSettings:
-    """Mid-turn re-balance checks every second, priced over a 30 s horizon, 50 ms seams."""
-    return BalanceSettings(interval_s=1.0, horizon_s=30.0, seam_s=0.05)
+    """The agentic simulator's mid-turn checks (``sim.agentic.step.AGENTIC_BALANCE``: every
+    5 s, priced over a 30 s horizon without a step-time estimate, 50 ms seams)."""
+    return AGENTIC_BALANCE
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +35,7 @@ class GatewayConfig:
     previous turn (while that one is healthy) and runs each turn as one piece.
     """
 
-    policy: str = MOVING_POLICY  # a SessionPolicy value (session.routers)
+    policy: SessionPolicy = MOVING_POLICY  # or its value, e.g. "verl-sticky"
     moves: bool = True  # TailSieve's moves (boundary and mid-turn); see the class docstring
     piece_tokens: int | None = None  # max tokens per piece while mid-turn moves run (None:
     # DEFAULT_PIECE_TOKENS); a turn without mid-turn moves runs as one piece
@@ -42,6 +43,7 @@ class GatewayConfig:
     # last seam (False: it starts again from its prompt)
     settings: SessionSettings | None = None  # the session router's (None: its defaults)
     balance: BalanceSettings = field(default_factory=default_balance)  # mid-turn checks
+    # (their ``expected_step_s`` is replaced by the last step's time, step by step)
     gate: bool = True  # the balance gate may turn mid-turn moves off (fed per step)
     profile: str = "auto"  # cost model: a profile name, a profile JSON path, or "auto"
     fallback_profile: str = AUTO_FALLBACK_PROFILE  # what "auto" uses until it has fitted one
@@ -52,6 +54,7 @@ class GatewayConfig:
     router_kw: dict[str, Any] = field(default_factory=dict)  # passed to make_router
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "policy", parse_policy(self.policy))
         if self.piece_tokens is not None and self.piece_tokens < 1:
             raise ConfigError(f"piece_tokens must be >= 1, got {self.piece_tokens}")
         if self.request_timeout_s is not None and not self.request_timeout_s > 0:
@@ -71,9 +74,9 @@ class GatewayConfig:
         and the sampling of each turn decide further)."""
         if not self.moves:
             return "moves=False"
-        if str(self.policy) != MOVING_POLICY:
-            return (f"policy {str(self.policy)!r} does not move running turns "
-                    f"(only {MOVING_POLICY!r})")
+        if self.policy is not MOVING_POLICY:
+            return (f"policy {self.policy.value!r} does not move running turns "
+                    f"(only {MOVING_POLICY.value!r})")
         return None
 
     @property

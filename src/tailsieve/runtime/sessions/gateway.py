@@ -33,16 +33,24 @@ from typing import Any
 
 from tailsieve.control.balance_gate import BalanceGate
 from tailsieve.errors import ConfigError, ReplicaError
-from tailsieve.runtime.backends import SamplingParams
+from tailsieve.runtime.backends import Backend, SamplingParams
 from tailsieve.runtime.chain import penalties_of
 from tailsieve.runtime.sessions.config import GatewayConfig
+from tailsieve.runtime.sessions.health import ReplicaHealth
+from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
 from tailsieve.runtime.sessions.midturn import MidTurnRebalancer
 from tailsieve.runtime.sessions.parts import GatewayParts, Placement, build_parts
-from tailsieve.runtime.sessions.pieces import HealthProbe, PieceRunner, sampling_from_dict
-from tailsieve.runtime.sessions.result import GatewayStats, TurnResult
+from tailsieve.runtime.sessions.pieces import (
+    PieceOutput,
+    PieceRunner,
+    sampling_from_dict,
+)
+from tailsieve.runtime.sessions.result import GatewayStats, PieceSpan, TurnResult
 from tailsieve.runtime.sessions.tally import Tally
 from tailsieve.runtime.sessions.turn_chain import RunningTurn
-from tailsieve.runtime.transport import ReplicaDownError
+from tailsieve.runtime.transport import ReplicaDownError, Transport
+from tailsieve.session.routers import TailSieveRouter
+from tailsieve.session.turn import TurnRequest
 
 log = logging.getLogger(__name__)
 
@@ -71,40 +79,61 @@ class SessionGateway:
         self._clock = clock
         self._t0: float | None = None
         self._step_t0 = 0.0
-        self._healthy = [True] * num_replicas
+        self.health = ReplicaHealth(num_replicas, runner, self.config.probe_interval_s,
+                                    self.book.set_healthy)
+        self._healthy = self.health.healthy  # the same list: read on every placement
         self._turns: dict[Hashable, RunningTurn] = {}
         self._num_turns: dict[Hashable, int] = {}  # session -> turns started
         self.tally = Tally(num_replicas)
         self.gate = BalanceGate()
         self._step_balanced = True
+        self._last_step_s = 0.0  # the last step's time (0: none yet)
         self._crash: str | None = None
         self._task: asyncio.Task[None] | None = None
-        self._probes: dict[int, asyncio.Task[None]] = {}
+        self._owns_runner = False  # ``over_http``: the runner is closed with the gateway
         self.rebalancer = MidTurnRebalancer(
             self.book, self.config.balance, self._move, self._waiting, lambda: self._healthy,
-            self.now, self.elapsed)
+            self.now, self.elapsed, self._estimate_progress)
+
+    @classmethod
+    def over_http(cls, endpoints: Sequence[str], config: GatewayConfig | None = None,
+                  backend: Backend | str = Backend.VLLM, model: str | None = None,
+                  transport: Transport | None = None,
+                  clock: Callable[[], float] | None = None) -> SessionGateway:
+        """A gateway over vLLM / SGLang servers at ``endpoints`` (an ``HttpPieceRunner``
+        with the config's request timeout, closed with the gateway)."""
+        cfg = config or GatewayConfig()
+        runner = HttpPieceRunner(endpoints, backend, model, transport,
+                                 request_timeout_s=cfg.request_timeout_s)
+        gw = cls(len(endpoints), runner, cfg, clock=clock)
+        gw._owns_runner = True
+        return gw
 
     # -- lifecycle -------------------------------------------------------------------------
 
     async def __aenter__(self) -> SessionGateway:
         self.now()
-        if self.config.moves_off_reason is None:
+        why = self.config.moves_off_reason
+        if why is None:
             self._task = asyncio.create_task(self._rebalance(), name="session-rebalancer")
+        else:
+            log.info("session gateway: running turns do not move: %s", why)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Stop the rebalancer and the probes (the runner is the caller's to close)."""
-        tasks = [t for t in (self._task, *self._probes.values()) if t is not None]
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
+        """Stop the rebalancer and the probes (the runner is the caller's to close, but for
+        ``over_http``'s)."""
+        if self._task is not None:
+            self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await t
-        self._task = None
-        self._probes.clear()
+                await self._task
+            self._task = None
+        await self.health.aclose()
+        if self._owns_runner and isinstance(self.runner, HttpPieceRunner):
+            await self.runner.aclose()
 
     # -- time --------------------------------------------------------------------------------
 
@@ -120,16 +149,25 @@ class SessionGateway:
         return self.now() - self._step_t0
 
     def begin_step(self) -> bool:
-        """A rollout step begins: the horizon restarts, and the balance gate says whether
-        this step moves running turns. Returns that."""
+        """A rollout step begins: the horizon restarts from the last step's time, and the
+        balance gate says whether this step moves turns (as in the agentic simulator: a
+        step it does not balance keeps TailSieve's sessions home and runs every turn as one
+        piece). Returns whether running turns may move."""
         self._step_t0 = self.now()
         self._step_balanced = not self.config.gate or self.gate.balances_next()
+        last = self._last_step_s
+        self.rebalancer.settings = replace(self.config.balance, expected_step_s=last)
+        if isinstance(self.router, TailSieveRouter):
+            base = self.parts.settings
+            self.router.settings = replace(
+                base, moves=base.moves and self._step_balanced, expected_step_s=last)
         return self.mid_turn_moves
 
     def end_step(self, observed_s: float, predicted_s: float) -> str:
         """A step ended after ``observed_s``; ``predicted_s``: what the caller's yardstick
         predicts for it without moves (the same yardstick every step). Feeds the gate;
         returns its note when its decision flips ("" otherwise)."""
+        self._last_step_s = max(observed_s, 0.0)
         if self.config.moves_off_reason is not None or self._crash is not None:
             return ""
         if not (predicted_s > 0 and observed_s > 0):
@@ -163,12 +201,15 @@ class SessionGateway:
         sampling: SamplingParams | Mapping[str, Any],
         max_tokens: int | None = None,
         prompt_tokens: int | None = None,
+        on_piece: Callable[[PieceSpan, PieceOutput], None] | None = None,
     ) -> TurnResult:
         """Generate one turn of ``session_id``: ``prompt_ids`` is its whole prompt (the
         context so far plus the new tokens); ``prompt_tokens``: the group's shared prompt
-        prefix (first turn); ``max_tokens`` overrides the sampling's. Raises ``RequestError``
-        when a server answers badly beyond retries, ``ReplicaError`` when no replica is
-        healthy within ``no_replica_timeout_s``."""
+        prefix (first turn); ``max_tokens`` overrides the sampling's. ``on_piece`` is called
+        with each piece as it ends (e.g. to stream it on; the returned ``TurnResult`` is the
+        authority: a stop string spanning a seam cuts it shorter than its pieces). Raises
+        ``RequestError`` when a server answers badly beyond retries, ``ReplicaError`` when no
+        replica is healthy within ``no_replica_timeout_s``."""
         sp = sampling if isinstance(sampling, SamplingParams) else sampling_from_dict(sampling)
         if max_tokens is not None:
             sp = replace(sp, max_tokens=max_tokens)
@@ -182,6 +223,7 @@ class SessionGateway:
         decision = await self._place(req)
         rt = RunningTurn.start(session_id, f"{session_id}-t{k}", ids, sp, decision.replica,
                                self._piece_tokens(sp), len(ids) - decision.prefill_tokens)
+        rt.on_piece = on_piece
         self._turns[session_id] = rt
         self.book.start_turn(session_id, decision.replica, self.now())
         self.tally.placed(decision, req)
@@ -205,8 +247,7 @@ class SessionGateway:
 
     def set_healthy(self, replica: int, healthy: bool) -> None:
         """Take a replica out of service or return it (e.g. a framework removed a server)."""
-        self._healthy[replica] = healthy
-        self.book.set_healthy(replica, healthy)
+        self.health.set(replica, healthy)
 
     def healthy(self) -> tuple[bool, ...]:
         return tuple(self._healthy)
@@ -217,33 +258,18 @@ class SessionGateway:
 
     # -- placement -------------------------------------------------------------------------------
 
-    async def _place(self, req: Any) -> Placement:
+    async def _place(self, req: TurnRequest) -> Placement:
         """The router's decision; a replica out of service is never chosen (the least loaded
         healthy one is: "home-down" when the router chose the session's home, else
-        "fallback"). With ``moves=False`` a later turn stays home while home is healthy."""
-        await self._wait_healthy()
+        "fallback")."""
+        await self.health.wait_any(self.config.no_replica_timeout_s)
         views = self.book.views(self.now())
         home = req.home
-        if self.config.moves_off_reason == "moves=False" and home is not None \
-                and self._healthy[home]:
-            return self.parts.stay(req)
         d = Placement.of(self.router.choose(req, views, self.elapsed()))
         if not self._healthy[d.replica]:
             why = "home-down" if d.replica == home else "fallback"
             d = self.parts.fallback(req, views, self._healthy, why)
         return d
-
-    async def _wait_healthy(self) -> None:
-        if any(self._healthy):
-            return
-        limit = self.config.no_replica_timeout_s
-        waited = 0.0
-        step = min(self.config.probe_interval_s, limit)
-        while not any(self._healthy):
-            if waited >= limit or not isinstance(self.runner, HealthProbe):
-                raise ReplicaError(f"no healthy replica (waited {waited:.1f} s of {limit} s)")
-            await asyncio.sleep(step)
-            waited += step
 
     def _piece_tokens(self, sp: SamplingParams) -> int | None:
         """Pieces while mid-turn moves run (and the sampling lets a turn be continued)."""
@@ -257,18 +283,20 @@ class SessionGateway:
         while not rt.chain.done:
             replica = rt.replica
             piece = rt.next_piece()
-            rt.piece_on = replica
+            rt.piece_on, rt.piece_started_s = replica, self.now()
             try:
                 out = await self.runner.run_piece(replica, piece)
             except ReplicaDownError as exc:
                 rt.piece_on = None
-                self._down(replica, exc)
+                self.health.down(replica, exc)
                 await self._relocate(rt)
                 continue
             finally:
                 rt.piece_on = None
             self.tally.piece(replica, piece, out, rt.expect_hit)
             rt.add(replica, piece, out)
+            if rt.on_piece is not None:
+                rt.on_piece(rt.spans[-1], out)
             if rt.empty_aborts >= self.config.max_empty_aborts:
                 raise ReplicaError(f"turn {rt.turn_id}: {rt.empty_aborts} pieces in a row "
                                    f"aborted by the server on replica {replica}")
@@ -278,7 +306,7 @@ class SessionGateway:
     async def _relocate(self, rt: RunningTurn) -> None:
         """The turn's replica failed: continue on a healthy one from the last seam (or from
         the prompt when the turn cannot be continued)."""
-        await self._wait_healthy()
+        await self.health.wait_any(self.config.no_replica_timeout_s)
         if not self.config.continuation or penalties_of(rt.sampling):
             rt.restart()
         views = self.book.views(self.now())
@@ -289,37 +317,36 @@ class SessionGateway:
         self.tally.relocated(rt.prefix_tokens - rt.expect_hit)
         self.book.move_turn(rt.session_id, dst, self.now())
 
-    def _down(self, replica: int, exc: BaseException) -> None:
-        if not self._healthy[replica]:
-            return
-        log.warning("session gateway: replica %d taken out: %s", replica, exc)
-        self.set_healthy(replica, False)
-        if isinstance(self.runner, HealthProbe) and replica not in self._probes:
-            self._probes[replica] = asyncio.create_task(self._probe(replica))
-
-    async def _probe(self, replica: int) -> None:
-        probe = self.runner
-        assert isinstance(probe, HealthProbe)
-        try:
-            while not await probe.probe(replica):
-                await asyncio.sleep(self.config.probe_interval_s)
-            log.info("session gateway: replica %d back in service", replica)
-            self.set_healthy(replica, True)
-        finally:
-            self._probes.pop(replica, None)
-
     # -- mid-turn moves ----------------------------------------------------------------------
+
+    def _estimate_progress(self, now_s: float) -> None:
+        """Before a check: tell the book how far each running piece has come, one token per
+        predicted decode iteration of its replica since it was sent, at most its cap (an
+        unstreamed piece reports its tokens only at its end; lengths are not predicted)."""
+        views = self.book.views(now_s)
+        for rt in self._turns.values():
+            r = rt.piece_on
+            if r is None or rt.piece_on != rt.replica:
+                continue
+            v = views[r]
+            tp = v.config.throughput
+            step_s = tp.tau(max(v.num_running, 1)) + tp.context_s_per_token * v.context_tokens
+            cap = rt.chain.piece_cap(rt.piece_tokens)
+            ran = int((now_s - rt.piece_started_s) / step_s) if step_s > 0 else 0
+            self.book.progress(rt.session_id, rt.chain.num_generated + min(max(ran, 0), cap),
+                               now_s)
 
     def _waiting(self, session_id: Hashable) -> bool:
         rt = self._turns.get(session_id)
-        return rt is None or rt.waiting_on_move or rt.piece_tokens is None
+        return rt is None or not rt.movable
 
     def _move(self, session_id: Hashable, dst: int) -> bool:
         """Send the turn's next piece to ``dst`` (the rebalancer's move)."""
         rt = self._turns.get(session_id)
-        if (rt is None or rt.chain.done or rt.piece_tokens is None or rt.waiting_on_move
-                or dst == rt.replica or not self._healthy[dst] or not self.mid_turn_moves):
+        if (rt is None or not rt.movable or dst == rt.replica or not self._healthy[dst]
+                or not self.mid_turn_moves):
             return False
+        rt.moved()
         rt.expect_hit = self.book.cached(session_id, dst)
         self.tally.moved(rt.prefix_tokens - rt.expect_hit)
         rt.replica = dst

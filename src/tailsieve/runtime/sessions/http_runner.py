@@ -90,6 +90,31 @@ class HttpPieceRunner:
             return False
         return status == 200
 
+    async def tokenize(self, text: str, replica: int = 0) -> tuple[int, ...]:
+        """``text`` as ``replica``'s tokenizer gives it, without special tokens (vLLM's
+        ``POST /tokenize``)."""
+        body: JSON = {"prompt": text, "add_special_tokens": False}
+        if self.backend is Backend.VLLM:
+            body["model"] = await self._model()
+        return await self._tokens(replica, body)
+
+    async def tokenize_chat(self, messages: Sequence[dict[str, str]],
+                            replica: int = 0) -> tuple[int, ...]:
+        """Chat ``messages`` as the token ids ``replica`` gives them under the model's chat
+        template, with the generation prompt (vLLM's ``POST /tokenize``)."""
+        body: JSON = {"messages": [dict(m) for m in messages], "add_generation_prompt": True}
+        if self.backend is Backend.VLLM:
+            body["model"] = await self._model()
+        return await self._tokens(replica, body)
+
+    async def _tokens(self, replica: int, body: JSON) -> tuple[int, ...]:
+        url = self._base(replica) + "/tokenize"
+        out = await self._t.post_json(url, body, self._health_timeout_s)
+        tokens = out.get("tokens") if isinstance(out, dict) else None
+        if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+            raise RequestError(f"{url}: /tokenize answered without a 'tokens' list")
+        return tuple(tokens)
+
     async def aclose(self) -> None:
         await self._t.aclose()
 

@@ -14,7 +14,6 @@ I/O-side glue lives here; the decision is the balancer's.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
@@ -44,7 +43,8 @@ class MidTurnRebalancer:
     """Plans mid-turn moves over ``book``; ``mover(session_id, dst)`` makes one (False when
     the turn cannot move now), ``waiting(session_id)`` says a turn's last move has not taken
     effect yet, ``healthy()`` which replicas may receive turns, ``clock()`` the book's time
-    and ``elapsed()`` the seconds since the step began (the horizon's origin)."""
+    and ``elapsed()`` the seconds since the step began (the horizon's origin);
+    ``before_check(now_s)`` runs first at every check."""
 
     def __init__(
         self,
@@ -55,6 +55,7 @@ class MidTurnRebalancer:
         healthy: Callable[[], Sequence[bool]],
         clock: Callable[[], float],
         elapsed: Callable[[], float],
+        before_check: Callable[[float], None] | None = None,
     ) -> None:
         self.book = book
         self.settings = settings
@@ -63,6 +64,7 @@ class MidTurnRebalancer:
         self._healthy = healthy
         self._clock = clock
         self._elapsed = elapsed
+        self._before = before_check  # e.g. the gateway's progress estimate of running pieces
         self.num_checks = 0
         self._last_s = float("-inf")
         self._poked = False
@@ -78,6 +80,8 @@ class MidTurnRebalancer:
         now = self._clock()
         self._last_s = now
         self.num_checks += 1
+        if self._before is not None:
+            self._before(now)
         ok = self._healthy()
         loads = [self._candidates(ld, ok) for ld in self.book.balance_loads(now)]
         s = self.settings
@@ -104,8 +108,13 @@ class MidTurnRebalancer:
             if wait <= 0:
                 break
             self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), wait)
+            # ``asyncio.wait``, not ``wait_for``: on 3.11 that can lose a cancel that arrives
+            # with a poke (the gateway pokes at a turn's end, then may close)
+            waiter = asyncio.ensure_future(self._wake.wait())
+            try:
+                await asyncio.wait({waiter}, timeout=wait)
+            finally:
+                waiter.cancel()
         self._poked = False
         return self.check()
 

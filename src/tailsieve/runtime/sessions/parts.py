@@ -8,72 +8,23 @@ turn home (``moves=False``) or must avoid a replica out of service.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
-from tailsieve.core.balancer import ReplicaLoad
 from tailsieve.errors import ConfigError
 from tailsieve.model.profiles import load_profile
 from tailsieve.model.replica_config import ReplicaConfig
 from tailsieve.runtime.sessions.config import GatewayConfig
-
-
-class TurnLike(Protocol):
-    """What the gateway reads of a ``session.turn.TurnRequest``."""
-
-    session_id: Hashable
-    context_tokens: int
-    home: int | None
-    cached_tokens: Mapping[int, int]
-
-
-class ViewLike(Protocol):
-    """What the gateway reads of a ``session.replica_view.ReplicaView``."""
-
-    replica: int
-    config: ReplicaConfig
-    num_running: int
-    num_waiting: int
-    num_tool_waits: int
-    context_tokens: float
-
-
-class Router(Protocol):
-    """``session.routers.SessionRouter``."""
-
-    def choose(self, turn: Any, views: Sequence[Any], elapsed_s: float) -> Any: ...
-
-    def forget(self, session_id: Hashable) -> None: ...
-
-
-class Book(Protocol):
-    """``session.book.SessionBook`` (the events the gateway reports and what it reads)."""
-
-    def request(self, session_id: Hashable, group_id: Hashable | None, context_tokens: int,
-                prompt_tokens: int | None = None, max_tokens: int | None = None) -> Any: ...
-
-    def start_turn(self, session_id: Hashable, replica: int, now_s: float) -> None: ...
-
-    def progress(self, session_id: Hashable, generated_tokens: int, now_s: float) -> None: ...
-
-    def move_turn(self, session_id: Hashable, dst: int, now_s: float) -> None: ...
-
-    def end_turn(self, session_id: Hashable, output_tokens: int, now_s: float) -> None: ...
-
-    def end_session(self, session_id: Hashable) -> None: ...
-
-    def set_healthy(self, replica: int, healthy: bool) -> None: ...
-
-    def views(self, now_s: float) -> list[Any]: ...
-
-    def balance_loads(self, now_s: float) -> list[ReplicaLoad]: ...
-
-    def cached(self, key: Hashable, replica: int) -> int: ...
-
-    def cached_on(self, key: Hashable) -> Mapping[int, int]: ...
+from tailsieve.session.book import SessionBook
+from tailsieve.session.cache_model import PrefixCacheModel
+from tailsieve.session.decision import TurnDecision
+from tailsieve.session.replica_view import ReplicaView
+from tailsieve.session.routers import SessionPolicy, SessionRouter, make_router
+from tailsieve.session.settings import SessionSettings
+from tailsieve.session.turn import TurnRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,26 +37,22 @@ class Placement:
     reason: str  # "first" | "stay" | "move" | "home-down" | "fallback" | a router's own
 
     @classmethod
-    def of(cls, decision: Any) -> Placement:
-        """From a router's ``TurnDecision``."""
-        return cls(int(decision.replica), bool(decision.moved), int(decision.prefill_tokens),
-                   str(decision.reason))
+    def of(cls, decision: TurnDecision) -> Placement:
+        """From a router's decision."""
+        return cls(decision.replica, decision.moved, decision.prefill_tokens, decision.reason)
 
 
 @dataclass(frozen=True, slots=True)
 class GatewayParts:
     """A gateway's router, book and per-replica cost models."""
 
-    router: Router
-    book: Book
+    router: SessionRouter
+    book: SessionBook
     configs: tuple[ReplicaConfig, ...]
+    settings: SessionSettings = field(default_factory=SessionSettings)  # TailSieve's (as
+    # built; each step's are these with the gate's ``moves`` and the step-time estimate)
 
-    def stay(self, turn: TurnLike) -> Placement:
-        """Keep the turn on its session's previous replica."""
-        assert turn.home is not None
-        return Placement(turn.home, False, _prefill(turn, turn.home), "stay")
-
-    def least_loaded(self, views: Sequence[ViewLike], healthy: Sequence[bool]) -> int:
+    def least_loaded(self, views: Sequence[ReplicaView], healthy: Sequence[bool]) -> int:
         """The healthy replica whose decode iteration would cost least with one more turn
         (lowest index on ties)."""
         best: tuple[float, int] | None = None
@@ -121,15 +68,12 @@ class GatewayParts:
             raise ConfigError("no healthy replica in the book's views")
         return best[1]
 
-    def fallback(self, turn: TurnLike, views: Sequence[ViewLike], healthy: Sequence[bool],
-                 reason: str) -> Placement:
+    def fallback(self, turn: TurnRequest, views: Sequence[ReplicaView],
+                 healthy: Sequence[bool], reason: str) -> Placement:
         """The least loaded healthy replica (the router chose one out of service)."""
         r = self.least_loaded(views, healthy)
-        return Placement(r, turn.home is not None and r != turn.home, _prefill(turn, r), reason)
-
-
-def _prefill(turn: TurnLike, replica: int) -> int:
-    return max(0, int(turn.context_tokens) - int(turn.cached_tokens.get(replica, 0)))
+        return Placement(r, turn.home is not None and r != turn.home, turn.uncached_on(r),
+                         reason)
 
 
 def replica_configs(config: GatewayConfig, num_replicas: int) -> tuple[ReplicaConfig, ...]:
@@ -144,15 +88,17 @@ def replica_configs(config: GatewayConfig, num_replicas: int) -> tuple[ReplicaCo
 
 def build_parts(config: GatewayConfig, num_replicas: int,
                 rng: np.random.Generator | None = None) -> GatewayParts:
-    """The router of ``config.policy`` and a fresh book over ``num_replicas`` replicas."""
-    from tailsieve.session.book import SessionBook
-    from tailsieve.session.cache_model import PrefixCacheModel
-    from tailsieve.session.routers import make_router
-
+    """The router of ``config.policy`` over a fresh book of ``num_replicas`` replicas.
+    TailSieve's router reads the book's mean turn output as its expected turn length, and
+    keeps sessions home with ``moves=False``."""
     configs = replica_configs(config, num_replicas)
-    cache = PrefixCacheModel([c.kv_capacity_tokens for c in configs])
-    book = SessionBook(configs, cache)
-    router = make_router(config.policy, config.settings,
-                         rng=rng if rng is not None else np.random.default_rng(0),
-                         **config.router_kw)
-    return GatewayParts(router, book, configs)
+    book = SessionBook(configs, PrefixCacheModel([c.kv_capacity_tokens for c in configs]))
+    kw: dict[str, Any] = dict(config.router_kw)
+    settings = config.settings
+    if config.policy is SessionPolicy.TAILSIEVE:
+        kw.setdefault("expected_turn_tokens", lambda: book.expected_turn_tokens or None)
+        if not config.moves:
+            settings = replace(settings or SessionSettings(), moves=False)
+    router = make_router(config.policy, settings,
+                         rng=rng if rng is not None else np.random.default_rng(0), **kw)
+    return GatewayParts(router, book, configs, settings or SessionSettings())

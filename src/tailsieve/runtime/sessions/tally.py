@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
-from tailsieve.runtime.sessions.parts import Placement, TurnLike
+from tailsieve.runtime.sessions.parts import Placement
 from tailsieve.runtime.sessions.pieces import PieceOutput, PieceRequest
 from tailsieve.runtime.sessions.result import GatewayStats, ReplicaStat
+from tailsieve.session.replica_view import ReplicaView
+from tailsieve.session.turn import TurnRequest
 
 
 class Tally:
@@ -27,14 +28,14 @@ class Tally:
         self.turns_on = [0] * num_replicas
         self.pieces_on = [0] * num_replicas
 
-    def placed(self, d: Placement, turn: TurnLike) -> None:
+    def placed(self, d: Placement, turn: TurnRequest) -> None:
         """A turn was placed; a move away from home re-prefills what home held and ``d``'s
         replica does not."""
         self.turns_on[d.replica] += 1
         if d.moved and turn.home is not None:
             self.moves_at_boundary += 1
-            held = int(turn.cached_tokens.get(turn.home, 0))
-            self.reprefill_tokens += max(0, held - int(turn.cached_tokens.get(d.replica, 0)))
+            held = turn.cached_on(turn.home)
+            self.reprefill_tokens += max(0, held - turn.cached_on(d.replica))
 
     def piece(self, replica: int, piece: PieceRequest, out: PieceOutput,
               expected_hit: int) -> None:
@@ -63,7 +64,7 @@ class Tally:
     def crashed(self) -> None:
         self.crashes += 1
 
-    def stats(self, views: Sequence[Any], healthy: Sequence[bool], num_running: int,
+    def stats(self, views: Sequence[ReplicaView], healthy: Sequence[bool], num_running: int,
               num_checks: int, moves_off_reason: str | None) -> GatewayStats:
         reps = tuple(
             ReplicaStat(v.replica, healthy[v.replica], v.num_running, v.num_waiting,
