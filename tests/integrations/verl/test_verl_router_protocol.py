@@ -32,14 +32,27 @@ def servers(n: int, **rollout: Any) -> dict[str, FakeServer]:
 
 
 LOOP: list[LoopThread] = []
+ROUTERS: list[VerlSessionRouter] = []
 
 
 @pytest.fixture(autouse=True)
 def loop() -> Iterator[None]:
-    """The event loop this test's routers live on."""
+    """The event loop this test's routers live on; they are closed on it at the end."""
     LOOP.append(LoopThread("router-test"))
     yield
+    close_routers()
     LOOP.pop().close()
+
+
+def router(srv: dict[str, FakeServer], yaml: dict[str, Any]) -> VerlSessionRouter:
+    r = VerlSessionRouter(srv, yaml)
+    ROUTERS.append(r)
+    return r
+
+
+def close_routers() -> None:
+    while ROUTERS:
+        run(ROUTERS.pop().aclose)
 
 
 def run(make: Callable[[], Awaitable[Any]]) -> Any:
@@ -72,7 +85,7 @@ def test_pieces_join_to_the_unbroken_answer(prompts: list[list[int]], piece: int
     """Every turn of every trajectory, cut into pieces of any size, equals one unbroken
     request for the same prompt (tokens, log-probs), turn after turn."""
     LOOP.append(LoopThread("router-example"))  # one loop per example
-    r = VerlSessionRouter(servers(3), {**YAML, "piece_tokens": piece})
+    r = router(servers(3), {**YAML, "piece_tokens": piece})
 
     async def go() -> None:
         async def traj(i: int, prompt: list[int]) -> None:
@@ -90,6 +103,7 @@ def test_pieces_join_to_the_unbroken_answer(prompts: list[list[int]], piece: int
         run(go)
         st_ = run(r.get_status)
     finally:
+        close_routers()
         LOOP.pop().close()
     assert st_["gateway"]["num_turns"] == len(prompts) * turns
     assert st_["num_sessions"] == len(prompts)
@@ -97,7 +111,7 @@ def test_pieces_join_to_the_unbroken_answer(prompts: list[list[int]], piece: int
 
 def test_protocol_methods() -> None:
     srv = servers(2)
-    r = VerlSessionRouter(srv, YAML)
+    r = router(srv, YAML)
 
     async def go() -> None:
         assert r.require_acquire_fields() == [] and r.require_release_fields() == []
@@ -129,7 +143,7 @@ def test_a_server_that_dies_mid_turn_costs_nothing_of_the_answer() -> None:
     srv = servers(2)
     for s in srv.values():
         s.token_s = 0.002
-    r = VerlSessionRouter(srv, YAML)
+    r = router(srv, YAML)
     prompt = long_prompt(40)
 
     async def go() -> Any:
@@ -154,7 +168,7 @@ def test_an_abort_returns_what_the_turn_has() -> None:
     srv = servers(1)
     only = next(iter(srv.values()))
     only.token_s = 0.002
-    r = VerlSessionRouter(srv, YAML)
+    r = router(srv, YAML)
     prompt = long_prompt(40, start=50)
 
     async def go() -> Any:
@@ -176,7 +190,7 @@ def test_whole_turns_go_verbatim_to_one_server() -> None:
     """Multimodal inputs and a teacher's prompt_logprobs cannot be continued: verl's call
     goes unchanged to the server the session router chose."""
     srv = servers(2)
-    r = VerlSessionRouter(srv, YAML)
+    r = router(srv, YAML)
 
     async def go() -> list[Any]:
         outs = []
@@ -198,7 +212,7 @@ def test_whole_turns_go_verbatim_to_one_server() -> None:
 
 def test_full_determinism_routes_by_verl_s_hash_rule() -> None:
     srv = servers(3, full_determinism=True)
-    r = VerlSessionRouter(srv, YAML)
+    r = router(srv, YAML)
 
     async def go() -> set[str]:
         got = set()
@@ -216,7 +230,7 @@ def test_full_determinism_routes_by_verl_s_hash_rule() -> None:
 def test_unknown_stop_ids_turn_moves_off_with_the_reason() -> None:
     """Without the model's stop ids the router cannot tell a stop at a piece's cap from a
     cut: turns run whole and sticky, and get_status says why."""
-    r = VerlSessionRouter(servers(2), {})  # no eos_token_ids, no model_path, no /v1/models
+    r = router(servers(2), {})  # no eos_token_ids, no model_path, no /v1/models
     out = run(lambda: turn(r, "u", [3, 4, 5]))
     assert out.token_ids == toy_generate([3, 4, 5], 40)
     why = run(r.get_status)["moves_off_reason"]

@@ -152,6 +152,12 @@ class VerlSessionRouter:
             "gateway": _stats_dict(stats, self.slots) if stats is not None else None,
         }
 
+    async def aclose(self) -> None:
+        """Stop the gateway's background tasks (not part of verl's protocol: verl ends the
+        actor with its job; in-process users call it)."""
+        if self.gateway is not None:
+            await self.gateway.aclose()
+
     # ----- the handle's generate --------------------------------------------------------
     async def generate_turn(self, session: str, **call: Any) -> TokenOutput:
         """One turn of trajectory ``session``; ``call``: verl's ``generate`` keywords."""

@@ -120,7 +120,7 @@ class VerlRouterConfig:
     def gateway_config(self) -> GatewayConfig:
         """The session gateway's configuration."""
         return GatewayConfig(
-            policy=self.policy.value,
+            policy=self.policy,
             moves=self.moves,
             piece_tokens=self.piece_tokens,
             settings=self.session,

@@ -22,17 +22,15 @@ from tailsieve.runtime.sessions.parts import Placement
 log = logging.getLogger(__name__)
 
 
-def place(gw: SessionGateway, key: str, group: int | None, prompt_len: int,
-          max_tokens: int | None) -> Placement:
-    """The gateway's router decides where the turn runs (a replica out of service never)."""
+async def place(gw: SessionGateway, key: str, group: int | None, prompt_len: int,
+                max_tokens: int | None) -> Placement:
+    """The gateway's router decides where the turn runs (a replica out of service never),
+    as ``SessionGateway`` places its own turns."""
     req = gw.book.request(key, group, prompt_len, None, max_tokens)
+    await gw.health.wait_any(gw.config.no_replica_timeout_s)
     views = gw.book.views(gw.now())
     healthy = gw.healthy()
-    if not any(healthy):
-        raise ReplicaError("no healthy server for the turn")
     home = req.home
-    if gw.config.moves_off_reason == "moves=False" and home is not None and healthy[home]:
-        return gw.parts.stay(req)
     d = Placement.of(gw.router.choose(req, views, gw.elapsed()))
     if not healthy[d.replica]:
         d = gw.parts.fallback(req, views, healthy, "home-down" if d.replica == home
@@ -45,7 +43,7 @@ async def run_whole(gw: SessionGateway, handles: list[Any | None], key: str,
                     max_tokens: int | None) -> tuple[Any, Placement]:
     """Place and run one turn as verl's call ``call``; its ``TokenOutput`` and placement."""
     prompt_len = len(call["prompt_ids"])
-    d = place(gw, key, group, prompt_len, max_tokens)
+    d = await place(gw, key, group, prompt_len, max_tokens)
     gw.book.start_turn(key, d.replica, gw.now())
     replica, out = d.replica, None
     try:
@@ -59,12 +57,9 @@ async def run_whole(gw: SessionGateway, handles: list[Any | None], key: str,
             except (RayActorError, ReplicaError) as exc:
                 log.warning("tailsieve router: slot %d failed under a whole turn (%s); "
                             "starting it again elsewhere", replica, exc)
-                if handle is not None:
-                    gw.set_healthy(replica, False)
-                healthy = gw.healthy()
-                if not any(healthy):
-                    raise ReplicaError("no healthy server left for the turn") from exc
-                replica = gw.parts.least_loaded(gw.book.views(gw.now()), healthy)
+                gw.health.down(replica, exc)
+                await gw.health.wait_any(gw.config.no_replica_timeout_s)
+                replica = gw.parts.least_loaded(gw.book.views(gw.now()), gw.healthy())
                 gw.book.move_turn(key, replica, gw.now())
     finally:
         gw.book.end_turn(key, len(out.token_ids) if out is not None else 0, gw.now())
