@@ -62,6 +62,7 @@ class FakeServer:
     name: str
     rollout: dict[str, Any]
     token_s: float = 0.0  # seconds per generated token
+    version: int = 0  # the weights' global_steps it reports
     dead: bool = False
     calls: list[dict[str, Any]] = field(default_factory=list)
     _abort: asyncio.Event | None = None
@@ -106,7 +107,7 @@ class FakeServer:
             if self._abort.is_set():
                 self._abort = asyncio.Event()
                 return TokenOutput(token_ids=out, log_probs=None, stop_reason="aborted",
-                                   extra_fields={"global_steps": 0})
+                                   extra_fields={"global_steps": self.version})
             t = toy_next(list(prompt_ids) + out)
             out.append(t)
             if t == EOS:
@@ -114,4 +115,5 @@ class FakeServer:
         lps = [-0.01 * t for t in out] if sampling_params.get("logprobs") else None
         return TokenOutput(token_ids=out, log_probs=lps, stop_reason="completed",
                            num_preempted=0,
-                           extra_fields={"global_steps": 0, "num_cached_tokens": 0})
+                           extra_fields={"global_steps": self.version,
+                                         "num_cached_tokens": 0})

@@ -49,9 +49,11 @@ def test_yaml_options_and_errors() -> None:
                                       "policy_options": {}, "eos_token_ids": [2, 7]})
     assert cfg.policy is SessionPolicy.VERL and not cfg.moves
     assert cfg.session.move_margin == 3.0 and cfg.balance.interval_s == 0.5
-    g = cfg.gateway_config()
+    g, why = cfg.gateway_config()
     assert g.policy == "verl-sticky" and g.piece_tokens == 64
-    assert g.moves_off_reason == "moves=False"
+    assert g.moves_off_reason == "moves=False" and why is None
+    g, why = VerlRouterConfig().gateway_config(stop_ids_known=False)
+    assert not g.moves and "eos_token_ids" in str(why)
     assert cfg.eos_token_ids == (2, 7)
     for bad, word in [({"bogus": 1}, "bogus"), ({"policy": "oracle"}, "oracle"),
                       ({"policy": "nope"}, "nope"), ({"session": {"x": 1}}, "x"),

@@ -235,3 +235,24 @@ def test_unknown_stop_ids_turn_moves_off_with_the_reason() -> None:
     assert out.token_ids == toy_generate([3, 4, 5], 40)
     why = run(r.get_status)["moves_off_reason"]
     assert why is not None and "eos_token_ids" in why
+
+
+def test_new_weights_end_a_step_for_the_balance_gate() -> None:
+    """verl never says a step ended; new weights in the servers' answers do. The step is
+    timed and priced for the gateway's balance gate, and the sessions (whose prefix caches
+    the weight sync reset) end."""
+    srv = servers(2)
+    r = router(srv, YAML)
+
+    async def go() -> tuple[int, int]:
+        await asyncio.gather(*[turn(r, f"s{i}", [i + 3, 4, 5]) for i in range(4)])
+        assert r.gateway is not None and not r.gateway.gate.state.balanced
+        sessions = len(r.sessions)
+        for s in srv.values():
+            s.version = 1
+        await turn(r, "s9", [9, 9])
+        return sessions, len(r.gateway.gate.state.balanced)
+
+    sessions, observed = run(go)
+    assert sessions == 4 and observed == 1
+    assert len(r.sessions) == 1  # the idle ones ended with the old weights

@@ -30,7 +30,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from typing import Any
 
 import ray
@@ -44,18 +44,14 @@ from tailsieve.integrations.verl.ray_runner import (
     TurnRecord,
 )
 from tailsieve.integrations.verl.router_config import VerlRouterConfig
-from tailsieve.integrations.verl.server_facts import (
-    ServerFacts,
-    discover_eos,
-    facts_from_rollout_config,
-    read_rollout_config,
-)
+from tailsieve.integrations.verl.server_facts import ServerFacts, read_facts
 from tailsieve.integrations.verl.sessions import Session, SessionTable
 from tailsieve.integrations.verl.slots import ServerSlots
+from tailsieve.integrations.verl.steps import StepRecord
 from tailsieve.integrations.verl.token_output import join_outputs
 from tailsieve.integrations.verl.turn_handle import GATEWAY_ID, TurnHandle, whole_reason
 from tailsieve.integrations.verl.whole_turn import run_whole
-from tailsieve.runtime.sessions import GatewayConfig, SessionGateway
+from tailsieve.runtime.sessions import SessionGateway
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +78,7 @@ class VerlSessionRouter:
         self._inflight: Counter[str] = Counter()
         self._whole: Counter[str] = Counter()  # whole turns by reason
         self._weights: Any = None  # the last global_steps seen
+        self.step = StepRecord()  # the turns since the weights last changed
         self._logged_reason: str | None = None
         self._t0 = time.monotonic()
 
@@ -169,6 +166,7 @@ class VerlSessionRouter:
         for key in self.sessions.expired(self._now()):
             self._end_sessions([key])
         sess = self.sessions.begin(session, call["prompt_ids"], self._now())
+        self.step.turn_started(sess.key, self._now())
         try:
             budget = self.facts.budget(len(call["prompt_ids"]), sampling)
             why = whole_reason(call, sampling, budget)
@@ -178,9 +176,10 @@ class VerlSessionRouter:
                 self._whole[why] += 1
                 out, _ = await run_whole(gw, self.slots.handles, sess.key, sess.group, call,
                                          budget)
+            self._observe(out)  # while this session still runs: new weights keep it
         finally:
             self.sessions.end(sess.key, self._now())
-        self._observe(out)
+        self.step.turn_ended(sess.key, len(out.token_ids), self._now())
         return out
 
     async def _pieced(self, gw: SessionGateway, sess: Session, call: dict[str, Any],
@@ -223,30 +222,12 @@ class VerlSessionRouter:
             self._start_lock = asyncio.Lock()
         async with self._start_lock:
             if self.gateway is None and self.slots.active():
-                await self._read_facts()
+                self.facts = await read_facts(self.config, self.slots)
                 await self._open_gateway()
 
-    async def _read_facts(self) -> None:
-        """The pool's settings (vLLM: ``get_rollout_config()``; SGLang servers report none
-        but say ``stop`` / ``length`` exactly, so no stop ids are needed)."""
-        handles = [h for h in self.slots.handles if h is not None]
-        cfg = await read_rollout_config(handles)
-        known = self.config.eos_token_ids
-        if cfg is None:
-            self.facts = ServerFacts(self.config.response_length, self.config.prompt_length,
-                                     None, eos_token_ids=frozenset(known or ()))
-            return
-        eos = frozenset(known) if known is not None else await discover_eos(
-            self.config.model_path, self.slots.active())
-        self.facts = facts_from_rollout_config(cfg, eos)
-
     async def _open_gateway(self) -> None:
-        gcfg = self.config.gateway_config()
-        if self.facts.eos_token_ids is None and gcfg.moves_off_reason is None:
-            self._setup_reason = ("the model's stop ids are unknown (vLLM reports a stop and a "
-                                  "cut alike): set eos_token_ids or model_path in the router "
-                                  "YAML; turns run whole, sticky")
-            gcfg = GatewayConfig(**{**_config_fields(gcfg), "moves": False})
+        gcfg, self._setup_reason = self.config.gateway_config(
+            stop_ids_known=self.facts.eos_token_ids is not None)
         gw = SessionGateway(self.slots.num_slots, self.runner, gcfg)
         for slot in range(self.slots.num_slots):
             if not self.slots.in_pool(slot):
@@ -257,18 +238,23 @@ class VerlSessionRouter:
         self._log_reason()
 
     def _observe(self, out: Any) -> None:
-        """New weights (a new ``global_steps``): prefix caches were reset, so every idle
-        session ends and the cache estimates go; the step's horizon restarts."""
-        steps = (out.extra_fields or {}).get("global_steps")
-        if steps is not None and steps != self._weights:
-            if self._weights is not None and self.gateway is not None:
+        """New weights (a new ``global_steps``) end a step: it is timed for the balance gate
+        and the next begins (``steps``); the servers' prefix caches were reset, so every idle
+        session ends and the cache estimates go."""
+        version = (out.extra_fields or {}).get("global_steps")
+        gw = self.gateway
+        if version is not None and version != self._weights:
+            if self._weights is not None and gw is not None:
                 self._end_sessions(self.sessions.clear_idle())
                 for slot in range(self.slots.num_slots):
-                    if self.slots.in_pool(slot) and self.gateway.healthy()[slot]:
-                        self.gateway.set_healthy(slot, False)  # drops its cache estimate
-                        self.gateway.set_healthy(slot, True)
-                self.gateway.begin_step()
-            self._weights = steps
+                    if self.slots.in_pool(slot) and gw.healthy()[slot]:
+                        gw.set_healthy(slot, False)  # drops its cache estimate
+                        gw.set_healthy(slot, True)
+                predicted = self.step.predicted_s(gw.parts.configs)
+                gw.end_step(self.step.observed_s, predicted)
+                self.step.reset()
+                gw.begin_step()
+            self._weights = version
         self._log_reason()
 
     def _end_sessions(self, keys: list[str]) -> None:
@@ -315,10 +301,6 @@ def _piece_kwargs(call: dict[str, Any]) -> dict[str, Any]:
     """verl's generate keywords besides the prompt and sampling that every piece carries."""
     skip = {"prompt_ids", "sampling_params", "request_id"}
     return {k: v for k, v in call.items() if k not in skip and v is not None}
-
-
-def _config_fields(cfg: GatewayConfig) -> dict[str, Any]:
-    return {f.name: getattr(cfg, f.name) for f in fields(cfg)}
 
 
 def _stats_dict(stats: Any, slots: ServerSlots) -> dict[str, Any]:

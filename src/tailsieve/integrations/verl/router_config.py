@@ -117,18 +117,27 @@ class VerlRouterConfig:
             kw["policy_options"] = dict(d["policy_options"])
         return cls(**kw)
 
-    def gateway_config(self) -> GatewayConfig:
-        """The session gateway's configuration."""
+    def gateway_config(self, stop_ids_known: bool = True) -> tuple[GatewayConfig, str | None]:
+        """The session gateway's configuration, and why it runs without moves when the
+        servers cannot be pieced: vLLM reports a stop and a cut alike, so without the model's
+        stop ids turns run whole and sticky."""
+        why = None
+        moves = self.moves
+        if not stop_ids_known and moves:
+            why = ("the model's stop ids are unknown (vLLM reports a stop and a cut alike): "
+                   "set eos_token_ids or model_path in the router YAML; turns run whole, "
+                   "sticky")
+            moves = False
         return GatewayConfig(
             policy=self.policy,
-            moves=self.moves,
+            moves=moves,
             piece_tokens=self.piece_tokens,
             settings=self.session,
             balance=self.balance,
             profile=self.profile,
             request_timeout_s=self.request_timeout_s,
             router_kw=dict(self.policy_options),
-        )
+        ), why
 
     def num_slots(self, num_servers: int) -> int:
         """Server slots to reserve for a first pool of ``num_servers``."""

@@ -24,6 +24,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tailsieve.integrations.verl.router_config import VerlRouterConfig
+from tailsieve.integrations.verl.slots import ServerSlots
+
 log = logging.getLogger(__name__)
 
 PROBE_TIMEOUT_S = 10.0
@@ -89,6 +92,20 @@ def facts_from_rollout_config(cfg: Any, eos: frozenset[int] | None) -> ServerFac
         eos_token_ids=eos,
         reserve_tokens=1 if str(get("name", "")) == "sglang" else 0,
     )
+
+
+async def read_facts(config: VerlRouterConfig, slots: ServerSlots) -> ServerFacts:
+    """The pool's facts: vLLM servers report their rollout config; SGLang servers report
+    none but say ``stop`` / ``length`` exactly, so they need no stop ids (their budget comes
+    from the YAML's ``response_length`` / ``prompt_length``)."""
+    cfg = await read_rollout_config([h for h in slots.handles if h is not None])
+    known = config.eos_token_ids
+    if cfg is None:
+        return ServerFacts(config.response_length, config.prompt_length, None,
+                           eos_token_ids=frozenset(known or ()))
+    eos = frozenset(known) if known is not None else await discover_eos(
+        config.model_path, slots.active())
+    return facts_from_rollout_config(cfg, eos)
 
 
 async def read_rollout_config(handles: Sequence[Any]) -> Any | None:
