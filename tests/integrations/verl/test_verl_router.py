@@ -49,6 +49,7 @@ from verl_server_actor import teacher_logprob
 pytestmark = pytest.mark.usefixtures("ray_session")
 
 N = 2  # rollout.n
+EXAMPLE_YAML = HERE.parents[2] / "examples" / "verl" / "tailsieve_router.yaml"
 TOOL_AGENT = (
     "actor_rollout_ref.rollout.multi_turn.enable=true",
     f"actor_rollout_ref.rollout.multi_turn.function_tool_path={HERE / 'scripted_tool.py'}",
@@ -98,12 +99,13 @@ def rollout(worker: AgentLoopWorker, num_prompts: int, start: int = 0) -> Any:
     return run(worker.generate_sequences(batch.repeat(N, interleave=True)))
 
 
-def test_verl_builds_the_router_from_the_yaml_alone(tmp_path: Path, pool2: Pool) -> None:
+def test_verl_builds_the_router_from_the_yaml_alone(pool2: Pool) -> None:
     """verl's ``LLMServerManager`` (as the v1 separate-async trainer starts it: no servers,
-    added later) builds TailSieve's router from ``rollout.router_config_path``; clients get
-    verl's "no servers" error until servers are added, then generate through it."""
-    cfg = verl_config(write_yaml(tmp_path / "r.yaml", eos_token_ids=[2]),
-                      "actor_rollout_ref.rollout.nnodes=1")
+    added later) builds TailSieve's router from ``rollout.router_config_path`` naming the
+    example YAML; clients get verl's "no servers" error until servers are added, then
+    generate through it. The emulator serves no model directory, so the example (which names
+    no stop ids) runs turns whole and says why."""
+    cfg = verl_config(str(EXAMPLE_YAML), "actor_rollout_ref.rollout.nnodes=1")
     mgr = CpuServerManager.create_empty(config=cfg)
     lb = mgr.global_load_balancer
     st = status(lb)
@@ -131,6 +133,7 @@ def test_verl_builds_the_router_from_the_yaml_alone(tmp_path: Path, pool2: Pool)
                                                     if s != first]
     cleared = ray.get(lb.clear_sticky_cache.remote())
     assert cleared["cleared_entries"] == 6
+    assert "eos_token_ids" in str(status(lb)["moves_off_reason"])
     _wait(lambda: ray.get(lb.get_total_inflight.remote()) == 0)
 
 

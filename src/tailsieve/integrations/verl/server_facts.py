@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -136,8 +137,10 @@ async def discover_eos(model_path: str | None, server_ids: Sequence[str]) -> fro
 
 
 def eos_ids_at(path: str) -> frozenset[int] | None:
-    """EOS ids of the model at ``path`` (generation config, then model config; None if
-    neither can be read)."""
+    """EOS ids of the model directory ``path`` (generation config, then model config; None
+    if it is not a local directory or neither can be read: no hub look-ups)."""
+    if not os.path.isdir(path):
+        return None
     try:
         from transformers import AutoConfig, GenerationConfig
     except ImportError:
