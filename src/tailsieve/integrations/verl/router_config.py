@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from tailsieve.core.balancer import BalanceSettings
@@ -110,7 +110,8 @@ class VerlRouterConfig:
         if d.get("eos_token_ids") is not None:
             kw["eos_token_ids"] = _ids(d["eos_token_ids"])
         kw["session"] = _section(SessionSettings, d.get("session"), "session")
-        kw["balance"] = _balance(d.get("balance"))
+        kw["balance"] = _section(BalanceSettings, d.get("balance"), "balance",
+                                 default_balance())
         if d.get("policy_options") is not None:
             if not isinstance(d["policy_options"], Mapping):
                 raise ConfigError("policy_options must be a mapping")
@@ -163,9 +164,11 @@ def _ids(value: Any) -> tuple[int, ...]:
         raise ConfigError(f"eos_token_ids must be a list of token ids, got {value!r}") from None
 
 
-def _section(kind: Any, raw: Any, key: str) -> Any:
+def _section(kind: Any, raw: Any, key: str, base: Any = None) -> Any:
+    """A dataclass ``kind`` from the YAML mapping ``raw`` (over ``base``, else its defaults);
+    an unknown key is an error naming it."""
     if raw is None:
-        return kind()
+        return base if base is not None else kind()
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{key} must be a mapping, got {raw!r}")
     names = {f.name for f in fields(kind)}
@@ -173,20 +176,6 @@ def _section(kind: Any, raw: Any, key: str) -> Any:
     if unknown:
         raise ConfigError(f"{key}: unknown key(s) {', '.join(unknown)}; known: "
                           f"{', '.join(sorted(names))}")
-    return kind(**dict(raw))
-
-
-def _balance(raw: Any) -> BalanceSettings:
-    base = default_balance()
-    if raw is None:
-        return base
-    if not isinstance(raw, Mapping):
-        raise ConfigError(f"balance must be a mapping, got {raw!r}")
-    names = {f.name for f in fields(BalanceSettings)}
-    unknown = sorted(set(raw) - names)
-    if unknown:
-        raise ConfigError(f"balance: unknown key(s) {', '.join(unknown)}; known: "
-                          f"{', '.join(sorted(names))}")
-    values = {f.name: getattr(base, f.name) for f in fields(BalanceSettings)}
-    values.update(raw)
-    return BalanceSettings(**values)
+    if base is None:
+        return kind(**dict(raw))
+    return replace(base, **dict(raw))
