@@ -247,6 +247,7 @@ def test_new_weights_end_a_step_for_the_balance_gate() -> None:
     async def go() -> tuple[int, int]:
         await asyncio.gather(*[turn(r, f"s{i}", [i + 3, 4, 5]) for i in range(4)])
         assert r.gateway is not None and not r.gateway.gate.state.balanced
+        assert len(r.step.trajectories()) == 4 and r.step.observed_s > 0
         sessions = len(r.sessions)
         for s in srv.values():
             s.version = 1
@@ -256,3 +257,4 @@ def test_new_weights_end_a_step_for_the_balance_gate() -> None:
     sessions, observed = run(go)
     assert sessions == 4 and observed == 1
     assert len(r.sessions) == 1  # the idle ones ended with the old weights
+    assert len(r.step.trajectories()) == 1  # the next step holds the new turn only

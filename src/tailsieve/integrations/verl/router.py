@@ -245,21 +245,21 @@ class VerlSessionRouter:
         gw = self.gateway
         if version is not None and version != self._weights:
             if self._weights is not None and gw is not None:
+                gw.end_step(self.step.observed_s, self.step.predicted_s(gw.parts.configs))
+                self.step.reset()
+                gw.begin_step()
                 self._end_sessions(self.sessions.clear_idle())
                 for slot in range(self.slots.num_slots):
                     if self.slots.in_pool(slot) and gw.healthy()[slot]:
                         gw.set_healthy(slot, False)  # drops its cache estimate
                         gw.set_healthy(slot, True)
-                predicted = self.step.predicted_s(gw.parts.configs)
-                gw.end_step(self.step.observed_s, predicted)
-                self.step.reset()
-                gw.begin_step()
             self._weights = version
         self._log_reason()
 
     def _end_sessions(self, keys: list[str]) -> None:
-        if self.gateway is not None:
-            for key in keys:
+        for key in keys:
+            self.step.forget(key)
+            if self.gateway is not None:
                 self.gateway.end_session(key)
 
     def _server_loads(self) -> dict[str, int]:

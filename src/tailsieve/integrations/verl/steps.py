@@ -70,6 +70,11 @@ class StepRecord:
         trajs = self.trajectories()
         return yardstick_s(trajs, configs) if trajs else 0.0
 
+    def forget(self, key: str) -> None:
+        """A session ended (its turns stay out of the step: keeps the record bounded when the
+        servers report no weight version)."""
+        self._trajs.pop(key, None)
+
     def reset(self) -> None:
         self._trajs.clear()
         self._start_s = self._end_s = None
