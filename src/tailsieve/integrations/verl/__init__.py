@@ -1,5 +1,8 @@
 """TailSieve inside verl 0.9.1 (``pip install tailsieve[verl]``); see docs/integrations-verl.md.
 
+- ``router.TailSieveRouter``: verl's request router, switched on by one YAML
+  (``router_class: tailsieve.integrations.verl.router.TailSieveRouter``) and one override
+  (``actor_rollout_ref.rollout.router_config_path=...``) on verl's own entry point.
 - ``TailSieveAgentLoopManager``: ``+actor_rollout_ref.rollout.agent.agent_loop_manager_class=
   tailsieve.integrations.verl.TailSieveAgentLoopManager``.
 - ``TailSieveRayPPOTrainer``: accepts the manager's batch as authoritative, feeds it
