@@ -222,3 +222,42 @@ def test_bench_real_engine_natural_emulated(tmp_path: Path) -> None:
         assert d["natural_lengths"]["responses"] >= 4
         assert 0 < d["natural_lengths"]["max"] <= 60
     assert "natural lengths" in (tmp_path / "real_engine.md").read_text()
+
+
+def test_bench_agentic_live_emulated(tmp_path: Path) -> None:
+    """The agentic real-engine benchmark's code path on two emulated replicas: profile, live
+    steps of two policies with the scripted tool, exact prompts checked, the simulator on the
+    recorded turns."""
+    argv = ["--emulate", "2", "--groups", "2", "--group-size", "2", "--steps", "2",
+            "--max-turns", "3", "--max-tokens", "24", "--batch-sizes", "1,2",
+            "--profile-tokens", "20", "--repeats", "1", "--prefill-tokens", "200",
+            "--tool-s", "0.01", "--out", str(tmp_path)]
+    with repo_unchanged():
+        assert importlib.import_module("bench_agentic_live").main(argv) == 0
+    res = json.loads((tmp_path / "agentic_live.json").read_text())
+    assert list(res["policies"]) == ["verl-sticky", "tailsieve"]
+    assert res["pieces_checked"] > 0 and res["echo_mismatches"] == []
+    assert res["context_mismatches"] == 0
+    for d in res["policies"].values():
+        assert [r["step"] for r in d["steps"]] == [0, 1]
+        for r in d["steps"]:
+            assert r["live_step_s"] > 0 and r["sim_step_s"] > 0
+            assert r["num_turns"] == sum(r["turns_per_trajectory"])
+            assert sorted(set(r["turns_per_trajectory"])) == [1, 2]  # k of q0, q1
+    assert (tmp_path / "turns_tailsieve.jsonl").is_file()
+    assert "| policy | step | live s |" in (tmp_path / "agentic_live.md").read_text()
+
+
+def test_bench_agentic_emulated(tmp_path: Path) -> None:
+    """A preset replayed on emulated replicas under two policies, against the simulator."""
+    argv = ["--groups", "2", "--group-size", "2", "--steps", "2", "--replicas", "2",
+            "--time-scale", "0.005", "--policies", "verl-sticky,tailsieve", "--out",
+            str(tmp_path)]
+    with repo_unchanged():
+        assert importlib.import_module("bench_agentic_emulated").main(argv) == 0
+    res = json.loads((tmp_path / "agentic_emulated.json").read_text())
+    assert list(res["policies"]) == ["verl-sticky", "tailsieve"]
+    assert res["policies"]["verl-sticky"]["live_speedup"] == pytest.approx(1.0)
+    for d in res["policies"].values():
+        assert len(d["steps"]) == 2 and d["live_mean_step_s"] > 0 and d["sim_mean_step_s"] > 0
+        assert 0 <= d["live_hit_rate"] <= 1

@@ -19,6 +19,9 @@ from smoke_helpers import BENCH, ROOT, repo_unchanged
 # every script under benchmarks/ and the test that runs it; a new script must be added here
 SCRIPTS = {
     "bench_acceptance.py": "test_bench_acceptance.py::test_bench_acceptance",
+    "bench_agentic.py": "test_bench_agentic",
+    "bench_agentic_emulated.py": "test_smoke_live.py::test_bench_agentic_emulated",
+    "bench_agentic_live.py": "test_smoke_live.py::test_bench_agentic_live_emulated",
     "bench_balancer.py": "test_bench_balancer",
     "bench_faults.py": "test_bench_faults",
     "bench_seam.py": "test_smoke_live.py::test_bench_seam_vllm",
@@ -164,6 +167,21 @@ def test_bench_balancer(tmp_path: Path) -> None:
         assert 0 < timing["max_moves_in_a_decision"] <= timing["max_moves_per_decision"] == 2
     assert data["decision_timing"]["decisions"] > data["decision_timing"]["calls"]
     assert "| 4b-paper-math-r8 |" in (tmp_path / "balancer.md").read_text()
+
+
+def test_bench_agentic(tmp_path: Path) -> None:
+    with repo_unchanged():
+        assert importlib.import_module("bench_agentic").main(
+            ["--out", str(tmp_path), "--smoke"]) == 0
+    data = json.loads((tmp_path / "agentic.json").read_text())
+    (cell,) = data["cells"]
+    assert cell["preset"] == "search-agent" and cell["replicas"] == 2
+    assert cell["policies"]["verl-sticky"]["speedup"] == 1.0
+    assert {"tailsieve", "oracle", "cache-aware"} <= set(cell["policies"])
+    md = (tmp_path / "agentic.md").read_text()
+    assert "| search-agent | 2 |" in md and "| tailsieve |" in md
+    assert (tmp_path / "cells" / "qwen3-4b-h100_search-agent_r2.json").exists()
+    assert len(data["gate"]["moves_on"]) == 4 and "## The balance gate" in md
 
 
 def test_bench_faults(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ app = typer.Typer(
 def _register_all() -> None:
     from tailsieve.cli import (
         acceptance_cmd,
+        agentic_cmd,
         demo_cmd,
         emulate_cmd,
         oracle_cmd,
@@ -48,6 +49,7 @@ def _register_all() -> None:
         report_cmd,
         record_cmd,
         acceptance_cmd,
+        agentic_cmd,
     ):
         module.register(app)
 

@@ -24,6 +24,11 @@ class EmulatorConfig:
 
     Timing: a request's tokens are produced by ``model.replica_engine.ReplicaEngine`` with
     ``throughput`` (times ``slowdown``); one model second lasts ``time_scale`` real seconds.
+    Prefill: the uncached part of a prompt that carries generated tokens (a later turn's
+    context, a continued response) stalls decoding for the profile's prefill model, attention
+    term included, as chunked prefill delays the running requests; a new prompt's costs
+    ``prefill_s`` + ``prefill_s_per_token`` per token (none by default: the decode-only step
+    model), or the profile's prefill model with ``prefill_profile``.
     Lengths: ``ignore_eos=true`` requests produce exactly ``max_tokens``; otherwise a length is
     drawn from ``LogNormal(log(length_median_tokens), length_sigma)``, rounded, clipped to
     ``[1, max_tokens]``.
@@ -37,6 +42,11 @@ class EmulatorConfig:
     max_model_len: int = 4096  # prompt + completion token limit per sequence, tokens
     prefill_s: float = 0.0  # model seconds of prefill stall per admitted sequence
     prefill_s_per_token: float = 0.0  # extra model seconds of stall per prompt token
+    prefill_profile: bool = False  # True: a new prompt's uncached tokens also cost the
+    # profile's prefill model (as a later turn's context or a continuation's always do);
+    # False: a new prompt costs ``prefill_s`` + ``prefill_s_per_token`` per token
+    prompt_tokens_details: bool = False  # report each request's cached prompt tokens in
+    # ``usage.prompt_tokens_details`` (vLLM's --enable-prompt-tokens-details)
     seed: int = 0  # seeds drawn lengths (requests without a ``seed``) and injected errors
     length_median_tokens: float = 256.0  # median of the drawn response length, tokens
     length_sigma: float = 1.0  # log-space standard deviation of the drawn length
@@ -59,6 +69,12 @@ class EmulatorConfig:
             raise ConfigError(f"kv_capacity_tokens must be >= 1, got {self.kv_capacity_tokens}")
         if self.max_model_len < 2:
             raise ConfigError(f"max_model_len must be >= 2, got {self.max_model_len}")
+        if self.prefill_profile and self.prefill_s_per_token:
+            raise ConfigError(
+                "give prefill_profile or prefill_s_per_token, not both: prefill_profile "
+                f"charges the profile's prefill model (got prefill_s_per_token="
+                f"{self.prefill_s_per_token!r})"
+            )
         for name in ("prefill_s", "prefill_s_per_token", "length_sigma"):
             v = getattr(self, name)
             if not (math.isfinite(v) and v >= 0):
@@ -85,16 +101,20 @@ class EmulatorConfig:
     def replica_config(self) -> ReplicaConfig:
         """The engine configuration: the profile slowed by ``slowdown``, plus caps, prefill and
         KV capacity (a preempted request's recompute costs ``prefill_s_per_token`` per token,
-        or, when that is 0, the profile's prefill model, attention term included)."""
+        or, when that is 0, the profile's prefill model, attention term included; a first
+        prefill costs the profile's model too with ``prefill_profile``)."""
         tp = self.throughput if self.slowdown == 1.0 else self.throughput.scaled(self.slowdown)
         pre = prefill_model_of(tp)
         recompute = self.prefill_s_per_token or pre.s_per_token
         pair = 0.0 if self.prefill_s_per_token else pre.s_per_token_pair
+        first = pre.s_per_token if self.prefill_profile else self.prefill_s_per_token
+        first_pair = pre.s_per_token_pair if self.prefill_profile else 0.0
         return ReplicaConfig(
             throughput=tp,
             max_num_seqs=self.max_num_seqs,
             prefill_s=self.prefill_s,
-            prefill_s_per_token=self.prefill_s_per_token,
+            prefill_s_per_token=first,
+            prefill_s_per_token_pair=first_pair,
             recompute_s_per_token=recompute,
             recompute_s_per_token_pair=pair,
             kv_capacity_tokens=self.kv_capacity_tokens,

@@ -15,6 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from tailsieve.runtime.emulator.driver import EngineDriver
+from tailsieve.runtime.emulator.prefix_cache import PrefixCache
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 FINISHED_REASONS = ("stop", "length", "abort")
@@ -41,8 +42,10 @@ _LATENCY_BUCKETS = (
 class _EngineCollector(Collector):
     """Reads gauges and counters from the driver on every scrape."""
 
-    def __init__(self, driver: EngineDriver, model_name: str, success: dict[str, int]) -> None:
+    def __init__(self, driver: EngineDriver, model_name: str, success: dict[str, int],
+                 prefix_cache: PrefixCache | None = None) -> None:
         self._driver = driver
+        self._prefix_cache = prefix_cache
         self._labels = {"model_name": model_name, "engine": "0"}
         self._success = success
 
@@ -88,6 +91,18 @@ class _EngineCollector(Collector):
             "Number of generation tokens processed.",
             d.stats.finished_tokens + d.running_tokens(),
         )
+        pc = self._prefix_cache
+        if pc is not None:  # vLLM's names: prompt tokens looked up / found cached
+            yield self._counter(
+                "vllm:prefix_cache_queries",
+                "Prefix cache queries, in terms of number of queried tokens.",
+                pc.query_tokens,
+            )
+            yield self._counter(
+                "vllm:prefix_cache_hits",
+                "Prefix cache hits, in terms of number of cached tokens.",
+                pc.hit_tokens,
+            )
         c = CounterMetricFamily(
             "vllm:request_success",
             "Count of successfully processed requests.",
@@ -101,10 +116,13 @@ class _EngineCollector(Collector):
 class EmulatorMetrics:
     """The registry of one emulator plus the hooks its handlers call."""
 
-    def __init__(self, driver: EngineDriver, model_name: str) -> None:
+    def __init__(self, driver: EngineDriver, model_name: str,
+                 prefix_cache: PrefixCache | None = None) -> None:
+        """``prefix_cache``: the replica's, reported as ``vllm:prefix_cache_queries`` and
+        ``vllm:prefix_cache_hits`` (tokens, as vLLM counts them)."""
         self.registry = CollectorRegistry(auto_describe=False)
         self._success: dict[str, int] = {}
-        self.registry.register(_EngineCollector(driver, model_name, self._success))
+        self.registry.register(_EngineCollector(driver, model_name, self._success, prefix_cache))
         labels = ["model_name", "engine"]
         self._label_values = (model_name, "0")
         self._e2e = Histogram(

@@ -253,12 +253,16 @@ def choice(
     }
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+def usage(prompt_tokens: int, completion_tokens: int,
+          cached_tokens: int | None = None) -> dict[str, Any]:
+    """``cached_tokens``: prompt tokens found in the prefix cache, reported as vLLM does with
+    ``--enable-prompt-tokens-details`` (None: the details are off)."""
+    details = None if cached_tokens is None else {"cached_tokens": cached_tokens}
     return {
         "prompt_tokens": prompt_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
         "completion_tokens": completion_tokens,
-        "prompt_tokens_details": None,
+        "prompt_tokens_details": details,
         "completion_tokens_details": None,
     }
 
@@ -270,6 +274,7 @@ def response(
     model: str,
     choices: list[dict[str, Any]],
     completion_tokens: int,
+    cached_tokens: int | None = None,
 ) -> dict[str, Any]:
     """The full non-streaming response body."""
     obj = "chat.completion" if req.kind == "chat" else "text_completion"
@@ -285,7 +290,7 @@ def response(
         "choices": choices,
         "service_tier": None,
         "system_fingerprint": SYSTEM_FINGERPRINT,
-        "usage": usage(sum(req.prompt_tokens), completion_tokens),
+        "usage": usage(sum(req.prompt_tokens), completion_tokens, cached_tokens),
         "kv_transfer_params": None,
         "ec_transfer_params": None,
         "metrics": None,
@@ -342,7 +347,8 @@ def chunk(
 
 
 def usage_chunk(
-    req: GenRequest, rid: str, created: int, model: str, completion_tokens: int
+    req: GenRequest, rid: str, created: int, model: str, completion_tokens: int,
+    cached_tokens: int | None = None,
 ) -> dict[str, Any]:
     """The final ``stream_options.include_usage`` chunk (empty ``choices``)."""
     obj = "chat.completion.chunk" if req.kind == "chat" else "text_completion"
@@ -352,5 +358,5 @@ def usage_chunk(
         "created": created,
         "model": model,
         "choices": [],
-        "usage": usage(sum(req.prompt_tokens), completion_tokens),
+        "usage": usage(sum(req.prompt_tokens), completion_tokens, cached_tokens),
     }

@@ -48,11 +48,12 @@ class EmulatorServer:
         self.port = port
         self.crashed = False
         self.driver = EngineDriver(config.replica_config(), config.time_scale, self._on_complete)
-        self.metrics = EmulatorMetrics(self.driver, config.model_name)
+        self.prefix_cache = _prefix_cache(config)
+        self.metrics = EmulatorMetrics(self.driver, config.model_name, self.prefix_cache)
         self._rng = np.random.default_rng([config.seed, 0])  # injected errors + lengths
         self._meta: dict[str, tuple[str, float]] = {}  # seq id -> (finish reason, submitted)
         self._seq_prompt: dict[str, tuple[int, ...]] = {}  # seq id -> prompt ids (to cache)
-        self.prefix_cache = PrefixCache()
+        self._seq_cached: dict[str, int] = {}  # seq id -> its prompt tokens found cached
         self._transports: set[asyncio.BaseTransport] = set()
         self._sglang_aborts: dict[str, asyncio.Event] = {}  # running /generate rid -> abort
         self.num_abort_requests = 0  # POST /abort_request calls received
@@ -158,13 +159,15 @@ class EmulatorServer:
             self.prefix_cache.insert(ids + (P.FILLER_TOKEN_ID,) * num_generated)
 
     def _submit(self, sid: str, k: int, prompt_ids: tuple[int, ...]) -> asyncio.Future[Completion]:
-        """Start a sequence; a token-id prompt pays prefill only for its uncached tokens, and
-        one that ends in generated (filler) tokens is a continuation (recompute rate)."""
+        """Start a sequence; a token-id prompt pays prefill only for its uncached tokens. One
+        that carries generated (filler) tokens, a continued response or a later turn of a
+        multi-turn trajectory (earlier turns' outputs, then new tokens), prefills them at
+        the profile's prefill model (``EmulatorConfig``)."""
         if all(t == P.PROMPT_TOKEN_ID for t in prompt_ids):  # a text prompt: no cache
             return self.driver.submit(sid, k, len(prompt_ids))
         self._seq_prompt[sid] = prompt_ids
-        cached = self.prefix_cache.lookup(prompt_ids)
-        cont = _generated_suffix(prompt_ids) > 0
+        cached = self._seq_cached[sid] = self.prefix_cache.lookup(prompt_ids)
+        cont = P.FILLER_TOKEN_ID in prompt_ids
         return self.driver.submit(sid, k, len(prompt_ids), cached_tokens=cached, continuation=cont)
 
     def _lengths(self, req: P.GenRequest) -> list[tuple[int, str]]:
@@ -222,9 +225,11 @@ class EmulatorServer:
         for i, (sid, (k, reason)) in enumerate(zip(seq_ids, lengths, strict=True)):
             self._meta[sid] = (reason, now)
             futs.append(self._submit(sid, k, req.prompt_ids[i // req.n]))
+        hits = [self._seq_cached.pop(sid, 0) for sid in seq_ids]  # one lookup per sequence
+        cached = sum(hits[:: req.n]) if self.config.prompt_tokens_details else None
         try:
             if req.stream:
-                return await self._stream(request, req, rid, seq_ids, futs, lengths)
+                return await self._stream(request, req, rid, seq_ids, futs, lengths, cached)
             await asyncio.gather(*futs)
         finally:
             for sid, fut in zip(seq_ids, futs, strict=True):
@@ -235,7 +240,8 @@ class EmulatorServer:
             for i, (k, reason) in enumerate(lengths)
         ]
         total = sum(k for k, _ in lengths)
-        out = P.response(req, rid, int(time.time()), self.config.model_name, choices, total)
+        out = P.response(req, rid, int(time.time()), self.config.model_name, choices, total,
+                         cached)
         return web.json_response(out)
 
     async def _stream(
@@ -246,6 +252,7 @@ class EmulatorServer:
         seq_ids: list[str],
         futs: list[asyncio.Future[Completion]],
         lengths: list[tuple[int, str]],
+        cached: int | None = None,
     ) -> web.StreamResponse:
         resp = web.StreamResponse(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
@@ -288,7 +295,7 @@ class EmulatorServer:
             await asyncio.wait(pending, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED)
         if req.include_usage:
             total = sum(k for k, _ in lengths)
-            await resp.write(_sse(P.usage_chunk(req, rid, created, model, total)))
+            await resp.write(_sse(P.usage_chunk(req, rid, created, model, total, cached)))
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp
@@ -312,6 +319,7 @@ class EmulatorServer:
         for sid, (k, reason) in zip(seq_ids, lengths, strict=True):
             self._meta[sid] = (reason, now)
             futs.append(self._submit(sid, k, req.prompt_ids[0]))
+        hits = [self._seq_cached.pop(sid, 0) for sid in seq_ids]
         aborted = self._sglang_aborts.setdefault(rid, asyncio.Event())
         resp: web.StreamResponse | None = None
         try:
@@ -325,7 +333,8 @@ class EmulatorServer:
                     have = k if fin else self.driver.tokens_so_far(sid)
                     why = reason if fin else ("abort" if done else None)
                     out = SG.output(
-                        req, sid if req.n > 1 else rid, have, why, time.monotonic() - now
+                        req, sid if req.n > 1 else rid, have, why, time.monotonic() - now,
+                        hits[i],
                     )
                     if req.n > 1:
                         out["index"] = i
@@ -424,6 +433,15 @@ async def run_emulator(
     """Run an emulator in this event loop; yields its base URL (``http://127.0.0.1:PORT``)."""
     async with EmulatorServer(config, host, port) as server:
         yield server.url
+
+
+def _prefix_cache(config: EmulatorConfig) -> PrefixCache:
+    """A replica's prefix cache: as many blocks as its KV budget holds (vLLM keeps cached
+    blocks in the KV cache until it needs them), unbounded without a budget."""
+    kv = config.kv_capacity_tokens
+    if kv is None:
+        return PrefixCache()
+    return PrefixCache(max_blocks=max(1, kv // PrefixCache().block_tokens))
 
 
 def _generated_suffix(ids: tuple[int, ...]) -> int:

@@ -97,15 +97,17 @@ def output(
     num_tokens: int,
     reason: str | None,
     latency_s: float,
+    cached_tokens: int = 0,
 ) -> dict[str, Any]:
-    """One sequence's output dict (``reason`` None: still running, for a stream chunk)."""
+    """One sequence's output dict (``reason`` None: still running, for a stream chunk);
+    ``cached_tokens``: its prompt tokens found in the prefix cache."""
     meta: dict[str, Any] = {
         "id": rid,
         "finish_reason": None if reason is None else finish_reason(reason, num_tokens),
         "prompt_tokens": req.prompt_tokens[0],
         "weight_version": "default",
         "completion_tokens": num_tokens,
-        "cached_tokens": 0,
+        "cached_tokens": cached_tokens,
         "e2e_latency": latency_s,
     }
     if req.logprobs is not None:

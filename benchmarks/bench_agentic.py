@@ -1,0 +1,174 @@
+"""Agentic rollouts (simulated): every session router against verl's default, paired.
+
+Run: ``PYTHONPATH=src python benchmarks/bench_agentic.py --out benchmarks/results/agentic``
+(defaults: profiles ``qwen3-4b-h100`` and ``qwen3-30b-a3b-h100-tp2``, R = 8, 16, 32, 64,
+every preset of ``workload.agentic_presets``, 64 groups x 8, 5 seeds, 2 warm-up + 1
+measured step, the policies of ``sim.agentic.policies.DEFAULT_POLICIES``; ``--smoke``: a
+tiny run). Each cell (profile x preset x R) is written to ``cells/<cell>.json`` as it
+finishes and reused when the command is run again (``--force`` recomputes), then
+``agentic.json`` and ``agentic.md`` gather them.
+
+Per cell, ``sim.agentic.compare.compare_policies``: every policy of a seed runs the same
+trajectories; the speedup of a policy is, per seed, the mean over the measured steps of
+``T_verl-sticky(t) / T_policy(t)``, then the mean over seeds with a 95% Student-t interval.
+Beside it: prefix-cache hit rate, re-prefilled tokens, moves per step at turn boundaries
+and mid-turn. The headline table gives per preset and R: TailSieve, the best other router
+and the length-knowing oracle over verl's default, and TailSieve's share of the oracle's
+gain. Last, the balance gate's run: TailSieve over ``--gate-steps`` steps of search-agent
+(where moves do not pay), which moves are on in which step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from outdir import default_out
+
+from tailsieve.sim.agentic.api import simulate_agentic
+from tailsieve.sim.agentic.compare import AgenticSetup, replica_configs, setup_steps
+from tailsieve.sim.agentic.policies import DEFAULT_POLICIES, policy_spec
+from tailsieve.sim.agentic.report import format_speedup, policy_table
+from tailsieve.sim.agentic.run import simulate_policy
+from tailsieve.workload.agentic_presets import AGENTIC_PRESETS
+
+PROFILES = ("qwen3-4b-h100", "qwen3-30b-a3b-h100-tp2")
+REPLICAS = (8, 16, 32, 64)
+TARGETS = {"swe-agent": 1.10, "swe-agent-long": 1.10, "search-agent": 1.05,
+           "math-code-agent": 1.05}  # issue 33 item 5, over verl's default at R = 8
+
+
+def _csv(text: str) -> list[str]:
+    return [x for x in text.split(",") if x]
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=default_out("agentic"))
+    ap.add_argument("--profiles", type=_csv, default=list(PROFILES))
+    ap.add_argument("--replicas", type=lambda s: [int(x) for x in _csv(s)],
+                    default=list(REPLICAS))
+    ap.add_argument("--presets", type=_csv, default=list(AGENTIC_PRESETS))
+    ap.add_argument("--policies", type=_csv, default=list(DEFAULT_POLICIES))
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--groups", type=int, default=64)
+    ap.add_argument("--group-size", type=int, default=8)
+    ap.add_argument("--warmup-steps", type=int, default=2)
+    ap.add_argument("--measured-steps", type=int, default=1)
+    ap.add_argument("--gate-steps", type=int, default=16,
+                    help="steps of the balance-gate run (search-agent, first profile, R = 8)")
+    ap.add_argument("--force", action="store_true", help="recompute cells already written")
+    ap.add_argument("--smoke", action="store_true", help="a tiny run (tests)")
+    args = ap.parse_args(argv)
+    if args.smoke:
+        args.profiles, args.replicas = args.profiles[:1], [2]
+        args.presets, args.seeds, args.groups, args.group_size = ["search-agent"], 2, 4, 2
+        args.warmup_steps, args.measured_steps, args.gate_steps = 2, 1, 4
+    return args
+
+
+def cell_name(profile: str, preset: str, replicas: int) -> str:
+    return f"{profile}_{preset}_r{replicas}"
+
+
+def run_cell(args: argparse.Namespace, profile: str, preset: str, r: int) -> dict[str, Any]:
+    path = args.out / "cells" / f"{cell_name(profile, preset, r)}.json"
+    if path.exists() and not args.force:
+        return dict(json.loads(path.read_text()))
+    t0, c0 = time.perf_counter(), time.process_time()
+    cell = simulate_agentic(preset, r, args.policies, args.seeds, profile, args.groups,
+                            args.group_size, args.warmup_steps, args.measured_steps)
+    cell["wall_s"] = time.perf_counter() - t0
+    cell["cpu_s"] = time.process_time() - c0
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(cell, indent=1))
+    return cell
+
+
+def gate_run(args: argparse.Namespace) -> dict[str, Any]:
+    """TailSieve behind its balance gate over ``--gate-steps`` steps of search-agent (where
+    moves do not pay), step by step against verl's default on the same trajectories."""
+    setup = AgenticSetup("search-agent", 2 if args.smoke else 8, args.profiles[0], args.groups,
+                         args.group_size, 0, args.gate_steps, (0,))
+    steps = setup_steps(setup, 0)
+    configs = replica_configs(setup.profile, setup.replicas)
+    ts = simulate_policy(steps, configs, policy_spec("tailsieve"), 0)
+    verl = simulate_policy(steps, configs, policy_spec("verl-sticky"), 0)
+    ratios = [v.step_s / t.step_s for v, t in zip(verl, ts, strict=True)
+              if v is not None and t is not None]
+    on = [bool(t.moves_on) for t in ts if t is not None]
+    return {"preset": setup.preset, "replicas": setup.replicas, "profile": setup.profile,
+            "moves_on": on, "speedup_by_step": ratios,
+            "speedup_mean": sum(ratios) / len(ratios)}
+
+
+def headline(cells: list[dict[str, Any]], profile: str) -> list[str]:
+    lines = [f"### {profile}", "",
+             "| preset | R | TailSieve | best other | oracle | TailSieve's share of the "
+             "oracle's gain | target at R = 8 |", "|---|---|---|---|---|---|---|"]
+    for c in cells:
+        if c["profile"] != profile:
+            continue
+        rows, best = c["policies"], c["best_other"]
+        ts = format_speedup(rows["tailsieve"]) if "tailsieve" in rows else "-"
+        bo = f"{best}: {format_speedup(rows[best])}" if best else "-"
+        orc = format_speedup(rows["oracle"]) if "oracle" in rows else "-"
+        share = c.get("tailsieve_oracle_share")
+        share_s = f"{share:.0%}" if share is not None else "-"
+        target = f">= {TARGETS[c['preset']]:.2f}x" if c["replicas"] == 8 and \
+            c["preset"] in TARGETS else ""
+        lines.append(f"| {c['preset']} | {c['replicas']} | {ts} | {bo} | {orc} | {share_s} | "
+                     f"{target} |")
+    return [*lines, ""]
+
+
+def render(args: argparse.Namespace, cells: list[dict[str, Any]]) -> str:
+    cmd = "PYTHONPATH=src python benchmarks/bench_agentic.py --out benchmarks/results/agentic"
+    out = ["# Agentic rollouts (simulated)", "",
+           f"Command: `{cmd}`", "",
+           f"{args.groups} groups x {args.group_size}, {args.seeds} seeds, "
+           f"{args.warmup_steps} warm-up + {args.measured_steps} measured steps; speedup = "
+           "paired T_verl-sticky / T_policy with a 95% Student-t interval over seeds.", "",
+           "## Headline: over verl's default", ""]
+    for profile in args.profiles:
+        out += headline(cells, profile)
+    g = args.gate
+    out += ["## The balance gate", "",
+            f"TailSieve on {g['preset']}, {g['profile']}, R = {g['replicas']}, "
+            f"{len(g['moves_on'])} steps (one seed): moves on in steps "
+            f"{[i for i, x in enumerate(g['moves_on']) if x]}; over verl's default step by "
+            f"step {', '.join(f'{x:.3f}' for x in g['speedup_by_step'])} "
+            f"(mean {g['speedup_mean']:.3f}x).", ""]
+    out += ["## Every cell", ""]
+    for c in cells:
+        out += [f"### {c['profile']} / {c['preset']} / R = {c['replicas']}", "",
+                policy_table(c["policies"]), ""]
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    cells = []
+    for profile in args.profiles:
+        for preset in args.presets:
+            for r in args.replicas:
+                cell = run_cell(args, profile, preset, r)
+                cells.append(cell)
+                print(f"{cell_name(profile, preset, r)}: tailsieve "
+                      f"{cell['policies'].get('tailsieve', {}).get('speedup', float('nan')):.3f}"
+                      f" ({cell.get('cpu_s', 0):.0f} s cpu)", file=sys.stderr, flush=True)
+    args.gate = gate_run(args)
+    (args.out / "agentic.json").write_text(json.dumps(
+        {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()
+                  if k != "gate"}, "cells": cells, "gate": args.gate}, indent=1))
+    (args.out / "agentic.md").write_text(render(args, cells))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,167 @@
+"""Agentic presets on emulated replicas: the live session gateway against the agentic simulator.
+
+::
+
+    .venv/bin/python benchmarks/bench_agentic_emulated.py --preset search-agent --replicas 4 \\
+        --groups 16 --group-size 4 --steps 3 --out benchmarks/results/agentic_emulated
+
+The emulator's timing is the profile's (known truth), so the live runtime and the simulator
+run the same model of the same machine: each policy replays the preset's steps
+(``TurnReplay``: forced turn lengths, the recorded tool waits and tool tokens) through its own
+``AgenticRollout`` on fresh emulated replicas (prefill of uncached contexts at the profile's
+prefill model, ``prefill_profile``), and the agentic simulator runs the same trajectories
+under the same policy. Figures per step, in model seconds (live wall time / ``time_scale``):
+live and simulated step times, each policy's speedup over verl's default live and simulated,
+prefix-cache hit rates (the emulators' ``vllm:prefix_cache_*`` counters and the simulator's)
+and moves. Every batch is checked (whole groups, each trajectory once, exact prompts) and its
+turns must be the trace's turns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+from outdir import default_out
+
+from tailsieve.runtime.emulator import EmulatorConfig, EmulatorServer
+from tailsieve.runtime.sessions import AgenticConfig, AgenticRollout, GatewayConfig
+from tailsieve.runtime.sessions.replay import TurnReplay
+from tailsieve.sim.agentic.compare import replica_configs
+from tailsieve.sim.agentic.policies import policy_spec
+from tailsieve.sim.agentic.run import simulate_policy
+from tailsieve.workload.agentic_presets import agentic_preset
+from tailsieve.workload.turns import Trajectory
+
+BASELINE = "verl-sticky"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
+    p.add_argument("--out", type=Path, default=default_out("agentic_emulated"))
+    p.add_argument("--preset", default="search-agent")
+    p.add_argument("--replicas", type=int, default=4)
+    p.add_argument("--groups", type=int, default=16)
+    p.add_argument("--group-size", type=int, default=4)
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--policies", default="verl-sticky,cache-aware,turn-round-robin,tailsieve")
+    p.add_argument("--profile", default="qwen3-4b-h100")
+    p.add_argument("--time-scale", type=float, default=0.05, help="real s per model s")
+    p.add_argument("--piece-tokens", type=int, default=256)
+    p.add_argument("--seed", type=int, default=0)
+    return p.parse_args(argv)
+
+
+async def live_policy(args: argparse.Namespace, policy: str,
+                      steps: list[list[Trajectory]]) -> list[dict[str, Any]]:
+    """Every step of ``policy`` on fresh emulated replicas; per step its figures."""
+    emu = [EmulatorConfig.from_profile(args.profile, time_scale=args.time_scale, seed=i,
+                                       prefill_profile=True, max_model_len=1 << 20)
+           for i in range(args.replicas)]
+    out = []
+    gcfg = GatewayConfig(policy=policy, piece_tokens=args.piece_tokens, profile=args.profile)
+    cfg = AgenticConfig(group_size=args.group_size,
+                        max_turns=max(t.num_turns for ts in steps for t in ts), gateway=gcfg)
+    async with AsyncExitStack() as stack:
+        servers = [await stack.enter_async_context(EmulatorServer(c)) for c in emu]
+        ro = await stack.enter_async_context(AgenticRollout([sv.url for sv in servers], cfg))
+        for s, trajs in enumerate(steps):
+            replay = TurnReplay(trajs, time_scale=args.time_scale, seed=args.seed * 1000 + s)
+            q0 = sum(sv.prefix_cache.query_tokens for sv in servers)
+            h0 = sum(sv.prefix_cache.hit_tokens for sv in servers)
+            batch = await ro.run(replay.prompts(), replay.tool, replay.sampling)
+            check_turns(batch.turn_trace().trajectories, trajs)
+            q = sum(sv.prefix_cache.query_tokens for sv in servers) - q0
+            h = sum(sv.prefix_cache.hit_tokens for sv in servers) - h0
+            st = batch.stats
+            out.append({"step": s, "live_step_s": batch.step_s / args.time_scale,
+                        "mid_turn_moves": batch.mid_turn_moves, "hit_rate": h / q if q else 0.0,
+                        "moves_at_boundary": st.moves_at_boundary,
+                        "moves_mid_turn": st.moves_mid_turn,
+                        "reprefill_tokens": st.reprefill_tokens})
+    return out
+
+
+def check_turns(got: tuple[Trajectory, ...], want: list[Trajectory]) -> None:
+    by = {(t.prompt_id, t.sample): t for t in got}
+    for w in want:
+        g = by[(w.prompt_id, w.sample)]
+        if [u.output_tokens for u in g.turns] != [u.output_tokens for u in w.turns]:
+            raise AssertionError(f"trajectory {w.key}: turns differ from the trace")
+
+
+def simulate(args: argparse.Namespace, policy: str, steps: list[list[Trajectory]]
+             ) -> list[dict[str, Any]]:
+    configs = replica_configs(args.profile, args.replicas)
+    out = []
+    for st in simulate_policy(steps, configs, policy_spec(policy), args.seed):
+        assert st is not None
+        out.append({"sim_step_s": st.step_s, "sim_hit_rate": st.hit_rate,
+                    "sim_boundary_moves": st.boundary_moves,
+                    "sim_midturn_moves": st.midturn_moves, "sim_moves_on": st.moves_on})
+    return out
+
+
+def markdown(res: dict[str, Any]) -> str:
+    lines = [f"{res['preset']}, R = {res['replicas']}, {res['groups']} x {res['group_size']}, "
+             f"profile {res['profile']} (model seconds)", "",
+             "| policy | live mean step | simulated | sim/live | speedup over verl live | "
+             "simulated | hit rate live / sim | moves per step live (boundary / mid-turn) |",
+             "|---|---:|---:|---:|---:|---:|---|---|"]
+    for p, d in res["policies"].items():
+        lines.append(
+            f"| {p} | {d['live_mean_step_s']:.1f} | {d['sim_mean_step_s']:.1f} | "
+            f"{d['sim_mean_step_s'] / d['live_mean_step_s']:.2f} | {d['live_speedup']:.3f} | "
+            f"{d['sim_speedup']:.3f} | {d['live_hit_rate']:.2f} / {d['sim_hit_rate']:.2f} | "
+            f"{d['boundary_moves']:.1f} / {d['midturn_moves']:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def summarize(res: dict[str, Any]) -> None:
+    base = res["policies"].get(BASELINE)
+    for d in res["policies"].values():
+        rows = d["steps"]
+        mean = statistics.fmean
+        d["live_mean_step_s"] = mean(r["live_step_s"] for r in rows)
+        d["sim_mean_step_s"] = mean(r["sim_step_s"] for r in rows)
+        d["live_hit_rate"] = mean(r["hit_rate"] for r in rows)
+        d["sim_hit_rate"] = mean(r["sim_hit_rate"] for r in rows)
+        d["boundary_moves"] = mean(r["moves_at_boundary"] for r in rows)
+        d["midturn_moves"] = mean(r["moves_mid_turn"] for r in rows)
+        if base is not None:  # paired by step: the mean of per-step ratios
+            d["live_speedup"] = mean(b["live_step_s"] / r["live_step_s"]
+                                     for b, r in zip(base["steps"], rows, strict=True))
+            d["sim_speedup"] = mean(b["sim_step_s"] / r["sim_step_s"]
+                                    for b, r in zip(base["steps"], rows, strict=True))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    trace = agentic_preset(args.preset).generate(args.groups, args.group_size, args.steps,
+                                                 rng=args.seed)
+    steps = [[t for t in trace.trajectories if t.step == s] for s in trace.steps()]
+    res: dict[str, Any] = {"preset": args.preset, "replicas": args.replicas,
+                           "groups": args.groups, "group_size": args.group_size,
+                           "profile": args.profile, "time_scale": args.time_scale,
+                           "piece_tokens": args.piece_tokens, "seed": args.seed,
+                           "policies": {}}
+    for p in [x for x in args.policies.split(",") if x]:
+        rows = asyncio.run(live_policy(args, p, steps))
+        for r, s in zip(rows, simulate(args, p, steps), strict=True):
+            r.update(s)
+        res["policies"][p] = {"steps": rows}
+    summarize(res)
+    (args.out / "agentic_emulated.json").write_text(json.dumps(res, indent=2) + "\n")
+    (args.out / "agentic_emulated.md").write_text(markdown(res))
+    print(markdown(res))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

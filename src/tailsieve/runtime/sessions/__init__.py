@@ -1,0 +1,51 @@
+"""The live session gateway: multi-turn sessions over live replicas (see ``gateway``)."""
+
+from tailsieve.runtime.sessions.agentic import AgenticConfig, AgenticRollout, ToolFn
+from tailsieve.runtime.sessions.config import GatewayConfig
+from tailsieve.runtime.sessions.gateway import SessionGateway
+from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
+from tailsieve.runtime.sessions.pieces import (
+    HealthProbe,
+    PieceOutput,
+    PieceRequest,
+    PieceRunner,
+    sampling_dict,
+    sampling_from_dict,
+)
+from tailsieve.runtime.sessions.result import GatewayStats, PieceSpan, ReplicaStat, TurnResult
+from tailsieve.runtime.sessions.stub_runner import StubModel, StubPieceRunner
+from tailsieve.runtime.sessions.trajectory import (
+    AgentGroup,
+    AgenticBatch,
+    AgentTrajectory,
+    ToolCall,
+    ToolResult,
+    TurnRecord,
+)
+
+__all__ = [
+    "AgentGroup",
+    "AgentTrajectory",
+    "AgenticBatch",
+    "AgenticConfig",
+    "AgenticRollout",
+    "GatewayConfig",
+    "GatewayStats",
+    "HealthProbe",
+    "HttpPieceRunner",
+    "PieceOutput",
+    "PieceRequest",
+    "PieceRunner",
+    "PieceSpan",
+    "ReplicaStat",
+    "SessionGateway",
+    "StubModel",
+    "StubPieceRunner",
+    "ToolCall",
+    "ToolFn",
+    "ToolResult",
+    "TurnRecord",
+    "TurnResult",
+    "sampling_dict",
+    "sampling_from_dict",
+]

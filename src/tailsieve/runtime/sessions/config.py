@@ -1,0 +1,82 @@
+"""``GatewayConfig``: how the session gateway places turns, cuts them into pieces and moves them."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from tailsieve.core.balancer import BalanceSettings
+from tailsieve.errors import ConfigError
+from tailsieve.session.routers import SessionPolicy, parse_policy
+from tailsieve.session.settings import SessionSettings
+
+MOVING_POLICY = SessionPolicy.TAILSIEVE  # the one policy whose turns move mid-turn (the
+# others are the routers users run today: they place turns and never move a running one)
+DEFAULT_PIECE_TOKENS = 512  # a turn's piece cap while mid-turn moves run (runtime.rollout's)
+AUTO_FALLBACK_PROFILE = "cpu"  # the cost model ``profile="auto"`` uses until it has fitted one
+
+
+def default_balance() -> BalanceSettings:
+    """Mid-turn re-balance checks every second, priced over a 30 s horizon, 50 ms seams."""
+    return BalanceSettings(interval_s=1.0, horizon_s=30.0, seam_s=0.05)
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayConfig:
+    """Settings of a ``SessionGateway``.
+
+    Moves are on by default: turn-boundary moves by the policy's router (TailSieve's prices
+    each against the re-prefill it costs), and, with the ``tailsieve`` policy, mid-turn moves
+    of running turns at piece ends (``core.balancer``), which the balance gate turns off where
+    they are measured not to pay. ``moves=False`` keeps every later turn on the replica of its
+    previous turn (while that one is healthy) and runs each turn as one piece.
+    """
+
+    policy: SessionPolicy = MOVING_POLICY  # or its value, e.g. "verl-sticky"
+    moves: bool = True  # TailSieve's moves (boundary and mid-turn); see the class docstring
+    piece_tokens: int | None = None  # max tokens per piece while mid-turn moves run (None:
+    # DEFAULT_PIECE_TOKENS); a turn without mid-turn moves runs as one piece
+    continuation: bool = True  # a turn hit by a replica fault continues elsewhere from its
+    # last seam (False: it starts again from its prompt)
+    settings: SessionSettings | None = None  # the session router's (None: its defaults)
+    balance: BalanceSettings = field(default_factory=default_balance)  # mid-turn checks
+    gate: bool = True  # the balance gate may turn mid-turn moves off (fed per step)
+    profile: str = "auto"  # cost model: a profile name, a profile JSON path, or "auto"
+    fallback_profile: str = AUTO_FALLBACK_PROFILE  # what "auto" uses until it has fitted one
+    request_timeout_s: float | None = 3600.0  # HttpPieceRunner: a piece running longer = fault
+    no_replica_timeout_s: float = 60.0  # how long a turn waits for a healthy replica, s
+    probe_interval_s: float = 1.0  # a replica taken out is probed this often, s
+    max_empty_aborts: int = 3  # pieces aborted by the server with no token before the turn fails
+    router_kw: dict[str, Any] = field(default_factory=dict)  # passed to make_router
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "policy", parse_policy(self.policy))
+        if self.piece_tokens is not None and self.piece_tokens < 1:
+            raise ConfigError(f"piece_tokens must be >= 1, got {self.piece_tokens}")
+        if self.request_timeout_s is not None and not self.request_timeout_s > 0:
+            raise ConfigError(f"request_timeout_s must be > 0, got {self.request_timeout_s}")
+        for name in ("no_replica_timeout_s", "probe_interval_s"):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and v > 0):
+                raise ConfigError(f"{name} must be a finite number > 0, got {v!r}")
+        if self.max_empty_aborts < 1:
+            raise ConfigError(f"max_empty_aborts must be >= 1, got {self.max_empty_aborts}")
+        if not self.profile or not self.fallback_profile:
+            raise ConfigError("profile and fallback_profile must be non-empty")
+
+    @property
+    def moves_off_reason(self) -> str | None:
+        """Why running turns never move under this configuration (None: they may; the gate
+        and the sampling of each turn decide further)."""
+        if not self.moves:
+            return "moves=False"
+        if self.policy is not MOVING_POLICY:
+            return (f"policy {self.policy.value!r} does not move running turns "
+                    f"(only {MOVING_POLICY.value!r})")
+        return None
+
+    @property
+    def move_piece_tokens(self) -> int:
+        """The piece cap of a turn that may move mid-turn."""
+        return self.piece_tokens if self.piece_tokens is not None else DEFAULT_PIECE_TOKENS

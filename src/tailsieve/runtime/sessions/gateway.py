@@ -1,0 +1,339 @@
+"""``SessionGateway``: multi-turn sessions over live replicas, placed, pieced, moved and healed.
+
+::
+
+    runner = HttpPieceRunner(endpoints)                   # or the verl helper's Ray runner
+    async with SessionGateway(len(endpoints), runner, GatewayConfig()) as gw:
+        out = await gw.generate("traj-7", "prompt-3", prompt_ids, {"temperature": 1.0},
+                                max_tokens=512)           # one turn: a joined chain of pieces
+        ...                                               # the tool runs; the next turn's
+        out = await gw.generate("traj-7", "prompt-3", prompt_ids + out.token_ids + obs, ...)
+        gw.end_session("traj-7")
+        gw.stats()
+
+Each turn is placed by the policy's ``SessionRouter`` (``session.routers``) over the
+``SessionBook`` (``session.book``, kept from the gateway's events) and runs as a chain of
+pieces (``turn_chain``; joined by ``runtime.chain``). With the ``tailsieve`` policy running
+turns move at piece ends (``midturn``; behind the balance gate). A replica that fails
+(``ReplicaDownError``) is taken out (probed every ``probe_interval_s`` when the runner can
+probe) and each turn running there continues on a healthy replica from its last seam: nothing
+is lost or generated twice. A crash of the mid-turn rebalancer is logged, counted in
+``stats().rebalancer_crashes`` and turns moves off (``moves_off_reason``); it never passes
+silently and never fails a turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from tailsieve.control.balance_gate import BalanceGate
+from tailsieve.errors import ConfigError, ReplicaError
+from tailsieve.runtime.backends import Backend, SamplingParams
+from tailsieve.runtime.chain import penalties_of
+from tailsieve.runtime.sessions.config import GatewayConfig
+from tailsieve.runtime.sessions.health import ReplicaHealth
+from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
+from tailsieve.runtime.sessions.midturn import MidTurnRebalancer
+from tailsieve.runtime.sessions.parts import GatewayParts, Placement, build_parts
+from tailsieve.runtime.sessions.pieces import (
+    PieceOutput,
+    PieceRunner,
+    sampling_from_dict,
+)
+from tailsieve.runtime.sessions.result import GatewayStats, PieceSpan, TurnResult
+from tailsieve.runtime.sessions.tally import Tally
+from tailsieve.runtime.sessions.turn_chain import RunningTurn
+from tailsieve.runtime.transport import ReplicaDownError, Transport
+from tailsieve.session.turn import TurnRequest
+
+log = logging.getLogger(__name__)
+
+
+class SessionGateway:
+    """Routes the turns of many sessions over ``num_replicas`` replicas reached by ``runner``.
+
+    ``parts``: the router, book and cost models (``build_parts(config, num_replicas)`` by
+    default); ``clock``: seconds, monotonic (the event loop's by default)."""
+
+    def __init__(
+        self,
+        num_replicas: int,
+        runner: PieceRunner,
+        config: GatewayConfig | None = None,
+        parts: GatewayParts | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        if num_replicas < 1:
+            raise ConfigError(f"num_replicas must be >= 1, got {num_replicas}")
+        self.config = config or GatewayConfig()
+        self.num_replicas = num_replicas
+        self.runner = runner
+        self.parts = parts or build_parts(self.config, num_replicas)
+        self.router, self.book = self.parts.router, self.parts.book
+        self._clock = clock
+        self._t0: float | None = None
+        self._step_t0 = 0.0
+        self.health = ReplicaHealth(num_replicas, runner, self.config.probe_interval_s,
+                                    self.book.set_healthy)
+        self._healthy = self.health.healthy  # the same list: read on every placement
+        self._turns: dict[Hashable, RunningTurn] = {}
+        self._num_turns: dict[Hashable, int] = {}  # session -> turns started
+        self.tally = Tally(num_replicas)
+        self.gate = BalanceGate()
+        self._step_balanced = True
+        self._crash: str | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._owns_runner = False  # ``over_http``: the runner is closed with the gateway
+        self.rebalancer = MidTurnRebalancer(
+            self.book, self.config.balance, self._move, self._waiting, lambda: self._healthy,
+            self.now, self.elapsed)
+
+    @classmethod
+    def over_http(cls, endpoints: Sequence[str], config: GatewayConfig | None = None,
+                  backend: Backend | str = Backend.VLLM, model: str | None = None,
+                  transport: Transport | None = None) -> SessionGateway:
+        """A gateway over vLLM / SGLang servers at ``endpoints`` (an ``HttpPieceRunner``
+        with the config's request timeout, closed with the gateway)."""
+        cfg = config or GatewayConfig()
+        runner = HttpPieceRunner(endpoints, backend, model, transport,
+                                 request_timeout_s=cfg.request_timeout_s)
+        gw = cls(len(endpoints), runner, cfg)
+        gw._owns_runner = True
+        return gw
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def __aenter__(self) -> SessionGateway:
+        self.now()
+        why = self.config.moves_off_reason
+        if why is None:
+            self._task = asyncio.create_task(self._rebalance(), name="session-rebalancer")
+        else:
+            log.info("session gateway: running turns do not move: %s", why)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop the rebalancer and the probes (the runner is the caller's to close, but for
+        ``over_http``'s)."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        await self.health.aclose()
+        if self._owns_runner and isinstance(self.runner, HttpPieceRunner):
+            await self.runner.aclose()
+
+    # -- time --------------------------------------------------------------------------------
+
+    def now(self) -> float:
+        """Seconds since the gateway started (the book's clock)."""
+        t = self._clock() if self._clock is not None else asyncio.get_running_loop().time()
+        if self._t0 is None:
+            self._t0 = t
+        return t - self._t0
+
+    def elapsed(self) -> float:
+        """Seconds since the current step began (``begin_step``; else since the start)."""
+        return self.now() - self._step_t0
+
+    def begin_step(self) -> bool:
+        """A rollout step begins: the horizon restarts, and the balance gate says whether
+        this step moves running turns. Returns that."""
+        self._step_t0 = self.now()
+        self._step_balanced = not self.config.gate or self.gate.balances_next()
+        return self.mid_turn_moves
+
+    def end_step(self, observed_s: float, predicted_s: float) -> str:
+        """A step ended after ``observed_s``; ``predicted_s``: what the caller's yardstick
+        predicts for it without moves (the same yardstick every step). Feeds the gate;
+        returns its note when its decision flips ("" otherwise)."""
+        if self.config.moves_off_reason is not None or self._crash is not None:
+            return ""
+        if not (predicted_s > 0 and observed_s > 0):
+            return ""
+        note = self.gate.observe(self._step_balanced, observed_s / predicted_s)
+        if note:
+            log.info("session gateway: %s", note)
+        return note
+
+    # -- the interface -------------------------------------------------------------------------
+
+    @property
+    def moves_off_reason(self) -> str | None:
+        """Why running turns do not move now (None: they do)."""
+        why = self.config.moves_off_reason or self._crash
+        if why is None and not self._step_balanced:
+            st = self.gate.state
+            return ("the balance gate: steps with mid-turn moves measured slower than steps "
+                    f"without ({len(st.balanced)} / {len(st.round_robin)} steps)")
+        return why
+
+    @property
+    def mid_turn_moves(self) -> bool:
+        return self.moves_off_reason is None
+
+    async def generate(
+        self,
+        session_id: Hashable,
+        group_id: Hashable | None,
+        prompt_ids: Sequence[int],
+        sampling: SamplingParams | Mapping[str, Any],
+        max_tokens: int | None = None,
+        prompt_tokens: int | None = None,
+        on_piece: Callable[[PieceSpan, PieceOutput], None] | None = None,
+    ) -> TurnResult:
+        """Generate one turn of ``session_id``: ``prompt_ids`` is its whole prompt (the
+        context so far plus the new tokens); ``prompt_tokens``: the group's shared prompt
+        prefix (first turn); ``max_tokens`` overrides the sampling's. ``on_piece`` is called
+        with each piece as it ends (e.g. to stream it on; the returned ``TurnResult`` is the
+        authority: a stop string spanning a seam cuts it shorter than its pieces). Raises
+        ``RequestError`` when a server answers badly beyond retries, ``ReplicaError`` when no
+        replica is healthy within ``no_replica_timeout_s``."""
+        sp = sampling if isinstance(sampling, SamplingParams) else sampling_from_dict(sampling)
+        if max_tokens is not None:
+            sp = replace(sp, max_tokens=max_tokens)
+        ids = tuple(int(t) for t in prompt_ids)
+        if not ids:
+            raise ConfigError(f"session {session_id!r}: empty prompt")
+        if session_id in self._turns:
+            raise ConfigError(f"session {session_id!r} already has a turn running")
+        k = self._num_turns[session_id] = self._num_turns.get(session_id, 0) + 1
+        req = self.book.request(session_id, group_id, len(ids), prompt_tokens, sp.max_tokens)
+        decision = await self._place(req)
+        rt = RunningTurn.start(session_id, f"{session_id}-t{k}", ids, sp, decision.replica,
+                               self._piece_tokens(sp), len(ids) - decision.prefill_tokens)
+        rt.on_piece = on_piece
+        self._turns[session_id] = rt
+        self.book.start_turn(session_id, decision.replica, self.now())
+        self.tally.placed(decision, req)
+        delivered = False
+        try:
+            await self._run(rt)
+            delivered = True
+        finally:
+            del self._turns[session_id]
+            self.book.end_turn(session_id, rt.chain.num_generated, self.now())
+            self.tally.ended(delivered)
+            self.rebalancer.poke()
+        return rt.result(decision.replica, decision.moved, decision.reason,
+                         decision.prefill_tokens)
+
+    def end_session(self, session_id: Hashable) -> None:
+        """The session ended: its sticky state and cache estimates go."""
+        self._num_turns.pop(session_id, None)
+        self.book.end_session(session_id)
+        self.router.forget(session_id)
+
+    def set_healthy(self, replica: int, healthy: bool) -> None:
+        """Take a replica out of service or return it (e.g. a framework removed a server)."""
+        self.health.set(replica, healthy)
+
+    def healthy(self) -> tuple[bool, ...]:
+        return tuple(self._healthy)
+
+    def stats(self) -> GatewayStats:
+        return self.tally.stats(self.book.views(self.now()), self._healthy, len(self._turns),
+                                self.rebalancer.num_checks, self.moves_off_reason)
+
+    # -- placement -------------------------------------------------------------------------------
+
+    async def _place(self, req: TurnRequest) -> Placement:
+        """The router's decision; a replica out of service is never chosen (the least loaded
+        healthy one is: "home-down" when the router chose the session's home, else
+        "fallback")."""
+        await self.health.wait_any(self.config.no_replica_timeout_s)
+        views = self.book.views(self.now())
+        home = req.home
+        d = Placement.of(self.router.choose(req, views, self.elapsed()))
+        if not self._healthy[d.replica]:
+            why = "home-down" if d.replica == home else "fallback"
+            d = self.parts.fallback(req, views, self._healthy, why)
+        return d
+
+    def _piece_tokens(self, sp: SamplingParams) -> int | None:
+        """Pieces while mid-turn moves run (and the sampling lets a turn be continued)."""
+        if not self.mid_turn_moves or penalties_of(sp):
+            return None
+        return self.config.move_piece_tokens
+
+    # -- running a turn ------------------------------------------------------------------------
+
+    async def _run(self, rt: RunningTurn) -> None:
+        while not rt.chain.done:
+            replica = rt.replica
+            piece = rt.next_piece()
+            rt.piece_on = replica
+            try:
+                out = await self.runner.run_piece(replica, piece)
+            except ReplicaDownError as exc:
+                rt.piece_on = None
+                self.health.down(replica, exc)
+                await self._relocate(rt)
+                continue
+            finally:
+                rt.piece_on = None
+            self.tally.piece(replica, piece, out, rt.expect_hit)
+            rt.add(replica, piece, out)
+            if rt.on_piece is not None:
+                rt.on_piece(rt.spans[-1], out)
+            if rt.empty_aborts >= self.config.max_empty_aborts:
+                raise ReplicaError(f"turn {rt.turn_id}: {rt.empty_aborts} pieces in a row "
+                                   f"aborted by the server on replica {replica}")
+            if not rt.chain.done:
+                self.book.progress(rt.session_id, rt.chain.num_generated, self.now())
+
+    async def _relocate(self, rt: RunningTurn) -> None:
+        """The turn's replica failed: continue on a healthy one from the last seam (or from
+        the prompt when the turn cannot be continued)."""
+        await self.health.wait_any(self.config.no_replica_timeout_s)
+        if not self.config.continuation or penalties_of(rt.sampling):
+            rt.restart()
+        views = self.book.views(self.now())
+        dst = self.parts.least_loaded(views, self._healthy)
+        rt.replica = dst
+        rt.num_relocations += 1
+        rt.expect_hit = self.book.cached(rt.session_id, dst)
+        self.tally.relocated(rt.prefix_tokens - rt.expect_hit)
+        self.book.move_turn(rt.session_id, dst, self.now())
+
+    # -- mid-turn moves ----------------------------------------------------------------------
+
+    def _waiting(self, session_id: Hashable) -> bool:
+        rt = self._turns.get(session_id)
+        return rt is None or rt.waiting_on_move or rt.piece_tokens is None
+
+    def _move(self, session_id: Hashable, dst: int) -> bool:
+        """Send the turn's next piece to ``dst`` (the rebalancer's move)."""
+        rt = self._turns.get(session_id)
+        if (rt is None or rt.chain.done or rt.piece_tokens is None or rt.waiting_on_move
+                or dst == rt.replica or not self._healthy[dst] or not self.mid_turn_moves):
+            return False
+        rt.expect_hit = self.book.cached(session_id, dst)
+        self.tally.moved(rt.prefix_tokens - rt.expect_hit)
+        rt.replica = dst
+        self.book.move_turn(session_id, dst, self.now())
+        return True
+
+    async def _rebalance(self) -> None:
+        """The rebalancer's loop; a crash is logged, counted and turns moves off."""
+        try:
+            while True:
+                if not self.mid_turn_moves or not self._turns:
+                    await asyncio.sleep(self.config.balance.interval_s)
+                    continue
+                await self.rebalancer.loop_once()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._crash = f"the mid-turn rebalancer crashed: {type(exc).__name__}: {exc}"
+            self.tally.crashed()
+            log.exception("session gateway: %s; moves are off from now on", self._crash)

@@ -1,0 +1,177 @@
+"""``HttpPieceRunner``: pieces over HTTP, to vLLM's ``/v1/completions`` or SGLang's ``/generate``.
+
+A piece's prompt is token ids (vLLM: ``prompt`` as a list of ids; SGLang: ``input_ids``), so a
+turn continues on any replica exactly from its last seam. Requests go through a
+``runtime.transport.Transport`` (``LeanTransport`` by default, a stub in tests); request errors
+(HTTP 5xx, malformed JSON) are retried with exponential backoff, then raised; HTTP 4xx is not
+retried; a dead replica raises ``ReplicaDownError`` at once. The server's count of cached
+prompt tokens is read where it reports one (vLLM with ``--enable-prompt-tokens-details``:
+``usage.prompt_tokens_details.cached_tokens``; SGLang: ``meta_info.cached_tokens``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from tailsieve.errors import ConfigError
+from tailsieve.runtime.backends import (
+    Backend,
+    EncodedIds,
+    PromptInput,
+    Response,
+    build_request,
+    parse_response,
+)
+from tailsieve.runtime.lean_http import LeanTransport
+from tailsieve.runtime.sessions.pieces import FINISH_REASONS, PieceOutput, PieceRequest
+from tailsieve.runtime.transport import JSON, ReplicaDownError, RequestError, Transport
+
+
+class HttpPieceRunner:
+    """Pieces to ``endpoints[replica]`` (base URLs) on ``backend`` (``vllm`` or ``sglang``).
+    ``model``: the served model name vLLM requests carry (None: ask the servers once)."""
+
+    def __init__(
+        self,
+        endpoints: Sequence[str],
+        backend: Backend | str = Backend.VLLM,
+        model: str | None = None,
+        transport: Transport | None = None,
+        request_timeout_s: float | None = 3600.0,
+        max_retries: int = 3,
+        backoff_s: float = 0.25,
+        backoff_max_s: float = 8.0,
+        health_timeout_s: float = 5.0,
+    ) -> None:
+        self.backend = Backend(backend)
+        if self.backend is Backend.VLLM_CHAT:
+            raise ConfigError("pieces go to /v1/completions as token ids: use backend 'vllm' "
+                              "(tokenize chat prompts first, e.g. runtime.chat_tokens)")
+        if not endpoints:
+            raise ConfigError("HttpPieceRunner needs at least one endpoint")
+        if max_retries < 0 or backoff_s < 0 or backoff_max_s < 0:
+            raise ConfigError("max_retries, backoff_s and backoff_max_s must be >= 0")
+        self.endpoints = [e.rstrip("/") for e in endpoints]
+        self.model = model
+        self._t: Transport = transport or LeanTransport()
+        self._timeout_s = request_timeout_s
+        self._max_retries = max_retries
+        self._backoff_s, self._backoff_max_s = backoff_s, backoff_max_s
+        self._health_timeout_s = health_timeout_s
+        self._model_lock = asyncio.Lock()
+
+    async def run_piece(self, replica: int, piece: PieceRequest) -> PieceOutput:
+        """Generate ``piece`` on ``replica`` (see the module docstring for errors)."""
+        base = self._base(replica)
+        url = base + self.backend.path
+        body = await self._body(piece)
+        where = f"{url} piece {piece.request_id}"
+        retry = 0
+        while True:
+            try:
+                raw = await self._t.post_json(url, body, self._timeout_s)
+                resp = parse_response(self.backend, raw, 1, where, allow_abort=True)[0]
+                return _output(resp, raw, self.backend)
+            except RequestError as exc:
+                if not exc.retryable or retry >= self._max_retries:
+                    raise RequestError(f"{where}: {exc} (after {retry} retries)",
+                                       status=exc.status, retryable=False) from exc
+                await asyncio.sleep(min(self._backoff_max_s, self._backoff_s * 2**retry))
+                retry += 1
+
+    async def probe(self, replica: int) -> bool:
+        """``GET /health`` answers 200."""
+        try:
+            status, _ = await self._t.get(self._base(replica) + "/health",
+                                          self._health_timeout_s)
+        except ReplicaDownError:
+            return False
+        return status == 200
+
+    async def tokenize(self, text: str, replica: int = 0) -> tuple[int, ...]:
+        """``text`` as ``replica``'s tokenizer gives it, without special tokens (vLLM's
+        ``POST /tokenize``)."""
+        body: JSON = {"prompt": text, "add_special_tokens": False}
+        if self.backend is Backend.VLLM:
+            body["model"] = await self._model()
+        return await self._tokens(replica, body)
+
+    async def tokenize_chat(self, messages: Sequence[dict[str, str]],
+                            replica: int = 0) -> tuple[int, ...]:
+        """Chat ``messages`` as the token ids ``replica`` gives them under the model's chat
+        template, with the generation prompt (vLLM's ``POST /tokenize``)."""
+        body: JSON = {"messages": [dict(m) for m in messages], "add_generation_prompt": True}
+        if self.backend is Backend.VLLM:
+            body["model"] = await self._model()
+        return await self._tokens(replica, body)
+
+    async def _tokens(self, replica: int, body: JSON) -> tuple[int, ...]:
+        url = self._base(replica) + "/tokenize"
+        out = await self._t.post_json(url, body, self._health_timeout_s)
+        tokens = out.get("tokens") if isinstance(out, dict) else None
+        if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+            raise RequestError(f"{url}: /tokenize answered without a 'tokens' list")
+        return tuple(tokens)
+
+    async def aclose(self) -> None:
+        await self._t.aclose()
+
+    def _base(self, replica: int) -> str:
+        if not 0 <= replica < len(self.endpoints):
+            raise ConfigError(f"replica {replica} out of range (0..{len(self.endpoints) - 1})")
+        return self.endpoints[replica]
+
+    async def _body(self, piece: PieceRequest) -> JSON:
+        ids: tuple[int, ...] = piece.prompt_ids
+        if piece.prompt_json is not None and not isinstance(ids, EncodedIds):
+            ids = EncodedIds(ids, piece.prompt_json)
+        model = await self._model() if self.backend is Backend.VLLM else ""
+        body = build_request(self.backend, model, PromptInput(piece.request_id, token_ids=ids),
+                             piece.sampling, 1, seed=piece.sampling.seed,
+                             return_token_ids=True, max_tokens=piece.max_tokens)
+        if self.backend is Backend.SGLANG:
+            body["rid"] = piece.request_id
+        return body
+
+    async def _model(self) -> str:
+        """The served model name (asked of the servers once when not given)."""
+        if self.model is not None:
+            return self.model
+        from tailsieve.runtime.served_model import resolve_served_model, transport_getter
+
+        async with self._model_lock:
+            if self.model is None:
+                self.model = await resolve_served_model(
+                    transport_getter(self._t.get, self._health_timeout_s), self.endpoints,
+                    self.backend)
+        return self.model
+
+
+def _output(resp: Response, raw: Any, backend: Backend) -> PieceOutput:
+    """A parsed response as a piece's output (a server-specific finish reason such as vLLM's
+    "abort" or SGLang's is read as "abort")."""
+    if resp.token_ids is None:
+        raise RequestError("a piece came back without token ids (vLLM: return_token_ids; "
+                           "SGLang: output_ids)")
+    reason = resp.finish_reason if resp.finish_reason in FINISH_REASONS else "abort"
+    return PieceOutput(
+        token_ids=tuple(resp.token_ids), finish_reason=reason, text=resp.text,
+        logprobs=resp.logprobs, text_offsets=resp.text_offsets,
+        num_cached_tokens=_cached_tokens(raw, backend),
+    )
+
+
+def _cached_tokens(raw: Any, backend: Backend) -> int | None:
+    """Prompt tokens the server reports it found cached, or None."""
+    try:
+        if backend is Backend.SGLANG:
+            item = raw[0] if isinstance(raw, list) else raw
+            val = item["meta_info"].get("cached_tokens")
+        else:
+            details = (raw.get("usage") or {}).get("prompt_tokens_details") or {}
+            val = details.get("cached_tokens")
+    except (KeyError, TypeError, AttributeError, IndexError):
+        return None
+    return int(val) if isinstance(val, int) and not isinstance(val, bool) else None

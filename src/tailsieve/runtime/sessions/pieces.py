@@ -1,0 +1,122 @@
+"""The one-method seam between the session gateway and a server: run one piece of a turn.
+
+A turn is generated as a chain of pieces (``runtime.chain``): piece ``k + 1`` is sent with the
+turn's prompt plus every token the earlier pieces generated, and the remaining token budget.
+A ``PieceRunner`` sends one such piece to one replica and returns what it generated; the
+gateway decides where each piece goes and joins them. ``HttpPieceRunner`` speaks vLLM's
+``/v1/completions`` (token-id prompts) and SGLang's ``/generate`` (``input_ids``); the verl
+router adds a runner over Ray handles; tests use ``StubPieceRunner``.
+
+Errors a runner raises (``tailsieve.runtime.transport``): ``ReplicaDownError`` when the
+replica is gone (the gateway takes it out and continues the turn elsewhere from the last
+seam), ``RequestError`` when it answered badly and retries did not help (the turn fails with
+it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any, Protocol, runtime_checkable
+
+from tailsieve.errors import ConfigError
+from tailsieve.runtime.backends import SamplingParams
+
+FINISH_REASONS = ("stop", "length", "abort")
+_SAMPLING_FIELDS = tuple(f.name for f in fields(SamplingParams) if f.name != "extra")
+
+
+@dataclass(frozen=True, slots=True)
+class PieceRequest:
+    """One piece to generate."""
+
+    prompt_ids: tuple[int, ...]  # the turn's prompt plus the tokens earlier pieces generated
+    sampling: SamplingParams  # the turn's sampling (its ``max_tokens`` is the turn's cap)
+    max_tokens: int  # the most tokens this piece may generate
+    request_id: str  # unique per piece (SGLang's ``rid``; logs)
+    prompt_json: str | None = None  # ``prompt_ids`` as JSON when already encoded (spliced)
+
+    def __post_init__(self) -> None:
+        if not self.prompt_ids:
+            raise ConfigError(f"piece {self.request_id!r}: empty prompt")
+        if self.max_tokens < 1:
+            raise ConfigError(f"piece {self.request_id!r}: max_tokens must be >= 1, "
+                              f"got {self.max_tokens}")
+
+    def sampling_dict(self) -> dict[str, Any]:
+        """This piece's sampling as vLLM's sampling-parameter dict (``max_tokens`` = the
+        piece's cap; unset fields left out): what an engine-level runner passes on."""
+        return {**sampling_dict(self.sampling), "max_tokens": self.max_tokens}
+
+
+@dataclass(frozen=True, slots=True)
+class PieceOutput:
+    """What one piece generated."""
+
+    token_ids: tuple[int, ...]
+    finish_reason: str  # "stop" | "length" (the piece's cap, or the model's length) | "abort"
+    text: str | None = None  # None: the runner returns no text (token ids only)
+    logprobs: tuple[float, ...] | None = None  # of each generated token, when asked
+    text_offsets: tuple[int, ...] | None = None  # start of each token's text in ``text``
+    num_cached_tokens: int | None = None  # prompt tokens the server found cached (None: not
+    # reported)
+
+    def __post_init__(self) -> None:
+        if self.finish_reason not in FINISH_REASONS:
+            raise ConfigError(f"finish_reason must be one of {FINISH_REASONS}, "
+                              f"got {self.finish_reason!r}")
+        if self.logprobs is not None and len(self.logprobs) != len(self.token_ids):
+            raise ConfigError(f"{len(self.logprobs)} logprobs for {len(self.token_ids)} tokens")
+
+
+@runtime_checkable
+class PieceRunner(Protocol):
+    """How one piece is sent to one replica."""
+
+    async def run_piece(self, replica: int, piece: PieceRequest) -> PieceOutput:
+        """Generate ``piece`` on ``replica``. Raises ``ReplicaDownError`` when the replica is
+        gone, ``RequestError`` when it answered badly. Cancelling the call aborts the piece
+        on the server."""
+        ...
+
+
+@runtime_checkable
+class HealthProbe(Protocol):
+    """A runner that can tell whether a replica taken out answers again (optional)."""
+
+    async def probe(self, replica: int) -> bool:
+        """Whether ``replica`` is healthy now."""
+        ...
+
+
+def sampling_from_dict(params: Mapping[str, Any]) -> SamplingParams:
+    """``SamplingParams`` from vLLM-style sampling fields (``max_tokens``, ``temperature``,
+    ``top_p``, ``top_k``, ``stop``, ``seed``, ``logprobs``, ...); the others go to ``extra``
+    and are sent verbatim. ``max_new_tokens`` (SGLang) is read as ``max_tokens``."""
+    known: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    for key, val in params.items():
+        if key == "max_new_tokens":
+            key = "max_tokens"
+        if key in _SAMPLING_FIELDS:
+            known[key] = val
+        elif val is not None:
+            extra[key] = val
+    stop = known.get("stop")
+    if isinstance(stop, str):
+        known["stop"] = (stop,)
+    elif stop is not None:
+        known["stop"] = tuple(stop) or None
+    if known.get("max_tokens") is None:
+        known.pop("max_tokens", None)
+    return SamplingParams(**known, extra=extra)
+
+
+def sampling_dict(sampling: SamplingParams) -> dict[str, Any]:
+    """The inverse of ``sampling_from_dict``: set fields and ``extra``."""
+    out: dict[str, Any] = {k: getattr(sampling, k) for k in _SAMPLING_FIELDS
+                           if getattr(sampling, k) is not None}
+    if "stop" in out:
+        out["stop"] = list(out["stop"])
+    out.update(sampling.extra)
+    return out

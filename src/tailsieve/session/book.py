@@ -1,0 +1,288 @@
+"""The live bookkeeping of sessions and replicas that every live router shares (pure).
+
+The live runtime, verl's router plug-in and the HTTP proxy see the same events: a turn
+arrives (``request``), is placed and starts (``start_turn``), reports progress or is moved by
+continuation (``progress``, ``move_turn``), ends (``end_turn``: the session goes into a tool
+call at that replica) and finally the session ends (``end_session``). From them the book keeps
+what a router reads: per replica, the turns running and their contexts, the sessions waiting
+on a tool whose home it is, prefills not yet done; per session, its context, home and turn;
+and a ``PrefixCacheModel`` of what each replica's cache holds. ``views`` and ``balance_loads``
+turn that into the inputs of ``place_turn`` / the routers and of ``core.balancer``. No
+clock: callers pass ``now_s``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass
+
+from tailsieve.core.balancer import ReplicaLoad, Running
+from tailsieve.errors import ConfigError
+from tailsieve.model.replica_config import ReplicaConfig
+from tailsieve.session.cache_model import PrefixCacheModel
+from tailsieve.session.pricing import recompute_rate
+from tailsieve.session.replica_view import ReplicaView
+from tailsieve.session.turn import TurnRequest
+
+__all__ = ["SessionBook"]
+
+
+@dataclass(slots=True)
+class _Session:
+    group_id: Hashable | None
+    prompt_tokens: int  # its group's shared prompt
+    context_tokens: int  # context at the end of its last turn (prompt of the next, less new)
+    home: int | None = None  # replica of its last turn (None before the first)
+    turn_index: int = -1  # of the turn requested or running
+    requested_tokens: int = 0  # prompt of the turn requested or running
+    replica: int | None = None  # where its turn runs (None: not running)
+    generated: int = 0  # tokens its running turn generated so far
+    unprefilled: int = 0  # of its running turn's prompt, tokens not yet prefilled
+    started_s: float = 0.0
+    in_tool: bool = False  # waiting on a tool at ``home`` (counted in its tool waits)
+
+
+@dataclass(slots=True)
+class _Rep:
+    num_running: int = 0
+    context: float = 0.0  # prompt + generated tokens of the running turns
+    num_tool: int = 0
+    tool_context: float = 0.0
+    backlog: float = 0.0  # tokens admitted, not yet prefilled
+    healthy: bool = True
+
+
+class _TauTable:
+    """``tau(b)`` for whole ``b`` from a growing table (``ReplicaLoad.tau``)."""
+
+    def __init__(self, config: ReplicaConfig) -> None:
+        self._model = config.throughput
+        self._table = self._model.taus(64).tolist()
+
+    def __call__(self, b: int) -> float:
+        if b >= len(self._table):
+            self._table = self._model.taus(2 * b).tolist()
+        return self._table[b]
+
+
+class SessionBook:
+    """The router's view of sessions and replicas, kept from events (pure)."""
+
+    def __init__(self, configs: Sequence[ReplicaConfig], cache: PrefixCacheModel) -> None:
+        if not configs:
+            raise ConfigError("a session book needs at least one replica")
+        if cache.num_replicas != len(configs):
+            raise ConfigError(f"prefix cache has {cache.num_replicas} replicas, the book "
+                              f"{len(configs)}")
+        self.configs = list(configs)
+        self.cache = cache
+        self._reps = [_Rep() for _ in configs]
+        self._sessions: dict[Hashable, _Session] = {}
+        self._taus = [_TauTable(c) for c in configs]
+        self._num_turns = 0
+        self._sum_output = 0
+
+    # ----- events --------------------------------------------------------------------
+    def request(self, session_id: Hashable, group_id: Hashable | None, context_tokens: int,
+                prompt_tokens: int | None = None, max_tokens: int | None = None) -> TurnRequest:
+        """A turn arrives with a prompt of ``context_tokens``; returns what a router reads
+        (home, new tokens, cached prefixes). ``prompt_tokens``: the group's shared prompt
+        (default: the first turn's whole prompt)."""
+        s = self._sessions.get(session_id)
+        if s is None:
+            prompt = context_tokens if prompt_tokens is None else prompt_tokens
+            if not 0 <= prompt <= context_tokens:
+                raise ConfigError(f"session {session_id!r}: prompt_tokens must be in "
+                                  f"[0, {context_tokens}], got {prompt}")
+            s = self._sessions[session_id] = _Session(group_id, prompt, 0)
+        if s.replica is not None:
+            raise ConfigError(f"session {session_id!r}: a turn is still running on replica "
+                              f"{s.replica}")
+        s.turn_index += 1
+        s.requested_tokens = context_tokens
+        new = context_tokens - s.context_tokens if context_tokens >= s.context_tokens else (
+            context_tokens)
+        return TurnRequest(session_id, s.group_id, s.turn_index, context_tokens, new, s.home,
+                           self.cache.cached_on(session_id, s.group_id, context_tokens),
+                           max_tokens)
+
+    def start_turn(self, session_id: Hashable, replica: int, now_s: float) -> None:
+        """The requested turn starts on ``replica``."""
+        s = self._session(session_id)
+        self._check_replica(replica)
+        if s.replica is not None:
+            raise ConfigError(f"session {session_id!r}: its turn already runs on {s.replica}")
+        self._leave_tool(s)
+        cached = self.cache.cached(replica, session_id, s.group_id, s.requested_tokens)
+        self.cache.release(replica, session_id)
+        s.replica, s.generated, s.started_s = replica, 0, now_s
+        s.unprefilled = s.requested_tokens - cached
+        rep = self._reps[replica]
+        rep.num_running += 1
+        rep.context += s.requested_tokens
+        rep.backlog += s.unprefilled
+        self._fit_cache(replica)
+
+    def progress(self, session_id: Hashable, generated_tokens: int, now_s: float) -> None:
+        """The running turn has generated ``generated_tokens`` so far (its prefill is done)."""
+        s = self._session(session_id)
+        if s.replica is None:
+            raise ConfigError(f"session {session_id!r}: no turn is running")
+        rep = self._reps[s.replica]
+        rep.context += generated_tokens - s.generated
+        rep.backlog -= s.unprefilled
+        s.generated, s.unprefilled = generated_tokens, 0
+        self._fit_cache(s.replica)
+
+    def move_turn(self, session_id: Hashable, dst: int, now_s: float) -> None:
+        """The running turn continues on ``dst`` (its prefix stays cached where it ran)."""
+        s = self._session(session_id)
+        self._check_replica(dst)
+        if s.replica is None:
+            raise ConfigError(f"session {session_id!r}: no turn is running to move")
+        src = s.replica
+        held = s.requested_tokens + s.generated
+        self._stop(s)
+        if self._reps[src].healthy:
+            self.cache.insert(src, session_id, s.group_id, min(s.prompt_tokens, held), held)
+        cached = self.cache.cached(dst, session_id, s.group_id, held)
+        self.cache.release(dst, session_id)
+        rep = self._reps[dst]
+        s.replica, s.unprefilled = dst, held - cached
+        rep.num_running += 1
+        rep.context += held
+        rep.backlog += s.unprefilled
+        self._fit_cache(dst)
+
+    def end_turn(self, session_id: Hashable, output_tokens: int, now_s: float) -> None:
+        """The running turn ended with ``output_tokens``; the session waits on a tool at the
+        replica it ran on (its home from now on)."""
+        s = self._session(session_id)
+        if s.replica is None:
+            raise ConfigError(f"session {session_id!r}: no turn is running to end")
+        if output_tokens < 0:
+            raise ConfigError(f"session {session_id!r}: output_tokens must be >= 0")
+        r = s.replica
+        self._stop(s)
+        s.context_tokens = s.requested_tokens + output_tokens
+        s.home = r
+        self._num_turns += 1
+        self._sum_output += output_tokens
+        rep = self._reps[r]
+        if rep.healthy:
+            self.cache.insert(r, session_id, s.group_id, min(s.prompt_tokens, s.context_tokens),
+                              s.context_tokens)
+        rep.num_tool += 1
+        rep.tool_context += s.context_tokens
+        s.in_tool = True
+
+    def end_session(self, session_id: Hashable) -> None:
+        """The session ended (after its last turn, or abandoned)."""
+        s = self._sessions.pop(session_id, None)
+        if s is None:
+            return
+        if s.replica is not None:
+            self._stop(s)
+        self._leave_tool(s)
+        self.cache.discard(session_id)
+
+    def set_healthy(self, replica: int, healthy: bool) -> None:
+        """A replica failed (its cache is lost) or came back."""
+        self._check_replica(replica)
+        self._reps[replica].healthy = healthy
+        if not healthy:
+            self.cache.drop_replica(replica)
+
+    # ----- reads ---------------------------------------------------------------------
+    def views(self, now_s: float) -> list[ReplicaView]:
+        """Every replica as ``place_turn`` and the routers read it."""
+        return [ReplicaView(r, self.configs[r], rep.num_running, max(rep.context, 0.0), 0,
+                            rep.num_tool, max(rep.tool_context, 0.0), max(rep.backlog, 0.0),
+                            rep.healthy)
+                for r, rep in enumerate(self._reps)]
+
+    def balance_loads(self, now_s: float) -> list[ReplicaLoad]:
+        """One ``ReplicaLoad`` per replica for ``core.balancer.plan_moves`` (mid-turn moves):
+        its running turns keyed by session id with their contexts (prompt + generated);
+        pass ``self.cached`` and ``self.cached_on`` as its ``cached`` / ``cached_on``."""
+        running: list[list[tuple[Hashable, int]]] = [[] for _ in self._reps]
+        for key, s in self._sessions.items():
+            if s.replica is not None:
+                running[s.replica].append((key, s.requested_tokens + s.generated))
+        out = []
+        for r, (rep, cfg) in enumerate(zip(self._reps, self.configs, strict=True)):
+            items = running[r]
+            out.append(ReplicaLoad(
+                r, len(items), float(sum(n for _, n in items)), _frozen(items), self._taus[r],
+                cfg.throughput.context_s_per_token,
+                recompute_rate(cfg, rep.context / max(rep.num_running, 1)), cfg.prefill_s,
+                rep.healthy))
+        return out
+
+    def cached(self, session_id: Hashable, replica: int) -> int:
+        """Prefix tokens of the session's running context cached on ``replica``."""
+        s = self._sessions.get(session_id)
+        if s is None:
+            return 0
+        held = s.requested_tokens + s.generated if s.replica is not None else s.context_tokens
+        return self.cache.cached(replica, session_id, s.group_id, held)
+
+    def cached_on(self, session_id: Hashable) -> Mapping[int, int]:
+        """``{replica: cached(session_id, replica)}`` where above 0."""
+        s = self._sessions.get(session_id)
+        if s is None:
+            return {}
+        held = s.requested_tokens + s.generated if s.replica is not None else s.context_tokens
+        return self.cache.cached_on(session_id, s.group_id, held)
+
+    def home(self, session_id: Hashable) -> int | None:
+        """The replica of the session's running turn, or of its last one."""
+        s = self._sessions.get(session_id)
+        if s is None:
+            return None
+        return s.replica if s.replica is not None else s.home
+
+    @property
+    def expected_turn_tokens(self) -> float:
+        """Mean output of the turns ended so far (0 before any)."""
+        return self._sum_output / self._num_turns if self._num_turns else 0.0
+
+    @property
+    def num_sessions(self) -> int:
+        return len(self._sessions)
+
+    # ----- internals -----------------------------------------------------------------
+    def _session(self, session_id: Hashable) -> _Session:
+        s = self._sessions.get(session_id)
+        if s is None:
+            raise ConfigError(f"unknown session {session_id!r} (request() a turn first)")
+        return s
+
+    def _check_replica(self, replica: int) -> None:
+        if not 0 <= replica < len(self._reps):
+            raise ConfigError(f"no replica {replica} (replicas 0..{len(self._reps) - 1})")
+
+    def _stop(self, s: _Session) -> None:
+        assert s.replica is not None
+        rep = self._reps[s.replica]
+        rep.num_running -= 1
+        rep.context -= s.requested_tokens + s.generated
+        rep.backlog -= s.unprefilled
+        s.replica, s.unprefilled = None, 0
+
+    def _leave_tool(self, s: _Session) -> None:
+        if s.in_tool and s.home is not None:
+            rep = self._reps[s.home]
+            rep.num_tool -= 1
+            rep.tool_context -= s.context_tokens
+            s.in_tool = False
+
+    def _fit_cache(self, replica: int) -> None:
+        cap = self.configs[replica].kv_capacity_tokens
+        if cap is not None:
+            self.cache.set_capacity(replica, int(cap - max(self._reps[replica].context, 0.0)))
+
+
+def _frozen(items: list[tuple[Hashable, int]]) -> Callable[[], Running]:
+    snapshot = tuple(items)
+    return lambda: snapshot

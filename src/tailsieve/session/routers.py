@@ -1,0 +1,108 @@
+"""The session routers of issue 33 item 3 and TailSieve's, behind one interface.
+
+``make_router(policy)`` builds a fresh router (one per rollout: sticky routers keep state).
+Baselines follow the code users run (``tailsieve.session.sticky``,
+``tailsieve.session.cache_aware``); ``TailSieveRouter`` calls ``place_turn``;
+``LengthOracle`` is the simulator's length-knowing reference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+import numpy as np
+
+from tailsieve.errors import ConfigError
+from tailsieve.session.cache_aware import CacheAware
+from tailsieve.session.decision import TurnDecision
+from tailsieve.session.oracle_router import LengthOracle
+from tailsieve.session.priced import place_turn
+from tailsieve.session.replica_view import ReplicaView
+from tailsieve.session.router_base import SessionPolicy, SessionRouter
+from tailsieve.session.settings import SessionSettings
+from tailsieve.session.sticky import (
+    AffinityMargin,
+    ImbalanceRepin,
+    StickyLeastLoaded,
+    TurnRoundRobin,
+    VerlSticky,
+)
+from tailsieve.session.turn import TurnRequest
+
+__all__ = ["SessionPolicy", "SessionRouter", "TailSieveRouter", "make_router", "parse_policy"]
+
+
+class TailSieveRouter:
+    """``place_turn`` at every turn (stateless beyond its settings)."""
+
+    policy = SessionPolicy.TAILSIEVE
+
+    def __init__(self, settings: SessionSettings,
+                 expected_turn_tokens: Callable[[], float | None] | None = None) -> None:
+        self.settings = settings
+        self._expected = expected_turn_tokens  # e.g. ``lambda: book.expected_turn_tokens``
+
+    def choose(self, turn: TurnRequest, views: Sequence[ReplicaView],
+               elapsed_s: float) -> TurnDecision:
+        expected = self._expected() if self._expected is not None else None
+        return place_turn(turn, views, self.settings, elapsed_s, expected)
+
+    def forget(self, session_id: Hashable) -> None:
+        return None
+
+
+def parse_policy(policy: SessionPolicy | str) -> SessionPolicy:
+    """A policy by value (``"verl-sticky"``, ...) with a clear error for an unknown one."""
+    try:
+        return SessionPolicy(policy)
+    except ValueError:
+        names = ", ".join(p.value for p in SessionPolicy)
+        raise ConfigError(f"unknown session policy {policy!r}; choose one of {names}") from None
+
+
+_KW: dict[SessionPolicy, frozenset[str]] = {
+    SessionPolicy.VERL: frozenset(),
+    SessionPolicy.STICKY_LEAST_LOADED: frozenset(),
+    SessionPolicy.CACHE_AWARE: frozenset({"cache_threshold", "balance_abs_threshold",
+                                          "balance_rel_threshold"}),
+    SessionPolicy.MARGIN: frozenset({"margin"}),
+    SessionPolicy.REPIN: frozenset({"balance_abs_threshold", "balance_rel_threshold"}),
+    SessionPolicy.ROUND_ROBIN: frozenset(),
+    SessionPolicy.ORACLE: frozenset({"remaining"}),
+    SessionPolicy.TAILSIEVE: frozenset({"expected_turn_tokens"}),
+}
+
+
+def make_router(policy: SessionPolicy | str, settings: SessionSettings | None = None,
+                rng: np.random.Generator | None = None, **kw: Any) -> SessionRouter:
+    """A fresh router for ``policy``. ``settings``: TailSieve's (default
+    ``SessionSettings()``); ``rng``: ties of verl's routers (default seed 0). Keyword
+    options: ``cache_threshold``, ``balance_abs_threshold``, ``balance_rel_threshold``
+    (cache-aware, verl-repin), ``margin`` (affinity-margin), ``remaining`` (oracle: a
+    callable ``(session_id, turn_index) -> tokens the session still generates, this turn
+    on`` (0 past its last turn); required), ``expected_turn_tokens`` (tailsieve: a callable returning the mean turn
+    output observed so far, or None)."""
+    p = parse_policy(policy)
+    extra = set(kw) - _KW[p]
+    if extra:
+        raise ConfigError(f"session policy {p.value} takes no option {', '.join(sorted(extra))}")
+    gen = rng if rng is not None else np.random.default_rng(0)
+    if p is SessionPolicy.VERL:
+        return VerlSticky(gen)
+    if p is SessionPolicy.STICKY_LEAST_LOADED:
+        return StickyLeastLoaded()
+    if p is SessionPolicy.CACHE_AWARE:
+        return CacheAware(**kw)
+    if p is SessionPolicy.MARGIN:
+        return AffinityMargin(gen, **kw)
+    if p is SessionPolicy.REPIN:
+        return ImbalanceRepin(gen, **kw)
+    if p is SessionPolicy.ROUND_ROBIN:
+        return TurnRoundRobin()
+    if p is SessionPolicy.ORACLE:
+        if "remaining" not in kw:
+            raise ConfigError("the oracle session policy needs remaining=(session, turn) -> "
+                              "tokens left (the simulator passes it)")
+        return LengthOracle(kw["remaining"], settings or SessionSettings())
+    return TailSieveRouter(settings or SessionSettings(), kw.get("expected_turn_tokens"))

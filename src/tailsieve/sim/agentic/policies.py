@@ -1,0 +1,55 @@
+"""The policies the agentic simulator compares: a session router plus what runs with it.
+
+Count routers (verl's default, prime-rl's, SGLang's cache_aware, verl #7435 and #6533,
+per-turn round-robin) only place turns. TailSieve places turns with ``place_turn``, moves
+running turns by continuation between them (it holds the generation) and runs both behind
+the balance gate. The oracle places turns knowing every remaining length and moves running
+turns as TailSieve does (a reference for what routing can reach).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tailsieve.errors import ConfigError
+from tailsieve.session.router_base import SessionPolicy
+
+__all__ = ["BASELINE", "DEFAULT_POLICIES", "POLICIES", "PolicySpec", "policy_spec"]
+
+
+@dataclass(frozen=True, slots=True)
+class PolicySpec:
+    """One simulated policy."""
+
+    name: str  # what results call it
+    router: SessionPolicy  # who places turns
+    midturn: bool = False  # moves running turns by continuation
+    gate: bool = False  # the balance gate switches its moves on and off per step
+    boundary_moves: bool = True  # (TailSieve) turns may leave their home at a boundary
+    kw: tuple[tuple[str, object], ...] = ()  # router options (make_router keywords)
+
+
+POLICIES: dict[str, PolicySpec] = {p.name: p for p in (
+    PolicySpec("verl-sticky", SessionPolicy.VERL),
+    PolicySpec("sticky-least-loaded", SessionPolicy.STICKY_LEAST_LOADED),
+    PolicySpec("cache-aware", SessionPolicy.CACHE_AWARE),
+    PolicySpec("affinity-margin", SessionPolicy.MARGIN),
+    PolicySpec("verl-repin", SessionPolicy.REPIN),
+    PolicySpec("turn-round-robin", SessionPolicy.ROUND_ROBIN),
+    PolicySpec("tailsieve", SessionPolicy.TAILSIEVE, midturn=True, gate=True),
+    PolicySpec("tailsieve-boundary", SessionPolicy.TAILSIEVE, gate=True),
+    PolicySpec("tailsieve-midturn", SessionPolicy.TAILSIEVE, midturn=True, gate=True,
+               boundary_moves=False),
+    PolicySpec("oracle", SessionPolicy.ORACLE, midturn=True),
+)}
+BASELINE = "verl-sticky"
+DEFAULT_POLICIES: tuple[str, ...] = (
+    "verl-sticky", "sticky-least-loaded", "cache-aware", "affinity-margin", "verl-repin",
+    "turn-round-robin", "tailsieve", "oracle")
+
+
+def policy_spec(name: str) -> PolicySpec:
+    """The policy called ``name`` (one of ``POLICIES``)."""
+    if name not in POLICIES:
+        raise ConfigError(f"unknown agentic policy {name!r}; choose from {', '.join(POLICIES)}")
+    return POLICIES[name]

@@ -1,0 +1,232 @@
+"""One synchronous agentic step, simulated event by event.
+
+Every trajectory of the step starts its first turn at time 0. A turn is placed by the
+session router (``tailsieve.session``) from what a router knows then, and submitted to that
+replica's ``ReplicaEngine`` with its prompt (the session's context) and the prefix the
+replica's cache holds: only the rest is prefilled, stalling that replica's decoding as a
+chunked prefill does (``ReplicaConfig.prefill_cost_s``: the grounded prefill model). When the
+turn's last token is out, its context (prompt + output) goes into that replica's cache and
+the session waits on its tool for ``tool_s`` seconds, holding no decode slot, counted as a
+tool wait of that replica; then its next turn arrives with the tool's tokens appended. The
+step ends when every trajectory of every group is done (groups stay whole).
+
+With ``StepOptions.midturn`` (TailSieve and the oracle: the router holds the generation),
+re-balance checks every ``interval_s`` ask ``core.balancer.plan_moves`` for moves of running
+turns, priced with the prefix caches; a moved turn stops where it runs (its blocks stay
+cached there) and after ``seam_s`` continues on the destination with its prompt plus the
+tokens generated so far, which the destination prefills where its cache does not hold them.
+
+Time advances from event to event (engine completions and stalls in closed form, tool
+returns, continuations, checks): never token by token.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+
+from tailsieve.core.balancer import BalanceSettings
+from tailsieve.errors import ConfigError
+from tailsieve.model.replica_config import ReplicaConfig
+from tailsieve.session.router_base import SessionRouter
+from tailsieve.session.turn import TurnRequest
+from tailsieve.sim.agentic.midturn import MovePlanner
+from tailsieve.sim.agentic.replicas import Replicas
+from tailsieve.sim.agentic.stats import StepStats
+from tailsieve.workload.turns import Trajectory
+
+__all__ = ["AGENTIC_BALANCE", "StepOptions", "TurnStepSim", "simulate_step"]
+
+
+# checks every 5 s (a turn lasts seconds to minutes), a 0.05 s seam per continuation
+AGENTIC_BALANCE = BalanceSettings(interval_s=5.0, horizon_s=30.0, seam_s=0.05)
+
+
+@dataclass(frozen=True, slots=True)
+class StepOptions:
+    """How one step runs beyond its router."""
+
+    midturn: bool = False  # re-balance running turns by continuation (router holds them)
+    balance: BalanceSettings = field(default_factory=lambda: AGENTIC_BALANCE)  # checks:
+    # interval, seam, moves per check, horizon and the controller's step-time estimate
+
+
+class TurnStepSim:
+    """The state of one step while it runs (see the module docstring)."""
+
+    def __init__(self, trajectories: Sequence[Trajectory], configs: Sequence[ReplicaConfig],
+                 router: SessionRouter, options: StepOptions) -> None:
+        if not trajectories:
+            raise ConfigError("a step needs at least one trajectory")
+        self.trajs = list(trajectories)
+        self.router = router
+        self.options = options
+        self.reps = Replicas(configs)
+        n = len(self.trajs)
+        self.turn = [0] * n  # index of the current turn
+        self.context = [t.prompt_tokens for t in self.trajs]  # prompt of the current turn
+        self.home: list[int | None] = [None] * n  # replica of the last turn
+        self.where = [-1] * n  # replica of the running piece (-1: none)
+        self.piece = [0] * n  # pieces of the current turn so far
+        self.done_tokens = [0] * n  # tokens of the current turn in finished pieces
+        self.left = n
+        self.stats = StepStats(num_trajectories=n)
+        self.events: list[tuple[float, int, int, int]] = []  # (time, kind, session, replica)
+        self.planner = (MovePlanner(self.reps, [t.prompt_id for t in self.trajs])
+                        if options.midturn else None)
+        self._out_sum = 0
+        self._out_n = 0
+
+    # ----- the loop ------------------------------------------------------------------
+    def run(self) -> StepStats:
+        for i in range(len(self.trajs)):
+            self.arrive(i, 0.0)
+        next_check = self.options.balance.interval_s if self.planner is not None else math.inf
+        while self.left > 0:
+            eng = self.reps.next_event()
+            t_eng = eng[0] if eng is not None else math.inf
+            t_ev = self.events[0][0] if self.events else math.inf
+            t = min(t_eng, t_ev, next_check)
+            if t == math.inf:
+                raise ConfigError("the step stalled with trajectories unfinished")
+            if t == t_eng and eng is not None:
+                self.sync(eng[1], t)
+            elif t == t_ev:
+                _, kind, i, r = heapq.heappop(self.events)
+                if kind == 0:
+                    self.arrive(i, t)
+                else:
+                    self.continue_on(i, r, t)
+            else:
+                self.check(t)
+                next_check = t + self.options.balance.interval_s
+        pre, rec = self.reps.preemptions()
+        self.stats.preemptions, self.stats.recomputed_tokens = pre, rec
+        return self.stats
+
+    def sync(self, r: int, t: float) -> None:
+        """Bring replica ``r`` to ``t`` and end the turns that completed there."""
+        for c in self.reps.advance(r, t):
+            i, piece = _ids(c.request_id)
+            if self.where[i] == r and self.piece[i] == piece:
+                self.end_turn(i, r, c.time_s)
+
+    def check(self, t: float) -> None:
+        """A mid-turn re-balance check at ``t``: plan moves, stop each moved turn and
+        schedule its continuation."""
+        assert self.planner is not None
+        for r in range(len(self.reps)):
+            self.sync(r, t)
+        self.stats.checks += 1
+        opts = self.options.balance
+        horizon = min(opts.horizon_at(t), self.session_horizon_s())
+        for m in self.planner.plan(horizon, opts.seam_s, opts.max_moves_per_check):
+            i, piece = _ids(m.key)
+            if self.where[i] != m.src or self.piece[i] != piece:
+                continue
+            self.done_tokens[i] += self.reps.engines[m.src].abort(m.key)
+            self.reps.touched(m.src)
+            tr = self.trajs[i]
+            held = self.context[i] + self.done_tokens[i]
+            self.reps.cache.insert(m.src, i, tr.prompt_id, min(tr.prompt_tokens, held), held)
+            self.reps.fit_cache(m.src)
+            self.where[i] = -1
+            self.piece[i] = piece + 1
+            self.stats.midturn_moves += 1
+            heapq.heappush(self.events, (t + opts.seam_s, 1, i, m.dst))
+
+    # ----- turns ---------------------------------------------------------------------
+    def request(self, i: int) -> TurnRequest:
+        tr, k = self.trajs[i], self.turn[i]
+        ctx = self.context[i]
+        new = ctx if k == 0 else tr.turns[k - 1].tool_output_tokens
+        return TurnRequest(self.session(i), tr.prompt_id, k, ctx, new, self.home[i],
+                           self.reps.cache.cached_on(i, tr.prompt_id, ctx))
+
+    def arrive(self, i: int, t: float) -> None:
+        """Turn ``turn[i]`` of trajectory ``i`` arrives at ``t``: place it and start it."""
+        turn = self.request(i)
+        decision = self.router.choose(turn, self.reps.views(t), t)
+        home = self.home[i]
+        if home is not None:
+            self.reps.leave_tool(home, turn.context_tokens - turn.new_tokens)
+        r = decision.replica
+        cached = turn.cached_on(r)
+        s = self.stats
+        s.num_turns += 1
+        s.prompt_tokens += turn.context_tokens
+        s.cached_tokens += cached
+        s.prefilled_tokens += turn.context_tokens - cached
+        s.reprefilled_tokens += max(turn.context_tokens - cached - turn.new_tokens, 0)
+        if home is not None and r != home:
+            s.boundary_moves += 1
+        self.sync(r, t)
+        self.reps.cache.release(r, i)
+        self.where[i], self.piece[i], self.done_tokens[i] = r, 0, 0
+        out = self.trajs[i].turns[self.turn[i]].output_tokens
+        self.reps.submit(r, (i, 0), out, turn.context_tokens, cached, False, t)
+
+    def end_turn(self, i: int, r: int, t: float) -> None:
+        tr, k = self.trajs[i], self.turn[i]
+        u = tr.turns[k]
+        self._out_sum += u.output_tokens
+        self._out_n += 1
+        end_ctx = self.context[i] + u.output_tokens
+        self.reps.cache.insert(r, i, tr.prompt_id, min(tr.prompt_tokens, end_ctx), end_ctx)
+        self.reps.fit_cache(r)
+        self.where[i] = -1
+        if k + 1 == tr.num_turns:
+            self.left -= 1
+            self.stats.step_s = max(self.stats.step_s, t)
+            self.router.forget(self.session(i))
+            return
+        self.home[i] = r
+        self.reps.enter_tool(r, end_ctx)
+        self.context[i] = end_ctx + u.tool_output_tokens
+        self.turn[i] = k + 1
+        heapq.heappush(self.events, (t + u.tool_s, 0, i, -1))
+
+    def continue_on(self, i: int, r: int, t: float) -> None:
+        """A moved turn's continuation starts on ``r`` after its seam."""
+        tr = self.trajs[i]
+        held = self.context[i] + self.done_tokens[i]
+        out = tr.turns[self.turn[i]].output_tokens - self.done_tokens[i]
+        self.sync(r, t)
+        cached = self.reps.cache.cached(r, i, tr.prompt_id, held)
+        self.reps.cache.release(r, i)
+        self.where[i] = r
+        self.stats.midturn_prefill_tokens += held - cached
+        self.reps.submit(r, (i, self.piece[i]), out, held, cached, True, t)
+
+    def session_horizon_s(self) -> float:
+        """How long a move made now is expected to keep paying: a moved turn's session stays
+        on its new replica for about as many turns as it has run (as ``place_turn``
+        assumes), each the mean turn output at the mean pace of the busy replicas."""
+        running = [i for i, r in enumerate(self.where) if r >= 0]
+        if not running:
+            return 0.0
+        turns = max(sum(self.turn[i] for i in running) / len(running), 1.0)
+        paces = [e.step_s() for e in self.reps.engines if e.num_running]
+        out = self.expected_turn_tokens or 512.0
+        return turns * out * sum(paces) / len(paces)
+
+    def session(self, i: int) -> Hashable:
+        return i
+
+    @property
+    def expected_turn_tokens(self) -> float | None:
+        """Mean output of the turns ended so far in this step (None before any)."""
+        return self._out_sum / self._out_n if self._out_n else None
+
+
+def _ids(rid: Hashable) -> tuple[int, int]:
+    assert isinstance(rid, tuple)
+    return int(rid[0]), int(rid[1])
+
+
+def simulate_step(trajectories: Sequence[Trajectory], configs: Sequence[ReplicaConfig],
+                  router: SessionRouter, options: StepOptions | None = None) -> StepStats:
+    """Run one step of ``trajectories`` on replicas ``configs`` under ``router``."""
+    return TurnStepSim(trajectories, configs, router, options or StepOptions()).run()

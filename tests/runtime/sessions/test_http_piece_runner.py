@@ -1,0 +1,133 @@
+"""``HttpPieceRunner`` against emulated replicas: multi-turn sessions through the gateway on
+vLLM's completions API and SGLang's ``/generate``, the servers' own prefix-cache counts, a
+replica that dies mid-turn, request errors retried then raised, and the sampling dicts."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+from typing import Any
+
+import aiohttp
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tailsieve.runtime.backends import Backend, SamplingParams
+from tailsieve.runtime.emulator import EmulatorConfig, EmulatorServer
+from tailsieve.runtime.sessions import (
+    GatewayConfig,
+    HttpPieceRunner,
+    PieceRequest,
+    SessionGateway,
+    sampling_dict,
+    sampling_from_dict,
+)
+from tailsieve.runtime.transport import RequestError
+
+PROFILE = "qwen3-4b-h100"
+
+
+async def servers(stack: AsyncExitStack, n: int, **kw: Any) -> list[EmulatorServer]:
+    out = []
+    for i in range(n):
+        cfg = EmulatorConfig.from_profile(PROFILE, time_scale=0.002, seed=i,
+                                          prompt_tokens_details=True, **kw)
+        out.append(await stack.enter_async_context(EmulatorServer(cfg)))
+    return out
+
+
+async def prefix_hits(url: str) -> float:
+    async with aiohttp.ClientSession() as s, s.get(url + "/metrics") as r:
+        text = await r.text()
+    for fam in text_string_to_metric_families(text):
+        for sample in fam.samples:
+            if sample.name == "vllm:prefix_cache_hits_total":
+                return sample.value
+    raise AssertionError("no vllm:prefix_cache_hits_total")
+
+
+@pytest.fixture
+async def stack() -> AsyncIterator[AsyncExitStack]:
+    async with AsyncExitStack() as st:
+        yield st
+
+
+@pytest.mark.parametrize("backend", [Backend.VLLM, Backend.SGLANG])
+async def test_a_multi_turn_session_over_http(stack: AsyncExitStack, backend: Backend) -> None:
+    srv = await servers(stack, 2)
+    runner = HttpPieceRunner([s.url for s in srv], backend)
+    stack.push_async_callback(runner.aclose)
+    gw = await stack.enter_async_context(
+        SessionGateway(2, runner, GatewayConfig(piece_tokens=32, profile=PROFILE)))
+    ctx = list(range(1000, 1100))
+    sent = 0
+    for turn in range(3):
+        out = await gw.generate("traj", "g", ctx, {"max_tokens": 200, "logprobs": 0})
+        assert out.token_ids and len(out.token_ids) == out.pieces[-1].end
+        assert out.logprobs is not None and len(out.logprobs) == len(out.token_ids)
+        assert out.text == " tok" * len(out.token_ids)
+        assert out.finish_reason in ("stop", "length")
+        if turn:
+            assert out.replica == home and not out.moved  # noqa: F821 - set on turn 0
+            assert out.num_cached_tokens is not None and out.num_cached_tokens >= 96
+        home = out.replica
+        sent += len(out.pieces)
+        ctx = [*ctx, *out.token_ids, *range(5000 + 10 * turn, 5010 + 10 * turn)]
+    st = gw.stats()
+    assert st.num_turns == 3 and st.num_pieces == sent
+    assert await prefix_hits(srv[home].url) == pytest.approx(st.prefix_hit_tokens)
+
+
+async def test_a_dead_replica_s_turn_continues_on_the_other(stack: AsyncExitStack) -> None:
+    srv = await servers(stack, 2)
+    runner = HttpPieceRunner([s.url for s in srv], request_timeout_s=30.0)
+    stack.push_async_callback(runner.aclose)
+    cfg = GatewayConfig(piece_tokens=16, profile=PROFILE, probe_interval_s=0.05)
+    gw = await stack.enter_async_context(SessionGateway(2, runner, cfg))
+    body = {"max_tokens": 400, "ignore_eos": True}
+    task = asyncio.create_task(gw.generate("traj", None, list(range(1000, 1064)), body))
+    while gw.stats().num_pieces < 3:
+        await asyncio.sleep(0.002)
+    await srv[gw._turns["traj"].replica].crash()
+    out = await task
+    assert len(out.token_ids) == 400 and out.finish_reason == "length"
+    assert out.num_relocations == 1 and {p.replica for p in out.pieces} == {0, 1}
+    assert gw.stats().num_relocations == 1 and sum(gw.healthy()) == 1
+
+
+async def test_request_errors_are_retried_then_raised(stack: AsyncExitStack) -> None:
+    (srv,) = await servers(stack, 1, error_rate=1.0)
+    runner = HttpPieceRunner([srv.url], max_retries=2, backoff_s=0.0)
+    stack.push_async_callback(runner.aclose)
+    piece = PieceRequest((1, 2, 3), SamplingParams(max_tokens=4), 4, "p-0")
+    with pytest.raises(RequestError, match="after 2 retries"):
+        await runner.run_piece(0, piece)
+    gw = await stack.enter_async_context(SessionGateway(1, runner, GatewayConfig()))
+    with pytest.raises(RequestError):
+        await gw.generate("s", None, [1, 2, 3], {"max_tokens": 4})
+    assert gw.stats().num_failed_turns == 1 and gw.stats().num_running == 0
+    assert gw.healthy() == (True,)  # an answering replica stays in service
+
+
+def test_sampling_dicts_round_trip() -> None:
+    sp = sampling_from_dict({"temperature": 0.7, "top_p": 0.9, "max_new_tokens": 64,
+                             "stop": "\n\n", "min_tokens": 3, "n": None})
+    assert sp.max_tokens == 64 and sp.stop == ("\n\n",) and sp.extra == {"min_tokens": 3}
+    assert sampling_dict(sp) == {"max_tokens": 64, "temperature": 0.7, "top_p": 0.9,
+                                 "stop": ["\n\n"], "min_tokens": 3}
+    piece = PieceRequest((1,), sp, 16, "r")
+    assert piece.sampling_dict()["max_tokens"] == 16
+
+
+async def test_over_http_streams_pieces_as_they_end(stack: AsyncExitStack) -> None:
+    srv = await servers(stack, 2)
+    cfg = GatewayConfig(piece_tokens=10, profile=PROFILE)
+    gw = await stack.enter_async_context(SessionGateway.over_http([s.url for s in srv], cfg))
+    seen: list[tuple[int, int]] = []
+    out = await gw.generate("s", None, list(range(1000, 1040)),
+                            {"max_tokens": 35, "ignore_eos": True},
+                            on_piece=lambda span, piece: seen.append((span.end,
+                                                                      len(piece.token_ids))))
+    assert seen == [(10, 10), (20, 10), (30, 10), (35, 5)] and len(out.token_ids) == 35
+    assert isinstance(gw.runner, HttpPieceRunner)

@@ -1,0 +1,228 @@
+"""The session gateway over in-memory replicas (``StubPieceRunner``): turns are token-exact
+chains of pieces wherever their pieces ran, sessions stick by the router, running turns move at
+piece ends, a dead replica's turns continue elsewhere from their last seam, and a crashed
+rebalancer is logged, counted and turns moves off."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+
+import pytest
+
+from tailsieve.core.balancer import BalanceSettings
+from tailsieve.errors import ConfigError, ReplicaError
+from tailsieve.runtime.backends import SamplingParams
+from tailsieve.runtime.sessions import (
+    GatewayConfig,
+    SessionGateway,
+    StubModel,
+    StubPieceRunner,
+    TurnResult,
+)
+
+NEVER_EOS = StubModel(eos_every=10**9)
+SLOW_CHECKS = BalanceSettings(interval_s=3600.0, horizon_s=30.0, seam_s=0.0)
+
+
+def prompt(i: int, n: int = 40) -> list[int]:
+    return [10 * i + j for j in range(n)]
+
+
+def expected(runner: StubPieceRunner, ids: Sequence[int], max_tokens: int) -> list[int]:
+    return runner.model.generate(ids, max_tokens)[0]
+
+
+def assert_exact(runner: StubPieceRunner, ids: Sequence[int], max_tokens: int,
+                 out: TurnResult) -> None:
+    """The turn is the one-go generation, and every piece was sent the prompt plus exactly
+    the tokens before it."""
+    want, reason = runner.model.generate(ids, max_tokens)
+    assert list(out.token_ids) == want and out.finish_reason == reason
+    if out.logprobs is not None:  # asked for: the pieces' logprobs in order
+        assert out.logprobs == tuple(-((t % 7) + 1) / 10 for t in want)
+    assert out.text == "".join(f"<{t}>" for t in want)
+    assert [p.start for p in out.pieces] == [0, *(p.end for p in out.pieces[:-1])]
+    assert out.pieces[-1].end == len(want)
+    sent = {c.request_id: c for c in runner.calls if not c.failed}
+    for k, span in enumerate(out.pieces):
+        call = next(c for rid, c in sent.items() if rid.endswith(f"-{k}")
+                    and list(c.prompt_ids) == [*ids, *want[:span.start]])
+        assert call.replica == span.replica
+
+
+async def test_a_turn_is_the_chain_of_its_pieces() -> None:
+    runner = StubPieceRunner(2, NEVER_EOS)
+    async with SessionGateway(2, runner, GatewayConfig(piece_tokens=16)) as gw:
+        out = await gw.generate("s", "g", prompt(1), {"temperature": 1.0, "logprobs": 0},
+                                max_tokens=50)
+    assert len(out.pieces) == 4 and out.logprobs is not None  # 16 + 16 + 16 + 2
+    assert_exact(runner, prompt(1), 50, out)
+    st = gw.stats()
+    assert st.num_turns == 1 and st.num_pieces == 4 and st.num_running == 0
+
+
+async def test_later_turns_extend_the_context_and_stay_where_it_is_cached() -> None:
+    runner = StubPieceRunner(3, StubModel(eos_every=13))
+    cfg = GatewayConfig(policy="verl-sticky", piece_tokens=8)
+    async with SessionGateway(3, runner, cfg) as gw:
+        ctx = prompt(2)
+        homes = []
+        for turn in range(3):
+            out = await gw.generate("s", "g", ctx, SamplingParams(max_tokens=30, logprobs=0))
+            assert_exact(runner, ctx, 30, out)
+            homes.append(out.replica)
+            if turn:
+                assert out.num_cached_tokens is not None and out.num_cached_tokens >= 16 * (
+                    (len(ctx) - 5) // 16) - 16  # the previous turn's context, in blocks
+            ctx = [*ctx, *out.token_ids, 7, 7, 7, 7, 7]  # the tool's observation
+        gw.end_session("s")
+    assert len(set(homes)) == 1  # sticky
+    st = gw.stats()
+    assert st.moves_at_boundary == 0 and st.moves_mid_turn == 0
+    assert st.moves_off_reason == "policy 'verl-sticky' does not move running turns (only " \
+        "'tailsieve')"
+    assert 0 < st.prefix_hit_tokens < st.prefix_query_tokens
+
+
+async def test_a_running_turn_moves_at_its_next_seam() -> None:
+    runner = StubPieceRunner(2, NEVER_EOS, seconds_per_token=0.002)
+    cfg = GatewayConfig(piece_tokens=8, balance=SLOW_CHECKS)
+    async with SessionGateway(2, runner, cfg) as gw:
+        task = asyncio.create_task(gw.generate("s", None, prompt(3), {}, max_tokens=64))
+        while not gw._turns or gw._turns["s"].piece_on is None:
+            await asyncio.sleep(0.001)
+        src = gw._turns["s"].replica
+        assert gw._move("s", 1 - src)
+        assert not gw._move("s", src)  # it waits on its move: no second one before the seam
+        out = await task
+    assert_exact(runner, prompt(3), 64, out)
+    assert out.pieces[0].replica == src and out.pieces[1].replica == 1 - src
+    assert out.num_mid_turn_moves == 1
+    st = gw.stats()
+    assert st.moves_mid_turn == 1 and st.reprefill_tokens > 0
+
+
+async def test_the_rebalancer_moves_turns_to_a_replica_that_came_back() -> None:
+    runner = StubPieceRunner(2, NEVER_EOS, seconds_per_token=0.001)
+    cfg = GatewayConfig(piece_tokens=8, balance=SLOW_CHECKS, profile="qwen3-4b-h100")
+    async with SessionGateway(2, runner, cfg) as gw:
+        gw.set_healthy(1, False)  # every turn starts on replica 0
+        tasks = [asyncio.create_task(gw.generate(f"s{i}", "g", prompt(i), {}, max_tokens=400))
+                 for i in range(8)]
+        while len(gw._turns) < 8:
+            await asyncio.sleep(0.001)
+        gw.set_healthy(1, True)
+        made = gw.rebalancer.check().num_made
+        outs = await asyncio.gather(*tasks)
+    assert made > 0
+    for i, out in enumerate(outs):
+        assert_exact(runner, prompt(i), 400, out)
+    assert sum(o.num_mid_turn_moves for o in outs) == made == gw.stats().moves_mid_turn
+    assert {p.replica for o in outs for p in o.pieces} == {0, 1}
+
+
+async def test_a_dead_replica_s_turns_continue_elsewhere_from_the_last_seam() -> None:
+    runner = StubPieceRunner(2, NEVER_EOS, seconds_per_token=0.001)
+    async with SessionGateway(2, runner, GatewayConfig(piece_tokens=16)) as gw:
+        tasks = [asyncio.create_task(gw.generate(f"s{i}", None, prompt(i), {}, max_tokens=120))
+                 for i in range(4)]
+        while len([c for c in runner.calls if not c.failed]) < 6:
+            await asyncio.sleep(0.001)
+        runner.kill(0)
+        outs = await asyncio.gather(*tasks)
+        st = gw.stats()
+        assert gw.healthy() == (False, True)
+        runner.revive(0)
+        while not gw.healthy()[0]:
+            await asyncio.sleep(0.01)  # probed back into service
+    for i, out in enumerate(outs):
+        assert_exact(runner, prompt(i), 120, out)
+    assert st.num_relocations == sum(o.num_relocations for o in outs) > 0
+    failed = [c for c in runner.calls if c.failed]
+    assert failed and all(c.replica == 0 for c in failed)
+    # nothing generated twice: the delivered pieces tile each turn exactly once
+    assert sum(len(c.output_ids) for c in runner.calls) == 4 * 120
+
+
+async def test_a_rebalancer_crash_is_logged_counted_and_turns_moves_off(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runner = StubPieceRunner(2, NEVER_EOS, seconds_per_token=0.001)
+    cfg = GatewayConfig(piece_tokens=8, balance=BalanceSettings(interval_s=0.005,
+                                                                horizon_s=30.0))
+    gw = SessionGateway(2, runner, cfg)
+
+    def broken(now_s: float) -> list[object]:
+        raise RuntimeError("book exploded")
+
+    monkeypatch.setattr(gw.book, "balance_loads", broken)
+    with caplog.at_level(logging.ERROR):
+        async with gw:
+            out = await gw.generate("s", None, prompt(4), {}, max_tokens=200)
+            while gw.stats().rebalancer_crashes == 0:
+                await asyncio.sleep(0.005)
+            later = await gw.generate("t", None, prompt(5), {}, max_tokens=20)
+    assert_exact(runner, prompt(4), 200, out)
+    st = gw.stats()
+    assert st.rebalancer_crashes == 1
+    assert st.moves_off_reason is not None and "book exploded" in st.moves_off_reason
+    assert len(later.pieces) == 1  # moves off: a turn is one piece
+    assert any("book exploded" in r.getMessage() for r in caplog.records)
+
+
+async def test_moves_off_keeps_sessions_home_in_one_piece() -> None:
+    runner = StubPieceRunner(2, StubModel(eos_every=11))
+    async with SessionGateway(2, runner, GatewayConfig(moves=False)) as gw:
+        ctx = prompt(6)
+        outs = []
+        for _ in range(3):
+            out = await gw.generate("s", None, ctx, {}, max_tokens=64)
+            outs.append(out)
+            ctx = [*ctx, *out.token_ids, 1, 2, 3]
+    assert all(len(o.pieces) == 1 for o in outs)
+    assert len({o.replica for o in outs}) == 1
+    assert gw.stats().moves_off_reason == "moves=False"
+
+
+async def test_the_balance_gate_turns_mid_turn_moves_off_where_they_lose() -> None:
+    runner = StubPieceRunner(2, NEVER_EOS)
+    async with SessionGateway(2, runner, GatewayConfig(piece_tokens=8)) as gw:
+        for _ in range(12):
+            balanced = gw.begin_step()
+            gw.end_step(2.0 if balanced else 1.0, 1.0)  # steps with moves: twice as slow
+        off = [not gw.begin_step() for _ in range(16)]
+        assert sum(off) >= 13  # off, but for one probe in 8 steps
+        while gw.begin_step():
+            pass
+        reason = gw.stats().moves_off_reason
+    assert reason is not None and reason.startswith("the balance gate")
+
+
+async def test_bad_input_is_refused() -> None:
+    runner = StubPieceRunner(1)
+    async with SessionGateway(1, runner) as gw:
+        with pytest.raises(ConfigError, match="empty prompt"):
+            await gw.generate("s", None, [], {})
+        with pytest.raises(ConfigError, match="unknown session policy"):
+            GatewayConfig(policy="nope")
+        task = asyncio.create_task(gw.generate("s", None, prompt(1), {}, max_tokens=5))
+        await asyncio.sleep(0)
+        with pytest.raises(ConfigError, match="already has a turn running"):
+            await gw.generate("s", None, prompt(1), {}, max_tokens=5)
+        await task
+
+
+async def test_a_turn_fails_when_no_replica_comes_back() -> None:
+    runner = StubPieceRunner(1, NEVER_EOS, seconds_per_token=0.001)
+    cfg = GatewayConfig(piece_tokens=8, probe_interval_s=0.01, no_replica_timeout_s=0.05)
+    async with SessionGateway(1, runner, cfg) as gw:
+        task = asyncio.create_task(gw.generate("s", None, prompt(1), {}, max_tokens=100))
+        while not runner.calls:
+            await asyncio.sleep(0.001)
+        runner.kill(0)
+        with pytest.raises(ReplicaError, match="no healthy replica"):
+            await task
+        st = gw.stats()
+    assert st.num_failed_turns == 1 and st.num_running == 0
