@@ -80,3 +80,13 @@ async def proxy() -> AsyncIterator[RoutingProxy]:
         yield p
     finally:
         await p.aclose()
+
+
+def long_prompt(text: str, min_tokens: int, max_tokens: int = 4096) -> list[int]:
+    """``text`` (plus a suffix where needed) as ids whose stub answer runs at least
+    ``min_tokens`` tokens."""
+    for k in range(10_000):
+        ids = char_ids(text if k == 0 else f"{text} #{k}")
+        if len(expected(ids, max_tokens)[0]) >= min_tokens:
+            return ids
+    raise AssertionError(f"no prompt near {text!r} runs {min_tokens} tokens")
