@@ -7,6 +7,8 @@ mid-request, and ``/metrics``."""
 from __future__ import annotations
 
 import asyncio
+import itertools
+import json
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from typing import Any
@@ -15,30 +17,15 @@ import aiohttp
 import pytest
 from openai import AsyncOpenAI
 from prometheus_client.parser import text_string_to_metric_families
+from proxy_wire import Wire, check_chain
 
 from tailsieve.runtime.backends import Backend
 from tailsieve.runtime.emulator import EmulatorConfig, EmulatorServer
-from tailsieve.runtime.lean_http import LeanTransport
 from tailsieve.runtime.proxy import ProxyConfig, RoutingProxy
 from tailsieve.runtime.sessions import GatewayConfig
-from tailsieve.runtime.transport import JSON
 
 PROFILE = "qwen3-4b-h100"
 MODEL = "tailsieve-emulated"
-
-
-class Wire(LeanTransport):
-    """Records (url, payload, answer) of every generation POST."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.seen: list[tuple[str, JSON, Any]] = []
-
-    async def post_json(self, url: str, payload: JSON, timeout_s: float | None) -> Any:
-        raw = await super().post_json(url, payload, timeout_s)
-        if url.endswith(("/v1/completions", "/generate")):
-            self.seen.append((url, payload, raw))
-        return raw
 
 
 async def emulators(stack: AsyncExitStack, n: int, **kw: Any) -> list[EmulatorServer]:
@@ -66,35 +53,6 @@ async def proxy_over(stack: AsyncExitStack, servers: list[EmulatorServer], backe
     return proxy
 
 
-def pieces_of(wire: Wire, backend: Backend) -> list[tuple[list[int], list[int], str, list[float]]]:
-    """(prompt ids, token ids, text, logprobs) of each piece on the wire, in order."""
-    out = []
-    for _, payload, raw in wire.seen:
-        if backend is Backend.SGLANG:
-            meta = raw["meta_info"]
-            lps = [e[0] for e in meta.get("output_token_logprobs") or []]
-            out.append((list(payload["input_ids"]), list(raw["output_ids"]), raw["text"], lps))
-        else:
-            ch = raw["choices"][0]
-            lps = (ch["logprobs"] or {}).get("token_logprobs") or []
-            out.append((list(payload["prompt"]), list(ch["token_ids"]), ch["text"], lps))
-    return out
-
-
-def check_chain(pieces: list[tuple[list[int], list[int], str, list[float]]],
-                prompt: list[int], ids: list[int], text: str, lps: list[float] | None) -> None:
-    """The answer is the chain of the pieces whose prompts extend ``prompt``."""
-    mine = [p for p in pieces if p[0][:len(prompt)] == prompt]
-    so_far: list[int] = []
-    for p_ids, out_ids, _, _ in mine:
-        assert p_ids == prompt + so_far  # each continued piece: the prompt + tokens so far
-        so_far += out_ids
-    assert ids == so_far
-    assert text == "".join(p[2] for p in mine)
-    if lps is not None:
-        assert lps == [x for p in mine for x in p[3]]
-
-
 async def test_openai_client_over_vllm_servers_gets_the_chain(stack: AsyncExitStack) -> None:
     srv = await emulators(stack, 2)
     wire = Wire()
@@ -106,7 +64,7 @@ async def test_openai_client_over_vllm_servers_gets_the_chain(stack: AsyncExitSt
     ch = out.choices[0]
     ids = ch.model_extra["token_ids"]
     assert ch.logprobs is not None
-    check_chain(pieces_of(wire, Backend.VLLM), prompt, ids, ch.text,
+    check_chain(wire.pieces(Backend.VLLM), prompt, ids, ch.text,
                 list(ch.logprobs.token_logprobs))
     assert len(wire.seen) == -(-len(ids) // 16)  # pieces of 16
     assert ch.logprobs.tokens == [" tok"] * len(ids)
@@ -140,7 +98,7 @@ async def test_sglang_servers_and_sglang_clients(stack: AsyncExitStack) -> None:
             assert r.status == 200, await r.text()
             out = await r.json()
         lps = out["meta_info"]["output_token_logprobs"]
-        check_chain(pieces_of(wire, Backend.SGLANG), prompt, out["output_ids"], out["text"],
+        check_chain(wire.pieces(Backend.SGLANG), prompt, out["output_ids"], out["text"],
                     [e[0] for e in lps])
         assert [e[1] for e in lps] == out["output_ids"]
         assert out["meta_info"]["finish_reason"]["type"] in ("stop", "length")
@@ -149,13 +107,11 @@ async def test_sglang_servers_and_sglang_clients(stack: AsyncExitStack) -> None:
         async with s.post(proxy.url + "/generate", json={**body, "stream": True}) as r:
             async for line in r.content:
                 if line.startswith(b"data: ") and line.strip() != b"data: [DONE]":
-                    import json
-
                     events.append(json.loads(line[6:]))
         assert events[-1]["meta_info"]["finish_reason"] is not None
         assert all(e["meta_info"]["finish_reason"] is None for e in events[:-1])
         ids = [e["output_ids"] for e in events]
-        assert all(a == b[:len(a)] for a, b in zip(ids, ids[1:], strict=False))
+        assert all(a == b[:len(a)] for a, b in itertools.pairwise(ids))
 
 
 async def test_a_session_s_next_turn_hits_its_server_s_cache(stack: AsyncExitStack) -> None:
@@ -217,7 +173,7 @@ async def test_a_server_crash_mid_request_is_continued(stack: AsyncExitStack) ->
         async with await task as r:
             assert r.status == 200, await r.text()
             out = await r.json()
-    pieces = pieces_of(wire, Backend.VLLM)
+    pieces = wire.pieces(Backend.VLLM)
     for ch in out["choices"]:
         check_chain(pieces, body["prompt"][ch["index"]], ch["token_ids"], ch["text"], None)
     st = svc.gateway.stats()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -212,3 +213,36 @@ def _card(text: str) -> dict[str, Any] | None:
     except json.JSONDecodeError:
         return None
     return data if isinstance(data, dict) else None
+
+
+async def serve(config: ProxyConfig, host: str = "127.0.0.1", port: int = 8800,
+                announce: Callable[[str], None] | None = None) -> None:
+    """Run the proxy until SIGINT / SIGTERM. ``announce`` is told one line once it listens
+    (its URL, the servers, the policy and why moves are off, if they are)."""
+    import signal
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with RoutingProxy(config) as proxy:
+        try:
+            url = await proxy.start(host, port)
+        except OSError as exc:
+            raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        if announce is not None:
+            announce(describe(proxy, url))
+        await stop.wait()
+
+
+def describe(proxy: RoutingProxy, url: str) -> str:
+    """One line about a started proxy."""
+    cfg = proxy.config
+    gw = cfg.gateway
+    servers = (f"{len(cfg.endpoints)} {cfg.backend.value} servers" if cfg.endpoints else
+               f"waiting for {cfg.num_workers} {cfg.backend.value} servers to POST /workers")
+    profile = gw.profile if gw.profile != "auto" else f"auto (using {gw.fallback_profile})"
+    why = proxy.gateway.moves_off_reason if proxy.gateway is not None else gw.moves_off_reason
+    moves = "moves on" if why is None else f"moves off: {why}"
+    return (f"tailsieve serve: listening on {url} ({servers}; policy {gw.policy.value}; "
+            f"profile {profile}; {moves})")
