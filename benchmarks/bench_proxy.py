@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import json
 import multiprocessing as mp
 import os
 import platform
+import pstats
 import resource
 import sys
 import time
@@ -97,6 +99,15 @@ def step_requests(wl: Any, lengths: StepLengths, args: argparse.Namespace, t: in
     return out
 
 
+async def _ask(conn: Any, proc: Any, msg: Any) -> Any:
+    """Send ``msg`` to the client process and wait for its answer (an error if it died)."""
+    conn.send(msg)
+    while not await asyncio.to_thread(conn.poll, 1.0):
+        if not proc.is_alive():
+            raise RuntimeError(f"the client process died (exit code {proc.exitcode})")
+    return conn.recv()
+
+
 async def run(args: argparse.Namespace, urls: list[str], profile_path: Path,
               ) -> tuple[list[dict[str, Any]], str]:
     wl = load_workload("paper-math", num_prompts=args.groups * (args.steps + 2), seed=0)
@@ -109,6 +120,7 @@ async def run(args: argparse.Namespace, urls: list[str], profile_path: Path,
     proc = ctx.Process(target=_client, args=(child,), daemon=True)
     proc.start()
     rows: list[dict[str, Any]] = []
+    prof = cProfile.Profile(time.process_time) if args.cprofile else None
     try:
         async with RoutingProxy(cfg) as proxy:
             url = await proxy.start("127.0.0.1", 0)
@@ -118,15 +130,17 @@ async def run(args: argparse.Namespace, urls: list[str], profile_path: Path,
                 reqs = step_requests(wl, lengths, args, t)
                 direct_s = None
                 if not args.no_direct:
-                    parent.send((urls, reqs))
-                    direct_s, _, bad = await asyncio.to_thread(parent.recv)
+                    direct_s, _, bad = await _ask(parent, proc, (urls, reqs))
                     if bad:
                         raise RuntimeError(f"direct step {t}: {bad[:3]}")
                 before = gateway.stats()
                 c0, w0 = time.process_time(), time.perf_counter()
                 sys0 = resource.getrusage(resource.RUSAGE_SELF).ru_stime
-                parent.send(([url], reqs))
-                wall, tokens, bad = await asyncio.to_thread(parent.recv)
+                if prof is not None and t == args.steps:
+                    prof.enable()
+                wall, tokens, bad = await _ask(parent, proc, ([url], reqs))
+                if prof is not None and t == args.steps:
+                    prof.disable()
                 cpu = time.process_time() - c0
                 sys_s = resource.getrusage(resource.RUSAGE_SELF).ru_stime - sys0
                 step_wall = time.perf_counter() - w0
@@ -151,8 +165,13 @@ async def run(args: argparse.Namespace, urls: list[str], profile_path: Path,
                 print(json.dumps(rows[-1]), flush=True)
             loop = loop_name()
     finally:
-        parent.send(None)
+        if proc.is_alive():
+            parent.send(None)
         proc.join(30)
+    if prof is not None:
+        stats = pstats.Stats(prof).sort_stats("tottime")
+        stats.print_stats(25)
+        stats.dump_stats(str(args.cprofile))
     return rows, loop
 
 
@@ -169,6 +188,7 @@ def main(argv: list[str] | None = None) -> None:
                     help="pieces while turns may move (default: the gateway's, 512)")
     ap.add_argument("--no-moves", action="store_true", help="the proxy keeps turns where placed")
     ap.add_argument("--no-direct", action="store_true", help="skip the direct round-robin steps")
+    ap.add_argument("--cprofile", type=Path, default=None, help="cProfile the last step")
     ap.add_argument("--target", type=float, default=0.05, help="max CPU share")
     ap.add_argument("--loop", choices=LOOP_CHOICES, default="auto",
                     help="the proxy's event loop (auto: uvloop when installed)")

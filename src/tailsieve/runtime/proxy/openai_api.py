@@ -117,7 +117,8 @@ def _completion_prompts(prompt: Any, add_special: bool) -> tuple[PromptSpec, ...
     if isinstance(prompt, str):
         return (_text(prompt, add_special),)
     if isinstance(prompt, list) and prompt:
-        if all(isinstance(x, int) and not isinstance(x, bool) for x in prompt):
+        first = prompt[0]
+        if isinstance(first, int) and not isinstance(first, bool):
             return (PromptSpec(token_ids=token_id_list(prompt, "prompt")),)
         if all(isinstance(x, str) for x in prompt):
             return tuple(_text(x, add_special) for x in prompt)
