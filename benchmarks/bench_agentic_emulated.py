@@ -8,9 +8,10 @@
 The emulator's timing is the profile's (known truth), so the live runtime and the simulator
 run the same model of the same machine: each policy replays the preset's steps
 (``TurnReplay``: forced turn lengths, the recorded tool waits and tool tokens) through its own
-``AgenticRollout`` on fresh emulated replicas (prefill of uncached contexts at the profile's
-prefill model, ``prefill_profile``), and the agentic simulator runs the same trajectories
-under the same policy. Figures per step, in model seconds (live wall time / ``time_scale``):
+``AgenticRollout`` on its own emulated replicas (prefill of uncached contexts at the profile's
+prefill model, ``prefill_profile``), the policies' steps interleaved (round t: step t of each,
+the order rotating), and the agentic simulator runs the same trajectories under the same
+policy. Figures per step, in model seconds (live wall time / ``time_scale``):
 live and simulated step times, each policy's speedup over verl's default live and simulated,
 prefix-cache hit rates (the emulators' ``vllm:prefix_cache_*`` counters and the simulator's)
 and moves. Every batch is checked (whole groups, each trajectory once, exact prompts) and its
@@ -57,34 +58,60 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-async def live_policy(args: argparse.Namespace, policy: str,
-                      steps: list[list[Trajectory]]) -> list[dict[str, Any]]:
-    """Every step of ``policy`` on fresh emulated replicas; per step its figures."""
-    emu = [EmulatorConfig.from_profile(args.profile, time_scale=args.time_scale, seed=i,
-                                       prefill_profile=True, max_model_len=1 << 20)
-           for i in range(args.replicas)]
-    out = []
-    gcfg = GatewayConfig(policy=policy, piece_tokens=args.piece_tokens, profile=args.profile)
-    cfg = AgenticConfig(group_size=args.group_size,
-                        max_turns=max(t.num_turns for ts in steps for t in ts), gateway=gcfg)
+async def live(args: argparse.Namespace, policies: list[str],
+               steps: list[list[Trajectory]]) -> dict[str, list[dict[str, Any]]]:
+    """Every step of every policy, each policy on its own fresh emulated replicas and
+    through its own rollout (its gateway and balance gate), interleaved: round t runs step
+    t of each policy, the order rotating, so that a change of the machine's load falls on
+    every policy alike."""
+    out: dict[str, list[dict[str, Any]]] = {p: [] for p in policies}
+    max_turns = max(t.num_turns for ts in steps for t in ts)
+    loop = asyncio.get_running_loop()
+
+    def model_clock() -> float:  # the gateway prices in the emulators' model seconds
+        return loop.time() / args.time_scale
+
     async with AsyncExitStack() as stack:
-        servers = [await stack.enter_async_context(EmulatorServer(c)) for c in emu]
-        ro = await stack.enter_async_context(AgenticRollout([sv.url for sv in servers], cfg))
+        fleets, ros = {}, {}
+        for p in policies:
+            emu = [EmulatorConfig.from_profile(args.profile, time_scale=args.time_scale,
+                                               seed=i, prefill_profile=True,
+                                               max_model_len=1 << 20)
+                   for i in range(args.replicas)]
+            fleets[p] = [await stack.enter_async_context(EmulatorServer(c)) for c in emu]
+            gcfg = GatewayConfig(policy=p, piece_tokens=args.piece_tokens, profile=args.profile)
+            cfg = AgenticConfig(group_size=args.group_size, max_turns=max_turns, gateway=gcfg)
+            ros[p] = await stack.enter_async_context(
+                AgenticRollout([sv.url for sv in fleets[p]], cfg, clock=model_clock))
         for s, trajs in enumerate(steps):
-            replay = TurnReplay(trajs, time_scale=args.time_scale, seed=args.seed * 1000 + s)
-            q0 = sum(sv.prefix_cache.query_tokens for sv in servers)
-            h0 = sum(sv.prefix_cache.hit_tokens for sv in servers)
-            batch = await ro.run(replay.prompts(), replay.tool, replay.sampling)
-            check_turns(batch.turn_trace().trajectories, trajs)
-            q = sum(sv.prefix_cache.query_tokens for sv in servers) - q0
-            h = sum(sv.prefix_cache.hit_tokens for sv in servers) - h0
-            st = batch.stats
-            out.append({"step": s, "live_step_s": batch.step_s / args.time_scale,
-                        "mid_turn_moves": batch.mid_turn_moves, "hit_rate": h / q if q else 0.0,
-                        "moves_at_boundary": st.moves_at_boundary,
-                        "moves_mid_turn": st.moves_mid_turn,
-                        "reprefill_tokens": st.reprefill_tokens})
+            for j in range(len(policies)):
+                p = policies[(s + j) % len(policies)]
+                out[p].append(await live_step(args, ros[p], fleets[p], s, trajs))
     return out
+
+
+async def live_step(args: argparse.Namespace, ro: AgenticRollout,
+                    servers: list[EmulatorServer], s: int,
+                    trajs: list[Trajectory]) -> dict[str, Any]:
+    replay = TurnReplay(trajs, time_scale=args.time_scale, seed=args.seed * 1000 + s)
+    q0 = sum(sv.prefix_cache.query_tokens for sv in servers)
+    h0 = sum(sv.prefix_cache.hit_tokens for sv in servers)
+    batch = await ro.run(replay.prompts(), replay.tool, replay.sampling)
+    check_turns(batch.turn_trace().trajectories, trajs)
+    q = sum(sv.prefix_cache.query_tokens for sv in servers) - q0
+    h = sum(sv.prefix_cache.hit_tokens for sv in servers) - h0
+    st = batch.stats
+    return {"step": s, "live_step_s": batch.step_s,
+            "mid_turn_moves": batch.mid_turn_moves, "hit_rate": h / q if q else 0.0,
+            "moves_at_boundary": st.moves_at_boundary, "moves_mid_turn": st.moves_mid_turn,
+            "reprefill_tokens": st.reprefill_tokens, "loadavg": loadavg()}
+
+
+def loadavg() -> str:
+    try:
+        return Path("/proc/loadavg").read_text().split(" ", 3)[0]
+    except OSError:
+        return "n/a"
 
 
 def check_turns(got: tuple[Trajectory, ...], want: list[Trajectory]) -> None:
@@ -151,11 +178,12 @@ def main(argv: list[str] | None = None) -> int:
                            "profile": args.profile, "time_scale": args.time_scale,
                            "piece_tokens": args.piece_tokens, "seed": args.seed,
                            "policies": {}}
-    for p in [x for x in args.policies.split(",") if x]:
-        rows = asyncio.run(live_policy(args, p, steps))
-        for r, s in zip(rows, simulate(args, p, steps), strict=True):
-            r.update(s)
-        res["policies"][p] = {"steps": rows}
+    policies = [x for x in args.policies.split(",") if x]
+    rows = asyncio.run(live(args, policies, steps))
+    for p in policies:
+        for r, sim in zip(rows[p], simulate(args, p, steps), strict=True):
+            r.update(sim)
+        res["policies"][p] = {"steps": rows[p]}
     summarize(res)
     (args.out / "agentic_emulated.json").write_text(json.dumps(res, indent=2) + "\n")
     (args.out / "agentic_emulated.md").write_text(markdown(res))

@@ -197,7 +197,10 @@ async def test_the_balance_gate_turns_mid_turn_moves_off_where_they_lose() -> No
         while gw.begin_step():
             pass
         reason = gw.stats().moves_off_reason
+        router_moves = gw.router.settings.moves  # type: ignore[attr-defined]
     assert reason is not None and reason.startswith("the balance gate")
+    assert router_moves is False  # a step the gate does not balance keeps sessions home
+    assert gw.rebalancer.settings.expected_step_s in (1.0, 2.0)  # the last step's time
 
 
 async def test_bad_input_is_refused() -> None:

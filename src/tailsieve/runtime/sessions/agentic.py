@@ -92,18 +92,23 @@ class AgenticRollout:
 
     def __init__(self, endpoints: Sequence[str] = (), config: AgenticConfig | None = None,
                  runner: PieceRunner | None = None, num_replicas: int | None = None,
-                 transport: Transport | None = None) -> None:
+                 transport: Transport | None = None,
+                 clock: Callable[[], float] | None = None) -> None:
+        """``clock``: the gateway's seconds (default the event loop's; emulated replicas
+        running at a time scale pass the model's clock, so that the cost model's times and
+        the gateway's agree)."""
         self.config = config or AgenticConfig()
         if runner is None:
             if not endpoints:
                 raise ConfigError("give endpoints, or a runner and num_replicas")
             self.gateway = SessionGateway.over_http(endpoints, self.config.gateway,
                                                     self.config.backend, self.config.model,
-                                                    transport)
+                                                    transport, clock)
         else:
             if num_replicas is None:
                 raise ConfigError("a runner needs num_replicas")
-            self.gateway = SessionGateway(num_replicas, runner, self.config.gateway)
+            self.gateway = SessionGateway(num_replicas, runner, self.config.gateway,
+                                          clock=clock)
         self._endpoints = list(endpoints)
         self._transport = transport
         self.num_steps = 0

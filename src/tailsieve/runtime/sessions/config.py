@@ -10,6 +10,7 @@ from tailsieve.core.balancer import BalanceSettings
 from tailsieve.errors import ConfigError
 from tailsieve.session.routers import SessionPolicy, parse_policy
 from tailsieve.session.settings import SessionSettings
+from tailsieve.sim.agentic.step import AGENTIC_BALANCE
 
 MOVING_POLICY = SessionPolicy.TAILSIEVE  # the one policy whose turns move mid-turn (the
 # others are the routers users run today: they place turns and never move a running one)
@@ -18,8 +19,9 @@ AUTO_FALLBACK_PROFILE = "cpu"  # the cost model ``profile="auto"`` uses until it
 
 
 def default_balance() -> BalanceSettings:
-    """Mid-turn re-balance checks every second, priced over a 30 s horizon, 50 ms seams."""
-    return BalanceSettings(interval_s=1.0, horizon_s=30.0, seam_s=0.05)
+    """The agentic simulator's mid-turn checks (``sim.agentic.step.AGENTIC_BALANCE``: every
+    5 s, priced over a 30 s horizon without a step-time estimate, 50 ms seams)."""
+    return AGENTIC_BALANCE
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +43,7 @@ class GatewayConfig:
     # last seam (False: it starts again from its prompt)
     settings: SessionSettings | None = None  # the session router's (None: its defaults)
     balance: BalanceSettings = field(default_factory=default_balance)  # mid-turn checks
+    # (their ``expected_step_s`` is replaced by the last step's time, step by step)
     gate: bool = True  # the balance gate may turn mid-turn moves off (fed per step)
     profile: str = "auto"  # cost model: a profile name, a profile JSON path, or "auto"
     fallback_profile: str = AUTO_FALLBACK_PROFILE  # what "auto" uses until it has fitted one

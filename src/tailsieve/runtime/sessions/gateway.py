@@ -49,6 +49,7 @@ from tailsieve.runtime.sessions.result import GatewayStats, PieceSpan, TurnResul
 from tailsieve.runtime.sessions.tally import Tally
 from tailsieve.runtime.sessions.turn_chain import RunningTurn
 from tailsieve.runtime.transport import ReplicaDownError, Transport
+from tailsieve.session.routers import TailSieveRouter
 from tailsieve.session.turn import TurnRequest
 
 log = logging.getLogger(__name__)
@@ -86,6 +87,7 @@ class SessionGateway:
         self.tally = Tally(num_replicas)
         self.gate = BalanceGate()
         self._step_balanced = True
+        self._last_step_s = 0.0  # the last step's time (0: none yet)
         self._crash: str | None = None
         self._task: asyncio.Task[None] | None = None
         self._owns_runner = False  # ``over_http``: the runner is closed with the gateway
@@ -96,13 +98,14 @@ class SessionGateway:
     @classmethod
     def over_http(cls, endpoints: Sequence[str], config: GatewayConfig | None = None,
                   backend: Backend | str = Backend.VLLM, model: str | None = None,
-                  transport: Transport | None = None) -> SessionGateway:
+                  transport: Transport | None = None,
+                  clock: Callable[[], float] | None = None) -> SessionGateway:
         """A gateway over vLLM / SGLang servers at ``endpoints`` (an ``HttpPieceRunner``
         with the config's request timeout, closed with the gateway)."""
         cfg = config or GatewayConfig()
         runner = HttpPieceRunner(endpoints, backend, model, transport,
                                  request_timeout_s=cfg.request_timeout_s)
-        gw = cls(len(endpoints), runner, cfg)
+        gw = cls(len(endpoints), runner, cfg, clock=clock)
         gw._owns_runner = True
         return gw
 
@@ -146,16 +149,25 @@ class SessionGateway:
         return self.now() - self._step_t0
 
     def begin_step(self) -> bool:
-        """A rollout step begins: the horizon restarts, and the balance gate says whether
-        this step moves running turns. Returns that."""
+        """A rollout step begins: the horizon restarts from the last step's time, and the
+        balance gate says whether this step moves turns (as in the agentic simulator: a
+        step it does not balance keeps TailSieve's sessions home and runs every turn as one
+        piece). Returns whether running turns may move."""
         self._step_t0 = self.now()
         self._step_balanced = not self.config.gate or self.gate.balances_next()
+        last = self._last_step_s
+        self.rebalancer.settings = replace(self.config.balance, expected_step_s=last)
+        if isinstance(self.router, TailSieveRouter):
+            base = self.parts.settings
+            self.router.settings = replace(
+                base, moves=base.moves and self._step_balanced, expected_step_s=last)
         return self.mid_turn_moves
 
     def end_step(self, observed_s: float, predicted_s: float) -> str:
         """A step ended after ``observed_s``; ``predicted_s``: what the caller's yardstick
         predicts for it without moves (the same yardstick every step). Feeds the gate;
         returns its note when its decision flips ("" otherwise)."""
+        self._last_step_s = max(observed_s, 0.0)
         if self.config.moves_off_reason is not None or self._crash is not None:
             return ""
         if not (predicted_s > 0 and observed_s > 0):

@@ -9,7 +9,7 @@ turn home (``moves=False``) or must avoid a replica out of service.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -49,6 +49,8 @@ class GatewayParts:
     router: SessionRouter
     book: SessionBook
     configs: tuple[ReplicaConfig, ...]
+    settings: SessionSettings = field(default_factory=SessionSettings)  # TailSieve's (as
+    # built; each step's are these with the gate's ``moves`` and the step-time estimate)
 
     def least_loaded(self, views: Sequence[ReplicaView], healthy: Sequence[bool]) -> int:
         """The healthy replica whose decode iteration would cost least with one more turn
@@ -99,4 +101,4 @@ def build_parts(config: GatewayConfig, num_replicas: int,
             settings = replace(settings or SessionSettings(), moves=False)
     router = make_router(config.policy, settings,
                          rng=rng if rng is not None else np.random.default_rng(0), **kw)
-    return GatewayParts(router, book, configs)
+    return GatewayParts(router, book, configs, settings or SessionSettings())
