@@ -11,9 +11,14 @@ from tailsieve.runtime.backends import Backend
 from tailsieve.runtime.proxy.session_table import DEFAULT_TTL_S
 from tailsieve.runtime.sessions.config import GatewayConfig
 
+RESERVED_PATHS = ("/v1/completions", "/v1/chat/completions", "/generate", "/tokenize",
+                  "/detokenize", "/workers", "/add_worker", "/abort_request")
 SESSION_HEADERS = ("X-Session-ID", "X-SMG-Routing-Key")  # ours, then the SGLang Model
 # Gateway's routing key (what slime sends with --router-policy consistent_hashing)
 GROUP_HEADERS = ("X-Group-ID",)  # a GRPO group's samples sent as separate sessions
+FAN_OUT_PATHS = ("/update_weights", "/reload_weights", "/update_weights_from_disk",
+                 "/flush_cache", "/reset_prefix_cache")  # POSTs sent on to every server
+# (weight reloads and cache resets of prime-rl's, SGLang's and vLLM's servers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +34,7 @@ class ProxyConfig:
     gateway: GatewayConfig = field(default_factory=GatewayConfig)
     session_headers: tuple[str, ...] = SESSION_HEADERS  # first one present names the session
     group_headers: tuple[str, ...] = GROUP_HEADERS
+    fan_out_paths: tuple[str, ...] = FAN_OUT_PATHS
     session_ttl_s: float = DEFAULT_TTL_S  # a session key idle this long is forgotten
     tokenize_timeout_s: float = 60.0  # a /tokenize call to a server
     ready_timeout_s: float = 600.0  # a request waits this long for the servers to register
@@ -52,6 +58,10 @@ class ProxyConfig:
         for e in self.endpoints:
             if not e.startswith(("http://", "https://")):
                 raise ConfigError(f"endpoint {e!r} must be an http(s):// URL")
+        for p in self.fan_out_paths:
+            if not p.startswith("/") or p in RESERVED_PATHS:
+                raise ConfigError(f"fan-out path {p!r} must start with / and not be one of the "
+                                  "proxy's own routes")
         for name in ("session_ttl_s", "tokenize_timeout_s", "ready_timeout_s"):
             v = getattr(self, name)
             if not (math.isfinite(v) and v > 0):

@@ -7,7 +7,8 @@ while a server is in service), ``/metrics`` (Prometheus), ``POST /tokenize`` and
 calls: ``POST /workers`` (a server registers), ``DELETE /workers/{id}``, ``GET /workers`` (the
 proxy lists itself, so that slime's abort reaches it), ``POST /abort_request`` (``rid`` or
 ``abort_all``: running samples end with what their finished pieces generated) and
-``GET /v1/loads`` (samples running, per server).
+``GET /v1/loads`` (samples running, per server). ``ProxyConfig.fan_out_paths`` (weight
+reloads, cache resets) are sent on to every server in service.
 """
 
 from __future__ import annotations
@@ -113,6 +114,32 @@ class Routes:
             return web.json_response(out)
         raise unavailable(f"no healthy server answered {request.path}")
 
+    async def fan_out(self, request: web.Request) -> web.StreamResponse:
+        """A POST every server must get (a weight reload, a cache reset): sent to each in
+        service; 200 when all answered 2xx, else 502 naming the ones that did not."""
+        raw = await request.read()
+        body = await read_json(request) if raw.strip() else {}
+        svc = await self.s.serving()
+        ok = svc.gateway.healthy()
+        timeout = self.s.config.gateway.request_timeout_s
+        results: list[dict[str, Any]] = []
+        for r, base in enumerate(self.s.endpoints):
+            if not ok[r]:
+                results.append({"url": base, "status": None, "error": "out of service"})
+                continue
+            try:
+                out = await self.s.transport.post_json(base + request.path, body, timeout)
+                results.append({"url": base, "status": 200, "answer": out})
+            except RequestError as exc:
+                results.append({"url": base, "status": exc.status, "error": str(exc)})
+            except ReplicaError as exc:
+                results.append({"url": base, "status": None, "error": str(exc)})
+        bad = [x for x in results if x["status"] != 200 and x.get("error") != "out of service"]
+        if bad:
+            raise ApiError(f"{request.path} failed on {len(bad)} of {len(results)} servers: "
+                           + "; ".join(str(x["error"]) for x in bad), 502, "BadGatewayError")
+        return web.json_response({"servers": results})
+
     async def add_worker(self, request: web.Request) -> web.StreamResponse:
         url = request.query.get("url")
         if url is None:
@@ -176,4 +203,6 @@ def build_app(state: ProxyState) -> web.Application:
                      ("/abort_request", r.abort)):
         app.router.add_post(path, r.counted(path, fn))
     app.router.add_delete("/workers/{worker}", r.counted("/workers", r.remove_worker))
+    for path in state.config.fan_out_paths:
+        app.router.add_post(path, r.counted(path, r.fan_out))
     return app

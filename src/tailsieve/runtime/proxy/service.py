@@ -8,7 +8,8 @@ final outputs; one failed sample fails the request (the others are cancelled, no
 delivered). ``abort`` ends running samples early with what their finished pieces generated
 (finish reason "abort"), as SGLang's ``/abort_request`` does. A request that arrives while
 nothing runs starts a new rollout step at the gateway (``begin_step``: the re-balance horizon
-restarts), since a trainer's step is a burst of requests after an idle gap.
+restarts), and the last one to end closes it (``end_step``: its time is the next step's
+expected time), since a trainer's step is a burst of requests after an idle gap.
 """
 
 from __future__ import annotations
@@ -165,8 +166,12 @@ class ProxyService:
         return run
 
     def finish(self, run: RequestRun) -> None:
-        """The request was answered (or dropped): forget it."""
+        """The request was answered (or dropped): forget it. The last one of a burst ends
+        the gateway's step (its time is the next step's horizon estimate; the balance gate
+        is not fed: the proxy has no yardstick for a step without moves)."""
         self.runs.discard(run)
+        if not any(not r.done for r in self.runs):
+            self.gateway.end_step(self.gateway.elapsed(), 0.0)
 
     def abort(self, rid: str | None = None, abort_all: bool = False) -> int:
         """Abort the running requests with client id ``rid`` (or all); returns how many."""
