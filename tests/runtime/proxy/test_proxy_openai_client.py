@@ -6,11 +6,12 @@ piece."""
 from __future__ import annotations
 
 from collections.abc import Hashable
+from typing import Any
 
 import pytest
 from openai import AsyncOpenAI
 
-from conftest import STUB_MODEL, char_ids, expected, stub_logprob, stub_text
+from conftest import STUB_MODEL, char_ids, expected, long_prompt, stub_logprob, stub_text
 from tailsieve.runtime.proxy import RoutingProxy
 from tailsieve.runtime.sessions.result import PieceSpan
 
@@ -118,3 +119,33 @@ async def test_unknown_model_and_bad_values_are_clear_4xx(proxy: RoutingProxy) -
         await c.chat.completions.create(
             model=STUB_MODEL, messages=[{"role": "user", "content": "x"}],
             response_format={"type": "json_object"})
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_stop_string_across_a_seam_cuts_the_answer_as_one_request_would(
+        proxy: RoutingProxy, stream: bool) -> None:
+    """The servers see a stop string only inside their own piece; one that spans a seam is
+    found in the joined text: the text ends before it, the tokens at the one completing it
+    (vLLM's semantics), and a stream never sent what comes after it."""
+    move_every_piece(proxy)
+    prompt = long_prompt("Count:", 40)
+    want, _ = expected(prompt, 40)
+    first = stub_text(want[:8])  # the first piece (8 tokens)
+    stop = first[-2:] + f"<{want[8]}>"[:3]
+    full = stub_text(want)
+    assert full.find(stop) == len(first) - 2
+    c = client(proxy)
+    kw: dict[str, Any] = {"model": STUB_MODEL, "prompt": prompt, "max_tokens": 40,
+                          "stop": [stop], "extra_body": {"return_token_ids": True}}
+    if stream:
+        text, ids, fin = "", [], None
+        async for ch in await c.completions.create(**kw, stream=True):
+            text += ch.choices[0].text
+            ids += ch.choices[0].model_extra.get("token_ids") or []
+            fin = ch.choices[0].finish_reason or fin
+    else:
+        out = await c.completions.create(**kw)
+        text, fin = out.choices[0].text, out.choices[0].finish_reason
+        ids = out.choices[0].model_extra["token_ids"]
+        assert out.choices[0].model_extra["stop_reason"] == stop
+    assert text == first[:-2] and ids == want[:9] and fin == "stop"

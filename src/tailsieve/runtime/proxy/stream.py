@@ -4,8 +4,9 @@ A sample's pieces arrive one by one (``SampleTrace``); its final output (``Sampl
 may be shorter than its pieces when a stop string spans a seam (the chain cuts the text
 before it and the tokens after the one completing it). So while a sample runs, ``StreamCursor``
 sends only what no later seam can take back: with stop strings, all but the last
-``longest stop - 1`` characters of text (cut at a token's end; pieces without text offsets
-are held to the end); without, every finished piece. At the end it sends the rest of the
+``longest stop - 1`` characters of text and nothing from a stop string found in it (cut at a
+token's end; pieces without text offsets are held to the end); without, every finished
+piece. At the end it sends the rest of the
 final output, and checks that what was sent is a prefix of it.
 """
 
@@ -56,6 +57,10 @@ class StreamCursor:
             if starts is None:
                 return None
             limit = len(text) - self.hold_chars
+            for stop in self.stop:  # one complete in the unsent text: the chain ends there
+                at = text.find(stop, self.sent_chars)
+                if at >= 0:
+                    limit = min(limit, at)
             ends = [*starts[1:], len(text)]
             safe_tok = 0
             while safe_tok < n and ends[safe_tok] <= limit:
