@@ -57,7 +57,7 @@ async def handle(request: web.Request, api: Api, service: ProxyService,
         if req.stream:
             return await _stream(request, service, run)
         outputs = await run.wait()
-        return web.json_response(_whole(service, run, outputs))
+        return web.json_response(_whole(service, run, outputs), dumps=_dumps)
     finally:
         if not run.done:
             run.cancel()
@@ -73,8 +73,12 @@ def _whole(service: ProxyService, run: RequestRun, outputs: list[SampleOutput]) 
     return sglang_api.response(req, outputs, req.rid or uuid.uuid4().hex)
 
 
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"))
+
+
 def _sse(obj: Any) -> bytes:
-    return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+    return b"data: " + _dumps(obj).encode() + b"\n\n"
 
 
 async def _stream(request: web.Request, service: ProxyService, run: RequestRun,
