@@ -109,3 +109,27 @@ async def test_slime_abort_ends_every_request_with_its_partial_output() -> None:
         assert svc.num_aborted_samples == 3
     finally:
         await proxy.aclose()
+
+
+async def test_generate_with_n_and_a_batch_answers_a_list_in_sglang_s_shape() -> None:
+    proxy = await stub_proxy()
+    try:
+        a, b = long_prompt("first", 30, 40), long_prompt("second", 30, 40)
+        body = {"input_ids": [a, b], "return_logprob": True,
+                "sampling_params": {"max_new_tokens": 40, "n": 2}, "rid": "batch-1"}
+        async with aiohttp.ClientSession() as s, s.post(proxy.url + "/generate",
+                                                        json=body) as r:
+            assert r.status == 200, await r.text()
+            outs = await r.json()
+        assert [o["index"] for o in outs] == [0, 1, 2, 3]
+        for o in outs:
+            prompt = (a, b)[o["index"] // 2]
+            want, reason = expected(prompt, 40)
+            assert o["output_ids"] == want
+            assert o["meta_info"]["finish_reason"]["type"] == reason
+            assert o["meta_info"]["prompt_tokens"] == len(prompt)
+            assert o["meta_info"]["completion_tokens"] == len(want)
+            assert o["meta_info"]["id"] == f"batch-1-{o['index']}"
+            assert [e[1] for e in o["meta_info"]["output_token_logprobs"]] == want
+    finally:
+        await proxy.aclose()
