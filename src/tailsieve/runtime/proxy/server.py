@@ -11,6 +11,7 @@ It speaks vLLM's ``/v1/completions`` and ``/v1/chat/completions`` and SGLang's `
 endpoints it waits for the servers to register (``POST /workers {"url"}``, as slime's engines
 do with the SGLang Model Gateway) and starts once they all have. Tests may give their own
 ``runner`` (e.g. ``StubPieceRunner``), ``tokenizer`` and ``served`` model instead of servers.
+The ``transport`` (given or made) is closed with the proxy.
 """
 
 from __future__ import annotations
@@ -100,8 +101,7 @@ class RoutingProxy:
             await self.service.aclose()
         if self.gateway is not None:
             await self.gateway.aclose()
-        if self._runner is None or isinstance(self._runner, DetailRunner):
-            await self.transport.aclose()
+        await self.transport.aclose()
 
     # -- the servers ------------------------------------------------------------------------
 

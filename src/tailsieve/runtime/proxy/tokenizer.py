@@ -60,9 +60,12 @@ class HttpTokenizer:
                 errors.append(str(exc))
                 continue
             except RequestError as exc:
+                if exc.status in (404, 405):
+                    raise bad_gateway(f"{url} has no /tokenize: send the prompt as token ids "
+                                      "(input_ids, or a completions prompt of ids)") from None
                 if exc.status is not None and 400 <= exc.status < 500:
                     raise ApiError(f"the server refused the prompt: {_server_message(exc)}",
-                                   exc.status if exc.status != 404 else 400) from None
+                                   exc.status) from None
                 errors.append(str(exc))
                 continue
             return _tokens(url, out)
