@@ -9,12 +9,14 @@ until no request is left)."""
 from __future__ import annotations
 
 import asyncio
+import itertools
+import json
 from typing import Any
 
 import aiohttp
 import pytest
 
-from conftest import char_ids, expected, long_prompt, stub_logprob, stub_proxy
+from conftest import char_ids, expected, long_prompt, stub_logprob, stub_proxy, stub_text
 from tailsieve.runtime.sessions import StubPieceRunner
 
 
@@ -131,5 +133,34 @@ async def test_generate_with_n_and_a_batch_answers_a_list_in_sglang_s_shape() ->
             assert o["meta_info"]["completion_tokens"] == len(want)
             assert o["meta_info"]["id"] == f"batch-1-{o['index']}"
             assert [e[1] for e in o["meta_info"]["output_token_logprobs"]] == want
+    finally:
+        await proxy.aclose()
+
+
+async def test_slime_streaming_generate_reads_cumulative_chunks() -> None:
+    """``slime/rollout/sglang_streaming_rollout.py``: the same payload with ``stream: true``;
+    every chunk is the sample so far (its tokens from output_token_logprobs), the last one
+    the whole, exact answer."""
+    proxy = await stub_proxy()
+    try:
+        prompt = long_prompt("Stream me", 60, 80)
+        payload = {"sampling_params": slime_sampling(80), "return_logprob": True,
+                   "stream": True, "input_ids": prompt}
+        seen: list[list[int]] = []
+        text = ""
+        async with aiohttp.ClientSession() as s, s.post(
+                proxy.url + "/generate", json=payload,
+                headers={"X-SMG-Routing-Key": "sample-9"}) as r:
+            assert r.status == 200
+            async for raw in r.content:
+                line = raw.decode().strip()
+                if not line.startswith("data:") or line[5:].strip() == "[DONE]":
+                    continue
+                chunk = json.loads(line[5:])
+                text = chunk.get("text", text)
+                seen.append([x[1] for x in chunk["meta_info"]["output_token_logprobs"]])
+        want, _ = expected(prompt, 80)
+        assert seen[-1] == want and text == stub_text(want)
+        assert len(seen) > 1 and all(a == b[:len(a)] for a, b in itertools.pairwise(seen))
     finally:
         await proxy.aclose()
