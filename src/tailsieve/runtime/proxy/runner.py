@@ -4,13 +4,15 @@
 faults) and keeps what that runner's ``PieceOutput`` drops: each token's text and top
 logprobs as the server reported them, and the server's ``stop_reason``. The raw answer is
 caught by ``CapturingTransport``, which hands every JSON answer of a piece to the holder the
-runner set for it (a context variable: the runner awaits the transport in its own task).
+runner opened for it (``capture``: a context variable of the transport's, since the runner
+awaits the transport in the piece's own task).
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 from tailsieve.runtime.backends import Backend
@@ -19,9 +21,6 @@ from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
 from tailsieve.runtime.sessions.pieces import PieceOutput, PieceRequest
 from tailsieve.runtime.transport import JSON, Transport
 
-_CAUGHT: contextvars.ContextVar[list[Any] | None] = contextvars.ContextVar(
-    "tailsieve_proxy_caught", default=None)
-
 
 class CapturingTransport:
     """A ``Transport`` that passes everything to ``inner`` and hands each decoded answer of a
@@ -29,10 +28,22 @@ class CapturingTransport:
 
     def __init__(self, inner: Transport) -> None:
         self.inner = inner
+        self._holder: contextvars.ContextVar[list[Any] | None] = contextvars.ContextVar(
+            f"tailsieve_proxy_capture_{id(self)}", default=None)
+
+    @contextlib.contextmanager
+    def capture(self) -> Iterator[list[Any]]:
+        """The answers posted in this task until the block ends (the last one: the piece's)."""
+        holder: list[Any] = []
+        token = self._holder.set(holder)
+        try:
+            yield holder
+        finally:
+            self._holder.reset(token)
 
     async def post_json(self, url: str, payload: JSON, timeout_s: float | None) -> Any:
         raw = await self.inner.post_json(url, payload, timeout_s)
-        holder = _CAUGHT.get()
+        holder = self._holder.get()
         if holder is not None:
             holder.append(raw)
         return raw
@@ -50,10 +61,11 @@ class CapturingTransport:
 
 class DetailRunner:
     """A ``PieceRunner`` (and ``HealthProbe``) over ``HttpPieceRunner`` whose outputs are
-    ``DetailedPieceOutput``. ``runner`` must send through a ``CapturingTransport``."""
+    ``DetailedPieceOutput``. ``runner`` must send through ``capture``."""
 
-    def __init__(self, runner: HttpPieceRunner) -> None:
+    def __init__(self, runner: HttpPieceRunner, capture: CapturingTransport) -> None:
         self.runner = runner
+        self.capture = capture
         self.backend = runner.backend
 
     @property
@@ -61,12 +73,8 @@ class DetailRunner:
         return self.runner.endpoints
 
     async def run_piece(self, replica: int, piece: PieceRequest) -> PieceOutput:
-        holder: list[Any] = []
-        token = _CAUGHT.set(holder)
-        try:
+        with self.capture.capture() as holder:
             out = await self.runner.run_piece(replica, piece)
-        finally:
-            _CAUGHT.reset(token)
         detail = piece_detail(self.backend, holder[-1]) if holder else None
         return DetailedPieceOutput(
             out.token_ids, out.finish_reason, out.text, out.logprobs, out.text_offsets,

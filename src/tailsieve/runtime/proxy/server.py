@@ -117,7 +117,7 @@ class RoutingProxy:
                 capture = CapturingTransport(self.transport)
                 runner = DetailRunner(HttpPieceRunner(
                     self.endpoints, cfg.backend, served.name, capture,
-                    request_timeout_s=cfg.gateway.request_timeout_s))
+                    request_timeout_s=cfg.gateway.request_timeout_s), capture)
             assert served is not None
             gw = SessionGateway(len(self.endpoints), runner, cfg.gateway)
             await gw.__aenter__()
