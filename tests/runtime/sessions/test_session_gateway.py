@@ -229,3 +229,25 @@ async def test_a_turn_fails_when_no_replica_comes_back() -> None:
             await task
         st = gw.stats()
     assert st.num_failed_turns == 1 and st.num_running == 0
+
+
+async def test_a_running_piece_s_progress_is_estimated_from_the_cost_model() -> None:
+    t = [0.0]
+    runner = StubPieceRunner(2, NEVER_EOS, seconds_per_token=0.01)
+    cfg = GatewayConfig(piece_tokens=64, balance=SLOW_CHECKS, profile="qwen3-4b-h100")
+    async with SessionGateway(2, runner, cfg, clock=lambda: t[0]) as gw:
+        task = asyncio.create_task(gw.generate("s", None, prompt(1), {}, max_tokens=128))
+        while not gw._turns or gw._turns["s"].piece_on is None:
+            await asyncio.sleep(0.001)
+        r = gw._turns["s"].replica
+        tp = gw.parts.configs[r].throughput
+        before = gw.book.balance_loads(t[0])[r].context_tokens
+        step = tp.tau(1) + tp.context_s_per_token * before
+        t[0] += 10.5 * step  # ten whole decode iterations
+        gw._estimate_progress(t[0])
+        mid = gw.book.balance_loads(t[0])[r].context_tokens
+        t[0] += 1e6  # far beyond the piece: at most its cap
+        gw._estimate_progress(t[0])
+        capped = gw.book.balance_loads(t[0])[r].context_tokens
+        await task
+    assert mid == before + 10 and capped == before + 64

@@ -93,7 +93,7 @@ class SessionGateway:
         self._owns_runner = False  # ``over_http``: the runner is closed with the gateway
         self.rebalancer = MidTurnRebalancer(
             self.book, self.config.balance, self._move, self._waiting, lambda: self._healthy,
-            self.now, self.elapsed)
+            self.now, self.elapsed, self._estimate_progress)
 
     @classmethod
     def over_http(cls, endpoints: Sequence[str], config: GatewayConfig | None = None,
@@ -283,7 +283,7 @@ class SessionGateway:
         while not rt.chain.done:
             replica = rt.replica
             piece = rt.next_piece()
-            rt.piece_on = replica
+            rt.piece_on, rt.piece_started_s = replica, self.now()
             try:
                 out = await self.runner.run_piece(replica, piece)
             except ReplicaDownError as exc:
@@ -319,16 +319,34 @@ class SessionGateway:
 
     # -- mid-turn moves ----------------------------------------------------------------------
 
+    def _estimate_progress(self, now_s: float) -> None:
+        """Before a check: tell the book how far each running piece has come, one token per
+        predicted decode iteration of its replica since it was sent, at most its cap (an
+        unstreamed piece reports its tokens only at its end; lengths are not predicted)."""
+        views = self.book.views(now_s)
+        for rt in self._turns.values():
+            r = rt.piece_on
+            if r is None or rt.piece_on != rt.replica:
+                continue
+            v = views[r]
+            tp = v.config.throughput
+            step_s = tp.tau(max(v.num_running, 1)) + tp.context_s_per_token * v.context_tokens
+            cap = rt.chain.piece_cap(rt.piece_tokens)
+            ran = int((now_s - rt.piece_started_s) / step_s) if step_s > 0 else 0
+            self.book.progress(rt.session_id, rt.chain.num_generated + min(max(ran, 0), cap),
+                               now_s)
+
     def _waiting(self, session_id: Hashable) -> bool:
         rt = self._turns.get(session_id)
-        return rt is None or rt.waiting_on_move or rt.piece_tokens is None
+        return rt is None or not rt.movable
 
     def _move(self, session_id: Hashable, dst: int) -> bool:
         """Send the turn's next piece to ``dst`` (the rebalancer's move)."""
         rt = self._turns.get(session_id)
-        if (rt is None or rt.chain.done or rt.piece_tokens is None or rt.waiting_on_move
-                or dst == rt.replica or not self._healthy[dst] or not self.mid_turn_moves):
+        if (rt is None or not rt.movable or dst == rt.replica or not self._healthy[dst]
+                or not self.mid_turn_moves):
             return False
+        rt.moved()
         rt.expect_hit = self.book.cached(session_id, dst)
         self.tally.moved(rt.prefix_tokens - rt.expect_hit)
         rt.replica = dst

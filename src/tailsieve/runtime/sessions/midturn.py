@@ -43,7 +43,8 @@ class MidTurnRebalancer:
     """Plans mid-turn moves over ``book``; ``mover(session_id, dst)`` makes one (False when
     the turn cannot move now), ``waiting(session_id)`` says a turn's last move has not taken
     effect yet, ``healthy()`` which replicas may receive turns, ``clock()`` the book's time
-    and ``elapsed()`` the seconds since the step began (the horizon's origin)."""
+    and ``elapsed()`` the seconds since the step began (the horizon's origin);
+    ``before_check(now_s)`` runs first at every check."""
 
     def __init__(
         self,
@@ -54,6 +55,7 @@ class MidTurnRebalancer:
         healthy: Callable[[], Sequence[bool]],
         clock: Callable[[], float],
         elapsed: Callable[[], float],
+        before_check: Callable[[float], None] | None = None,
     ) -> None:
         self.book = book
         self.settings = settings
@@ -62,6 +64,7 @@ class MidTurnRebalancer:
         self._healthy = healthy
         self._clock = clock
         self._elapsed = elapsed
+        self._before = before_check  # e.g. the gateway's progress estimate of running pieces
         self.num_checks = 0
         self._last_s = float("-inf")
         self._poked = False
@@ -77,6 +80,8 @@ class MidTurnRebalancer:
         now = self._clock()
         self._last_s = now
         self.num_checks += 1
+        if self._before is not None:
+            self._before(now)
         ok = self._healthy()
         loads = [self._candidates(ld, ok) for ld in self.book.balance_loads(now)]
         s = self.settings

@@ -36,6 +36,8 @@ class RunningTurn:
     has_text: bool = True  # every piece came with its text
     expect_hit: int = 0  # prompt tokens of the next piece expected cached where it goes
     on_piece: Callable[[PieceSpan, PieceOutput], None] | None = None  # told of each piece
+    hold_pieces: int = 0  # after a move: no other move before this many pieces have ended
+    piece_started_s: float = 0.0  # when the running piece was sent (the gateway's clock)
 
     @classmethod
     def start(cls, session_id: Hashable, turn_id: str, prompt_ids: tuple[int, ...],
@@ -59,6 +61,19 @@ class RunningTurn:
     def waiting_on_move(self) -> bool:
         """A move was made while a piece runs elsewhere: it takes effect at the piece's end."""
         return self.piece_on is not None and self.piece_on != self.replica
+
+    @property
+    def movable(self) -> bool:
+        """The turn may move now: it runs in pieces, and since its last move a piece has
+        ended on the destination (a moved turn advances before it moves again: no
+        ping-pong on estimates its move has not yet changed)."""
+        return (self.piece_tokens is not None and not self.chain.done
+                and len(self.spans) >= self.hold_pieces)
+
+    def moved(self) -> None:
+        """A move was made: hold the turn until the running piece (if any) and one piece on
+        the destination have ended."""
+        self.hold_pieces = len(self.spans) + (2 if self.piece_on is not None else 1)
 
     def next_piece(self) -> PieceRequest:
         """The request of the next piece (the prompt plus every token generated so far)."""
