@@ -20,7 +20,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from engine_outputs import EngineOutput, check_logprobs_close
+from engine_outputs import LOGPROB_ATOL, EngineOutput, check_logprobs_close
 from openai import AsyncOpenAI
 from proxy_wire import Wire, check_chain
 from real_servers import REAL_ENDPOINTS, REAL_MODEL, needs_real
@@ -54,6 +54,13 @@ async def proxy() -> AsyncIterator[tuple[RoutingProxy, Wire, list[Any]]]:
         yield p, wire, moves
 
 
+def openai_kw(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` as the ``openai`` client takes it (vLLM's own fields in ``extra_body``)."""
+    kw = dict(body)
+    kw["extra_body"] = {"return_token_ids": kw.pop("return_token_ids")}
+    return kw
+
+
 async def direct(path: str, body: dict[str, Any]) -> dict[str, Any]:
     async with aiohttp.ClientSession() as s, s.post(REAL_ENDPOINTS[0] + path, json=body) as r:
         assert r.status == 200, await r.text()
@@ -76,7 +83,9 @@ async def test_completions_through_moves_match_one_go(
             "logprobs": TOP_K, "return_token_ids": True}
     ref = await direct("/v1/completions", body)
     c = AsyncOpenAI(base_url=p.url + "/v1", api_key="none", max_retries=0)
-    out = (await c.completions.create(**body)).model_dump()  # type: ignore[call-overload]
+    raw = await c.completions.with_raw_response.create(**openai_kw(body))
+    raw.parse()  # the client reads it
+    out = raw.http_response.json()
     ch = out["choices"][0]
     prompt = ref["choices"][0]["prompt_token_ids"]
     n = check_chain(wire.pieces(), prompt, ch["token_ids"], ch["text"],
@@ -98,7 +107,9 @@ async def test_chat_through_moves_matches_the_server_s_chat(
             "return_token_ids": True}
     ref = await direct("/v1/chat/completions", body)
     c = AsyncOpenAI(base_url=p.url + "/v1", api_key="none", max_retries=0)
-    out = (await c.chat.completions.create(**body)).model_dump()  # type: ignore[call-overload]
+    raw = await c.chat.completions.with_raw_response.create(**openai_kw(body))
+    raw.parse()
+    out = raw.http_response.json()
     ch = out["choices"][0]
     assert out["prompt_token_ids"] == ref["prompt_token_ids"]  # the same template, as ids
     check_chain(wire.pieces(), ref["prompt_token_ids"], ch["token_ids"],
@@ -126,10 +137,15 @@ async def test_sglang_generate_and_streams_over_vllm_servers(
             gen = await r.json()
         lps = gen["meta_info"]["output_token_logprobs"]
         check_chain(wire.pieces(), prompt, gen["output_ids"], gen["text"], [e[0] for e in lps])
-        got = EngineOutput(tuple(gen["output_ids"]), tuple(e[2] for e in lps),
-                           tuple(e[0] for e in lps), tuple({e[2]: e[0]} for e in lps))
-        check_logprobs_close(got, EngineOutput.of_completion(ref["choices"][0]), "proxy",
-                             "one go", top_k=TOP_K)
+        # SGLang's API gives no alternatives: the half of vLLM's comparison that needs none
+        ids, got_lps = gen["output_ids"], [e[0] for e in lps]
+        want = EngineOutput.of_completion(ref["choices"][0])
+        div = next((i for i, (a, b) in enumerate(zip(ids, want.token_ids, strict=False))
+                    if a != b), None)
+        common = min(len(ids), len(want.token_ids)) if div is None else div
+        assert all(abs(got_lps[i] - want.logprobs[i]) <= LOGPROB_ATOL for i in range(common))
+        if div is not None:
+            assert lps[div][2] in want.top[div]  # a near-tie, not a wrong token
         text = ""
         async with s.post(p.url + "/v1/completions", json={
                 "model": REAL_MODEL, "prompt": PROMPT, "max_tokens": MAX_TOKENS,
