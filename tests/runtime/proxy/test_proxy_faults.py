@@ -12,8 +12,8 @@ from typing import Any
 
 import aiohttp
 import pytest
+from proxy_stub import STUB_MODEL, expected, long_prompt, stub_proxy, stub_text
 
-from conftest import STUB_MODEL, expected, long_prompt, stub_proxy, stub_text
 from tailsieve.runtime.sessions import PieceOutput, PieceRequest, StubPieceRunner
 from tailsieve.runtime.transport import RequestError
 

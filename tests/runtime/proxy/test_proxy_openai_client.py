@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 from openai import AsyncOpenAI
+from proxy_stub import STUB_MODEL, char_ids, expected, long_prompt, stub_logprob, stub_text
 
-from conftest import STUB_MODEL, char_ids, expected, long_prompt, stub_logprob, stub_text
 from tailsieve.runtime.proxy import RoutingProxy
 from tailsieve.runtime.sessions.result import PieceSpan
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import aiohttp
 import pytest
+from proxy_stub import char_ids, expected, long_prompt, stub_logprob, stub_proxy, stub_text
 
-from conftest import char_ids, expected, long_prompt, stub_logprob, stub_proxy, stub_text
 from tailsieve.runtime.sessions import StubPieceRunner
 
 
