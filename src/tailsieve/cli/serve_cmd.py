@@ -11,7 +11,10 @@ from tailsieve.runtime.backends import Backend
 from tailsieve.runtime.proxy import ProxyConfig
 from tailsieve.runtime.proxy.server import serve as serve_proxy
 from tailsieve.runtime.sessions.config import GatewayConfig
-from tailsieve.session.routers import SessionPolicy
+from tailsieve.session.routers import SessionPolicy, parse_policy
+
+
+LIVE_POLICIES = ", ".join(p.value for p in SessionPolicy if p is not SessionPolicy.ORACLE)
 
 
 def register(app: typer.Typer) -> None:
@@ -32,8 +35,7 @@ def serve(
     model: str = typer.Option(None, "--model", help="Served model name (default: ask them)."),
     policy: str = typer.Option(
         SessionPolicy.TAILSIEVE.value, "--policy",
-        help="Session routing: " + ", ".join(p.value for p in SessionPolicy
-                                             if p is not SessionPolicy.ORACLE) + "."),
+        help=f"Session routing: {LIVE_POLICIES}."),
     profile: str = typer.Option(
         "auto", "--profile", help="Cost model: auto (fitted from the servers' timings; "
         "--fallback-profile until then), a profile name or a JSON file."),
@@ -63,7 +65,7 @@ def serve(
         be = Backend(backend)
     except ValueError:
         raise ConfigError(f"--backend must be vllm or sglang, got {backend!r}") from None
-    gw = GatewayConfig(policy=policy, moves=moves, piece_tokens=piece_tokens, profile=profile,
+    gw = GatewayConfig(policy=parse_policy(policy), moves=moves, piece_tokens=piece_tokens, profile=profile,
                        fallback_profile=fallback_profile, request_timeout_s=request_timeout)
     load_profile(fallback_profile if profile == "auto" else profile)  # a bad name fails now
     config = ProxyConfig(
