@@ -13,7 +13,6 @@ from tailsieve.runtime.proxy.server import serve as serve_proxy
 from tailsieve.runtime.sessions.config import GatewayConfig
 from tailsieve.session.routers import SessionPolicy, parse_policy
 
-
 LIVE_POLICIES = ", ".join(p.value for p in SessionPolicy if p is not SessionPolicy.ORACLE)
 
 
