@@ -30,6 +30,7 @@ SCRIPTS = {
     "bench_live_moves.py": "test_smoke_live.py::test_bench_live_moves_emulated",
     "bench_oracle.py": "test_bench_oracle",
     "bench_real_engine.py": "test_smoke_live.py::test_bench_real_engine_*",
+    "bench_proxy.py": "test_smoke_proxy.py::test_bench_proxy",
     "bench_router.py": "test_smoke_live.py::test_bench_router_*",
     "bench_sim.py": "test_bench_sim",
     "bench_spec.py": "test_bench_spec.py::test_bench_spec",

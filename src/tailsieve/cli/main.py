@@ -31,6 +31,7 @@ def _register_all() -> None:
         record_cmd,
         report_cmd,
         runtime_cmd,
+        serve_cmd,
         simulate_cmd,
         trace_cmd,
         trace_turns_cmd,
@@ -50,6 +51,7 @@ def _register_all() -> None:
         record_cmd,
         acceptance_cmd,
         agentic_cmd,
+        serve_cmd,
     ):
         module.register(app)
 

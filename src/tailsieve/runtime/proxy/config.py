@@ -1,0 +1,81 @@
+"""``ProxyConfig``: what ``tailsieve serve`` runs with, and how a request names its session."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from tailsieve.errors import ConfigError
+from tailsieve.runtime.backends import Backend
+from tailsieve.runtime.proxy.session_table import DEFAULT_TTL_S
+from tailsieve.runtime.sessions.config import GatewayConfig
+
+RESERVED_PATHS = ("/v1/completions", "/v1/chat/completions", "/generate", "/tokenize",
+                  "/detokenize", "/workers", "/add_worker", "/abort_request")
+SESSION_HEADERS = ("X-Session-ID", "X-SMG-Routing-Key")  # ours, then the SGLang Model
+# Gateway's routing key (what slime sends with --router-policy consistent_hashing)
+GROUP_HEADERS = ("X-Group-ID",)  # a GRPO group's samples sent as separate sessions
+FAN_OUT_PATHS = ("/update_weights", "/reload_weights", "/update_weights_from_disk",
+                 "/flush_cache", "/reset_prefix_cache")  # POSTs sent on to every server
+# (weight reloads and cache resets of prime-rl's, SGLang's and vLLM's servers)
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyConfig:
+    """Settings of the routing proxy."""
+
+    endpoints: tuple[str, ...] = ()  # the servers' base URLs (empty: they register, see
+    # ``num_workers``)
+    backend: Backend = Backend.VLLM  # what the servers speak: vLLM's OpenAI API or SGLang's
+    model: str | None = None  # the served model name (None: ask the servers)
+    num_workers: int | None = None  # without endpoints: wait for this many servers to
+    # register (POST /workers, as slime's engines do with the SGLang Model Gateway)
+    gateway: GatewayConfig = field(default_factory=GatewayConfig)
+    session_headers: tuple[str, ...] = SESSION_HEADERS  # first one present names the session
+    group_headers: tuple[str, ...] = GROUP_HEADERS
+    fan_out_paths: tuple[str, ...] = FAN_OUT_PATHS
+    session_ttl_s: float = DEFAULT_TTL_S  # a session key idle this long is forgotten
+    tokenize_timeout_s: float = 60.0  # a /tokenize call to a server
+    ready_timeout_s: float = 600.0  # a request waits this long for the servers to register
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "backend", Backend(self.backend))
+        object.__setattr__(self, "endpoints", tuple(e.rstrip("/") for e in self.endpoints))
+        if self.backend is Backend.VLLM_CHAT:
+            raise ConfigError("the servers' backend is 'vllm' or 'sglang' (chat requests go to "
+                              "them as token ids on /v1/completions)")
+        if not self.endpoints and not self.num_workers:
+            raise ConfigError("give the servers' endpoints, or num_workers to wait for them to "
+                              "register (POST /workers)")
+        if self.num_workers is not None and self.num_workers < 1:
+            raise ConfigError(f"num_workers must be >= 1, got {self.num_workers}")
+        if self.endpoints and self.num_workers not in (None, len(self.endpoints)):
+            raise ConfigError(f"num_workers={self.num_workers} but {len(self.endpoints)} "
+                              "endpoints given")
+        if len(set(self.endpoints)) != len(self.endpoints):
+            raise ConfigError("an endpoint is listed twice")
+        for e in self.endpoints:
+            if not e.startswith(("http://", "https://")):
+                raise ConfigError(f"endpoint {e!r} must be an http(s):// URL")
+        for p in self.fan_out_paths:
+            if not p.startswith("/") or p in RESERVED_PATHS:
+                raise ConfigError(f"fan-out path {p!r} must start with / and not be one of the "
+                                  "proxy's own routes")
+        for name in ("session_ttl_s", "tokenize_timeout_s", "ready_timeout_s"):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and v > 0):
+                raise ConfigError(f"{name} must be a finite number > 0, got {v!r}")
+
+    @property
+    def num_servers(self) -> int:
+        return len(self.endpoints) or int(self.num_workers or 0)
+
+
+def header_key(headers: Mapping[str, str], names: tuple[str, ...]) -> str | None:
+    """The first of ``names`` present (non-empty) in ``headers`` (case-insensitive)."""
+    for name in names:
+        v = headers.get(name)
+        if v:
+            return v
+    return None

@@ -1,0 +1,208 @@
+"""The proxy's HTTP routes (aiohttp).
+
+Generation: ``POST /v1/completions``, ``/v1/chat/completions`` (vLLM's OpenAI API) and
+``/generate`` (SGLang's). Service: ``GET /v1/models`` (the servers' card), ``/health`` (200
+while a server is in service), ``/metrics`` (Prometheus), ``POST /tokenize`` and
+``/detokenize`` (passed to a healthy server). SGLang Model Gateway's worker API, which slime
+calls: ``POST /workers`` (a server registers), ``DELETE /workers/{id}``, ``GET /workers`` (the
+proxy lists itself, so that slime's abort reaches it), ``POST /abort_request`` (``rid`` or
+``abort_all``: running samples end with what their finished pieces generated) and
+``GET /v1/loads`` (samples running, per server). ``ProxyConfig.fan_out_paths`` (weight
+reloads, cache resets) are sent on to every server in service.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from aiohttp import web
+
+from tailsieve.runtime.proxy.api_error import ApiError, bad_request, unavailable
+from tailsieve.runtime.proxy.config import ProxyConfig
+from tailsieve.runtime.proxy.generation import error_response, handle, read_json
+from tailsieve.runtime.proxy.metrics import CONTENT_TYPE_LATEST, ProxyMetrics
+from tailsieve.runtime.proxy.request import Api
+from tailsieve.runtime.proxy.service import ProxyService
+from tailsieve.runtime.transport import ReplicaError, RequestError, Transport
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class ProxyState(Protocol):
+    """What the routes read of the proxy (``server.RoutingProxy``)."""
+
+    config: ProxyConfig
+    endpoints: list[str]
+    service: ProxyService | None
+    metrics: ProxyMetrics
+    transport: Transport
+
+    async def serving(self) -> ProxyService: ...
+
+    async def register(self, url: str) -> int: ...
+
+    def deregister(self, worker: str) -> str: ...
+
+
+class Routes:
+    """The handlers over one proxy's state."""
+
+    def __init__(self, state: ProxyState) -> None:
+        self.s = state
+
+    def counted(self, route: str, fn: Handler) -> Handler:
+        async def wrapped(request: web.Request) -> web.StreamResponse:
+            try:
+                resp = await fn(request)
+            except ApiError as err:
+                resp = error_response(err)
+            self.s.metrics.count(route, resp.status)
+            return resp
+
+        return wrapped
+
+    def generation(self, api: Api) -> Handler:
+        async def run(request: web.Request) -> web.StreamResponse:
+            svc = await self.s.serving()
+            cfg = self.s.config
+            return await handle(request, api, svc, cfg.session_headers, cfg.group_headers)
+
+        return self.counted(api.value, run)
+
+    async def models(self, request: web.Request) -> web.StreamResponse:
+        svc = await self.s.serving()
+        card = svc.served.card
+        if card is None:
+            card = {"object": "list", "data": [{
+                "id": svc.served.name, "object": "model", "created": int(time.time()),
+                "owned_by": "tailsieve", "root": svc.served.name, "parent": None,
+                "max_model_len": svc.served.max_model_len, "permission": []}]}
+        return web.json_response(card)
+
+    async def health(self, request: web.Request) -> web.StreamResponse:
+        svc = self.s.service
+        if svc is None:
+            raise unavailable(f"{len(self.s.endpoints)} of {self.s.config.num_servers} servers "
+                              "have registered")
+        if not any(svc.gateway.healthy()):
+            raise unavailable("every server is out of service")
+        return web.Response(status=200)
+
+    async def metrics(self, request: web.Request) -> web.StreamResponse:
+        return web.Response(body=self.s.metrics.render(),
+                            headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def forward(self, request: web.Request) -> web.StreamResponse:
+        """``/tokenize`` and ``/detokenize``: answered by a healthy server."""
+        body = await read_json(request)
+        svc = await self.s.serving()
+        ok = svc.gateway.healthy()
+        for r, base in enumerate(self.s.endpoints):
+            if not ok[r]:
+                continue
+            try:
+                out = await self.s.transport.post_json(base + request.path, body,
+                                                       self.s.config.tokenize_timeout_s)
+            except RequestError as exc:
+                if exc.status is not None and 400 <= exc.status < 500:
+                    raise ApiError(str(exc), exc.status) from None
+                continue
+            except ReplicaError:
+                continue
+            return web.json_response(out)
+        raise unavailable(f"no healthy server answered {request.path}")
+
+    async def fan_out(self, request: web.Request) -> web.StreamResponse:
+        """A POST every server must get (a weight reload, a cache reset): sent to each in
+        service; 200 when all answered 2xx, else 502 naming the ones that did not."""
+        raw = await request.read()
+        body = await read_json(request) if raw.strip() else {}
+        svc = await self.s.serving()
+        ok = svc.gateway.healthy()
+        timeout = self.s.config.gateway.request_timeout_s
+        results: list[dict[str, Any]] = []
+        for r, base in enumerate(self.s.endpoints):
+            if not ok[r]:
+                results.append({"url": base, "status": None, "error": "out of service"})
+                continue
+            try:
+                out = await self.s.transport.post_json(base + request.path, body, timeout)
+                results.append({"url": base, "status": 200, "answer": out})
+            except RequestError as exc:
+                results.append({"url": base, "status": exc.status, "error": str(exc)})
+            except ReplicaError as exc:
+                results.append({"url": base, "status": None, "error": str(exc)})
+        bad = [x for x in results if x["status"] != 200 and x.get("error") != "out of service"]
+        if bad:
+            raise ApiError(f"{request.path} failed on {len(bad)} of {len(results)} servers: "
+                           + "; ".join(str(x["error"]) for x in bad), 502, "BadGatewayError")
+        return web.json_response({"servers": results})
+
+    async def add_worker(self, request: web.Request) -> web.StreamResponse:
+        url = request.query.get("url")
+        if url is None:
+            body = await read_json(request)
+            url = body.get("url") if isinstance(body, dict) else None
+        if not isinstance(url, str):
+            raise bad_request("give the worker's url (JSON {\"url\": ...} or ?url=)", "url")
+        i = await self.s.register(url)
+        return web.json_response({"status": "accepted", "worker_id": str(i), "url": url},
+                                 status=202)
+
+    async def remove_worker(self, request: web.Request) -> web.StreamResponse:
+        url = self.s.deregister(request.match_info["worker"])
+        return web.json_response({"status": "removed", "url": url})
+
+    async def workers(self, request: web.Request) -> web.StreamResponse:
+        svc = self.s.service
+        running = svc.num_running_samples if svc is not None else 0
+        ok = svc.gateway.healthy() if svc is not None else ()
+        me = {"id": "tailsieve-proxy", "url": f"{request.scheme}://{request.host}",
+              "model_id": svc.served.name if svc is not None else None,
+              "worker_type": "regular", "is_healthy": any(ok), "load": running,
+              "servers": [{"id": str(i), "url": u, "is_healthy": bool(ok[i]) if ok else False}
+                          for i, u in enumerate(self.s.endpoints)]}
+        return web.json_response({"workers": [me], "total": 1})
+
+    async def abort(self, request: web.Request) -> web.StreamResponse:
+        body = await read_json(request)
+        if not isinstance(body, dict):
+            raise bad_request("the request body must be a JSON object")
+        svc = self.s.service
+        n = svc.abort(body.get("rid"), bool(body.get("abort_all"))) if svc is not None else 0
+        return web.json_response({"aborted": n})
+
+    async def loads(self, request: web.Request) -> web.StreamResponse:
+        svc = self.s.service
+        loads: list[dict[str, Any]] = []
+        if svc is not None:
+            for r in svc.gateway.stats().replicas:
+                loads.append({"dp_rank": r.replica, "num_running_reqs": r.num_running,
+                              "num_waiting_reqs": r.num_waiting,
+                              "num_total_reqs": r.num_running + r.num_waiting})
+        return web.json_response({"timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                             time.gmtime()),
+                                  "version": "tailsieve-proxy", "loads": loads})
+
+
+def build_app(state: ProxyState) -> web.Application:
+    """The aiohttp application of the proxy."""
+    r = Routes(state)
+    app = web.Application(client_max_size=1 << 30)
+    app.router.add_post("/v1/completions", r.generation(Api.COMPLETIONS))
+    app.router.add_post("/v1/chat/completions", r.generation(Api.CHAT))
+    app.router.add_post("/generate", r.generation(Api.GENERATE))
+    for path, fn in (("/v1/models", r.models), ("/health", r.health),
+                     ("/metrics", r.metrics), ("/workers", r.workers),
+                     ("/v1/loads", r.loads)):
+        app.router.add_get(path, r.counted(path, fn))
+    for path, fn in (("/tokenize", r.forward), ("/detokenize", r.forward),
+                     ("/workers", r.add_worker), ("/add_worker", r.add_worker),
+                     ("/abort_request", r.abort)):
+        app.router.add_post(path, r.counted(path, fn))
+    app.router.add_delete("/workers/{worker}", r.counted("/workers", r.remove_worker))
+    for path in state.config.fan_out_paths:
+        app.router.add_post(path, r.counted(path, r.fan_out))
+    return app

@@ -1,0 +1,109 @@
+"""Pieces over HTTP with the detail a client's answer needs.
+
+``DetailRunner`` runs each piece through F's ``HttpPieceRunner`` (token-id prompts, retries,
+faults) and keeps what that runner's ``PieceOutput`` drops: each token's text and top
+logprobs as the server reported them, and the server's ``stop_reason``. The raw answer is
+caught by ``CapturingTransport``, which hands every JSON answer of a piece to the holder the
+runner opened for it (``capture``: a context variable of the transport's, since the runner
+awaits the transport in the piece's own task).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any
+
+from tailsieve.runtime.backends import Backend
+from tailsieve.runtime.proxy.sample import DetailedPieceOutput, PieceDetail
+from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
+from tailsieve.runtime.sessions.pieces import PieceOutput, PieceRequest
+from tailsieve.runtime.transport import JSON, Transport
+
+
+class CapturingTransport:
+    """A ``Transport`` that passes everything to ``inner`` and hands each decoded answer of a
+    POST to the holder of the running piece (if any)."""
+
+    def __init__(self, inner: Transport) -> None:
+        self.inner = inner
+        self._holder: contextvars.ContextVar[list[Any] | None] = contextvars.ContextVar(
+            f"tailsieve_proxy_capture_{id(self)}", default=None)
+
+    @contextlib.contextmanager
+    def capture(self) -> Iterator[list[Any]]:
+        """The answers posted in this task until the block ends (the last one: the piece's)."""
+        holder: list[Any] = []
+        token = self._holder.set(holder)
+        try:
+            yield holder
+        finally:
+            self._holder.reset(token)
+
+    async def post_json(self, url: str, payload: JSON, timeout_s: float | None) -> Any:
+        raw = await self.inner.post_json(url, payload, timeout_s)
+        holder = self._holder.get()
+        if holder is not None:
+            holder.append(raw)
+        return raw
+
+    def stream_json(self, url: str, payload: JSON, timeout_s: float | None,
+                    ) -> AsyncIterator[JSON]:
+        return self.inner.stream_json(url, payload, timeout_s)
+
+    async def get(self, url: str, timeout_s: float | None) -> tuple[int, str]:
+        return await self.inner.get(url, timeout_s)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class DetailRunner:
+    """A ``PieceRunner`` (and ``HealthProbe``) over ``HttpPieceRunner`` whose outputs are
+    ``DetailedPieceOutput``. ``runner`` must send through ``capture``."""
+
+    def __init__(self, runner: HttpPieceRunner, capture: CapturingTransport) -> None:
+        self.runner = runner
+        self.capture = capture
+        self.backend = runner.backend
+
+    @property
+    def endpoints(self) -> Sequence[str]:
+        return self.runner.endpoints
+
+    async def run_piece(self, replica: int, piece: PieceRequest) -> PieceOutput:
+        with self.capture.capture() as holder:
+            out = await self.runner.run_piece(replica, piece)
+        detail = piece_detail(self.backend, holder[-1]) if holder else None
+        return DetailedPieceOutput(
+            out.token_ids, out.finish_reason, out.text, out.logprobs, out.text_offsets,
+            out.num_cached_tokens, detail)
+
+    async def probe(self, replica: int) -> bool:
+        return await self.runner.probe(replica)
+
+    async def aclose(self) -> None:
+        await self.runner.aclose()
+
+
+def piece_detail(backend: Backend, raw: Any) -> PieceDetail | None:
+    """The detail of one piece's raw answer (None when it has an unexpected shape)."""
+    try:
+        if backend is Backend.SGLANG:
+            item = raw[0] if isinstance(raw, list) else raw
+            fr = item["meta_info"].get("finish_reason")
+            matched = fr.get("matched") if isinstance(fr, dict) else None
+            return PieceDetail(stop_reason=matched if isinstance(matched, int | str) else None)
+        ch = raw["choices"][0]
+        lp = ch.get("logprobs") or {}
+        toks = lp.get("tokens") if isinstance(lp, dict) else None
+        tops = lp.get("top_logprobs") if isinstance(lp, dict) else None
+        reason = ch.get("stop_reason")
+        return PieceDetail(
+            token_strs=tuple(str(t) for t in toks) if isinstance(toks, list) else None,
+            tops=tuple(tops) if isinstance(tops, list) else None,
+            stop_reason=reason if isinstance(reason, int | str) else None,
+        )
+    except (KeyError, TypeError, IndexError, AttributeError):
+        return None

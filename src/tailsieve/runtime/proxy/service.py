@@ -1,0 +1,263 @@
+"""The proxy's core: a client request run as sessions' turns at the ``SessionGateway``.
+
+``ProxyService.start`` tokenizes the request's prompts (``Tokenizer``), gives each of its
+``n x prompts`` samples a session (``SessionTable``: sticky by the client's key) and runs each
+as one turn (``SessionGateway.generate``: placed, pieced, moved, healed). The ``RequestRun`` it
+returns collects the samples' pieces as they end (``SampleTrace``, for streaming) and their
+final outputs; one failed sample fails the request (the others are cancelled, nothing is
+delivered). ``abort`` ends running samples early with what their finished pieces generated
+(finish reason "abort"), as SGLang's ``/abort_request`` does. A request that arrives while
+nothing runs starts a new rollout step at the gateway (``begin_step``: the re-balance horizon
+restarts), and the last one to end closes it (``end_step``: its time is the next step's
+expected time), since a trainer's step is a burst of requests after an idle gap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tailsieve.errors import ConfigError, ReplicaError
+from tailsieve.runtime.backends import Backend
+from tailsieve.runtime.chain import ChainError
+from tailsieve.runtime.proxy.api_error import (
+    ApiError,
+    bad_gateway,
+    bad_request,
+    not_found_model,
+    unavailable,
+)
+from tailsieve.runtime.proxy.request import ProxyRequest, default_max
+from tailsieve.runtime.proxy.sample import SampleOutput, SampleTrace
+from tailsieve.runtime.proxy.session_table import Lease, SessionTable
+from tailsieve.runtime.proxy.tokenizer import Tokenizer
+from tailsieve.runtime.sessions.gateway import SessionGateway
+from tailsieve.runtime.sessions.pieces import PieceOutput
+from tailsieve.runtime.sessions.result import PieceSpan, TurnResult
+from tailsieve.runtime.transport import RequestError
+
+log = logging.getLogger(__name__)
+
+PieceHook = Callable[[Hashable, PieceSpan], None]
+
+
+@dataclass(frozen=True, slots=True)
+class ServedModel:
+    """The model the servers serve."""
+
+    name: str
+    max_model_len: int | None = None  # prompt + output limit (None: unknown)
+    card: Mapping[str, Any] | None = None  # the servers' /v1/models answer, as they gave it
+
+
+class RequestRun:
+    """One request's samples at the gateway (``ProxyService.start`` makes it)."""
+
+    def __init__(self, req: ProxyRequest, prompt_ids: list[tuple[int, ...]]) -> None:
+        self.req = req
+        self.prompt_ids = prompt_ids
+        self.traces = [SampleTrace(prompt_ids[i // req.n]) for i in range(req.num_samples)]
+        self.outputs: list[SampleOutput | None] = [None] * req.num_samples
+        self.events: asyncio.Queue[tuple[str, int]] = asyncio.Queue()  # ("piece" | "done", i)
+        self.error: ApiError | None = None
+        self.aborted = False
+        self.tasks: list[asyncio.Task[None]] = []
+        self.t0 = time.monotonic()
+
+    @property
+    def done(self) -> bool:
+        return self.error is not None or all(o is not None for o in self.outputs)
+
+    async def wait(self) -> list[SampleOutput]:
+        """Every sample's output, in order; raises the request's ``ApiError``."""
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        if self.error is not None:
+            raise self.error
+        return [o for o in self.outputs if o is not None]
+
+    def abort(self) -> None:
+        """End the running samples with what they generated so far."""
+        self.aborted = True
+        for t in self.tasks:
+            t.cancel()
+
+    def cancel(self) -> None:
+        """Drop the request (the client went away): its samples stop, nothing is delivered."""
+        for t in self.tasks:
+            t.cancel()
+
+    def fail(self, err: ApiError) -> None:
+        if self.error is None:
+            self.error = err
+            self.cancel()
+        self.events.put_nowait(("error", -1))
+
+
+class ProxyService:
+    """Runs requests over ``gateway`` (entered by the caller); see the module docstring."""
+
+    def __init__(self, gateway: SessionGateway, tokenizer: Tokenizer, served: ServedModel,
+                 backend: Backend = Backend.VLLM, table: SessionTable | None = None) -> None:
+        self.gateway = gateway
+        self.tokenizer = tokenizer
+        self.served = served
+        self.backend = Backend(backend)
+        self.table = table or SessionTable()
+        self.runs: set[RequestRun] = set()
+        self.on_piece: PieceHook | None = None  # told of every piece (tests move turns here)
+        self.num_requests = 0
+        self.num_aborted_samples = 0
+        self._expiry: asyncio.Task[None] | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def start_expiry(self) -> None:
+        """Forget session keys idle for the table's ``ttl_s`` (checked every ttl / 8)."""
+        if self._expiry is None:
+            self._expiry = asyncio.create_task(self._expire_loop(), name="proxy-session-expiry")
+
+    async def aclose(self) -> None:
+        for run in list(self.runs):
+            run.cancel()
+        if self._expiry is not None:
+            self._expiry.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._expiry
+            self._expiry = None
+
+    async def _expire_loop(self) -> None:
+        while True:
+            await asyncio.sleep(min(self.table.ttl_s / 8, 60.0))
+            for sid in self.table.expire(time.monotonic()):
+                self.gateway.end_session(sid)
+
+    # -- requests ----------------------------------------------------------------------------
+
+    def check_model(self, model: str | None) -> None:
+        if model is not None and model != self.served.name:
+            raise not_found_model(model, self.served.name)
+
+    @property
+    def num_running_samples(self) -> int:
+        return sum(sum(o is None for o in r.outputs) for r in self.runs if not r.done)
+
+    async def start(self, req: ProxyRequest, key: str | None, group: str | None) -> RequestRun:
+        """Tokenize ``req``'s prompts and start its samples (``ApiError`` before any starts:
+        a bad request, an unknown model, a prompt the servers refuse, no server)."""
+        self.check_model(req.model)
+        ids = [p.token_ids if p.token_ids is not None else await self.tokenizer.tokenize(
+            p.tokenize or {}) for p in req.prompts]
+        samplings = [self._sampling(req, len(ids[i // req.n]), i % req.n)
+                     for i in range(req.num_samples)]
+        run = RequestRun(req, ids)
+        if not any(not r.done for r in self.runs):
+            self.gateway.begin_step()
+        self.runs.add(run)
+        self.num_requests += 1
+        now = time.monotonic()
+        for i, sp in enumerate(samplings):
+            lease = self.table.acquire(key, group, ids[i // req.n], now)
+            run.tasks.append(asyncio.create_task(self._sample(run, i, lease, sp)))
+        return run
+
+    def finish(self, run: RequestRun) -> None:
+        """The request was answered (or dropped): forget it. The last one of a burst ends
+        the gateway's step (its time is the next step's horizon estimate; the balance gate
+        is not fed: the proxy has no yardstick for a step without moves)."""
+        self.runs.discard(run)
+        if not any(not r.done for r in self.runs):
+            self.gateway.end_step(self.gateway.elapsed(), 0.0)
+
+    def abort(self, rid: str | None = None, abort_all: bool = False) -> int:
+        """Abort the running requests with client id ``rid`` (or all); returns how many."""
+        hit = [r for r in self.runs if not r.done and (abort_all or (
+            rid is not None and r.req.rid == rid))]
+        for r in hit:
+            r.abort()
+        return len(hit)
+
+    def _sampling(self, req: ProxyRequest, prompt_len: int, k: int) -> dict[str, Any]:
+        sp: dict[str, Any] = dict(req.sampling)
+        sp["max_tokens"] = req.max_tokens or default_max(req.api, prompt_len,
+                                                         self.served.max_model_len)
+        if req.logprobs is not None:
+            sp["logprobs"] = req.logprobs
+        if sp.get("seed") is not None and req.n > 1:
+            sp["seed"] = int(sp["seed"]) + k  # as a split group does: samples must differ
+        if self.backend is Backend.SGLANG:
+            _to_sglang(sp)
+        return sp
+
+    async def _sample(self, run: RequestRun, i: int, lease: Lease, sp: dict[str, Any]) -> None:
+        trace = run.traces[i]
+        prompt = trace.prompt_ids
+        result: TurnResult | None = None
+        context: tuple[int, ...] | None = None
+
+        def on_piece(span: PieceSpan, out: PieceOutput) -> None:
+            trace.add(span, out)
+            run.events.put_nowait(("piece", i))
+            if self.on_piece is not None:
+                self.on_piece(lease.session_id, span)
+
+        try:
+            result = await self.gateway.generate(
+                lease.session_id, lease.group_id, prompt, sp,
+                prompt_tokens=len(prompt) if lease.first else None, on_piece=on_piece)
+            context = prompt + result.token_ids
+        except asyncio.CancelledError:
+            if not run.aborted:
+                raise
+            context = prompt + tuple(trace.token_ids())
+            self.num_aborted_samples += 1
+        except Exception as exc:  # every failure becomes the request's HTTP error
+            run.fail(api_error(exc))
+            return
+        finally:
+            ended = self.table.release(lease, context, time.monotonic())
+            if ended is not None:
+                self.gateway.end_session(ended)
+        out = trace.output(i // run.req.n, i, result, run.req.stop, run.req.logprobs is not None,
+                           time.monotonic() - run.t0)
+        run.outputs[i] = out
+        run.events.put_nowait(("done", i))
+
+
+def _to_sglang(sp: dict[str, Any]) -> None:
+    """vLLM-named sampling extras in SGLang's names (the known fields are mapped by
+    ``runtime.backends``)."""
+    if sp.get("min_tokens"):
+        raise bad_request("min_tokens is not supported with SGLang servers behind the proxy "
+                          "(a continued piece's floor is kept in vLLM's field)", "min_tokens")
+    sp.pop("min_tokens", None)
+    if "include_stop_str_in_output" in sp:
+        sp["no_stop_trim"] = sp.pop("include_stop_str_in_output")
+    for key in ("allowed_token_ids", "return_tokens_as_token_ids", "priority", "cache_salt",
+                "vllm_xargs"):
+        sp.pop(key, None)
+
+
+def api_error(exc: BaseException) -> ApiError:
+    """The HTTP error a failed sample answers with."""
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, RequestError):
+        if exc.status is not None and 400 <= exc.status < 500:
+            return ApiError(f"a server refused the request: {exc}", 400)
+        return bad_gateway(f"a server answered with an error: {exc}")
+    if isinstance(exc, ChainError):
+        return ApiError(f"the response could not be joined from its pieces: {exc}", 500,
+                        "InternalServerError")
+    if isinstance(exc, ConfigError):
+        return bad_request(str(exc))
+    if isinstance(exc, ReplicaError):
+        if "no healthy replica" in str(exc):
+            return unavailable(f"every server is down: {exc}")
+        return bad_gateway(str(exc))
+    log.exception("proxy: a sample failed", exc_info=exc)
+    return ApiError(f"internal error: {type(exc).__name__}: {exc}", 500, "InternalServerError")

@@ -1,0 +1,58 @@
+"""``tailsieve serve``: bad options exit 2 with one error line, and a real run over emulated
+servers answers the ``openai`` client until SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from openai import OpenAI
+
+from tailsieve.cli.main import main
+from tailsieve.runtime.emulator import EmulatorFleet
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["serve"], "give the servers' endpoints, or num_workers"),
+    (["serve", "--endpoints", "http://127.0.0.1:9", "--backend", "tgi"], "--backend"),
+    (["serve", "--endpoints", "127.0.0.1:9"], "must be an http(s):// URL"),
+    (["serve", "--endpoints", "http://127.0.0.1:9", "--policy", "best"], "unknown session policy"),
+    (["serve", "--endpoints", "http://127.0.0.1:9", "--policy", "oracle"], "simulator only"),
+    (["serve", "--endpoints", "http://127.0.0.1:9", "--profile", "nope"], "nope"),
+    (["serve", "--endpoints", "http://127.0.0.1:9", "--piece-tokens", "0"], "piece_tokens"),
+    (["serve", "--num-workers", "0"], "num_workers"),
+    (["serve", "--endpoints", "http://127.0.0.1:9", "--port", "70000"], "--port"),
+])
+def test_bad_options_exit_2_with_one_line(argv: list[str], says: str,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and says in err[0]
+
+
+def test_serve_answers_an_openai_client_until_sigterm(tmp_path: Path) -> None:
+    with EmulatorFleet.start(2, profile="cpu", time_scale=0.01) as fleet:
+        code = "import sys; from tailsieve.cli.main import main; sys.exit(main())"
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code, "serve", "--endpoints", ",".join(fleet.urls),
+             "--port", "0", "--profile", "cpu"],
+            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        try:
+            assert proc.stderr is not None
+            line = proc.stderr.readline()
+            m = re.search(r"listening on (http://\S+) \(2 vllm servers; policy tailsieve; "
+                          r"profile cpu; moves on\)", line)
+            assert m, line
+            c = OpenAI(base_url=m.group(1) + "/v1", api_key="none", max_retries=0)
+            out = c.completions.create(model="tailsieve-emulated", prompt="hello world",
+                                       max_tokens=12, extra_headers={"X-Session-ID": "s1"})
+            assert out.choices[0].text == " tok" * out.usage.completion_tokens  # type: ignore[union-attr]
+            assert [m.id for m in c.models.list()] == ["tailsieve-emulated"]
+        finally:
+            os.kill(proc.pid, signal.SIGTERM)
+            assert proc.wait(30) == 0

@@ -1,0 +1,56 @@
+"""``StreamCursor``: whatever the pieces and the stop strings, a streamed sample's chunks join
+into exactly its final output (the chain's join, cut at a stop string across a seam)."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tailsieve.runtime.chain import Piece, ResponseChain
+from tailsieve.runtime.proxy.sample import SampleTrace
+from tailsieve.runtime.proxy.stream import StreamCursor
+from tailsieve.runtime.sessions.pieces import PieceOutput
+from tailsieve.runtime.sessions.result import PieceSpan, TurnResult
+
+WORDS = ["a", "b", "ab", "ba", "c", "abc", " "]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(WORDS), min_size=1, max_size=30),
+       st.lists(st.integers(1, 6), min_size=1, max_size=30),
+       st.lists(st.text(alphabet="abc ", min_size=1, max_size=4), max_size=2))
+def test_the_chunks_join_into_the_final_output(words: list[str], cuts: list[int],
+                                               stop: list[str]) -> None:
+    ids = list(range(len(words)))
+    chain = ResponseChain(max_tokens=len(ids), prompt_ids=(1,), stop=tuple(stop))
+    trace = SampleTrace((1,))
+    cursor = StreamCursor(tuple(stop), want_logprobs=True)
+    sent_ids: list[int] = []
+    sent_text = ""
+    k, start = 0, 0
+    while not chain.done:
+        n = min(cuts[k % len(cuts)], len(ids) - start)
+        k += 1
+        toks = ids[start:start + n]
+        texts = [words[t] for t in toks]
+        offs = [sum(len(x) for x in texts[:j]) for j in range(n)]
+        lps = tuple(-0.1 * t for t in toks)
+        out = PieceOutput(tuple(toks), "length", "".join(texts), lps, tuple(offs))
+        chain.add(Piece(tuple(toks), "".join(texts), "length", lps, tuple(offs)), n)
+        trace.add(PieceSpan(0, start, start + n), out)
+        start += n
+        d = cursor.progress(trace)
+        if d is not None:
+            assert d.start == len(sent_ids) and d.char_start == len(sent_text)
+            sent_ids += d.token_ids
+            sent_text += d.text
+    final = chain.final
+    assert final is not None and final.token_ids is not None
+    result = TurnResult(tuple(final.token_ids), final.text, final.logprobs,
+                        final.finish_reason, (), 0, False, "first", 0)
+    out = trace.output(0, 0, result, tuple(stop), True, 0.0)
+    d = cursor.finish(out)
+    sent_ids += d.token_ids
+    sent_text += d.text
+    assert sent_ids == list(final.token_ids) and sent_text == final.text
+    assert out.token_strs is not None and "".join(out.token_strs).startswith(final.text)
