@@ -16,11 +16,12 @@ waiting. No clock: callers pass ``now_s``.
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tailsieve.core.balancer import ReplicaLoad
 from tailsieve.errors import ConfigError
 from tailsieve.model.replica_config import ReplicaConfig
+from tailsieve.model.throughput import ThroughputModel
 from tailsieve.session.cache_model import PrefixCacheModel
 from tailsieve.session.midturn import move_loads, session_horizon_s
 from tailsieve.session.replica_view import ReplicaView
@@ -85,6 +86,12 @@ class SessionBook:
         self._taus = [_TauTable(c) for c in configs]
         self._num_turns = 0
         self._sum_output = 0
+
+    def set_throughput(self, model: ThroughputModel) -> None:
+        """Price every replica's decode with ``model`` from now on (the live ``auto`` profile
+        refits it between steps); capacities and prefill costs stay as configured."""
+        self.configs = [replace(c, throughput=model) for c in self.configs]
+        self._taus = [_TauTable(c) for c in self.configs]
 
     # ----- events --------------------------------------------------------------------
     def request(self, session_id: Hashable, group_id: Hashable | None, context_tokens: int,

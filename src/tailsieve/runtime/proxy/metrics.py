@@ -27,10 +27,11 @@ class ProxyMetrics:
     ``service()`` is the running service (None until the servers are known)."""
 
     def __init__(self, service: Callable[[], ProxyService | None], endpoints: Callable[[], Sequence[str]],
-                 profile: str, profile_in_use: str) -> None:
+                 profile: str, profile_in_use: Callable[[], str]) -> None:
         self._service = service
         self._endpoints = endpoints
-        self._profile = (profile, profile_in_use)
+        self._profile = profile
+        self._profile_in_use = profile_in_use
         self.requests: Tally[tuple[str, int]] = Tally()
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
@@ -49,7 +50,7 @@ class ProxyMetrics:
         yield req
         prof = GaugeMetricFamily("tailsieve_profile_info", "The cost model (profile asked, "
                                  "profile in use)", labels=["profile", "in_use"])
-        prof.add_metric(list(self._profile), 1.0)
+        prof.add_metric([self._profile, self._profile_in_use()], 1.0)
         yield prof
         svc = self._service()
         if svc is None:

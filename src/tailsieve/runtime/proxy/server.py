@@ -25,6 +25,7 @@ from typing import Any
 from aiohttp import web
 
 from tailsieve.errors import ConfigError
+from tailsieve.model.profiles import parse_profile
 from tailsieve.runtime.backends import Backend
 from tailsieve.runtime.lean_http import LeanTransport
 from tailsieve.runtime.proxy.api_error import ApiError, bad_request, unavailable
@@ -66,12 +67,18 @@ class RoutingProxy:
         self._build_lock = asyncio.Lock()
         self._build_error: BaseException | None = None
         gw = config.gateway
-        in_use = gw.fallback_profile if gw.profile == "auto" else gw.profile
         self.metrics = ProxyMetrics(lambda: self.service, lambda: self.endpoints, gw.profile,
-                                    in_use)
+                                    self._profile_in_use)
         self.app = build_app(self)
         self._site_runner: web.AppRunner | None = None
         self.url = ""
+
+    def _profile_in_use(self) -> str:
+        gw = self.config.gateway
+        if self.gateway is not None:
+            return self.gateway.profile.in_use
+        auto, name = parse_profile(gw.profile)
+        return (name or gw.fallback_profile) if auto else gw.profile
 
     # -- lifecycle ------------------------------------------------------------------------
 

@@ -43,6 +43,7 @@ from tailsieve.runtime.sessions.health import ReplicaHealth
 from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
 from tailsieve.runtime.sessions.midturn import MidTurnRebalancer
 from tailsieve.runtime.sessions.parts import GatewayParts, Placement, build_parts
+from tailsieve.runtime.sessions.profile import GatewayProfile
 from tailsieve.runtime.sessions.pieces import (
     PieceInterrupter,
     PieceOutput,
@@ -90,6 +91,7 @@ class SessionGateway:
         self._num_turns: dict[Hashable, int] = {}  # session -> turns started
         self.tally = Tally(num_replicas)
         self.gate = BalanceGate()
+        self.profile = GatewayProfile(self.config.profile, self.config.fallback_profile)
         self._step_balanced = True
         self._last_step_s = 0.0  # the last step's time (0: none yet)
         self._crash: str | None = None
@@ -161,6 +163,10 @@ class SessionGateway:
         step it does not balance keeps TailSieve's sessions home and runs every turn as one
         piece). Returns whether running turns may move."""
         self._step_t0 = self.now()
+        fitted = self.profile.refit()
+        if fitted is not None:
+            self.book.set_throughput(fitted)
+            log.info("session gateway: the auto profile's fit prices moves from now on")
         self._step_balanced = not self.config.gate or self.gate.balances_next()
         last = self._last_step_s
         self.rebalancer.settings = replace(self.config.balance, expected_step_s=last)
@@ -298,8 +304,12 @@ class SessionGateway:
                 rt.booked = replica
             piece = rt.next_piece()
             rt.piece_on, rt.piece_started_s = replica, self.now()
+            timed = self.profile.piece_started(replica, rt.piece_started_s,
+                                               len(piece.prompt_ids), piece.max_tokens)
+            got: int | None = None  # tokens of a piece that came back (None: it failed)
             try:
                 out = await self.runner.run_piece(replica, piece)
+                got = len(out.token_ids)
             except ReplicaDownError as exc:
                 rt.piece_on = None
                 self.health.down(replica, exc)
@@ -307,6 +317,7 @@ class SessionGateway:
                 continue
             finally:
                 rt.piece_on = None
+                self.profile.piece_ended(timed, self.now(), got)
             self.tally.piece(replica, piece, out, rt.expect_hit)
             rt.add(replica, piece, out)
             if rt.on_piece is not None:

@@ -1,0 +1,72 @@
+"""The session gateway's cost model: a named profile, fixed, or ``auto``, fitted online from
+the pieces the gateway itself times.
+
+With ``profile="auto"`` (the default) every piece the gateway sends is recorded in an
+``OnlineProfile`` (``model.online_profile``, helper I's fit of ``tau(b) + k * C``): its
+replica, when it was sent and when it came back on the gateway's clock, its prompt tokens and
+the tokens it generated (an interrupted piece's are exact too; a failed one is recorded as
+failed). ``refit()``, called between steps (``SessionGateway.begin_step``), refits on what
+arrived and returns the model to price with: the fit once it is trusted (``ready``), else the
+fallback profile (``auto:NAME``, or ``GatewayConfig.fallback_profile`` for a bare ``auto``).
+Runners of any kind feed it alike (HTTP, verl's Ray handles, stubs): no transport is wrapped.
+"""
+
+from __future__ import annotations
+
+from tailsieve.model.online_fit import FitSettings
+from tailsieve.model.online_profile import OnlineProfile
+from tailsieve.model.profiles import load_profile, parse_profile
+from tailsieve.model.throughput import ThroughputModel
+
+
+class GatewayProfile:
+    """The model in use and, with ``auto``, the online fit that may replace it."""
+
+    def __init__(self, spec: str, fallback: str, settings: FitSettings | None = None) -> None:
+        """``spec``: ``auto``, ``auto:NAME``, or a profile name / JSON path (fixed);
+        ``fallback``: the profile a bare ``auto`` uses until its fit is trusted."""
+        auto, name = parse_profile(spec)
+        self.spec = spec
+        self.fallback_name = name if name is not None else fallback
+        self.model: ThroughputModel = load_profile(self.fallback_name)
+        self.online = OnlineProfile(self.model, settings) if auto else None
+
+    @property
+    def fitted(self) -> bool:
+        """Whether the model in use is the online fit (not a named profile)."""
+        return self.online is not None and self.model is not self.online.fallback
+
+    @property
+    def in_use(self) -> str:
+        """The model pricing moves now: ``fitted`` or the named profile."""
+        return "fitted" if self.fitted else self.fallback_name
+
+    @property
+    def num_observations(self) -> int:
+        """Timed pieces the fit has taken in (0 without ``auto``)."""
+        return 0 if self.online is None else self.online.num_seen
+
+    def piece_started(self, replica: int, t_s: float, prompt_tokens: int,
+                      max_tokens: int) -> int | None:
+        """A piece was sent; the id goes to ``piece_ended`` (None: nothing is fitted)."""
+        if self.online is None:
+            return None
+        return self.online.request_started(str(replica), t_s, prompt_tokens, 1, max_tokens)
+
+    def piece_ended(self, piece_id: int | None, t_s: float, num_tokens: int | None) -> None:
+        """It came back at ``t_s`` with ``num_tokens`` (None: it failed)."""
+        if self.online is None or piece_id is None:
+            return
+        tokens = None if num_tokens is None else [num_tokens]
+        self.online.request_ended(piece_id, t_s, tokens, num_tokens is not None)
+
+    def refit(self) -> ThroughputModel | None:
+        """Refit on the pieces timed since the last call; the model to price with when it
+        changed (else None)."""
+        if self.online is None:
+            return None
+        model = self.online.current()
+        if model is self.model:
+            return None
+        self.model = model
+        return model

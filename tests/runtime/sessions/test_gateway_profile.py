@@ -1,0 +1,79 @@
+"""The session gateway's ``auto`` profile: every piece it sends is timed into the online fit
+(whatever the runner), a failed piece is recorded as failed, and a trusted fit prices the next
+step's placements and moves; a named profile stays fixed."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tailsieve.model.profiles import load_profile
+from tailsieve.runtime.sessions import GatewayConfig, SessionGateway, StubModel, StubPieceRunner
+from tailsieve.runtime.sessions.profile import GatewayProfile
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "model"))
+from online_sim import run_replica  # noqa: E402
+
+NEVER_EOS = StubModel(eos_every=10**9)
+
+
+def tau(b: float) -> float:
+    return 0.003 + 0.00012 * b
+
+
+def prompt(i: int, n: int = 40) -> list[int]:
+    return [10 * i + j for j in range(n)]
+
+
+async def test_every_piece_is_timed_and_a_failed_one_recorded_as_failed() -> None:
+    runner = StubPieceRunner(2, NEVER_EOS, seconds_per_token=0.001)
+    async with SessionGateway(2, runner, GatewayConfig(piece_tokens=16)) as gw:
+        ledger = gw.profile.online.ledger if gw.profile.online is not None else None
+        assert ledger is not None and gw.profile.in_use == "cpu"
+        tasks = [asyncio.create_task(gw.generate(f"s{i}", None, prompt(i), {}, max_tokens=64))
+                 for i in range(4)]
+        while len([c for c in runner.calls if not c.failed]) < 4:
+            await asyncio.sleep(0.001)
+        runner.kill(0)
+        await asyncio.gather(*tasks)
+        assert ledger.num_in_flight == 0  # every piece sent was ended, the failed ones too
+        recs = [r for rs in ledger._replicas.values() for r in rs]
+        timed = [r for r in recs if r.complete]
+        assert len(recs) >= len(runner.calls) - 1  # pruned ones were harvested; none lost
+        assert sum(max(r.tokens or (0,)) for r in timed) == sum(
+            len(c.output_ids) for c in runner.calls if not c.failed)
+        assert any(not r.complete for r in recs)  # the pieces the kill failed
+
+
+def test_a_trusted_fit_prices_the_next_step() -> None:
+    runner = StubPieceRunner(2, NEVER_EOS)
+    gw = SessionGateway(2, runner, GatewayConfig(), clock=lambda: 0.0)
+    cpu = gw.book.configs[0].throughput
+    assert gw.profile.online is not None
+    rng = np.random.default_rng(3)
+    t = 0.0
+    for r in ("0", "1"):
+        t = run_replica(gw.profile.online.ledger, rng, tau, 2e-7, replica=r, t0=t + 1.0)
+    assert gw.book.configs[0].throughput is cpu  # nothing changes within a step
+    gw.begin_step()
+    fitted = gw.book.configs[0].throughput
+    assert fitted is not cpu and gw.profile.in_use == "fitted"
+    assert all(c.throughput is fitted for c in gw.book.configs)
+    held = 32 * 400  # tokens of context 32 running requests hold mid-step
+    assert fitted.step_s(32, held) == pytest.approx(tau(32) + 2e-7 * held, rel=0.1)
+    assert gw.book.views(0.0)[1].config.throughput is fitted
+
+
+def test_a_named_profile_stays_fixed() -> None:
+    prof = GatewayProfile("qwen3-4b-h100", "cpu")
+    assert prof.online is None and prof.in_use == "qwen3-4b-h100"
+    assert prof.piece_started(0, 0.0, 10, 100) is None
+    prof.piece_ended(None, 1.0, 50)
+    assert prof.refit() is None and prof.num_observations == 0
+    named = GatewayProfile("auto:qwen3-4b-h100", "cpu")
+    assert named.online is not None and named.in_use == "qwen3-4b-h100"
+    assert named.model.provenance == load_profile("qwen3-4b-h100").provenance
