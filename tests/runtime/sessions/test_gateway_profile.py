@@ -16,7 +16,7 @@ from tailsieve.runtime.sessions import GatewayConfig, SessionGateway, StubModel,
 from tailsieve.runtime.sessions.profile import GatewayProfile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "model"))
-from online_sim import run_replica  # noqa: E402
+from online_sim import run_replica
 
 NEVER_EOS = StubModel(eos_every=10**9)
 

@@ -43,13 +43,13 @@ from tailsieve.runtime.sessions.health import ReplicaHealth
 from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
 from tailsieve.runtime.sessions.midturn import MidTurnRebalancer
 from tailsieve.runtime.sessions.parts import GatewayParts, Placement, build_parts
-from tailsieve.runtime.sessions.profile import GatewayProfile
 from tailsieve.runtime.sessions.pieces import (
     PieceInterrupter,
     PieceOutput,
     PieceRunner,
     sampling_from_dict,
 )
+from tailsieve.runtime.sessions.profile import GatewayProfile
 from tailsieve.runtime.sessions.result import GatewayStats, PieceSpan, TurnResult
 from tailsieve.runtime.sessions.tally import Tally
 from tailsieve.runtime.sessions.turn_chain import RunningTurn
