@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from tailsieve.model.replica_config import ReplicaConfig
-from tailsieve.sim.agentic.run import yardstick_s
+from tailsieve.session.yardstick import yardstick_s
 from tailsieve.workload.turns import Trajectory, Turn
 
 
