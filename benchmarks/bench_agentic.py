@@ -4,27 +4,23 @@ Run: ``PYTHONPATH=src python benchmarks/bench_agentic.py --out benchmarks/result
 (defaults: profiles ``qwen3-4b-h100`` and ``qwen3-30b-a3b-h100-tp2``, R = 8, 16, 32, 64,
 every preset of ``workload.agentic_presets``, 64 groups x 8, 5 seeds, 2 warm-up + 1
 measured step, the policies of ``sim.agentic.policies.DEFAULT_POLICIES``; ``--smoke``: a
-tiny run; ``--cells``: only the cells whose name ``<profile>_<preset>_r<R>`` matches one of
-these shell patterns, for fast iteration). Each cell is written to ``cells/<cell>.json`` as
-it finishes and reused when the command is run again (``--force`` recomputes), then
-``agentic.json`` and ``agentic.md`` gather the cells of the grid asked for.
+tiny run). Each cell (profile x preset x R) is written to ``cells/<cell>.json`` as it
+finishes and reused when the command is run again (``--force`` recomputes), then
+``agentic.json`` and ``agentic.md`` gather them.
 
 Per cell, ``sim.agentic.compare.compare_policies``: every policy of a seed runs the same
 trajectories; the speedup of a policy is, per seed, the mean over the measured steps of
 ``T_verl-sticky(t) / T_policy(t)``, then the mean over seeds with a 95% Student-t interval.
 Beside it: prefix-cache hit rate, re-prefilled tokens, moves per step at turn boundaries
-and mid-turn, preemptions. The ceiling is verl's step over the step's lower bound
-(``sim.agentic.bound``: no router can beat it), paired the same way. The headline table gives
-per preset and R: TailSieve, the best other router, the length-informed policy
-(``place_turn`` told the lengths) and the ceiling over verl's default, and TailSieve's share
-of the ceiling's gain and of the length-informed policy's. Last, the balance gate's run: TailSieve over ``--gate-steps`` steps of search-agent
+and mid-turn. The headline table gives per preset and R: TailSieve, the best other router
+and the length-knowing oracle over verl's default, and TailSieve's share of the oracle's
+gain. Last, the balance gate's run: TailSieve over ``--gate-steps`` steps of search-agent
 (where moves do not pay), which moves are on in which step.
 """
 
 from __future__ import annotations
 
 import argparse
-import fnmatch
 import json
 import sys
 import time
@@ -64,10 +60,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--warmup-steps", type=int, default=2)
     ap.add_argument("--measured-steps", type=int, default=1)
     ap.add_argument("--gate-steps", type=int, default=16,
-                    help="steps of the balance-gate run (search-agent, first profile, R = 8; "
-                         "0: none)")
-    ap.add_argument("--cells", type=_csv, default=[],
-                    help="only cells matching these patterns, e.g. '*swe-agent-long_r8'")
+                    help="steps of the balance-gate run (search-agent, first profile, R = 8)")
     ap.add_argument("--force", action="store_true", help="recompute cells already written")
     ap.add_argument("--smoke", action="store_true", help="a tiny run (tests)")
     args = ap.parse_args(argv)
@@ -113,48 +106,24 @@ def gate_run(args: argparse.Namespace) -> dict[str, Any]:
             "speedup_mean": sum(ratios) / len(ratios)}
 
 
-def _pct(x: float | None) -> str:
-    return f"{x:.0%}" if x is not None else "-"
-
-
 def headline(cells: list[dict[str, Any]], profile: str) -> list[str]:
     lines = [f"### {profile}", "",
-             "| preset | R | TailSieve | best other | length-informed | ceiling (bound) | "
-             "TailSieve's share of the ceiling's gain | of length-informed's | target at "
-             "R = 8 |", "|---|---|---|---|---|---|---|---|---|"]
+             "| preset | R | TailSieve | best other | oracle | TailSieve's share of the "
+             "oracle's gain | target at R = 8 |", "|---|---|---|---|---|---|---|"]
     for c in cells:
         if c["profile"] != profile:
             continue
         rows, best = c["policies"], c["best_other"]
         ts = format_speedup(rows["tailsieve"]) if "tailsieve" in rows else "-"
         bo = f"{best}: {format_speedup(rows[best])}" if best else "-"
-        li = rows.get("length-informed")
-        li_s = format_speedup(li) if li else "-"
+        orc = format_speedup(rows["oracle"]) if "oracle" in rows else "-"
+        share = c.get("tailsieve_oracle_share")
+        share_s = f"{share:.0%}" if share is not None else "-"
         target = f">= {TARGETS[c['preset']]:.2f}x" if c["replicas"] == 8 and \
             c["preset"] in TARGETS else ""
-        lines.append(f"| {c['preset']} | {c['replicas']} | {ts} | {bo} | {li_s} | "
-                     f"{format_speedup(c['bound'])} | {_pct(c.get('tailsieve_ceiling_share'))} "
-                     f"| {_pct(c.get('tailsieve_informed_share'))} | {target} |")
+        lines.append(f"| {c['preset']} | {c['replicas']} | {ts} | {bo} | {orc} | {share_s} | "
+                     f"{target} |")
     return [*lines, ""]
-
-
-def gap_line(cells: list[dict[str, Any]]) -> str:
-    """Where TailSieve is below the best other router, and by how much at most."""
-    gaps = [c["policies"][c["best_other"]]["speedup"] - c["policies"]["tailsieve"]["speedup"]
-            for c in cells if c.get("best_other") and "tailsieve" in c["policies"]]
-    behind = [g for g in gaps if g > 0]
-    worst = f", by at most {max(behind):.3f}" if behind else ""
-    return (f"TailSieve is at least as fast as the best other router in "
-            f"{len(gaps) - len(behind)} of {len(gaps)} cells{worst}.")
-
-
-def gate_lines(g: dict[str, Any]) -> list[str]:
-    return ["## The balance gate", "",
-            f"TailSieve on {g['preset']}, {g['profile']}, R = {g['replicas']}, "
-            f"{len(g['moves_on'])} steps (one seed): moves on in steps "
-            f"{[i for i, x in enumerate(g['moves_on']) if x]}; over verl's default step by "
-            f"step {', '.join(f'{x:.3f}' for x in g['speedup_by_step'])} "
-            f"(mean {g['speedup_mean']:.3f}x).", ""]
 
 
 def render(args: argparse.Namespace, cells: list[dict[str, Any]]) -> str:
@@ -163,17 +132,21 @@ def render(args: argparse.Namespace, cells: list[dict[str, Any]]) -> str:
            f"Command: `{cmd}`", "",
            f"{args.groups} groups x {args.group_size}, {args.seeds} seeds, "
            f"{args.warmup_steps} warm-up + {args.measured_steps} measured steps; speedup = "
-           "paired T_verl-sticky / T_policy with a 95% Student-t interval over seeds. The "
-           "ceiling is T_verl-sticky over the step's lower bound (no router can pass it).", "",
-           "## Headline: over verl's default", "", gap_line(cells), ""]
+           "paired T_verl-sticky / T_policy with a 95% Student-t interval over seeds.", "",
+           "## Headline: over verl's default", ""]
     for profile in args.profiles:
         out += headline(cells, profile)
-    if args.gate is not None:
-        out += gate_lines(args.gate)
+    g = args.gate
+    out += ["## The balance gate", "",
+            f"TailSieve on {g['preset']}, {g['profile']}, R = {g['replicas']}, "
+            f"{len(g['moves_on'])} steps (one seed): moves on in steps "
+            f"{[i for i, x in enumerate(g['moves_on']) if x]}; over verl's default step by "
+            f"step {', '.join(f'{x:.3f}' for x in g['speedup_by_step'])} "
+            f"(mean {g['speedup_mean']:.3f}x).", ""]
     out += ["## Every cell", ""]
     for c in cells:
         out += [f"### {c['profile']} / {c['preset']} / R = {c['replicas']}", "",
-                policy_table(c["policies"], c["bound"]), ""]
+                policy_table(c["policies"]), ""]
     return "\n".join(out) + "\n"
 
 
@@ -184,15 +157,12 @@ def main(argv: list[str] | None = None) -> int:
     for profile in args.profiles:
         for preset in args.presets:
             for r in args.replicas:
-                name = cell_name(profile, preset, r)
-                if args.cells and not any(fnmatch.fnmatch(name, p) for p in args.cells):
-                    continue
                 cell = run_cell(args, profile, preset, r)
                 cells.append(cell)
                 print(f"{cell_name(profile, preset, r)}: tailsieve "
                       f"{cell['policies'].get('tailsieve', {}).get('speedup', float('nan')):.3f}"
                       f" ({cell.get('cpu_s', 0):.0f} s cpu)", file=sys.stderr, flush=True)
-    args.gate = gate_run(args) if args.gate_steps > 0 else None
+    args.gate = gate_run(args)
     (args.out / "agentic.json").write_text(json.dumps(
         {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()
                   if k != "gate"}, "cells": cells, "gate": args.gate}, indent=1))

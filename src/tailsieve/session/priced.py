@@ -53,8 +53,8 @@ def place_turn(turn: TurnRequest, views: Sequence[ReplicaView], settings: Sessio
     """Where ``turn`` runs (see the module docstring). ``views``: every replica (unhealthy
     ones are never chosen); ``elapsed_s``: seconds since the step began;
     ``expected_turn_tokens``: the mean output of the turns observed so far (None or 0:
-    ``settings.turn_tokens``). ``remaining_tokens`` is for the simulator's length-informed
-    policy only (routers never know it): the tokens the session will still generate, this
+    ``settings.turn_tokens``). ``remaining_tokens`` is for the simulator's length-knowing
+    oracle only (routers never know it): the tokens the session will still generate, this
     turn on, used instead of the estimate of its remaining life."""
     healthy = [v for v in views if v.healthy]
     if not healthy:
@@ -96,17 +96,8 @@ def place_turn(turn: TurnRequest, views: Sequence[ReplicaView], settings: Sessio
             cached[i] = turn.cached_tokens[v.replica]
     prefill = loads.prefill(turn.context_tokens, cached)
     extra = prefill - prefill[home]
-    if settings.free_horizon:  # EXPERIMENT
-        m = float(loads.miss_share()[home])
-        others = float(loads.b[home])
-        if m * others > 0:
-            t_fix = turn_s / (m * others)
-            saving = saving * min(1.0, t_fix / horizon)
     net = saving - extra - settings.seam_s
     ok = (net > 0) & (saving >= settings.move_margin * extra + settings.seam_s)
-    if settings.overshoot < 1.0:  # EXPERIMENT
-        d_with = scale * with_ + lag
-        ok &= (h_without - d_with) >= -settings.overshoot * (h_with - h_without)
     best: tuple[float, int, float, float] | None = None  # (net, index, saving, extra)
     if ok.any():
         i = int(np.argmax(np.where(ok, net, -np.inf)))

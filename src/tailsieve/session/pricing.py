@@ -42,7 +42,6 @@ class Loads:
         if table is not None:
             self.b = table.b + w * table.tool
             self.c = table.c + w * table.tool_c
-            self.run_c = table.run_c
             self.kv, self.backlog_s, self.k = table.kv, table.lag_s, table.k
             self.pre = table.pre
             return
@@ -52,7 +51,6 @@ class Loads:
                           dtype=np.float64)
         self.c = np.array([v.context_tokens * (1.0 + v.num_waiting / max(v.num_running, 1))
                            + w * v.tool_wait_context_tokens for v in views], dtype=np.float64)
-        self.run_c = np.array([v.context_tokens for v in views], dtype=np.float64)
         self.kv = np.array([v.config.kv_capacity_tokens or np.inf for v in views],
                            dtype=np.float64)
         self.backlog_s = np.array([v.config.prefill_s_per_token * v.prefill_backlog_tokens
@@ -66,16 +64,6 @@ class Loads:
         end = float(context_tokens)
         pairs = (end * (end - 1.0) - cached * (cached - 1.0)) / 2.0
         return self.pre[0] + self.pre[1] * n + self.pre[2] * np.where(n > 0, pairs, 0.0)
-
-    def miss_share(self) -> FloatArray:
-        """Share of the context of each replica's sessions that are not running (queued or in a
-        tool call) that its prefix cache cannot hold: the KV budget less the running
-        context, against that context (0 where it all fits)."""
-        room = np.maximum(self.kv - self.run_c, 0.0)
-        demand = np.maximum(self.c - self.run_c, 0.0)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            held = np.where(demand > 0, np.minimum(room / demand, 1.0), 1.0)
-        return np.asarray(1.0 - held, dtype=np.float64)
 
     def tau(self, b: FloatArray) -> FloatArray:
         """``tau`` of every replica at its entry of ``b`` (0 where ``b <= 0``)."""

@@ -58,7 +58,6 @@ class ViewTable(list[ReplicaView]):
         self.b = np.zeros(n)  # running + waiting
         self.tool = np.zeros(n)  # tool waits
         self.c = np.zeros(n)  # running context, queued requests at the mean running context
-        self.run_c = np.zeros(n)  # running context alone
         self.tool_c = np.zeros(n)  # tool-wait context
         self.lag_s = np.zeros(n)  # prefill backlog, seconds
         self.kv = np.full(n, np.inf)  # KV budget, tokens
@@ -75,7 +74,6 @@ class ViewTable(list[ReplicaView]):
         self.b[i] = v.num_running + v.num_waiting
         self.tool[i] = v.num_tool_waits
         self.c[i] = v.context_tokens * (1.0 + v.num_waiting / max(v.num_running, 1))
-        self.run_c[i] = v.context_tokens
         self.tool_c[i] = v.tool_wait_context_tokens
         self.lag_s[i] = v.config.prefill_s_per_token * v.prefill_backlog_tokens
         self.kv[i] = v.config.kv_capacity_tokens or np.inf

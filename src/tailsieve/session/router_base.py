@@ -27,8 +27,7 @@ class SessionPolicy(StrEnum):
     MARGIN = "affinity-margin"  # verl #7435: break affinity past a fixed margin (2)
     REPIN = "verl-repin"  # verl #6533: re-pin to the least loaded while the pool is skewed
     ROUND_ROBIN = "turn-round-robin"  # per-turn round-robin, ignores the cache
-    LENGTH_INFORMED = "length-informed"  # place_turn told the true lengths (simulator only)
-    ORACLE = "length-informed"  # the former name of LENGTH_INFORMED (an alias)
+    ORACLE = "oracle"  # length-knowing reference (simulator only)
     TAILSIEVE = "tailsieve"  # place_turn
 
 

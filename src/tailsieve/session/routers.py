@@ -3,7 +3,7 @@
 ``make_router(policy)`` builds a fresh router (one per rollout: sticky routers keep state).
 Baselines follow the code users run (``tailsieve.session.sticky``,
 ``tailsieve.session.cache_aware``); ``TailSieveRouter`` calls ``place_turn``;
-``LengthInformed`` is the simulator's length-informed placement (a policy, not a bound).
+``LengthOracle`` is the simulator's length-knowing reference.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 from tailsieve.errors import ConfigError
 from tailsieve.session.cache_aware import CacheAware
 from tailsieve.session.decision import TurnDecision
-from tailsieve.session.length_informed import LengthInformed
+from tailsieve.session.oracle_router import LengthOracle
 from tailsieve.session.priced import place_turn
 from tailsieve.session.replica_view import ReplicaView
 from tailsieve.session.router_base import SessionPolicy, SessionRouter
@@ -69,7 +69,7 @@ _KW: dict[SessionPolicy, frozenset[str]] = {
     SessionPolicy.MARGIN: frozenset({"margin"}),
     SessionPolicy.REPIN: frozenset({"balance_abs_threshold", "balance_rel_threshold"}),
     SessionPolicy.ROUND_ROBIN: frozenset(),
-    SessionPolicy.LENGTH_INFORMED: frozenset({"remaining"}),
+    SessionPolicy.ORACLE: frozenset({"remaining"}),
     SessionPolicy.TAILSIEVE: frozenset({"expected_turn_tokens"}),
 }
 
@@ -79,7 +79,7 @@ def make_router(policy: SessionPolicy | str, settings: SessionSettings | None = 
     """A fresh router for ``policy``. ``settings``: TailSieve's (default
     ``SessionSettings()``); ``rng``: ties of verl's routers (default seed 0). Keyword
     options: ``cache_threshold``, ``balance_abs_threshold``, ``balance_rel_threshold``
-    (cache-aware, verl-repin), ``margin`` (affinity-margin), ``remaining`` (length-informed: a
+    (cache-aware, verl-repin), ``margin`` (affinity-margin), ``remaining`` (oracle: a
     callable ``(session_id, turn_index) -> tokens the session still generates, this turn
     on`` (0 past its last turn); required), ``expected_turn_tokens`` (tailsieve: a callable returning the mean turn
     output observed so far, or None)."""
@@ -100,9 +100,9 @@ def make_router(policy: SessionPolicy | str, settings: SessionSettings | None = 
         return ImbalanceRepin(gen, **kw)
     if p is SessionPolicy.ROUND_ROBIN:
         return TurnRoundRobin()
-    if p is SessionPolicy.LENGTH_INFORMED:
+    if p is SessionPolicy.ORACLE:
         if "remaining" not in kw:
-            raise ConfigError("the length-informed session policy needs remaining=(session, "
-                              "turn) -> tokens left (the simulator passes it)")
-        return LengthInformed(kw["remaining"], settings or SessionSettings())
+            raise ConfigError("the oracle session policy needs remaining=(session, turn) -> "
+                              "tokens left (the simulator passes it)")
+        return LengthOracle(kw["remaining"], settings or SessionSettings())
     return TailSieveRouter(settings or SessionSettings(), kw.get("expected_turn_tokens"))

@@ -22,8 +22,6 @@ class SessionSettings:
     turn_tokens: float = 512.0  # expected output tokens of a turn until some are observed
     tool_wait_weight: float = 1.0  # weight of a session in a tool call in its replica's
     # expected load (it comes back to its home when the tool returns)
-    overshoot: float = 1.0  # EXPERIMENT
-    free_horizon: bool = False  # EXPERIMENT
     moves: bool = True  # False: sessions stay home (first turns are still placed by price)
 
     def __post_init__(self) -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tailsieve.sim.agentic.compare import AgenticSetup, ceiling, compare_policies
-from tailsieve.sim.agentic.policies import BASELINE, DEFAULT_POLICIES
-from tailsieve.sim.agentic.report import best_other, gain_share
+from tailsieve.sim.agentic.compare import AgenticSetup, compare_policies
+from tailsieve.sim.agentic.policies import DEFAULT_POLICIES
+from tailsieve.sim.agentic.report import best_other, oracle_share
 
 __all__ = ["simulate_agentic"]
 
@@ -19,21 +19,14 @@ def simulate_agentic(preset: str, replicas: int, policies: Sequence[str] = DEFAU
     """Compare ``policies`` on ``preset`` (``workload.agentic_presets``) with ``replicas``
     replicas of ``profile``, paired over ``seeds`` seeds: a JSON-ready dict with each
     policy's summary (speedup over verl's default with its 95% interval, step time, prefix-
-    cache hit rate, re-prefilled tokens and moves per step), the step's lower bound as a
-    ceiling over verl's default (``bound``), the best other router, and TailSieve's share of
-    the ceiling's gain and of the length-informed policy's."""
+    cache hit rate, re-prefilled tokens and moves per step), the best other router and
+    TailSieve's share of the oracle's gain."""
     setup = AgenticSetup(preset, replicas, profile, groups, group_size, warmup_steps,
                          measured_steps, tuple(range(seeds)))
-    results = compare_policies(setup, policies)
-    rows = {p: r.summary() for p, r in results.items()}
-    bound = ceiling(setup, results[BASELINE]).summary()
-    ts = rows.get("tailsieve", {}).get("speedup")
+    rows = {p: r.summary() for p, r in compare_policies(setup, policies).items()}
     return {
         "preset": preset, "replicas": replicas, "profile": profile, "num_groups": groups,
         "group_size": group_size, "seeds": seeds, "warmup_steps": warmup_steps,
-        "measured_steps": measured_steps, "policies": rows, "bound": bound,
-        "best_other": best_other(rows),
-        "tailsieve_ceiling_share": gain_share(ts, bound["speedup"]),
-        "tailsieve_informed_share": gain_share(
-            ts, rows.get("length-informed", {}).get("speedup")),
+        "measured_steps": measured_steps, "policies": rows, "best_other": best_other(rows),
+        "tailsieve_oracle_share": oracle_share(rows),
     }

@@ -3,9 +3,8 @@
 Count routers (verl's default, prime-rl's, SGLang's cache_aware, verl #7435 and #6533,
 per-turn round-robin) only place turns. TailSieve places turns with ``place_turn``, moves
 running turns by continuation between them (it holds the generation) and runs both behind
-the balance gate. The length-informed policy places turns by the same decision told every
-remaining length, and moves running turns as TailSieve does: it measures what knowing lengths
-adds, and is not a bound (``sim.agentic.bound`` is).
+the balance gate. The oracle places turns knowing every remaining length and moves running
+turns as TailSieve does (a reference for what routing can reach).
 """
 
 from __future__ import annotations
@@ -41,12 +40,12 @@ POLICIES: dict[str, PolicySpec] = {p.name: p for p in (
     PolicySpec("tailsieve-boundary", SessionPolicy.TAILSIEVE, gate=True),
     PolicySpec("tailsieve-midturn", SessionPolicy.TAILSIEVE, midturn=True, gate=True,
                boundary_moves=False),
-    PolicySpec("length-informed", SessionPolicy.LENGTH_INFORMED, midturn=True),
+    PolicySpec("oracle", SessionPolicy.ORACLE, midturn=True),
 )}
 BASELINE = "verl-sticky"
 DEFAULT_POLICIES: tuple[str, ...] = (
     "verl-sticky", "sticky-least-loaded", "cache-aware", "affinity-margin", "verl-repin",
-    "turn-round-robin", "tailsieve", "length-informed")
+    "turn-round-robin", "tailsieve", "oracle")
 
 
 def policy_spec(name: str) -> PolicySpec:

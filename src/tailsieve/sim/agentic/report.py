@@ -8,9 +8,9 @@ from typing import Any
 
 from tailsieve.sim.agentic.policies import BASELINE
 
-__all__ = ["best_other", "format_speedup", "gain_share", "policy_table"]
+__all__ = ["best_other", "format_speedup", "oracle_share", "policy_table"]
 
-OWN = ("tailsieve", "tailsieve-boundary", "tailsieve-midturn", "length-informed")
+OWN = ("tailsieve", "tailsieve-boundary", "tailsieve-midturn", "oracle")
 
 
 def format_speedup(row: Mapping[str, Any]) -> str:
@@ -27,28 +27,24 @@ def best_other(rows: Mapping[str, Mapping[str, Any]]) -> str | None:
     return max(others, key=lambda p: rows[p]["speedup"]) if others else None
 
 
-def gain_share(speedup: float | None, reference: float | None) -> float | None:
-    """``(speedup - 1) / (reference - 1)``: the share of a reference's gain over verl's
-    default (the bound's ceiling, or the length-informed policy's) that a policy reaches
-    (None where the reference gains under 0.5% or either is missing)."""
-    if speedup is None or reference is None or reference - 1.0 <= 0.005:
+def oracle_share(rows: Mapping[str, Mapping[str, Any]], policy: str = "tailsieve") -> float | None:
+    """``(policy - 1) / (oracle - 1)``: the share of the oracle's gain over verl's default
+    (None where the oracle gains nothing or either is missing)."""
+    if policy not in rows or "oracle" not in rows:
         return None
-    return (speedup - 1.0) / (reference - 1.0)
+    gain = rows["oracle"]["speedup"] - 1.0
+    return (rows[policy]["speedup"] - 1.0) / gain if gain > 0.005 else None
 
 
-def policy_table(rows: Mapping[str, Mapping[str, Any]],
-                 bound: Mapping[str, Any] | None = None) -> str:
+def policy_table(rows: Mapping[str, Mapping[str, Any]]) -> str:
     """Every policy of one cell: speedup over verl's default, step time, hit rate,
-    re-prefilled tokens, moves and preemptions per step; last, the bound's ceiling."""
+    re-prefilled tokens and moves per step."""
     lines = ["| policy | over verl-sticky (95% CI) | step s | prefix hit | re-prefilled "
-             "Mtok/step | boundary moves/step | mid-turn moves/step | preemptions/step |",
-             "|---|---|---|---|---|---|---|---|"]
+             "Mtok/step | boundary moves/step | mid-turn moves/step |",
+             "|---|---|---|---|---|---|---|"]
     for p, r in rows.items():
         lines.append(
             f"| {p} | {format_speedup(r)} | {r['step_s']:.1f} | {r['hit_rate']:.3f} | "
             f"{r['reprefilled_tokens_per_step'] / 1e6:.2f} | {r['boundary_moves_per_step']:.0f} "
-            f"| {r['midturn_moves_per_step']:.0f} | {r['preemptions_per_step']:.0f} |")
-    if bound is not None:
-        lines.append(f"| lower bound (ceiling) | {format_speedup(bound)} | "
-                     f"{bound['step_s']:.1f} | - | - | - | - | - |")
+            f"| {r['midturn_moves_per_step']:.0f} |")
     return "\n".join(lines)

@@ -10,12 +10,11 @@ the session waits on its tool for ``tool_s`` seconds, holding no decode slot, co
 tool wait of that replica; then its next turn arrives with the tool's tokens appended. The
 step ends when every trajectory of every group is done (groups stay whole).
 
-With ``StepOptions.midturn`` (TailSieve and the length-informed policy: the router holds the
-generation), re-balance checks every ``interval_s`` ask ``core.balancer.plan_moves`` for
-moves of running turns, priced with the prefix caches; a moved turn stops where it runs (its
-blocks stay cached there) and after ``seam_s`` continues on the destination with its prompt
-plus the tokens generated so far, which the destination prefills where its cache does not
-hold them.
+With ``StepOptions.midturn`` (TailSieve and the oracle: the router holds the generation),
+re-balance checks every ``interval_s`` ask ``core.balancer.plan_moves`` for moves of running
+turns, priced with the prefix caches; a moved turn stops where it runs (its blocks stay
+cached there) and after ``seam_s`` continues on the destination with its prompt plus the
+tokens generated so far, which the destination prefills where its cache does not hold them.
 
 Time advances from event to event (engine completions and stalls in closed form, tool
 returns, continuations, checks): never token by token.

@@ -1,10 +1,9 @@
-"""A length-informed session router (simulator only): TailSieve's decision told the lengths.
+"""A length-knowing session router (simulator only): TailSieve's decision told the lengths.
 
 It runs ``place_turn`` with the turn's true output as the expected output and the session's
 true remaining output (this turn on) as its remaining life, instead of the estimates a real
-router has. So it measures what knowing lengths adds to the priced decision. It is a policy,
-not a bound: it still places one turn at a time, greedily, and TailSieve can beat it. The
-bound on what any router can reach is ``sim.agentic.bound``.
+router has. So it measures what knowing lengths adds to the priced decision; it is a
+reference, not a proven bound (it still places one turn at a time, greedily).
 """
 
 from __future__ import annotations
@@ -18,15 +17,15 @@ from tailsieve.session.router_base import SessionPolicy
 from tailsieve.session.settings import SessionSettings
 from tailsieve.session.turn import TurnRequest
 
-__all__ = ["LengthInformed", "Remaining"]
+__all__ = ["LengthOracle", "Remaining"]
 
 Remaining = Callable[[Hashable, int], float]  # (session, turn index) -> tokens left, this turn on
 
 
-class LengthInformed:
+class LengthOracle:
     """``place_turn`` with the true lengths (see the module docstring)."""
 
-    policy = SessionPolicy.LENGTH_INFORMED
+    policy = SessionPolicy.ORACLE
 
     def __init__(self, remaining: Remaining, settings: SessionSettings) -> None:
         self._remaining = remaining
