@@ -232,14 +232,16 @@ class LiveRebalancer:
         t = time.process_time()
         decisions = self._decisions()
         took = self._timed(t, self.tally.loads_cpu_s) - t
-        await asyncio.sleep(0)
-        for decision in decisions:
-            t = time.process_time()
-            made += self._make(decision)
-            took += self._timed(t, self.tally.decision_cpu_s) - t
+        try:  # the step's end may cancel it between decisions: the check is still recorded
             await asyncio.sleep(0)
-        self.tally.check_cpu_s.append(took)
-        self._close_record(made)
+            for decision in decisions:
+                t = time.process_time()
+                made += self._make(decision)
+                took += self._timed(t, self.tally.decision_cpu_s) - t
+                await asyncio.sleep(0)
+        finally:
+            self.tally.check_cpu_s.append(took)
+            self._close_record(made)
         return made
 
     def _close_record(self, made: int) -> None:
