@@ -29,6 +29,9 @@ def test_a_load_counts_its_tool_waits_and_its_running_turns_move() -> None:
     assert ld.num_running == 5 and ld.context_tokens == pytest.approx(4000.0)
     assert [k for k, _ in ld.running()] == ["a", "b", "c"] and ld.accepts
     assert ld.context_s_per_token == CONFIG.throughput.context_s_per_token
+    none = move_load(v, [("a", 1000), ("b", 1000), ("c", 1000)], TAU, tool_wait_weight=0.0)
+    assert none is not None  # sessions that never come back (single-turn) do not count
+    assert none.num_running == 3 and none.context_tokens == pytest.approx(3000.0)
 
 
 def test_no_move_into_a_full_or_dead_replica_and_none_where_turns_wait() -> None:

@@ -84,6 +84,8 @@ class SessionBook:
         self._reps = [_Rep() for _ in configs]
         self._sessions: dict[Hashable, _Session] = {}
         self._taus = [_TauTable(c) for c in configs]
+        self.tool_wait_weight = 1.0  # how much a session in a tool call counts in the
+        # mid-turn loads (``SessionSettings.tool_wait_weight``, as ``place_turn`` weighs it)
         self._num_turns = 0
         self._sum_output = 0
 
@@ -220,7 +222,7 @@ class SessionBook:
         and ``self.cached_on`` as its ``cached`` / ``cached_on``."""
         running = [[(key, self._held(self._sessions[key])) for key in rep.sessions]
                    for rep in self._reps]
-        return move_loads(self.views(now_s), running, self._taus)
+        return move_loads(self.views(now_s), running, self._taus, self.tool_wait_weight)
 
     def session_horizon_s(self, now_s: float) -> float:
         """How long a mid-turn move made now is expected to keep paying

@@ -36,28 +36,31 @@ DEFAULT_TURN_TOKENS = 512.0  # a turn's expected output before any turn has ende
 
 
 def move_load(view: ReplicaView, running: Sequence[tuple[Hashable, int]],
-              tau: Callable[[int], float]) -> ReplicaLoad | None:
+              tau: Callable[[int], float], tool_wait_weight: float = 1.0) -> ReplicaLoad | None:
     """The balancer's load of ``view``'s replica (see the module docstring): ``running``,
-    its running turns as ``(key, context tokens)``; ``tau``: its ``tau(b)`` for whole ``b``.
-    None when requests wait there."""
+    its running turns as ``(key, context tokens)``; ``tau``: its ``tau(b)`` for whole ``b``;
+    ``tool_wait_weight``: how much a session in a tool call counts (``SessionSettings``,
+    as ``place_turn`` weighs it). None when requests wait there."""
     if view.num_waiting:
         return None
     cfg = view.config
     n, kv = view.num_running, view.context_tokens
     room = cfg.kv_capacity_tokens is None or n == 0 or kv + kv / n <= cfg.kv_capacity_tokens
     return ReplicaLoad(
-        view.replica, n + view.num_tool_waits, kv + view.tool_wait_context_tokens,
+        view.replica, n + round(tool_wait_weight * view.num_tool_waits),
+        kv + tool_wait_weight * view.tool_wait_context_tokens,
         _const(tuple(running)), tau, cfg.throughput.context_s_per_token,
         recompute_rate(cfg, kv / max(n, 1)), cfg.prefill_s, view.healthy and room)
 
 
 def move_loads(views: Sequence[ReplicaView], running: Sequence[Sequence[tuple[Hashable, int]]],
-               taus: Sequence[Callable[[int], float]]) -> list[ReplicaLoad]:
+               taus: Sequence[Callable[[int], float]],
+               tool_wait_weight: float = 1.0) -> list[ReplicaLoad]:
     """``move_load`` of every replica where none waits (``running[r]``, ``taus[r]``: replica
     ``r``'s)."""
     out = []
     for v in views:
-        ld = move_load(v, running[v.replica], taus[v.replica])
+        ld = move_load(v, running[v.replica], taus[v.replica], tool_wait_weight)
         if ld is not None:
             out.append(ld)
     return out

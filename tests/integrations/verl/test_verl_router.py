@@ -140,14 +140,17 @@ def test_verl_builds_the_router_from_the_yaml_alone(pool2: Pool) -> None:
 def test_single_turn_agent_moves_running_turns(tmp_path: Path, pool3: Pool) -> None:
     """``single_turn_agent`` through ``LLMServerClient`` (the v0 trainer's and the v1 sync
     trainer's client) on a straggler and two fast servers: running turns move at piece ends
-    and every row is its chain of pieces."""
-    router = get_router_handle(pool3.servers, write_yaml(tmp_path / "r.yaml", **MOVES))
+    and every row is its chain of pieces. Single-turn trajectories never come back from a
+    "tool call", so the YAML tells the router not to count them (``tool_wait_weight: 0``);
+    counted, they keep the drained servers looking loaded and nothing moves."""
+    single = {**MOVES, "session": {"tool_wait_weight": 0.0}}
+    router = get_router_handle(pool3.servers, write_yaml(tmp_path / "r.yaml", **single))
     cfg = verl_config(None, f"actor_rollout_ref.rollout.n={N}")
     worker = AgentLoopWorker(cfg, LLMServerClient(cfg, router))
     out = rollout(worker, 12)
     ch = check_rows(out, pool3.calls())
     st = status(router)
-    assert st["gateway"]["moves_mid_turn"] > 0 and ch.num_moved > 0, "nothing moved"
+    assert st["gateway"]["moves_mid_turn"] > 0 and ch.num_moved > 0, f"nothing moved: {st}"
     assert st["gateway"]["num_turns"] == len(out) == len(ch.turns)
     assert st["moves_off_reason"] is None
 

@@ -163,10 +163,7 @@ class SessionGateway:
         step it does not balance keeps TailSieve's sessions home and runs every turn as one
         piece). Returns whether running turns may move."""
         self._step_t0 = self.now()
-        fitted = self.profile.refit()
-        if fitted is not None:
-            self.book.set_throughput(fitted)
-            log.info("session gateway: the auto profile's fit prices moves from now on")
+        self._refit()
         self._step_balanced = not self.config.gate or self.gate.balances_next()
         last = self._last_step_s
         self.rebalancer.settings = replace(self.config.balance, expected_step_s=last)
@@ -343,11 +340,21 @@ class SessionGateway:
 
     # -- mid-turn moves ----------------------------------------------------------------------
 
+    def _refit(self) -> None:
+        """With ``auto``: price with the latest trusted fit of the pieces timed so far (at
+        each step start and each mid-turn check)."""
+        fitted = self.profile.refit()
+        if fitted is not None:
+            self.book.set_throughput(fitted)
+            log.info("session gateway: the auto profile's fit of %d timed pieces prices "
+                     "placements and moves from now on", self.profile.num_observations)
+
     def _estimate_progress(self, now_s: float) -> None:
-        """Before a check: tell the book how far each running piece has come: the tokens it
-        streamed, else one token per predicted decode iteration of its replica since it was
-        sent, at most its cap (an unstreamed piece reports its tokens only at its end;
-        lengths are not predicted)."""
+        """Before a check: refit the ``auto`` profile, then tell the book how far each running
+        piece has come: the tokens it streamed, else one token per predicted decode
+        iteration of its replica since it was sent, at most its cap (an unstreamed piece
+        reports its tokens only at its end; lengths are not predicted)."""
+        self._refit()
         views = self.book.views(now_s)
         streamed = self.interrupter.generated_tokens if self.interrupter is not None else None
         for rt in self._turns.values():

@@ -93,6 +93,7 @@ def build_parts(config: GatewayConfig, num_replicas: int,
     keeps sessions home with ``moves=False``."""
     configs = replica_configs(config, num_replicas)
     book = SessionBook(configs, PrefixCacheModel([c.kv_capacity_tokens for c in configs]))
+    book.tool_wait_weight = (config.settings or SessionSettings()).tool_wait_weight
     kw: dict[str, Any] = dict(config.router_kw)
     settings = config.settings
     if config.policy is SessionPolicy.TAILSIEVE:
