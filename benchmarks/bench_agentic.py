@@ -35,6 +35,7 @@ from tailsieve.sim.agentic.policies import DEFAULT_POLICIES, policy_spec
 from tailsieve.sim.agentic.report import format_speedup, policy_table
 from tailsieve.sim.agentic.run import simulate_policy
 from tailsieve.workload.agentic_presets import AGENTIC_PRESETS
+from tailsieve.workload.shipped import portable_path
 
 PROFILES = ("qwen3-4b-h100", "qwen3-30b-a3b-h100-tp2")
 REPLICAS = (8, 16, 32, 64)
@@ -164,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
                       f" ({cell.get('cpu_s', 0):.0f} s cpu)", file=sys.stderr, flush=True)
     args.gate = gate_run(args)
     (args.out / "agentic.json").write_text(json.dumps(
-        {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()
+        {"args": {k: portable_path(v) if isinstance(v, Path) else v for k, v in vars(args).items()
                   if k != "gate"}, "cells": cells, "gate": args.gate}, indent=1))
     (args.out / "agentic.md").write_text(render(args, cells))
     return 0

@@ -150,8 +150,10 @@ async def test_replay_forces_lengths() -> None:
 async def test_replica_fault_regenerates_from_scratch(fault: StubFault) -> None:
     stub = StubTransport(length_of, seconds_per_token=0.0005, faults={"http://r0": fault})
     # only the hung replica needs the request timeout; 5 s is 30x a healthy request here, so a
-    # loaded machine does not time out the others
-    ex = LiveExecutor(URLS, cfg(request_timeout_s=5.0 if fault.hang else None), transport=stub)
+    # loaded machine does not time out the others. A hung server still answers /health, so no
+    # mid-step probe may re-admit it before the step ends (the last lines probe it by hand)
+    ex = LiveExecutor(URLS, cfg(request_timeout_s=5.0 if fault.hang else None,
+                                probe_interval_s=3600.0), transport=stub)
     res = await ex.run(PLAN, prompts_for(PLAN))
     out = res.outcome
     validate_outcome(PLAN, out)

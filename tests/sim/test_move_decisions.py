@@ -27,7 +27,8 @@ def _piled() -> RequestLayout:
 
 def test_moves_pricing_skips_are_recorded_as_skipped_not_made() -> None:
     layout = _piled()
-    steep = AcceptanceCurve("steep", "suffix-running", ((1, 1.0), (6, 9.0)), max_spec_tokens=8)
+    steep = AcceptanceCurve("steep", "suffix-siblings", ((1, 1.0), (6, 9.0)), max_spec_tokens=8,
+                            placement="server")
     rho = DraftPricing(steep).for_dealing(layout.request_replica.tolist(), layout.group_size)
     trace = BalanceTrace()
     _, stats = simulate_with_moves(layout, [CFG, CFG], 2, BAL, trace=trace, draft_factor=rho)

@@ -41,7 +41,8 @@ MODEL = os.environ.get("TAILSIEVE_REAL_MODEL", "smollm2")
 MODEL_DIR = Path(os.environ.get("TAILSIEVE_REAL_MODEL_DIR",
                                 Path(__file__).resolve().parents[3] / ".cache"
                                 / "smollm2-135m-instruct"))
-NEAR_TIE = 0.05  # |logprob| apart: two tokens greedy decoding may swap between batches
+NEAR_TIE = 0.2  # |logprob| apart: two tokens greedy decoding may swap between batches (on
+# vLLM CPU a batch moves logprobs by up to 0.077 nat before a swap: BENCHMARKS.md, batch variance)
 QUESTIONS = ["What is 2 + 3?", "Name a colour.", "Say hello in French.", "Count to five."]
 
 pytestmark = [
@@ -65,7 +66,8 @@ def prompt_ids(question: str) -> list[int]:
     tok = AutoTokenizer.from_pretrained(str(MODEL_DIR))
     ids = tok.apply_chat_template([{"role": "user", "content": question}],
                                   add_generation_prompt=True, tokenize=True)
-    return list(ids["input_ids"] if isinstance(ids, dict) else ids)
+    # transformers 5 returns a BatchEncoding (a UserDict, not a dict); 4.x a list of ids
+    return [int(t) for t in (ids if isinstance(ids, list) else ids["input_ids"])]
 
 
 def test_greedy_turns_on_real_vllm_are_their_chains(tmp_path: Path, real_pool: Pool) -> None:

@@ -104,7 +104,7 @@ def chat_response(req: ProxyRequest, model: str, outputs: Sequence[SampleOutput]
         "index": o.index,
         "message": {"role": "assistant", "content": o.text, "refusal": None,
                     "annotations": None, "audio": None, "function_call": None,
-                    "tool_calls": [], "reasoning": None},
+                    "reasoning": None},  # vLLM drops an empty tool_calls (ChatMessage)
         "logprobs": chat_logprobs(o, req.logprobs or 0),
         "finish_reason": o.finish_reason, "stop_reason": o.stop_reason,
         "token_ids": list(o.token_ids) if req.return_token_ids else None,
