@@ -2,7 +2,7 @@
 
 Each observation (``model.decode_observations``) is a request that took part in ``g`` decode
 steps over ``t`` seconds while its replica ran the batch ``b_j`` holding ``C_j`` context
-tokens for ``d_j`` seconds of its window. The model (DESIGN.md 2b) is
+tokens for ``d_j`` seconds of its window. The model (docs/performance-model.md, "The formula") is
 
     t = o + sum_j n_j * (tau(b_j) + k * C_j),    sum_j n_j = g,
 
