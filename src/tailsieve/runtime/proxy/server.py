@@ -25,7 +25,6 @@ from typing import Any
 from aiohttp import web
 
 from tailsieve.errors import ConfigError
-from tailsieve.model.profiles import parse_profile
 from tailsieve.runtime.backends import Backend
 from tailsieve.runtime.lean_http import LeanTransport
 from tailsieve.runtime.proxy.api_error import ApiError, bad_request, unavailable
@@ -77,8 +76,7 @@ class RoutingProxy:
         gw = self.config.gateway
         if self.gateway is not None:
             return self.gateway.profile.in_use
-        auto, name = parse_profile(gw.profile)
-        return (name or gw.fallback_profile) if auto else gw.profile
+        return gw.unfitted_profile
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -248,7 +246,7 @@ def describe(proxy: RoutingProxy, url: str) -> str:
     gw = cfg.gateway
     servers = (f"{len(cfg.endpoints)} {cfg.backend.value} servers" if cfg.endpoints else
                f"waiting for {cfg.num_workers} {cfg.backend.value} servers to POST /workers")
-    profile = gw.profile if gw.profile != "auto" else f"auto (using {gw.fallback_profile})"
+    profile = f"{gw.profile} (using {gw.unfitted_profile})" if gw.fits_profile else gw.profile
     why = proxy.gateway.moves_off_reason if proxy.gateway is not None else gw.moves_off_reason
     moves = "moves on" if why is None else f"moves off: {why}"
     return (f"tailsieve serve: listening on {url} ({servers}; policy {gw.policy.value}; "

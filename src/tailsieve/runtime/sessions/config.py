@@ -8,6 +8,7 @@ from typing import Any
 
 from tailsieve.core.balancer import BalanceSettings
 from tailsieve.errors import ConfigError
+from tailsieve.model.profiles import parse_profile
 from tailsieve.session.midturn import AGENTIC_BALANCE
 from tailsieve.session.routers import SessionPolicy, parse_policy
 from tailsieve.session.settings import SessionSettings
@@ -82,6 +83,18 @@ class GatewayConfig:
             return (f"policy {self.policy.value!r} does not move running turns "
                     f"(only {MOVING_POLICY.value!r})")
         return None
+
+    @property
+    def fits_profile(self) -> bool:
+        """Whether ``profile`` is ``auto`` or ``auto:NAME`` (fitted online)."""
+        return parse_profile(self.profile)[0]
+
+    @property
+    def unfitted_profile(self) -> str:
+        """The profile that prices until a fit is trusted: ``profile`` when fixed, ``NAME``
+        for ``auto:NAME``, ``fallback_profile`` for a bare ``auto``."""
+        auto, name = parse_profile(self.profile)
+        return (name or self.fallback_profile) if auto else self.profile
 
     @property
     def move_piece_tokens(self) -> int:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from tailsieve.errors import ConfigError
-from tailsieve.model.profiles import load_profile, parse_profile
+from tailsieve.model.profiles import load_profile
 from tailsieve.model.replica_config import ReplicaConfig
 from tailsieve.runtime.sessions.config import GatewayConfig
 from tailsieve.session.book import SessionBook
@@ -80,8 +80,7 @@ def replica_configs(config: GatewayConfig, num_replicas: int) -> tuple[ReplicaCo
     """One cost model per replica from ``config.profile`` (``"auto"``: the fallback profile
     until a fitted one is given). Prefill, first or again, costs the profile's prefill model:
     a turn placed away from its cache prefills its whole context."""
-    auto, name = parse_profile(config.profile)
-    tp = load_profile((name or config.fallback_profile) if auto else config.profile)
+    tp = load_profile(config.unfitted_profile)
     rc = ReplicaConfig.from_profile(tp, prefill_s_per_token="profile")
     return (rc,) * num_replicas
 
