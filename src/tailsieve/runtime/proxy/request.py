@@ -94,6 +94,24 @@ def default_max(api: Api, prompt_tokens: int, max_model_len: int | None) -> int:
     return max(1, max_model_len - prompt_tokens)
 
 
+def check_context(prompt_tokens: int, max_tokens: int, max_model_len: int | None) -> None:
+    """HTTP 400 in vLLM's words when the prompt, or the prompt plus ``max_tokens``, does not
+    fit the model's context (nothing is checked when its length is unknown)."""
+    if max_model_len is None:
+        return
+    if prompt_tokens >= max_model_len:
+        raise bad_request(f"This model's maximum context length is {max_model_len} tokens. "
+                          f"However, your request has {prompt_tokens} input tokens. Please "
+                          "reduce the length of the input messages.", "messages",
+                          reason="context_length")
+    if prompt_tokens + max_tokens > max_model_len:
+        raise bad_request(f"'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. "
+                          f"This model's maximum context length is {max_model_len} tokens and "
+                          f"your request has {prompt_tokens} input tokens ({max_tokens} > "
+                          f"{max_model_len} - {prompt_tokens}).", "max_tokens",
+                          reason="context_length")
+
+
 # ----- field checks shared by the parsers ---------------------------------------------------
 
 def opt_int(body: Mapping[str, Any], key: str, lo: int | None = None, hi: int | None = None,
