@@ -27,11 +27,12 @@ def serve(
         "(http://10.0.0.1:8000,...)."),
     num_workers: int = typer.Option(
         None, "--num-workers", help="Without --endpoints: wait for this many servers to "
-        "register (POST /workers {\"url\"}, as slime's engines do)."),
+        "register (POST /workers {\"url\"}, as slime's engines do; an admin call, so give "
+        "--admin-port or --admin-token)."),
     host: str = typer.Option(
-        "127.0.0.1", "--host", help="Address to bind. Anyone who reaches it can generate (and "
-        "with --admin-token, call admin routes with it): bind a public address only behind "
-        "a firewall or an authenticating proxy."),
+        "127.0.0.1", "--host", help="Address to bind. Whoever reaches it can generate on "
+        "the servers and read /metrics: bind a public address (0.0.0.0) only behind a "
+        "firewall or an authenticating proxy."),
     port: int = typer.Option(8800, "--port", help="TCP port (0: a free one)."),
     admin_port: int = typer.Option(
         None, "--admin-port", help="Serve admin calls (POST/DELETE /workers, abort_all, "

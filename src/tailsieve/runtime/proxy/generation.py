@@ -32,9 +32,9 @@ PARSERS: dict[Api, Callable[[Any], ProxyRequest]] = {
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 
 
-async def read_json(request: web.Request) -> Any:
+async def read_json(request: web.Request, allow_empty: bool = False) -> Any:
     """The request's JSON body, read and checked by the proxy's front door (``guard``)."""
-    return await request.app[FRONT].read_json(request)
+    return await request.app[FRONT].read_json(request, allow_empty)
 
 
 async def handle(request: web.Request, api: Api, service: ProxyService,

@@ -63,6 +63,8 @@ class FrontDoor:
                     self.num_in_flight -= 1
         except ApiError as err:
             resp = self._refuse(request, err)
+        except ConnectionError:
+            raise  # the client went away: nothing to answer
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
@@ -91,8 +93,9 @@ class FrontDoor:
             resp.headers["WWW-Authenticate"] = "Bearer"
         return resp
 
-    async def read_json(self, request: web.Request) -> Any:
-        """The request's JSON body (see the module docstring for the limits)."""
+    async def read_json(self, request: web.Request, allow_empty: bool = False) -> Any:
+        """The request's JSON body (see the module docstring for the limits); ``{}`` for an
+        empty one when ``allow_empty``."""
         cfg = self.config
         size = request.content_length
         if size is not None and size > cfg.max_body_bytes:
@@ -105,6 +108,8 @@ class FrontDoor:
                            408, "RequestTimeoutError", reason="read_timeout") from None
         except web.HTTPRequestEntityTooLarge:
             raise _too_large(None, cfg.max_body_bytes) from None
+        if allow_empty and not raw.strip():
+            return {}
         if json_too_deep(raw, cfg.max_json_depth):
             raise bad_request(f"the request body's JSON is nested deeper than "
                               f"{cfg.max_json_depth} levels", reason="json_depth")

@@ -101,7 +101,8 @@ def _check_content(content: Any, i: int) -> None:
     if isinstance(content, list) and all(
             isinstance(p, dict) and isinstance(p.get("type"), str) for p in content):
         return
-    got = type(content).__name__ if not isinstance(content, list) else "a list of non-parts"
+    got = ("a list with something other than parts" if isinstance(content, list) else
+           "an object" if isinstance(content, dict) else type(content).__name__)
     raise bad_request(f"messages[{i}].content must be a string or a list of content parts "
                       f"(objects with a 'type'), got {got}", "messages", reason="bad_content")
 

@@ -137,7 +137,7 @@ class Routes:
     async def fan_out(self, request: web.Request) -> web.StreamResponse:
         """A POST every server must get (a weight reload, a cache reset): sent to each in
         service; 200 when all answered 2xx, else 502 naming the ones that did not."""
-        body = await read_json(request) if request.can_read_body else {}
+        body = await read_json(request, allow_empty=True)
         svc = await self.s.serving()
         ok = svc.gateway.healthy()
         timeout = self.s.config.gateway.request_timeout_s
