@@ -168,24 +168,36 @@ async def test_unknown_routes_and_methods_answer_json() -> None:
 
 
 async def test_max_tokens_beyond_the_context_is_vllm_s_400() -> None:
+    """vLLM 0.32's answers: max_tokens above the context and a prompt that fills it are 400s
+    (``vllm/renderers/params.py``); prompt + max_tokens above it is cut to the room left
+    (``get_max_tokens``)."""
     proxy = await stub_proxy()
     try:
         prompt = char_ids("hello there")
-        body = {"model": "stub", "prompt": prompt, "max_tokens": 10**9}
+        body: dict[str, Any] = {"model": "stub", "prompt": prompt, "max_tokens": 10**9}
         status, out, _ = await call("POST", proxy.url + "/v1/completions", json=body)
-        assert status == 400
+        assert status == 400 and error(out)["param"] == "max_tokens"
         assert error(out)["message"] == (
-            f"'max_tokens' or 'max_completion_tokens' is too large: {10**9}. This model's "
-            f"maximum context length is {STUB_LEN} tokens and your request has {len(prompt)} "
-            f"input tokens ({10**9} > {STUB_LEN} - {len(prompt)}).")
+            f"max_tokens={10**9} cannot be greater than max_model_len={STUB_LEN}. Please "
+            "request fewer output tokens.")
+        chat = {"model": "stub", "max_completion_tokens": 10**9,
+                "messages": [{"role": "user", "content": "hi"}]}
+        status, out, _ = await call("POST", proxy.url + "/v1/chat/completions", json=chat)
+        assert status == 400 and error(out)["message"].startswith(
+            f"max_completion_tokens={10**9} cannot be greater than max_model_len")
+        gen = {"input_ids": prompt, "sampling_params": {"max_new_tokens": 10**9}}
+        status, out, _ = await call("POST", proxy.url + "/generate", json=gen)
+        assert status == 400 and "max_new_tokens" in error(out)["message"]
         body = {"model": "stub", "prompt": [7] * STUB_LEN, "max_tokens": 1}
         status, out, _ = await call("POST", proxy.url + "/v1/completions", json=body)
-        assert status == 400 and "However, your request has 4096 input tokens" in \
-            error(out)["message"]
-        body = {"model": "stub", "prompt": prompt, "max_tokens": STUB_LEN - len(prompt)}
+        assert status == 400 and error(out)["message"].startswith(
+            f"This model's maximum context length is {STUB_LEN} tokens. However, your prompt "
+            f"contains {STUB_LEN} input tokens")
+        assert refusals(await metrics(proxy), "context_length") == 4
+        long = [7] * (STUB_LEN - 3)
+        body = {"model": "stub", "prompt": long, "max_tokens": 50, "ignore_eos": True}
         status, out, _ = await call("POST", proxy.url + "/v1/completions", json=body)
-        assert status == 200, out
-        assert refusals(await metrics(proxy), "context_length") == 2
+        assert status == 200 and out["usage"]["completion_tokens"] <= 3, out
     finally:
         await proxy.aclose()
 

@@ -12,6 +12,7 @@ prompt logprobs and server-side prompt truncation.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from tailsieve.runtime.proxy.api_error import bad_request
@@ -90,7 +91,10 @@ def parse_chat(body: Any) -> ProxyRequest:
     max_tokens = opt_int(body, "max_completion_tokens", 1, None)
     if max_tokens is None:
         max_tokens = opt_int(body, "max_tokens", 1, None)
-    return _request(Api.CHAT, body, (PromptSpec(tokenize=tok),), logprobs, max_tokens)
+    req = _request(Api.CHAT, body, (PromptSpec(tokenize=tok),), logprobs, max_tokens)
+    if body.get("max_completion_tokens") is not None:
+        req = replace(req, max_tokens_param="max_completion_tokens")
+    return req
 
 
 def _check_content(content: Any, i: int) -> None:

@@ -32,7 +32,7 @@ from tailsieve.runtime.proxy.api_error import (
     not_found_model,
     unavailable,
 )
-from tailsieve.runtime.proxy.request import ProxyRequest, check_context, default_max
+from tailsieve.runtime.proxy.request import ProxyRequest, default_max, fit_context
 from tailsieve.runtime.proxy.sample import SampleOutput, SampleTrace
 from tailsieve.runtime.proxy.session_table import Lease, SessionTable
 from tailsieve.runtime.proxy.tokenizer import Tokenizer
@@ -184,8 +184,9 @@ class ProxyService:
     def _sampling(self, req: ProxyRequest, prompt_len: int, k: int) -> dict[str, Any]:
         sp: dict[str, Any] = dict(req.sampling)
         mml = self.served.max_model_len
-        sp["max_tokens"] = req.max_tokens or default_max(req.api, prompt_len, mml)
-        check_context(prompt_len, sp["max_tokens"], mml)
+        sp["max_tokens"] = fit_context(
+            prompt_len, req.max_tokens or default_max(req.api, prompt_len, mml), mml,
+            req.max_tokens_param)
         if req.logprobs is not None:
             sp["logprobs"] = req.logprobs
         if sp.get("seed") is not None and req.n > 1:
