@@ -10,6 +10,8 @@ from typing import Any
 
 import aiohttp
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from proxy_stub import STUB_LEN, char_ids, long_prompt, stub_proxy
 
 from tailsieve.errors import ConfigError
@@ -142,6 +144,27 @@ async def test_deeply_nested_json_is_a_400_counted_in_the_metrics() -> None:
         assert status == 200, out
     finally:
         await proxy.aclose()
+
+
+def depth(v: Any) -> int:
+    if isinstance(v, list):
+        return 1 + max((depth(x) for x in v), default=0)
+    if isinstance(v, dict):
+        return 1 + max((depth(x) for x in v.values()), default=0)
+    return 0
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.integers() | st.text(alphabet='[]{}"\\ab,:\né'),
+    lambda inner: st.lists(inner, max_size=3)
+    | st.dictionaries(st.text(alphabet='[]{}"\\a'), inner, max_size=3),
+    max_leaves=30)
+
+
+@given(JSON_VALUES, st.integers(0, 8), st.booleans())
+def test_json_depth_is_the_parsed_value_s_depth(v: Any, limit: int, ascii_only: bool) -> None:
+    raw = json.dumps(v, ensure_ascii=ascii_only).encode()
+    assert json_too_deep(raw, limit) == (depth(v) > limit)
 
 
 def test_json_depth_ignores_strings_and_escapes() -> None:
