@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 
 from tailsieve.errors import ConfigError
 from tailsieve.runtime.backends import Backend
-from tailsieve.runtime.proxy.session_table import DEFAULT_TTL_S
 from tailsieve.runtime.sessions.config import GatewayConfig
+from tailsieve.session.client_table import DEFAULT_TTL_S
 
 RESERVED_PATHS = ("/v1/completions", "/v1/chat/completions", "/generate", "/tokenize",
                   "/detokenize", "/workers", "/add_worker", "/abort_request")

@@ -1,7 +1,7 @@
 """The proxy's core: a client request run as sessions' turns at the ``SessionGateway``.
 
 ``ProxyService.start`` tokenizes the request's prompts (``Tokenizer``), gives each of its
-``n x prompts`` samples a session (``SessionTable``: sticky by the client's key) and runs each
+``n x prompts`` samples a session (``ClientSessions``: sticky by the client's key) and runs each
 as one turn (``SessionGateway.generate``: placed, pieced, moved, healed). The ``RequestRun`` it
 returns collects the samples' pieces as they end (``SampleTrace``, for streaming) and their
 final outputs; one failed sample fails the request (the others are cancelled, nothing is
@@ -34,12 +34,12 @@ from tailsieve.runtime.proxy.api_error import (
 )
 from tailsieve.runtime.proxy.request import ProxyRequest, default_max
 from tailsieve.runtime.proxy.sample import SampleOutput, SampleTrace
-from tailsieve.runtime.proxy.session_table import Lease, SessionTable
 from tailsieve.runtime.proxy.tokenizer import Tokenizer
 from tailsieve.runtime.sessions.gateway import SessionGateway
 from tailsieve.runtime.sessions.pieces import PieceOutput
 from tailsieve.runtime.sessions.result import PieceSpan, TurnResult
 from tailsieve.runtime.transport import RequestError
+from tailsieve.session.client_table import ClientSessions, Lease
 
 log = logging.getLogger(__name__)
 
@@ -102,12 +102,12 @@ class ProxyService:
     """Runs requests over ``gateway`` (entered by the caller); see the module docstring."""
 
     def __init__(self, gateway: SessionGateway, tokenizer: Tokenizer, served: ServedModel,
-                 backend: Backend = Backend.VLLM, table: SessionTable | None = None) -> None:
+                 backend: Backend = Backend.VLLM, table: ClientSessions | None = None) -> None:
         self.gateway = gateway
         self.tokenizer = tokenizer
         self.served = served
         self.backend = Backend(backend)
-        self.table = table or SessionTable()
+        self.table = table or ClientSessions()
         self.runs: set[RequestRun] = set()
         self.on_piece: PieceHook | None = None  # told of every piece (tests move turns here)
         self.num_requests = 0
