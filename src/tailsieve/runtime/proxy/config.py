@@ -12,7 +12,8 @@ from tailsieve.runtime.sessions.config import GatewayConfig
 from tailsieve.session.client_table import DEFAULT_TTL_S
 
 RESERVED_PATHS = ("/v1/completions", "/v1/chat/completions", "/generate", "/tokenize",
-                  "/detokenize", "/workers", "/add_worker", "/abort_request")
+                  "/detokenize", "/workers", "/add_worker", "/abort_request",
+                  "/finish_session")
 SESSION_HEADERS = ("X-Session-ID", "X-SMG-Routing-Key")  # ours, then the SGLang Model
 # Gateway's routing key (what slime sends with --router-policy consistent_hashing)
 GROUP_HEADERS = ("X-Group-ID",)  # a GRPO group's samples sent as separate sessions

@@ -7,7 +7,9 @@ while a server is in service), ``/metrics`` (Prometheus), ``POST /tokenize`` and
 calls: ``POST /workers`` (a server registers), ``DELETE /workers/{id}``, ``GET /workers`` (the
 proxy lists itself, so that slime's abort reaches it), ``POST /abort_request`` (``rid`` or
 ``abort_all``: running samples end with what their finished pieces generated) and
-``GET /v1/loads`` (samples running, per server). ``ProxyConfig.fan_out_paths`` (weight
+``GET /v1/loads`` (samples running, per server). vLLM router's ``POST /finish_session``
+(``?session_id=`` or JSON ``{"session_id": ...}``: the client's session key ended; its
+sessions end at once, a running one with its turn). ``ProxyConfig.fan_out_paths`` (weight
 reloads, cache resets) are sent on to every server in service.
 """
 
@@ -174,6 +176,18 @@ class Routes:
         n = svc.abort(body.get("rid"), bool(body.get("abort_all"))) if svc is not None else 0
         return web.json_response({"aborted": n})
 
+    async def finish_session(self, request: web.Request) -> web.StreamResponse:
+        key = request.query.get("session_id")
+        if key is None and (await request.read()).strip():
+            body = await read_json(request)
+            key = body.get("session_id") if isinstance(body, dict) else None
+        if not isinstance(key, str) or not key:
+            raise bad_request("give the session id (?session_id= or JSON {\"session_id\": "
+                              "...})", "session_id")
+        svc = self.s.service
+        n = svc.finish_session(key) if svc is not None else 0
+        return web.json_response({"status": "ok", "session_id": key, "ended": n})
+
     async def loads(self, request: web.Request) -> web.StreamResponse:
         svc = self.s.service
         loads: list[dict[str, Any]] = []
@@ -200,7 +214,7 @@ def build_app(state: ProxyState) -> web.Application:
         app.router.add_get(path, r.counted(path, fn))
     for path, fn in (("/tokenize", r.forward), ("/detokenize", r.forward),
                      ("/workers", r.add_worker), ("/add_worker", r.add_worker),
-                     ("/abort_request", r.abort)):
+                     ("/abort_request", r.abort), ("/finish_session", r.finish_session)):
         app.router.add_post(path, r.counted(path, fn))
     app.router.add_delete("/workers/{worker}", r.counted("/workers", r.remove_worker))
     for path in state.config.fan_out_paths:

@@ -181,6 +181,14 @@ class ProxyService:
             r.abort()
         return len(hit)
 
+    def finish_session(self, key: str) -> int:
+        """The client ended its session ``key`` (``/finish_session``): its idle sessions end
+        at the gateway now, a running one when its turn ends. Returns how many ended now."""
+        ended = self.table.finish(key)
+        for sid in ended:
+            self.gateway.end_session(sid)
+        return len(ended)
+
     def _sampling(self, req: ProxyRequest, prompt_len: int, k: int) -> dict[str, Any]:
         sp: dict[str, Any] = dict(req.sampling)
         sp["max_tokens"] = req.max_tokens or default_max(req.api, prompt_len,
