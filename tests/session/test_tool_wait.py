@@ -92,8 +92,7 @@ def test_tool_wait_counts_match_the_sessions_still_within_the_horizon(
     for k, replica, gap in ops:
         now += gap
         sid = f"s{k}"
-        if sid in ended:
-            del ended[sid]
+        ended.pop(sid, None)
         b.request(sid, None, 100)
         b.start_turn(sid, replica, now)
         b.end_turn(sid, 5, now)

@@ -37,6 +37,7 @@ class ProxyConfig:
     group_headers: tuple[str, ...] = GROUP_HEADERS
     fan_out_paths: tuple[str, ...] = FAN_OUT_PATHS
     session_ttl_s: float = DEFAULT_TTL_S  # a session key idle this long is forgotten
+    gate_window_turns: int = 64  # turns per window of the balance gate (``PaceWindows``)
     tokenize_timeout_s: float = 60.0  # a /tokenize call to a server
     ready_timeout_s: float = 600.0  # a request waits this long for the servers to register
 
@@ -63,6 +64,8 @@ class ProxyConfig:
             if not p.startswith("/") or p in RESERVED_PATHS:
                 raise ConfigError(f"fan-out path {p!r} must start with / and not be one of the "
                                   "proxy's own routes")
+        if self.gate_window_turns < 1:
+            raise ConfigError(f"gate_window_turns must be >= 1, got {self.gate_window_turns}")
         for name in ("session_ttl_s", "tokenize_timeout_s", "ready_timeout_s"):
             v = getattr(self, name)
             if not (math.isfinite(v) and v > 0):

@@ -132,7 +132,8 @@ class RoutingProxy:
                                           cfg.tokenize_timeout_s)
             self.gateway = gw
             self.service = ProxyService(gw, tokenizer, served, cfg.backend,
-                                        ClientSessions(cfg.session_ttl_s))
+                                        ClientSessions(cfg.session_ttl_s),
+                                        cfg.gate_window_turns)
             self.service.start_expiry()
             self.ready.set()
             log.info("proxy: serving %s over %d servers", served.name, len(self.endpoints))
