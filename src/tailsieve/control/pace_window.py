@@ -34,7 +34,7 @@ class _Window:
 class PaceWindows:
     """Windows of turns for the balance gate (see the module docstring)."""
 
-    def __init__(self, gate: BalanceGate, turns_per_window: int = 64) -> None:
+    def __init__(self, gate: BalanceGate, turns_per_window: int = 256) -> None:
         if turns_per_window < 1:
             raise ConfigError(f"turns_per_window must be >= 1, got {turns_per_window}")
         self.gate = gate

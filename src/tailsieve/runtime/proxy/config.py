@@ -37,7 +37,7 @@ class ProxyConfig:
     group_headers: tuple[str, ...] = GROUP_HEADERS
     fan_out_paths: tuple[str, ...] = FAN_OUT_PATHS
     session_ttl_s: float = DEFAULT_TTL_S  # a session key idle this long is forgotten
-    gate_window_turns: int = 64  # turns per window of the balance gate (``PaceWindows``)
+    gate_window_turns: int = 256  # turns per window of the balance gate (``PaceWindows``)
     tokenize_timeout_s: float = 60.0  # a /tokenize call to a server
     ready_timeout_s: float = 600.0  # a request waits this long for the servers to register
 

@@ -107,7 +107,7 @@ class ProxyService:
 
     def __init__(self, gateway: SessionGateway, tokenizer: Tokenizer, served: ServedModel,
                  backend: Backend = Backend.VLLM, table: ClientSessions | None = None,
-                 gate_window_turns: int = 64) -> None:
+                 gate_window_turns: int = 256) -> None:
         self.gateway = gateway
         self.tokenizer = tokenizer
         self.served = served
