@@ -9,7 +9,10 @@ of it has ended its pace, the seconds per output token of its turns together (th
 wall times over their summed output tokens), is fed to the gate as that step's ratio. So
 the gate compares windows of turns run with moves against windows run without, as it
 compares steps; it switches moves off where the windows with moves are slower and, through its
-probe windows, back on when they pay again. No clock: callers pass durations.
+probe windows, back on when they pay again. The mode changes when the next window opens: a
+window's turns still running then are timed with their window but move (or not) in the new
+mode, which blurs the two modes' paces near the seams; windows much longer than a turn keep
+that small. No clock: callers pass durations.
 """
 
 from __future__ import annotations
