@@ -8,11 +8,12 @@ from dataclasses import dataclass, field
 
 from tailsieve.errors import ConfigError
 from tailsieve.runtime.backends import Backend
-from tailsieve.runtime.proxy.session_table import DEFAULT_TTL_S
 from tailsieve.runtime.sessions.config import GatewayConfig
+from tailsieve.session.client_table import DEFAULT_TTL_S
 
 RESERVED_PATHS = ("/v1/completions", "/v1/chat/completions", "/generate", "/tokenize",
-                  "/detokenize", "/workers", "/add_worker", "/abort_request")
+                  "/detokenize", "/workers", "/add_worker", "/abort_request",
+                  "/finish_session")
 SESSION_HEADERS = ("X-Session-ID", "X-SMG-Routing-Key")  # ours, then the SGLang Model
 # Gateway's routing key (what slime sends with --router-policy consistent_hashing)
 GROUP_HEADERS = ("X-Group-ID",)  # a GRPO group's samples sent as separate sessions
@@ -38,6 +39,7 @@ class ProxyConfig:
     group_headers: tuple[str, ...] = GROUP_HEADERS
     fan_out_paths: tuple[str, ...] = FAN_OUT_PATHS
     session_ttl_s: float = DEFAULT_TTL_S  # a session key idle this long is forgotten
+    gate_window_turns: int = 256  # turns per window of the balance gate (``PaceWindows``)
     tokenize_timeout_s: float = 60.0  # a /tokenize call to a server
     ready_timeout_s: float = 600.0  # a request waits this long for the servers to register
     admin_token: str | None = field(default=None, repr=False)  # admin calls on the data
@@ -71,6 +73,8 @@ class ProxyConfig:
             if not p.startswith("/") or p in RESERVED_PATHS:
                 raise ConfigError(f"fan-out path {p!r} must start with / and not be one of the "
                                   "proxy's own routes")
+        if self.gate_window_turns < 1:
+            raise ConfigError(f"gate_window_turns must be >= 1, got {self.gate_window_turns}")
         if self.admin_token is not None and (not self.admin_token.strip()
                                              or self.admin_token != self.admin_token.strip()):
             raise ConfigError("the admin token must be non-empty, without surrounding spaces")

@@ -8,8 +8,10 @@ to a healthy server). SGLang Model Gateway's worker API, which slime calls: ``PO
 (a server registers), ``DELETE /workers/{id}``, ``GET /workers`` (the proxy lists itself, so
 that slime's abort reaches it), ``POST /abort_request`` (``rid`` or ``abort_all``: running
 samples end with what their finished pieces generated) and ``GET /v1/loads`` (samples
-running, per server). ``ProxyConfig.fan_out_paths`` (weight reloads, cache resets) are sent
-on to every server in service.
+running, per server). vLLM router's ``POST /finish_session`` (``?session_id=`` or JSON
+``{"session_id": ...}``: the client's session key ended; its sessions end at once, a running
+one with its turn). ``ProxyConfig.fan_out_paths`` (weight reloads, cache resets) are sent on
+to every server in service.
 
 Admin calls (registering or removing servers, ``abort_all``, the fan-out paths) pass on the
 admin listener's app (``build_app(..., trusted=True)``) and, on the data listener's, only with
@@ -199,6 +201,18 @@ class Routes:
         n = svc.abort(rid, abort_all) if svc is not None else 0
         return web.json_response({"aborted": n})
 
+    async def finish_session(self, request: web.Request) -> web.StreamResponse:
+        key = request.query.get("session_id")
+        if key is None:
+            body = await read_json(request, allow_empty=True)
+            key = body.get("session_id") if isinstance(body, dict) else None
+        if not isinstance(key, str) or not key:
+            raise bad_request("give the session id (?session_id= or JSON {\"session_id\": "
+                              "...})", "session_id")
+        svc = self.s.service
+        n = svc.finish_session(key) if svc is not None else 0
+        return web.json_response({"status": "ok", "session_id": key, "ended": n})
+
     async def loads(self, request: web.Request) -> web.StreamResponse:
         svc = self.s.service
         loads: list[dict[str, Any]] = []
@@ -229,6 +243,7 @@ def build_app(state: ProxyState, trusted: bool = False) -> web.Application:
         app.router.add_get(path, r.counted(path, fn))
     posts: tuple[tuple[str, Handler], ...] = (
         ("/tokenize", r.forward), ("/detokenize", r.forward), ("/abort_request", r.abort),
+        ("/finish_session", r.finish_session),
         ("/workers", r.admin(r.add_worker)), ("/add_worker", r.admin(r.add_worker)))
     for path, post in posts:
         app.router.add_post(path, r.counted(path, post))

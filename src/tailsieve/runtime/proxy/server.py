@@ -42,12 +42,12 @@ from tailsieve.runtime.proxy.metrics import ProxyMetrics
 from tailsieve.runtime.proxy.routes import build_app
 from tailsieve.runtime.proxy.runner import CapturingTransport, DetailRunner
 from tailsieve.runtime.proxy.service import ProxyService, ServedModel
-from tailsieve.runtime.proxy.session_table import SessionTable
 from tailsieve.runtime.proxy.tokenizer import HttpTokenizer, Tokenizer
 from tailsieve.runtime.sessions.gateway import SessionGateway
 from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
 from tailsieve.runtime.sessions.pieces import HealthProbe, PieceRunner
 from tailsieve.runtime.transport import ReplicaError, Transport
+from tailsieve.session.client_table import ClientSessions
 
 log = logging.getLogger(__name__)
 MODEL_TIMEOUT_S = 10.0
@@ -155,7 +155,8 @@ class RoutingProxy:
                                           cfg.tokenize_timeout_s)
             self.gateway = gw
             self.service = ProxyService(gw, tokenizer, served, cfg.backend,
-                                        SessionTable(cfg.session_ttl_s))
+                                        ClientSessions(cfg.session_ttl_s),
+                                        cfg.gate_window_turns)
             self.service.start_expiry()
             self.ready.set()
             log.info("proxy: serving %s over %d servers", served.name, len(self.endpoints))
