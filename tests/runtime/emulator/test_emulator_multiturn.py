@@ -150,3 +150,28 @@ async def test_cached_tokens_are_reported_per_request(
     held = cached_blocks(len(PROMPT) + len(out))
     assert usage["prompt_tokens_details"] == {"cached_tokens": held}
     assert meta["cached_tokens"] == cached_blocks(len(turn2))  # the turn ran here just now
+
+
+def words(ids: list[int]) -> str:
+    """Token ids as the text words the emulator reads back as those ids (``t<N>``)."""
+    return " ".join(f"t{i}" for i in ids)
+
+
+async def test_a_text_turn_of_id_words_hits_as_its_token_ids_do(
+    make_server: ServerFactory, session: aiohttp.ClientSession, metrics: Any
+) -> None:
+    """A client that may send only text (behind smg) sends ``t<N>`` words: the prompt and the
+    earlier output (``t42``) are cached as the token ids are; plain words stay uncached."""
+    async with make_server(PROFILE, time_scale=0.001) as home:
+        body = {"prompt": words(PROMPT), "max_tokens": 50, "ignore_eos": True}
+        async with session.post(home.url + "/v1/completions", json=body) as resp:
+            assert resp.status == 200, await resp.text()
+        turn2 = PROMPT + [42] * 50 + OBSERVATION
+        body = {"prompt": words(turn2), "max_tokens": 10, "ignore_eos": True}
+        async with session.post(home.url + "/v1/completions", json=body) as resp:
+            assert resp.status == 200, await resp.text()
+        async with session.post(home.url + "/tokenize", json={"prompt": "a t5 b"}) as resp:
+            assert (await resp.json())["tokens"] == [7, 5, 7]
+        m = await metrics(session, home.url)
+    assert m["vllm:prefix_cache_queries_total"] == len(PROMPT) + len(turn2)
+    assert m["vllm:prefix_cache_hits_total"] == cached_blocks(len(PROMPT) + 50)

@@ -8,6 +8,7 @@ ChatML tokens per message plus 3 (as the real CPU server's tiny model does for "
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -18,6 +19,7 @@ CHAT_GENERATION_PROMPT_TOKENS = 3  # "<|im_start|>assistant\n"
 FILLER_TOKEN_ID = 42  # token id reported for every generated token (return_token_ids)
 PROMPT_TOKEN_ID = 7  # token id reported for prompt tokens given as text
 SYSTEM_FINGERPRINT = "tailsieve-emulator"
+_ID_WORD = re.compile(r"t[0-9]{1,9}")  # a text word that names its token id
 
 Kind = Literal["completion", "chat"]
 
@@ -83,8 +85,14 @@ def _opt_number(body: dict[str, Any], key: str) -> None:
 
 def text_ids(text: str) -> tuple[int, ...]:
     """The token ids the emulator gives a text prompt: ``PROMPT_TOKEN_ID`` per word (a client
-    that must send token ids, e.g. to continue a response, sends these for the same prompt)."""
-    return (PROMPT_TOKEN_ID,) * max(1, len(text.split()))
+    that must send token ids, e.g. to continue a response, sends these for the same prompt),
+    except that a word ``t<N>`` (``t`` and 1-9 digits) is token id N: a client behind a router
+    that takes only text prompts (smg) still sends distinct prompts that the prefix cache
+    knows, and ``t42`` words stand for generated tokens (``FILLER_TOKEN_ID``)."""
+    words = text.split()
+    if not words:
+        return (PROMPT_TOKEN_ID,)
+    return tuple(int(w[1:]) if _ID_WORD.fullmatch(w) else PROMPT_TOKEN_ID for w in words)
 
 
 def _prompt_ids(prompt: Any) -> tuple[tuple[int, ...], ...]:

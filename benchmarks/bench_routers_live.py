@@ -1,0 +1,202 @@
+"""Live, side by side: ``tailsieve serve`` against the routers users pick instead.
+
+Every router (``live_routers``: ``tailsieve serve``, round-robin, smg 1.13.0 under
+``cache_aware`` and ``consistent_hashing``, vllm-router 0.1.17 under ``cache_aware`` and
+``sticky_least_loaded``) is put in front of the SAME three emulated vLLM replicas
+(qwen3-4b-h100 profile, time-scaled) and sent the same requests (``live_workloads``), one
+router at a time, interleaved: each repeat runs every router once, in the same order (ABC ABC
+...), each router a fresh process. Scenarios: ``single`` and ``agentic``, each also with one
+replica ``--slowdown`` times slower (``*-straggler``). The figures: wall time per router per
+scenario (mean, 95% CI over repeats), tokens served per replica (the emulators'
+``vllm:generation_tokens`` counters), and TailSieve's ratio to the best of the others (the
+router of least mean wall), paired per repeat. The external routers come from
+``scripts/setup_routers.sh`` (their own venv, ``--routers-venv``); a router that is not
+installed is skipped with the reason, written into the result. Everything binds 127.0.0.1::
+
+    bash scripts/setup_routers.sh
+    .venv/bin/python benchmarks/bench_routers_live.py --out benchmarks/results/routers_live
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import numpy as np
+from live_routers import DEFAULT_VENV, ROUTERS, RouterProcess, RouterSpec, missing_reason
+from live_workloads import MODEL, Agentic, Client, SingleTurn, make_agentic, make_single
+from outdir import command_line, default_out
+
+from tailsieve.model.profiles import load_profile
+from tailsieve.runtime.emulator import EmulatorFleet
+
+SCENARIOS = ("single", "agentic", "single-straggler", "agentic-straggler")
+COUNTER = re.compile(r"^vllm:generation_tokens(?:_total)?(?:\{[^}]*\})? ([0-9.eE+-]+)$", re.M)
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
+       9: 2.262}  # Student t, two-sided 95%, by degrees of freedom
+
+
+def generated_tokens(url: str) -> float:
+    """A replica's ``vllm:generation_tokens`` counter."""
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
+        m = COUNTER.search(r.read().decode())
+    if m is None:
+        raise RuntimeError(f"{url}/metrics has no vllm:generation_tokens")
+    return float(m.group(1))
+
+
+def mean_ci(xs: list[float]) -> dict[str, float]:
+    """Mean and the half-width of its 95% t interval (0 for one sample)."""
+    a = np.asarray(xs, dtype=float)
+    half = 0.0
+    if len(a) > 1:
+        half = T95.get(len(a) - 1, 1.96) * float(a.std(ddof=1)) / np.sqrt(len(a))
+    return {"mean": float(a.mean()), "ci95": half, "n": len(a)}
+
+
+async def run_once(spec: RouterSpec, urls: list[str], work: SingleTurn | Agentic,
+                   id_base: int, args: argparse.Namespace, fallback: str,
+                   log_dir: Path) -> dict[str, Any]:
+    log = log_dir / f"{spec.name}-{id_base}.log"
+    with RouterProcess(spec, urls, args.routers_venv, fallback, log, MODEL) as router:
+        before = [generated_tokens(u) for u in urls]
+        timeout = aiohttp.ClientTimeout(total=args.run_timeout_s)
+        conn = aiohttp.TCPConnector(limit=0)
+        async with aiohttp.ClientSession(timeout=timeout, connector=conn) as http:
+            client = Client(http, router.url, id_base, args.time_scale)
+            wall = await (client.single(work) if isinstance(work, SingleTurn)
+                          else client.agentic(work))
+        after = [generated_tokens(u) for u in urls]
+    per_replica = [round(b - a) for a, b in zip(before, after, strict=True)]
+    return {"router": spec.name, "wall_s": wall, "tokens_per_replica": per_replica,
+            "tokens_client": client.num_tokens}
+
+
+def workload(scenario: str, rng: np.random.Generator,
+             args: argparse.Namespace) -> SingleTurn | Agentic:
+    if scenario.startswith("single"):
+        return make_single(rng, args.requests, args.group_size, args.median_tokens,
+                           args.sigma, args.max_tokens)
+    return make_agentic(rng, args.sessions, args.group_size, (args.min_turns, args.max_turns),
+                        args.turn_median_tokens, args.sigma, args.max_tokens, args.tool_s)
+
+
+async def run_scenario(scenario: str, specs: list[RouterSpec], profile: Path,
+                       args: argparse.Namespace, log_dir: Path) -> list[dict[str, Any]]:
+    work = workload(scenario, np.random.default_rng([args.seed, SCENARIOS.index(scenario)]),
+                    args)
+    slow = scenario.endswith("straggler")
+    overrides = [{}] * (args.replicas - 1) + [{"slowdown": args.slowdown}] if slow else []
+    rows = []
+    with EmulatorFleet.start(args.replicas, profile=args.profile, time_scale=args.time_scale,
+                             overrides=overrides, max_model_len=65536, max_num_seqs=256,
+                             log_dir=log_dir / f"emulators-{scenario}") as fleet:
+        for rep in range(args.repeats):
+            for spec in specs:
+                id_base = 1 + len(rows)
+                row = await run_once(spec, fleet.urls, work, id_base, args, str(profile),
+                                     log_dir)
+                row.update(scenario=scenario, repeat=rep)
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+    return rows
+
+
+def summary(rows: list[dict[str, Any]], target: float) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for scenario in dict.fromkeys(r["scenario"] for r in rows):
+        mine = [r for r in rows if r["scenario"] == scenario]
+        names = list(dict.fromkeys(r["router"] for r in mine))
+        walls = {n: [r["wall_s"] for r in mine if r["router"] == n] for n in names}
+        tokens = {n: np.mean([r["tokens_per_replica"] for r in mine if r["router"] == n],
+                             axis=0) for n in names}
+        cell: dict[str, Any] = {"routers": {n: {
+            "wall_s": mean_ci(walls[n]),
+            "tokens_per_replica": [round(float(t)) for t in tokens[n]],
+            "token_share_per_replica": [round(float(t / tokens[n].sum()), 3)
+                                        for t in tokens[n]]} for n in names}}
+        others = [n for n in names if n != "tailsieve"]
+        if "tailsieve" in names and others:
+            best = min(others, key=lambda n: float(np.mean(walls[n])))
+            ratios = [o / t for o, t in zip(walls[best], walls["tailsieve"], strict=True)]
+            ahead = {n: float(np.mean(walls[n]) / np.mean(walls["tailsieve"])) for n in others}
+            need = target if scenario.endswith("straggler") else 1.0
+            cell.update(best_other=best, ratio_to_best=mean_ci(ratios),
+                        ratio_to_each=ahead, target_ratio=need,
+                        target_met=min(ahead.values()) >= need and min(ahead.values()) > 1.0)
+        out[scenario] = cell
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--routers", nargs="+", choices=ROUTERS, default=list(ROUTERS))
+    ap.add_argument("--scenarios", nargs="+", choices=SCENARIOS, default=list(SCENARIOS))
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--replicas", type=int, default=3)
+    ap.add_argument("--slowdown", type=float, default=3.0, help="the straggler's")
+    ap.add_argument("--requests", type=int, default=256, help="single-turn requests")
+    ap.add_argument("--sessions", type=int, default=24, help="agentic sessions")
+    ap.add_argument("--group-size", type=int, default=8, help="GRPO group size")
+    ap.add_argument("--min-turns", type=int, default=3)
+    ap.add_argument("--max-turns", type=int, default=8)
+    ap.add_argument("--median-tokens", type=float, default=1024.0, help="single-turn output")
+    ap.add_argument("--turn-median-tokens", type=float, default=384.0, help="a turn's output")
+    ap.add_argument("--sigma", type=float, default=0.8, help="lognormal sigma of lengths")
+    ap.add_argument("--max-tokens", type=int, default=8192)
+    ap.add_argument("--tool-s", type=float, default=2.0, help="median tool wait, model s")
+    ap.add_argument("--time-scale", type=float, default=0.5)
+    ap.add_argument("--profile", default="qwen3-4b-h100")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--target", type=float, default=1.2,
+                    help="min ratio to the best other router with the straggler")
+    ap.add_argument("--run-timeout-s", type=float, default=900.0)
+    ap.add_argument("--routers-venv", type=Path, default=DEFAULT_VENV)
+    ap.add_argument("--out", type=Path, default=default_out("routers_live"),
+                    help="result folder (default: under the system temp dir)")
+    args = ap.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    log_dir = Path(os.environ.get("TMPDIR", "/tmp")) / f"tailsieve-routers-live-{os.getpid()}"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    specs, skipped = [], {}
+    for name in args.routers:
+        spec = RouterSpec.parse(name)
+        why = missing_reason(spec, args.routers_venv)
+        if why is None:
+            specs.append(spec)
+        else:
+            skipped[name] = why
+            print(f"skipping {name}: {why}", file=sys.stderr, flush=True)
+    profile = log_dir / f"{args.profile}-x{args.time_scale:g}.json"
+    load_profile(args.profile).scaled(args.time_scale).save(profile)
+    rows: list[dict[str, Any]] = []
+    for scenario in args.scenarios:
+        rows += asyncio.run(run_scenario(scenario, specs, profile, args, log_dir))
+    result = {
+        "benchmark": "routers_live", "routers": [s.name for s in specs], "skipped": skipped,
+        "replicas": args.replicas, "slowdown": args.slowdown, "repeats": args.repeats,
+        "requests": args.requests, "sessions": args.sessions, "group_size": args.group_size,
+        "turns": [args.min_turns, args.max_turns], "time_scale": args.time_scale,
+        "profile": args.profile, "target": args.target,
+        "summary": summary(rows, args.target), "runs": rows,
+        "loadavg": os.getloadavg(), "cpus": os.cpu_count(),
+        "command": command_line("benchmarks/bench_routers_live.py",
+                                argv if argv is not None else sys.argv[1:]),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+    (args.out / "routers_live.json").write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps(result["summary"], indent=1))
+
+
+if __name__ == "__main__":
+    main()
