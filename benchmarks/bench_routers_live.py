@@ -5,7 +5,8 @@ Every router (``live_routers``: ``tailsieve serve``, round-robin, smg 1.13.0 und
 ``sticky_least_loaded``) is put in front of the SAME three emulated vLLM replicas
 (qwen3-4b-h100 profile, time-scaled) and sent the same requests (``live_workloads``), one
 router at a time, interleaved: each repeat runs every router once, in the same order (ABC ABC
-...), each router a fresh process. Scenarios: ``single`` and ``agentic``, each also with one
+...). Each router is its own process, started once per scenario and kept up across its
+repeats, as a router stays up across training steps; session keys are unique to a run. Scenarios: ``single`` and ``agentic``, each also with one
 replica ``--slowdown`` times slower (``*-straggler``). The figures: wall time per router per
 scenario (mean, 95% CI over repeats), tokens served per replica (the emulators'
 ``vllm:generation_tokens`` counters), and TailSieve's ratio to the best of the others (the
@@ -21,10 +22,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
+import shutil
+import signal
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -63,21 +68,21 @@ def mean_ci(xs: list[float]) -> dict[str, float]:
     return {"mean": float(a.mean()), "ci95": half, "n": len(a)}
 
 
-async def run_once(spec: RouterSpec, urls: list[str], work: SingleTurn | Agentic,
-                   id_base: int, args: argparse.Namespace, fallback: str,
-                   log_dir: Path) -> dict[str, Any]:
-    log = log_dir / f"{spec.name}-{id_base}.log"
-    with RouterProcess(spec, urls, args.routers_venv, fallback, log, MODEL) as router:
-        before = [generated_tokens(u) for u in urls]
-        timeout = aiohttp.ClientTimeout(total=args.run_timeout_s)
-        conn = aiohttp.TCPConnector(limit=0)
-        async with aiohttp.ClientSession(timeout=timeout, connector=conn) as http:
-            client = Client(http, router.url, id_base, args.time_scale)
-            wall = await (client.single(work) if isinstance(work, SingleTurn)
-                          else client.agentic(work))
-        after = [generated_tokens(u) for u in urls]
+async def run_once(router: RouterProcess, urls: list[str], work: SingleTurn | Agentic,
+                   id_base: int, args: argparse.Namespace) -> dict[str, Any]:
+    """One run of ``work`` through ``router``: its wall time and the tokens each replica made."""
+    before = [generated_tokens(u) for u in urls]
+    timeout = aiohttp.ClientTimeout(total=args.run_timeout_s)
+    async with aiohttp.ClientSession(timeout=timeout,
+                                     connector=aiohttp.TCPConnector(limit=0)) as http:
+        client = Client(http, router.url, id_base, args.time_scale)
+        wall = await (client.single(work) if isinstance(work, SingleTurn)
+                      else client.agentic(work))
+    after = [generated_tokens(u) for u in urls]
+    if router.proc.poll() is not None:
+        raise RuntimeError(f"{router.spec.name} exited during the run: {router.log_tail()}")
     per_replica = [round(b - a) for a, b in zip(before, after, strict=True)]
-    return {"router": spec.name, "wall_s": wall, "tokens_per_replica": per_replica,
+    return {"router": router.spec.name, "wall_s": wall, "tokens_per_replica": per_replica,
             "tokens_client": client.num_tokens}
 
 
@@ -95,16 +100,19 @@ async def run_scenario(scenario: str, specs: list[RouterSpec], profile: Path,
     work = workload(scenario, np.random.default_rng([args.seed, SCENARIOS.index(scenario)]),
                     args)
     slow = scenario.endswith("straggler")
-    overrides = [{}] * (args.replicas - 1) + [{"slowdown": args.slowdown}] if slow else []
-    rows = []
+    overrides: list[dict[str, object]] = [{} for _ in range(args.replicas - 1)]
+    overrides = [*overrides, {"slowdown": args.slowdown}] if slow else []  # the last is slow
+    rows: list[dict[str, Any]] = []
     with EmulatorFleet.start(args.replicas, profile=args.profile, time_scale=args.time_scale,
                              overrides=overrides, max_model_len=65536, max_num_seqs=256,
-                             log_dir=log_dir / f"emulators-{scenario}") as fleet:
+                             log_dir=log_dir / f"emulators-{scenario}") as fleet, \
+            contextlib.ExitStack() as routers:
+        started = [routers.enter_context(RouterProcess(
+            spec, fleet.urls, args.routers_venv, str(profile),
+            log_dir / f"{scenario}-{spec.name}.log", MODEL, args.time_scale)) for spec in specs]
         for rep in range(args.repeats):
-            for spec in specs:
-                id_base = 1 + len(rows)
-                row = await run_once(spec, fleet.urls, work, id_base, args, str(profile),
-                                     log_dir)
+            for router in started:  # ABC ABC ...: every router once per repeat
+                row = await run_once(router, fleet.urls, work, 1 + len(rows), args)
                 row.update(scenario=scenario, repeat=rep)
                 print(json.dumps(row), flush=True)
                 rows.append(row)
@@ -137,6 +145,36 @@ def summary(rows: list[dict[str, Any]], target: float) -> dict[str, Any]:
     return out
 
 
+def markdown(summ: dict[str, Any], slowdown: float) -> str:
+    """The summary as one table per scenario (BENCHMARKS.md, docs/routers-live.md)."""
+    lines = []
+    for scenario, cell in summ.items():
+        lines += [f"**{scenario}**" + (f" (replica 3 is {slowdown:g}x slower)"
+                                       if scenario.endswith("straggler") else ""), "",
+                  "| router | wall time (95% CI) | its wall / TailSieve's | tokens per replica "
+                  "(share) |", "|---|---|---|---|"]
+        ts = cell["routers"].get("tailsieve", {}).get("wall_s", {}).get("mean")
+        for name, r in cell["routers"].items():
+            w = r["wall_s"]
+            vs = f"{w['mean'] / ts:.2f}x" if ts else ""
+            share = " / ".join(f"{t / 1000:.1f}k ({s:.0%})" for t, s in
+                               zip(r["tokens_per_replica"], r["token_share_per_replica"],
+                                   strict=True))
+            lines.append(f"| {name} | {w['mean']:.1f} s ± {w['ci95']:.1f} | {vs} | {share} |")
+        if "ratio_to_best" in cell:
+            rb = cell["ratio_to_best"]
+            lines += ["", f"TailSieve against the best other ({cell['best_other']}): "
+                      f"**{rb['mean']:.2f}x** ± {rb['ci95']:.2f} (paired per repeat; target "
+                      f">= {cell['target_ratio']:g}x and ahead of each: "
+                      f"{'met' if cell['target_met'] else 'not met'})."]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -150,12 +188,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--group-size", type=int, default=8, help="GRPO group size")
     ap.add_argument("--min-turns", type=int, default=3)
     ap.add_argument("--max-turns", type=int, default=8)
-    ap.add_argument("--median-tokens", type=float, default=1024.0, help="single-turn output")
-    ap.add_argument("--turn-median-tokens", type=float, default=384.0, help="a turn's output")
+    ap.add_argument("--median-tokens", type=float, default=256.0, help="single-turn output")
+    ap.add_argument("--turn-median-tokens", type=float, default=192.0, help="a turn's output")
     ap.add_argument("--sigma", type=float, default=0.8, help="lognormal sigma of lengths")
     ap.add_argument("--max-tokens", type=int, default=8192)
-    ap.add_argument("--tool-s", type=float, default=2.0, help="median tool wait, model s")
-    ap.add_argument("--time-scale", type=float, default=0.5)
+    ap.add_argument("--tool-s", type=float, default=1.0, help="median tool wait, model s")
+    ap.add_argument("--time-scale", type=float, default=0.3,
+                    help="real seconds per model second (the emulators and tailsieve's timers)")
     ap.add_argument("--profile", default="qwen3-4b-h100")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--target", type=float, default=1.2,
@@ -165,9 +204,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, default=default_out("routers_live"),
                     help="result folder (default: under the system temp dir)")
     args = ap.parse_args(argv)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)  # stop the routers and emulators too
     args.out.mkdir(parents=True, exist_ok=True)
-    log_dir = Path(os.environ.get("TMPDIR", "/tmp")) / f"tailsieve-routers-live-{os.getpid()}"
-    log_dir.mkdir(parents=True, exist_ok=True)
+    log_dir = Path(tempfile.mkdtemp(prefix="tailsieve-routers-live-"))  # kept on a failure
     specs, skipped = [], {}
     for name in args.routers:
         spec = RouterSpec.parse(name)
@@ -195,6 +234,8 @@ def main(argv: list[str] | None = None) -> None:
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
     (args.out / "routers_live.json").write_text(json.dumps(result, indent=1) + "\n")
+    (args.out / "routers_live.md").write_text(markdown(result["summary"], args.slowdown))
+    shutil.rmtree(log_dir, ignore_errors=True)
     print(json.dumps(result["summary"], indent=1))
 
 

@@ -1,6 +1,7 @@
 """The routers ``bench_routers_live.py`` puts in front of one fleet, each as its own process.
 
-``tailsieve`` is ``tailsieve serve`` (this checkout's sources, the same interpreter);
+``tailsieve`` is ``tailsieve serve`` (this checkout's sources, the same interpreter, its
+model-time timers scaled with the emulators: ``live_serve``);
 ``round-robin`` is ``tailsieve serve --policy turn-round-robin --no-moves`` (every request to
 the next server, no session state); the others are the external routers installed by
 ``scripts/setup_routers.sh`` into their own venv: smg (the SGLang Model Gateway) and
@@ -25,7 +26,7 @@ DEFAULT_VENV = REPO / ".venv-routers"
 ROUTERS = ("tailsieve", "round-robin", "smg-cache_aware", "smg-consistent_hashing",
            "vllm-router-cache_aware", "vllm-router-sticky_least_loaded")
 EXTERNAL = {"smg": "smg", "vllm-router": "vllm-router"}  # router family -> executable
-TAILSIEVE_MAIN = "import sys; from tailsieve.cli.main import main; sys.exit(main())"
+SERVE = Path(__file__).resolve().parent / "live_serve.py"  # tailsieve serve, timers scaled
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,10 +66,12 @@ def free_port() -> int:
 
 
 def command(spec: RouterSpec, urls: list[str], port: int, venv: Path,
-            fallback_profile: str) -> list[str]:
-    """The command line that starts ``spec`` over ``urls`` on 127.0.0.1:``port``."""
+            fallback_profile: str, time_scale: float = 1.0) -> list[str]:
+    """The command line that starts ``spec`` over ``urls`` on 127.0.0.1:``port``
+    (``tailsieve serve``'s model-time timers scaled by ``time_scale``: ``live_serve``)."""
     if spec.family == "tailsieve":
-        cmd = [sys.executable, "-c", TAILSIEVE_MAIN, "serve", "--endpoints", ",".join(urls),
+        cmd = [sys.executable, str(SERVE), f"{time_scale:g}", "serve", "--endpoints",
+               ",".join(urls),
                "--host", "127.0.0.1", "--port", str(port), "--policy", spec.policy]
         if spec.name == "tailsieve":
             return [*cmd, "--profile", "auto", "--fallback-profile", fallback_profile]
@@ -85,7 +88,8 @@ class RouterProcess:
     """A started router (``with RouterProcess(...) as r: r.url``); stopped on exit."""
 
     def __init__(self, spec: RouterSpec, urls: list[str], venv: Path, fallback_profile: str,
-                 log_path: Path, model: str, ready_timeout_s: float = 120.0) -> None:
+                 log_path: Path, model: str, time_scale: float = 1.0,
+                 ready_timeout_s: float = 120.0) -> None:
         self.spec, self.log_path, self.model = spec, log_path, model
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -93,7 +97,7 @@ class RouterProcess:
         if spec.family == "tailsieve":  # this checkout's sources win
             src = str(REPO / "src")
             env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
-        cmd = command(spec, urls, self.port, venv, fallback_profile)
+        cmd = command(spec, urls, self.port, venv, fallback_profile, time_scale)
         self._log = log_path.open("wb")
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env,
                                      start_new_session=True)

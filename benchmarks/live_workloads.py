@@ -112,6 +112,7 @@ class Client:
     def __init__(self, http: aiohttp.ClientSession, url: str, id_base: int,
                  time_scale: float) -> None:
         self.http, self.url, self.time_scale = http, url, time_scale
+        self.run_tag = f"r{id_base}"  # session keys unique to the run (routers stay up)
         self._rng = np.random.default_rng(id_base)
         self.num_tokens = 0
 
@@ -149,7 +150,7 @@ class Client:
             if t:
                 await asyncio.sleep(s.tool_wait_s[t - 1] * self.time_scale)
                 ctx += self.fresh(s.tool_tokens[t - 1])
-            n = await self.complete(ctx, out, s.key)
+            n = await self.complete(ctx, out, f"{s.key}-{self.run_tag}")
             ctx += [FILLER_TOKEN_ID] * n
 
     async def agentic(self, step: Agentic) -> float:

@@ -31,7 +31,9 @@ SCRIPTS = {
     "bench_oracle.py": "test_bench_oracle",
     "bench_real_engine.py": "test_smoke_live.py::test_bench_real_engine_*",
     "bench_proxy.py": "test_smoke_proxy.py::test_bench_proxy",
+    "bench_proxy_imbalance.py": "test_smoke_proxy_imbalance.py::test_bench_proxy_imbalance",
     "bench_router.py": "test_smoke_live.py::test_bench_router_*",
+    "bench_routers_live.py": "test_smoke_routers_live.py::test_bench_routers_live",
     "bench_sim.py": "test_bench_sim",
     "bench_spec.py": "test_bench_spec.py::test_bench_spec",
     "bench_tail_signal.py": "test_bench_tail_signal",
@@ -43,7 +45,7 @@ SCRIPTS = {
     "paper/spread_ablation.py": "test_paper_module_mains",
 }
 # modules that are not scripts: helpers and the items the suites above run
-NOT_SCRIPTS = {"outdir.py"}
+NOT_SCRIPTS = {"outdir.py", "live_routers.py", "live_serve.py", "live_workloads.py"}
 PACKAGES = ("paper", "grounded", "real_engine")
 
 
