@@ -99,8 +99,8 @@ async def _stream(request: web.Request, service: ProxyService, run: RequestRun,
             break
         if i not in pending:
             continue
-        if kind == "piece":
-            d = cursors[i].progress(run.traces[i])
+        if kind == "tokens":
+            d = cursors[i].progress(run.lives[i])
             chunk = writer.chunk(i, d, None) if d is not None else None
         else:
             out = run.outputs[i]

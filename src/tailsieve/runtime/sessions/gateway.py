@@ -16,7 +16,10 @@ Each turn is placed by the policy's ``SessionRouter`` (``session.routers``) over
 pieces (``turn_chain``; joined by ``runtime.chain``). With the ``tailsieve`` policy running
 turns move mid-turn (``midturn``; behind the balance gate): at once where the runner can
 interrupt a running piece (``PieceInterrupter``: SGLang, streamed vLLM pieces; a turn then
-runs as one piece unless ``piece_tokens`` is given), else at the running piece's end. The
+runs as one piece unless ``piece_tokens`` is given), else at the running piece's end. A turn
+generated for a streamed answer (``on_tokens``) runs, where the runner streams pieces
+(``PieceStreamer``), as one streamed piece that a move interrupts at once; its tokens reach
+``on_tokens`` as they come, each once, a moved turn's from the last one sent. The
 book moves a turn when its next piece starts on the destination. A replica that fails
 (``ReplicaDownError``) is taken out (probed every ``probe_interval_s`` when the runner can
 probe) and each turn running there continues on a healthy replica from its last seam: nothing
@@ -47,12 +50,13 @@ from tailsieve.runtime.sessions.pieces import (
     PieceInterrupter,
     PieceOutput,
     PieceRunner,
+    PieceStreamer,
     sampling_from_dict,
 )
 from tailsieve.runtime.sessions.profile import GatewayProfile
 from tailsieve.runtime.sessions.result import GatewayStats, PieceSpan, TurnResult
 from tailsieve.runtime.sessions.tally import Tally
-from tailsieve.runtime.sessions.turn_chain import RunningTurn
+from tailsieve.runtime.sessions.turn_chain import RunningTurn, TurnSink
 from tailsieve.runtime.transport import ReplicaDownError, Transport
 from tailsieve.session.routers import TailSieveRouter
 from tailsieve.session.turn import TurnRequest
@@ -99,6 +103,8 @@ class SessionGateway:
         self._owns_runner = False  # ``over_http``: the runner is closed with the gateway
         self.interrupter = (runner if isinstance(runner, PieceInterrupter) and runner.interrupts
                             else None)  # moves take effect at once
+        self.streamer = (runner if isinstance(runner, PieceStreamer) and runner.streams_sinks
+                         else None)  # streams the pieces of turns with a sink
         self.rebalancer = MidTurnRebalancer(
             self.book, self.config.balance, self._move, self._waiting, self.now, self.elapsed,
             self._estimate_progress)
@@ -212,12 +218,14 @@ class SessionGateway:
         max_tokens: int | None = None,
         prompt_tokens: int | None = None,
         on_piece: Callable[[PieceSpan, PieceOutput], None] | None = None,
+        on_tokens: TurnSink | None = None,
     ) -> TurnResult:
         """Generate one turn of ``session_id``: ``prompt_ids`` is its whole prompt (the
         context so far plus the new tokens); ``prompt_tokens``: the group's shared prompt
         prefix (first turn); ``max_tokens`` overrides the sampling's. ``on_piece`` is called
         with each piece as it ends (e.g. to stream it on; the returned ``TurnResult`` is the
-        authority: a stop string spanning a seam cuts it shorter than its pieces). Raises
+        authority: a stop string spanning a seam cuts it shorter than its pieces);
+        ``on_tokens`` with the turn's tokens as they come (see the module docstring). Raises
         ``RequestError`` when a server answers badly beyond retries, ``ReplicaError`` when no
         replica is healthy within ``no_replica_timeout_s``."""
         sp = sampling if isinstance(sampling, SamplingParams) else sampling_from_dict(sampling)
@@ -232,10 +240,12 @@ class SessionGateway:
         req = self.book.request(session_id, group_id, len(ids), prompt_tokens, sp.max_tokens)
         decision = await self._place(req)
         moves = self.mid_turn_moves and not penalties_of(sp)
+        streamed = on_tokens is not None and self.streamer is not None
         rt = RunningTurn.start(session_id, f"{session_id}-t{k}", ids, sp, decision.replica,
-                               self._piece_tokens(moves), len(ids) - decision.prefill_tokens,
-                               moves)
+                               self._piece_tokens(moves, streamed),
+                               len(ids) - decision.prefill_tokens, moves)
         rt.on_piece = on_piece
+        rt.sink = on_tokens
         self._turns[session_id] = rt
         self.book.start_turn(session_id, decision.replica, self.now())
         self.tally.placed(decision, req)
@@ -283,11 +293,13 @@ class SessionGateway:
             d = self.parts.fallback(req, views, self._healthy, why)
         return d
 
-    def _piece_tokens(self, moves: bool) -> int | None:
+    def _piece_tokens(self, moves: bool, streamed: bool = False) -> int | None:
         """The piece cap of a turn that may move mid-turn (``moves``): with a runner that
         interrupts pieces, one piece unless ``piece_tokens`` is given; else the configured
-        cap. A turn that does not move runs as one piece."""
-        if not moves or (self.interrupter is not None and self.config.piece_tokens is None):
+        cap. A turn that does not move, or is streamed (``streamed``: to its sink, by a
+        runner that interrupts streamed pieces), runs as one piece."""
+        if not moves or streamed or (self.interrupter is not None
+                                     and self.config.piece_tokens is None):
             return None
         return self.config.move_piece_tokens
 
@@ -310,6 +322,9 @@ class SessionGateway:
             except ReplicaDownError as exc:
                 rt.piece_on = None
                 self.health.down(replica, exc)
+                kept = rt.streamed_output()  # what its sink has already: kept, not redone
+                if kept is not None:
+                    rt.add(replica, piece, kept)
                 await self._relocate(rt)
                 continue
             finally:
@@ -362,6 +377,8 @@ class SessionGateway:
             if r is None:
                 continue
             got = streamed(rt.piece_id) if streamed is not None else None
+            if self._streams(rt):
+                got = rt.streamed_tokens
             if got is None:
                 v = views[r]
                 tp = v.config.throughput
@@ -370,6 +387,10 @@ class SessionGateway:
                 ran = int((now_s - rt.piece_started_s) / step_s) if step_s > 0 else 0
                 got = min(max(ran, 0), rt.chain.piece_cap(rt.piece_tokens))
             self.book.progress(rt.session_id, rt.chain.num_generated + got, now_s)
+
+    def _streams(self, rt: RunningTurn) -> bool:
+        """Whether the turn's pieces are streamed to its sink (and interrupted by closing)."""
+        return rt.sink is not None and self.streamer is not None
 
     def _waiting(self, session_id: Hashable) -> bool:
         rt = self._turns.get(session_id)
@@ -382,13 +403,16 @@ class SessionGateway:
         if (rt is None or not rt.movable or dst == rt.replica or not self._healthy[dst]
                 or not self.mid_turn_moves):
             return False
-        rt.moved(self.interrupter is not None)
+        stopper: PieceInterrupter | PieceStreamer | None = self.interrupter
+        if self._streams(rt):
+            stopper = self.streamer  # a streamed piece: closing its stream keeps its tokens
+        rt.moved(stopper is not None)
         rt.expect_hit = self.book.cached(session_id, dst)
         self.tally.moved(rt.prefix_tokens - rt.expect_hit)
         rt.replica = dst
-        if self.interrupter is not None and rt.piece_on is not None:
+        if stopper is not None and rt.piece_on is not None:
             rt.interrupted = True
-            self.interrupter.interrupt(rt.piece_on, rt.piece_id)
+            stopper.interrupt(rt.piece_on, rt.piece_id)
         return True
 
     async def _rebalance(self) -> None:

@@ -13,7 +13,10 @@ move uses) on SGLang, by ``POST /abort_request {"rid"}`` (the piece answers with
 output), and on vLLM with ``stream=True`` (each piece is streamed, ``streamed``; closing the
 stream aborts the request on the server, and the piece returns the tokens streamed so far).
 Unstreamed vLLM pieces cannot be interrupted without losing their tokens: a move waits for
-the running piece's end.
+the running piece's end. A piece that carries a ``sink`` (``PieceStreamer``) is streamed on
+either server, whatever ``stream`` says: each chunk's tokens go to the sink as they come, and
+``interrupt`` closes its stream. A streamed piece that already gave its sink tokens is not
+retried (that would send them again): it ends with them, finish reason "abort".
 """
 
 from __future__ import annotations
@@ -102,13 +105,18 @@ class HttpPieceRunner:
         """Whether ``interrupt`` ends running pieces: SGLang, or vLLM with streaming."""
         return self.stream or self.backend is Backend.SGLANG
 
+    @property
+    def streams_sinks(self) -> bool:
+        """Pieces with a sink are streamed (``PieceStreamer``), on vLLM and SGLang."""
+        return True
+
     def interrupt(self, replica: int, request_id: str) -> None:
         """End the running piece ``request_id`` now (see the module docstring); ignored
         where pieces cannot be interrupted or the piece is not running."""
         live = self._live.get(request_id)
-        if live is None or not self.interrupts:
+        if live is None:
             return
-        if live.task is not None:
+        if live.task is not None:  # a streamed piece
             live.task.cancel()
         elif self.backend is Backend.SGLANG:
             task = asyncio.create_task(self._abort(live.replica, request_id))
@@ -124,18 +132,22 @@ class HttpPieceRunner:
         """Generate ``piece`` on ``replica`` (see the module docstring for errors)."""
         base = self._base(replica)
         url = base + self.backend.path
-        body = await self._body(piece)
+        streamed = self.stream or piece.sink is not None
+        body = await self._body(piece, streamed)
         where = f"{url} piece {piece.request_id}"
         retry = 0
         while True:
             live = self._live[piece.request_id] = _Live(replica)
             try:
-                if self.stream:
-                    return await self._streamed(url, body, live, where)
+                if streamed:
+                    return await self._streamed(url, body, live, where, piece)
                 raw = await self._t.post_json(url, body, self._timeout_s)
                 resp = parse_response(self.backend, raw, 1, where, allow_abort=True)[0]
                 return _output(resp, raw, self.backend)
             except RequestError as exc:
+                got = live.streamed
+                if piece.sink is not None and got is not None and got.ids:
+                    return got.output(interrupted=True)  # its sink has these: keep them
                 if not exc.retryable or retry >= self._max_retries:
                     raise RequestError(f"{where}: {exc} (after {retry} retries)",
                                        status=exc.status, retryable=False) from exc
@@ -144,9 +156,11 @@ class HttpPieceRunner:
             finally:
                 self._live.pop(piece.request_id, None)
 
-    async def _streamed(self, url: str, body: JSON, live: _Live, where: str) -> PieceOutput:
+    async def _streamed(self, url: str, body: JSON, live: _Live, where: str,
+                        piece: PieceRequest) -> PieceOutput:
         """One streamed piece; interrupted (its reader cancelled), the tokens so far."""
-        got = live.streamed = StreamedPiece()
+        got = live.streamed = StreamedPiece(sink=piece.sink,
+                                            sglang=self.backend is Backend.SGLANG)
 
         async def read() -> None:
             async for chunk in self._t.stream_json(url, body, self._timeout_s):
@@ -220,7 +234,7 @@ class HttpPieceRunner:
             raise ConfigError(f"replica {replica} out of range (0..{len(self.endpoints) - 1})")
         return self.endpoints[replica]
 
-    async def _body(self, piece: PieceRequest) -> JSON:
+    async def _body(self, piece: PieceRequest, stream: bool) -> JSON:
         ids: tuple[int, ...] = piece.prompt_ids
         if piece.prompt_json is not None and not isinstance(ids, EncodedIds):
             ids = EncodedIds(ids, piece.prompt_json)
@@ -228,7 +242,7 @@ class HttpPieceRunner:
         body = build_request(self.backend, model, PromptInput(piece.request_id, token_ids=ids),
                              piece.sampling, 1, seed=piece.sampling.seed,
                              return_token_ids=True, max_tokens=piece.max_tokens,
-                             stream=self.stream, stream_interval=self.stream_interval)
+                             stream=stream, stream_interval=self.stream_interval)
         if self.backend is Backend.SGLANG:
             body["rid"] = piece.request_id
         return body

@@ -5,20 +5,25 @@ Each chunk carries the piece's next token ids (``return_token_ids``), their text
 logprobs when asked; the last choice chunk its finish reason, the usage chunk (``stream_options
 .include_usage``) the prompt tokens the server found cached (``--enable-prompt-tokens-details``).
 A token's text offset is known where it came in a chunk of its own (every token streamed, the
-default ``stream_interval``), else from the chunk's logprobs.
+default ``stream_interval``), else from the chunk's logprobs. SGLang's streamed ``/generate``
+(``sglang=True``) sends the output so far in each chunk (token ids and text cumulative; with
+``--incremental-streaming-output``, each chunk's own): what is new is taken.
+
+A piece with a ``TokenSink`` hands each chunk's new tokens to it as they come (``TokenDelta``):
+what a streamed answer relays, while the piece itself still ends as one ``PieceOutput``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tailsieve.runtime.sessions.pieces import FINISH_REASONS, PieceOutput
+from tailsieve.runtime.sessions.pieces import FINISH_REASONS, PieceOutput, TokenDelta, TokenSink
 from tailsieve.runtime.transport import JSON, RequestError
 
 
 @dataclass(slots=True)
 class StreamedPiece:
-    """What a streamed piece has delivered so far."""
+    """What a streamed piece has delivered so far (``sink``: told of each chunk's tokens)."""
 
     ids: list[int] = field(default_factory=list)
     texts: list[str] = field(default_factory=list)
@@ -27,13 +32,31 @@ class StreamedPiece:
     num_chars: int = 0
     reason: str = ""  # the finish reason, once it came
     cached_tokens: int | None = None
+    sink: TokenSink | None = None
+    sglang: bool = False  # chunks are SGLang's ``/generate`` outputs
 
     def add(self, chunk: JSON, where: str) -> None:
         """Take one chunk (a malformed one is a ``RequestError``)."""
         try:
-            self._add(chunk)
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            if self.sglang:
+                self._add_sglang(chunk)
+            else:
+                self._add(chunk)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
             raise RequestError(f"{where}: unexpected stream chunk ({exc!r})") from exc
+
+    def take(self, d: TokenDelta) -> None:
+        """Append a delta's tokens (and tell the sink)."""
+        n = len(d.token_ids)
+        if d.text_offsets is not None and len(d.text_offsets) == n:
+            self.offsets.extend(self.num_chars + o for o in d.text_offsets)
+        if d.logprobs is not None:
+            self.logprobs.extend(d.logprobs)
+        self.ids.extend(d.token_ids)
+        self.texts.append(d.text)
+        self.num_chars += len(d.text)
+        if self.sink is not None and (d.token_ids or d.text):
+            self.sink(d)
 
     def _add(self, chunk: JSON) -> None:
         usage = chunk.get("usage")
@@ -44,22 +67,45 @@ class StreamedPiece:
                 self.cached_tokens = got
         for ch in chunk.get("choices") or ():
             text = ch.get("text") or ""
-            toks = [int(t) for t in ch.get("token_ids") or ()]
+            toks = tuple(int(t) for t in ch.get("token_ids") or ())
             lp = ch.get("logprobs") or {}
             vals = lp.get("token_logprobs") if isinstance(lp, dict) else None
-            if vals:
-                self.logprobs.extend(float(v) for v in vals if v is not None)
+            lps = tuple(float(v) for v in vals if v is not None) if vals else None
             offs = lp.get("text_offset") if isinstance(lp, dict) else None
+            rel: tuple[int, ...] | None = None
             if len(toks) == 1:
-                self.offsets.append(self.num_chars)
+                rel = (0,)
             elif offs and len(offs) == len(toks):
-                base = int(offs[0])
-                self.offsets.extend(self.num_chars + int(o) - base for o in offs)
-            self.ids.extend(toks)
-            self.texts.append(text)
-            self.num_chars += len(text)
+                rel = tuple(int(o) - int(offs[0]) for o in offs)
+            self.take(TokenDelta(toks, text, lps, rel, chunk))
             if ch.get("finish_reason"):
                 self.reason = str(ch["finish_reason"])
+
+    def _add_sglang(self, chunk: JSON) -> None:
+        meta = chunk.get("meta_info") or {}
+        have = len(self.ids)
+        ids = [int(t) for t in chunk.get("output_ids") or ()]
+        total = meta.get("completion_tokens")
+        whole = not isinstance(total, int) or len(ids) == total  # cumulative (the default)
+        new = tuple(ids[have:] if whole else ids)
+        text = chunk.get("text")
+        if not isinstance(text, str):
+            text = ""  # SGLang >= 0.5 sends the text of a cumulative stream at its end only
+        elif whole:
+            text = text[self.num_chars:]
+        lp = meta.get("output_token_logprobs")
+        lps = None
+        if isinstance(lp, list):
+            vals = lp[have:] if whole and len(lp) == len(ids) else lp
+            if len(vals) == len(new):
+                lps = tuple(float(v[0]) for v in vals)
+        self.take(TokenDelta(new, text, lps, (0,) if len(new) == 1 else None, chunk))
+        cached = meta.get("cached_tokens")
+        if isinstance(cached, int) and not isinstance(cached, bool):
+            self.cached_tokens = cached
+        fr = meta.get("finish_reason")
+        if fr:
+            self.reason = str(fr.get("type") if isinstance(fr, dict) else fr)
 
     def output(self, interrupted: bool = False) -> PieceOutput:
         """The piece as delivered: finish reason "abort" when it was interrupted before its
