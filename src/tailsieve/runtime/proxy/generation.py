@@ -100,7 +100,8 @@ async def _stream(request: web.Request, service: ProxyService, run: RequestRun,
         if i not in pending:
             continue
         if kind == "tokens":
-            d = cursors[i].progress(run.lives[i])
+            live = run.lives[i]
+            d = cursors[i].progress(live, live.cuts.popleft() if live.cuts else None)
             chunk = writer.chunk(i, d, None) if d is not None else None
         else:
             out = run.outputs[i]

@@ -13,6 +13,7 @@ delivered.
 from __future__ import annotations
 
 import bisect
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +52,8 @@ class LiveTokens:
     strs: list[str] | None = field(default_factory=list)  # each token's text
     tops: list[Any] | None = field(default_factory=list)  # each token's alternatives
     broken: bool = False
+    cuts: deque[tuple[int, int]] = field(default_factory=deque)  # (tokens, characters) after
+    # each delta not yet relayed: a stream sends one chunk per delta, as the server did
 
     def grow(self, start: int, d: TokenDelta) -> bool:
         """Take the tokens ``start ..`` (False: they do not continue what came)."""
@@ -78,6 +81,7 @@ class LiveTokens:
             self.parts.append(d.text)
             self.part_starts.append(self.num_chars)
             self.num_chars += len(d.text)
+        self.cuts.append((len(self.ids), self.num_chars))
         return True
 
     @property

@@ -47,28 +47,30 @@ class StreamCursor:
     def hold_chars(self) -> int:
         return max((len(s) for s in self.stop), default=1) - 1
 
-    def progress(self, live: LiveTokens) -> Delta | None:
-        """The part of ``live`` that is safe to send now (None: nothing new)."""
+    def progress(self, live: LiveTokens, cut: tuple[int, int] | None = None) -> Delta | None:
+        """The part of ``live`` that is safe to send now (None: nothing new); ``cut``: of its
+        first (tokens, characters) only (one delta at a time, as they came)."""
         if live.broken:
             return None
-        n, a = live.num_tokens, len(self.sent_ids)
-        unsent = live.text_since(self.sent_chars)
+        n, num_chars = cut if cut is not None else (live.num_tokens, live.num_chars)
+        a = len(self.sent_ids)
+        unsent = live.text_since(self.sent_chars)[:max(num_chars - self.sent_chars, 0)]
         if not self.stop:
-            safe_tok, safe_chars = n, live.num_chars
+            safe_tok, safe_chars = n, num_chars
         else:
             starts = live.starts
             if starts is None:
                 return None
-            limit = live.num_chars - self.hold_chars
+            limit = num_chars - self.hold_chars
             for stop in self.stop:  # one complete in the unsent text: the chain ends there
                 at = unsent.find(stop)
                 if at >= 0:
                     limit = min(limit, self.sent_chars + at)
             safe_tok = a
             while safe_tok < n and (starts[safe_tok + 1] if safe_tok + 1 < n
-                                    else live.num_chars) <= limit:
+                                    else num_chars) <= limit:
                 safe_tok += 1
-            safe_chars = ((starts[safe_tok] if safe_tok < n else live.num_chars)
+            safe_chars = ((starts[safe_tok] if safe_tok < n else num_chars)
                           if safe_tok > a else self.sent_chars)
         if safe_tok <= a:
             return None
