@@ -285,3 +285,20 @@ async def test_moves_mid_stream_are_token_exact() -> None:
         assert list(so_far) == want
     finally:
         await proxy.aclose()
+
+
+async def test_the_server_s_chunking_is_kept(stack: AsyncExitStack) -> None:
+    """A client's ``stream_interval`` reaches the server, and the proxy relays one chunk per
+    server chunk: the same content chunks as the server sends straight (the proxy's finish
+    reason may come in a chunk of its own)."""
+    proxy, wire = await emulated(stack, 1, time_scale=0.01)
+    body = {"model": MODEL, "prompt": list(range(10, 30)), "max_tokens": 100,
+            "ignore_eos": True, "stream": True, "stream_interval": 16}
+    sizes: dict[str, list[int]] = {}
+    async with aiohttp.ClientSession() as s:
+        for name, url in (("direct", proxy.endpoints[0]), ("proxy", proxy.url)):
+            async with s.post(url + "/v1/completions", json=body) as r:
+                sizes[name] = [len(ev["choices"][0]["text"]) // len(FILLER)
+                               async for ev in sse(r) if ev["choices"]]
+    assert wire.streams[0][1]["stream_interval"] == 16
+    assert sizes["proxy"] == sizes["direct"] == [1, *[16] * 6, 3]

@@ -245,7 +245,7 @@ def _to_sglang(sp: dict[str, Any]) -> None:
     if "include_stop_str_in_output" in sp:
         sp["no_stop_trim"] = sp.pop("include_stop_str_in_output")
     for key in ("allowed_token_ids", "return_tokens_as_token_ids", "priority", "cache_salt",
-                "vllm_xargs"):
+                "vllm_xargs", "stream_interval"):
         sp.pop(key, None)
 
 
