@@ -299,6 +299,7 @@ async def test_the_server_s_chunking_is_kept(stack: AsyncExitStack) -> None:
         for name, url in (("direct", proxy.endpoints[0]), ("proxy", proxy.url)):
             async with s.post(url + "/v1/completions", json=body) as r:
                 sizes[name] = [len(ev["choices"][0]["text"]) // len(FILLER)
-                               async for ev in sse(r) if ev["choices"]]
+                               async for ev in sse(r)
+                               if ev["choices"] and ev["choices"][0]["text"]]
     assert wire.streams[0][1]["stream_interval"] == 16
     assert sizes["proxy"] == sizes["direct"] == [1, *[16] * 6, 3]
