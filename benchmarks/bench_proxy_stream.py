@@ -149,7 +149,8 @@ async def run(args: argparse.Namespace, urls: list[str], profile: Path) -> dict[
                                                      args.concurrency, args.stream_interval))
                     assert proxy.gateway is not None
                     st = proxy.gateway.stats()
-                    stats = {"num_pieces": st.num_pieces, "moves_mid_turn": st.moves_mid_turn}
+                    stats = {"num_pieces": st.num_pieces, "moves_mid_turn": st.moves_mid_turn,
+                             "turns_per_replica": [r.num_turns for r in st.replicas]}
             bad = [r["error"] for r in rows if r["error"]]
             if bad:
                 raise RuntimeError(f"{mode}: {bad[:3]}")
