@@ -145,12 +145,16 @@ async def run(args: argparse.Namespace, urls: list[str], profile: Path) -> dict[
                 cfg = ProxyConfig(endpoints=tuple(urls), model=MODEL, gateway=gw)
                 async with RoutingProxy(cfg) as proxy:
                     url = await proxy.start("127.0.0.1", 0)
+                    cpu0 = time.process_time()
                     rows = await _ask(parent, proc, ([url], requests(args, mode),
                                                      args.concurrency, args.stream_interval))
+                    cpu = time.process_time() - cpu0
                     assert proxy.gateway is not None
                     st = proxy.gateway.stats()
+                    chunks = sum(r["num_chunks"] for r in rows)
                     stats = {"num_pieces": st.num_pieces, "moves_mid_turn": st.moves_mid_turn,
-                             "turns_per_replica": [r.num_turns for r in st.replicas]}
+                             "turns_per_replica": [r.num_turns for r in st.replicas],
+                             "proxy_cpu_s": cpu, "proxy_cpu_us_per_chunk": 1e6 * cpu / chunks}
             bad = [r["error"] for r in rows if r["error"]]
             if bad:
                 raise RuntimeError(f"{mode}: {bad[:3]}")

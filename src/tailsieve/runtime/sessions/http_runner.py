@@ -15,7 +15,8 @@ stream aborts the request on the server, and the piece returns the tokens stream
 Unstreamed vLLM pieces cannot be interrupted without losing their tokens: a move waits for
 the running piece's end. A piece that carries a ``sink`` (``PieceStreamer``) is streamed on
 either server, whatever ``stream`` says: each chunk's tokens go to the sink as they come, and
-``interrupt`` closes its stream. A streamed piece that already gave its sink tokens is not
+``interrupt`` closes its stream (after its last token that came with text:
+``streamed.StreamedPiece.stop_at_boundary``). A streamed piece that already gave its sink tokens is not
 retried (that would send them again): it ends with them, finish reason "abort".
 """
 
@@ -116,8 +117,11 @@ class HttpPieceRunner:
         live = self._live.get(request_id)
         if live is None:
             return
-        if live.task is not None:  # a streamed piece
-            live.task.cancel()
+        if live.task is not None:  # a streamed piece: closed where its text is whole
+            if live.streamed is not None:
+                live.streamed.stop_at_boundary(live.task.cancel)
+            else:
+                live.task.cancel()
         elif self.backend is Backend.SGLANG:
             task = asyncio.create_task(self._abort(live.replica, request_id))
             self._aborts.add(task)
@@ -174,7 +178,7 @@ class HttpPieceRunner:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
-        if task.cancelled():
+        if task.cancelled() or got.closed:
             return got.output(interrupted=True)
         task.result()
         finished(got, where)

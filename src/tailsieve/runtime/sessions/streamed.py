@@ -11,10 +11,18 @@ default ``stream_interval``), else from the chunk's logprobs. SGLang's streamed 
 
 A piece with a ``TokenSink`` hands each chunk's new tokens to it as they come (``TokenDelta``):
 what a streamed answer relays, while the piece itself still ends as one ``PieceOutput``.
+
+A streamed piece is ended (``stop_at_boundary``) only where its text is whole: the servers hold
+back the text of a token that ends inside a multi-byte character (vLLM's and SGLang's
+detokenizers send it with the token that completes the character), and a piece continued from
+inside a character comes back with the wrong text (vLLM 0.32 answers the decoded prompt with
+it). So the piece ends after its last token that came with text, at once if that is the last
+token so far, else at the next one; what comes after is not taken.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tailsieve.runtime.sessions.pieces import FINISH_REASONS, PieceOutput, TokenDelta, TokenSink
@@ -34,9 +42,15 @@ class StreamedPiece:
     cached_tokens: int | None = None
     sink: TokenSink | None = None
     sglang: bool = False  # chunks are SGLang's ``/generate`` outputs
+    at_boundary: bool = True  # the tokens so far end where their text is whole
+    closed: bool = False  # ended (``stop_at_boundary``): later chunks are not taken
+    _on_boundary: Callable[[], object] | None = None
 
     def add(self, chunk: JSON, where: str) -> None:
-        """Take one chunk (a malformed one is a ``RequestError``)."""
+        """Take one chunk (a malformed one is a ``RequestError``; one after the piece was
+        ended is dropped)."""
+        if self.closed:
+            return
         try:
             if self.sglang:
                 self._add_sglang(chunk)
@@ -45,8 +59,22 @@ class StreamedPiece:
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
             raise RequestError(f"{where}: unexpected stream chunk ({exc!r})") from exc
 
-    def take(self, d: TokenDelta) -> None:
-        """Append a delta's tokens (and tell the sink)."""
+    def stop_at_boundary(self, stop: Callable[[], object]) -> None:
+        """End the piece where its text is whole (see the module docstring): ``stop`` is
+        called then (at once when the tokens so far end there)."""
+        if self.closed:
+            return
+        if self.at_boundary:
+            self.closed = True
+            stop()
+        else:
+            self._on_boundary = stop
+
+    def take(self, d: TokenDelta, whole: bool | None = None) -> None:
+        """Append a delta's tokens (and tell the sink); ``whole``: they end where the text is
+        whole (None: when the delta came with text)."""
+        if self.closed:
+            return
         n = len(d.token_ids)
         if d.text_offsets is not None and len(d.text_offsets) == n:
             self.offsets.extend(self.num_chars + o for o in d.text_offsets)
@@ -57,6 +85,11 @@ class StreamedPiece:
         self.num_chars += len(d.text)
         if self.sink is not None and (d.token_ids or d.text):
             self.sink(d)
+        if n:
+            self.at_boundary = bool(d.text) if whole is None else whole
+        if self.at_boundary and self._on_boundary is not None:
+            self.closed = True
+            self._on_boundary()
 
     def _add(self, chunk: JSON) -> None:
         usage = chunk.get("usage")
@@ -89,6 +122,7 @@ class StreamedPiece:
         whole = not isinstance(total, int) or len(ids) == total  # cumulative (the default)
         new = tuple(ids[have:] if whole else ids)
         text = chunk.get("text")
+        known = isinstance(text, str)
         if not isinstance(text, str):
             text = ""  # SGLang >= 0.5 sends the text of a cumulative stream at its end only
         elif whole:
@@ -99,7 +133,8 @@ class StreamedPiece:
             vals = lp[have:] if whole and len(lp) == len(ids) else lp
             if len(vals) == len(new):
                 lps = tuple(float(v[0]) for v in vals)
-        self.take(TokenDelta(new, text, lps, (0,) if len(new) == 1 else None, chunk))
+        self.take(TokenDelta(new, text, lps, (0,) if len(new) == 1 else None, chunk),
+                  bool(text) or not known)
         cached = meta.get("cached_tokens")
         if isinstance(cached, int) and not isinstance(cached, bool):
             self.cached_tokens = cached
