@@ -89,7 +89,7 @@ class DetailRunner:
 
             def relay(d: TokenDelta) -> None:
                 det = chunks.add(piece_detail(self.backend, d.detail), len(d.token_ids))
-                sink(replace(d, detail=det))
+                sink(TokenDelta(d.token_ids, d.text, d.logprobs, d.text_offsets, det))
 
             piece = replace(piece, sink=relay)
         with self.capture.capture() as holder:

@@ -49,7 +49,8 @@ class RunningTurn:
     interrupted: bool = False  # its running piece was interrupted by a move
     piece_id: str = ""  # request id of the running (or last) piece
     sink: TurnSink | None = None  # told of every token as it comes (a streamed answer)
-    streaming: StreamedPiece | None = None  # what the running piece streamed to ``sink``
+    streaming: list[TokenDelta] | None = None  # what the running piece streamed to ``sink``
+    streamed_tokens: int = 0  # tokens in ``streaming``
 
     @classmethod
     def start(cls, session_id: Hashable, turn_id: str, prompt_ids: tuple[int, ...],
@@ -98,29 +99,34 @@ class RunningTurn:
         prompt = chain.next_prompt(self.prompt)
         ids = prompt.token_ids
         assert ids is not None
-        self.streaming = None
+        self.streaming, self.streamed_tokens = None, 0
         if self.sink is not None:
-            sink, start = self.sink, chain.num_generated
-            got = self.streaming = StreamedPiece(
-                sink=lambda d: sink(start + len(got.ids) - len(d.token_ids), d))
+            self.streaming = []
         return PieceRequest(
             prompt_ids=ids,
             sampling=chain.piece_sampling(self.sampling, self.piece_tokens),
             max_tokens=chain.piece_cap(self.piece_tokens),
             request_id=self._next_id(),
             prompt_json=getattr(ids, "json", None),
-            sink=self.streaming.take if self.streaming is not None else None,
+            sink=self._streamed if self.streaming is not None else None,
         )
 
-    @property
-    def streamed_tokens(self) -> int:
-        """Tokens the running piece has streamed so far (0: none, or not streamed)."""
-        return len(self.streaming.ids) if self.streaming is not None else 0
+    def _streamed(self, d: TokenDelta) -> None:
+        """The running piece streamed ``d``: on to the turn's sink, at its index."""
+        assert self.streaming is not None and self.sink is not None
+        self.streaming.append(d)
+        start = self.chain.num_generated + self.streamed_tokens
+        self.streamed_tokens += len(d.token_ids)
+        self.sink(start, d)
 
     def streamed_output(self) -> PieceOutput | None:
         """What the running piece streamed before it failed (None: nothing), to keep."""
-        got = self.streaming
-        return got.output(interrupted=True) if got is not None and got.ids else None
+        if not self.streamed_tokens or self.streaming is None:
+            return None
+        got = StreamedPiece()
+        for d in self.streaming:
+            got.take(d)
+        return got.output(interrupted=True)
 
     def _next_id(self) -> str:
         self.piece_id = f"{self.turn_id}-{len(self.spans)}"
@@ -146,15 +152,14 @@ class RunningTurn:
         """Hand the sink the piece's tokens it did not stream (all of them where the runner
         does not stream)."""
         got, self.streaming = self.streaming, None
-        if self.sink is None or got is None:
-            return
-        k = len(got.ids)
-        if k >= len(out.token_ids):
+        k, self.streamed_tokens = self.streamed_tokens, 0
+        if self.sink is None or got is None or k >= len(out.token_ids):
             return
         offs = out.text_offsets
         text = out.text or ""
         if k:  # streamed in part: the rest from its first unsent token
-            text = text[offs[k] - offs[0]:] if offs is not None else text[got.num_chars:]
+            text = (text[offs[k] - offs[0]:] if offs is not None
+                    else text[sum(len(d.text) for d in got):])
         self.sink(self.chain.num_generated + k, TokenDelta(
             out.token_ids[k:], text,
             out.logprobs[k:] if out.logprobs is not None else None,
