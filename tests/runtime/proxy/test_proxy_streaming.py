@@ -303,3 +303,32 @@ async def test_the_server_s_chunking_is_kept(stack: AsyncExitStack) -> None:
                                if ev["choices"] and ev["choices"][0]["text"]]
     assert wire.streams[0][1]["stream_interval"] == 16
     assert sizes["proxy"] == sizes["direct"] == [1, *[16] * 6, 3]
+
+
+async def test_an_aborted_stream_ends_with_what_was_sent() -> None:
+    """SGLang's per-request abort mid-stream: the stream ends with finish reason "abort" and
+    every token it streamed, a prefix of the uninterrupted answer."""
+    proxy = await stub_proxy(runner=StreamingStub(2, token_s=0.002))
+    try:
+        prompt = long_prompt("Abort me while I stream.", 200)
+        want, _ = expected(prompt, 300)
+        body = {"input_ids": prompt, "stream": True, "rid": "mine",
+                "sampling_params": {"max_new_tokens": 300}}
+        events = []
+        async with aiohttp.ClientSession() as s, s.post(proxy.url + "/generate",
+                                                        json=body) as r:
+            async for ev in sse(r):
+                events.append(ev)
+                if len(events) == 20:
+                    async with s.post(proxy.url + "/abort_request",
+                                      json={"rid": "mine"}) as a:
+                        assert (await a.json())["aborted"] == 1
+        last = events[-1]
+        assert last["meta_info"]["finish_reason"]["type"] == "abort"
+        n = len(last["output_ids"])
+        assert 20 <= n < len(want) and last["output_ids"] == want[:n]
+        assert last["text"] == stub_text(want[:n])
+        assert all(a["output_ids"] == b["output_ids"][:len(a["output_ids"])]
+                   for a, b in itertools.pairwise(events))
+    finally:
+        await proxy.aclose()
