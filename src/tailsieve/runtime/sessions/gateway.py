@@ -18,8 +18,9 @@ turns move mid-turn (``midturn``; behind the balance gate): at once where the ru
 interrupt a running piece (``PieceInterrupter``: SGLang, streamed vLLM pieces; a turn then
 runs as one piece unless ``piece_tokens`` is given), else at the running piece's end. A turn
 generated for a streamed answer (``on_tokens``) runs, where the runner streams pieces
-(``PieceStreamer``), as one streamed piece that a move interrupts at once; its tokens reach
-``on_tokens`` as they come, each once, a moved turn's from the last one sent. The
+(``PieceStreamer``), as one streamed piece that a move interrupts at once (where its text is
+whole); its tokens reach ``on_tokens`` as they come, each once: a moved or relocated turn's
+from the last one sent. The
 book moves a turn when its next piece starts on the destination. A replica that fails
 (``ReplicaDownError``) is taken out (probed every ``probe_interval_s`` when the runner can
 probe) and each turn running there continues on a healthy replica from its last seam: nothing

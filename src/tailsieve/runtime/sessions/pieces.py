@@ -7,6 +7,9 @@ gateway decides where each piece goes and joins them. ``HttpPieceRunner`` speaks
 ``/v1/completions`` (token-id prompts) and SGLang's ``/generate`` (``input_ids``); the verl
 router adds a runner over Ray handles; tests use ``StubPieceRunner``.
 
+A piece may carry a ``sink`` (a streamed answer's): a runner that streams (``PieceStreamer``)
+hands it each chunk's tokens as they come (``TokenDelta``), and still returns the whole piece.
+
 Errors a runner raises (``tailsieve.runtime.transport``): ``ReplicaDownError`` when the
 replica is gone (the gateway takes it out and continues the turn elsewhere from the last
 seam), ``RequestError`` when it answered badly and retries did not help (the turn fails with
