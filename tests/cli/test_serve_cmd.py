@@ -27,6 +27,12 @@ from tailsieve.runtime.emulator import EmulatorFleet
     (["serve", "--endpoints", "http://127.0.0.1:9", "--piece-tokens", "0"], "piece_tokens"),
     (["serve", "--num-workers", "0"], "num_workers"),
     (["serve", "--endpoints", "http://127.0.0.1:9", "--port", "70000"], "--port"),
+    (["serve", "--endpoints", "http://127.0.0.1:9", "--admin-port", "-1"], "--admin-port"),
+    (["serve", "--endpoints", "http://127.0.0.1:9", "--max-body-mb", "0"], "--max-body-mb"),
+    (["serve", "--endpoints", "http://127.0.0.1:9", "--max-concurrency", "0"],
+     "max_concurrency"),
+    (["serve", "--endpoints", "http://127.0.0.1:9", "--read-timeout", "0"], "read_timeout_s"),
+    (["serve", "--num-workers", "2"], "--admin-port"),  # registering is an admin call
 ])
 def test_bad_options_exit_2_with_one_line(argv: list[str], says: str,
                                           capsys: pytest.CaptureFixture[str]) -> None:
@@ -45,8 +51,8 @@ def test_serve_answers_an_openai_client_until_sigterm(tmp_path: Path) -> None:
         try:
             assert proc.stderr is not None
             line = proc.stderr.readline()
-            m = re.search(r"listening on (http://\S+) \(2 vllm servers; policy tailsieve; "
-                          r"profile cpu; moves on\)", line)
+            m = re.search(r"listening on (http://\S+) \(2 vllm servers; admin calls refused; "
+                          r"policy tailsieve; profile cpu; moves on\)", line)
             assert m, line
             c = OpenAI(base_url=m.group(1) + "/v1", api_key="none", max_retries=0)
             out = c.completions.create(model="tailsieve-emulated", prompt="hello world",

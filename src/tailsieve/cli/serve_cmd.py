@@ -13,6 +13,7 @@ from tailsieve.runtime.proxy.server import serve as serve_proxy
 from tailsieve.runtime.sessions.config import GatewayConfig
 from tailsieve.session.routers import SessionPolicy, parse_policy
 
+ADMIN_TOKEN_ENV = "TAILSIEVE_ADMIN_TOKEN"
 LIVE_POLICIES = ", ".join(p.value for p in SessionPolicy if p is not SessionPolicy.ORACLE)
 
 
@@ -26,9 +27,32 @@ def serve(
         "(http://10.0.0.1:8000,...)."),
     num_workers: int = typer.Option(
         None, "--num-workers", help="Without --endpoints: wait for this many servers to "
-        "register (POST /workers {\"url\"}, as slime's engines do)."),
-    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind."),
+        "register (POST /workers {\"url\"}, as slime's engines do; an admin call, so give "
+        "--admin-port or --admin-token)."),
+    host: str = typer.Option(
+        "127.0.0.1", "--host", help="Address to bind. Whoever reaches it can generate on "
+        "the servers and read /metrics: bind a public address (0.0.0.0) only behind a "
+        "firewall or an authenticating proxy."),
     port: int = typer.Option(8800, "--port", help="TCP port (0: a free one)."),
+    admin_port: int = typer.Option(
+        None, "--admin-port", help="Serve admin calls (POST/DELETE /workers, abort_all, "
+        "weight reloads) and every other route on this port, without a token (default: no "
+        "admin listener)."),
+    admin_host: str = typer.Option(
+        "127.0.0.1", "--admin-host", help="Address of the admin listener. Whoever reaches it "
+        "can add and remove servers and abort every request."),
+    admin_token: str = typer.Option(
+        None, "--admin-token", envvar=ADMIN_TOKEN_ENV, show_envvar=True,
+        help="Accept admin calls on the data port with this token (Authorization: Bearer "
+        "TOKEN or X-Admin-Token)."),
+    max_body_mb: float = typer.Option(
+        64.0, "--max-body-mb", help="Refuse request bodies larger than this (413), MiB."),
+    read_timeout: float = typer.Option(
+        60.0, "--read-timeout", help="A request's headers, then its body, must arrive within "
+        "this many seconds (else the connection is closed, or 408)."),
+    max_concurrency: int = typer.Option(
+        None, "--max-concurrency", help="Generation requests answered at once; more are "
+        "refused with 429 (default: no limit)."),
     backend: str = typer.Option(
         "vllm", "--backend", help="What the servers speak: vllm (OpenAI API) or sglang."),
     model: str = typer.Option(None, "--model", help="Served model name (default: ask them)."),
@@ -58,8 +82,11 @@ def serve(
     continuation, invisibly to the client. Ctrl-C stops it."""
     if policy == SessionPolicy.ORACLE.value:
         raise ConfigError("the oracle policy knows future lengths: simulator only")
-    if not 0 <= port <= 65535:
-        raise ConfigError(f"--port must be in 0..65535, got {port}")
+    for name, p in (("--port", port), ("--admin-port", admin_port)):
+        if p is not None and not 0 <= p <= 65535:
+            raise ConfigError(f"{name} must be in 0..65535, got {p}")
+    if not max_body_mb > 0:
+        raise ConfigError(f"--max-body-mb must be > 0, got {max_body_mb}")
     try:
         be = Backend(backend)
     except ValueError:
@@ -70,6 +97,8 @@ def serve(
     config = ProxyConfig(
         endpoints=tuple(e.strip() for e in (endpoints or "").split(",") if e.strip()),
         backend=be, model=model, num_workers=num_workers, gateway=gw,
-        session_ttl_s=session_ttl)
-    event_loop.run(serve_proxy(config, host, port, announce=lambda s: typer.echo(s, err=True)),
-                   loop)
+        session_ttl_s=session_ttl, admin_token=admin_token or None,
+        max_body_bytes=max(1, int(max_body_mb * (1 << 20))), read_timeout_s=read_timeout,
+        max_concurrency=max_concurrency)
+    event_loop.run(serve_proxy(config, host, port, announce=lambda s: typer.echo(s, err=True),
+                               admin_host=admin_host, admin_port=admin_port), loop)

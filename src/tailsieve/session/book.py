@@ -10,7 +10,10 @@ and a ``PrefixCacheModel`` of what each replica's cache holds. ``views`` and ``b
 turn that into the inputs of ``place_turn`` / the routers and of ``core.balancer`` (the
 latter by ``session.midturn``, as the agentic simulator builds them). A replica's turns
 beyond its KV budget (in the order they started there, as an engine admits them) count as
-waiting. No clock: callers pass ``now_s``.
+waiting. A session waiting on a tool counts at its home only for the tool-wait horizon
+fitted from the waits seen (``session.tool_wait``): an ended session the client never
+announced stops pinning load there (it keeps its home and cache estimate). No clock: callers
+pass ``now_s``.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from tailsieve.model.throughput import ThroughputModel
 from tailsieve.session.cache_model import PrefixCacheModel
 from tailsieve.session.midturn import move_loads, session_horizon_s
 from tailsieve.session.replica_view import ReplicaView
+from tailsieve.session.tool_wait import ToolWaitHorizon
 from tailsieve.session.turn import TurnRequest
 
 __all__ = ["SessionBook"]
@@ -43,6 +47,7 @@ class _Session:
     unprefilled: int = 0  # of its running turn's prompt, tokens not yet prefilled
     started_s: float = 0.0
     in_tool: bool = False  # waiting on a tool at ``home`` (counted in its tool waits)
+    tool_since_s: float | None = None  # when its last turn ended (its tool wait began)
 
 
 @dataclass(slots=True)
@@ -86,6 +91,8 @@ class SessionBook:
         self._taus = [_TauTable(c) for c in configs]
         self.tool_wait_weight = 1.0  # how much a session in a tool call counts in the
         # mid-turn loads (``SessionSettings.tool_wait_weight``, as ``place_turn`` weighs it)
+        self.tool_waits = ToolWaitHorizon()  # how long a tool wait counts as load
+        self._in_tool: dict[Hashable, float] = {}  # sessions counted in tool waits -> since
         self._num_turns = 0
         self._sum_output = 0
 
@@ -125,7 +132,10 @@ class SessionBook:
         self._check_replica(replica)
         if s.replica is not None:
             raise ConfigError(f"session {session_id!r}: its turn already runs on {s.replica}")
-        self._leave_tool(s)
+        self._leave_tool(session_id, s)
+        if s.tool_since_s is not None:
+            self.tool_waits.observe(max(now_s - s.tool_since_s, 0.0))
+            s.tool_since_s = None
         cached = self.cache.cached(replica, session_id, s.group_id, s.requested_tokens)
         self.cache.release(replica, session_id)
         s.replica, s.generated, s.started_s = replica, 0, now_s
@@ -189,7 +199,8 @@ class SessionBook:
                               s.context_tokens)
         rep.num_tool += 1
         rep.tool_context += s.context_tokens
-        s.in_tool = True
+        s.in_tool, s.tool_since_s = True, now_s
+        self._in_tool[session_id] = now_s
 
     def end_session(self, session_id: Hashable) -> None:
         """The session ended (after its last turn, or abandoned)."""
@@ -198,7 +209,7 @@ class SessionBook:
             return
         if s.replica is not None:
             self._stop(session_id, s)
-        self._leave_tool(s)
+        self._leave_tool(session_id, s)
         self.cache.discard(session_id)
 
     def set_healthy(self, replica: int, healthy: bool) -> None:
@@ -211,7 +222,9 @@ class SessionBook:
     # ----- reads ---------------------------------------------------------------------
     def views(self, now_s: float) -> list[ReplicaView]:
         """Every replica as ``place_turn`` and the routers read it: its turns beyond its KV
-        budget, in the order they started there, are waiting."""
+        budget, in the order they started there, are waiting; tool waits older than the
+        tool-wait horizon no longer count."""
+        self._lapse_tool_waits(now_s)
         return [self._view(r, rep) for r, rep in enumerate(self._reps)]
 
     def balance_loads(self, now_s: float) -> list[ReplicaLoad]:
@@ -301,12 +314,23 @@ class SessionBook:
         rep.backlog -= s.unprefilled
         s.replica, s.unprefilled = None, 0
 
-    def _leave_tool(self, s: _Session) -> None:
+    def _leave_tool(self, session_id: Hashable, s: _Session) -> None:
         if s.in_tool and s.home is not None:
             rep = self._reps[s.home]
             rep.num_tool -= 1
             rep.tool_context -= s.context_tokens
             s.in_tool = False
+            self._in_tool.pop(session_id, None)
+
+    def _lapse_tool_waits(self, now_s: float) -> None:
+        """Tool waits older than the horizon stop counting (oldest first: ``_in_tool`` is in
+        the order the waits began)."""
+        horizon = self.tool_waits.horizon_s
+        while self._in_tool:
+            sid, since = next(iter(self._in_tool.items()))
+            if now_s - since < horizon:
+                break
+            self._leave_tool(sid, self._sessions[sid])
 
     def _fit_cache(self, replica: int) -> None:
         cap = self.configs[replica].kv_capacity_tokens

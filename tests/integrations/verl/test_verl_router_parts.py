@@ -20,7 +20,6 @@ from tailsieve.errors import ConfigError
 from tailsieve.integrations.verl.ray_runner import piece_finish
 from tailsieve.integrations.verl.router_config import ROUTER_CLASS, VerlRouterConfig
 from tailsieve.integrations.verl.server_facts import ServerFacts, facts_from_rollout_config
-from tailsieve.integrations.verl.sessions import SessionTable
 from tailsieve.integrations.verl.slots import ServerSlots
 from tailsieve.integrations.verl.token_output import join_outputs
 from tailsieve.integrations.verl.turn_handle import TurnHandle, whole_reason
@@ -128,27 +127,6 @@ def test_join_of_routed_experts_as_verl_resumes() -> None:
             TokenOutput(token_ids=[3, 4], routed_experts=b, stop_reason="completed")]
     j = join_outputs(outs)
     assert np.array_equal(j.routed_experts, np.concatenate([a, b[-2:]]))
-
-
-def test_sessions_end_when_silent_or_too_many() -> None:
-    t = SessionTable(idle_s=10.0, max_sessions=2)
-    a = t.begin("a", [1, 2], 0.0)
-    b = t.begin("b", [1, 2], 1.0)
-    assert a.group == b.group  # siblings: the same first prompt
-    dup = t.begin("a", [1, 2, 3], 2.0)  # a second turn of "a" while its first runs
-    assert len({a.key, b.key, dup.key}) == 3
-    t.end(a.key, 3.0)
-    t.end(dup.key, 3.0)
-    assert t.begin("a", [9], 3.5) is a  # its next turn: the same session
-    t.end(a.key, 4.0)
-    assert t.expired(5.0) == [dup.key]  # three sessions, two kept: least recently used goes
-    assert t.expired(14.5) == [a.key]
-    again = t.begin("a", [1, 2], 15.0)  # after it ended: a new session, a new key
-    assert again is not a and again.key != a.key
-    t.end(again.key, 15.0)
-    assert t.expired(15.0) == []
-    t.end(b.key, 15.0)
-    assert sorted(t.clear_idle()) == sorted([b.key, again.key]) and len(t) == 0
 
 
 def test_slots_keep_a_server_on_its_slot() -> None:

@@ -1,6 +1,6 @@
 """The proxy's service routes: weight reloads and cache resets sent on to every server
-(``fan_out_paths``), ``/tokenize`` answered by a server, ``/v1/models`` as the servers list
-it."""
+(``fan_out_paths``, admin calls: sent to the admin listener), ``/tokenize`` answered by a
+server, ``/v1/models`` as the servers list it."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ class Fake:
     async def start(self, stack: AsyncExitStack) -> None:
         app = web.Application()
         app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/health", self.health)
         app.router.add_post("/update_weights", self.update)
         app.router.add_post("/tokenize", self.tokenize)
         runner = web.AppRunner(app)
@@ -39,6 +40,9 @@ class Fake:
     async def models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [
             {"id": "m", "object": "model", "max_model_len": 77}]})
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.Response()
 
     async def update(self, request: web.Request) -> web.Response:
         self.calls.append(await request.json())
@@ -63,6 +67,7 @@ async def proxy_over(stack: AsyncExitStack, fakes: list[Fake]) -> RoutingProxy:
     cfg = ProxyConfig(endpoints=tuple(f.url for f in fakes), gateway=GatewayConfig(profile="cpu"))
     proxy = await stack.enter_async_context(RoutingProxy(cfg))
     await proxy.start()
+    await proxy.start_admin()
     return proxy
 
 
@@ -70,7 +75,7 @@ async def test_weight_reloads_reach_every_server(stack: AsyncExitStack) -> None:
     fakes = [Fake(), Fake()]
     proxy = await proxy_over(stack, fakes)
     async with aiohttp.ClientSession() as s:
-        async with s.post(proxy.url + "/update_weights", json={"path": "/ckpt/7"}) as r:
+        async with s.post(proxy.admin_url + "/update_weights", json={"path": "/ckpt/7"}) as r:
             assert r.status == 200
             out = await r.json()
         assert [x["url"] for x in out["servers"]] == [f.url for f in fakes]
@@ -86,7 +91,7 @@ async def test_a_failed_reload_is_a_502_naming_the_server(stack: AsyncExitStack)
     fakes = [Fake(), Fake(fail=True)]
     proxy = await proxy_over(stack, fakes)
     async with aiohttp.ClientSession() as s, \
-            s.post(proxy.url + "/update_weights", json={"path": "x"}) as r:
+            s.post(proxy.admin_url + "/update_weights", json={"path": "x"}) as r:
         assert r.status == 502
         msg = (await r.json())["error"]["message"]
     assert "1 of 2 servers" in msg and fakes[1].url in msg and "no such checkpoint" in msg

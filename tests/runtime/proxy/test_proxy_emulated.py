@@ -138,21 +138,22 @@ async def test_servers_that_register_themselves(stack: AsyncExitStack) -> None:
                       gateway=GatewayConfig(profile=PROFILE), ready_timeout_s=30)
     proxy = await stack.enter_async_context(RoutingProxy(cfg))
     await proxy.start()
+    admin = await proxy.start_admin()  # registering is an admin call
     body = {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 8}}
     async with aiohttp.ClientSession() as s:
         async with s.get(proxy.url + "/health") as r:
             assert r.status == 503
         pending = asyncio.create_task(s.post(proxy.url + "/generate", json=body))
         for server in srv:  # what slime's engines do at start
-            async with s.post(proxy.url + "/workers",
+            async with s.post(admin + "/workers",
                               json={"url": server.url, "worker_type": "regular"}) as r:
                 assert r.status == 202
         async with await pending as r:
             assert r.status == 200
             assert len((await r.json())["output_ids"]) >= 1
-        async with s.post(proxy.url + "/workers", json={"url": "http://127.0.0.1:1"}) as r:
+        async with s.post(admin + "/workers", json={"url": "http://127.0.0.1:1"}) as r:
             assert r.status == 409 and "2 servers" in (await r.json())["error"]["message"]
-        async with s.delete(proxy.url + "/workers/0") as r:
+        async with s.delete(admin + "/workers/0") as r:
             assert r.status == 200
         assert proxy.service.gateway.healthy() == (False, True)  # type: ignore[union-attr]
 

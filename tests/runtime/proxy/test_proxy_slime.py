@@ -4,7 +4,9 @@ here without slime: the exact ``/generate`` request of ``slime/rollout/sglang_ro
 of ``--router-policy consistent_hashing``), how it reads the answer (``meta_info.
 output_token_logprobs``), and its abort at the end of a step (``GET /workers``, then
 ``POST {url}/abort_request {"abort_all": true}`` and ``GET {url}/v1/loads?include=core``
-until no request is left)."""
+until no request is left). slime sends all of these to one address, its router's, and both
+registering and ``abort_all`` are admin calls: slime is pointed at the proxy's admin listener
+(``tailsieve serve --admin-port``)."""
 
 from __future__ import annotations
 
@@ -83,18 +85,19 @@ async def test_slime_generate_is_exact_and_sticky_per_routing_key() -> None:
 async def test_slime_abort_ends_every_request_with_its_partial_output() -> None:
     runner = StubPieceRunner(2, seconds_per_token=0.01)
     proxy = await stub_proxy(runner=runner)
+    router = await proxy.start_admin()  # slime's --sglang-router-ip / -port
     svc = proxy.service
     assert svc is not None
     try:
         prompts = [long_prompt(f"A long story {k}:", 250, 400) for k in range(3)]
         async with aiohttp.ClientSession() as s:
-            tasks = [asyncio.create_task(slime_generate(s, proxy.url, prompts[k], f"s{k}", 400))
+            tasks = [asyncio.create_task(slime_generate(s, router, prompts[k], f"s{k}", 400))
                      for k in range(3)]
             while sum(len(t.pieces) for r in list(svc.runs) for t in r.traces) < 3:
                 await asyncio.sleep(0.01)
-            async with s.get(proxy.url + "/workers") as r:
+            async with s.get(router + "/workers") as r:
                 urls = [w["url"] for w in (await r.json())["workers"]]
-            assert urls == [proxy.url]
+            assert urls == [router]
             for url in urls:
                 async with s.post(url + "/abort_request", json={"abort_all": True}) as r:
                     assert r.status == 200

@@ -37,7 +37,7 @@ async def stack() -> AsyncIterator[AsyncExitStack]:
 
 
 async def emulated(stack: AsyncExitStack, n: int, backend: Backend = Backend.VLLM,
-                   time_scale: float = 0.2, **gw: Any) -> tuple[RoutingProxy, Wire]:
+                   time_scale: float = 1.0, **gw: Any) -> tuple[RoutingProxy, Wire]:
     """A started proxy over ``n`` emulated servers slow enough to move a turn mid-stream."""
     servers = []
     for i in range(n):
@@ -164,7 +164,7 @@ async def test_a_server_crash_mid_stream_keeps_what_was_sent(stack: AsyncExitSta
     turn continues elsewhere from the last one."""
     servers = []
     for i in range(2):
-        cfg = EmulatorConfig.from_profile(PROFILE, time_scale=0.2, seed=i)
+        cfg = EmulatorConfig.from_profile(PROFILE, time_scale=1.0, seed=i)
         servers.append(await stack.enter_async_context(EmulatorServer(cfg)))
     wire = Wire()
     config = ProxyConfig(endpoints=tuple(s.url for s in servers),
@@ -256,11 +256,11 @@ async def test_moves_mid_stream_are_token_exact() -> None:
     """Three moves while a real-looking model streams: the client's chunks join into exactly
     the tokens one uninterrupted request generates, each piece's prompt the prompt plus every
     token sent before it, with one finish."""
-    runner = StreamingStub(2, token_s=0.002)
+    runner = StreamingStub(2, token_s=0.003)
     proxy = await stub_proxy(runner=runner)
     try:
         prompt_text = "A streamed story, moved three times."
-        prompt = long_prompt(prompt_text, 120)
+        prompt = long_prompt(prompt_text, 380)
         want, reason = expected(prompt, 400)
         c = AsyncOpenAI(base_url=proxy.url + "/v1", api_key="none", max_retries=0)
         text, lps, finishes, n = "", [], [], 0
@@ -310,7 +310,7 @@ async def test_an_aborted_stream_ends_with_what_was_sent() -> None:
     every token it streamed, a prefix of the uninterrupted answer."""
     proxy = await stub_proxy(runner=StreamingStub(2, token_s=0.002))
     try:
-        prompt = long_prompt("Abort me while I stream.", 200)
+        prompt = long_prompt("Abort me while I stream.", 290)
         want, _ = expected(prompt, 300)
         body = {"input_ids": prompt, "stream": True, "rid": "mine",
                 "sampling_params": {"max_new_tokens": 300}}

@@ -45,13 +45,13 @@ from tailsieve.integrations.verl.ray_runner import (
 )
 from tailsieve.integrations.verl.router_config import VerlRouterConfig
 from tailsieve.integrations.verl.server_facts import ServerFacts, read_facts
-from tailsieve.integrations.verl.sessions import Session, SessionTable
 from tailsieve.integrations.verl.slots import ServerSlots
 from tailsieve.integrations.verl.steps import StepRecord
 from tailsieve.integrations.verl.token_output import join_outputs
 from tailsieve.integrations.verl.turn_handle import GATEWAY_ID, TurnHandle, whole_reason
 from tailsieve.integrations.verl.whole_turn import run_whole
 from tailsieve.runtime.sessions import SessionGateway
+from tailsieve.session.client_table import ClientSessions, Lease
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ class VerlSessionRouter:
         self.config = VerlRouterConfig.from_yaml(config)
         self.slots = ServerSlots(self.config.num_slots(len(servers)))
         self.slots.add(servers)
-        self.sessions = SessionTable(self.config.session_idle_s, self.config.max_sessions)
+        self.sessions = ClientSessions(self.config.session_idle_s, self.config.max_sessions)
         self.facts = ServerFacts(self.config.response_length, self.config.prompt_length, None)
         self.runner = RayPieceRunner(self.slots.handles, lambda: self.facts,
                                      self.config.request_timeout_s)
@@ -163,10 +163,11 @@ class VerlSessionRouter:
         assert gw is not None
         call["prompt_ids"] = [int(t) for t in call["prompt_ids"]]
         sampling = dict(call.get("sampling_params") or {})
-        for key in self.sessions.expired(self._now()):
-            self._end_sessions([key])
-        sess = self.sessions.begin(session, call["prompt_ids"], self._now())
-        self.step.turn_started(sess.key, self._now())
+        self._end_sessions(self.sessions.expire(self._now()))
+        ids = call["prompt_ids"]
+        sess = self.sessions.acquire(str(session), hash(tuple(ids)) if ids else None, ids,
+                                     self._now())
+        self.step.turn_started(sess.session_id, self._now())
         try:
             budget = self.facts.budget(len(call["prompt_ids"]), sampling)
             why = whole_reason(call, sampling, budget)
@@ -174,15 +175,17 @@ class VerlSessionRouter:
                 out = await self._pieced(gw, sess, call, sampling, budget)
             else:
                 self._whole[why] += 1
-                out, _ = await run_whole(gw, self.slots.handles, sess.key, sess.group, call,
-                                         budget)
+                out, _ = await run_whole(gw, self.slots.handles, sess.session_id,
+                                         sess.group_id, call, budget)
             self._observe(out)  # while this session still runs: new weights keep it
         finally:
-            self.sessions.end(sess.key, self._now())
-        self.step.turn_ended(sess.key, len(out.token_ids), self._now())
+            ended = self.sessions.release(sess, ids, self._now())
+            if ended is not None:
+                self._end_sessions([ended])
+        self.step.turn_ended(sess.session_id, len(out.token_ids), self._now())
         return out
 
-    async def _pieced(self, gw: SessionGateway, sess: Session, call: dict[str, Any],
+    async def _pieced(self, gw: SessionGateway, sess: Lease, call: dict[str, Any],
                       sampling: dict[str, Any], budget: int | None) -> TokenOutput:
         sp = dict(sampling)
         sp.pop("max_new_tokens", None)
@@ -194,15 +197,15 @@ class VerlSessionRouter:
         rec = TurnRecord(piece_kwargs=_piece_kwargs(call))
         token = CURRENT_TURN.set(rec)
         try:
-            res = await gw.generate(sess.key, sess.group, call["prompt_ids"], sp)
+            res = await gw.generate(sess.session_id, sess.group_id, call["prompt_ids"], sp)
         except TurnAbortedError:
             return join_outputs(rec.outputs, aborted=True)
         finally:
             CURRENT_TURN.reset(token)
         out = join_outputs(rec.outputs[-len(res.pieces):])
         if out.token_ids != list(res.token_ids):
-            raise ProtocolError(f"session {sess.key}: the pieces' tokens and the gateway's "
-                                "chain differ")
+            raise ProtocolError(f"session {sess.session_id}: the pieces' tokens and the "
+                                "gateway's chain differ")
         return out
 
     # ----- state --------------------------------------------------------------------------

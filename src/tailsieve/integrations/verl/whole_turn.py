@@ -11,6 +11,7 @@ A server that dies under it is taken out and the turn starts again from its prom
 from __future__ import annotations
 
 import logging
+from collections.abc import Hashable
 from typing import Any
 
 from ray.exceptions import RayActorError
@@ -22,7 +23,7 @@ from tailsieve.runtime.sessions.parts import Placement
 log = logging.getLogger(__name__)
 
 
-async def place(gw: SessionGateway, key: str, group: int | None, prompt_len: int,
+async def place(gw: SessionGateway, key: str, group: Hashable | None, prompt_len: int,
                 max_tokens: int | None) -> Placement:
     """The gateway's router decides where the turn runs (a replica out of service never),
     as ``SessionGateway`` places its own turns."""
@@ -39,7 +40,7 @@ async def place(gw: SessionGateway, key: str, group: int | None, prompt_len: int
 
 
 async def run_whole(gw: SessionGateway, handles: list[Any | None], key: str,
-                    group: int | None, call: dict[str, Any],
+                    group: Hashable | None, call: dict[str, Any],
                     max_tokens: int | None) -> tuple[Any, Placement]:
     """Place and run one turn as verl's call ``call``; its ``TokenOutput`` and placement."""
     prompt_len = len(call["prompt_ids"])

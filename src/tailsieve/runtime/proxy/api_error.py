@@ -2,7 +2,9 @@
 
 Every error the proxy answers has vLLM's ``ErrorResponse`` JSON (``{"error": {"message",
 "type", "param", "code"}}``), on the OpenAI routes and on SGLang's ``/generate`` alike (SGLang
-answers ``{"error": {"message"}}``, which this shape contains).
+answers ``{"error": {"message"}}``, which this shape contains). Each error also has a
+``reason``, a short label the proxy's metrics count refusals by
+(``tailsieve_proxy_refusals_total{route, reason}``).
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ class ApiError(TailSieveError):
     """A request the proxy answers with an HTTP error."""
 
     def __init__(self, message: str, status: int = 400, err_type: str = "BadRequestError",
-                 param: str | None = None) -> None:
+                 param: str | None = None, reason: str | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.err_type = err_type
         self.param = param
+        self.reason = reason or _snake(err_type.removesuffix("Error") or "error")
 
     @property
     def message(self) -> str:
@@ -32,9 +35,10 @@ class ApiError(TailSieveError):
                           "code": self.status}}
 
 
-def bad_request(message: str, param: str | None = None) -> ApiError:
+def bad_request(message: str, param: str | None = None, reason: str | None = None,
+                ) -> ApiError:
     """HTTP 400: the request is malformed or asks for something out of range."""
-    return ApiError(message, 400, "BadRequestError", param)
+    return ApiError(message, 400, "BadRequestError", param, reason)
 
 
 def not_found_model(model: str, served: str) -> ApiError:
@@ -51,3 +55,8 @@ def unavailable(message: str) -> ApiError:
 def bad_gateway(message: str) -> ApiError:
     """HTTP 502: a server answered with an error the proxy could not retry away."""
     return ApiError(message, 502, "BadGatewayError")
+
+
+def _snake(name: str) -> str:
+    return "".join("_" + c.lower() if c.isupper() and i else c.lower()
+                   for i, c in enumerate(name))

@@ -8,17 +8,20 @@ from dataclasses import dataclass, field
 
 from tailsieve.errors import ConfigError
 from tailsieve.runtime.backends import Backend
-from tailsieve.runtime.proxy.session_table import DEFAULT_TTL_S
 from tailsieve.runtime.sessions.config import GatewayConfig
+from tailsieve.session.client_table import DEFAULT_TTL_S
 
 RESERVED_PATHS = ("/v1/completions", "/v1/chat/completions", "/generate", "/tokenize",
-                  "/detokenize", "/workers", "/add_worker", "/abort_request")
+                  "/detokenize", "/workers", "/add_worker", "/abort_request",
+                  "/finish_session")
 SESSION_HEADERS = ("X-Session-ID", "X-SMG-Routing-Key")  # ours, then the SGLang Model
 # Gateway's routing key (what slime sends with --router-policy consistent_hashing)
 GROUP_HEADERS = ("X-Group-ID",)  # a GRPO group's samples sent as separate sessions
 FAN_OUT_PATHS = ("/update_weights", "/reload_weights", "/update_weights_from_disk",
                  "/flush_cache", "/reset_prefix_cache")  # POSTs sent on to every server
 # (weight reloads and cache resets of prime-rl's, SGLang's and vLLM's servers)
+MAX_BODY_BYTES = 64 << 20  # a request body larger than this is refused (413)
+MAX_JSON_DEPTH = 100  # JSON nested deeper than this is refused (400)
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,8 +39,16 @@ class ProxyConfig:
     group_headers: tuple[str, ...] = GROUP_HEADERS
     fan_out_paths: tuple[str, ...] = FAN_OUT_PATHS
     session_ttl_s: float = DEFAULT_TTL_S  # a session key idle this long is forgotten
+    gate_window_turns: int = 256  # turns per window of the balance gate (``PaceWindows``)
     tokenize_timeout_s: float = 60.0  # a /tokenize call to a server
     ready_timeout_s: float = 600.0  # a request waits this long for the servers to register
+    admin_token: str | None = field(default=None, repr=False)  # admin calls on the data
+    # listener need it (``Authorization: Bearer``); None: they go to the admin listener only
+    max_body_bytes: int = MAX_BODY_BYTES
+    max_json_depth: int = MAX_JSON_DEPTH
+    read_timeout_s: float = 60.0  # a request's headers, then its body, must arrive within it
+    max_concurrency: int | None = None  # generation requests in flight (None: no limit);
+    # beyond it a request is refused with 429
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "backend", Backend(self.backend))
@@ -62,7 +73,17 @@ class ProxyConfig:
             if not p.startswith("/") or p in RESERVED_PATHS:
                 raise ConfigError(f"fan-out path {p!r} must start with / and not be one of the "
                                   "proxy's own routes")
-        for name in ("session_ttl_s", "tokenize_timeout_s", "ready_timeout_s"):
+        if self.gate_window_turns < 1:
+            raise ConfigError(f"gate_window_turns must be >= 1, got {self.gate_window_turns}")
+        if self.admin_token is not None and (not self.admin_token.strip()
+                                             or self.admin_token != self.admin_token.strip()):
+            raise ConfigError("the admin token must be non-empty, without surrounding spaces")
+        for name in ("max_body_bytes", "max_json_depth", "max_concurrency"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ConfigError(f"{name} must be an integer >= 1, got {v!r}")
+        for name in ("session_ttl_s", "tokenize_timeout_s", "ready_timeout_s",
+                     "read_timeout_s"):
             v = getattr(self, name)
             if not (math.isfinite(v) and v > 0):
                 raise ConfigError(f"{name} must be a finite number > 0, got {v!r}")

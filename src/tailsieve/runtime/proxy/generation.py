@@ -16,8 +16,9 @@ from aiohttp import web
 
 from tailsieve.errors import TailSieveError
 from tailsieve.runtime.proxy import openai_api, openai_format, sglang_api
-from tailsieve.runtime.proxy.api_error import ApiError, bad_request
+from tailsieve.runtime.proxy.api_error import ApiError
 from tailsieve.runtime.proxy.config import header_key
+from tailsieve.runtime.proxy.guard import FRONT
 from tailsieve.runtime.proxy.request import Api, ProxyRequest
 from tailsieve.runtime.proxy.sample import SampleOutput
 from tailsieve.runtime.proxy.service import ProxyService, RequestRun
@@ -31,17 +32,9 @@ PARSERS: dict[Api, Callable[[Any], ProxyRequest]] = {
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 
 
-async def read_json(request: web.Request) -> Any:
-    """The request's JSON body (HTTP 400 when it is not JSON)."""
-    raw = await request.read()
-    try:
-        return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise bad_request(f"the request body is not valid JSON: {exc}") from None
-
-
-def error_response(err: ApiError) -> web.Response:
-    return web.json_response(err.body(), status=err.status)
+async def read_json(request: web.Request, allow_empty: bool = False) -> Any:
+    """The request's JSON body, read and checked by the proxy's front door (``guard``)."""
+    return await request.app[FRONT].read_json(request, allow_empty)
 
 
 async def handle(request: web.Request, api: Api, service: ProxyService,

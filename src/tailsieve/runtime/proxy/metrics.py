@@ -3,8 +3,10 @@
 From the gateway (``GatewayStats``): turns, pieces, moves at turn boundaries and mid-turn,
 relocations after faults, prefix-cache tokens queried and hit, re-prefilled tokens,
 re-balance checks and crashes, and per server its health, running and waiting turns, tool
-waits, context and turns / pieces placed; why moves are off (``observe_moves``); from the proxy:
-requests by route and status, samples aborted, sessions held and the cost model in use.
+waits, context and turns / pieces placed, whether it is in service, since when and why
+(``tailsieve_replica_state``); why moves are off (``observe_moves``); from the proxy: requests
+by route and status, refusals by route and reason, samples aborted, sessions held and the cost
+model in use.
 """
 
 from __future__ import annotations
@@ -33,11 +35,16 @@ class ProxyMetrics:
         self._profile = profile
         self._profile_in_use = profile_in_use
         self.requests: Tally[tuple[str, int]] = Tally()
+        self.refusals: Tally[tuple[str, str]] = Tally()
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
 
     def count(self, route: str, status: int) -> None:
         self.requests[(route, status)] += 1
+
+    def refuse(self, route: str, reason: str) -> None:
+        """An error answered (``ApiError.reason``: why)."""
+        self.refusals[(route, reason)] += 1
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -48,6 +55,11 @@ class ProxyMetrics:
         for (route, code), n in sorted(self.requests.items()):
             req.add_metric([route, str(code)], n)
         yield req
+        ref = CounterMetricFamily("tailsieve_proxy_refusals", "Requests answered with an "
+                                  "error, by reason", labels=["route", "reason"])
+        for (route, reason), n in sorted(self.refusals.items()):
+            ref.add_metric([route, reason], n)
+        yield ref
         prof = GaugeMetricFamily("tailsieve_profile_info", "The cost model (profile asked, "
                                  "profile in use)", labels=["profile", "in_use"])
         prof.add_metric([self._profile, self._profile_in_use()], 1.0)
@@ -102,6 +114,10 @@ def _service_families(svc: ProxyService, urls: list[str]) -> Iterator[Metric]:
     yield from moves_families(st.moves_off_reason)
     healthy = GaugeMetricFamily("tailsieve_replica_healthy", "1 when the server is in service",
                                 labels=["replica", "url"])
+    state = GaugeMetricFamily("tailsieve_replica_state", "Unix time since which the server is "
+                              "in or out of service; reason: the error that took it out",
+                              labels=["replica", "state", "reason"])
+    health = svc.gateway.health
     gauges = {k: GaugeMetricFamily(f"tailsieve_replica_{k}", doc, labels=["replica"]) for k, doc in (
         ("running", "Turns decoding there"), ("waiting", "Turns queued there"),
         ("tool_waits", "Sessions between turns whose home it is"),
@@ -112,11 +128,15 @@ def _service_families(svc: ProxyService, urls: list[str]) -> Iterator[Metric]:
         i = str(r.replica)
         healthy.add_metric([i, urls[r.replica] if r.replica < len(urls) else ""],
                            1.0 if r.healthy else 0.0)
+        why = health.last_error[r.replica] if not r.healthy else None
+        state.add_metric([i, "in" if r.healthy else "out", why.split(":")[0] if why else ""],
+                         health.since_s[r.replica])
         for k, v in (("running", r.num_running), ("waiting", r.num_waiting),
                      ("tool_waits", r.num_tool_waits), ("context_tokens", r.context_tokens)):
             gauges[k].add_metric([i], v)
         counters["turns"].add_metric([i], r.num_turns)
         counters["pieces"].add_metric([i], r.num_pieces)
     yield healthy
+    yield state
     yield from gauges.values()
     yield from counters.values()

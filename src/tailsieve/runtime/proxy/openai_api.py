@@ -12,6 +12,7 @@ prompt logprobs and server-side prompt truncation.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from tailsieve.runtime.proxy.api_error import bad_request
@@ -79,6 +80,7 @@ def parse_chat(body: Any) -> ProxyRequest:
     for i, m in enumerate(msgs):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise bad_request(f"messages[{i}] must be an object with a 'role'", "messages")
+        _check_content(m.get("content"), i)
     tok: dict[str, Any] = {"messages": msgs, "add_generation_prompt": True}
     tok.update({k: body[k] for k in CHAT_TOKENIZE_FIELDS if body.get(k) is not None})
     logprobs = None
@@ -89,7 +91,24 @@ def parse_chat(body: Any) -> ProxyRequest:
     max_tokens = opt_int(body, "max_completion_tokens", 1, None)
     if max_tokens is None:
         max_tokens = opt_int(body, "max_tokens", 1, None)
-    return _request(Api.CHAT, body, (PromptSpec(tokenize=tok),), logprobs, max_tokens)
+    req = _request(Api.CHAT, body, (PromptSpec(tokenize=tok),), logprobs, max_tokens)
+    if body.get("max_completion_tokens") is not None:
+        req = replace(req, max_tokens_param="max_completion_tokens")
+    return req
+
+
+def _check_content(content: Any, i: int) -> None:
+    """A message's content: a string, a list of content parts (objects with a 'type') or
+    none (an assistant message with tool calls)."""
+    if content is None or isinstance(content, str):
+        return
+    if isinstance(content, list) and all(
+            isinstance(p, dict) and isinstance(p.get("type"), str) for p in content):
+        return
+    got = ("a list with something other than parts" if isinstance(content, list) else
+           "an object" if isinstance(content, dict) else type(content).__name__)
+    raise bad_request(f"messages[{i}].content must be a string or a list of content parts "
+                      f"(objects with a 'type'), got {got}", "messages", reason="bad_content")
 
 
 def _object(body: Any) -> dict[str, Any]:

@@ -52,6 +52,7 @@ class ProxyRequest:
     prompts: tuple[PromptSpec, ...]
     sampling: Mapping[str, Any]  # vLLM-named sampling fields, without max_tokens / logprobs
     max_tokens: int | None = None  # per sample (None: the API's default, see ``default_max``)
+    max_tokens_param: str = "max_tokens"  # what the request called it (its errors name it)
     n: int = 1
     model: str | None = None
     stream: bool = False
@@ -92,6 +93,26 @@ def default_max(api: Api, prompt_tokens: int, max_model_len: int | None) -> int:
         raise bad_request("give max_tokens (the servers' context length is unknown)",
                           "max_tokens")
     return max(1, max_model_len - prompt_tokens)
+
+
+def fit_context(prompt_tokens: int, max_tokens: int, max_model_len: int | None,
+                param: str = "max_tokens") -> int:
+    """``max_tokens`` within the model's context, as vLLM does: HTTP 400 in its words when
+    ``max_tokens`` (named ``param`` in the request) exceeds the context or the prompt fills it,
+    else cut to the room the prompt leaves (nothing is checked when the length is unknown)."""
+    if max_model_len is None:
+        return max_tokens
+    if max_tokens > max_model_len:
+        raise bad_request(f"{param}={max_tokens} cannot be greater than max_model_len="
+                          f"{max_model_len}. Please request fewer output tokens.", param,
+                          reason="context_length")
+    if prompt_tokens >= max_model_len:
+        raise bad_request(f"This model's maximum context length is {max_model_len} tokens. "
+                          f"However, your prompt contains {prompt_tokens} input tokens, which "
+                          "exceeds this limit even without any output tokens. Please reduce "
+                          "the length of the input prompt.", "input_tokens",
+                          reason="context_length")
+    return min(max_tokens, max_model_len - prompt_tokens)
 
 
 # ----- field checks shared by the parsers ---------------------------------------------------

@@ -2,13 +2,20 @@
 
 Generation: ``POST /v1/completions``, ``/v1/chat/completions`` (vLLM's OpenAI API) and
 ``/generate`` (SGLang's). Service: ``GET /v1/models`` (the servers' card), ``/health`` (200
-while a server is in service), ``/metrics`` (Prometheus), ``POST /tokenize`` and
-``/detokenize`` (passed to a healthy server). SGLang Model Gateway's worker API, which slime
-calls: ``POST /workers`` (a server registers), ``DELETE /workers/{id}``, ``GET /workers`` (the
-proxy lists itself, so that slime's abort reaches it), ``POST /abort_request`` (``rid`` or
-``abort_all``: running samples end with what their finished pieces generated) and
-``GET /v1/loads`` (samples running, per server). ``ProxyConfig.fan_out_paths`` (weight
-reloads, cache resets) are sent on to every server in service.
+while a server that answered is in service, else 503; its JSON lists the servers, in or out,
+since when and why), ``/metrics`` (Prometheus), ``POST /tokenize`` and ``/detokenize`` (passed
+to a healthy server). SGLang Model Gateway's worker API, which slime calls: ``POST /workers``
+(a server registers), ``DELETE /workers/{id}``, ``GET /workers`` (the proxy lists itself, so
+that slime's abort reaches it), ``POST /abort_request`` (``rid`` or ``abort_all``: running
+samples end with what their finished pieces generated) and ``GET /v1/loads`` (samples
+running, per server). vLLM router's ``POST /finish_session`` (``?session_id=`` or JSON
+``{"session_id": ...}``: the client's session key ended; its sessions end at once, a running
+one with its turn). ``ProxyConfig.fan_out_paths`` (weight reloads, cache resets) are sent on
+to every server in service.
+
+Admin calls (registering or removing servers, ``abort_all``, the fan-out paths) pass on the
+admin listener's app (``build_app(..., trusted=True)``) and, on the data listener's, only with
+the admin token (``guard.FrontDoor.check_admin``); an abort naming a ``rid`` is a data call.
 """
 
 from __future__ import annotations
@@ -21,7 +28,8 @@ from aiohttp import web
 
 from tailsieve.runtime.proxy.api_error import ApiError, bad_request, unavailable
 from tailsieve.runtime.proxy.config import ProxyConfig
-from tailsieve.runtime.proxy.generation import error_response, handle, read_json
+from tailsieve.runtime.proxy.generation import handle, read_json
+from tailsieve.runtime.proxy.guard import FRONT, ROUTE, TRUSTED, FrontDoor
 from tailsieve.runtime.proxy.metrics import CONTENT_TYPE_LATEST, ProxyMetrics
 from tailsieve.runtime.proxy.request import Api
 from tailsieve.runtime.proxy.service import ProxyService
@@ -37,6 +45,7 @@ class ProxyState(Protocol):
     endpoints: list[str]
     service: ProxyService | None
     metrics: ProxyMetrics
+    front: FrontDoor
     transport: Transport
 
     async def serving(self) -> ProxyService: ...
@@ -44,6 +53,8 @@ class ProxyState(Protocol):
     async def register(self, url: str) -> int: ...
 
     def deregister(self, worker: str) -> str: ...
+
+    def servers(self) -> list[dict[str, Any]]: ...
 
 
 class Routes:
@@ -53,15 +64,20 @@ class Routes:
         self.s = state
 
     def counted(self, route: str, fn: Handler) -> Handler:
+        """``fn`` counted under ``route`` (the front door counts and answers errors)."""
         async def wrapped(request: web.Request) -> web.StreamResponse:
-            try:
-                resp = await fn(request)
-            except ApiError as err:
-                resp = error_response(err)
-            self.s.metrics.count(route, resp.status)
-            return resp
+            request[ROUTE] = route
+            return await fn(request)
 
         return wrapped
+
+    def admin(self, fn: Handler) -> Handler:
+        """``fn`` as an admin call (401 / 403 on the data listener without the token)."""
+        async def checked(request: web.Request) -> web.StreamResponse:
+            self.s.front.check_admin(request, request.app[TRUSTED])
+            return await fn(request)
+
+        return checked
 
     def generation(self, api: Api) -> Handler:
         async def run(request: web.Request) -> web.StreamResponse:
@@ -83,12 +99,18 @@ class Routes:
 
     async def health(self, request: web.Request) -> web.StreamResponse:
         svc = self.s.service
+        servers = self.s.servers()
+        why = None
         if svc is None:
-            raise unavailable(f"{len(self.s.endpoints)} of {self.s.config.num_servers} servers "
-                              "have registered")
-        if not any(svc.gateway.healthy()):
-            raise unavailable("every server is out of service")
-        return web.Response(status=200)
+            why = (f"{len(self.s.endpoints)} of {self.s.config.num_servers} servers have "
+                   "registered")
+        elif not any(s["in_service"] for s in servers):
+            why = "no server is in service: " + "; ".join(
+                f"{s['url']}: {s['last_error'] or 'not answered yet'}" for s in servers)
+        if why is not None:
+            return web.json_response({**unavailable(why).body(), "servers": servers},
+                                     status=503)
+        return web.json_response({"status": "ok", "servers": servers})
 
     async def metrics(self, request: web.Request) -> web.StreamResponse:
         return web.Response(body=self.s.metrics.render(),
@@ -117,8 +139,7 @@ class Routes:
     async def fan_out(self, request: web.Request) -> web.StreamResponse:
         """A POST every server must get (a weight reload, a cache reset): sent to each in
         service; 200 when all answered 2xx, else 502 naming the ones that did not."""
-        raw = await request.read()
-        body = await read_json(request) if raw.strip() else {}
+        body = await read_json(request, allow_empty=True)
         svc = await self.s.serving()
         ok = svc.gateway.healthy()
         timeout = self.s.config.gateway.request_timeout_s
@@ -170,9 +191,27 @@ class Routes:
         body = await read_json(request)
         if not isinstance(body, dict):
             raise bad_request("the request body must be a JSON object")
+        abort_all = bool(body.get("abort_all"))
+        if abort_all:
+            self.s.front.check_admin(request, request.app[TRUSTED])
+        rid = body.get("rid")
+        if not abort_all and not isinstance(rid, str):
+            raise bad_request("give the 'rid' of the request to abort (a string)", "rid")
         svc = self.s.service
-        n = svc.abort(body.get("rid"), bool(body.get("abort_all"))) if svc is not None else 0
+        n = svc.abort(rid, abort_all) if svc is not None else 0
         return web.json_response({"aborted": n})
+
+    async def finish_session(self, request: web.Request) -> web.StreamResponse:
+        key = request.query.get("session_id")
+        if key is None:
+            body = await read_json(request, allow_empty=True)
+            key = body.get("session_id") if isinstance(body, dict) else None
+        if not isinstance(key, str) or not key:
+            raise bad_request("give the session id (?session_id= or JSON {\"session_id\": "
+                              "...})", "session_id")
+        svc = self.s.service
+        n = svc.finish_session(key) if svc is not None else 0
+        return web.json_response({"status": "ok", "session_id": key, "ended": n})
 
     async def loads(self, request: web.Request) -> web.StreamResponse:
         svc = self.s.service
@@ -187,10 +226,14 @@ class Routes:
                                   "version": "tailsieve-proxy", "loads": loads})
 
 
-def build_app(state: ProxyState) -> web.Application:
-    """The aiohttp application of the proxy."""
+def build_app(state: ProxyState, trusted: bool = False) -> web.Application:
+    """The aiohttp application of one of the proxy's listeners: ``trusted`` for the admin
+    listener (admin calls need no token there)."""
     r = Routes(state)
-    app = web.Application(client_max_size=1 << 30)
+    app = web.Application(client_max_size=state.config.max_body_bytes,
+                          middlewares=[state.front.middleware])
+    app[FRONT] = state.front
+    app[TRUSTED] = trusted
     app.router.add_post("/v1/completions", r.generation(Api.COMPLETIONS))
     app.router.add_post("/v1/chat/completions", r.generation(Api.CHAT))
     app.router.add_post("/generate", r.generation(Api.GENERATE))
@@ -198,11 +241,13 @@ def build_app(state: ProxyState) -> web.Application:
                      ("/metrics", r.metrics), ("/workers", r.workers),
                      ("/v1/loads", r.loads)):
         app.router.add_get(path, r.counted(path, fn))
-    for path, fn in (("/tokenize", r.forward), ("/detokenize", r.forward),
-                     ("/workers", r.add_worker), ("/add_worker", r.add_worker),
-                     ("/abort_request", r.abort)):
-        app.router.add_post(path, r.counted(path, fn))
-    app.router.add_delete("/workers/{worker}", r.counted("/workers", r.remove_worker))
+    posts: tuple[tuple[str, Handler], ...] = (
+        ("/tokenize", r.forward), ("/detokenize", r.forward), ("/abort_request", r.abort),
+        ("/finish_session", r.finish_session),
+        ("/workers", r.admin(r.add_worker)), ("/add_worker", r.admin(r.add_worker)))
+    for path, post in posts:
+        app.router.add_post(path, r.counted(path, post))
+    app.router.add_delete("/workers/{worker}", r.counted("/workers", r.admin(r.remove_worker)))
     for path in state.config.fan_out_paths:
-        app.router.add_post(path, r.counted(path, r.fan_out))
+        app.router.add_post(path, r.counted(path, r.admin(r.fan_out)))
     return app

@@ -4,6 +4,7 @@
 
     async with RoutingProxy(ProxyConfig(endpoints=("http://10.0.0.1:8000", ...))) as proxy:
         await proxy.start("127.0.0.1", 8800)      # serves until closed
+        await proxy.start_admin("127.0.0.1", 8801)  # optional: the admin listener
 
 It speaks vLLM's ``/v1/completions`` and ``/v1/chat/completions`` and SGLang's ``/generate``
 (``proxy.routes``), runs every request as turns of client sessions at a ``SessionGateway``
@@ -12,6 +13,12 @@ endpoints it waits for the servers to register (``POST /workers {"url"}``, as sl
 do with the SGLang Model Gateway) and starts once they all have. Tests may give their own
 ``runner`` (e.g. ``StubPieceRunner``), ``tokenizer`` and ``served`` model instead of servers.
 The ``transport`` (given or made) is closed with the proxy.
+
+Admin calls (``POST /workers``, ``DELETE /workers/{id}``, ``abort_all``, weight reloads) are
+served on the admin listener (``start_admin``, loopback by default), and on the data listener
+only with ``ProxyConfig.admin_token``. Every server is probed (``GET /health``) before the
+proxy serves: one that does not answer starts out of service until it does, so ``/health`` is
+503 until a server has answered.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -29,16 +37,17 @@ from tailsieve.runtime.backends import Backend
 from tailsieve.runtime.lean_http import LeanTransport
 from tailsieve.runtime.proxy.api_error import ApiError, bad_request, unavailable
 from tailsieve.runtime.proxy.config import ProxyConfig
+from tailsieve.runtime.proxy.guard import FrontDoor
 from tailsieve.runtime.proxy.metrics import ProxyMetrics
 from tailsieve.runtime.proxy.routes import build_app
 from tailsieve.runtime.proxy.runner import CapturingTransport, DetailRunner
 from tailsieve.runtime.proxy.service import ProxyService, ServedModel
-from tailsieve.runtime.proxy.session_table import SessionTable
 from tailsieve.runtime.proxy.tokenizer import HttpTokenizer, Tokenizer
 from tailsieve.runtime.sessions.gateway import SessionGateway
 from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
-from tailsieve.runtime.sessions.pieces import PieceRunner
+from tailsieve.runtime.sessions.pieces import HealthProbe, PieceRunner
 from tailsieve.runtime.transport import ReplicaError, Transport
+from tailsieve.session.client_table import ClientSessions
 
 log = logging.getLogger(__name__)
 MODEL_TIMEOUT_S = 10.0
@@ -68,9 +77,12 @@ class RoutingProxy:
         gw = config.gateway
         self.metrics = ProxyMetrics(lambda: self.service, lambda: self.endpoints, gw.profile,
                                     self._profile_in_use)
+        self.front = FrontDoor(config, self.metrics)
         self.app = build_app(self)
-        self._site_runner: web.AppRunner | None = None
+        self.admin_app = build_app(self, trusted=True)
+        self._site_runners: list[web.AppRunner] = []
         self.url = ""
+        self.admin_url = ""
 
     def _profile_in_use(self) -> str:
         gw = self.config.gateway
@@ -90,18 +102,27 @@ class RoutingProxy:
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         """Listen on ``host:port`` (0: a free port); returns the proxy's base URL."""
-        self._site_runner = web.AppRunner(self.app, handler_cancellation=True,
-                                          access_log=None)
-        await self._site_runner.setup()
-        await web.TCPSite(self._site_runner, host, port).start()
-        bound = self._site_runner.addresses[0][1]
-        self.url = f"http://{host}:{bound}"
+        self.url = await self._listen(self.app, host, port)
         return self.url
 
+    async def start_admin(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        """Listen for admin calls (and every other route) on ``host:port``; returns its URL.
+        Whoever reaches it can register and remove servers and abort every request."""
+        self.admin_url = await self._listen(self.admin_app, host, port)
+        return self.admin_url
+
+    async def _listen(self, app: web.Application, host: str, port: int) -> str:
+        # keepalive_timeout also closes a connection whose request headers do not arrive
+        runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
+                               keepalive_timeout=self.config.read_timeout_s)
+        await runner.setup()
+        self._site_runners.append(runner)
+        await web.TCPSite(runner, host, port).start()
+        return f"http://{host}:{runner.addresses[-1][1]}"
+
     async def aclose(self) -> None:
-        if self._site_runner is not None:
-            await self._site_runner.cleanup()
-            self._site_runner = None
+        while self._site_runners:
+            await self._site_runners.pop().cleanup()
         if self.service is not None:
             await self.service.aclose()
         if self.gateway is not None:
@@ -126,13 +147,16 @@ class RoutingProxy:
             assert served is not None
             gw = SessionGateway(len(self.endpoints), runner, cfg.gateway)
             await gw.__aenter__()
+            if isinstance(runner, HealthProbe):
+                await _first_probe(gw, runner)
             if tokenizer is None:
                 model = served.name if cfg.backend is Backend.VLLM else None
                 tokenizer = HttpTokenizer(self.endpoints, self.transport, model, gw.healthy,
                                           cfg.tokenize_timeout_s)
             self.gateway = gw
             self.service = ProxyService(gw, tokenizer, served, cfg.backend,
-                                        SessionTable(cfg.session_ttl_s))
+                                        ClientSessions(cfg.session_ttl_s),
+                                        cfg.gate_window_turns)
             self.service.start_expiry()
             self.ready.set()
             log.info("proxy: serving %s over %d servers", served.name, len(self.endpoints))
@@ -201,7 +225,23 @@ class RoutingProxy:
         i = self._worker_index(worker)
         if self.gateway is not None:
             self.gateway.set_healthy(i, False)
+            self.gateway.health.last_error[i] = "Removed: DELETE /workers"
         return self.endpoints[i]
+
+    def servers(self) -> list[dict[str, Any]]:
+        """Each server: its id, URL, whether it is in service, since when (UTC) and the
+        last fault that took it out."""
+        gw = self.gateway
+        out: list[dict[str, Any]] = []
+        for i, url in enumerate(self.endpoints):
+            row: dict[str, Any] = {"id": str(i), "url": url, "in_service": False,
+                                   "since": None, "last_error": None}
+            if gw is not None:
+                h = gw.health
+                row.update(in_service=h.healthy[i], last_error=h.last_error[i],
+                           since=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(h.since_s[i])))
+            out.append(row)
+        return out
 
     def _worker_index(self, worker: str) -> int:
         if worker.isdigit() and int(worker) < len(self.endpoints):
@@ -210,6 +250,17 @@ class RoutingProxy:
         if url in self.endpoints:
             return self.endpoints.index(url)
         raise ApiError(f"no worker {worker!r}", 404, "NotFoundError")
+
+
+async def _first_probe(gw: SessionGateway, runner: HealthProbe) -> None:
+    """Probe every server once: one that does not answer is taken out (and probed until it
+    does, as after a fault)."""
+    oks = await asyncio.gather(*(runner.probe(r) for r in range(gw.num_replicas)),
+                               return_exceptions=True)
+    for r, ok in enumerate(oks):
+        if ok is not True:
+            gw.health.down(r, ok if isinstance(ok, Exception) else ReplicaError(
+                "did not answer the start-up probe (GET /health)"))
 
 
 def _card(text: str) -> dict[str, Any] | None:
@@ -221,20 +272,33 @@ def _card(text: str) -> dict[str, Any] | None:
 
 
 async def serve(config: ProxyConfig, host: str = "127.0.0.1", port: int = 8800,
-                announce: Callable[[str], None] | None = None) -> None:
-    """Run the proxy until SIGINT / SIGTERM. ``announce`` is told one line once it listens
-    (its URL, the servers, the policy and why moves are off, if they are)."""
+                announce: Callable[[str], None] | None = None, admin_host: str = "127.0.0.1",
+                admin_port: int | None = None) -> None:
+    """Run the proxy until SIGINT / SIGTERM, with an admin listener on ``admin_host:
+    admin_port`` when a port is given. ``announce`` is told one line once it listens (its
+    URLs, the servers, the policy and why moves are off, if they are)."""
     import signal
+
+    if config.num_workers and not config.endpoints and admin_port is None \
+            and config.admin_token is None:
+        raise ConfigError("servers register with POST /workers, an admin call: give "
+                          "--admin-port (an admin listener, loopback by default) or "
+                          "--admin-token")
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     async with RoutingProxy(config) as proxy:
-        try:
-            url = await proxy.start(host, port)
-        except OSError as exc:
-            raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        for h, p, start in ((host, port, proxy.start), (admin_host, admin_port,
+                                                          proxy.start_admin)):
+            if p is None:
+                continue
+            try:
+                await start(h, p)
+            except OSError as exc:
+                raise ConfigError(f"cannot listen on {h}:{p}: {exc.strerror or exc}") from None
+        url = proxy.url
         if announce is not None:
             announce(describe(proxy, url))
         await stop.wait()
@@ -249,5 +313,7 @@ def describe(proxy: RoutingProxy, url: str) -> str:
     profile = f"{gw.profile} (using {gw.unfitted_profile})" if gw.fits_profile else gw.profile
     why = proxy.gateway.moves_off_reason if proxy.gateway is not None else gw.moves_off_reason
     moves = "moves on" if why is None else f"moves off: {why}"
-    return (f"tailsieve serve: listening on {url} ({servers}; policy {gw.policy.value}; "
-            f"profile {profile}; {moves})")
+    admin = (f"admin calls on {proxy.admin_url}" if proxy.admin_url else
+             "admin calls with the token" if cfg.admin_token else "admin calls refused")
+    return (f"tailsieve serve: listening on {url} ({servers}; {admin}; policy "
+            f"{gw.policy.value}; profile {profile}; {moves})")

@@ -1,7 +1,7 @@
 """The proxy's core: a client request run as sessions' turns at the ``SessionGateway``.
 
 ``ProxyService.start`` tokenizes the request's prompts (``Tokenizer``), gives each of its
-``n x prompts`` samples a session (``SessionTable``: sticky by the client's key) and runs each
+``n x prompts`` samples a session (``ClientSessions``: sticky by the client's key) and runs each
 as one turn (``SessionGateway.generate``: placed, pieced, moved, healed). The ``RequestRun`` it
 returns collects the samples' tokens as they stream in (``LiveTokens``: a streamed request's
 turns run as streamed pieces, relayed chunk by chunk), their pieces as they end
@@ -10,7 +10,10 @@ delivered). ``abort`` ends running samples early with what they generated so far
 reason "abort"), as SGLang's ``/abort_request`` does. A request that arrives while
 nothing runs starts a new rollout step at the gateway (``begin_step``: the re-balance horizon
 restarts), and the last one to end closes it (``end_step``: its time is the next step's
-expected time), since a trainer's step is a burst of requests after an idle gap.
+expected time), since a trainer's step is a burst of requests after an idle gap. The balance
+gate is fed from windows of turns instead of steps (``control.pace_window``): each window's
+turns run with moves on or off as the gate decides, and its seconds per output token is the
+gate's measure, so moves switch off where they are measured slower and back on.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tailsieve.control.pace_window import PaceWindows
 from tailsieve.errors import ConfigError, ReplicaError
 from tailsieve.runtime.backends import Backend
 from tailsieve.runtime.chain import ChainError
@@ -33,14 +37,14 @@ from tailsieve.runtime.proxy.api_error import (
     not_found_model,
     unavailable,
 )
-from tailsieve.runtime.proxy.request import ProxyRequest, default_max
+from tailsieve.runtime.proxy.request import ProxyRequest, default_max, fit_context
 from tailsieve.runtime.proxy.sample import LiveTokens, SampleOutput, SampleTrace
-from tailsieve.runtime.proxy.session_table import Lease, SessionTable
 from tailsieve.runtime.proxy.tokenizer import Tokenizer
 from tailsieve.runtime.sessions.gateway import SessionGateway
 from tailsieve.runtime.sessions.pieces import PieceOutput, TokenDelta
 from tailsieve.runtime.sessions.result import PieceSpan, TurnResult
 from tailsieve.runtime.transport import RequestError
+from tailsieve.session.client_table import ClientSessions, Lease
 
 log = logging.getLogger(__name__)
 
@@ -104,12 +108,14 @@ class ProxyService:
     """Runs requests over ``gateway`` (entered by the caller); see the module docstring."""
 
     def __init__(self, gateway: SessionGateway, tokenizer: Tokenizer, served: ServedModel,
-                 backend: Backend = Backend.VLLM, table: SessionTable | None = None) -> None:
+                 backend: Backend = Backend.VLLM, table: ClientSessions | None = None,
+                 gate_window_turns: int = 256) -> None:
         self.gateway = gateway
         self.tokenizer = tokenizer
         self.served = served
         self.backend = Backend(backend)
-        self.table = table or SessionTable()
+        self.table = table or ClientSessions()
+        self.windows = PaceWindows(gateway.gate, gate_window_turns)
         self.runs: set[RequestRun] = set()
         self.on_piece: PieceHook | None = None  # told of every piece (tests move turns here)
         self.num_requests = 0
@@ -170,7 +176,7 @@ class ProxyService:
     def finish(self, run: RequestRun) -> None:
         """The request was answered (or dropped): forget it. The last one of a burst ends
         the gateway's step (its time is the next step's horizon estimate; the balance gate
-        is not fed: the proxy has no yardstick for a step without moves)."""
+        is fed per window of turns, ``PaceWindows``)."""
         self.runs.discard(run)
         if not any(not r.done for r in self.runs):
             self.gateway.end_step(self.gateway.elapsed(), 0.0)
@@ -183,10 +189,24 @@ class ProxyService:
             r.abort()
         return len(hit)
 
+    def _gate_note(self, note: str) -> None:
+        if note:
+            log.info("proxy: %s", note)
+
+    def finish_session(self, key: str) -> int:
+        """The client ended its session ``key`` (``/finish_session``): its idle sessions end
+        at the gateway now, a running one when its turn ends. Returns how many ended now."""
+        ended = self.table.finish(key)
+        for sid in ended:
+            self.gateway.end_session(sid)
+        return len(ended)
+
     def _sampling(self, req: ProxyRequest, prompt_len: int, k: int) -> dict[str, Any]:
         sp: dict[str, Any] = dict(req.sampling)
-        sp["max_tokens"] = req.max_tokens or default_max(req.api, prompt_len,
-                                                         self.served.max_model_len)
+        mml = self.served.max_model_len
+        sp["max_tokens"] = fit_context(
+            prompt_len, req.max_tokens or default_max(req.api, prompt_len, mml), mml,
+            req.max_tokens_param)
         if req.logprobs is not None:
             sp["logprobs"] = req.logprobs
         if sp.get("seed") is not None and req.n > 1:
@@ -210,6 +230,10 @@ class ProxyService:
             live.grow(start, d)
             run.events.put_nowait(("tokens", i))
 
+        window, note = self.windows.turn_started()
+        self._gate_note(note)
+        self.gateway.set_step_balanced(self.windows.balanced)
+        t0 = time.monotonic()
         try:
             result = await self.gateway.generate(
                 lease.session_id, lease.group_id, prompt, sp,
@@ -226,6 +250,10 @@ class ProxyService:
             run.fail(api_error(exc))
             return
         finally:
+            timed = result is not None and not run.aborted
+            self._gate_note(self.windows.turn_ended(
+                window, time.monotonic() - t0,
+                len(result.token_ids) if timed and result is not None else None))
             ended = self.table.release(lease, context, time.monotonic())
             if ended is not None:
                 self.gateway.end_session(ended)

@@ -75,6 +75,7 @@ def parse_generate(body: Any) -> ProxyRequest:
         raise bad_request("'rid' must be a string", "rid")
     return ProxyRequest(
         api=Api.GENERATE, prompts=prompts, sampling=sampling, max_tokens=max_tokens, n=n,
+        max_tokens_param="sampling_params.max_new_tokens",
         stream=bool(opt_bool(body, "stream")),
         logprobs=0 if opt_bool(body, "return_logprob") else None, rid=rid, batch=batch,
         text_in_logprobs=bool(opt_bool(body, "return_text_in_logprobs")),

@@ -180,6 +180,15 @@ class SessionGateway:
                 base, moves=base.moves and self._step_balanced, expected_step_s=last)
         return self.mid_turn_moves
 
+    def set_step_balanced(self, balanced: bool) -> None:
+        """Whether turns starting from now may move (with the gate on): for a caller that
+        feeds the gate from its own windows of turns rather than steps (the proxy's
+        ``PaceWindows``)."""
+        self._step_balanced = not self.config.gate or balanced
+        if isinstance(self.router, TailSieveRouter):
+            self.router.settings = replace(
+                self.router.settings, moves=self.parts.settings.moves and self._step_balanced)
+
     def end_step(self, observed_s: float, predicted_s: float) -> str:
         """A step ended after ``observed_s``; ``predicted_s``: what the caller's yardstick
         predicts for it without moves (the same yardstick every step). Feeds the gate;

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 
 from tailsieve.errors import ReplicaError
@@ -16,11 +17,14 @@ log = logging.getLogger(__name__)
 class ReplicaHealth:
     """``healthy[r]`` per replica. ``down`` takes a replica out (``on_change`` is told) and,
     when the runner can probe, probes it every ``probe_interval_s`` until it answers, then
-    returns it to service."""
+    returns it to service. ``since_s[r]`` (Unix time) is when ``r`` last went in or out,
+    ``last_error[r]`` the fault that took it out last ("Type: message"; None: none yet)."""
 
     def __init__(self, num_replicas: int, runner: PieceRunner, probe_interval_s: float,
                  on_change: Callable[[int, bool], None]) -> None:
         self.healthy = [True] * num_replicas
+        self.since_s = [time.time()] * num_replicas
+        self.last_error: list[str | None] = [None] * num_replicas
         self._runner = runner
         self._interval_s = probe_interval_s
         self._on_change = on_change
@@ -28,6 +32,8 @@ class ReplicaHealth:
 
     def set(self, replica: int, ok: bool) -> None:
         """Take ``replica`` out of service or return it."""
+        if ok != self.healthy[replica]:
+            self.since_s[replica] = time.time()
         self.healthy[replica] = ok
         self._on_change(replica, ok)
 
@@ -36,6 +42,7 @@ class ReplicaHealth:
         if not self.healthy[replica]:
             return
         log.warning("session gateway: replica %d taken out: %s", replica, exc)
+        self.last_error[replica] = f"{type(exc).__name__}: {exc}"
         self.set(replica, False)
         if isinstance(self._runner, HealthProbe) and replica not in self._probes:
             self._probes[replica] = asyncio.create_task(self._probe(replica, self._runner))
