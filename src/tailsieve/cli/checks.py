@@ -150,7 +150,7 @@ def output_files(*pairs: tuple[Path | None, str]) -> None:
 ROLLOUT_SHARE_HELP = (
     "The rollout's share of a training step, in (0, 1]: every rollout speedup is printed with "
     "the training step's, 1 / ((1 - share) + share / speedup). Default 0.7, the share verl "
-    "reports for DAPO on a 32B model (docs/reports.md).")
+    "reports for DAPO on a 32B model (docs/training-step.md).")
 
 
 def rollout_share(share: float, flag: str = "--rollout-share") -> float:

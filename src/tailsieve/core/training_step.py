@@ -5,7 +5,7 @@ the weight sync). Only the rollout gets faster when the routing gets better, so 
 ``r`` times faster shortens a step whose rollout takes the share ``s`` of it ``1 / ((1 - s) +
 s / r)`` times: llm-d's verl benchmark cut the rollout by 31% and the step by 4.7%, a share of
 about 0.15. ``DEFAULT_ROLLOUT_SHARE`` (0.7) is the share verl reports for DAPO on a 32B model
-and RollPacker measures for synchronous RL (docs/reports.md names the sources); the reports
+and RollPacker measures for synchronous RL (docs/training-step.md names the sources); the reports
 state the share they use, and ``--rollout-share`` sets it. Pure: no I/O, no clock.
 """
 

@@ -4,7 +4,7 @@ human column names and units (empty columns left out), the diagnostics of where 
 went (``docs/diagnostics.md``), then the plots (PNGs embedded as base64;
 step-time axes from zero; the same step of every policy side by side). Every rollout speedup
 is printed with the training step's speedup at the stated rollout share of the step
-(``core.training_step``; docs/reports.md)."""
+(``core.training_step``; docs/training-step.md)."""
 
 from __future__ import annotations
 
