@@ -78,3 +78,15 @@ def test_demo_rows_give_the_training_step(tmp_path: Path) -> None:
     assert "rollout is 0.30 of the step" in " ".join(text.split())
     assert "30% of a training step" in text
     assert "30% of a training step" in (tmp_path / "report.html").read_text()
+
+
+def test_spec_simulate_has_the_step_column() -> None:
+    res = CliRunner().invoke(app, ["simulate", "--spec", "seer", "--replicas", "2", "--groups",
+                                   "8", "--group-size", "4", "--steps", "6", "--num-prompts",
+                                   "100", "--rollout-share", "0.5"], terminal_width=250)
+    assert res.exit_code == 0, res.output
+    assert "rollout is 0.50 of the step" in res.output
+    rows = [line for line in res.output.splitlines() if line.startswith("│ uniform-spec")]
+    cells = [c.strip() for c in rows[0].strip("│").split("│")]
+    assert float(cells[3].rstrip("x")) == pytest.approx(
+        step_speedup(float(cells[1].rstrip("x")), 0.5), abs=2e-3)

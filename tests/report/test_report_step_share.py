@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from tailsieve.cli.main import main
 from tailsieve.core.training_step import step_speedup
 from tailsieve.errors import ConfigError
 from tailsieve.report.headline import headline_sentences, paired_speedup
-from tailsieve.report.html_report import write_report
+from tailsieve.report.html_report import diagnostics_html, write_report
 from tailsieve.report.run_data import load_run
 
 
@@ -51,3 +52,13 @@ def test_report_cli_takes_the_share(tmp_path: Path, capsys: pytest.CaptureFixtur
     capsys.readouterr()
     assert main(["report", str(tmp_path), "--rollout-share", "1.5"]) == 2
     assert "--rollout-share must be in (0, 1]" in capsys.readouterr().err
+
+
+def test_diagnostics_paired_statistic_gives_the_step(tmp_path: Path) -> None:
+    blob = {"settings": {}, "runs": {"tailsieve": [{"step": 1, "makespan_s": 1.0}]}, "policies": [
+        {"policy": "tailsieve", "diagnostics": {"capture_rate": 0.5},
+         "paired_stat": {"mean": 1.2, "ci_low": 1.1, "ci_high": 1.3, "num_seeds": 3,
+                         "steady_from": 5}}]}
+    (tmp_path / "simulate.json").write_text(json.dumps(blob))
+    text = diagnostics_html(load_run(tmp_path), rollout_share=0.5)
+    assert f"step {step_speedup(1.2, 0.5):.3f}x at rollout share 0.50" in text
