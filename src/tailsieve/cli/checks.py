@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from tailsieve.core.training_step import check_rollout_share
 from tailsieve.errors import ConfigError
 from tailsieve.runtime.backends import PromptInput
 
@@ -154,8 +155,10 @@ ROLLOUT_SHARE_HELP = (
 
 
 def rollout_share(share: float, flag: str = "--rollout-share") -> float:
-    """``share`` if it is in (0, 1]; else ``ConfigError`` naming the flag."""
-    if not (0.0 < share <= 1.0):
+    """``share`` if it is in (0, 1] (``core.training_step.check_rollout_share``); else
+    ``ConfigError`` naming the flag."""
+    try:
+        return check_rollout_share(share)
+    except ConfigError:
         raise ConfigError(f"{flag} must be in (0, 1] (the rollout's share of a training step), "
-                          f"got {share}")
-    return share
+                          f"got {share}") from None
