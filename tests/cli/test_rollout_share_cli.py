@@ -74,7 +74,7 @@ def test_demo_rows_give_the_training_step(tmp_path: Path) -> None:
     text = buf.getvalue()
     paired = summaries(results)[2]["paired_speedup"]
     assert paired > 1
-    assert f"{paired:.3f}x (step {step_speedup(paired, 0.3):.3f}x)" in text
+    assert f"{paired:.3f}x ({step_speedup(paired, 0.3):.3f}x)" in text
     assert "rollout is 0.30 of the step" in " ".join(text.split())
     assert "30% of a training step" in text
     assert "30% of a training step" in (tmp_path / "report.html").read_text()

@@ -11,9 +11,9 @@ from rich.console import Console
 from rich.table import Table
 
 from tailsieve.cli import checks
-from tailsieve.core.training_step import DEFAULT_ROLLOUT_SHARE
+from tailsieve.core.training_step import DEFAULT_ROLLOUT_SHARE, step_speedup
 from tailsieve.report.headline import headline_sentences
-from tailsieve.report.html_report import with_step, write_report
+from tailsieve.report.html_report import write_report
 from tailsieve.report.run_data import load_run
 from tailsieve.runtime import event_loop
 from tailsieve.runtime.backends import Backend
@@ -179,15 +179,15 @@ def _print(console: Console, out: Path, results: dict[str, PolicyResult], where:
         caption=f"{unit}; paired "
                 f"speedup = mean of per-step reference/policy step-time ratios over "
                 f"{paired_cols}, reference uniform or uniform-requests (what a per-request load "
-                f"balancer already does); last 3 = the paper's steady column; (step ...) = the "
+                f"balancer already does); last 3 = the paper's steady column; in brackets: the "
                 f"training step's speedup where the rollout is {share:.2f} of the step "
                 f"(--rollout-share)",
         caption_justify="left",
     )
-    for col in ("policy", f"mean step ({seconds})", "over uniform", "over uniform-requests",
-                "last 3", "moves / step",
+    speedups = ("over uniform", "over uniform-requests", "last 3")
+    for col in ("policy", f"mean step ({seconds})", *speedups, "moves / step",
                 "q over steps", "m over steps", "tokens wasted"):
-        table.add_column(col)
+        table.add_column(col, no_wrap=col in speedups or col == "policy")
     for s in rows:
         table.add_row(
             s["policy"],
@@ -215,4 +215,5 @@ def _steps_label(steps: list[int]) -> str:
 
 
 def _x(v: float | None, share: float) -> str:
-    return "-" if v is None or v <= 0 else with_step(v, share)
+    """A rollout speedup and, in brackets, the training step's at ``share``."""
+    return "-" if v is None or v <= 0 else f"{v:.3f}x ({step_speedup(v, share):.3f}x)"
