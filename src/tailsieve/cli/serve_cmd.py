@@ -56,8 +56,8 @@ def serve(
     the servers, routing each client session (X-Session-ID, X-SMG-Routing-Key, the body's
     session_id or user) by TailSieve's priced session router and moving turns by
     continuation, invisibly to the client. Ctrl-C stops it."""
-    if policy == SessionPolicy.ORACLE.value:
-        raise ConfigError("the oracle policy knows future lengths: simulator only")
+    if parse_policy(policy) is SessionPolicy.LENGTH_INFORMED:
+        raise ConfigError("the length-informed policy knows future lengths: simulator only")
     if not 0 <= port <= 65535:
         raise ConfigError(f"--port must be in 0..65535, got {port}")
     try:
