@@ -134,6 +134,7 @@ def test_grounded_suite(tmp_path: Path) -> None:
         assert json.loads((tmp_path / "g" / f"{name}.json").read_text())["name"] == name
     assert json.loads((tmp_path / "g" / "sim_decision.json").read_text())["num_steps"] == 3
     assert "Grounded" in md.read_text()
+    assert "step / fluid bound" in (tmp_path / "g" / "grounded.md").read_text()
 
 
 def test_run_all(tmp_path: Path) -> None:
