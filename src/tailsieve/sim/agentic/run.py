@@ -85,7 +85,8 @@ def _one_step(trajs: Sequence[Trajectory], configs: Sequence[ReplicaConfig], spe
 
 
 def _remaining(trajs: Sequence[Trajectory]) -> Callable[[Hashable, int], float]:
-    """The length-informed router's lengths: tokens trajectory ``session`` generates from turn ``t`` on."""
+    """The length-informed router's lengths: tokens trajectory ``session`` generates from
+    turn ``t`` on."""
     left = [np.cumsum([u.output_tokens for u in t.turns][::-1])[::-1].tolist() for t in trajs]
 
     def remaining(session: Hashable, turn_index: int) -> float:

@@ -11,10 +11,11 @@ tool wait of that replica; then its next turn arrives with the tool's tokens app
 step ends when every trajectory of every group is done (groups stay whole).
 
 With ``StepOptions.midturn`` (TailSieve and the length-informed policy: the router holds the
-generation), re-balance checks every ``interval_s`` ask ``core.balancer.plan_moves`` for moves of running
-turns, priced with the prefix caches; a moved turn stops where it runs (its blocks stay
-cached there) and after ``seam_s`` continues on the destination with its prompt plus the
-tokens generated so far, which the destination prefills where its cache does not hold them.
+generation), re-balance checks every ``interval_s`` ask ``core.balancer.plan_moves`` for
+moves of running turns, priced with the prefix caches; a moved turn stops where it runs (its
+blocks stay cached there) and after ``seam_s`` continues on the destination with its prompt
+plus the tokens generated so far, which the destination prefills where its cache does not
+hold them.
 
 A router that rebalances as verl's ``rebalance_requests`` does (``session.rebalance``) is
 asked after every event whether to; then every running or queued turn is aborted where it
@@ -174,7 +175,7 @@ class TurnStepSim:
         seam = self.options.balance.seam_s
         for i, r in src.items():
             dst = pins[i]
-            self.stats.midturn_moves += dst != r
+            self.stats.midturn_moves += int(dst != r)
             heapq.heappush(self.events, (t + seam, 1, i, dst))
 
     def stop(self, i: int, r: int, key: Hashable) -> None:
