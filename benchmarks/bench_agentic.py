@@ -38,6 +38,7 @@ from tailsieve.sim.agentic.compare import AgenticSetup, replica_configs, setup_s
 from tailsieve.sim.agentic.policies import DEFAULT_POLICIES, policy_spec
 from tailsieve.sim.agentic.report import format_speedup, policy_table
 from tailsieve.sim.agentic.run import simulate_policy
+from tailsieve.sim.speedup_stats import t_interval
 from tailsieve.workload.agentic_presets import AGENTIC_PRESETS
 from tailsieve.workload.shipped import portable_path
 
@@ -118,7 +119,7 @@ def _pct(x: float | None) -> str:
 def headline(cells: list[dict[str, Any]], profile: str) -> list[str]:
     lines = [f"### {profile}", "",
              "| preset | R | TailSieve | best other | length-informed | bound | gap closed: "
-             "TailSieve / best other | TailSieve over best other | target at R = 8 |",
+             "TailSieve / best other | TailSieve over best other (paired) | target at R = 8 |",
              "|---|---|---|---|---|---|---|---|---|"]
     for c in cells:
         if c["profile"] != profile:
@@ -131,7 +132,9 @@ def headline(cells: list[dict[str, Any]], profile: str) -> list[str]:
         bound_s = format_speedup(bound) if bound else "-"
         shares = (f"{_pct(c.get('tailsieve_gap_share'))} / {_pct(c.get('best_other_gap_share'))}"
                   if c.get("routing_bound", True) else "not routing-bound (bound <= 1.05x)")
-        ratio = (f"{rows['tailsieve']['speedup'] / rows[best]['speedup']:.3f}x"
+        ratio = (format_speedup(dict(zip(("speedup", "ci_low", "ci_high"), t_interval(
+            [a / b for a, b in zip(rows["tailsieve"]["per_seed"], rows[best]["per_seed"],
+                                   strict=True)]), strict=True)))
                  if best and "tailsieve" in rows else "-")
         target = f">= {TARGETS[c['preset']]:.2f}x" if c["replicas"] == 8 and \
             c["preset"] in TARGETS else ""
@@ -143,7 +146,8 @@ def headline(cells: list[dict[str, Any]], profile: str) -> list[str]:
 def render(args: argparse.Namespace, cells: list[dict[str, Any]]) -> str:
     cmd = "PYTHONPATH=src python benchmarks/bench_agentic.py --out benchmarks/results/agentic"
     out = ["# Agentic rollouts (simulated)", "",
-           f"Command: `{cmd}`", "",
+           f"Command: `{cmd}` (this run: profiles {', '.join(args.profiles)}; R = "
+           f"{', '.join(map(str, args.replicas))}; presets {', '.join(args.presets)})", "",
            f"{args.groups} groups x {args.group_size}, {args.seeds} seeds, "
            f"{args.warmup_steps} warm-up + {args.measured_steps} measured steps; speedup = "
            "paired T_verl-sticky / T_policy with a 95% Student-t interval over seeds. The "
