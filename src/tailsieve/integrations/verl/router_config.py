@@ -3,7 +3,7 @@
 ::
 
     router_class: tailsieve.integrations.verl.router.TailSieveRouter
-    policy: tailsieve            # any SessionPolicy but the simulator's oracle
+    policy: tailsieve            # any SessionPolicy but the simulator's length-informed
     moves: true                  # boundary and mid-turn moves (behind the cost model)
     piece_tokens: null           # tokens per piece while mid-turn moves run (null: 512)
     profile: auto                # cost model: auto | a profile name | a profile JSON path
@@ -62,7 +62,8 @@ class VerlRouterConfig:
 
     def __post_init__(self) -> None:
         if self.policy is SessionPolicy.ORACLE:
-            raise ConfigError("policy 'oracle' knows future lengths: simulator only")
+            raise ConfigError("policy 'length-informed' (formerly 'oracle') knows future "
+                              "lengths: simulator only")
         if self.piece_tokens is not None and self.piece_tokens < 1:
             raise ConfigError(f"piece_tokens must be >= 1, got {self.piece_tokens}")
         if not (math.isfinite(self.session_idle_s) and self.session_idle_s > 0):
