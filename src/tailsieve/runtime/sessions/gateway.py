@@ -18,7 +18,8 @@ turns move mid-turn (``midturn``; behind the balance gate): at once where the ru
 interrupt a running piece (``PieceInterrupter``: SGLang, streamed vLLM pieces; a turn then
 runs as one piece unless ``piece_tokens`` is given), else at the running piece's end. The
 book moves a turn when its next piece starts on the destination. A replica that fails
-(``ReplicaDownError``) is taken out (probed every ``probe_interval_s`` when the runner can
+(``runtime.faults``: unreachable, its engine died, a stream cut, or hung: no progress for longer
+than its cost model expects, ``runtime.stall_watch``) is taken out (probed every ``probe_interval_s`` when the runner can
 probe) and each turn running there continues on a healthy replica from its last seam: nothing
 is lost or generated twice. A crash of the mid-turn rebalancer is logged, counted in
 ``stats().rebalancer_crashes`` and turns moves off (``moves_off_reason``); it never passes
@@ -36,6 +37,7 @@ from typing import Any
 
 from tailsieve.control.balance_gate import BalanceGate
 from tailsieve.errors import ConfigError, ReplicaError
+from tailsieve.model.replica_config import ReplicaConfig
 from tailsieve.runtime.backends import Backend, SamplingParams
 from tailsieve.runtime.chain import penalties_of
 from tailsieve.runtime.sessions.config import GatewayConfig
@@ -46,6 +48,7 @@ from tailsieve.runtime.sessions.parts import GatewayParts, Placement, build_part
 from tailsieve.runtime.sessions.pieces import (
     PieceInterrupter,
     PieceOutput,
+    PieceRequest,
     PieceRunner,
     sampling_from_dict,
 )
@@ -53,6 +56,7 @@ from tailsieve.runtime.sessions.profile import GatewayProfile
 from tailsieve.runtime.sessions.result import GatewayStats, PieceSpan, TurnResult
 from tailsieve.runtime.sessions.tally import Tally
 from tailsieve.runtime.sessions.turn_chain import RunningTurn
+from tailsieve.runtime.stall_watch import StallWatch
 from tailsieve.runtime.transport import ReplicaDownError, Transport
 from tailsieve.session.routers import TailSieveRouter
 from tailsieve.session.turn import TurnRequest
@@ -96,6 +100,8 @@ class SessionGateway:
         self._last_step_s = 0.0  # the last step's time (0: none yet)
         self._crash: str | None = None
         self._task: asyncio.Task[None] | None = None
+        self.stalls = StallWatch(self.config.stall, self._cost_of, self.now)  # hung replicas
+        self._stall_task: asyncio.Task[None] | None = None
         self._owns_runner = False  # ``over_http``: the runner is closed with the gateway
         self.interrupter = (runner if isinstance(runner, PieceInterrupter) and runner.interrupts
                             else None)  # moves take effect at once
@@ -140,6 +146,11 @@ class SessionGateway:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        if self._stall_task is not None:
+            self._stall_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._stall_task
+            self._stall_task = None
         await self.health.aclose()
         if self._owns_runner and isinstance(self.runner, HttpPieceRunner):
             await self.runner.aclose()
@@ -303,27 +314,67 @@ class SessionGateway:
             rt.piece_on, rt.piece_started_s = replica, self.now()
             timed = self.profile.piece_started(replica, rt.piece_started_s,
                                                len(piece.prompt_ids), piece.max_tokens)
-            got: int | None = None  # tokens of a piece that came back (None: it failed)
+            out: PieceOutput | None = None
+            fault: ReplicaDownError | None = None
             try:
-                out = await self.runner.run_piece(replica, piece)
-                got = len(out.token_ids)
-            except ReplicaDownError as exc:
-                rt.piece_on = None
-                self.health.down(replica, exc)
-                await self._relocate(rt)
-                continue
+                out, fault = await self._piece(replica, piece)
             finally:
                 rt.piece_on = None
-                self.profile.piece_ended(timed, self.now(), got)
-            self.tally.piece(replica, piece, out, rt.expect_hit)
-            rt.add(replica, piece, out)
-            if rt.on_piece is not None:
-                rt.on_piece(rt.spans[-1], out)
+                self.profile.piece_ended(timed, self.now(), None if out is None or fault
+                                         else len(out.token_ids))
+            if out is not None and (fault is None or out.token_ids):
+                self.tally.piece(replica, piece, out, rt.expect_hit)
+                rt.add(replica, piece, out)  # a faulted piece's streamed tokens are kept
+                if rt.on_piece is not None:
+                    rt.on_piece(rt.spans[-1], out)
+            if fault is not None:
+                self.health.down(replica, fault)
+                await self._relocate(rt)
+                continue
             if rt.empty_aborts >= self.config.max_empty_aborts:
                 raise ReplicaError(f"turn {rt.turn_id}: {rt.empty_aborts} pieces in a row "
                                    f"aborted by the server on replica {replica}")
             if not rt.chain.done:
                 self.book.progress(rt.session_id, rt.chain.num_generated, self.now())
+
+    async def _piece(self, replica: int, piece: PieceRequest,
+                     ) -> tuple[PieceOutput | None, ReplicaDownError | None]:
+        """Run one piece under the stall watch: its output (a streamed piece's partial one
+        when it was cut or stopped, else None on a fault) and the replica fault that ended it
+        (``runtime.faults``); any other error is raised."""
+        key = piece.request_id
+        task = asyncio.ensure_future(self.runner.run_piece(replica, piece))
+        streamed = self.interrupter.generated_tokens if self.interrupter is not None else None
+
+        def stop() -> None:  # a streamed piece is interrupted (its tokens kept), else cancelled
+            if self.interrupter is not None and streamed is not None and streamed(key) is not None:
+                self.interrupter.interrupt(replica, key)
+            else:
+                task.cancel()
+
+        self.stalls.start(key, replica, len(piece.prompt_ids), piece.max_tokens, stop,
+                          (lambda: streamed(key)) if streamed is not None else None)
+        if self._stall_task is None:
+            self._stall_task = asyncio.create_task(self.stalls.run(self._stalled))
+        try:
+            await asyncio.wait({task})
+        finally:
+            stalled = self.stalls.end(key)
+            if not task.done():  # this turn was cancelled: so is its piece
+                task.cancel()
+        if task.cancelled():
+            return None, self.stalls.error(replica)
+        exc = task.exception()
+        if exc is None:
+            return task.result(), self.stalls.error(replica) if stalled else None
+        if isinstance(exc, ReplicaDownError):
+            return exc.partial, exc
+        raise exc
+
+    def _stalled(self, replica: Hashable, exc: ReplicaDownError) -> None:
+        """The stall watch found ``replica`` hung: out of service until a probe answers."""
+        if isinstance(replica, int):
+            self.health.down(replica, exc)
 
     async def _relocate(self, rt: RunningTurn) -> None:
         """The turn's replica failed: continue on a healthy one from the last seam (or from
@@ -339,6 +390,12 @@ class SessionGateway:
         self.tally.relocated(rt.prefix_tokens - rt.expect_hit)
 
     # -- mid-turn moves ----------------------------------------------------------------------
+
+    def _cost_of(self, replica: Hashable) -> ReplicaConfig:
+        """The cost model a replica's pieces are priced with (the stall watch's): the book's,
+        the ``auto`` profile's fit once trusted."""
+        assert isinstance(replica, int)
+        return self.book.configs[replica]
 
     def _refit(self) -> None:
         """With ``auto``: price with the latest trusted fit of the pieces timed so far (at

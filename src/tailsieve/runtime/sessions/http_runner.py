@@ -4,7 +4,9 @@ A piece's prompt is token ids (vLLM: ``prompt`` as a list of ids; SGLang: ``inpu
 turn continues on any replica exactly from its last seam. Requests go through a
 ``runtime.transport.Transport`` (``LeanTransport`` by default, a stub in tests); request errors
 (HTTP 5xx, malformed JSON) are retried with exponential backoff, then raised; HTTP 4xx is not
-retried; a dead replica raises ``ReplicaDownError`` at once. The server's count of cached
+retried; a replica fault (``runtime.faults``: unreachable, its engine died, a stream cut or
+ending in the engine's error message) raises ``ReplicaDownError`` at once, carrying what a
+streamed piece delivered before it (``partial``). The server's count of cached
 prompt tokens is read where it reports one (vLLM with ``--enable-prompt-tokens-details``:
 ``usage.prompt_tokens_details.cached_tokens``; SGLang: ``meta_info.cached_tokens``).
 
@@ -162,8 +164,12 @@ class HttpPieceRunner:
                     await task
         if task.cancelled():
             return got.output(interrupted=True)
-        task.result()
-        finished(got, where)
+        try:
+            task.result()
+            finished(got, where)
+        except ReplicaDownError as exc:  # a cut stream: what came is kept (runtime.faults)
+            exc.partial = got.output(interrupted=True)
+            raise
         return got.output()
 
     async def _abort(self, replica: int, request_id: str) -> None:
