@@ -4,8 +4,8 @@ A turn whose inputs a continuation cannot carry (multimodal data, ``prompt_logpr
 distillation teacher, stop strings, ``n > 1``, a budget the router cannot compute) is placed
 by the same session router over the same book as every other turn, then verl's own
 ``generate`` call goes to that server unchanged and its ``TokenOutput`` comes back unchanged.
-A server that dies under it is taken out and the turn starts again from its prompt on another
-(nothing of it was delivered); an abort by the server is returned as verl would see it.
+A server that dies under it, or hangs (the gateway's stall watch), is taken out and the turn
+starts again from its prompt on another (nothing of it was delivered); an abort by the server is returned as verl would see it.
 """
 
 from __future__ import annotations
@@ -52,7 +52,9 @@ async def run_whole(gw: SessionGateway, handles: list[Any | None], key: str,
             try:
                 if handle is None:
                     raise ReplicaError(f"replica slot {replica} left the pool")
-                out = await handle.generate.remote(**call)
+                ref = handle.generate.remote(**call)
+                out = await (ref if max_tokens is None  # unknown budget: no expected time
+                             else gw.watched((key, "whole"), replica, prompt_len, max_tokens, ref))
                 return out, d
             except (RayActorError, ReplicaError) as exc:
                 log.warning("tailsieve router: slot %d failed under a whole turn (%s); "

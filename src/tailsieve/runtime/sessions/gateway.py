@@ -31,9 +31,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from tailsieve.control.balance_gate import BalanceGate
 from tailsieve.errors import ConfigError, ReplicaError
@@ -62,6 +62,8 @@ from tailsieve.session.routers import TailSieveRouter
 from tailsieve.session.turn import TurnRequest
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class SessionGateway:
@@ -354,8 +356,7 @@ class SessionGateway:
 
         self.stalls.start(key, replica, len(piece.prompt_ids), piece.max_tokens, stop,
                           (lambda: streamed(key)) if streamed is not None else None)
-        if self._stall_task is None:
-            self._stall_task = asyncio.create_task(self.stalls.run(self._stalled))
+        self._watch_stalls()
         try:
             await asyncio.wait({task})
         finally:
@@ -370,6 +371,17 @@ class SessionGateway:
         if isinstance(exc, ReplicaDownError):
             return exc.partial, exc
         raise exc
+
+    def _watch_stalls(self) -> None:
+        if self._stall_task is None:
+            self._stall_task = asyncio.create_task(self.stalls.run(self._stalled))
+
+    async def watched(self, key: Hashable, replica: int, prompt_tokens: int, max_tokens: int,
+                      call: Awaitable[T]) -> T:
+        """Await ``call`` (a request the caller sends itself, e.g. a whole turn) under the
+        stall watch: ``ReplicaStalledError`` when ``replica`` is found hung."""
+        self._watch_stalls()
+        return await self.stalls.watched(key, replica, prompt_tokens, max_tokens, call)
 
     def _stalled(self, replica: Hashable, exc: ReplicaDownError) -> None:
         """The stall watch found ``replica`` hung: out of service until a probe answers."""
