@@ -52,7 +52,7 @@ from tailsieve.runtime.running_index import RunningIndex
 from tailsieve.runtime.served_model import resolve_served_model, transport_getter
 from tailsieve.runtime.stall_watch import StallWatch
 from tailsieve.runtime.step_state import GroupRun, StepProgress, StepResult, build_result
-from tailsieve.runtime.transport import ReplicaDownError, Transport
+from tailsieve.runtime.transport import ReplicaDownError, Transport, probe_health
 from tailsieve.runtime.waste import WasteCounter
 
 logger = logging.getLogger(__name__)
@@ -189,16 +189,10 @@ class LiveExecutor:
         async def one(rep: ReplicaState) -> None:
             was = rep.healthy
             url = rep.url
-            try:
-                status, _ = await self._transport.get(url + "/health", self.config.health_timeout_s)
-            except ReplicaDownError as exc:
-                if rep.url == url:
-                    rep.healthy, rep.reason = False, str(exc)
-                return
-            if rep.url != url or (was and not rep.healthy):
+            why = await probe_health(self._transport, url, self.config.health_timeout_s)
+            if rep.url != url or (was and not rep.healthy and not why):
                 return  # moved or taken out by a fault while the probe was in flight
-            rep.healthy = status == 200
-            rep.reason = "" if rep.healthy else f"/health answered {status}"
+            rep.healthy, rep.reason = not why, why
             if rep.healthy and not was:
                 self.num_readmitted += 1
 

@@ -136,6 +136,16 @@ class AiohttpTransport:
             self._session = None
 
 
+async def probe_health(transport: Transport, base_url: str, timeout_s: float) -> str:
+    """The one health probe of an HTTP replica: ``GET /health`` within ``timeout_s`` (a hung
+    server accepts the connection and never answers). "" when it answered 200, else why not."""
+    try:
+        status, _ = await transport.get(base_url + "/health", timeout_s)
+    except ReplicaDownError as exc:
+        return str(exc)
+    return "" if status == 200 else f"/health answered {status}"
+
+
 def _stream_chunk(url: str, data: bytes) -> JSON:
     """One ``data:`` payload of a stream, decoded; a malformed one is a ``RequestError``."""
     try:
@@ -147,4 +157,4 @@ def _stream_chunk(url: str, data: bytes) -> JSON:
 
 
 __all__ = ["JSON", "AiohttpTransport", "ReplicaDownError", "ReplicaError", "RequestError",
-           "Transport"]
+           "Transport", "probe_health"]

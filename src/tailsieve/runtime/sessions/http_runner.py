@@ -38,7 +38,13 @@ from tailsieve.runtime.backends import (
 from tailsieve.runtime.lean_http import LeanTransport
 from tailsieve.runtime.sessions.pieces import FINISH_REASONS, PieceOutput, PieceRequest
 from tailsieve.runtime.sessions.streamed import StreamedPiece, finished
-from tailsieve.runtime.transport import JSON, ReplicaDownError, RequestError, Transport
+from tailsieve.runtime.transport import (
+    JSON,
+    ReplicaDownError,
+    RequestError,
+    Transport,
+    probe_health,
+)
 
 ABORT_TRIES = 3  # SGLang: /abort_request is sent again while the piece still runs
 ABORT_RETRY_S = 0.5  # (an abort that arrives before the server registered the rid is lost)
@@ -183,13 +189,8 @@ class HttpPieceRunner:
                 return
 
     async def probe(self, replica: int) -> bool:
-        """``GET /health`` answers 200."""
-        try:
-            status, _ = await self._t.get(self._base(replica) + "/health",
-                                          self._health_timeout_s)
-        except ReplicaDownError:
-            return False
-        return status == 200
+        """``GET /health`` answers 200 within the health timeout."""
+        return not await probe_health(self._t, self._base(replica), self._health_timeout_s)
 
     async def tokenize(self, text: str, replica: int = 0) -> tuple[int, ...]:
         """``text`` as ``replica``'s tokenizer gives it, without special tokens (vLLM's
