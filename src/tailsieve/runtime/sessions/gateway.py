@@ -243,7 +243,7 @@ class SessionGateway:
             raise ConfigError(f"session {session_id!r} already has a turn running")
         k = self._num_turns[session_id] = self._num_turns.get(session_id, 0) + 1
         req = self.book.request(session_id, group_id, len(ids), prompt_tokens, sp.max_tokens)
-        decision = await self._place(req)
+        decision = await self.place(req)
         moves = self.mid_turn_moves and not penalties_of(sp)
         rt = RunningTurn.start(session_id, f"{session_id}-t{k}", ids, sp, decision.replica,
                                self._piece_tokens(moves), len(ids) - decision.prefill_tokens,
@@ -283,8 +283,9 @@ class SessionGateway:
 
     # -- placement -------------------------------------------------------------------------------
 
-    async def _place(self, req: TurnRequest) -> Placement:
-        """The router's decision; a replica out of service is never chosen (the least loaded
+    async def place(self, req: TurnRequest) -> Placement:
+        """Where turn ``req`` runs (also for turns the caller sends itself, e.g. verl's
+        whole turns): the router's decision; a replica out of service is never chosen (the least loaded
         healthy one is: "home-down" when the router chose the session's home, else
         "fallback")."""
         await self.health.wait_any(self.config.no_replica_timeout_s)
