@@ -150,16 +150,22 @@ class StallWatch:
     async def watched(self, key: Hashable, replica: Hashable, prompt_tokens: int,
                       max_tokens: int, call: Awaitable[T],
                       progress: Callable[[], int | None] | None = None) -> T:
-        """Await ``call`` as a watched piece; stopped as stalled, it is cancelled and
-        ``ReplicaStalledError`` raised (cancelling this call cancels ``call``)."""
-        fut = asyncio.ensure_future(call)
-        self.start(key, replica, prompt_tokens, max_tokens, fut.cancel, progress)
+        """Await ``call`` as a watched piece in this task (no task of its own); stopped as
+        stalled, the task's wait is cancelled and ``ReplicaStalledError`` raised. A cancel
+        from elsewhere stays a cancel."""
+        task = asyncio.current_task()
+        assert task is not None
+        self.start(key, replica, prompt_tokens, max_tokens, task.cancel, progress)
         try:
-            return await fut
+            return await call
         except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if self.end(key) and fut.cancelled() and (task is None or not task.cancelling()):
+            if self.stopped(key, task):
                 raise self.error(replica) from None
             raise
         finally:
             self.end(key)
+
+    def stopped(self, key: Hashable, task: asyncio.Task[object]) -> bool:
+        """A cancel of ``task`` that reached the watched piece ``key`` was the watch's own stop
+        (and no other cancel is pending): the caller reads it as a stall. Ends the piece."""
+        return self.end(key) and task.uncancel() == 0

@@ -346,7 +346,8 @@ class SessionGateway:
         when it was cut or stopped, else None on a fault) and the replica fault that ended it
         (``runtime.faults``); any other error is raised."""
         key = piece.request_id
-        task = asyncio.ensure_future(self.runner.run_piece(replica, piece))
+        task = asyncio.current_task()
+        assert task is not None
         streamed = self.interrupter.generated_tokens if self.interrupter is not None else None
 
         def stop() -> None:  # a streamed piece is interrupted (its tokens kept), else cancelled
@@ -359,19 +360,18 @@ class SessionGateway:
                           (lambda: streamed(key)) if streamed is not None else None)
         self._watch_stalls()
         try:
-            await asyncio.wait({task})
-        finally:
-            stalled = self.stalls.end(key)
-            if not task.done():  # this turn was cancelled: so is its piece
-                task.cancel()
-        if task.cancelled():
-            return None, self.stalls.error(replica)
-        exc = task.exception()
-        if exc is None:
-            return task.result(), self.stalls.error(replica) if stalled else None
-        if isinstance(exc, ReplicaDownError):
+            out = await self.runner.run_piece(replica, piece)
+        except asyncio.CancelledError:
+            if self.stalls.stopped(key, task):
+                return None, self.stalls.error(replica)
+            raise
+        except ReplicaDownError as exc:
+            self.stalls.end(key)
             return exc.partial, exc
-        raise exc
+        except BaseException:
+            self.stalls.end(key)
+            raise
+        return out, self.stalls.error(replica) if self.stalls.end(key) else None
 
     def _watch_stalls(self) -> None:
         if self._stall_task is None:
