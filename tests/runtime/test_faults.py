@@ -140,6 +140,9 @@ def test_stall_limits_come_from_the_cost_model_with_a_floor() -> None:
     assert expected == pytest.approx(1000 * COST.throughput.tau(1))
     assert st.limit_s(expected) == pytest.approx(2 * expected)
     assert st.limit_s(0.01) == 1.0
+    queued = ReplicaConfig.from_profile(builtin_profile("cpu"), max_num_seqs=2)
+    assert piece_time_s(queued, 5, 0.0, 0, 100) == pytest.approx(  # 3 waves of 2
+        3 * 100 * COST.throughput.tau(2))
     with pytest.raises(ConfigError, match="floor_s"):
         StallSettings(floor_s=0)
 

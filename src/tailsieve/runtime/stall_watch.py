@@ -57,9 +57,12 @@ class StallSettings:
 def piece_time_s(cost: ReplicaConfig, num_running: int, context_tokens: float,
                  prompt_tokens: int, max_tokens: int) -> float:
     """Expected seconds of a piece on a replica running ``num_running`` pieces holding
-    ``context_tokens``: its prompt's prefill plus ``max_tokens`` decode steps."""
-    step_s = cost.throughput.step_s(max(num_running, 1), context_tokens)
-    return cost.prefill_cost_s(prompt_tokens) + max(max_tokens, 1) * step_s
+    ``context_tokens``: its prompt's prefill plus ``max_tokens`` decode steps, times the waves
+    the replica's ``max_num_seqs`` runs them in (a queued piece waits for those before it)."""
+    n = max(num_running, 1)
+    seqs = min(cost.max_num_seqs or n, n)
+    step_s = cost.throughput.step_s(seqs, context_tokens)
+    return cost.prefill_cost_s(prompt_tokens) + math.ceil(n / seqs) * max(max_tokens, 1) * step_s
 
 
 @dataclass(slots=True)
