@@ -196,3 +196,20 @@ async def test_watched_raises_stalled_and_an_outer_cancel_stays_a_cancel() -> No
     with pytest.raises(asyncio.CancelledError):
         await task
     assert never2.cancelled()
+
+
+async def test_a_cut_streamed_piece_keeps_what_it_streamed_for_the_continuation() -> None:
+    """The session gateway's runner: a stream cut without a finish reason is a replica fault
+    that carries the tokens received, so the turn continues after them elsewhere."""
+    from tailsieve.runtime.sessions import HttpPieceRunner, PieceRequest
+
+    chunks = [{"choices": [{"index": 0, "text": f"t{i}", "token_ids": [10 + i],
+                            "finish_reason": None}]} for i in range(3)]
+    runner = HttpPieceRunner(["http://r0"], model="m", transport=_ErrorStream(chunks),
+                             stream=True)
+    piece = PieceRequest(prompt_ids=(1, 2), sampling=SamplingParams(max_tokens=8),
+                         max_tokens=8, request_id="s-t1-0")
+    with pytest.raises(ReplicaDownError) as err:
+        await runner.run_piece(0, piece)
+    assert err.value.partial.token_ids == (10, 11, 12)
+    assert err.value.partial.text == "t0t1t2"

@@ -84,6 +84,11 @@ async def taken_out(healthy: Callable[[], Sequence[bool]], t0: float) -> float:
     return time.monotonic() - t0
 
 
+async def readmitted(gw: SessionGateway) -> None:
+    while not gw.healthy()[0]:
+        await asyncio.sleep(0.05)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("stream", [False, True])
 async def test_a_hung_replica_in_a_single_turn_step(fleet: EmulatorFleet, stream: bool) -> None:
@@ -105,6 +110,8 @@ async def test_a_hung_replica_in_a_single_turn_step(fleet: EmulatorFleet, stream
             detected = await out
             assert ro.executor.healthy[0] is False
             assert ro.executor.stalls.num_stalls >= 1
+            assert (await ro.executor.probe())[0] is False  # the probe times out: still hung
+        assert (await ro.executor.probe())[0] is True  # answers again: re-admitted
     assert sorted(g.prompt_id for g in batch.groups) == sorted(p.prompt_id for p in prompts)
     for g in batch.groups:  # exact: nothing lost, nothing generated twice
         assert [r.num_tokens for r in g.responses] == [rl(g.prompt_id, i) for i in range(4)]
@@ -140,6 +147,7 @@ async def test_a_hung_replica_under_the_session_gateway(fleet: EmulatorFleet,
             detected = await out
             assert gw.healthy()[0] is False
         assert gw.stalls.num_stalls >= 1
+        await asyncio.wait_for(readmitted(gw), 30)  # its probe answers again
     assert [(n, r) for n, r, _ in got] == [(length, "length")] * n_turns  # exact, once
     assert sum(m for _, _, m in got) >= 1  # the hung replica's turns continued elsewhere
     print(f"stream={stream}: taken out {detected:.2f} s after the SIGSTOP (bound "
