@@ -213,3 +213,31 @@ async def test_a_cut_streamed_piece_keeps_what_it_streamed_for_the_continuation(
         await runner.run_piece(0, piece)
     assert err.value.partial.token_ids == (10, 11, 12)
     assert err.value.partial.text == "t0t1t2"
+
+
+async def test_a_suspect_that_answers_its_probe_is_slow_not_hung() -> None:
+    """Past its limit a replica is probed: one that answers keeps its pieces (a loaded
+    machine is not a hung server), one that does not loses them to the others."""
+    clock = _Clock()
+    watch = StallWatch(StallSettings(floor_s=1.0, check_interval_s=0.001), lambda r: COST,
+                       clock)
+    stopped: list[str] = []
+    alive = {0: True, 1: False}
+    probed: list[int] = []
+    told: list[int] = []
+
+    async def answers(r: object) -> bool:
+        assert isinstance(r, int)
+        probed.append(r)
+        return alive[r]
+
+    watch.start("a", 0, 0, 1, lambda: stopped.append("a"))
+    watch.start("b", 1, 0, 1, lambda: stopped.append("b"))
+    clock.t = 50.0
+    loop = asyncio.ensure_future(watch.run(lambda r, e: told.append(r), answers))  # type: ignore[arg-type]
+    while not told:
+        await asyncio.sleep(0.001)
+    loop.cancel()
+    assert stopped == ["b"] and told == [1] and sorted(set(probed)) == [0, 1]
+    assert watch.suspects() == []  # replica 0 was spared: a new limit from its probe
+    assert not watch.end("a") and watch.end("b")

@@ -26,12 +26,13 @@ from tailsieve.model.replica_config import ReplicaConfig
 from tailsieve.runtime.backends import PromptInput, SamplingParams
 from tailsieve.runtime.emulator import EmulatorFleet
 from tailsieve.runtime.rollout import RolloutConfig, TailSieveRollout
-from tailsieve.runtime.sessions import GatewayConfig, SessionGateway
+from tailsieve.runtime.sessions import GatewayConfig, HttpPieceRunner, SessionGateway
 from tailsieve.runtime.stall_watch import StallSettings, piece_time_s
 
 TIME_SCALE = 0.5
 STALL = StallSettings(factor=2.0, floor_s=1.0, check_interval_s=0.2)
 PROBE_S = 0.2
+PROBE_TIMEOUT_S = 1.0  # the health probe's timeout (default 5 s): it confirms a stall
 COST = ReplicaConfig.from_profile(builtin_profile("cpu"))  # the emulators' and the watch's
 
 
@@ -69,12 +70,12 @@ def stopped(pid: int) -> Iterator[float]:
         os.kill(pid, signal.SIGCONT)
 
 
-def bound_s(num_running: int, cap: int) -> float:
+def bound_s(num_running: int, cap: int, probe_timeout_s: float) -> float:
     """The most a hung replica's pieces may wait before they continue elsewhere: the stall
     limit of a piece of ``cap`` tokens among ``num_running`` (at most), one check interval,
-    one probe interval, and 0.5 s for a loaded machine."""
+    the probe that confirms it (its timeout), and 1 s for a loaded machine."""
     limit = STALL.limit_s(piece_time_s(COST, num_running, 0.0, 0, cap))
-    return limit + STALL.check_interval_s + PROBE_S + 0.5
+    return limit + STALL.check_interval_s + probe_timeout_s + 1.0
 
 
 async def taken_out(healthy: Callable[[], Sequence[bool]], t0: float) -> float:
@@ -98,7 +99,8 @@ async def test_a_hung_replica_in_a_single_turn_step(fleet: EmulatorFleet, stream
                         piece_tokens=128, stream=stream, stall=STALL)
     victim = fleet.processes[0]
     async with TailSieveRollout(fleet.urls, cfg) as ro:
-        ro.executor.config = dataclasses.replace(ro.executor.config, probe_interval_s=PROBE_S)
+        ro.executor.config = dataclasses.replace(ro.executor.config, probe_interval_s=PROBE_S,
+                                                 health_timeout_s=PROBE_TIMEOUT_S)
         prompts = [PromptInput(p.prompt_id, token_ids=(7, 8, 9, k))  # continuable
                    for k, p in enumerate(rl.prompts()[:6])]
         step = asyncio.create_task(ro.step(prompts))
@@ -119,8 +121,8 @@ async def test_a_hung_replica_in_a_single_turn_step(fleet: EmulatorFleet, stream
     assert batch.metrics.num_regenerated == 0  # continued from the last seam, not restarted
     assert ro.executor.num_relocations >= 1
     print(f"stream={stream}: taken out {detected:.2f} s after the SIGSTOP (bound "
-          f"{bound_s(24, 128):.2f} s); the step ended {took:.2f} s after it")
-    assert detected <= bound_s(24, 128)
+          f"{bound_s(24, 128, PROBE_TIMEOUT_S):.2f} s); the step ended {took:.2f} s after it")
+    assert detected <= bound_s(24, 128, PROBE_TIMEOUT_S)
 
 
 @pytest.mark.slow
@@ -131,7 +133,12 @@ async def test_a_hung_replica_under_the_session_gateway(fleet: EmulatorFleet,
     n_turns, length = 9, 600
     cfg = GatewayConfig(policy="verl-sticky", profile="cpu", piece_tokens=128, stream=stream,
                         stall=STALL, probe_interval_s=PROBE_S)
-    async with SessionGateway.over_http(fleet.urls, cfg, model=MODEL) as gw:
+    runner = HttpPieceRunner(fleet.urls, model=MODEL, stream=stream,
+                             health_timeout_s=PROBE_TIMEOUT_S)
+    async with contextlib.AsyncExitStack() as stack:
+        stack.push_async_callback(runner.aclose)
+        gw = await stack.enter_async_context(SessionGateway(3, runner, cfg))
+
         async def turn(k: int) -> tuple[int, str, int]:
             out = await gw.generate(f"s{k}", None, [1 + k, 2, 3, 4],
                                     {"ignore_eos": True, "temperature": 1.0},
@@ -150,6 +157,7 @@ async def test_a_hung_replica_under_the_session_gateway(fleet: EmulatorFleet,
         await asyncio.wait_for(readmitted(gw), 30)  # its probe answers again
     assert [(n, r) for n, r, _ in got] == [(length, "length")] * n_turns  # exact, once
     assert sum(m for _, _, m in got) >= 1  # the hung replica's turns continued elsewhere
+    bound = bound_s(n_turns, length, PROBE_TIMEOUT_S)  # moves off: one piece per turn
     print(f"stream={stream}: taken out {detected:.2f} s after the SIGSTOP (bound "
-          f"{bound_s(n_turns, length):.2f} s); every turn ended {took:.2f} s after it")
-    assert detected <= bound_s(n_turns, length)  # moves off: one piece per turn
+          f"{bound:.2f} s); every turn ended {took:.2f} s after it")
+    assert detected <= bound

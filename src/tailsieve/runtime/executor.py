@@ -205,9 +205,15 @@ class LiveExecutor:
         """The cost model of the replica a request URL goes to (the stall watch's)."""
         if self.balance_costs is not None:
             for rep, cost in zip(self.replicas, self.balance_costs, strict=True):
-                if str(url).startswith(rep.url):
+                if str(url).startswith(rep.url + "/"):
                     return cost
         return self.stall_cost
+
+    async def _answers(self, url: object) -> bool:
+        """A suspect replica (the stall watch's: a request URL) answers ``GET /health``."""
+        rep = next((r for r in self.replicas if str(url).startswith(r.url + "/")), None)
+        return rep is not None and not await probe_health(self._transport, rep.url,
+                                                          self.config.health_timeout_s)
 
     async def _probe_loop(self) -> None:
         """Background re-admission while a step runs."""
@@ -292,8 +298,8 @@ class LiveExecutor:
         self.chains = run.chains
         prober = asyncio.create_task(self._probe_loop())
         tasks_extra: list[asyncio.Task[None]] = [
-            asyncio.create_task(self.stalls.run(lambda _r, _e: None))]  # each stopped
-        # request is read as a fault by its own attempt
+            asyncio.create_task(self.stalls.run(lambda _r, _e: None, self._answers))]  # each
+        # stopped request is read as a fault by its own attempt
         try:
             for a in sorted(plan.assignments, key=lambda a: (a.order, a.replica)):
                 g = GroupRun(assignment=a, replica=a.replica, replicas=a.replicas)

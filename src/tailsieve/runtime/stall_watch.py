@@ -5,11 +5,14 @@ no connection error comes and the piece would wait for the request timeout (an h
 default). ``StallWatch`` keeps every running piece of an execution engine (the session
 gateway's, the live executor's) with where it runs and what it may generate, and checks them
 every ``check_interval_s``: a piece whose last progress (its start, or the last token it
-streamed) is older than ``StallSettings.limit_s`` of its expected time is stalled. Its replica
-is then hung: every piece running there is stopped (a streamed one keeps what it streamed) and
+streamed) is older than ``StallSettings.limit_s`` of its expected time makes its replica a
+suspect, and the replica is probed (with a timeout). One that answers is slow, not hung (a
+loaded machine, a queue the cost model does not see): its pieces get a new limit. One that does
+not is hung: every piece running there is stopped (a streamed one keeps what it streamed) and
 the caller is told, to take the replica out and continue its responses elsewhere, exactly as
-for any other replica fault (``runtime.faults.ReplicaStalledError``); the health probe, which
-has a timeout, re-admits it when it answers again.
+for any other replica fault (``runtime.faults.ReplicaStalledError``); the health probe
+re-admits it when it answers again. (A server whose health route answers while its engine is
+wedged is left to the request timeout.)
 
 The expected time of a piece is the replica's cost model (the ``auto`` profile's fit once
 trusted, else its fallback): the prefill of its prompt plus its token cap at the decode step
@@ -103,9 +106,9 @@ class StallWatch:
         piece = self._pieces.pop(key, None)
         return piece is not None and piece.stalled
 
-    def sweep(self) -> list[Hashable]:
-        """Check every running piece; stop all pieces of each replica found hung and return
-        those replicas."""
+    def suspects(self) -> list[Hashable]:
+        """The replicas with a running piece that made no progress for longer than its limit
+        (a streamed piece's progress is read here)."""
         now = self._clock()
         load: dict[Hashable, list[float]] = {}
         for p in self._pieces.values():
@@ -126,19 +129,45 @@ class StallWatch:
                                     p.max_tokens)
             if now - p.last_s > self.settings.limit_s(expected):
                 hung.add(p.replica)
-        for p in self._pieces.values():
-            if p.replica in hung and not p.stalled:
-                p.stalled = True
-                p.stop()
-        self.num_stalls += len(hung)
         return list(hung)
 
-    async def run(self, on_stall: Callable[[Hashable, ReplicaStalledError], None]) -> None:
-        """Sweep every ``check_interval_s`` until cancelled; tell ``on_stall`` of each hung
-        replica."""
+    def stop(self, replica: Hashable) -> None:
+        """``replica`` is hung: stop every piece running there."""
+        self.num_stalls += 1
+        for p in list(self._pieces.values()):
+            if p.replica == replica and not p.stalled:
+                p.stalled = True
+                p.stop()
+
+    def spare(self, replica: Hashable) -> None:
+        """``replica`` answered its probe (slow, not hung): its pieces get a new limit."""
+        now = self._clock()
+        for p in self._pieces.values():
+            if p.replica == replica:
+                p.last_s = now
+
+    def sweep(self) -> list[Hashable]:
+        """Stop every piece of each suspect replica, unconfirmed; the replicas."""
+        hung = self.suspects()
+        for r in hung:
+            self.stop(r)
+        return hung
+
+    async def run(self, on_stall: Callable[[Hashable, ReplicaStalledError], None],
+                  answers: Callable[[Hashable], Awaitable[bool]] | None = None) -> None:
+        """Check every ``check_interval_s`` until cancelled. A suspect replica is probed
+        (``answers``, with its own timeout): one that answers is slow, not hung, and its
+        pieces get a new limit; else its pieces stop and ``on_stall`` is told."""
         while True:
             await asyncio.sleep(self.settings.check_interval_s)
-            for r in self.sweep():
+            suspects = self.suspects()
+            alive = (await asyncio.gather(*(answers(r) for r in suspects))
+                     if answers is not None and suspects else [False] * len(suspects))
+            for r, ok in zip(suspects, alive, strict=True):
+                if ok:
+                    self.spare(r)
+                    continue
+                self.stop(r)
                 exc = self.error(r)
                 log.warning("%s: taken out", exc)
                 on_stall(r, exc)

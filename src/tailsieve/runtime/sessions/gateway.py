@@ -46,6 +46,7 @@ from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
 from tailsieve.runtime.sessions.midturn import MidTurnRebalancer
 from tailsieve.runtime.sessions.parts import GatewayParts, Placement, build_parts
 from tailsieve.runtime.sessions.pieces import (
+    HealthProbe,
     PieceInterrupter,
     PieceOutput,
     PieceRequest,
@@ -375,7 +376,8 @@ class SessionGateway:
 
     def _watch_stalls(self) -> None:
         if self._stall_task is None:
-            self._stall_task = asyncio.create_task(self.stalls.run(self._stalled))
+            self._stall_task = asyncio.create_task(self.stalls.run(self._stalled,
+                                                                   self._answers))
 
     async def watched(self, key: Hashable, replica: int, prompt_tokens: int, max_tokens: int,
                       call: Awaitable[T]) -> T:
@@ -383,6 +385,11 @@ class SessionGateway:
         stall watch: ``ReplicaStalledError`` when ``replica`` is found hung."""
         self._watch_stalls()
         return await self.stalls.watched(key, replica, prompt_tokens, max_tokens, call)
+
+    async def _answers(self, replica: Hashable) -> bool:
+        """A suspect replica answers the runner's probe (slow, not hung)."""
+        return (isinstance(self.runner, HealthProbe) and isinstance(replica, int)
+                and await self.runner.probe(replica))
 
     def _stalled(self, replica: Hashable, exc: ReplicaDownError) -> None:
         """The stall watch found ``replica`` hung: out of service until a probe answers."""
