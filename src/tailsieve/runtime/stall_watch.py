@@ -115,7 +115,7 @@ class StallWatch:
             n_ctx = load.setdefault(p.replica, [0.0, 0.0])
             n_ctx[0] += 1
             n_ctx[1] += p.prompt_tokens
-        costs = {r: self._costs(r) for r in load}
+        costs: dict[Hashable, ReplicaConfig] = {}
         hung: set[Hashable] = set()
         for p in self._pieces.values():
             if p.stalled or p.replica in hung:
@@ -124,10 +124,15 @@ class StallWatch:
             if got is not None and got != p.last_tokens:
                 p.last_tokens, p.last_s = got, now
                 continue
+            waited = now - p.last_s
+            if waited <= self.settings.floor_s:
+                continue  # never a suspect within the floor (nothing to price)
+            if p.replica not in costs:
+                costs[p.replica] = self._costs(p.replica)
             n, ctx = load[p.replica]
             expected = piece_time_s(costs[p.replica], int(n), ctx, p.prompt_tokens,
                                     p.max_tokens)
-            if now - p.last_s > self.settings.limit_s(expected):
+            if waited > self.settings.limit_s(expected):
                 hung.add(p.replica)
         return list(hung)
 
