@@ -234,7 +234,11 @@ async def test_a_suspect_that_answers_its_probe_is_slow_not_hung() -> None:
     watch.start("a", 0, 0, 1, lambda: stopped.append("a"))
     watch.start("b", 1, 0, 1, lambda: stopped.append("b"))
     clock.t = 50.0
-    loop = asyncio.ensure_future(watch.run(lambda r, e: told.append(r), answers))  # type: ignore[arg-type]
+    def on_stall(r: object, e: object) -> None:
+        assert isinstance(r, int)
+        told.append(r)
+
+    loop = asyncio.ensure_future(watch.run(on_stall, answers))
     while not told:
         await asyncio.sleep(0.001)
     loop.cancel()

@@ -18,10 +18,11 @@ turns move mid-turn (``midturn``; behind the balance gate): at once where the ru
 interrupt a running piece (``PieceInterrupter``: SGLang, streamed vLLM pieces; a turn then
 runs as one piece unless ``piece_tokens`` is given), else at the running piece's end. The
 book moves a turn when its next piece starts on the destination. A replica that fails
-(``runtime.faults``: unreachable, its engine died, a stream cut, or hung: no progress for longer
-than its cost model expects, ``runtime.stall_watch``) is taken out (probed every ``probe_interval_s`` when the runner can
-probe) and each turn running there continues on a healthy replica from its last seam: nothing
-is lost or generated twice. A crash of the mid-turn rebalancer is logged, counted in
+(``runtime.faults``: unreachable, its engine died, a stream cut, or hung: no progress for
+longer than its cost model expects, ``runtime.stall_watch``) is taken out (probed every
+``probe_interval_s`` when the runner can probe) and each turn running there continues on a
+healthy replica from its last seam (a streamed piece keeps what it streamed): nothing is lost
+or generated twice. A crash of the mid-turn rebalancer is logged, counted in
 ``stats().rebalancer_crashes`` and turns moves off (``moves_off_reason``); it never passes
 silently and never fails a turn.
 """
@@ -285,9 +286,9 @@ class SessionGateway:
     # -- placement -------------------------------------------------------------------------------
 
     async def place(self, req: TurnRequest) -> Placement:
-        """Where turn ``req`` runs (also for turns the caller sends itself, e.g. verl's
-        whole turns): the router's decision; a replica out of service is never chosen (the least loaded
-        healthy one is: "home-down" when the router chose the session's home, else
+        """Where turn ``req`` runs (also for turns the caller sends itself, e.g. verl's whole
+        turns): the router's decision; a replica out of service is never chosen (the least
+        loaded healthy one is: "home-down" when the router chose the session's home, else
         "fallback")."""
         await self.health.wait_any(self.config.no_replica_timeout_s)
         views = self.book.views(self.now())
