@@ -4,7 +4,9 @@ A piece's prompt is token ids (vLLM: ``prompt`` as a list of ids; SGLang: ``inpu
 turn continues on any replica exactly from its last seam. Requests go through a
 ``runtime.transport.Transport`` (``LeanTransport`` by default, a stub in tests); request errors
 (HTTP 5xx, malformed JSON) are retried with exponential backoff, then raised; HTTP 4xx is not
-retried; a dead replica raises ``ReplicaDownError`` at once. The server's count of cached
+retried; a replica fault (``runtime.faults``: unreachable, its engine died, a stream cut or
+ending in the engine's error message) raises ``ReplicaDownError`` at once, carrying what a
+streamed piece delivered before it (``partial``). The server's count of cached
 prompt tokens is read where it reports one (vLLM with ``--enable-prompt-tokens-details``:
 ``usage.prompt_tokens_details.cached_tokens``; SGLang: ``meta_info.cached_tokens``).
 
@@ -40,7 +42,13 @@ from tailsieve.runtime.backends import (
 from tailsieve.runtime.lean_http import LeanTransport
 from tailsieve.runtime.sessions.pieces import FINISH_REASONS, PieceOutput, PieceRequest
 from tailsieve.runtime.sessions.streamed import StreamedPiece, finished
-from tailsieve.runtime.transport import JSON, ReplicaDownError, RequestError, Transport
+from tailsieve.runtime.transport import (
+    JSON,
+    ReplicaDownError,
+    RequestError,
+    Transport,
+    probe_health,
+)
 
 ABORT_TRIES = 3  # SGLang: /abort_request is sent again while the piece still runs
 ABORT_RETRY_S = 0.5  # (an abort that arrives before the server registered the rid is lost)
@@ -180,8 +188,12 @@ class HttpPieceRunner:
                     await task
         if task.cancelled() or got.closed:
             return got.output(interrupted=True)
-        task.result()
-        finished(got, where)
+        try:
+            task.result()
+            finished(got, where)
+        except ReplicaDownError as exc:  # a cut stream: what came is kept (runtime.faults)
+            exc.partial = got.output(interrupted=True)
+            raise
         return got.output()
 
     async def _abort(self, replica: int, request_id: str) -> None:
@@ -195,13 +207,8 @@ class HttpPieceRunner:
                 return
 
     async def probe(self, replica: int) -> bool:
-        """``GET /health`` answers 200."""
-        try:
-            status, _ = await self._t.get(self._base(replica) + "/health",
-                                          self._health_timeout_s)
-        except ReplicaDownError:
-            return False
-        return status == 200
+        """``GET /health`` answers 200 within the health timeout."""
+        return not await probe_health(self._t, self._base(replica), self._health_timeout_s)
 
     async def tokenize(self, text: str, replica: int = 0) -> tuple[int, ...]:
         """``text`` as ``replica``'s tokenizer gives it, without special tokens (vLLM's

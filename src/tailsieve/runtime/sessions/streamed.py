@@ -25,8 +25,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from tailsieve.runtime.faults import RequestError, check_finished
 from tailsieve.runtime.sessions.pieces import FINISH_REASONS, PieceOutput, TokenDelta, TokenSink
-from tailsieve.runtime.transport import JSON, RequestError
+from tailsieve.runtime.transport import JSON
 
 
 @dataclass(slots=True)
@@ -157,6 +158,6 @@ class StreamedPiece:
 
 
 def finished(piece: StreamedPiece, where: str) -> None:
-    """A stream that ended must have said why (else it was cut: a ``RequestError``)."""
-    if not piece.reason:
-        raise RequestError(f"{where}: stream ended without a finish reason")
+    """A stream that ended must have said why (else it was cut: a replica fault,
+    ``runtime.faults.check_finished``)."""
+    check_finished(where, {0: piece.reason}, (0,))
