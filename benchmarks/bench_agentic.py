@@ -12,10 +12,14 @@ Per cell, ``sim.agentic.compare.compare_policies``: every policy of a seed runs 
 trajectories; the speedup of a policy is, per seed, the mean over the measured steps of
 ``T_verl-sticky(t) / T_policy(t)``, then the mean over seeds with a 95% Student-t interval.
 Beside it: prefix-cache hit rate, re-prefilled tokens, moves per step at turn boundaries
-and mid-turn. The headline table gives per preset and R: TailSieve, the best other router
-and the length-knowing oracle over verl's default, and TailSieve's share of the oracle's
-gain. Last, the balance gate's run: TailSieve over ``--gate-steps`` steps of search-agent
-(where moves do not pay), which moves are on in which step.
+and mid-turn, preemptions. The bound is verl's step over the step's lower bound
+(``sim.agentic.bound``: no router passes it), paired the same way. The headline table gives
+per preset and R: TailSieve, the best other router, the length-informed policy (``place_turn``
+told the lengths: a policy, not a bound) and the bound over verl's default, and the share of
+the gap between verl's step and the bound that TailSieve and the best other router close
+(where the bound gains at most 5%, the cell is not routing-bound). Last, the balance gate's
+run: TailSieve over ``--gate-steps`` steps of search-agent (where moves do not pay), which
+moves are on in which step.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from tailsieve.sim.agentic.compare import AgenticSetup, replica_configs, setup_s
 from tailsieve.sim.agentic.policies import DEFAULT_POLICIES, policy_spec
 from tailsieve.sim.agentic.report import format_speedup, policy_table
 from tailsieve.sim.agentic.run import simulate_policy
+from tailsieve.sim.speedup_stats import t_interval
 from tailsieve.workload.agentic_presets import AGENTIC_PRESETS
 from tailsieve.workload.shipped import portable_path
 
@@ -107,33 +112,47 @@ def gate_run(args: argparse.Namespace) -> dict[str, Any]:
             "speedup_mean": sum(ratios) / len(ratios)}
 
 
+def _pct(x: float | None) -> str:
+    return f"{x:.0%}" if x is not None else "-"
+
+
 def headline(cells: list[dict[str, Any]], profile: str) -> list[str]:
     lines = [f"### {profile}", "",
-             "| preset | R | TailSieve | best other | oracle | TailSieve's share of the "
-             "oracle's gain | target at R = 8 |", "|---|---|---|---|---|---|---|"]
+             "| preset | R | TailSieve | best other | length-informed | bound | gap closed: "
+             "TailSieve / best other | TailSieve over best other (paired) | target at R = 8 |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for c in cells:
         if c["profile"] != profile:
             continue
         rows, best = c["policies"], c["best_other"]
         ts = format_speedup(rows["tailsieve"]) if "tailsieve" in rows else "-"
         bo = f"{best}: {format_speedup(rows[best])}" if best else "-"
-        orc = format_speedup(rows["oracle"]) if "oracle" in rows else "-"
-        share = c.get("tailsieve_oracle_share")
-        share_s = f"{share:.0%}" if share is not None else "-"
+        li = format_speedup(rows["length-informed"]) if "length-informed" in rows else "-"
+        bound = c.get("bound")
+        bound_s = format_speedup(bound) if bound else "-"
+        shares = (f"{_pct(c.get('tailsieve_gap_share'))} / {_pct(c.get('best_other_gap_share'))}"
+                  if c.get("routing_bound", True) else "not routing-bound (bound <= 1.05x)")
+        ratio = (format_speedup(dict(zip(("speedup", "ci_low", "ci_high"), t_interval(
+            [a / b for a, b in zip(rows["tailsieve"]["per_seed"], rows[best]["per_seed"],
+                                   strict=True)]), strict=True)))
+                 if best and "tailsieve" in rows else "-")
         target = f">= {TARGETS[c['preset']]:.2f}x" if c["replicas"] == 8 and \
             c["preset"] in TARGETS else ""
-        lines.append(f"| {c['preset']} | {c['replicas']} | {ts} | {bo} | {orc} | {share_s} | "
-                     f"{target} |")
+        lines.append(f"| {c['preset']} | {c['replicas']} | {ts} | {bo} | {li} | {bound_s} | "
+                     f"{shares} | {ratio} | {target} |")
     return [*lines, ""]
 
 
 def render(args: argparse.Namespace, cells: list[dict[str, Any]]) -> str:
     cmd = "PYTHONPATH=src python benchmarks/bench_agentic.py --out benchmarks/results/agentic"
     out = ["# Agentic rollouts (simulated)", "",
-           f"Command: `{cmd}`", "",
+           f"Command: `{cmd}` (this run: profiles {', '.join(args.profiles)}; R = "
+           f"{', '.join(map(str, args.replicas))}; presets {', '.join(args.presets)})", "",
            f"{args.groups} groups x {args.group_size}, {args.seeds} seeds, "
            f"{args.warmup_steps} warm-up + {args.measured_steps} measured steps; speedup = "
-           "paired T_verl-sticky / T_policy with a 95% Student-t interval over seeds.", "",
+           "paired T_verl-sticky / T_policy with a 95% Student-t interval over seeds. The "
+           "bound is T_verl-sticky over the step's lower bound (no router passes it); gap "
+           "closed = (T_verl - T_policy) / (T_verl - T_bound).", "",
            "## Headline: over verl's default", ""]
     for profile in args.profiles:
         out += headline(cells, profile)
@@ -147,7 +166,7 @@ def render(args: argparse.Namespace, cells: list[dict[str, Any]]) -> str:
     out += ["## Every cell", ""]
     for c in cells:
         out += [f"### {c['profile']} / {c['preset']} / R = {c['replicas']}", "",
-                policy_table(c["policies"]), ""]
+                policy_table(c["policies"], c.get("bound")), ""]
     return "\n".join(out) + "\n"
 
 

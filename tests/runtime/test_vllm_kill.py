@@ -74,8 +74,10 @@ async def served_name(url: str) -> str:
 
 
 class WatchedTransport(LeanTransport):
-    """The executor's own transport; ``victim_streamed`` is set when a streamed chunk arrives
-    from ``victim_url`` (client-side evidence that the victim is decoding)."""
+    """The executor's own transport; ``victim_streamed`` is set when a streamed token arrives
+    from ``victim_url`` (client-side evidence that the victim is decoding). Only a choice with
+    a token counts: not the usage chunk, nor the engine's error message (vLLM's front end
+    ends a stream with one when its worker died; the transport raises it as a replica fault)."""
 
     def __init__(self, victim_url: str) -> None:
         super().__init__()
@@ -86,9 +88,15 @@ class WatchedTransport(LeanTransport):
         self, url: str, payload: JSON, timeout_s: float | None
     ) -> AsyncIterator[JSON]:
         async for obj in super().stream_json(url, payload, timeout_s):
-            if url.startswith(self.victim_url):
+            if url.startswith(self.victim_url) and has_token(obj):
                 self.victim_streamed.set()
             yield obj
+
+
+def has_token(chunk: JSON) -> bool:
+    """A streamed chunk carries at least one generated token of a choice."""
+    return any(isinstance(c, dict) and (c.get("token_ids") or c.get("text"))
+               for c in chunk.get("choices") or ())
 
 
 async def running_on(url: str) -> float:

@@ -118,11 +118,14 @@ def test_round_robin_cycles(config: ReplicaConfig) -> None:
     assert picks == [0, 1, 2, 0, 1, 2]
 
 
-def test_oracle_needs_lengths_and_uses_them(config: ReplicaConfig) -> None:
+def test_length_informed_needs_lengths_and_uses_them(config: ReplicaConfig) -> None:
     with pytest.raises(ConfigError, match="remaining"):
-        make_router("oracle")
+        make_router("length-informed")
+    with pytest.raises(ConfigError, match="remaining"):
+        make_router("oracle")  # its former name, still understood
+    assert SessionPolicy.ORACLE is SessionPolicy.LENGTH_INFORMED
     left = {("long", 1): 20000.0, ("short", 1): 50.0}
-    r = make_router("oracle", remaining=lambda sid, t: left.get((sid, t), 0.0))
+    r = make_router("length-informed", remaining=lambda sid, t: left.get((sid, t), 0.0))
     views = [view(config, 0, 30, 8000), view(config, 1, 12, 8000)]
     # told the lengths: a long turn leaves a crowded home, a short one is not worth moving
     assert r.choose(_turn("long", 1, 8000, 0, new=100), views, 50.0).moved

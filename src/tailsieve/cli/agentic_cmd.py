@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
+from tailsieve.cli import checks
+from tailsieve.core.training_step import DEFAULT_ROLLOUT_SHARE, step_speedup
 from tailsieve.model.profiles import DEFAULT_PROFILE
 
 agentic_app = typer.Typer(
@@ -31,7 +33,7 @@ def simulate(
     replicas: Annotated[int, typer.Option("--replicas", help="Replicas R.")] = 8,
     policies: Annotated[str, typer.Option(
         "--policies", help="Comma-separated policies (verl-sticky is always added as the "
-                           "reference); default: every router and tailsieve, oracle.")] = "",
+                           "reference); default: every router, tailsieve and length-informed.")] = "",
     seeds: Annotated[int, typer.Option("--seeds", help="Seeds (paired).")] = 5,
     profile: Annotated[str, typer.Option(
         "--profile", help="Throughput profile (name or file).")] = DEFAULT_PROFILE,
@@ -42,9 +44,15 @@ def simulate(
     ] = 2,
     measured_steps: Annotated[int, typer.Option("--measured-steps", help="Measured steps.")] = 2,
     out: Annotated[Path | None, typer.Option("--out", help="Write the JSON result here.")] = None,
+    rollout_share: Annotated[
+        float, typer.Option("--rollout-share", help=checks.ROLLOUT_SHARE_HELP)
+    ] = DEFAULT_ROLLOUT_SHARE,
 ) -> None:
-    """Step time of each policy over verl's default (95% interval over seeds), prefix-cache
-    hit rate, re-prefilled tokens and moves per step."""
+    """Step time of each policy over verl's default (95% interval over seeds; and the training
+    step's speedup at --rollout-share), prefix-cache hit rate, re-prefilled tokens and moves
+    per step, and the step's lower bound (no router passes it) with the share of verl's gap to
+    it that each policy closes."""
+    share = checks.rollout_share(rollout_share)
     from tailsieve.sim.agentic.api import simulate_agentic
     from tailsieve.sim.agentic.policies import DEFAULT_POLICIES
     from tailsieve.sim.agentic.report import policy_table
@@ -53,9 +61,20 @@ def simulate(
     res = simulate_agentic(preset, replicas, names, seeds, profile, groups, group_size,
                            warmup_steps, measured_steps)
     print(f"{preset}, R = {replicas}, {profile}, {groups} x {group_size}, {seeds} seeds")
-    print(policy_table(res["policies"]))
-    share = res["tailsieve_oracle_share"]
-    if share is not None:
-        print(f"TailSieve's share of the oracle's gain: {share:.0%}")
+    print(policy_table(res["policies"], res["bound"]))
+    print(training_step_line(res["policies"], share))
+    gap_share = res["tailsieve_gap_share"]
+    if not res["routing_bound"]:
+        print("The bound gains at most 5% over verl's default: not routing-bound.")
+    elif gap_share is not None:
+        print(f"TailSieve closes {gap_share:.0%} of the gap between verl's step and the bound.")
     if out is not None:
         out.write_text(json.dumps(res, indent=1))
+
+
+def training_step_line(rows: dict[str, dict[str, Any]], rollout_share: float) -> str:
+    """Each policy's rollout speedup over verl's default with the training step's."""
+    cells = ", ".join(f"{p} {r['speedup']:.3f}x -> {step_speedup(r['speedup'], rollout_share):.3f}x"
+                      for p, r in rows.items() if r.get("speedup", 0) > 0)
+    return (f"Training step where the rollout is {rollout_share:.2f} of it (--rollout-share), "
+            f"rollout -> step over verl-sticky: {cells}")

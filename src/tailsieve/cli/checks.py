@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from tailsieve.core.training_step import check_rollout_share
 from tailsieve.errors import ConfigError
 from tailsieve.runtime.backends import PromptInput
 
@@ -145,3 +146,19 @@ def output_files(*pairs: tuple[Path | None, str]) -> None:
     for path, flag in pairs:
         if path is not None:
             output_file(path, flag)
+
+
+ROLLOUT_SHARE_HELP = (
+    "The rollout's share of a training step, in (0, 1]: every rollout speedup is printed with "
+    "the training step's, 1 / ((1 - share) + share / speedup). Default 0.7, the share verl "
+    "reports for DAPO on a 32B model (docs/training-step.md).")
+
+
+def rollout_share(share: float, flag: str = "--rollout-share") -> float:
+    """``share`` if it is in (0, 1] (``core.training_step.check_rollout_share``); else
+    ``ConfigError`` naming the flag."""
+    try:
+        return check_rollout_share(share)
+    except ConfigError:
+        raise ConfigError(f"{flag} must be in (0, 1] (the rollout's share of a training step), "
+                          f"got {share}") from None

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tailsieve.cli import checks
+from tailsieve.core.training_step import DEFAULT_ROLLOUT_SHARE, step_speedup
 from tailsieve.report.headline import headline_sentences
 from tailsieve.report.html_report import write_report
 from tailsieve.report.run_data import load_run
@@ -79,14 +80,19 @@ def demo(
         str | None, typer.Option("--vllm-python", help="Real model: python of the vLLM venv "
                                  "(default $TAILSIEVE_VLLM_PYTHON, else .venv-vllm).")
     ] = None,
+    rollout_share: Annotated[
+        float, typer.Option("--rollout-share", help=checks.ROLLOUT_SHARE_HELP)
+    ] = DEFAULT_ROLLOUT_SHARE,
 ) -> None:
     """Start emulated replicas on 127.0.0.1, run a warm-up and STEPS steps with Uniform,
     per-request round-robin (uniform-requests) and TailSieve, interleaved step by step through
-    the live runtime, print the comparison and write an HTML report."""
+    the live runtime, print the comparison (each rollout speedup with the training step's at
+    --rollout-share) and write an HTML report."""
     checks.output_dir(out)
+    share = checks.rollout_share(rollout_share)
     if real_model is not None or endpoints:
         _real(out, real_model, endpoints, replicas, groups, group_size, steps, max_tokens,
-              vllm_python, progress)
+              vllm_python, progress, share)
         return
     replicas, groups = replicas or 8, groups or 64
     group_size, steps = group_size or 8, steps or 10
@@ -126,12 +132,12 @@ def demo(
         results = event_loop.run(run_demo(cfg, on_policy=on_policy))
     unit = (f"emulated s = seconds on the emulated replicas ({time_scale:g} x the modelled "
             f"{profile} seconds)")
-    _print(console, out, results, "emulated replicas", "emulated s", unit, t0)
+    _print(console, out, results, "emulated replicas", "emulated s", unit, t0, share)
 
 
 def _real(out: Path, model: Path | None, endpoints: str | None, replicas: int | None,
           groups: int | None, group_size: int | None, steps: int | None, max_tokens: int,
-          python: str | None, progress: bool) -> None:
+          python: str | None, progress: bool, share: float) -> None:
     """The demo on real vLLM servers serving a real model (``runtime.demo_real``)."""
     urls = tuple(u.strip() for u in (endpoints or "").split(",") if u.strip())
     cfg = RealDemoConfig(
@@ -158,12 +164,13 @@ def _real(out: Path, model: Path | None, endpoints: str | None, replicas: int | 
         results = event_loop.run(run_real_demo(cfg, on_stage=stage))
     unit = ("s = wall seconds on the real servers; each policy samples its own responses to "
             "the same prompts (natural lengths), so a paired ratio also holds sampling noise")
-    _print(console, out, results, "real vLLM servers, real model", "s", unit, t0)
+    _print(console, out, results, "real vLLM servers, real model", "s", unit, t0, share)
 
 
 def _print(console: Console, out: Path, results: dict[str, PolicyResult], where: str,
-           seconds: str, unit: str, t0: float) -> None:
-    """The comparison table, the headline in words, and the report."""
+           seconds: str, unit: str, t0: float, share: float) -> None:
+    """The comparison table, the headline in words, and the report; every rollout speedup
+    with the training step's at rollout share ``share``."""
     rows = summaries(results)
     paired_cols = _steps_label(next((s["paired_steps"] for s in rows if s["paired_steps"]), []))
     table = Table(
@@ -172,29 +179,31 @@ def _print(console: Console, out: Path, results: dict[str, PolicyResult], where:
         caption=f"{unit}; paired "
                 f"speedup = mean of per-step reference/policy step-time ratios over "
                 f"{paired_cols}, reference uniform or uniform-requests (what a per-request load "
-                f"balancer already does); last 3 = the paper's steady column",
+                f"balancer already does); last 3 = the paper's steady column; in brackets: the "
+                f"training step's speedup where the rollout is {share:.2f} of the step "
+                f"(--rollout-share)",
         caption_justify="left",
     )
-    for col in ("policy", f"mean step ({seconds})", "over uniform", "over uniform-requests",
-                "last 3", "moves / step",
+    speedups = ("over uniform", "over uniform-requests", "last 3")
+    for col in ("policy", f"mean step ({seconds})", *speedups, "moves / step",
                 "q over steps", "m over steps", "tokens wasted"):
-        table.add_column(col)
+        table.add_column(col, no_wrap=col in speedups or col == "policy")
     for s in rows:
         table.add_row(
             s["policy"],
             f"{s['mean_step_s']:.2f}",
-            _x(s["paired_speedup"]),
-            _x(s["paired_speedup_vs_requests"]),
-            _x(s["speedup_vs_uniform"]),
+            _x(s["paired_speedup"], share),
+            _x(s["paired_speedup_vs_requests"], share),
+            _x(s["speedup_vs_uniform"], share),
             f"{s['moves_per_step']:.0f}",
             " ".join(map(str, s["q_trajectory"])),
             " ".join(map(str, s["m_trajectory"])),
             f"{100 * s['wasted_token_fraction']:.1f}%",
         )
     console.print(table)
-    for sentence in headline_sentences(load_run(out)):
+    for sentence in headline_sentences(load_run(out), share):
         console.print(sentence, highlight=False)
-    page = write_report(out)
+    page = write_report(out, rollout_share=share)
     console.print(f"report: {page}   ({time.perf_counter() - t0:.0f} s in all)")
 
 
@@ -205,5 +214,6 @@ def _steps_label(steps: list[int]) -> str:
         else f"step {steps[0]}"
 
 
-def _x(v: float | None) -> str:
-    return "-" if v is None else f"{v:.3f}x"
+def _x(v: float | None, share: float) -> str:
+    """A rollout speedup and, in brackets, the training step's at ``share``."""
+    return "-" if v is None or v <= 0 else f"{v:.3f}x ({step_speedup(v, share):.3f}x)"

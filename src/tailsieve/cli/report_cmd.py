@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from tailsieve.cli import checks
+from tailsieve.core.training_step import DEFAULT_ROLLOUT_SHARE
 from tailsieve.report.html_report import write_report
 
 
@@ -21,8 +23,11 @@ def report(
     out: Annotated[
         Path | None, typer.Option("--out", help="HTML file (default FOLDER/report.html).")
     ] = None,
+    rollout_share: Annotated[
+        float, typer.Option("--rollout-share", help=checks.ROLLOUT_SHARE_HELP)
+    ] = DEFAULT_ROLLOUT_SHARE,
 ) -> None:
     """Render a run folder into an HTML page with PNG plots (step times, q/m, timelines,
-    response lengths, capture rates)."""
-    path = write_report(folder, out)
+    response lengths, capture rates); every rollout speedup with the training step's."""
+    path = write_report(folder, out, checks.rollout_share(rollout_share))
     print(path)

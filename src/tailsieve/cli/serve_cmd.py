@@ -80,8 +80,8 @@ def serve(
     the servers, routing each client session (X-Session-ID, X-SMG-Routing-Key, the body's
     session_id or user) by TailSieve's priced session router and moving turns by
     continuation, invisibly to the client. Ctrl-C stops it."""
-    if policy == SessionPolicy.ORACLE.value:
-        raise ConfigError("the oracle policy knows future lengths: simulator only")
+    if parse_policy(policy) is SessionPolicy.LENGTH_INFORMED:
+        raise ConfigError("the length-informed policy knows future lengths: simulator only")
     for name, p in (("--port", port), ("--admin-port", admin_port)):
         if p is not None and not 0 <= p <= 65535:
             raise ConfigError(f"{name} must be in 0..65535, got {p}")

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tailsieve.cli import checks
+from tailsieve.core.training_step import DEFAULT_ROLLOUT_SHARE, step_speedup
 from tailsieve.errors import ConfigError
 from tailsieve.model.profiles import DEFAULT_PROFILE
 from tailsieve.sim.api import simulate as run_simulation
@@ -93,9 +94,14 @@ def simulate(
     out: Annotated[
         Path | None, typer.Option("--out", help="Write simulate.json into this folder.")
     ] = None,
+    rollout_share: Annotated[
+        float, typer.Option("--rollout-share", help=checks.ROLLOUT_SHARE_HELP)
+    ] = DEFAULT_ROLLOUT_SHARE,
 ) -> None:
     """Simulate policies on the same prompts and lengths; report steady step time, speedup
-    over uniform routing, controller trajectory, wasted tokens and ratio to the lower bound."""
+    over uniform routing (and the training step's at --rollout-share), controller trajectory,
+    wasted tokens and ratio to the lower bound."""
+    share = checks.rollout_share(rollout_share)
     for flag, v, low in (("--seeds", seeds, 1), ("--max-num-seqs", max_num_seqs, 0),
                          ("--kv-capacity", kv_capacity, 0), ("--piece-tokens", piece_tokens, 1),
                          ("--stream-interval", stream_interval, 1)):
@@ -109,7 +115,7 @@ def simulate(
         from tailsieve.cli.spec_sim import run_spec_cli
 
         run_spec_cli(workload, spec, spec_price, colocate, replicas, groups, group_size, steps,
-                     profile, seed, seeds, tail_strength, as_json, out)
+                     profile, seed, seeds, tail_strength, as_json, out, share)
         return
     result = run_simulation(
         workload, policies=policy, replicas=replicas, groups=groups, group_size=group_size,
@@ -127,10 +133,18 @@ def simulate(
     if as_json:
         print(json.dumps({**result.to_dict(), "diagnostics": result.diagnostics()}, indent=2))
         return
-    _print_table(result.settings, list(result.summaries.values()))
+    _print_table(result.settings, list(result.summaries.values()), share)
 
 
-def _print_table(meta: dict[str, Any], summaries: list[dict[str, Any]]) -> None:
+def _paired_or_steady(s: dict[str, Any]) -> float:
+    """The policy's paired speedup over uniform (its mean) where there is one, else its
+    steady one."""
+    st = s.get("paired_stat")
+    return float(st["mean"]) if isinstance(st, dict) else float(s["speedup_vs_uniform"])
+
+
+def _print_table(meta: dict[str, Any], summaries: list[dict[str, Any]],
+                 rollout_share: float = DEFAULT_ROLLOUT_SHARE) -> None:
     table = Table(
         title=(f"Simulated routing: {meta['workload']} (tail {meta['tail_strength']}), "
                f"R={meta['replicas']}, N={meta['groups']}x{meta['group_size']}, "
@@ -141,6 +155,8 @@ def _print_table(meta: dict[str, Any], summaries: list[dict[str, Any]]) -> None:
                 f"({meta['seeds']} seed(s); 95% t-interval over seeds); "
                 "LB ratio = step time / lower bound of the delivered batch, mean over steps; "
                 "capture = share of each step's q longest groups caught by the previous cutoff; "
+                f"step = the training step's speedup from paired (else speedup) where the "
+                f"rollout is {rollout_share:.2f} of the step (--rollout-share); "
                 "preempt = KV-capacity preemptions per step; moves = responses moved by "
                 "continuation per step (prefill s per step)",
         caption_justify="left",
@@ -148,7 +164,7 @@ def _print_table(meta: dict[str, Any], summaries: list[dict[str, Any]]) -> None:
     table.add_column("policy", no_wrap=True)
     preempt = any(s["preemptions_per_step"] > 0 for s in summaries)
     moves = any(s.get("moves_per_step", 0) > 0 for s in summaries)
-    cols = ("steady s", "speedup", "mean spd", "paired", "LB ratio", "wasted", *(
+    cols = ("steady s", "speedup", "mean spd", "paired", "step", "LB ratio", "wasted", *(
         ("preempt",) if preempt else ()), *(("moves",) if moves else ()), "capture", "q", "m")
     for col in cols:
         table.add_column(col, justify="right", no_wrap=True)
@@ -158,7 +174,9 @@ def _print_table(meta: dict[str, Any], summaries: list[dict[str, Any]]) -> None:
         paired = "-" if st is None else SpeedupStat(**{**st, "per_seed": ()}).label()
         table.add_row(
             s["policy"], f"{s['steady_step_s']:.2f}", f"{s['speedup_vs_uniform']:.3f}x",
-            f"{s['mean_speedup_vs_uniform']:.3f}x", paired, f"{s['lower_bound_ratio']:.3f}",
+            f"{s['mean_speedup_vs_uniform']:.3f}x", paired,
+            f"{step_speedup(_paired_or_steady(s), rollout_share):.3f}x",
+            f"{s['lower_bound_ratio']:.3f}",
             f"{100 * s['wasted_token_fraction']:.1f}%",
             *((f"{s['preemptions_per_step']:.1f}",) if preempt else ()),
             *((f"{s['moves_per_step']:.0f} ({s['prefill_s_per_step']:.1f} s)",) if moves else ()),

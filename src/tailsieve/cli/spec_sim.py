@@ -9,6 +9,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from tailsieve.core.training_step import DEFAULT_ROLLOUT_SHARE, step_speedup
 from tailsieve.sim.spec_api import BASELINE, simulate_spec
 
 _DESCRIBE = {
@@ -27,8 +28,9 @@ _DESCRIBE = {
 def run_spec_cli(workload: str, spec: str, spec_price: float, colocate: str, replicas: int,
                  groups: int, group_size: int, steps: int, profile: str, seed: int,
                  seeds: int, tail_strength: str | None, as_json: bool,
-                 out: Path | None) -> None:
-    """Run ``simulate_spec`` and print a table (or JSON); ``out``: write spec.json there."""
+                 out: Path | None, rollout_share: float = DEFAULT_ROLLOUT_SHARE) -> None:
+    """Run ``simulate_spec`` and print a table (or JSON); ``out``: write spec.json there. Each
+    speedup is printed with the training step's at ``rollout_share`` of the step."""
     res = simulate_spec(workload, spec=spec, spec_price=spec_price, colocate=colocate,
                         replicas=replicas, groups=groups, group_size=group_size, steps=steps,
                         profile=profile, seed=seed, seeds=seeds, tail_strength=tail_strength)
@@ -42,13 +44,17 @@ def run_spec_cli(workload: str, spec: str, spec_price: float, colocate: str, rep
     table = Table(title=f"Speculation ({spec}, price x{spec_price:g}) on {workload}, "
                         f"R={replicas}, N={groups}x{group_size}, profile {profile}, "
                         f"{seeds} seed(s); paired over {BASELINE} with the same speculation "
-                        "and gate (simulated)")
-    for col in ("variant", "speedup", "95% interval", "what it is"):
+                        "and gate (simulated)",
+                  caption=f"step = the training step's speedup where the rollout is "
+                          f"{rollout_share:.2f} of the step (--rollout-share)",
+                  caption_justify="left")
+    for col in ("variant", "speedup", "95% interval", "step", "what it is"):
         table.add_column(col)
     for name, mean in res.speedups.items():
         lo, hi = res.intervals[name]
         ci = "-" if lo is None or hi is None else f"{lo:.3f}-{hi:.3f}"
-        table.add_row(name, f"{mean:.3f}x", ci, _DESCRIBE.get(name, ""))
+        table.add_row(name, f"{mean:.3f}x", ci, f"{step_speedup(mean, rollout_share):.3f}x",
+                      _DESCRIBE.get(name, ""))
     console = Console(width=160)
     console.print(table)
     for c in res.colocation:

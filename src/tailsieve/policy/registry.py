@@ -9,6 +9,7 @@ from enum import Enum
 
 from tailsieve.errors import ConfigError
 from tailsieve.policy.base import RoutingPolicy
+from tailsieve.policy.colocate_tokens import ColocateTokensPolicy
 from tailsieve.policy.seer_oracle import SeerOraclePolicy
 from tailsieve.policy.streamrl_oracle import StreamRLOraclePolicy
 from tailsieve.policy.uniform import UniformPolicy
@@ -26,6 +27,7 @@ class PolicyName(str, Enum):
     STREAMRL_ORACLE = "streamrl-oracle"
     SEER_ORACLE = "seer-oracle"
     UNIFORM_REQUESTS = "uniform-requests"  # not in the paper: per-request round-robin
+    COLOCATE_TOKENS = "colocate-tokens"  # not in the paper: llm-d's burst mode, by tokens
 
 
 class PolicyRegistry:
@@ -60,13 +62,15 @@ def _key(name: str | PolicyName) -> str:
 
 
 def default_registry() -> PolicyRegistry:
-    """A registry holding the four paper baselines and per-request round-robin."""
+    """A registry holding the four paper baselines, per-request round-robin and llm-d's
+    token-balanced group co-location."""
     reg = PolicyRegistry()
     reg.register(PolicyName.UNIFORM, UniformPolicy)
     reg.register(PolicyName.UNIFORM_ORACLE, UniformOraclePolicy)
     reg.register(PolicyName.STREAMRL_ORACLE, StreamRLOraclePolicy)
     reg.register(PolicyName.SEER_ORACLE, SeerOraclePolicy)
     reg.register(PolicyName.UNIFORM_REQUESTS, UniformRequestsPolicy)
+    reg.register(PolicyName.COLOCATE_TOKENS, ColocateTokensPolicy)
     return reg
 
 

@@ -1,6 +1,8 @@
 """The result of a run in words: speedup over the baseline a user already has (per-request
 round-robin, ``uniform-requests``, when the run holds it) and over Uniform, each with a 95%
-interval, step times, tokens wasted, final q and m. Pure functions of ``RunData`` (no I/O); the HTML report prints them first.
+interval, step times, tokens wasted, final q and m; each rollout speedup with the training step's
+speedup at a stated rollout share of the step (``core.training_step``). Pure functions of
+``RunData`` (no I/O); the HTML report prints them first.
 
 The speedup is paired: the same step number of two policies ran the same fresh prompts and (in
 replay) the same lengths, so the interval resamples *steps* (a percentile bootstrap of
@@ -14,6 +16,11 @@ from typing import Any
 
 import numpy as np
 
+from tailsieve.core.training_step import (
+    DEFAULT_ROLLOUT_SHARE,
+    check_rollout_share,
+    step_speedup,
+)
 from tailsieve.report.run_data import RunData
 from tailsieve.sim.speedup_stats import STEADY_FROM
 
@@ -164,7 +171,7 @@ def _s(x: float | None, unit: str = "s") -> str:
     return "n/a" if x is None else f"{x:.2f} {unit}"
 
 
-def _speedup_sentence(name: str, sp: PairedSpeedup, unit: str) -> str:
+def _speedup_sentence(name: str, sp: PairedSpeedup, unit: str, rollout_share: float) -> str:
     ci = (
         f" (95% interval {sp.low:.3f}x to {sp.high:.3f}x over {sp.num_steps} paired steps)"
         if sp.low is not None and sp.high is not None
@@ -178,8 +185,17 @@ def _speedup_sentence(name: str, sp: PairedSpeedup, unit: str) -> str:
     )
     return (
         f"{name} was {how}{ci}: a mean step of {_s(sp.policy_mean_s, unit)} against "
-        f"{_s(sp.reference_mean_s, unit)} on the same prompts ({_from(sp.first_step)})."
+        f"{_s(sp.reference_mean_s, unit)} on the same prompts ({_from(sp.first_step)}). "
+        f"{training_step_words(sp.speedup, rollout_share)}"
     )
+
+
+def training_step_words(rollout_speedup: float, rollout_share: float) -> str:
+    """The training step's speedup that a rollout speedup gives at ``rollout_share``."""
+    step = step_speedup(rollout_speedup, rollout_share)
+    return (f"Where the rollout is {100 * rollout_share:.0f}% of a training step "
+            f"(--rollout-share), a {rollout_speedup:.3f}x rollout makes the training step "
+            f"{step:.3f}x.")
 
 
 def _from(first_step: int) -> str:
@@ -188,9 +204,11 @@ def _from(first_step: int) -> str:
     return f"from step {first_step}: the warm-up and the controller's first steps excluded"
 
 
-def headline_sentences(run: RunData) -> list[str]:
+def headline_sentences(run: RunData, rollout_share: float = DEFAULT_ROLLOUT_SHARE) -> list[str]:
     """The headline as a few plain sentences (HTML-free): first against the baseline a user
-    already has (``uniform-requests``) when the run holds it, then against Uniform."""
+    already has (``uniform-requests``) when the run holds it, then against Uniform; each
+    speedup with the training step's at ``rollout_share`` of the step."""
+    check_rollout_share(rollout_share)
     pol = main_policy(run)
     if pol is None:
         return ["This run holds no step records to summarise."]
@@ -201,7 +219,7 @@ def headline_sentences(run: RunData) -> list[str]:
     pairs = [paired_speedup(run, pol, reference=ref) for ref in (USER_BASELINE, REFERENCE)]
     found = [sp for sp in pairs if sp is not None]
     for sp in found:
-        out.append(_speedup_sentence(name, sp, unit))
+        out.append(_speedup_sentence(name, sp, unit, rollout_share))
     if found:
         ref = policy_facts(run, found[0].reference)
         if facts.steady_step_s is not None and ref.steady_step_s is not None:

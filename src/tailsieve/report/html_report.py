@@ -2,7 +2,9 @@
 over Uniform with its 95% interval, step times, tokens wasted, final q and m), then a table with
 human column names and units (empty columns left out), the diagnostics of where the step time
 went (``docs/diagnostics.md``), then the plots (PNGs embedded as base64;
-step-time axes from zero; the same step of every policy side by side)."""
+step-time axes from zero; the same step of every policy side by side). Every rollout speedup
+is printed with the training step's speedup at the stated rollout share of the step
+(``core.training_step``; docs/training-step.md)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tailsieve.core.training_step import (
+    DEFAULT_ROLLOUT_SHARE,
+    check_rollout_share,
+    step_speedup,
+)
 from tailsieve.report import plots
 from tailsieve.report.headline import headline_sentences
 from tailsieve.report.run_data import RunData, load_run
@@ -45,12 +52,25 @@ COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
 )
 
 
+SPEEDUP_KEYS = frozenset({"mean_speedup_vs_uniform", "speedup_vs_uniform", "paired_speedup",
+                          "paired_speedup_vs_requests"})
+"""Summary columns that hold a rollout speedup: their cells also give the training step's."""
+
+
+def with_step(v: float, rollout_share: float) -> str:
+    """A rollout speedup cell with the training step's speedup: ``1.120x (step 1.083x)``."""
+    return f"{v:.3f}x (step {step_speedup(v, rollout_share):.3f}x)"
+
+
 def _filled(v: Any) -> bool:
     return v is not None and v != [] and v != ""
 
 
-def write_report(folder: str | Path, out: str | Path | None = None) -> Path:
-    """Render ``folder``'s run into ``out`` (default ``folder/report.html``) with PNGs beside it."""
+def write_report(folder: str | Path, out: str | Path | None = None,
+                 rollout_share: float = DEFAULT_ROLLOUT_SHARE) -> Path:
+    """Render ``folder``'s run into ``out`` (default ``folder/report.html``) with PNGs beside it;
+    training-step speedups at ``rollout_share`` of the step."""
+    check_rollout_share(rollout_share)
     run = load_run(folder)
     root = Path(folder)
     target = Path(out) if out is not None else root / "report.html"
@@ -81,13 +101,13 @@ def write_report(folder: str | Path, out: str | Path | None = None) -> Path:
     add("Delivered response lengths (CDF)",
         plots.length_distributions(run, png_dir / "lengths.png"))
     add("Capture rate versus rho", plots.capture_rates(run, png_dir / "capture.png"))
-    target.write_text(render_html(run, figures))
+    target.write_text(render_html(run, figures, rollout_share))
     return target
 
 
-def summary_table(run: RunData) -> str:
+def summary_table(run: RunData, rollout_share: float = DEFAULT_ROLLOUT_SHARE) -> str:
     """The per-policy table: human column names with units; columns empty for every policy
-    are left out."""
+    are left out; a speedup cell also gives the training step's at ``rollout_share``."""
     cols = [c for c in COLUMNS if any(_filled(s.get(c[0])) for s in run.summaries)]
     if not run.summaries or not cols:
         return "<p>No per-policy summary in this run.</p>"
@@ -95,11 +115,24 @@ def summary_table(run: RunData) -> str:
     rows = []
     for s in run.summaries:
         cells = "".join(
-            f"<td>{html.escape(fmt(s[key]) if _filled(s.get(key)) else '')}</td>"
+            f"<td>{html.escape(_summary_cell(s.get(key), key, fmt, rollout_share))}</td>"
             for key, _, fmt in cols
         )
         rows.append(f"<tr>{cells}</tr>")
-    return f'<table id="summary"><tr>{head}</tr>{"".join(rows)}</table>'
+    note = ""
+    if any(key in SPEEDUP_KEYS for key, _, _ in cols):
+        note = (f'<p id="step-share">Speedups are of the rollout; (step ...) is the training '
+                f"step's at a rollout share of {rollout_share:.2f} of the step "
+                "(1 / ((1 - share) + share / speedup); --rollout-share).</p>")
+    return f'<table id="summary"><tr>{head}</tr>{"".join(rows)}</table>{note}'
+
+
+def _summary_cell(v: Any, key: str, fmt: Callable[[Any], str], rollout_share: float) -> str:
+    if not _filled(v):
+        return ""
+    if key in SPEEDUP_KEYS and isinstance(v, int | float) and v > 0:
+        return with_step(float(v), rollout_share)
+    return fmt(v)
 
 
 def _setting(v: Any) -> str:
@@ -138,9 +171,10 @@ def _cell(fmt: str, v: Any) -> str:
     return "" if v is None else html.escape(fmt.format(v))
 
 
-def diagnostics_html(run: RunData) -> str:
-    """The per-policy diagnostics summary, the paired statistic and, per protocol policy, the
-    per-step table of where the time went (``docs/diagnostics.md``)."""
+def diagnostics_html(run: RunData, rollout_share: float = DEFAULT_ROLLOUT_SHARE) -> str:
+    """The per-policy diagnostics summary, the paired statistic (with the training step's
+    speedup at ``rollout_share``) and, per protocol policy, the per-step table of where the
+    time went (``docs/diagnostics.md``)."""
     parts = []
     rows = []
     for s in run.summaries:
@@ -150,7 +184,9 @@ def diagnostics_html(run: RunData) -> str:
         paired = "" if not isinstance(st, dict) else (
             f"{st['mean']:.3f}x" + (f" [{st['ci_low']:.3f}, {st['ci_high']:.3f}]"
                                      if st.get("ci_low") is not None else "")
-            + f" ({st['num_seeds']} seed(s), steps >= {st['steady_from']})")
+            + f" ({st['num_seeds']} seed(s), steps >= {st['steady_from']}); step "
+            f"{step_speedup(st['mean'], rollout_share):.3f}x at rollout share "
+            f"{rollout_share:.2f}")
         cells = "".join(f"<td>{html.escape(_fmt(d.get(k)))}</td>" for k in DIAG_KEYS)
         rows.append(f"<tr><td>{html.escape(str(s.get('policy')))}</td>"
                     f"<td>{html.escape(paired)}</td>{cells}</tr>")
@@ -175,8 +211,10 @@ def diagnostics_html(run: RunData) -> str:
             + "".join(parts))
 
 
-def render_html(run: RunData, figures: list[tuple[str, Path]]) -> str:
-    headline = "".join(f"<li>{html.escape(x)}</li>" for x in headline_sentences(run))
+def render_html(run: RunData, figures: list[tuple[str, Path]],
+                rollout_share: float = DEFAULT_ROLLOUT_SHARE) -> str:
+    headline = "".join(f"<li>{html.escape(x)}</li>"
+                       for x in headline_sentences(run, rollout_share))
     settings = "".join(
         f"<li><b>{html.escape(str(k))}</b>: {html.escape(_setting(v))}</li>"
         for k, v in run.settings.items()
@@ -199,8 +237,8 @@ th{{background:#f0f0f0;text-align:left}}td{{text-align:right}}td:first-child{{te
 figure{{margin:1.5em 0}}img{{max-width:100%}}figcaption{{color:#555}}</style></head>
 <body><h1 id="title">TailSieve report ({html.escape(run.kind)})</h1>
 <ul id="headline">{headline}</ul>
-<h2>Per policy</h2>{summary_table(run)}
-{diagnostics_html(run)}
+<h2>Per policy</h2>{summary_table(run, rollout_share)}
+{diagnostics_html(run, rollout_share)}
 <h2>Figures</h2>
 <div id="figures" data-count="{len(figures)}">{"".join(figs)}</div>
 <details><summary>Settings and source</summary>

@@ -4,9 +4,10 @@ A group is sent either as one request with ``n = group_size`` or as ``group_size
 requests (``split_groups``, the default; always for a spread group, whose responses go to
 several replicas): then the executor knows, at an abort, how many
 responses had finished and how many tokens they hold, and in replay mode each response gets its
-own forced length. Request errors (HTTP 5xx, malformed JSON) are retried here with exponential
-backoff; a dead replica (``ReplicaDownError``) is not retried here: the executor regenerates the
-whole group elsewhere.
+own forced length. What an answer means is ``runtime.faults``'s: request errors (HTTP 5xx,
+malformed JSON) are retried here with exponential backoff; a replica fault (``ReplicaDownError``:
+unreachable, its engine died, a stream cut or the engine's error message, a stall) is not
+retried here: the executor regenerates the whole group elsewhere.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ from tailsieve.runtime.backends import (
     build_request,
     parse_response,
 )
-from tailsieve.runtime.transport import JSON, ReplicaDownError, RequestError, Transport
+from tailsieve.runtime.faults import ReplicaDownError, RequestError, check_finished, refused
+from tailsieve.runtime.stall_watch import StallSettings, StallWatch
+from tailsieve.runtime.transport import JSON, Transport
 
 ForcedLength = Callable[[str, int], int]  # (prompt_id, sample) -> forced generated tokens
 
@@ -53,6 +56,7 @@ class ExecutorConfig:
     piece_tokens: int | None = None  # continuation: max tokens per piece (None = no bound)
     stream_interval: int | None = None  # streaming on vLLM: tokens per streamed chunk (vLLM's
     # per-request stream_interval, checked on vLLM 0.32); None: every token
+    stall: StallSettings = field(default_factory=StallSettings)  # when a replica is hung
 
     def __post_init__(self) -> None:
         if self.max_retries < 0:
@@ -137,8 +141,10 @@ class GroupAttempt:
         group_size: int,
         forced_length: ForcedLength | None,
         progress: AttemptProgress,
+        stalls: StallWatch | None = None,
     ) -> None:
         self._t = transport
+        self._stalls = stalls  # hung replicas: a request without progress is a fault
         bases = [base_url] * group_size if isinstance(base_url, str) else list(base_url)
         if len(bases) != group_size:
             raise ConfigError(f"{len(bases)} replica URLs for a group of {group_size}")
@@ -200,11 +206,7 @@ class GroupAttempt:
             if self._cfg.backend is Backend.SGLANG:
                 body["rid"] = uuid.uuid4().hex  # per-request abort (POST /abort_request)
             try:
-                if self._cfg.stream:
-                    out = await self._streamed(url, body, sample, n, where)
-                else:
-                    raw = await self._t.post_json(url, body, self._cfg.request_timeout_s)
-                    out = parse_response(self._cfg.backend, raw, n, where)
+                out = await self._watched(url, body, sample, n, where, forced)
                 break
             except asyncio.CancelledError:
                 if self._cfg.backend is Backend.SGLANG:  # shielded: the step's clean-up may
@@ -217,7 +219,7 @@ class GroupAttempt:
                 raise
             except ReplicaDownError as exc:
                 self.down_sample = sample
-                if _refused(exc):  # the server was gone before these requests: none generated
+                if refused(exc):  # the server was gone before these requests: none generated
                     for s in [s for s, u in enumerate(self._urls) if u == url]:
                         self.progress.started_s.pop(s, None)
                 raise
@@ -238,6 +240,26 @@ class GroupAttempt:
             self.progress.num_finished += 1
             self.progress.finished_tokens += r.num_tokens
         return out
+
+    async def _watched(self, url: str, body: JSON, sample: int, n: int, where: str,
+                       forced: int | None) -> list[Response]:
+        """One request, under the stall watch when there is one."""
+        if self._cfg.stream:
+            call = self._streamed(url, body, sample, n, where)
+        else:
+            call = self._posted(url, body, n, where)
+        if self._stalls is None:
+            return await call
+        cap = forced if forced is not None else self._cfg.sampling.max_tokens
+        prompt_tokens = len(self._prompt.token_ids or ())
+        live = self.progress.live_tokens
+        return await self._stalls.watched(
+            (id(self), sample), url, prompt_tokens, cap, call,
+            (lambda: live.get(sample)) if self._cfg.stream else None)
+
+    async def _posted(self, url: str, body: JSON, n: int, where: str) -> list[Response]:
+        raw = await self._t.post_json(url, body, self._cfg.request_timeout_s)
+        return parse_response(self._cfg.backend, raw, n, where)
 
     async def _abort_sglang(self, url: str, rid: str) -> None:
         """SGLang notices a closed connection only at its next 4 s disconnect check: abort the
@@ -283,13 +305,12 @@ class GroupAttempt:
             if n == 1 and not sg and usage.get("completion_tokens") is not None and counts:
                 counts[0] = int(usage["completion_tokens"])
                 marks[0][-1] = counts[0]
-        if sorted(counts) != list(range(n)):
-            raise RequestError(f"{where}: stream ended with choices {sorted(counts)} of {n}")
+        check_finished(where, reasons, range(n))
         return [
             Response(
                 text="".join(texts[i]),
                 num_tokens=counts[i],
-                finish_reason=reasons.get(i, "unknown"),
+                finish_reason=reasons[i],
                 token_ids=tuple(ids[i]) if i in ids else None,
                 prompt_token_ids=None if prompt_ids is None else tuple(map(int, prompt_ids)),
                 chunk_times_s=tuple(times[i]),
@@ -297,18 +318,6 @@ class GroupAttempt:
             )
             for i in range(n)
         ]
-
-
-def _refused(exc: BaseException) -> bool:
-    """The connection was refused: the request never reached a server."""
-    e: BaseException | None = exc
-    for _ in range(8):
-        if e is None:
-            break
-        if isinstance(e, ConnectionRefusedError) or type(e).__name__ == "ClientConnectorError":
-            return True
-        e = e.__cause__ or e.__context__
-    return "refused" in str(exc).lower()
 
 
 def _chunk_items(chunk: JSON, sglang: bool) -> list[tuple[int, str, list[int] | None, int, str]]:

@@ -8,7 +8,8 @@ what a response has generated). Between two pieces a response can change replica
   streaming the tokens it streamed are kept as a piece; on SGLang the piece is aborted by id
   (``/abort_request``) and returns its partial output, which is kept; otherwise they are
   dropped and generated again on the destination (at most ``piece_tokens`` of them);
-- a fault (``ReplicaDownError``): the executor's ``relocate`` takes the replica out and names a
+- a fault (``ReplicaDownError``, ``runtime.faults``; streamed, the tokens it streamed are kept
+  as a piece): the executor's ``relocate`` takes the replica out and names a
   healthy one; the response continues there from its last seam. The group's other responses
   keep running where they are.
 
@@ -31,7 +32,6 @@ from tailsieve.runtime.attempt import (
     RequestFailedError,
     _all_or_first_error,
     _chunk_items,
-    _refused,
 )
 from tailsieve.runtime.backends import (
     Backend,
@@ -41,8 +41,10 @@ from tailsieve.runtime.backends import (
     parse_response,
 )
 from tailsieve.runtime.chain import Piece, ResponseChain, check_continuable
+from tailsieve.runtime.faults import ReplicaDownError, RequestError, check_finished, refused
 from tailsieve.runtime.running_index import RunningIndex
-from tailsieve.runtime.transport import JSON, ReplicaDownError, RequestError, Transport
+from tailsieve.runtime.stall_watch import StallWatch
+from tailsieve.runtime.transport import JSON, Transport
 
 ABORT_WAIT_S = 2.0  # how long a move waits for SGLang's aborted piece to return its output
 
@@ -102,8 +104,10 @@ class ChainedAttempt:
         forced_length: ForcedLength | None,
         progress: AttemptProgress,
         relocate: Relocate,
+        stalls: StallWatch | None = None,
     ) -> None:
         check_continuable(config.sampling)
+        self._stalls = stalls  # hung replicas: a piece without progress is a fault
         self._t = transport
         self.where = list(where)
         self._cfg = config
@@ -290,6 +294,9 @@ class ChainedAttempt:
             if self._index is not None and not self._cfg.stream:
                 self._index.piece_started((pid, i), self, replica, started - self._t0,
                                           _piece_cap(self._cfg, chain))
+            if self._stalls is not None:
+                self._stalls.start(req, url, self.prompt_tokens(i) + chain.num_generated, cap,
+                                   req.cancel, self._streamed_count(i))
             try:
                 await req  # a move cancels ``req``; cancelling this task cancels it too
             except asyncio.CancelledError:
@@ -306,14 +313,17 @@ class ChainedAttempt:
                     # this task is cancelled meanwhile, and then that cancellation propagates
                     await asyncio.wait({req})
                 self._inflight.pop(i, None)
+            stalled = self._stalls is not None and self._stalls.end(req)
             partial = self._partial.pop(i, None)
             ended = asyncio.get_running_loop().time()
             self.progress.started_s.pop(i, None)
             self.progress.caps.pop(i, None)
             if req.cancelled() or isinstance(req.exception(), ReplicaDownError):
                 exc = None if req.cancelled() else req.exception()
+                if stalled and self._stalls is not None:
+                    exc = self._stalls.error(url)
                 dropped = self._keep_partial(chain, partial, replica)
-                if dropped or not (self._cfg.stream or (exc is not None and _refused(exc))):
+                if dropped or not (self._cfg.stream or (exc is not None and refused(exc))):
                     # its tokens are decoded again: counted where streamed, else estimated
                     self.progress.lost.append(LostPiece(i, started, ended, cap, dropped,
                                                         estimate=not self._cfg.stream))
@@ -343,6 +353,12 @@ class ChainedAttempt:
         self.progress.finished_tokens += final.num_tokens
         self.progress.live_tokens.pop(i, None)
         return [final]
+
+    def _streamed_count(self, sample: int) -> Callable[[], int | None] | None:
+        """Streaming: reads the tokens the running piece of ``sample`` streamed so far."""
+        if not self._cfg.stream:
+            return None
+        return lambda: len(p.ids) if (p := self._partial.get(sample)) is not None else None
 
     def _keep_partial(self, chain: ResponseChain, partial: _Partial | None, replica: int) -> int:
         """A piece ended early (move or fault): keep what it streamed, drop the rest. Returns
@@ -420,8 +436,7 @@ class ChainedAttempt:
             self.progress.live_tokens[sample] = done + n
             if self._index is not None:
                 self._index.set_known(key, p + done + n, p, self)
-        if not part.reason:
-            raise RequestError(f"{where}: stream ended without a finish reason")
+        check_finished(where, {0: part.reason}, (0,))
         return part.piece(-1, part.reason)  # its ``_Partial`` counts until the chain takes it
 
 

@@ -33,6 +33,7 @@ from tailsieve.core.outcome import StepOutcome
 from tailsieve.core.plan import GroupAssignment, StepPlan
 from tailsieve.core.pool import Pool
 from tailsieve.errors import ConfigError, ProtocolError, StepFailedError
+from tailsieve.model.profiles import builtin_profile
 from tailsieve.model.replica_config import ReplicaConfig
 from tailsieve.runtime.attempt import (
     AttemptProgress,
@@ -49,8 +50,9 @@ from tailsieve.runtime.lean_http import LeanTransport
 from tailsieve.runtime.rebalancer import LiveRebalancer, LiveResponse, MoveTally
 from tailsieve.runtime.running_index import RunningIndex
 from tailsieve.runtime.served_model import resolve_served_model, transport_getter
+from tailsieve.runtime.stall_watch import StallWatch
 from tailsieve.runtime.step_state import GroupRun, StepProgress, StepResult, build_result
-from tailsieve.runtime.transport import ReplicaDownError, Transport
+from tailsieve.runtime.transport import ReplicaDownError, Transport, probe_health
 from tailsieve.runtime.waste import WasteCounter
 
 logger = logging.getLogger(__name__)
@@ -146,6 +148,10 @@ class LiveExecutor:
         self.last_moves = MoveTally()  # the last step's re-balancing
         self.last_trace = BalanceTrace()  # the last step's checks (core.balance_trace)
         self.last_balance_error: str | None = None  # the last step's rebalancer crash, if any
+        self.stall_cost = ReplicaConfig.from_profile(builtin_profile("cpu"))  # prices pieces
+        # for the stall watch where ``balance_costs`` does not (the rollout sets its model)
+        self.stalls = StallWatch(config.stall, self._cost_of, lambda: asyncio.get_running_loop(
+            ).time())  # hung replicas (``runtime.stall_watch``): their requests are faults
 
     @property
     def num_replicas(self) -> int:
@@ -183,16 +189,10 @@ class LiveExecutor:
         async def one(rep: ReplicaState) -> None:
             was = rep.healthy
             url = rep.url
-            try:
-                status, _ = await self._transport.get(url + "/health", self.config.health_timeout_s)
-            except ReplicaDownError as exc:
-                if rep.url == url:
-                    rep.healthy, rep.reason = False, str(exc)
-                return
-            if rep.url != url or (was and not rep.healthy):
+            why = await probe_health(self._transport, url, self.config.health_timeout_s)
+            if rep.url != url or (was and not rep.healthy and not why):
                 return  # moved or taken out by a fault while the probe was in flight
-            rep.healthy = status == 200
-            rep.reason = "" if rep.healthy else f"/health answered {status}"
+            rep.healthy, rep.reason = not why, why
             if rep.healthy and not was:
                 self.num_readmitted += 1
 
@@ -200,6 +200,20 @@ class LiveExecutor:
             *(one(r) for r in self.replicas if r.healthy is False or not only_unhealthy)
         )
         return self.healthy
+
+    def _cost_of(self, url: object) -> ReplicaConfig:
+        """The cost model of the replica a request URL goes to (the stall watch's)."""
+        if self.balance_costs is not None:
+            for rep, cost in zip(self.replicas, self.balance_costs, strict=True):
+                if str(url).startswith(rep.url + "/"):
+                    return cost
+        return self.stall_cost
+
+    async def _answers(self, url: object) -> bool:
+        """A suspect replica (the stall watch's: a request URL) answers ``GET /health``."""
+        rep = next((r for r in self.replicas if str(url).startswith(r.url + "/")), None)
+        return rep is not None and not await probe_health(self._transport, rep.url,
+                                                          self.config.health_timeout_s)
 
     async def _probe_loop(self) -> None:
         """Background re-admission while a step runs."""
@@ -283,7 +297,9 @@ class LiveExecutor:
         self._run = run
         self.chains = run.chains
         prober = asyncio.create_task(self._probe_loop())
-        tasks_extra: list[asyncio.Task[None]] = []
+        tasks_extra: list[asyncio.Task[None]] = [
+            asyncio.create_task(self.stalls.run(lambda _r, _e: None, self._answers))]  # each
+        # stopped request is read as a fault by its own attempt
         try:
             for a in sorted(plan.assignments, key=lambda a: (a.order, a.replica)):
                 g = GroupRun(assignment=a, replica=a.replica, replicas=a.replicas)
@@ -476,6 +492,7 @@ class LiveExecutor:
             run.plan.group_size,
             self._forced,
             g.progress,
+            self.stalls,
         )
         g.task = asyncio.create_task(
             self._wrap(run, attempt, g.assignment.prompt_id, g.attempt, where, urls)
@@ -498,7 +515,7 @@ class LiveExecutor:
 
         att = ChainedAttempt(
             self._transport, where, run.config or self.config, prompt, chains, self._forced,
-            g.progress, relocate,
+            g.progress, relocate, self.stalls,
         )
         old = run.attempts.get(pid)
         if run.index is not None:

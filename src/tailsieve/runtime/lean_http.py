@@ -22,14 +22,9 @@ from urllib.parse import urlsplit
 
 from tailsieve.runtime import ids_json
 from tailsieve.runtime.backends import EncodedIds
+from tailsieve.runtime.faults import ReplicaDownError, RequestError, check_status
 from tailsieve.runtime.http_exchange import MAX_HEADER_BYTES, BadStatus, numeric_address, start
-from tailsieve.runtime.transport import (
-    JSON,
-    AiohttpTransport,
-    ReplicaDownError,
-    RequestError,
-    _check_status,
-)
+from tailsieve.runtime.transport import JSON, AiohttpTransport
 
 
 class LeanTransport(AiohttpTransport):
@@ -71,7 +66,7 @@ class LeanTransport(AiohttpTransport):
         except NotImplementedError:  # a loop without add_reader (Windows' proactor)
             self._callbacks_ok = False
             return await self.post_json(url, payload, timeout_s)
-        _check_status(url, status, body[:400].decode("utf-8", "replace"))
+        check_status(url, status, body[:400].decode("utf-8", "replace"))
         if not body.strip():
             return None  # e.g. SGLang's /abort_request answers 200 with no body
         try:

@@ -44,6 +44,7 @@ from tailsieve.runtime.chain import penalties_of
 from tailsieve.runtime.executor import LiveExecutor
 from tailsieve.runtime.lean_http import LeanTransport
 from tailsieve.runtime.observe import RuntimeMetrics, StepLog, StepMetrics, waste_fields
+from tailsieve.runtime.stall_watch import StallSettings
 from tailsieve.runtime.step_state import GroupResponses, StepProgress
 from tailsieve.runtime.transport import Transport
 
@@ -96,6 +97,7 @@ class RolloutConfig:
     stream_interval: int | None = None  # stream: tokens per streamed chunk on vLLM (vLLM's
     # stream_interval): moves keep what was streamed at a fraction of per-token streaming's CPU
     request_timeout_s: float | None = 3600.0
+    stall: StallSettings = field(default_factory=StallSettings)  # when a replica is hung
     max_retries: int = 3
     controller: dict[str, Any] = field(default_factory=dict)  # ControllerConfig overrides
     return_token_ids: bool = True  # per-response token ids from vLLM (False: counts only)
@@ -176,6 +178,7 @@ class RolloutConfig:
             stream=self.stream,
             stream_interval=self.stream_interval,
             request_timeout_s=self.request_timeout_s,
+            stall=self.stall,
             max_retries=self.max_retries,
             return_token_ids=self.return_token_ids,
             continuation=bool(self.continuation),
@@ -256,6 +259,7 @@ class TailSieveRollout:
             addresses=addresses,
             balance_costs=ReplicaConfig.from_profile(profile) if config.moves_active else None,
         )
+        self.executor.stall_cost = ReplicaConfig.from_profile(profile)
         self.metrics = metrics
         self.step_log = step_log
         _log_moves_off(config)
@@ -311,6 +315,7 @@ class TailSieveRollout:
     def _use_profile(self, model: ThroughputModel) -> None:
         self.profile = model
         self.protocol.controller.set_throughput(model)
+        self.executor.stall_cost = ReplicaConfig.from_profile(model)  # hung-replica limits
         if self.executor.balance_costs is not None:
             self.executor.balance_costs = [ReplicaConfig.from_profile(model)] * len(
                 self.executor.replicas)

@@ -1,18 +1,13 @@
 """The HTTP seam of the live runtime: one small protocol, one aiohttp implementation.
 
-Everything that talks to a replica goes through a ``Transport``; tests swap in a stub. Errors are
-classified here, once, into what the executor acts on:
-
-- ``ReplicaDownError``: connection refused / reset / closed mid-request, a timeout, HTTP 503, or
-  vLLM's HTTP 500 for a dead engine (``EngineDeadError``: the API server outlived its
-  EngineCore process and shuts down next). The replica is treated as dead: its in-flight groups are regenerated elsewhere.
-- ``RequestError``: the replica answered, but badly (HTTP 5xx, malformed JSON). Retried with
-  backoff; ``retryable`` is False for HTTP 4xx (a client bug that retrying cannot fix).
+Everything that talks to a replica goes through a ``Transport``; tests swap in a stub. What an
+answer means (``ReplicaDownError``: the replica is out; ``RequestError``: it answered badly) is
+decided by ``runtime.faults``, the one classifier every path shares; a streamed chunk that is
+the engine's error message raises ``ReplicaDownError`` here, where every stream passes.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any, Protocol, runtime_checkable
@@ -20,21 +15,15 @@ from typing import Any, Protocol, runtime_checkable
 import aiohttp
 
 from tailsieve.errors import ReplicaError
+from tailsieve.runtime.faults import (
+    ReplicaDownError,
+    RequestError,
+    check_chunk,
+    check_status,
+    from_exception,
+)
 
 JSON = dict[str, Any]
-
-
-class ReplicaDownError(ReplicaError):
-    """The replica cannot be reached or stopped answering (refused, reset, timeout)."""
-
-
-class RequestError(ReplicaError):
-    """The replica answered with an error or with something that is not the expected JSON."""
-
-    def __init__(self, message: str, status: int | None = None, retryable: bool = True) -> None:
-        super().__init__(message)
-        self.status = status
-        self.retryable = retryable
 
 
 @runtime_checkable
@@ -60,31 +49,6 @@ class Transport(Protocol):
     async def aclose(self) -> None:
         """Release connections."""
         ...
-
-
-def _classify(url: str, exc: BaseException) -> ReplicaError:
-    if isinstance(exc, ReplicaError):
-        return exc
-    if isinstance(exc, asyncio.TimeoutError | TimeoutError):
-        return ReplicaDownError(f"{url}: timed out")
-    return ReplicaDownError(f"{url}: {type(exc).__name__}: {exc}")
-
-
-ENGINE_DEAD_MARKERS = ("EngineCore encountered an issue", "EngineDeadError")
-"""Text of vLLM's ``EngineDeadError`` (``vllm/v1/engine/exceptions.py``), sent as HTTP 500."""
-
-
-def _check_status(url: str, status: int, body: str) -> None:
-    """HTTP 503, or vLLM's HTTP 500 for a dead EngineCore, means the server is going away: a
-    replica fault, not a request error."""
-    if status == 503:
-        raise ReplicaDownError(f"{url}: HTTP 503 (service unavailable): {body[:200]}")
-    if status == 500 and any(m in body for m in ENGINE_DEAD_MARKERS):
-        raise ReplicaDownError(f"{url}: HTTP 500, the engine died: {body[:200]}")
-    if status >= 400:
-        raise RequestError(
-            f"{url}: HTTP {status}: {body[:300]}", status=status, retryable=status >= 500
-        )
 
 
 class AiohttpTransport:
@@ -118,10 +82,10 @@ class AiohttpTransport:
                 body = await resp.text()
                 status = resp.status
         except aiohttp.ClientError as exc:
-            raise _classify(url, exc) from exc
+            raise from_exception(url, exc) from exc
         except TimeoutError as exc:
-            raise _classify(url, exc) from exc
-        _check_status(url, status, body)
+            raise from_exception(url, exc) from exc
+        check_status(url, status, body)
         if not body.strip():
             return None  # e.g. SGLang's /abort_request answers 200 with no body
         try:
@@ -137,7 +101,7 @@ class AiohttpTransport:
                 url, json=payload, timeout=self._timeout(timeout_s)
             ) as resp:
                 if resp.status >= 400:
-                    _check_status(url, resp.status, await resp.text())
+                    check_status(url, resp.status, await resp.text())
                 # server-sent events split into lines here, on whatever the socket delivered
                 # (aiohttp's line reader costs several times more per streamed chunk)
                 tail = b""
@@ -153,23 +117,33 @@ class AiohttpTransport:
                 if tail.startswith(b"data:") and tail[5:].strip() != b"[DONE]":
                     yield _stream_chunk(url, tail[5:].strip())
         except aiohttp.ClientError as exc:
-            raise _classify(url, exc) from exc
+            raise from_exception(url, exc) from exc
         except TimeoutError as exc:
-            raise _classify(url, exc) from exc
+            raise from_exception(url, exc) from exc
 
     async def get(self, url: str, timeout_s: float | None) -> tuple[int, str]:
         try:
             async with self._sess().get(url, timeout=self._timeout(timeout_s)) as resp:
                 return resp.status, await resp.text()
         except aiohttp.ClientError as exc:
-            raise _classify(url, exc) from exc
+            raise from_exception(url, exc) from exc
         except TimeoutError as exc:
-            raise _classify(url, exc) from exc
+            raise from_exception(url, exc) from exc
 
     async def aclose(self) -> None:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+async def probe_health(transport: Transport, base_url: str, timeout_s: float) -> str:
+    """The one health probe of an HTTP replica: ``GET /health`` within ``timeout_s`` (a hung
+    server accepts the connection and never answers). "" when it answered 200, else why not."""
+    try:
+        status, _ = await transport.get(base_url + "/health", timeout_s)
+    except ReplicaDownError as exc:
+        return str(exc)
+    return "" if status == 200 else f"/health answered {status}"
 
 
 def _stream_chunk(url: str, data: bytes) -> JSON:
@@ -178,4 +152,9 @@ def _stream_chunk(url: str, data: bytes) -> JSON:
         out: JSON = json.loads(data.decode("utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise RequestError(f"{url}: malformed stream chunk {data[:200]!r}") from exc
+    check_chunk(url, out)
     return out
+
+
+__all__ = ["JSON", "AiohttpTransport", "ReplicaDownError", "ReplicaError", "RequestError",
+           "Transport", "probe_health"]

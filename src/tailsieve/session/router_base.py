@@ -27,7 +27,10 @@ class SessionPolicy(StrEnum):
     MARGIN = "affinity-margin"  # verl #7435: break affinity past a fixed margin (2)
     REPIN = "verl-repin"  # verl #6533: re-pin to the least loaded while the pool is skewed
     ROUND_ROBIN = "turn-round-robin"  # per-turn round-robin, ignores the cache
-    ORACLE = "oracle"  # length-knowing reference (simulator only)
+    REBALANCE = "verl-rebalance"  # verl #6556: abort all, clear stickiness, least loaded
+    COLOCATE = "group-colocate"  # llm-d burst mode: each group on one replica, by tokens
+    LENGTH_INFORMED = "length-informed"  # place_turn told the true lengths (simulator only)
+    ORACLE = "length-informed"  # its former name (an alias): a placement, not a bound
     TAILSIEVE = "tailsieve"  # place_turn
 
 

@@ -3,7 +3,10 @@
 ``make_router(policy)`` builds a fresh router (one per rollout: sticky routers keep state).
 Baselines follow the code users run (``tailsieve.session.sticky``,
 ``tailsieve.session.cache_aware``); ``TailSieveRouter`` calls ``place_turn``;
-``LengthOracle`` is the simulator's length-knowing reference.
+``VerlRebalance`` is verl's ``rebalance_requests`` (``session.rebalance``) and
+``GroupColocate`` llm-d's burst-mode group co-location (``session.colocate``);
+``LengthInformed`` is the simulator's length-informed placement (a policy, not a bound: the
+bound is ``sim.agentic.bound``).
 """
 
 from __future__ import annotations
@@ -15,9 +18,11 @@ import numpy as np
 
 from tailsieve.errors import ConfigError
 from tailsieve.session.cache_aware import CacheAware
+from tailsieve.session.colocate import GroupColocate
 from tailsieve.session.decision import TurnDecision
-from tailsieve.session.oracle_router import LengthOracle
+from tailsieve.session.length_informed import LengthInformed
 from tailsieve.session.priced import place_turn
+from tailsieve.session.rebalance import VerlRebalance
 from tailsieve.session.replica_view import ReplicaView
 from tailsieve.session.router_base import SessionPolicy, SessionRouter
 from tailsieve.session.settings import SessionSettings
@@ -53,7 +58,10 @@ class TailSieveRouter:
 
 
 def parse_policy(policy: SessionPolicy | str) -> SessionPolicy:
-    """A policy by value (``"verl-sticky"``, ...) with a clear error for an unknown one."""
+    """A policy by value (``"verl-sticky"``, ...) with a clear error for an unknown one
+    (``"oracle"``: the former name of ``length-informed``)."""
+    if policy == "oracle":
+        policy = SessionPolicy.LENGTH_INFORMED
     try:
         return SessionPolicy(policy)
     except ValueError:
@@ -69,7 +77,9 @@ _KW: dict[SessionPolicy, frozenset[str]] = {
     SessionPolicy.MARGIN: frozenset({"margin"}),
     SessionPolicy.REPIN: frozenset({"balance_abs_threshold", "balance_rel_threshold"}),
     SessionPolicy.ROUND_ROBIN: frozenset(),
-    SessionPolicy.ORACLE: frozenset({"remaining"}),
+    SessionPolicy.REBALANCE: frozenset({"max_rebalances", "min_running"}),
+    SessionPolicy.COLOCATE: frozenset({"window"}),
+    SessionPolicy.LENGTH_INFORMED: frozenset({"remaining"}),
     SessionPolicy.TAILSIEVE: frozenset({"expected_turn_tokens"}),
 }
 
@@ -79,7 +89,9 @@ def make_router(policy: SessionPolicy | str, settings: SessionSettings | None = 
     """A fresh router for ``policy``. ``settings``: TailSieve's (default
     ``SessionSettings()``); ``rng``: ties of verl's routers (default seed 0). Keyword
     options: ``cache_threshold``, ``balance_abs_threshold``, ``balance_rel_threshold``
-    (cache-aware, verl-repin), ``margin`` (affinity-margin), ``remaining`` (oracle: a
+    (cache-aware, verl-repin), ``margin`` (affinity-margin), ``max_rebalances``,
+    ``min_running`` (verl-rebalance), ``window`` (group-colocate: the burst of first turns as
+    ``(session, group, prompt tokens)``), ``remaining`` (length-informed: a
     callable ``(session_id, turn_index) -> tokens the session still generates, this turn
     on`` (0 past its last turn); required), ``expected_turn_tokens`` (tailsieve: a callable returning the mean turn
     output observed so far, or None)."""
@@ -100,9 +112,13 @@ def make_router(policy: SessionPolicy | str, settings: SessionSettings | None = 
         return ImbalanceRepin(gen, **kw)
     if p is SessionPolicy.ROUND_ROBIN:
         return TurnRoundRobin()
-    if p is SessionPolicy.ORACLE:
+    if p is SessionPolicy.REBALANCE:
+        return VerlRebalance(gen, **kw)
+    if p is SessionPolicy.COLOCATE:
+        return GroupColocate(**kw)
+    if p is SessionPolicy.LENGTH_INFORMED:
         if "remaining" not in kw:
-            raise ConfigError("the oracle session policy needs remaining=(session, turn) -> "
-                              "tokens left (the simulator passes it)")
-        return LengthOracle(kw["remaining"], settings or SessionSettings())
+            raise ConfigError("the length-informed session policy needs remaining=(session, "
+                              "turn) -> tokens left (the simulator passes it)")
+        return LengthInformed(kw["remaining"], settings or SessionSettings())
     return TailSieveRouter(settings or SessionSettings(), kw.get("expected_turn_tokens"))

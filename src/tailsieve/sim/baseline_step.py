@@ -20,6 +20,7 @@ from tailsieve.core.outcome import GroupResult, StepOutcome
 from tailsieve.core.pool import Pool
 from tailsieve.errors import ConfigError
 from tailsieve.model.replica_time import replica_run
+from tailsieve.policy.colocate_tokens import ColocateTokensPolicy
 from tailsieve.policy.registry import get_policy
 from tailsieve.sim.replicas import PoolConfigs
 
@@ -29,6 +30,8 @@ BASELINE_POLICIES: tuple[str, ...] = (
     "uniform", "uniform-requests", "uniform-oracle", "streamrl-oracle", "seer-oracle",
     "topk-oracle",
 )
+# accepted by name, not in the default comparison: llm-d's group co-location by tokens
+EXTRA_BASELINES: tuple[str, ...] = ("colocate-tokens",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,15 +84,20 @@ def route_topk_oracle(lens: IntArray, num_replicas: int, pools: PoolConfigs) -> 
     return RequestRouting(np.repeat(g[:, None], n, axis=1), tuple(range(nb, num_replicas)), q)
 
 
-def route(name: str, lens: IntArray, num_replicas: int, pools: PoolConfigs) -> RequestRouting:
+def route(name: str, lens: IntArray, num_replicas: int, pools: PoolConfigs,
+          prompt_tokens: Sequence[int] | None = None) -> RequestRouting:
     """Route one step's groups (``lens``: shape (N, n)) with a baseline policy by name:
-    ``topk-oracle`` here, the others from the policy registry (``tailsieve.policy``)."""
+    ``topk-oracle`` here, the others from the policy registry (``tailsieve.policy``);
+    ``prompt_tokens``: each group's prompt size (read by ``colocate-tokens`` only)."""
     if name == "topk-oracle":
         return route_topk_oracle(lens, num_replicas, pools)
-    if name not in BASELINE_POLICIES:
-        raise ConfigError(
-            f"unknown baseline {name!r}; choose one of {', '.join(BASELINE_POLICIES)}"
-        )
+    if name not in BASELINE_POLICIES + EXTRA_BASELINES:
+        raise ConfigError(f"unknown baseline {name!r}; choose one of "
+                          f"{', '.join(BASELINE_POLICIES + EXTRA_BASELINES)}")
+    if name == "colocate-tokens":
+        routing = ColocateTokensPolicy().route(list(lens), num_replicas, pools.bulk.throughput,
+                                               prompt_tokens)
+        return RequestRouting(np.stack(routing.replicas).astype(np.int64))
     routing = get_policy(name).route(list(lens), num_replicas, pools.bulk.throughput)
     return RequestRouting(np.stack(routing.replicas).astype(np.int64))
 
@@ -107,8 +115,9 @@ def run_baseline_step(
     lens = np.array([np.asarray(lengths(p, step), dtype=np.int64) for p in prompt_ids])
     if lens.ndim != 2:
         raise ConfigError("every group of a step must have the same number of responses")
-    routing = route(routing_name, lens, num_replicas, pools)
     ptoks = np.array([prompt_tokens(p) if prompt_tokens else 0 for p in prompt_ids])
+    routing = route(routing_name, lens, num_replicas, pools,
+                    ptoks.tolist() if prompt_tokens else None)
     done = np.zeros(lens.shape)
     busy = np.zeros(num_replicas)
     preempted = recomputed = 0

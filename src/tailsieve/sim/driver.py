@@ -31,7 +31,7 @@ from tailsieve.core.plan import StepPlan
 from tailsieve.core.protocol import ProtocolConfig, RolloutProtocol
 from tailsieve.core.stream import PromptStream
 from tailsieve.errors import ConfigError
-from tailsieve.sim.baseline_step import BASELINE_POLICIES, run_baseline_step
+from tailsieve.sim.baseline_step import BASELINE_POLICIES, EXTRA_BASELINES, run_baseline_step
 from tailsieve.sim.executor import MoveHook, SimExecutor, SimStepResult
 from tailsieve.sim.movepath import PieceSettings
 from tailsieve.sim.records import PolicyRun, StepRecord
@@ -41,8 +41,9 @@ from tailsieve.sim.workloads import trace_prompt_tokens
 IntArray = npt.NDArray[np.int64]
 PROTOCOL_POLICIES: tuple[str, ...] = ("tailsieve-fixed", "tailsieve")
 ALL_POLICIES: tuple[str, ...] = BASELINE_POLICIES + PROTOCOL_POLICIES
-# accepted by name but not part of the default comparison: (q, m) held at (q0, m0)
-EXTRA_POLICIES: tuple[str, ...] = ("tailsieve-static",)
+# accepted by name but not part of the default comparison: (q, m) held at (q0, m0), and
+# llm-d's group co-location by tokens
+EXTRA_POLICIES: tuple[str, ...] = ("tailsieve-static", *EXTRA_BASELINES)
 KNOWN_POLICIES: tuple[str, ...] = ALL_POLICIES + EXTRA_POLICIES
 
 
@@ -246,7 +247,7 @@ def run_policies(
     ptoks = None if table is None else (lambda pid: table.get(base_prompt_id(pid), 0))
     out: dict[str, ProtocolRun] = {}
     for name in policies:
-        if name in BASELINE_POLICIES:
+        if name in BASELINE_POLICIES or name in EXTRA_BASELINES:
             run = run_baseline(name, settings, prompt_ids(), lengths, pools, ptoks)
             out[name] = ProtocolRun(run, None, None)
         elif name in PROTOCOL_POLICIES or name in EXTRA_POLICIES:

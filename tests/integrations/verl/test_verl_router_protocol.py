@@ -258,3 +258,27 @@ def test_new_weights_end_a_step_for_the_balance_gate() -> None:
     assert sessions == 4 and observed == 1
     assert len(r.sessions) == 1  # the idle ones ended with the old weights
     assert len(r.step.trajectories()) == 1  # the next step holds the new turn only
+
+
+def test_a_training_step_is_timed_around_its_rollout() -> None:
+    """Between two steps no turn runs while verl trains: the router takes the rollout's share
+    of the training step from that gap and reports it (no speedup before the balance gate
+    has measured steps with and without moves)."""
+    srv = servers(2)
+    r = router(srv, YAML)
+
+    async def go() -> float:
+        await asyncio.gather(*[turn(r, f"s{i}", [i + 3, 4, 5]) for i in range(4)])
+        rollout_s = r.step.observed_s
+        await asyncio.sleep(0.3)  # verl trains
+        for s in srv.values():
+            s.version = 1
+        await turn(r, "s9", [9, 9])
+        return rollout_s
+
+    rollout_s = run(go)
+    timing = run(r.get_status)["training_step"]
+    assert timing is not None and timing["rollout_s"] == pytest.approx(rollout_s)
+    assert timing["step_s"] >= rollout_s + 0.3
+    assert timing["rollout_share"] == pytest.approx(rollout_s / timing["step_s"])
+    assert timing["rollout_speedup"] is None and timing["step_speedup"] is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 from tailsieve.runtime.backends import Backend
@@ -12,11 +13,34 @@ Piece = tuple[list[int], list[int], str, list[float]]  # prompt ids, token ids, 
 
 
 class Wire(LeanTransport):
-    """Records (url, payload, answer) of every generation POST."""
+    """Records (url, payload, answer) of every generation POST, and (url, payload, chunks) of
+    every streamed one."""
 
     def __init__(self) -> None:
         super().__init__()
         self.seen: list[tuple[str, JSON, Any]] = []
+        self.streams: list[tuple[str, JSON, list[JSON]]] = []
+
+    def stream_json(self, url: str, payload: JSON, timeout_s: float | None,
+                    ) -> AsyncIterator[JSON]:
+        got: list[JSON] = []
+        self.streams.append((url, payload, got))
+        return _recorded(super().stream_json(url, payload, timeout_s), got)
+
+    def streamed_pieces(self, backend: Backend = Backend.VLLM) -> list[Piece]:
+        """(prompt ids, token ids, text, logprobs) of each streamed piece, as far as it came
+        (SGLang's chunks are cumulative; vLLM's are joined)."""
+        out: list[Piece] = []
+        for _, payload, chunks in self.streams:
+            if backend is Backend.SGLANG:
+                last = chunks[-1] if chunks else {"output_ids": [], "text": ""}
+                out.append((list(payload["input_ids"]), list(last["output_ids"]),
+                            last.get("text") or "", []))
+                continue
+            chs = [c for ch in chunks for c in ch.get("choices") or ()]
+            out.append((list(payload["prompt"]), [t for c in chs for t in c["token_ids"]],
+                        "".join(c["text"] for c in chs), []))
+        return out
 
     async def post_json(self, url: str, payload: JSON, timeout_s: float | None) -> Any:
         raw = await super().post_json(url, payload, timeout_s)
@@ -38,6 +62,12 @@ class Wire(LeanTransport):
                 lps = (ch["logprobs"] or {}).get("token_logprobs") or []
                 out.append((list(payload["prompt"]), list(ch["token_ids"]), ch["text"], lps))
         return out
+
+
+async def _recorded(it: AsyncIterator[JSON], got: list[JSON]) -> AsyncIterator[JSON]:
+    async for chunk in it:
+        got.append(chunk)
+        yield chunk
 
 
 def check_chain(pieces: list[Piece], prompt: list[int], ids: list[int], text: str | None,

@@ -154,3 +154,40 @@ async def test_sglang_generate_and_streams_over_vllm_servers(
                 if line.startswith(b"data: {"):
                     text += json.loads(line[6:])["choices"][0]["text"]
         assert " the" not in text
+
+
+async def test_a_stream_moved_mid_stream_matches_one_go(
+        proxy: tuple[RoutingProxy, Wire, list[Any]]) -> None:
+    """Streamed, the turn runs as one streamed piece, relayed chunk by chunk; moved after 10
+    chunks it continues on the other server from the last token sent: the chunks join into
+    the pieces' chain, with one finish, close to the same request in one go."""
+    p, wire, _ = proxy
+    gw = p.gateway
+    assert gw is not None
+    body = {"model": REAL_MODEL, "prompt": PROMPT, "max_tokens": MAX_TOKENS, "temperature": 0.0,
+            "logprobs": TOP_K, "return_token_ids": True}
+    ref = await direct("/v1/completions", body)
+    ids: list[int] = []
+    text, lps, finishes, n = "", [], [], 0
+    async with aiohttp.ClientSession() as s, s.post(p.url + "/v1/completions",
+                                                    json={**body, "stream": True}) as r:
+        async for line in r.content:
+            if not line.startswith(b"data: {"):
+                continue
+            ch = json.loads(line[6:])["choices"][0]
+            ids += ch["token_ids"] or []
+            text += ch["text"]
+            lps += (ch["logprobs"] or {}).get("token_logprobs") or []
+            finishes += [ch["finish_reason"]] if ch["finish_reason"] else []
+            n += 1
+            if n == 10:
+                (sid,) = gw._turns
+                assert gw._move(sid, 1 - gw._turns[sid].replica)
+    prompt = ref["choices"][0]["prompt_token_ids"]
+    assert check_chain(wire.streamed_pieces(), prompt, ids, text, None) == 2
+    assert len(finishes) == 1 and len(lps) == len(ids) and n > len(ids) // 2
+    want = EngineOutput.of_completion(ref["choices"][0])
+    div = next((i for i, (a, b) in enumerate(zip(ids, want.token_ids, strict=False)) if a != b),
+               None)
+    common = min(len(ids), len(want.token_ids)) if div is None else div
+    assert all(abs(lps[i] - want.logprobs[i]) <= LOGPROB_ATOL for i in range(common))

@@ -11,9 +11,9 @@ from typer.testing import CliRunner
 from tailsieve.cli.main import app
 from tailsieve.errors import ConfigError
 from tailsieve.sim.agentic.api import simulate_agentic
-from tailsieve.sim.agentic.compare import AgenticSetup, compare_policies, setup_steps
+from tailsieve.sim.agentic.compare import AgenticSetup, ceiling, compare_policies, setup_steps
 from tailsieve.sim.agentic.policies import policy_spec
-from tailsieve.sim.agentic.report import best_other, oracle_share
+from tailsieve.sim.agentic.report import best_other, gap_share, policy_table
 
 
 def test_policies_are_paired_against_verl() -> None:
@@ -30,15 +30,38 @@ def test_policies_are_paired_against_verl() -> None:
 
 
 def test_summary_tables_and_shares() -> None:
-    res = simulate_agentic("math-code-agent", 2, ["cache-aware", "tailsieve", "oracle"], 2,
-                           groups=4, group_size=2, warmup_steps=0, measured_steps=1)
+    res = simulate_agentic("math-code-agent", 2, ["cache-aware", "tailsieve", "length-informed"],
+                           2, groups=4, group_size=2, warmup_steps=0, measured_steps=1)
     rows = res["policies"]
-    assert set(rows) == {"verl-sticky", "cache-aware", "tailsieve", "oracle"}
+    assert set(rows) == {"verl-sticky", "cache-aware", "tailsieve", "length-informed"}
     assert res["best_other"] == "cache-aware" == best_other(rows)
     assert all(0 <= r["hit_rate"] <= 1 for r in rows.values())
-    share = oracle_share(rows)
-    assert share is None or share == pytest.approx(
-        (rows["tailsieve"]["speedup"] - 1) / (rows["oracle"]["speedup"] - 1))
+    ceil = res["bound"]["speedup"]
+    assert all(ceil >= r["speedup"] * (1 - 1e-9) for r in rows.values())
+    assert res["tailsieve_gap_share"] == gap_share(rows["tailsieve"]["speedup"], ceil)
+    assert res["best_other_gap_share"] == gap_share(rows["cache-aware"]["speedup"], ceil)
+    assert res["routing_bound"] == (ceil > 1.05)
+    table = policy_table(rows, res["bound"])
+    assert "| lower bound (no router passes it) |" in table and "| length-informed |" in table
+
+
+def test_ceiling_pairs_verl_with_each_steps_bound() -> None:
+    setup = AgenticSetup("search-agent", 2, num_groups=4, group_size=2, warmup_steps=1,
+                         measured_steps=2, seeds=(0, 1))
+    verl = compare_policies(setup, [])["verl-sticky"]
+    res = ceiling(setup, verl)
+    assert len(res.bounds) == 4 and len(res.per_seed_ceiling) == 2
+    assert all(v >= b.bound_s * (1 - 1e-9) for v, b in zip(verl.step_s, res.bounds,
+                                                            strict=True))
+    assert res.per_seed_ceiling[0] == pytest.approx(
+        (verl.step_s[0] / res.bounds[0].bound_s + verl.step_s[1] / res.bounds[1].bound_s) / 2)
+
+
+def test_gap_share_is_the_share_of_verls_time_gap() -> None:
+    # verl 100 s, bound 80 s (1.25x), a policy at 90 s (1.111x): half the gap
+    assert gap_share(100 / 90, 1.25) == pytest.approx(0.5)
+    assert gap_share(1.25, 1.25) == pytest.approx(1.0)
+    assert gap_share(1.05, 1.001) is None and gap_share(None, 1.2) is None
 
 
 def test_unknown_names_are_clear_errors() -> None:

@@ -103,3 +103,20 @@ def test_checks_follow_the_balance_settings() -> None:
     assert many.checks > few.checks > 0
     with pytest.raises(ConfigError, match="interval_s"):
         BalanceSettings(interval_s=0, horizon_s=1.0)
+
+
+def test_verl_rebalance_aborts_and_resumes_when_a_replica_runs_dry() -> None:
+    """verl's default packs both long turns on one replica (seed 0's ties); once the other
+    replica runs dry, rebalance_requests aborts both and resumes one on each replica: the step
+    nearly matches the balanced placement's, after re-prefilling the moved turn's context."""
+    trajs = [_traj(i, 0, 500, [(n, 0, 0)]) for i, n in enumerate([8000, 1000, 8000, 50, 50, 50])]
+    packed = simulate_step(trajs, [CFG] * 2, make_router("verl-sticky",
+                                                         rng=np.random.default_rng(0)))
+    balanced = simulate_step(trajs, [CFG] * 2, make_router("verl-sticky",
+                                                           rng=np.random.default_rng(1)))
+    rebalanced = simulate_step(trajs, [CFG] * 2, make_router("verl-rebalance",
+                                                             rng=np.random.default_rng(0)))
+    assert packed.step_s > 1.05 * balanced.step_s
+    assert rebalanced.midturn_moves == 1 and rebalanced.midturn_prefill_tokens > 500
+    assert rebalanced.num_turns == 6
+    assert balanced.step_s <= rebalanced.step_s <= 1.01 * balanced.step_s

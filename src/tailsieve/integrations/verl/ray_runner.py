@@ -89,13 +89,8 @@ class RayPieceRunner:
         except asyncio.CancelledError:
             _cancel(ref)
             raise
-        except RayActorError as exc:
-            raise ReplicaDownError(f"replica slot {replica}: server actor gone: {exc}") from exc
-        except RayTaskError as exc:
-            if _engine_gone(exc):
-                raise ReplicaDownError(f"replica slot {replica}: {_cause(exc)}") from exc
-            raise RequestError(f"replica slot {replica}: generate failed: {_cause(exc)}",
-                               retryable=False) from exc
+        except (RayActorError, RayTaskError) as exc:
+            raise ray_fault(replica, exc) from exc
         if rec is not None:
             rec.outputs.append(out)
         reason = piece_finish(out, piece.max_tokens, self._facts().stop_ids(sampling))
@@ -152,6 +147,20 @@ def _cancel(ref: Any) -> None:
 def _cause(exc: RayTaskError) -> str:
     cause = getattr(exc, "cause", None)
     return f"{type(cause).__name__}: {cause}" if cause is not None else str(exc).splitlines()[0]
+
+
+def ray_fault(replica: int, exc: BaseException) -> BaseException:
+    """What a Ray call's exception means (``runtime.faults``): a dead actor, or an engine or
+    backend gone under it, is ``ReplicaDownError``; any other error the server raised is a
+    ``RequestError``; anything else is ``exc`` itself."""
+    if isinstance(exc, RayActorError):
+        return ReplicaDownError(f"replica slot {replica}: server actor gone: {exc}")
+    if isinstance(exc, RayTaskError):
+        if _engine_gone(exc):
+            return ReplicaDownError(f"replica slot {replica}: {_cause(exc)}")
+        return RequestError(f"replica slot {replica}: generate failed: {_cause(exc)}",
+                            retryable=False)
+    return exc
 
 
 def _engine_gone(exc: RayTaskError) -> bool:

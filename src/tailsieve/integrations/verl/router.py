@@ -21,6 +21,11 @@ moves it at piece ends when the balancer finds that it pays, continues it elsewh
 server dies, and returns verl's ``TokenOutput`` joined token-exact. Turns a continuation
 cannot carry run whole on the placed server (``whole_turn``). Under ``full_determinism`` the
 router routes as verl does (by a hash of the request id) and moves nothing.
+
+The router never sees verl's timings; it times each training step by its own turns
+(``steps.StepTiming``: the rollout, then the gap while verl trains) and logs the rollout's
+share of the step, what moves bought the rollout (the balance gate) and the training step's
+speedup from it; ``get_status()["training_step"]`` holds the last one.
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ from tailsieve.integrations.verl.ray_runner import (
 from tailsieve.integrations.verl.router_config import VerlRouterConfig
 from tailsieve.integrations.verl.server_facts import ServerFacts, read_facts
 from tailsieve.integrations.verl.slots import ServerSlots
-from tailsieve.integrations.verl.steps import StepRecord
+from tailsieve.integrations.verl.steps import StepRecord, StepTiming, gate_speedup
 from tailsieve.integrations.verl.token_output import join_outputs
 from tailsieve.integrations.verl.turn_handle import GATEWAY_ID, TurnHandle, whole_reason
 from tailsieve.integrations.verl.whole_turn import run_whole
@@ -79,6 +84,7 @@ class VerlSessionRouter:
         self._whole: Counter[str] = Counter()  # whole turns by reason
         self._weights: Any = None  # the last global_steps seen
         self.step = StepRecord()  # the turns since the weights last changed
+        self.last_step_timing: StepTiming | None = None  # the last training step, timed
         self._logged_reason: str | None = None
         self._t0 = time.monotonic()
 
@@ -147,6 +153,8 @@ class VerlSessionRouter:
             "num_sessions": len(self.sessions),
             "whole_turns": dict(self._whole),
             "gateway": _stats_dict(stats, self.slots) if stats is not None else None,
+            "training_step": (self.last_step_timing.to_dict()
+                              if self.last_step_timing is not None else None),
         }
 
     async def aclose(self) -> None:
@@ -178,6 +186,9 @@ class VerlSessionRouter:
                 out, _ = await run_whole(gw, self.slots.handles, sess.session_id,
                                          sess.group_id, call, budget)
             self._observe(out)  # while this session still runs: new weights keep it
+        except BaseException:
+            self.step.turn_failed()
+            raise
         finally:
             ended = self.sessions.release(sess, ids, self._now())
             if ended is not None:
@@ -248,6 +259,7 @@ class VerlSessionRouter:
         gw = self.gateway
         if version is not None and version != self._weights:
             if self._weights is not None and gw is not None:
+                self._time_step(gw)
                 gw.end_step(self.step.observed_s, self.step.predicted_s(gw.parts.configs))
                 self.step.reset()
                 gw.begin_step()
@@ -258,6 +270,14 @@ class VerlSessionRouter:
                         gw.set_healthy(slot, True)
             self._weights = version
         self._log_reason()
+
+    def _time_step(self, gw: SessionGateway) -> None:
+        """Time the training step that just ended (``steps.StepTiming``) and log it."""
+        gate = gw.gate.state
+        timing = self.step.timing(gate_speedup(gate.balanced, gate.round_robin))
+        if timing is not None:
+            self.last_step_timing = timing
+            log.info("tailsieve router: %s", timing.words())
 
     def _end_sessions(self, keys: list[str]) -> None:
         for key in keys:

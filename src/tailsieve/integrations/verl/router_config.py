@@ -3,7 +3,7 @@
 ::
 
     router_class: tailsieve.integrations.verl.router.TailSieveRouter
-    policy: tailsieve            # any SessionPolicy but the simulator's oracle
+    policy: tailsieve            # any SessionPolicy but the simulator's length-informed
     moves: true                  # boundary and mid-turn moves (behind the cost model)
     piece_tokens: null           # tokens per piece while mid-turn moves run (null: 512)
     profile: auto                # cost model: auto | a profile name | a profile JSON path
@@ -18,6 +18,7 @@
     response_length: null        # SGLang only: rollout.response_length (vLLM servers report it)
     prompt_length: null          # SGLang only: rollout.prompt_length
     request_timeout_s: 3600      # a piece running longer counts as a replica fault
+    stall: {}                    # hung servers: factor, floor_s, check_interval_s, enabled
 
 verl passes the whole file as a dict (``router_class`` included); any other key is an error.
 """
@@ -34,6 +35,7 @@ from tailsieve.errors import ConfigError
 from tailsieve.integrations.settings_values import flag, optional
 from tailsieve.runtime.sessions import GatewayConfig
 from tailsieve.runtime.sessions.config import default_balance
+from tailsieve.runtime.stall_watch import StallSettings
 from tailsieve.session import SessionPolicy, SessionSettings, parse_policy
 
 ROUTER_CLASS = "tailsieve.integrations.verl.router.TailSieveRouter"
@@ -59,10 +61,12 @@ class VerlRouterConfig:
     response_length: int | None = None  # for servers that do not report their config
     prompt_length: int | None = None
     request_timeout_s: float = 3600.0
+    stall: StallSettings = field(default_factory=StallSettings)  # when a server is hung
 
     def __post_init__(self) -> None:
         if self.policy is SessionPolicy.ORACLE:
-            raise ConfigError("policy 'oracle' knows future lengths: simulator only")
+            raise ConfigError("policy 'length-informed' (formerly 'oracle') knows future "
+                              "lengths: simulator only")
         if self.piece_tokens is not None and self.piece_tokens < 1:
             raise ConfigError(f"piece_tokens must be >= 1, got {self.piece_tokens}")
         if not (math.isfinite(self.session_idle_s) and self.session_idle_s > 0):
@@ -112,6 +116,7 @@ class VerlRouterConfig:
         kw["session"] = _section(SessionSettings, d.get("session"), "session")
         kw["balance"] = _section(BalanceSettings, d.get("balance"), "balance",
                                  default_balance())
+        kw["stall"] = _section(StallSettings, d.get("stall"), "stall")
         if d.get("policy_options") is not None:
             if not isinstance(d["policy_options"], Mapping):
                 raise ConfigError("policy_options must be a mapping")
@@ -137,6 +142,7 @@ class VerlRouterConfig:
             balance=self.balance,
             profile=self.profile,
             request_timeout_s=self.request_timeout_s,
+            stall=self.stall,
             router_kw=dict(self.policy_options),
         ), why
 

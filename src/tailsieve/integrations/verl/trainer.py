@@ -15,6 +15,11 @@ and holds fresh ones back, so verl rejects its batch. This subclass changes thre
    input's row count keeps all ``N x n`` rows.
 3. ``_save_checkpoint``/``_load_checkpoint`` also write/read ``tailsieve.pt`` (carried and queued
    prompts, controller state) next to verl's ``data.pt``.
+
+It also reads verl's own timings: while ``fit`` runs, its logger is verl's ``Tracking`` with
+``log`` adding ``tailsieve/rollout_share`` (``timing_s/gen`` over ``timing_s/step``) and
+``tailsieve/step_speedup_ceiling`` to each step's metrics (``steps.verl_step_share``), and the
+trainer logs the share once a step.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from verl import DataProto
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
 from tailsieve.integrations.verl.dataloader import TailSieveDataLoader
+from tailsieve.integrations.verl.steps import verl_step_share
 
 logger = logging.getLogger(__name__)
 STATE_FILE = "tailsieve.pt"
@@ -69,6 +75,20 @@ def adopt_generated_batch(batch: DataProto) -> None:
     batch.__class__ = _RepeatsToAdopt
 
 
+def with_step_share(tracking: type) -> type:
+    """A subclass of verl's ``Tracking`` whose ``log`` adds ``verl_step_share(data)``."""
+
+    class StepShareTracking(tracking):  # type: ignore[misc,valid-type,unused-ignore]
+        def log(self, data: Any, step: Any, backend: Any = None) -> None:
+            extra = verl_step_share(data) if isinstance(data, dict) else {}
+            if extra:
+                logger.info("TailSieve: step %s: the rollout took %.1f%% of the training step",
+                            step, 100 * extra["tailsieve/rollout_share"])
+            super().log({**data, **extra} if extra else data, step, backend)
+
+    return StepShareTracking
+
+
 class TailSieveRayPPOTrainer(RayPPOTrainer):
     """``RayPPOTrainer`` for ``TailSieveAgentLoopManager`` (see the module docstring)."""
 
@@ -88,6 +108,18 @@ class TailSieveRayPPOTrainer(RayPPOTrainer):
             nominal_batch_size=int(self.config.data.train_batch_size),
             num_workers=int(self.config.data.get("dataloader_num_workers", 0)),
         )
+
+    def fit(self) -> Any:
+        """verl's ``fit`` with its logger adding the rollout's share of each step (the module
+        docstring)."""
+        from verl.utils import tracking
+
+        inner = tracking.Tracking
+        tracking.Tracking = with_step_share(inner)  # type: ignore[misc,unused-ignore]
+        try:
+            return super().fit()
+        finally:
+            tracking.Tracking = inner  # type: ignore[misc,unused-ignore]
 
     def _tailsieve_need(self) -> int:
         return int(self.async_rollout_manager.num_fresh_needed())

@@ -92,8 +92,9 @@ async def _stream(request: web.Request, service: ProxyService, run: RequestRun,
             break
         if i not in pending:
             continue
-        if kind == "piece":
-            d = cursors[i].progress(run.traces[i])
+        if kind == "tokens":
+            live = run.lives[i]
+            d = cursors[i].progress(live, live.cuts.popleft() if live.cuts else None)
             chunk = writer.chunk(i, d, None) if d is not None else None
         else:
             out = run.outputs[i]

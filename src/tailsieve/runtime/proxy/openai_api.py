@@ -32,7 +32,7 @@ SAMPLING_FIELDS = (
     "repetition_penalty", "seed", "stop", "stop_token_ids", "ignore_eos", "min_tokens",
     "skip_special_tokens", "spaces_between_special_tokens", "include_stop_str_in_output",
     "logit_bias", "allowed_token_ids", "return_tokens_as_token_ids", "priority", "cache_salt",
-    "vllm_xargs",
+    "vllm_xargs", "stream_interval",
 )  # fmt: skip
 REFUSED = {
     "echo": "the proxy sends prompts as token ids and does not echo them",

@@ -5,7 +5,9 @@ faults) and keeps what that runner's ``PieceOutput`` drops: each token's text an
 logprobs as the server reported them, and the server's ``stop_reason``. The raw answer is
 caught by ``CapturingTransport``, which hands every JSON answer of a piece to the holder the
 runner opened for it (``capture``: a context variable of the transport's, since the runner
-awaits the transport in the piece's own task).
+awaits the transport in the piece's own task). A streamed piece (one with a ``sink``) has no
+one answer: each chunk's detail goes on with its tokens to the sink, and the piece's is
+gathered from them.
 """
 
 from __future__ import annotations
@@ -13,12 +15,13 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tailsieve.runtime.backends import Backend
-from tailsieve.runtime.proxy.sample import DetailedPieceOutput, PieceDetail
+from tailsieve.runtime.proxy.sample import DetailedPieceOutput, PieceDetail, extend_or_none
 from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
-from tailsieve.runtime.sessions.pieces import PieceOutput, PieceRequest
+from tailsieve.runtime.sessions.pieces import PieceOutput, PieceRequest, TokenDelta
 from tailsieve.runtime.transport import JSON, Transport
 
 
@@ -72,10 +75,27 @@ class DetailRunner:
     def endpoints(self) -> Sequence[str]:
         return self.runner.endpoints
 
+    @property
+    def streams_sinks(self) -> bool:
+        return self.runner.streams_sinks
+
+    def interrupt(self, replica: int, request_id: str) -> None:
+        self.runner.interrupt(replica, request_id)
+
     async def run_piece(self, replica: int, piece: PieceRequest) -> PieceOutput:
+        chunks = _ChunkDetails() if piece.sink is not None else None
+        if chunks is not None and piece.sink is not None:
+            sink = piece.sink
+
+            def relay(d: TokenDelta) -> None:
+                det = chunks.add(piece_detail(self.backend, d.detail), len(d.token_ids))
+                sink(TokenDelta(d.token_ids, d.text, d.logprobs, d.text_offsets, det))
+
+            piece = replace(piece, sink=relay)
         with self.capture.capture() as holder:
             out = await self.runner.run_piece(replica, piece)
-        detail = piece_detail(self.backend, holder[-1]) if holder else None
+        detail = (piece_detail(self.backend, holder[-1]) if holder else
+                  chunks.detail(len(out.token_ids)) if chunks is not None else None)
         return DetailedPieceOutput(
             out.token_ids, out.finish_reason, out.text, out.logprobs, out.text_offsets,
             out.num_cached_tokens, detail)
@@ -85,6 +105,34 @@ class DetailRunner:
 
     async def aclose(self) -> None:
         await self.runner.aclose()
+
+
+@dataclass(slots=True)
+class _ChunkDetails:
+    """A streamed piece's detail, gathered chunk by chunk (a list is None once a chunk with
+    tokens came without it)."""
+
+    strs: list[str] | None = field(default_factory=list)
+    tops: list[Any] | None = field(default_factory=list)
+    stop_reason: int | str | None = None
+
+    def add(self, d: PieceDetail | None, n: int) -> PieceDetail | None:
+        """Take one chunk's detail (``n`` tokens); returns it."""
+        if d is not None and d.stop_reason is not None:
+            self.stop_reason = d.stop_reason
+        if n:
+            strs = d.token_strs if d is not None else None
+            tops = d.tops if d is not None else None
+            self.strs = extend_or_none(self.strs, strs, n)
+            self.tops = extend_or_none(self.tops, tops, n)
+        return d
+
+    def detail(self, n: int) -> PieceDetail:
+        """The piece's detail (``n`` tokens)."""
+        return PieceDetail(
+            tuple(self.strs) if self.strs is not None and len(self.strs) == n else None,
+            tuple(self.tops) if self.tops is not None and len(self.tops) == n else None,
+            self.stop_reason)
 
 
 def piece_detail(backend: Backend, raw: Any) -> PieceDetail | None:

@@ -5,15 +5,19 @@ reason; cut at a stop string that spans a seam): that is the authority on what t
 gets. ``SampleTrace`` keeps the pieces as they end, with what the ``TurnResult`` does not
 carry (each token's text and top logprobs as the server reported them, the server's
 ``stop_reason``), so that a streamed answer can be sent piece by piece and a final answer in
-the servers' own shape. ``SampleOutput`` is the sample as delivered.
+the servers' own shape. ``LiveTokens`` keeps the tokens as they stream in (the gateway's
+``on_tokens``), flat, for a streamed answer to send from. ``SampleOutput`` is the sample as
+delivered.
 """
 
 from __future__ import annotations
 
+import bisect
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from tailsieve.runtime.sessions.pieces import PieceOutput
+from tailsieve.runtime.sessions.pieces import PieceOutput, TokenDelta
 from tailsieve.runtime.sessions.result import PieceSpan, TurnResult
 
 
@@ -31,6 +35,76 @@ class DetailedPieceOutput(PieceOutput):
     """A piece's output with its ``PieceDetail`` (``proxy.runner`` returns these)."""
 
     detail: PieceDetail | None = None
+
+
+@dataclass(slots=True)
+class LiveTokens:
+    """A sample's tokens as they came, in order (``grow``). Each list is None once a delta
+    came without it. A delta that does not continue the last (the turn started again) stops
+    it: ``broken``, nothing more is sent before the end."""
+
+    ids: list[int] = field(default_factory=list)
+    parts: list[str] = field(default_factory=list)  # the text of each delta
+    part_starts: list[int] = field(default_factory=list)  # where each part starts
+    num_chars: int = 0
+    starts: list[int] | None = field(default_factory=list)  # each token's first character
+    lps: list[float] | None = field(default_factory=list)
+    strs: list[str] | None = field(default_factory=list)  # each token's text
+    tops: list[Any] | None = field(default_factory=list)  # each token's alternatives
+    broken: bool = False
+    cuts: deque[tuple[int, int]] = field(default_factory=deque)  # (tokens, characters) after
+    # each delta not yet relayed: a stream sends one chunk per delta, as the server did
+
+    def grow(self, start: int, d: TokenDelta) -> bool:
+        """Take the tokens ``start ..`` (False: they do not continue what came)."""
+        if self.broken or start != len(self.ids):
+            self.broken = True
+            return False
+        n = len(d.token_ids)
+        offs = d.text_offsets if d.text_offsets is not None and len(d.text_offsets) == n \
+            else None
+        detail = d.detail.detail if isinstance(d.detail, DetailedPieceOutput) else d.detail
+        if not isinstance(detail, PieceDetail):
+            detail = None
+        if n:
+            strs = detail.token_strs if detail is not None else None
+            if strs is None and offs is not None:
+                ends = [*offs[1:], len(d.text)]
+                strs = tuple(d.text[a:b] for a, b in zip(offs, ends, strict=True))
+            self.starts = extend_or_none(self.starts, None if offs is None else
+                                  [self.num_chars + o for o in offs], n)
+            self.lps = extend_or_none(self.lps, d.logprobs, n)
+            self.strs = extend_or_none(self.strs, strs, n)
+            self.tops = extend_or_none(self.tops, detail.tops if detail is not None else None, n)
+        self.ids.extend(d.token_ids)
+        if d.text:
+            self.parts.append(d.text)
+            self.part_starts.append(self.num_chars)
+            self.num_chars += len(d.text)
+        self.cuts.append((len(self.ids), self.num_chars))
+        return True
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.ids)
+
+    def text_since(self, chars: int) -> str:
+        """The text from character ``chars`` on."""
+        k = bisect.bisect_right(self.part_starts, chars) - 1
+        if k < 0:
+            return "".join(self.parts)
+        return self.parts[k][chars - self.part_starts[k]:] + "".join(self.parts[k + 1:])
+
+    def token_strs(self) -> list[str] | None:
+        return self.strs
+
+
+def extend_or_none(have: list[Any] | None, more: Any, n: int) -> list[Any] | None:
+    """``have`` extended by ``more`` (None when either is missing or ``more`` is not n long)."""
+    if have is None or more is None or len(more) != n:
+        return None
+    have.extend(more)
+    return have
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +144,23 @@ class SampleTrace:
         while self.pieces and self.pieces[-1].span.start >= span.start:
             self.pieces.pop()
         self.pieces.append(_Piece(span, out))
+
+    def keep_streamed(self, live: LiveTokens) -> None:
+        """A sample ended early (aborted): the tokens it streamed past its last piece are
+        kept as a piece of their own (the running piece's, cut where it was)."""
+        a, n = self.num_tokens, live.num_tokens
+        if live.broken or n <= a or live.ids[:a] != self.token_ids():
+            return
+        base = len(self.text)
+        text = live.text_since(base)
+        offs = tuple(s - base for s in live.starts[a:]) if live.starts is not None else None
+        detail = PieceDetail(tuple(live.strs[a:]) if live.strs is not None else None,
+                             tuple(live.tops[a:]) if live.tops is not None else None)
+        out = DetailedPieceOutput(tuple(live.ids[a:]), "abort", text,
+                                  tuple(live.lps[a:]) if live.lps is not None else None,
+                                  offs, None, detail)
+        replica = self.pieces[-1].span.replica if self.pieces else -1
+        self.add(PieceSpan(replica, a, n), out)
 
     @property
     def num_tokens(self) -> int:

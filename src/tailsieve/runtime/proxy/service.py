@@ -3,10 +3,11 @@
 ``ProxyService.start`` tokenizes the request's prompts (``Tokenizer``), gives each of its
 ``n x prompts`` samples a session (``ClientSessions``: sticky by the client's key) and runs each
 as one turn (``SessionGateway.generate``: placed, pieced, moved, healed). The ``RequestRun`` it
-returns collects the samples' pieces as they end (``SampleTrace``, for streaming) and their
-final outputs; one failed sample fails the request (the others are cancelled, nothing is
-delivered). ``abort`` ends running samples early with what their finished pieces generated
-(finish reason "abort"), as SGLang's ``/abort_request`` does. A request that arrives while
+returns collects the samples' tokens as they stream in (``LiveTokens``: a streamed request's
+turns run as streamed pieces, relayed chunk by chunk), their pieces as they end
+(``SampleTrace``) and their final outputs; one failed sample fails the request (the others are cancelled, nothing is
+delivered). ``abort`` ends running samples early with what they generated so far (finish
+reason "abort"), as SGLang's ``/abort_request`` does. A request that arrives while
 nothing runs starts a new rollout step at the gateway (``begin_step``: the re-balance horizon
 restarts), and the last one to end closes it (``end_step``: its time is the next step's
 expected time), since a trainer's step is a burst of requests after an idle gap. The balance
@@ -37,10 +38,10 @@ from tailsieve.runtime.proxy.api_error import (
     unavailable,
 )
 from tailsieve.runtime.proxy.request import ProxyRequest, default_max, fit_context
-from tailsieve.runtime.proxy.sample import SampleOutput, SampleTrace
+from tailsieve.runtime.proxy.sample import LiveTokens, SampleOutput, SampleTrace
 from tailsieve.runtime.proxy.tokenizer import Tokenizer
 from tailsieve.runtime.sessions.gateway import SessionGateway
-from tailsieve.runtime.sessions.pieces import PieceOutput
+from tailsieve.runtime.sessions.pieces import PieceOutput, TokenDelta
 from tailsieve.runtime.sessions.result import PieceSpan, TurnResult
 from tailsieve.runtime.transport import RequestError
 from tailsieve.session.client_table import ClientSessions, Lease
@@ -66,8 +67,9 @@ class RequestRun:
         self.req = req
         self.prompt_ids = prompt_ids
         self.traces = [SampleTrace(prompt_ids[i // req.n]) for i in range(req.num_samples)]
+        self.lives = [LiveTokens() for _ in range(req.num_samples)]
         self.outputs: list[SampleOutput | None] = [None] * req.num_samples
-        self.events: asyncio.Queue[tuple[str, int]] = asyncio.Queue()  # ("piece" | "done", i)
+        self.events: asyncio.Queue[tuple[str, int]] = asyncio.Queue()  # ("tokens" | "done", i)
         self.error: ApiError | None = None
         self.aborted = False
         self.tasks: list[asyncio.Task[None]] = []
@@ -214,16 +216,19 @@ class ProxyService:
         return sp
 
     async def _sample(self, run: RequestRun, i: int, lease: Lease, sp: dict[str, Any]) -> None:
-        trace = run.traces[i]
+        trace, live = run.traces[i], run.lives[i]
         prompt = trace.prompt_ids
         result: TurnResult | None = None
         context: tuple[int, ...] | None = None
 
         def on_piece(span: PieceSpan, out: PieceOutput) -> None:
             trace.add(span, out)
-            run.events.put_nowait(("piece", i))
             if self.on_piece is not None:
                 self.on_piece(lease.session_id, span)
+
+        def on_tokens(start: int, d: TokenDelta) -> None:
+            live.grow(start, d)
+            run.events.put_nowait(("tokens", i))
 
         window, note = self.windows.turn_started()
         self._gate_note(note)
@@ -232,11 +237,13 @@ class ProxyService:
         try:
             result = await self.gateway.generate(
                 lease.session_id, lease.group_id, prompt, sp,
-                prompt_tokens=len(prompt) if lease.first else None, on_piece=on_piece)
+                prompt_tokens=len(prompt) if lease.first else None, on_piece=on_piece,
+                on_tokens=on_tokens if run.req.stream else None)
             context = prompt + result.token_ids
         except asyncio.CancelledError:
             if not run.aborted:
                 raise
+            trace.keep_streamed(live)
             context = prompt + tuple(trace.token_ids())
             self.num_aborted_samples += 1
         except Exception as exc:  # every failure becomes the request's HTTP error
@@ -266,7 +273,7 @@ def _to_sglang(sp: dict[str, Any]) -> None:
     if "include_stop_str_in_output" in sp:
         sp["no_stop_trim"] = sp.pop("include_stop_str_in_output")
     for key in ("allowed_token_ids", "return_tokens_as_token_ids", "priority", "cache_salt",
-                "vllm_xargs"):
+                "vllm_xargs", "stream_interval"):
         sp.pop(key, None)
 
 

@@ -1,13 +1,14 @@
 """What a streamed sample may send so far, and the rest when it ends.
 
-A sample's pieces arrive one by one (``SampleTrace``); its final output (``SampleOutput``)
-may be shorter than its pieces when a stop string spans a seam (the chain cuts the text
-before it and the tokens after the one completing it). So while a sample runs, ``StreamCursor``
-sends only what no later seam can take back: with stop strings, all but the last
-``longest stop - 1`` characters of text and nothing from a stop string found in it (cut at a
-token's end; pieces without text offsets are held to the end); without, every finished
-piece. At the end it sends the rest of the
-final output, and checks that what was sent is a prefix of it.
+A sample's tokens arrive as the servers stream them (``LiveTokens``: each chunk of the running
+piece, a moved turn's from the last token sent); its final output (``SampleOutput``) may be
+shorter when a stop string spans a seam (the chain cuts the text before it and the tokens after
+the one completing it). So while a sample runs, ``StreamCursor`` sends only what no later seam
+can take back: with stop strings, all but the last ``longest stop - 1`` characters of text and
+nothing from a stop string found in it (cut at a token's end; tokens without text offsets are
+held to the end); without, every token as it came. At the end it sends the rest of the final
+output, and checks that what was sent is a prefix of it. Each step costs what it sends (plus
+the held text), not the sample so far.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tailsieve.errors import TailSieveError
-from tailsieve.runtime.proxy.sample import SampleOutput, SampleTrace
+from tailsieve.runtime.proxy.sample import LiveTokens, SampleOutput
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,35 +47,38 @@ class StreamCursor:
     def hold_chars(self) -> int:
         return max((len(s) for s in self.stop), default=1) - 1
 
-    def progress(self, trace: SampleTrace) -> Delta | None:
-        """The part of ``trace`` that is safe to send now (None: nothing new)."""
-        n = trace.num_tokens
-        text = trace.text
+    def progress(self, live: LiveTokens, cut: tuple[int, int] | None = None) -> Delta | None:
+        """The part of ``live`` that is safe to send now (None: nothing new); ``cut``: of its
+        first (tokens, characters) only (one delta at a time, as they came)."""
+        if live.broken:
+            return None
+        n, num_chars = cut if cut is not None else (live.num_tokens, live.num_chars)
+        a = len(self.sent_ids)
+        unsent = live.text_since(self.sent_chars)[:max(num_chars - self.sent_chars, 0)]
         if not self.stop:
-            safe_tok, safe_chars = n, len(text)
+            safe_tok, safe_chars = n, num_chars
         else:
-            starts = trace.token_starts()
+            starts = live.starts
             if starts is None:
                 return None
-            limit = len(text) - self.hold_chars
+            limit = num_chars - self.hold_chars
             for stop in self.stop:  # one complete in the unsent text: the chain ends there
-                at = text.find(stop, self.sent_chars)
+                at = unsent.find(stop)
                 if at >= 0:
-                    limit = min(limit, at)
-            ends = [*starts[1:], len(text)]
-            safe_tok = 0
-            while safe_tok < n and ends[safe_tok] <= limit:
+                    limit = min(limit, self.sent_chars + at)
+            safe_tok = a
+            while safe_tok < n and (starts[safe_tok + 1] if safe_tok + 1 < n
+                                    else num_chars) <= limit:
                 safe_tok += 1
-            safe_chars = ends[safe_tok - 1] if safe_tok else 0
-        a = len(self.sent_ids)
+            safe_chars = ((starts[safe_tok] if safe_tok < n else num_chars)
+                          if safe_tok > a else self.sent_chars)
         if safe_tok <= a:
             return None
-        ids = tuple(trace.token_ids()[a:safe_tok])
-        lps = trace.logprobs() if self.want_logprobs else None
-        strs = trace.token_strs() if self.want_logprobs else None
-        tops = trace.tops() if self.want_logprobs else None
+        lps, strs, tops = (live.lps, live.strs, live.tops) if self.want_logprobs else \
+            (None, None, None)
         return self._send(Delta(
-            a, self.sent_chars, ids, text[self.sent_chars:safe_chars],
+            a, self.sent_chars, tuple(live.ids[a:safe_tok]),
+            unsent[:safe_chars - self.sent_chars],
             tuple(lps[a:safe_tok]) if lps is not None else None,
             tuple(strs[a:safe_tok]) if strs is not None else None,
             tuple(tops[a:safe_tok]) if tops is not None else None))

@@ -9,6 +9,7 @@ from typing import Any
 from tailsieve.core.balancer import BalanceSettings
 from tailsieve.errors import ConfigError
 from tailsieve.model.profiles import parse_profile
+from tailsieve.runtime.stall_watch import StallSettings
 from tailsieve.session.midturn import AGENTIC_BALANCE
 from tailsieve.session.routers import SessionPolicy, parse_policy
 from tailsieve.session.settings import SessionSettings
@@ -55,6 +56,8 @@ class GatewayConfig:
     request_timeout_s: float | None = 3600.0  # HttpPieceRunner: a piece running longer = fault
     no_replica_timeout_s: float = 60.0  # how long a turn waits for a healthy replica, s
     probe_interval_s: float = 1.0  # a replica taken out is probed this often, s
+    stall: StallSettings = field(default_factory=StallSettings)  # when a replica is hung
+    # (a running piece without progress for longer than the cost model expects)
     max_empty_aborts: int = 3  # pieces aborted by the server with no token before the turn fails
     router_kw: dict[str, Any] = field(default_factory=dict)  # passed to make_router
 

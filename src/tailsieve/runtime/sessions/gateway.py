@@ -16,11 +16,17 @@ Each turn is placed by the policy's ``SessionRouter`` (``session.routers``) over
 pieces (``turn_chain``; joined by ``runtime.chain``). With the ``tailsieve`` policy running
 turns move mid-turn (``midturn``; behind the balance gate): at once where the runner can
 interrupt a running piece (``PieceInterrupter``: SGLang, streamed vLLM pieces; a turn then
-runs as one piece unless ``piece_tokens`` is given), else at the running piece's end. The
+runs as one piece unless ``piece_tokens`` is given), else at the running piece's end. A turn
+generated for a streamed answer (``on_tokens``) runs, where the runner streams pieces
+(``PieceStreamer``), as one streamed piece that a move interrupts at once (where its text is
+whole); its tokens reach ``on_tokens`` as they come, each once: a moved or relocated turn's
+from the last one sent. The
 book moves a turn when its next piece starts on the destination. A replica that fails
-(``ReplicaDownError``) is taken out (probed every ``probe_interval_s`` when the runner can
-probe) and each turn running there continues on a healthy replica from its last seam: nothing
-is lost or generated twice. A crash of the mid-turn rebalancer is logged, counted in
+(``runtime.faults``: unreachable, its engine died, a stream cut, or hung: no progress for
+longer than its cost model expects, ``runtime.stall_watch``) is taken out (probed every
+``probe_interval_s`` when the runner can probe) and each turn running there continues on a
+healthy replica from its last seam (a streamed piece keeps what it streamed): nothing is lost
+or generated twice. A crash of the mid-turn rebalancer is logged, counted in
 ``stats().rebalancer_crashes`` and turns moves off (``moves_off_reason``); it never passes
 silently and never fails a turn.
 """
@@ -30,12 +36,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from tailsieve.control.balance_gate import BalanceGate
 from tailsieve.errors import ConfigError, ReplicaError
+from tailsieve.model.replica_config import ReplicaConfig
 from tailsieve.runtime.backends import Backend, SamplingParams
 from tailsieve.runtime.chain import penalties_of
 from tailsieve.runtime.sessions.config import GatewayConfig
@@ -44,20 +51,26 @@ from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
 from tailsieve.runtime.sessions.midturn import MidTurnRebalancer
 from tailsieve.runtime.sessions.parts import GatewayParts, Placement, build_parts
 from tailsieve.runtime.sessions.pieces import (
+    HealthProbe,
     PieceInterrupter,
     PieceOutput,
+    PieceRequest,
     PieceRunner,
+    PieceStreamer,
     sampling_from_dict,
 )
 from tailsieve.runtime.sessions.profile import GatewayProfile
 from tailsieve.runtime.sessions.result import GatewayStats, PieceSpan, TurnResult
 from tailsieve.runtime.sessions.tally import Tally
-from tailsieve.runtime.sessions.turn_chain import RunningTurn
+from tailsieve.runtime.sessions.turn_chain import RunningTurn, TurnSink
+from tailsieve.runtime.stall_watch import StallWatch
 from tailsieve.runtime.transport import ReplicaDownError, Transport
 from tailsieve.session.routers import TailSieveRouter
 from tailsieve.session.turn import TurnRequest
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class SessionGateway:
@@ -96,9 +109,13 @@ class SessionGateway:
         self._last_step_s = 0.0  # the last step's time (0: none yet)
         self._crash: str | None = None
         self._task: asyncio.Task[None] | None = None
+        self.stalls = StallWatch(self.config.stall, self._cost_of, self.now)  # hung replicas
+        self._stall_task: asyncio.Task[None] | None = None
         self._owns_runner = False  # ``over_http``: the runner is closed with the gateway
         self.interrupter = (runner if isinstance(runner, PieceInterrupter) and runner.interrupts
                             else None)  # moves take effect at once
+        self.streamer = (runner if isinstance(runner, PieceStreamer) and runner.streams_sinks
+                         else None)  # streams the pieces of turns with a sink
         self.rebalancer = MidTurnRebalancer(
             self.book, self.config.balance, self._move, self._waiting, self.now, self.elapsed,
             self._estimate_progress)
@@ -140,6 +157,11 @@ class SessionGateway:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        if self._stall_task is not None:
+            self._stall_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._stall_task
+            self._stall_task = None
         await self.health.aclose()
         if self._owns_runner and isinstance(self.runner, HttpPieceRunner):
             await self.runner.aclose()
@@ -221,12 +243,14 @@ class SessionGateway:
         max_tokens: int | None = None,
         prompt_tokens: int | None = None,
         on_piece: Callable[[PieceSpan, PieceOutput], None] | None = None,
+        on_tokens: TurnSink | None = None,
     ) -> TurnResult:
         """Generate one turn of ``session_id``: ``prompt_ids`` is its whole prompt (the
         context so far plus the new tokens); ``prompt_tokens``: the group's shared prompt
         prefix (first turn); ``max_tokens`` overrides the sampling's. ``on_piece`` is called
         with each piece as it ends (e.g. to stream it on; the returned ``TurnResult`` is the
-        authority: a stop string spanning a seam cuts it shorter than its pieces). Raises
+        authority: a stop string spanning a seam cuts it shorter than its pieces);
+        ``on_tokens`` with the turn's tokens as they come (see the module docstring). Raises
         ``RequestError`` when a server answers badly beyond retries, ``ReplicaError`` when no
         replica is healthy within ``no_replica_timeout_s``."""
         sp = sampling if isinstance(sampling, SamplingParams) else sampling_from_dict(sampling)
@@ -239,12 +263,14 @@ class SessionGateway:
             raise ConfigError(f"session {session_id!r} already has a turn running")
         k = self._num_turns[session_id] = self._num_turns.get(session_id, 0) + 1
         req = self.book.request(session_id, group_id, len(ids), prompt_tokens, sp.max_tokens)
-        decision = await self._place(req)
+        decision = await self.place(req)
         moves = self.mid_turn_moves and not penalties_of(sp)
+        streamed = on_tokens is not None and self.streamer is not None
         rt = RunningTurn.start(session_id, f"{session_id}-t{k}", ids, sp, decision.replica,
-                               self._piece_tokens(moves), len(ids) - decision.prefill_tokens,
-                               moves)
+                               self._piece_tokens(moves, streamed),
+                               len(ids) - decision.prefill_tokens, moves)
         rt.on_piece = on_piece
+        rt.sink = on_tokens
         self._turns[session_id] = rt
         self.book.start_turn(session_id, decision.replica, self.now())
         self.tally.placed(decision, req)
@@ -279,9 +305,10 @@ class SessionGateway:
 
     # -- placement -------------------------------------------------------------------------------
 
-    async def _place(self, req: TurnRequest) -> Placement:
-        """The router's decision; a replica out of service is never chosen (the least loaded
-        healthy one is: "home-down" when the router chose the session's home, else
+    async def place(self, req: TurnRequest) -> Placement:
+        """Where turn ``req`` runs (also for turns the caller sends itself, e.g. verl's whole
+        turns): the router's decision; a replica out of service is never chosen (the least
+        loaded healthy one is: "home-down" when the router chose the session's home, else
         "fallback")."""
         await self.health.wait_any(self.config.no_replica_timeout_s)
         views = self.book.views(self.now())
@@ -292,11 +319,13 @@ class SessionGateway:
             d = self.parts.fallback(req, views, self._healthy, why)
         return d
 
-    def _piece_tokens(self, moves: bool) -> int | None:
+    def _piece_tokens(self, moves: bool, streamed: bool = False) -> int | None:
         """The piece cap of a turn that may move mid-turn (``moves``): with a runner that
         interrupts pieces, one piece unless ``piece_tokens`` is given; else the configured
-        cap. A turn that does not move runs as one piece."""
-        if not moves or (self.interrupter is not None and self.config.piece_tokens is None):
+        cap. A turn that does not move, or is streamed (``streamed``: to its sink, by a
+        runner that interrupts streamed pieces), runs as one piece."""
+        if not moves or streamed or (self.interrupter is not None
+                                     and self.config.piece_tokens is None):
             return None
         return self.config.move_piece_tokens
 
@@ -312,27 +341,85 @@ class SessionGateway:
             rt.piece_on, rt.piece_started_s = replica, self.now()
             timed = self.profile.piece_started(replica, rt.piece_started_s,
                                                len(piece.prompt_ids), piece.max_tokens)
-            got: int | None = None  # tokens of a piece that came back (None: it failed)
+            out: PieceOutput | None = None
+            fault: ReplicaDownError | None = None
             try:
-                out = await self.runner.run_piece(replica, piece)
-                got = len(out.token_ids)
-            except ReplicaDownError as exc:
-                rt.piece_on = None
-                self.health.down(replica, exc)
-                await self._relocate(rt)
-                continue
+                out, fault = await self._piece(replica, piece)
             finally:
                 rt.piece_on = None
-                self.profile.piece_ended(timed, self.now(), got)
-            self.tally.piece(replica, piece, out, rt.expect_hit)
-            rt.add(replica, piece, out)
-            if rt.on_piece is not None:
-                rt.on_piece(rt.spans[-1], out)
+                self.profile.piece_ended(timed, self.now(), None if out is None or fault
+                                         else len(out.token_ids))
+            if fault is not None and (out is None or not out.token_ids):
+                out = rt.streamed_output()  # what its sink already has: kept, not redone
+            if out is not None and (fault is None or out.token_ids):
+                self.tally.piece(replica, piece, out, rt.expect_hit)
+                rt.add(replica, piece, out)  # a faulted piece's streamed tokens are kept
+                if rt.on_piece is not None:
+                    rt.on_piece(rt.spans[-1], out)
+            if fault is not None:
+                self.health.down(replica, fault)
+                await self._relocate(rt)
+                continue
             if rt.empty_aborts >= self.config.max_empty_aborts:
                 raise ReplicaError(f"turn {rt.turn_id}: {rt.empty_aborts} pieces in a row "
                                    f"aborted by the server on replica {replica}")
             if not rt.chain.done:
                 self.book.progress(rt.session_id, rt.chain.num_generated, self.now())
+
+    async def _piece(self, replica: int, piece: PieceRequest,
+                     ) -> tuple[PieceOutput | None, ReplicaDownError | None]:
+        """Run one piece under the stall watch: its output (a streamed piece's partial one
+        when it was cut or stopped, else None on a fault) and the replica fault that ended it
+        (``runtime.faults``); any other error is raised."""
+        key = piece.request_id
+        task = asyncio.current_task()
+        assert task is not None
+        streamed = self.interrupter.generated_tokens if self.interrupter is not None else None
+
+        def stop() -> None:  # a streamed piece is interrupted (its tokens kept), else cancelled
+            if self.interrupter is not None and streamed is not None and streamed(key) is not None:
+                self.interrupter.interrupt(replica, key)
+            else:
+                task.cancel()
+
+        self.stalls.start(key, replica, len(piece.prompt_ids), piece.max_tokens, stop,
+                          (lambda: streamed(key)) if streamed is not None else None)
+        self._watch_stalls()
+        try:
+            out = await self.runner.run_piece(replica, piece)
+        except asyncio.CancelledError:
+            if self.stalls.stopped(key, task):
+                return None, self.stalls.error(replica)
+            raise
+        except ReplicaDownError as exc:
+            self.stalls.end(key)
+            return exc.partial, exc
+        except BaseException:
+            self.stalls.end(key)
+            raise
+        return out, self.stalls.error(replica) if self.stalls.end(key) else None
+
+    def _watch_stalls(self) -> None:
+        if self._stall_task is None:
+            self._stall_task = asyncio.create_task(self.stalls.run(self._stalled,
+                                                                   self._answers))
+
+    async def watched(self, key: Hashable, replica: int, prompt_tokens: int, max_tokens: int,
+                      call: Awaitable[T]) -> T:
+        """Await ``call`` (a request the caller sends itself, e.g. a whole turn) under the
+        stall watch: ``ReplicaStalledError`` when ``replica`` is found hung."""
+        self._watch_stalls()
+        return await self.stalls.watched(key, replica, prompt_tokens, max_tokens, call)
+
+    async def _answers(self, replica: Hashable) -> bool:
+        """A suspect replica answers the runner's probe (slow, not hung)."""
+        return (isinstance(self.runner, HealthProbe) and isinstance(replica, int)
+                and await self.runner.probe(replica))
+
+    def _stalled(self, replica: Hashable, exc: ReplicaDownError) -> None:
+        """The stall watch found ``replica`` hung: out of service until a probe answers."""
+        if isinstance(replica, int):
+            self.health.down(replica, exc)
 
     async def _relocate(self, rt: RunningTurn) -> None:
         """The turn's replica failed: continue on a healthy one from the last seam (or from
@@ -348,6 +435,12 @@ class SessionGateway:
         self.tally.relocated(rt.prefix_tokens - rt.expect_hit)
 
     # -- mid-turn moves ----------------------------------------------------------------------
+
+    def _cost_of(self, replica: Hashable) -> ReplicaConfig:
+        """The cost model a replica's pieces are priced with (the stall watch's): the book's,
+        the ``auto`` profile's fit once trusted."""
+        assert isinstance(replica, int)
+        return self.book.configs[replica]
 
     def _refit(self) -> None:
         """With ``auto``: price with the latest trusted fit of the pieces timed so far (at
@@ -371,6 +464,8 @@ class SessionGateway:
             if r is None:
                 continue
             got = streamed(rt.piece_id) if streamed is not None else None
+            if self._streams(rt):
+                got = rt.streamed_tokens
             if got is None:
                 v = views[r]
                 tp = v.config.throughput
@@ -379,6 +474,10 @@ class SessionGateway:
                 ran = int((now_s - rt.piece_started_s) / step_s) if step_s > 0 else 0
                 got = min(max(ran, 0), rt.chain.piece_cap(rt.piece_tokens))
             self.book.progress(rt.session_id, rt.chain.num_generated + got, now_s)
+
+    def _streams(self, rt: RunningTurn) -> bool:
+        """Whether the turn's pieces are streamed to its sink (and interrupted by closing)."""
+        return rt.sink is not None and self.streamer is not None
 
     def _waiting(self, session_id: Hashable) -> bool:
         rt = self._turns.get(session_id)
@@ -391,13 +490,16 @@ class SessionGateway:
         if (rt is None or not rt.movable or dst == rt.replica or not self._healthy[dst]
                 or not self.mid_turn_moves):
             return False
-        rt.moved(self.interrupter is not None)
+        stopper: PieceInterrupter | PieceStreamer | None = self.interrupter
+        if self._streams(rt):
+            stopper = self.streamer  # a streamed piece: closing its stream keeps its tokens
+        rt.moved(stopper is not None)
         rt.expect_hit = self.book.cached(session_id, dst)
         self.tally.moved(rt.prefix_tokens - rt.expect_hit)
         rt.replica = dst
-        if self.interrupter is not None and rt.piece_on is not None:
+        if stopper is not None and rt.piece_on is not None:
             rt.interrupted = True
-            self.interrupter.interrupt(rt.piece_on, rt.piece_id)
+            stopper.interrupt(rt.piece_on, rt.piece_id)
         return True
 
     async def _rebalance(self) -> None:

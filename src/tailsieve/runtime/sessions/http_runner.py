@@ -4,7 +4,9 @@ A piece's prompt is token ids (vLLM: ``prompt`` as a list of ids; SGLang: ``inpu
 turn continues on any replica exactly from its last seam. Requests go through a
 ``runtime.transport.Transport`` (``LeanTransport`` by default, a stub in tests); request errors
 (HTTP 5xx, malformed JSON) are retried with exponential backoff, then raised; HTTP 4xx is not
-retried; a dead replica raises ``ReplicaDownError`` at once. The server's count of cached
+retried; a replica fault (``runtime.faults``: unreachable, its engine died, a stream cut or
+ending in the engine's error message) raises ``ReplicaDownError`` at once, carrying what a
+streamed piece delivered before it (``partial``). The server's count of cached
 prompt tokens is read where it reports one (vLLM with ``--enable-prompt-tokens-details``:
 ``usage.prompt_tokens_details.cached_tokens``; SGLang: ``meta_info.cached_tokens``).
 
@@ -13,7 +15,11 @@ move uses) on SGLang, by ``POST /abort_request {"rid"}`` (the piece answers with
 output), and on vLLM with ``stream=True`` (each piece is streamed, ``streamed``; closing the
 stream aborts the request on the server, and the piece returns the tokens streamed so far).
 Unstreamed vLLM pieces cannot be interrupted without losing their tokens: a move waits for
-the running piece's end.
+the running piece's end. A piece that carries a ``sink`` (``PieceStreamer``) is streamed on
+either server, whatever ``stream`` says: each chunk's tokens go to the sink as they come, and
+``interrupt`` closes its stream (after its last token that came with text:
+``streamed.StreamedPiece.stop_at_boundary``). A streamed piece that already gave its sink tokens is not
+retried (that would send them again): it ends with them, finish reason "abort".
 """
 
 from __future__ import annotations
@@ -36,7 +42,13 @@ from tailsieve.runtime.backends import (
 from tailsieve.runtime.lean_http import LeanTransport
 from tailsieve.runtime.sessions.pieces import FINISH_REASONS, PieceOutput, PieceRequest
 from tailsieve.runtime.sessions.streamed import StreamedPiece, finished
-from tailsieve.runtime.transport import JSON, ReplicaDownError, RequestError, Transport
+from tailsieve.runtime.transport import (
+    JSON,
+    ReplicaDownError,
+    RequestError,
+    Transport,
+    probe_health,
+)
 
 ABORT_TRIES = 3  # SGLang: /abort_request is sent again while the piece still runs
 ABORT_RETRY_S = 0.5  # (an abort that arrives before the server registered the rid is lost)
@@ -102,14 +114,22 @@ class HttpPieceRunner:
         """Whether ``interrupt`` ends running pieces: SGLang, or vLLM with streaming."""
         return self.stream or self.backend is Backend.SGLANG
 
+    @property
+    def streams_sinks(self) -> bool:
+        """Pieces with a sink are streamed (``PieceStreamer``), on vLLM and SGLang."""
+        return True
+
     def interrupt(self, replica: int, request_id: str) -> None:
         """End the running piece ``request_id`` now (see the module docstring); ignored
         where pieces cannot be interrupted or the piece is not running."""
         live = self._live.get(request_id)
-        if live is None or not self.interrupts:
+        if live is None:
             return
-        if live.task is not None:
-            live.task.cancel()
+        if live.task is not None:  # a streamed piece: closed where its text is whole
+            if live.streamed is not None:
+                live.streamed.stop_at_boundary(live.task.cancel)
+            else:
+                live.task.cancel()
         elif self.backend is Backend.SGLANG:
             task = asyncio.create_task(self._abort(live.replica, request_id))
             self._aborts.add(task)
@@ -124,18 +144,22 @@ class HttpPieceRunner:
         """Generate ``piece`` on ``replica`` (see the module docstring for errors)."""
         base = self._base(replica)
         url = base + self.backend.path
-        body = await self._body(piece)
+        streamed = self.stream or piece.sink is not None
+        body = await self._body(piece, streamed)
         where = f"{url} piece {piece.request_id}"
         retry = 0
         while True:
             live = self._live[piece.request_id] = _Live(replica)
             try:
-                if self.stream:
-                    return await self._streamed(url, body, live, where)
+                if streamed:
+                    return await self._streamed(url, body, live, where, piece)
                 raw = await self._t.post_json(url, body, self._timeout_s)
                 resp = parse_response(self.backend, raw, 1, where, allow_abort=True)[0]
                 return _output(resp, raw, self.backend)
             except RequestError as exc:
+                got = live.streamed
+                if piece.sink is not None and got is not None and got.ids:
+                    return got.output(interrupted=True)  # its sink has these: keep them
                 if not exc.retryable or retry >= self._max_retries:
                     raise RequestError(f"{where}: {exc} (after {retry} retries)",
                                        status=exc.status, retryable=False) from exc
@@ -144,9 +168,11 @@ class HttpPieceRunner:
             finally:
                 self._live.pop(piece.request_id, None)
 
-    async def _streamed(self, url: str, body: JSON, live: _Live, where: str) -> PieceOutput:
+    async def _streamed(self, url: str, body: JSON, live: _Live, where: str,
+                        piece: PieceRequest) -> PieceOutput:
         """One streamed piece; interrupted (its reader cancelled), the tokens so far."""
-        got = live.streamed = StreamedPiece()
+        got = live.streamed = StreamedPiece(sink=piece.sink,
+                                            sglang=self.backend is Backend.SGLANG)
 
         async def read() -> None:
             async for chunk in self._t.stream_json(url, body, self._timeout_s):
@@ -160,10 +186,14 @@ class HttpPieceRunner:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
-        if task.cancelled():
+        if task.cancelled() or got.closed:
             return got.output(interrupted=True)
-        task.result()
-        finished(got, where)
+        try:
+            task.result()
+            finished(got, where)
+        except ReplicaDownError as exc:  # a cut stream: what came is kept (runtime.faults)
+            exc.partial = got.output(interrupted=True)
+            raise
         return got.output()
 
     async def _abort(self, replica: int, request_id: str) -> None:
@@ -177,13 +207,8 @@ class HttpPieceRunner:
                 return
 
     async def probe(self, replica: int) -> bool:
-        """``GET /health`` answers 200."""
-        try:
-            status, _ = await self._t.get(self._base(replica) + "/health",
-                                          self._health_timeout_s)
-        except ReplicaDownError:
-            return False
-        return status == 200
+        """``GET /health`` answers 200 within the health timeout."""
+        return not await probe_health(self._t, self._base(replica), self._health_timeout_s)
 
     async def tokenize(self, text: str, replica: int = 0) -> tuple[int, ...]:
         """``text`` as ``replica``'s tokenizer gives it, without special tokens (vLLM's
@@ -220,7 +245,7 @@ class HttpPieceRunner:
             raise ConfigError(f"replica {replica} out of range (0..{len(self.endpoints) - 1})")
         return self.endpoints[replica]
 
-    async def _body(self, piece: PieceRequest) -> JSON:
+    async def _body(self, piece: PieceRequest, stream: bool) -> JSON:
         ids: tuple[int, ...] = piece.prompt_ids
         if piece.prompt_json is not None and not isinstance(ids, EncodedIds):
             ids = EncodedIds(ids, piece.prompt_json)
@@ -228,7 +253,7 @@ class HttpPieceRunner:
         body = build_request(self.backend, model, PromptInput(piece.request_id, token_ids=ids),
                              piece.sampling, 1, seed=piece.sampling.seed,
                              return_token_ids=True, max_tokens=piece.max_tokens,
-                             stream=self.stream, stream_interval=self.stream_interval)
+                             stream=stream, stream_interval=self.stream_interval)
         if self.backend is Backend.SGLANG:
             body["rid"] = piece.request_id
         return body

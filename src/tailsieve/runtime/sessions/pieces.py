@@ -7,6 +7,9 @@ gateway decides where each piece goes and joins them. ``HttpPieceRunner`` speaks
 ``/v1/completions`` (token-id prompts) and SGLang's ``/generate`` (``input_ids``); the verl
 router adds a runner over Ray handles; tests use ``StubPieceRunner``.
 
+A piece may carry a ``sink`` (a streamed answer's): a runner that streams (``PieceStreamer``)
+hands it each chunk's tokens as they come (``TokenDelta``), and still returns the whole piece.
+
 Errors a runner raises (``tailsieve.runtime.transport``): ``ReplicaDownError`` when the
 replica is gone (the gateway takes it out and continues the turn elsewhere from the last
 seam), ``RequestError`` when it answered badly and retries did not help (the turn fails with
@@ -15,8 +18,8 @@ it).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any, Protocol, runtime_checkable
 
 from tailsieve.errors import ConfigError
@@ -24,6 +27,21 @@ from tailsieve.runtime.backends import SamplingParams
 
 FINISH_REASONS = ("stop", "length", "abort")
 _SAMPLING_FIELDS = tuple(f.name for f in fields(SamplingParams) if f.name != "extra")
+
+
+@dataclass(frozen=True, slots=True)
+class TokenDelta:
+    """The tokens one chunk of a running piece brought."""
+
+    token_ids: tuple[int, ...]
+    text: str
+    logprobs: tuple[float, ...] | None = None  # of each token, when asked
+    text_offsets: tuple[int, ...] | None = None  # start of each token's text in ``text``
+    detail: Any = None  # what the runner adds about these tokens (the engine's chunk; the
+    # piece's ``PieceOutput`` when the piece came whole)
+
+
+TokenSink = Callable[[TokenDelta], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +53,8 @@ class PieceRequest:
     max_tokens: int  # the most tokens this piece may generate
     request_id: str  # unique per piece (SGLang's ``rid``; logs)
     prompt_json: str | None = None  # ``prompt_ids`` as JSON when already encoded (spliced)
+    sink: TokenSink | None = field(default=None, compare=False, repr=False)  # told of the
+    # piece's tokens as they come, where the runner streams (``PieceStreamer``); else unused
 
     def __post_init__(self) -> None:
         if not self.prompt_ids:
@@ -102,6 +122,22 @@ class PieceInterrupter(Protocol):
     def generated_tokens(self, request_id: str) -> int | None:
         """Tokens the running piece ``request_id`` has returned so far (streamed), or None
         when the runner does not see them before the piece ends."""
+        ...
+
+
+@runtime_checkable
+class PieceStreamer(Protocol):
+    """A runner that streams a piece carrying a ``sink`` (optional): each chunk's tokens go
+    to the sink as they come, and ``interrupt`` ends such a piece at once, keeping what it
+    streamed (whatever ``PieceInterrupter.interrupts`` says of unstreamed pieces)."""
+
+    @property
+    def streams_sinks(self) -> bool:
+        """Whether pieces with a sink are streamed."""
+        ...
+
+    def interrupt(self, replica: int, request_id: str) -> None:
+        """End the running piece ``request_id`` now (as ``PieceInterrupter.interrupt``)."""
         ...
 
 

@@ -5,20 +5,34 @@ Each chunk carries the piece's next token ids (``return_token_ids``), their text
 logprobs when asked; the last choice chunk its finish reason, the usage chunk (``stream_options
 .include_usage``) the prompt tokens the server found cached (``--enable-prompt-tokens-details``).
 A token's text offset is known where it came in a chunk of its own (every token streamed, the
-default ``stream_interval``), else from the chunk's logprobs.
+default ``stream_interval``), else from the chunk's logprobs. SGLang's streamed ``/generate``
+(``sglang=True``) sends the output so far in each chunk (token ids and text cumulative; with
+``--incremental-streaming-output``, each chunk's own): what is new is taken.
+
+A piece with a ``TokenSink`` hands each chunk's new tokens to it as they come (``TokenDelta``):
+what a streamed answer relays, while the piece itself still ends as one ``PieceOutput``.
+
+A streamed piece is ended (``stop_at_boundary``) only where its text is whole: the servers hold
+back the text of a token that ends inside a multi-byte character (vLLM's and SGLang's
+detokenizers send it with the token that completes the character), and a piece continued from
+inside a character comes back with the wrong text (vLLM 0.32 answers the decoded prompt with
+it). So the piece ends after its last token that came with text, at once if that is the last
+token so far, else at the next one; what comes after is not taken.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tailsieve.runtime.sessions.pieces import FINISH_REASONS, PieceOutput
-from tailsieve.runtime.transport import JSON, RequestError
+from tailsieve.runtime.faults import RequestError, check_finished
+from tailsieve.runtime.sessions.pieces import FINISH_REASONS, PieceOutput, TokenDelta, TokenSink
+from tailsieve.runtime.transport import JSON
 
 
 @dataclass(slots=True)
 class StreamedPiece:
-    """What a streamed piece has delivered so far."""
+    """What a streamed piece has delivered so far (``sink``: told of each chunk's tokens)."""
 
     ids: list[int] = field(default_factory=list)
     texts: list[str] = field(default_factory=list)
@@ -27,13 +41,56 @@ class StreamedPiece:
     num_chars: int = 0
     reason: str = ""  # the finish reason, once it came
     cached_tokens: int | None = None
+    sink: TokenSink | None = None
+    sglang: bool = False  # chunks are SGLang's ``/generate`` outputs
+    at_boundary: bool = True  # the tokens so far end where their text is whole
+    closed: bool = False  # ended (``stop_at_boundary``): later chunks are not taken
+    _on_boundary: Callable[[], object] | None = None
 
     def add(self, chunk: JSON, where: str) -> None:
-        """Take one chunk (a malformed one is a ``RequestError``)."""
+        """Take one chunk (a malformed one is a ``RequestError``; one after the piece was
+        ended is dropped)."""
+        if self.closed:
+            return
         try:
-            self._add(chunk)
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            if self.sglang:
+                self._add_sglang(chunk)
+            else:
+                self._add(chunk)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
             raise RequestError(f"{where}: unexpected stream chunk ({exc!r})") from exc
+
+    def stop_at_boundary(self, stop: Callable[[], object]) -> None:
+        """End the piece where its text is whole (see the module docstring): ``stop`` is
+        called then (at once when the tokens so far end there)."""
+        if self.closed:
+            return
+        if self.at_boundary:
+            self.closed = True
+            stop()
+        else:
+            self._on_boundary = stop
+
+    def take(self, d: TokenDelta, whole: bool | None = None) -> None:
+        """Append a delta's tokens (and tell the sink); ``whole``: they end where the text is
+        whole (None: when the delta came with text)."""
+        if self.closed:
+            return
+        n = len(d.token_ids)
+        if d.text_offsets is not None and len(d.text_offsets) == n:
+            self.offsets.extend(self.num_chars + o for o in d.text_offsets)
+        if d.logprobs is not None:
+            self.logprobs.extend(d.logprobs)
+        self.ids.extend(d.token_ids)
+        self.texts.append(d.text)
+        self.num_chars += len(d.text)
+        if self.sink is not None and (d.token_ids or d.text):
+            self.sink(d)
+        if n:
+            self.at_boundary = bool(d.text) if whole is None else whole
+        if self.at_boundary and self._on_boundary is not None:
+            self.closed = True
+            self._on_boundary()
 
     def _add(self, chunk: JSON) -> None:
         usage = chunk.get("usage")
@@ -44,22 +101,47 @@ class StreamedPiece:
                 self.cached_tokens = got
         for ch in chunk.get("choices") or ():
             text = ch.get("text") or ""
-            toks = [int(t) for t in ch.get("token_ids") or ()]
+            toks = tuple(int(t) for t in ch.get("token_ids") or ())
             lp = ch.get("logprobs") or {}
             vals = lp.get("token_logprobs") if isinstance(lp, dict) else None
-            if vals:
-                self.logprobs.extend(float(v) for v in vals if v is not None)
+            lps = tuple(float(v) for v in vals if v is not None) if vals else None
             offs = lp.get("text_offset") if isinstance(lp, dict) else None
+            rel: tuple[int, ...] | None = None
             if len(toks) == 1:
-                self.offsets.append(self.num_chars)
+                rel = (0,)
             elif offs and len(offs) == len(toks):
-                base = int(offs[0])
-                self.offsets.extend(self.num_chars + int(o) - base for o in offs)
-            self.ids.extend(toks)
-            self.texts.append(text)
-            self.num_chars += len(text)
+                rel = tuple(int(o) - int(offs[0]) for o in offs)
+            self.take(TokenDelta(toks, text, lps, rel, chunk))
             if ch.get("finish_reason"):
                 self.reason = str(ch["finish_reason"])
+
+    def _add_sglang(self, chunk: JSON) -> None:
+        meta = chunk.get("meta_info") or {}
+        have = len(self.ids)
+        ids = [int(t) for t in chunk.get("output_ids") or ()]
+        total = meta.get("completion_tokens")
+        whole = not isinstance(total, int) or len(ids) == total  # cumulative (the default)
+        new = tuple(ids[have:] if whole else ids)
+        text = chunk.get("text")
+        known = isinstance(text, str)
+        if not isinstance(text, str):
+            text = ""  # SGLang >= 0.5 sends the text of a cumulative stream at its end only
+        elif whole:
+            text = text[self.num_chars:]
+        lp = meta.get("output_token_logprobs")
+        lps = None
+        if isinstance(lp, list):
+            vals = lp[have:] if whole and len(lp) == len(ids) else lp
+            if len(vals) == len(new):
+                lps = tuple(float(v[0]) for v in vals)
+        self.take(TokenDelta(new, text, lps, (0,) if len(new) == 1 else None, chunk),
+                  bool(text) or not known)
+        cached = meta.get("cached_tokens")
+        if isinstance(cached, int) and not isinstance(cached, bool):
+            self.cached_tokens = cached
+        fr = meta.get("finish_reason")
+        if fr:
+            self.reason = str(fr.get("type") if isinstance(fr, dict) else fr)
 
     def output(self, interrupted: bool = False) -> PieceOutput:
         """The piece as delivered: finish reason "abort" when it was interrupted before its
@@ -76,6 +158,6 @@ class StreamedPiece:
 
 
 def finished(piece: StreamedPiece, where: str) -> None:
-    """A stream that ended must have said why (else it was cut: a ``RequestError``)."""
-    if not piece.reason:
-        raise RequestError(f"{where}: stream ended without a finish reason")
+    """A stream that ended must have said why (else it was cut: a replica fault,
+    ``runtime.faults.check_finished``)."""
+    check_finished(where, {0: piece.reason}, (0,))

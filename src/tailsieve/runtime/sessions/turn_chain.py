@@ -3,7 +3,9 @@
 The joining is ``runtime.chain.ResponseChain``'s (token ids, text and logprobs concatenated,
 the last piece's finish reason, a stop string across a seam cut where the server would have
 cut it, ``min_tokens`` carried over); this module only builds each piece's request from the
-chain and takes its output back.
+chain and takes its output back. A turn with a ``sink`` (a streamed answer) hands it every
+token once, in order, with its index in the turn's output: as its piece streams them where the
+runner streams, else at the piece's end; a piece cut short keeps what it streamed.
 """
 
 from __future__ import annotations
@@ -13,8 +15,12 @@ from dataclasses import dataclass, field, replace
 
 from tailsieve.runtime.backends import PromptInput, SamplingParams, with_encoded_ids
 from tailsieve.runtime.chain import Piece, ResponseChain
-from tailsieve.runtime.sessions.pieces import PieceOutput, PieceRequest
+from tailsieve.runtime.sessions.pieces import PieceOutput, PieceRequest, TokenDelta
 from tailsieve.runtime.sessions.result import PieceSpan, TurnResult
+from tailsieve.runtime.sessions.streamed import StreamedPiece
+
+TurnSink = Callable[[int, TokenDelta], None]  # (index of the first token in the turn's output,
+# the tokens)
 
 
 @dataclass(slots=True)
@@ -42,6 +48,9 @@ class RunningTurn:
     booked: int = -1  # the replica the session book has it on (its last piece's)
     interrupted: bool = False  # its running piece was interrupted by a move
     piece_id: str = ""  # request id of the running (or last) piece
+    sink: TurnSink | None = None  # told of every token as it comes (a streamed answer)
+    streaming: list[TokenDelta] | None = None  # what the running piece streamed to ``sink``
+    streamed_tokens: int = 0  # tokens in ``streaming``
 
     @classmethod
     def start(cls, session_id: Hashable, turn_id: str, prompt_ids: tuple[int, ...],
@@ -90,13 +99,34 @@ class RunningTurn:
         prompt = chain.next_prompt(self.prompt)
         ids = prompt.token_ids
         assert ids is not None
+        self.streaming, self.streamed_tokens = None, 0
+        if self.sink is not None:
+            self.streaming = []
         return PieceRequest(
             prompt_ids=ids,
             sampling=chain.piece_sampling(self.sampling, self.piece_tokens),
             max_tokens=chain.piece_cap(self.piece_tokens),
             request_id=self._next_id(),
             prompt_json=getattr(ids, "json", None),
+            sink=self._streamed if self.streaming is not None else None,
         )
+
+    def _streamed(self, d: TokenDelta) -> None:
+        """The running piece streamed ``d``: on to the turn's sink, at its index."""
+        assert self.streaming is not None and self.sink is not None
+        self.streaming.append(d)
+        start = self.chain.num_generated + self.streamed_tokens
+        self.streamed_tokens += len(d.token_ids)
+        self.sink(start, d)
+
+    def streamed_output(self) -> PieceOutput | None:
+        """What the running piece streamed before it failed (None: nothing), to keep."""
+        if not self.streamed_tokens or self.streaming is None:
+            return None
+        got = StreamedPiece()
+        for d in self.streaming:
+            got.take(d)
+        return got.output(interrupted=True)
 
     def _next_id(self) -> str:
         self.piece_id = f"{self.turn_id}-{len(self.spans)}"
@@ -105,6 +135,7 @@ class RunningTurn:
     def add(self, replica: int, piece: PieceRequest, out: PieceOutput) -> None:
         """Take a piece's output into the chain. A piece the server aborted keeps its tokens
         and the turn continues from there."""
+        self._stream_rest(out)
         reason = "moved" if out.finish_reason == "abort" else out.finish_reason
         self.has_text = self.has_text and out.text is not None
         start = self.chain.num_generated
@@ -116,6 +147,24 @@ class RunningTurn:
                              and not self.interrupted else 0)
         self.interrupted = False
         self.expect_hit = len(piece.prompt_ids) + len(out.token_ids)  # if it stays here
+
+    def _stream_rest(self, out: PieceOutput) -> None:
+        """Hand the sink the piece's tokens it did not stream (all of them where the runner
+        does not stream)."""
+        got, self.streaming = self.streaming, None
+        k, self.streamed_tokens = self.streamed_tokens, 0
+        if self.sink is None or got is None or k >= len(out.token_ids):
+            return
+        offs = out.text_offsets
+        text = out.text or ""
+        if k:  # streamed in part: the rest from its first unsent token
+            text = (text[offs[k] - offs[0]:] if offs is not None
+                    else text[sum(len(d.text) for d in got):])
+        self.sink(self.chain.num_generated + k, TokenDelta(
+            out.token_ids[k:], text,
+            out.logprobs[k:] if out.logprobs is not None else None,
+            tuple(o - offs[k] for o in offs[k:]) if offs is not None else None,
+            out if not k else None))
 
     def restart(self) -> None:
         """Forget every piece (a turn that cannot be continued starts again from its prompt)."""

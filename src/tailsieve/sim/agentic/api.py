@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tailsieve.sim.agentic.compare import AgenticSetup, compare_policies
-from tailsieve.sim.agentic.policies import DEFAULT_POLICIES
-from tailsieve.sim.agentic.report import best_other, oracle_share
+from tailsieve.sim.agentic.compare import AgenticSetup, ceiling, compare_policies
+from tailsieve.sim.agentic.policies import BASELINE, DEFAULT_POLICIES
+from tailsieve.sim.agentic.report import ROUTING_BOUND_GAIN, best_other, gap_share
 
 __all__ = ["simulate_agentic"]
 
@@ -19,14 +19,25 @@ def simulate_agentic(preset: str, replicas: int, policies: Sequence[str] = DEFAU
     """Compare ``policies`` on ``preset`` (``workload.agentic_presets``) with ``replicas``
     replicas of ``profile``, paired over ``seeds`` seeds: a JSON-ready dict with each
     policy's summary (speedup over verl's default with its 95% interval, step time, prefix-
-    cache hit rate, re-prefilled tokens and moves per step), the best other router and
-    TailSieve's share of the oracle's gain."""
+    cache hit rate, re-prefilled tokens and moves per step), the step's lower bound as a
+    speedup over verl's default that no router passes (``bound``), the best other router,
+    the share of the gap between verl's step and the bound that TailSieve and the best other
+    router close, and whether the workload is routing-bound (the bound gains more than
+    ``ROUTING_BOUND_GAIN`` over verl's default)."""
     setup = AgenticSetup(preset, replicas, profile, groups, group_size, warmup_steps,
                          measured_steps, tuple(range(seeds)))
-    rows = {p: r.summary() for p, r in compare_policies(setup, policies).items()}
+    results = compare_policies(setup, policies)
+    rows = {p: r.summary() for p, r in results.items()}
+    bound = ceiling(setup, results[BASELINE]).summary()
+    best = best_other(rows)
+    ts = rows.get("tailsieve", {}).get("speedup")
     return {
         "preset": preset, "replicas": replicas, "profile": profile, "num_groups": groups,
         "group_size": group_size, "seeds": seeds, "warmup_steps": warmup_steps,
-        "measured_steps": measured_steps, "policies": rows, "best_other": best_other(rows),
-        "tailsieve_oracle_share": oracle_share(rows),
+        "measured_steps": measured_steps, "policies": rows, "bound": bound,
+        "best_other": best,
+        "tailsieve_gap_share": gap_share(ts, bound["speedup"]),
+        "best_other_gap_share": gap_share(rows[best]["speedup"], bound["speedup"])
+        if best else None,
+        "routing_bound": bound["speedup"] - 1.0 > ROUTING_BOUND_GAIN,
     }

@@ -6,6 +6,10 @@ Per seed, the speedup of a policy is the mean over the measured steps of
 (``sim.speedup_stats.t_interval``). Steps before ``warmup_steps`` run only for policies that
 carry state across steps (TailSieve's balance gate and step-time estimate); they are not
 measured. Every step starts with empty prefix caches (new weights invalidate them).
+
+Beside the policies, ``ceiling`` pairs verl's default with the step's lower bound
+(``sim.agentic.bound``): per seed the mean over the measured steps of
+``T_verl(t) / bound(t)``, a speedup over verl's default that no router can exceed.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import numpy as np
 from tailsieve.errors import ConfigError
 from tailsieve.model.profiles import load_profile
 from tailsieve.model.replica_config import ReplicaConfig
+from tailsieve.sim.agentic.bound import StepBound, step_lower_bound
 from tailsieve.sim.agentic.policies import BASELINE, policy_spec
 from tailsieve.sim.agentic.run import RunOptions, simulate_policy
 from tailsieve.sim.agentic.stats import StepStats
@@ -26,8 +31,8 @@ from tailsieve.sim.speedup_stats import t_interval
 from tailsieve.workload.agentic_presets import agentic_preset
 from tailsieve.workload.turns import Trajectory
 
-__all__ = ["AgenticSetup", "PolicyResult", "compare_policies", "replica_configs",
-           "setup_steps"]
+__all__ = ["AgenticSetup", "CeilingResult", "PolicyResult", "ceiling", "compare_policies",
+           "replica_configs", "setup_steps"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +83,25 @@ class PolicyResult:
         }
 
 
+@dataclass(slots=True)
+class CeilingResult:
+    """The step's lower bound against verl's default over the seeds of a cell."""
+
+    per_seed_ceiling: list[float]  # mean over measured steps of T_verl / bound
+    bounds: list[StepBound]  # every measured step's bound, all seeds
+
+    def summary(self) -> dict[str, Any]:
+        mean, lo, hi = t_interval(self.per_seed_ceiling)
+        b = self.bounds
+        return {
+            "speedup": mean, "ci_low": lo, "ci_high": hi, "per_seed": self.per_seed_ceiling,
+            "step_s": float(np.mean([x.bound_s for x in b])),
+            "critical_path_s": float(np.mean([x.critical_path_s for x in b])),
+            "work_s": float(np.mean([x.work_s for x in b])),
+            "critical_path_binds": sum(x.bound_s == x.critical_path_s for x in b) / len(b),
+        }
+
+
 def replica_configs(profile: str, replicas: int) -> list[ReplicaConfig]:
     """``replicas`` identical replicas of ``profile`` whose first prefills cost the profile's
     grounded prefill model."""
@@ -113,4 +137,22 @@ def compare_policies(setup: AgenticSetup, policies: Sequence[str]) -> dict[str, 
                 [b / s.step_s for b, s in zip(base, got, strict=True)])))
             res.step_s.extend(s.step_s for s in got)
             res.stats.extend(got)
+    return out
+
+
+def ceiling(setup: AgenticSetup, verl: PolicyResult) -> CeilingResult:
+    """verl's default (``compare_policies``' first result) against the lower bound of every
+    measured step, paired per seed and step."""
+    configs = replica_configs(setup.profile, setup.replicas)
+    n = setup.measured_steps
+    if len(verl.step_s) != n * len(setup.seeds):
+        raise ConfigError("verl's result must hold every measured step of every seed")
+    out = CeilingResult([], [])
+    for k, seed in enumerate(setup.seeds):
+        steps = setup_steps(setup, seed)[setup.warmup_steps:]
+        bounds = [step_lower_bound(t, configs) for t in steps]
+        verl_s = verl.step_s[k * n:(k + 1) * n]
+        out.per_seed_ceiling.append(float(np.mean(
+            [v / b.bound_s for v, b in zip(verl_s, bounds, strict=True)])))
+        out.bounds.extend(bounds)
     return out

@@ -1,10 +1,14 @@
 """The policies the agentic simulator compares: a session router plus what runs with it.
 
 Count routers (verl's default, prime-rl's, SGLang's cache_aware, verl #7435 and #6533,
-per-turn round-robin) only place turns. TailSieve places turns with ``place_turn``, moves
+per-turn round-robin) only place turns; verl #6556's ``rebalance_requests`` also aborts every
+running turn and resumes each on the least loaded replica once a replica runs dry
+(``session.rebalance``); llm-d's burst mode co-locates each group on one replica, the groups
+balanced by tokens (``session.colocate``). TailSieve places turns with ``place_turn``, moves
 running turns by continuation between them (it holds the generation) and runs both behind
-the balance gate. The oracle places turns knowing every remaining length and moves running
-turns as TailSieve does (a reference for what routing can reach).
+the balance gate. The length-informed policy places turns by the same decision told every
+remaining length and moves running turns as TailSieve does: it measures what knowing lengths
+adds, and is not a bound (``sim.agentic.bound`` is).
 """
 
 from __future__ import annotations
@@ -36,16 +40,18 @@ POLICIES: dict[str, PolicySpec] = {p.name: p for p in (
     PolicySpec("affinity-margin", SessionPolicy.MARGIN),
     PolicySpec("verl-repin", SessionPolicy.REPIN),
     PolicySpec("turn-round-robin", SessionPolicy.ROUND_ROBIN),
+    PolicySpec("verl-rebalance", SessionPolicy.REBALANCE),
+    PolicySpec("group-colocate", SessionPolicy.COLOCATE),
     PolicySpec("tailsieve", SessionPolicy.TAILSIEVE, midturn=True, gate=True),
     PolicySpec("tailsieve-boundary", SessionPolicy.TAILSIEVE, gate=True),
     PolicySpec("tailsieve-midturn", SessionPolicy.TAILSIEVE, midturn=True, gate=True,
                boundary_moves=False),
-    PolicySpec("oracle", SessionPolicy.ORACLE, midturn=True),
+    PolicySpec("length-informed", SessionPolicy.LENGTH_INFORMED, midturn=True),
 )}
 BASELINE = "verl-sticky"
 DEFAULT_POLICIES: tuple[str, ...] = (
     "verl-sticky", "sticky-least-loaded", "cache-aware", "affinity-margin", "verl-repin",
-    "turn-round-robin", "tailsieve", "oracle")
+    "turn-round-robin", "verl-rebalance", "group-colocate", "tailsieve", "length-informed")
 
 
 def policy_spec(name: str) -> PolicySpec:

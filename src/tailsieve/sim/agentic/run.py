@@ -74,8 +74,10 @@ def _one_step(trajs: Sequence[Trajectory], configs: Sequence[ReplicaConfig], spe
     kw = dict(spec.kw)
     if spec.router.value == "tailsieve":
         kw["expected_turn_tokens"] = lambda: holder[0].expected_turn_tokens
-    if spec.router.value == "oracle":
+    if spec.router.value == "length-informed":
         kw["remaining"] = _remaining(trajs)
+    if spec.router.value == "group-colocate":  # the burst: every first turn, at time 0
+        kw["window"] = [(i, t.prompt_id, t.prompt_tokens) for i, t in enumerate(trajs)]
     router = make_router(spec.router, settings, rng, **kw)
     sim = TurnStepSim(trajs, configs, router, step_opts)
     holder.append(sim)
@@ -83,7 +85,8 @@ def _one_step(trajs: Sequence[Trajectory], configs: Sequence[ReplicaConfig], spe
 
 
 def _remaining(trajs: Sequence[Trajectory]) -> Callable[[Hashable, int], float]:
-    """The oracle's lengths: tokens trajectory ``session`` generates from turn ``t`` on."""
+    """The length-informed router's lengths: tokens trajectory ``session`` generates from
+    turn ``t`` on."""
     left = [np.cumsum([u.output_tokens for u in t.turns][::-1])[::-1].tolist() for t in trajs]
 
     def remaining(session: Hashable, turn_index: int) -> float:

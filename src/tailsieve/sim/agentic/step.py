@@ -10,11 +10,17 @@ the session waits on its tool for ``tool_s`` seconds, holding no decode slot, co
 tool wait of that replica; then its next turn arrives with the tool's tokens appended. The
 step ends when every trajectory of every group is done (groups stay whole).
 
-With ``StepOptions.midturn`` (TailSieve and the oracle: the router holds the generation),
-re-balance checks every ``interval_s`` ask ``core.balancer.plan_moves`` for moves of running
-turns, priced with the prefix caches; a moved turn stops where it runs (its blocks stay
-cached there) and after ``seam_s`` continues on the destination with its prompt plus the
-tokens generated so far, which the destination prefills where its cache does not hold them.
+With ``StepOptions.midturn`` (TailSieve and the length-informed policy: the router holds the
+generation), re-balance checks every ``interval_s`` ask ``core.balancer.plan_moves`` for
+moves of running turns, priced with the prefix caches; a moved turn stops where it runs (its
+blocks stay cached there) and after ``seam_s`` continues on the destination with its prompt
+plus the tokens generated so far, which the destination prefills where its cache does not
+hold them.
+
+A router that rebalances as verl's ``rebalance_requests`` does (``session.rebalance``) is
+asked after every event whether to; then every running or queued turn is aborted where it
+runs (its blocks stay cached there) and, after ``seam_s``, continues on the replica the
+router pins it to, as a moved turn does.
 
 Time advances from event to event (engine completions and stalls in closed form, tool
 returns, continuations, checks): never token by token.
@@ -31,6 +37,7 @@ from tailsieve.core.balancer import BalanceSettings
 from tailsieve.errors import ConfigError
 from tailsieve.model.replica_config import ReplicaConfig
 from tailsieve.session.midturn import AGENTIC_BALANCE, move_horizon_s, session_horizon_s
+from tailsieve.session.rebalance import VerlRebalance
 from tailsieve.session.router_base import SessionRouter
 from tailsieve.session.turn import TurnRequest
 from tailsieve.sim.agentic.midturn import MovePlanner
@@ -81,6 +88,7 @@ class TurnStepSim:
         self.events: list[tuple[float, int, int, int]] = []  # (time, kind, session, replica)
         self.planner = (MovePlanner(self.reps, [t.prompt_id for t in self.trajs])
                         if options.midturn else None)
+        self.rebalancer = router if isinstance(router, VerlRebalance) else None
         self.pending: dict[int, int] = {}  # session -> destination of a move at piece end
         self.hold: dict[int, int] = {}  # session -> first piece it may move in again
         self._out_sum = 0
@@ -109,6 +117,9 @@ class TurnStepSim:
             else:
                 self.check(t)
                 next_check = t + self.options.balance.interval_s
+            if self.rebalancer is not None and self.left > 0 and \
+                    self.rebalancer.should_rebalance(self.reps.views(t)):
+                self.rebalance(t)
         pre, rec = self.reps.preemptions()
         self.stats.preemptions, self.stats.recomputed_tokens = pre, rec
         return self.stats
@@ -146,16 +157,38 @@ class TurnStepSim:
                 self.hold[i] = piece + 2
                 self.stats.midturn_moves += 1
                 continue
-            self.done_tokens[i] += self.reps.engines[m.src].abort(m.key)
-            self.reps.touched(m.src)
-            tr = self.trajs[i]
-            held = self.context[i] + self.done_tokens[i]
-            self.reps.cache.insert(m.src, i, tr.prompt_id, min(tr.prompt_tokens, held), held)
-            self.reps.fit_cache(m.src)
-            self.where[i] = -1
-            self.piece[i] = piece + 1
+            self.stop(i, m.src, m.key)
             self.stats.midturn_moves += 1
             heapq.heappush(self.events, (t + opts.seam_s, 1, i, m.dst))
+
+    def rebalance(self, t: float) -> None:
+        """verl's ``rebalance_requests`` at ``t``: abort every running or queued turn, and
+        continue each after the seam where the router pins it."""
+        assert self.rebalancer is not None
+        for r in range(len(self.reps)):
+            self.sync(r, t)
+        src = {i: r for i, r in enumerate(self.where) if r >= 0}
+        for i, r in src.items():
+            self.stop(i, r, (i, self.piece[i]))
+        self.pending.clear()
+        pins = self.rebalancer.rebalance(list(src), self.reps.views(t))
+        seam = self.options.balance.seam_s
+        for i, r in src.items():
+            dst = pins[i]
+            self.stats.midturn_moves += int(dst != r)
+            heapq.heappush(self.events, (t + seam, 1, i, dst))
+
+    def stop(self, i: int, r: int, key: Hashable) -> None:
+        """Abort turn ``i``'s running piece ``key`` on ``r``: its tokens so far count as done
+        and its context stays cached on ``r``."""
+        self.done_tokens[i] += self.reps.engines[r].abort(key)
+        self.reps.touched(r)
+        tr = self.trajs[i]
+        held = self.context[i] + self.done_tokens[i]
+        self.reps.cache.insert(r, i, tr.prompt_id, min(tr.prompt_tokens, held), held)
+        self.reps.fit_cache(r)
+        self.where[i] = -1
+        self.piece[i] += 1
 
     # ----- turns ---------------------------------------------------------------------
     def request(self, i: int) -> TurnRequest:

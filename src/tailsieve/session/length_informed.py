@@ -1,9 +1,10 @@
-"""A length-knowing session router (simulator only): TailSieve's decision told the lengths.
+"""A length-informed session router (simulator only): TailSieve's decision told the lengths.
 
 It runs ``place_turn`` with the turn's true output as the expected output and the session's
 true remaining output (this turn on) as its remaining life, instead of the estimates a real
-router has. So it measures what knowing lengths adds to the priced decision; it is a
-reference, not a proven bound (it still places one turn at a time, greedily).
+router has. So it measures what knowing lengths adds to the priced decision. It is a policy,
+not a bound: it still places one turn at a time, greedily, and other routers can beat it. The
+bound on what any router can reach is ``sim.agentic.bound``.
 """
 
 from __future__ import annotations
@@ -17,15 +18,15 @@ from tailsieve.session.router_base import SessionPolicy
 from tailsieve.session.settings import SessionSettings
 from tailsieve.session.turn import TurnRequest
 
-__all__ = ["LengthOracle", "Remaining"]
+__all__ = ["LengthInformed", "Remaining"]
 
 Remaining = Callable[[Hashable, int], float]  # (session, turn index) -> tokens left, this turn on
 
 
-class LengthOracle:
+class LengthInformed:
     """``place_turn`` with the true lengths (see the module docstring)."""
 
-    policy = SessionPolicy.ORACLE
+    policy = SessionPolicy.LENGTH_INFORMED
 
     def __init__(self, remaining: Remaining, settings: SessionSettings) -> None:
         self._remaining = remaining

@@ -1,0 +1,116 @@
+"""What an engine's answer means: the one fault classifier of every execution path.
+
+Every path that talks to a replica (the single-turn attempts, the session gateway's pieces, the
+proxy, the verl router) reads an engine's answer through these functions, so each kind of
+answer means the same thing everywhere:
+
+- ``ReplicaDownError`` (the replica is out: take it out of service, continue its responses
+  elsewhere from the last token received, probe it, re-admit it when it answers):
+  a connection refused / reset / closed mid-request, a timeout, HTTP 503, vLLM's HTTP 500 for a
+  dead engine (``EngineDeadError``), a stream that carries the engine's own error message
+  instead of a choice (vLLM's front end ends the stream so when its worker died), a stream that
+  ends before every response said why it finished (cut: never a finished response), and a
+  replica that makes no progress for longer than its cost model says it should
+  (``ReplicaStalledError``, found by ``runtime.stall_watch``);
+- ``RequestError``: the replica answered, but badly (HTTP 4xx/5xx, malformed JSON). Retried
+  with backoff where ``retryable`` (HTTP 4xx is not: a client bug retrying cannot fix).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from tailsieve.errors import ReplicaError
+
+ENGINE_DEAD_MARKERS = ("EngineCore encountered an issue", "EngineDeadError")
+"""Text of vLLM's ``EngineDeadError`` (``vllm/v1/engine/exceptions.py``), sent as HTTP 500."""
+
+
+class ReplicaDownError(ReplicaError):
+    """The replica cannot be reached or stopped answering (refused, reset, timeout, its engine
+    died, a stream cut). ``partial``: what the piece streamed before the fault, where a
+    runner kept it (the caller keeps those tokens and continues after them)."""
+
+    partial: Any = None
+
+
+class ReplicaStalledError(ReplicaDownError):
+    """The replica made no progress on a running piece for longer than its cost model allows
+    (a hung server: it accepts connections and never answers)."""
+
+
+class RequestError(ReplicaError):
+    """The replica answered with an error or with something that is not the expected JSON."""
+
+    def __init__(self, message: str, status: int | None = None, retryable: bool = True) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retryable = retryable
+
+
+def from_exception(url: str, exc: BaseException) -> ReplicaError:
+    """A client-side exception (connection error, timeout) as the fault it means."""
+    if isinstance(exc, ReplicaError):
+        return exc
+    if isinstance(exc, asyncio.TimeoutError | TimeoutError):
+        return ReplicaDownError(f"{url}: timed out")
+    return ReplicaDownError(f"{url}: {type(exc).__name__}: {exc}")
+
+
+def check_status(url: str, status: int, body: str) -> None:
+    """An HTTP status as a fault: 503, or vLLM's 500 for a dead EngineCore, means the server is
+    going away (``ReplicaDownError``); any other status >= 400 is a ``RequestError``."""
+    if status == 503:
+        raise ReplicaDownError(f"{url}: HTTP 503 (service unavailable): {body[:200]}")
+    if status == 500 and any(m in body for m in ENGINE_DEAD_MARKERS):
+        raise ReplicaDownError(f"{url}: HTTP 500, the engine died: {body[:200]}")
+    if status >= 400:
+        raise RequestError(
+            f"{url}: HTTP {status}: {body[:300]}", status=status, retryable=status >= 500
+        )
+
+
+def engine_error(chunk: Mapping[str, Any]) -> str | None:
+    """The engine's own error message when a streamed chunk is one instead of a choice (vLLM:
+    ``{"error": {"message": ...}}``, older ``{"object": "error", "message": ...}``), else
+    None."""
+    if chunk.get("choices") or "text" in chunk or "meta_info" in chunk:
+        return None
+    err = chunk.get("error")
+    if isinstance(err, Mapping):
+        return str(err.get("message") or err)
+    if err:
+        return str(err)
+    if chunk.get("object") == "error":
+        return str(chunk.get("message") or "error")
+    return None
+
+
+def check_chunk(url: str, chunk: Mapping[str, Any]) -> None:
+    """A streamed chunk that is the engine's error message: the replica is down."""
+    msg = engine_error(chunk)
+    if msg is not None:
+        raise ReplicaDownError(f"{url}: the stream ended with the engine's error: {msg[:300]}")
+
+
+def check_finished(where: str, reasons: Mapping[int, str], indices: Collection[int]) -> None:
+    """A stream that ended must have said why each of its responses ``indices`` finished: one
+    cut before that is a replica fault, never a finished response."""
+    missing = sorted(i for i in indices if not reasons.get(i))
+    if missing:
+        raise ReplicaDownError(
+            f"{where}: the stream ended without a finish reason for responses {missing}")
+
+
+def refused(exc: BaseException) -> bool:
+    """The connection was refused: the request never reached a server (nothing generated)."""
+    e: BaseException | None = exc
+    for _ in range(8):
+        if e is None:
+            break
+        if isinstance(e, ConnectionRefusedError) or type(e).__name__ == "ClientConnectorError":
+            return True
+        e = e.__cause__ or e.__context__
+    return "refused" in str(exc).lower()

@@ -1,0 +1,100 @@
+"""A streamed piece: its tokens reach its sink as they come, on vLLM's chunks and SGLang's
+cumulative outputs, and an interrupted piece ends only where its text is whole (never inside a
+multi-byte character, whose text the servers send with its last token)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from tailsieve.runtime.backends import SamplingParams
+from tailsieve.runtime.sessions import HttpPieceRunner, PieceRequest
+from tailsieve.runtime.sessions.pieces import TokenDelta
+from tailsieve.runtime.sessions.streamed import StreamedPiece
+from tailsieve.runtime.transport import JSON
+
+# "a", then the three byte tokens of 好 (the server sends its text with the last), then "b"
+TOKENS = [(1, "a"), (2, ""), (3, ""), (4, "好"), (5, "b"), (6, "c")]
+
+
+def vllm_chunk(tok: int, text: str, reason: str | None = None) -> JSON:
+    return {"choices": [{"index": 0, "text": text, "token_ids": [tok],
+                         "finish_reason": reason}]}
+
+
+class ScriptedStream:
+    """A transport whose one stream sends ``TOKENS`` one chunk at a time, each when the
+    test releases it."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Queue[None]()
+        self.sent = 0
+
+    async def _chunks(self) -> AsyncIterator[JSON]:
+        for k, (tok, text) in enumerate(TOKENS):
+            await self.release.get()
+            self.sent += 1
+            yield vllm_chunk(tok, text, "length" if k == len(TOKENS) - 1 else None)
+
+    def stream_json(self, url: str, payload: JSON, timeout_s: float | None,
+                    ) -> AsyncIterator[JSON]:
+        return self._chunks()
+
+    async def post_json(self, url: str, payload: JSON, timeout_s: float | None) -> Any:
+        raise AssertionError("not streamed")
+
+    async def get(self, url: str, timeout_s: float | None) -> tuple[int, str]:
+        return 200, ""
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def test_an_interrupt_inside_a_character_waits_for_its_last_token() -> None:
+    t = ScriptedStream()
+    runner = HttpPieceRunner(["http://r0"], model="m", transport=t)
+    seen: list[TokenDelta] = []
+    piece = PieceRequest((7, 8), SamplingParams(max_tokens=6), 6, "p-0", sink=seen.append)
+    task = asyncio.create_task(runner.run_piece(0, piece))
+    for _ in range(2):  # "a" and the first byte of 好
+        t.release.put_nowait(None)
+    while t.sent < 2 or len(seen) < 2:
+        await asyncio.sleep(0)
+    runner.interrupt(0, "p-0")  # inside 好: the piece goes on to its last byte
+    for _ in range(4):
+        t.release.put_nowait(None)
+    out = await task
+    assert out.token_ids == (1, 2, 3, 4) and out.text == "a好" and out.finish_reason == "abort"
+    assert [d.token_ids for d in seen] == [(1,), (2,), (3,), (4,)]
+
+
+async def test_an_interrupt_at_a_whole_character_ends_at_once() -> None:
+    t = ScriptedStream()
+    runner = HttpPieceRunner(["http://r0"], model="m", transport=t)
+    piece = PieceRequest((7, 8), SamplingParams(max_tokens=6), 6, "p-0",
+                         sink=lambda d: None)
+    task = asyncio.create_task(runner.run_piece(0, piece))
+    t.release.put_nowait(None)
+    while t.sent < 1:
+        await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    runner.interrupt(0, "p-0")
+    out = await task
+    assert out.token_ids == (1,) and out.text == "a"
+
+
+def test_sglang_cumulative_and_incremental_outputs_give_each_token_once() -> None:
+    got: list[TokenDelta] = []
+    cum = StreamedPiece(sink=got.append, sglang=True)
+    for ids, text, fin in (([5], "x", None), ([5, 6, 7], "xyz", None),
+                           ([5, 6, 7, 8], "xyzw", {"type": "length", "length": 4})):
+        cum.add({"text": text, "output_ids": ids,
+                 "meta_info": {"completion_tokens": len(ids), "finish_reason": fin}}, "t")
+    assert [d.token_ids for d in got] == [(5,), (6, 7), (8,)]
+    assert "".join(d.text for d in got) == "xyzw" and cum.output().finish_reason == "length"
+    inc = StreamedPiece(sglang=True)  # --incremental-streaming-output: each chunk its own
+    for ids, text, total in (([5], "x", 1), ([6, 7], "yz", 3)):
+        inc.add({"text": text, "output_ids": ids, "meta_info": {"completion_tokens": total}},
+                "t")
+    assert inc.ids == [5, 6, 7] and "".join(inc.texts) == "xyz"

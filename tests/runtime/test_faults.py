@@ -1,0 +1,247 @@
+"""The one fault classifier (``runtime.faults``): what each engine answer means, the same on
+every path; and the stall watch's decisions on a fake clock (``runtime.stall_watch``)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from tailsieve.errors import ConfigError
+from tailsieve.model.profiles import builtin_profile
+from tailsieve.model.replica_config import ReplicaConfig
+from tailsieve.runtime.attempt import AttemptProgress, ExecutorConfig, GroupAttempt
+from tailsieve.runtime.backends import PromptInput, SamplingParams
+from tailsieve.runtime.faults import (
+    ReplicaDownError,
+    ReplicaStalledError,
+    RequestError,
+    check_chunk,
+    check_finished,
+    check_status,
+    engine_error,
+    from_exception,
+    refused,
+)
+from tailsieve.runtime.sessions.streamed import StreamedPiece, finished
+from tailsieve.runtime.stall_watch import StallSettings, StallWatch, piece_time_s
+from tailsieve.runtime.transport import JSON
+
+VLLM_ERROR = {"error": {"message": "EngineCore encountered an issue. See stack trace.",
+                        "type": "InternalServerError", "param": None, "code": 500}}
+OLD_VLLM_ERROR = {"object": "error", "message": "worker died", "type": "x", "code": 500}
+
+
+@pytest.mark.parametrize("chunk", [VLLM_ERROR, OLD_VLLM_ERROR, {"error": "boom"}])
+def test_the_engines_error_message_in_a_stream_is_a_replica_fault(chunk: JSON) -> None:
+    assert engine_error(chunk)
+    with pytest.raises(ReplicaDownError, match="engine's error"):
+        check_chunk("http://r0/v1/completions", chunk)
+
+
+@pytest.mark.parametrize("chunk", [
+    {"choices": [{"index": 0, "text": "a", "finish_reason": None}]},
+    {"choices": [], "usage": {"completion_tokens": 3}},  # vLLM's usage chunk
+    {"text": "ab", "meta_info": {"completion_tokens": 2}},  # SGLang
+])
+def test_ordinary_chunks_are_not_errors(chunk: JSON) -> None:
+    assert engine_error(chunk) is None
+    check_chunk("u", chunk)
+
+
+def test_a_stream_cut_before_a_finish_reason_is_a_replica_fault_never_finished() -> None:
+    check_finished("w", {0: "stop", 1: "length"}, range(2))
+    with pytest.raises(ReplicaDownError, match=r"without a finish reason for responses \[1\]"):
+        check_finished("w", {0: "stop", 1: ""}, range(2))
+    with pytest.raises(ReplicaDownError, match=r"\[0\]"):  # no choice at all
+        check_finished("w", {}, range(1))
+    piece = StreamedPiece()
+    piece.add({"choices": [{"text": "a", "token_ids": [5]}]}, "w")
+    with pytest.raises(ReplicaDownError):  # the session gateway's streamed pieces agree
+        finished(piece, "w")
+
+
+def test_statuses_and_exceptions() -> None:
+    with pytest.raises(ReplicaDownError):
+        check_status("u", 503, "")
+    with pytest.raises(ReplicaDownError):
+        check_status("u", 500, "EngineDeadError: gone")
+    with pytest.raises(RequestError) as err:
+        check_status("u", 500, "oops")
+    assert err.value.retryable
+    with pytest.raises(RequestError) as err:
+        check_status("u", 400, "bad")
+    assert not err.value.retryable
+    check_status("u", 200, "")
+    assert isinstance(from_exception("u", TimeoutError()), ReplicaDownError)
+    assert isinstance(from_exception("u", ConnectionResetError()), ReplicaDownError)
+    cause = ConnectionRefusedError()
+    wrapped = ReplicaDownError("u: cannot connect")
+    wrapped.__cause__ = cause
+    assert refused(wrapped) and not refused(ReplicaDownError("u: reset"))
+
+
+class _ErrorStream:
+    """A transport whose stream is what vLLM's front end sends when its worker died: one
+    error chunk (raised by the transport's classifier), or choices without a finish reason."""
+
+    def __init__(self, chunks: list[JSON]) -> None:
+        self.chunks = chunks
+        self.num_posts = 0
+
+    async def post_json(self, url: str, payload: JSON, timeout_s: float | None) -> Any:
+        raise AssertionError("streamed only")
+
+    async def stream_json(self, url: str, payload: JSON, timeout_s: float | None) -> Any:
+        self.num_posts += 1
+        for c in self.chunks:
+            check_chunk(url, c)  # as AiohttpTransport does with every chunk
+            yield c
+
+    async def get(self, url: str, timeout_s: float | None) -> tuple[int, str]:
+        return 200, ""
+
+    async def aclose(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("chunks", [
+    [VLLM_ERROR],  # the test_vllm_kill failure: "stream ended with choices [] of 1"
+    [{"choices": [{"index": 0, "text": "a", "token_ids": [1], "finish_reason": None}]}],
+])
+async def test_single_turn_attempt_reads_a_dead_workers_stream_as_replica_down(
+        chunks: list[JSON]) -> None:
+    """Before: a request error, retried on the dead server, and the step failed (or, with
+    every choice and no finish reason, accepted as finished for an "unknown" reason)."""
+    t = _ErrorStream(chunks)
+    cfg = ExecutorConfig(model="m", stream=True, sampling=SamplingParams(max_tokens=4))
+    att = GroupAttempt(t, "http://r0", cfg, PromptInput("p", token_ids=(1, 2)), 1, None,
+                       AttemptProgress())
+    with pytest.raises(ReplicaDownError):
+        await att.run()
+    assert t.num_posts == 1  # not retried on the same server
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+COST = ReplicaConfig.from_profile(builtin_profile("cpu"))
+
+
+def test_stall_limits_come_from_the_cost_model_with_a_floor() -> None:
+    st = StallSettings(factor=2.0, floor_s=1.0)
+    expected = piece_time_s(COST, 1, 0.0, 0, 1000)
+    assert expected == pytest.approx(1000 * COST.throughput.tau(1))
+    assert st.limit_s(expected) == pytest.approx(2 * expected)
+    assert st.limit_s(0.01) == 1.0
+    queued = ReplicaConfig.from_profile(builtin_profile("cpu"), max_num_seqs=2)
+    assert piece_time_s(queued, 5, 0.0, 0, 100) == pytest.approx(  # 3 waves of 2
+        3 * 100 * COST.throughput.tau(2))
+    with pytest.raises(ConfigError, match="floor_s"):
+        StallSettings(floor_s=0)
+
+
+def test_a_replica_without_progress_is_hung_and_all_its_pieces_stop() -> None:
+    clock = _Clock()
+    watch = StallWatch(StallSettings(factor=2.0, floor_s=0.5), lambda r: COST, clock)
+    stopped: list[str] = []
+    streamed = {"b": 0}
+    watch.start("a", 0, 10, 100, lambda: stopped.append("a"))
+    watch.start("b", 0, 10, 100, lambda: stopped.append("b"), lambda: streamed["b"])
+    limit = StallSettings(factor=2.0, floor_s=0.5).limit_s(piece_time_s(COST, 2, 20, 10, 100))
+    clock.t = limit * 0.5
+    watch.start("c", 1, 10, 100, lambda: stopped.append("c"))  # sent later, elsewhere
+    clock.t = limit * 0.9
+    streamed["b"] = 7  # progress on replica 0 ...
+    assert watch.sweep() == [] and stopped == []
+    clock.t = limit * 1.05  # ... but "a" has made none for longer than its limit
+    assert watch.sweep() == [0]
+    assert sorted(stopped) == ["a", "b"]  # every piece of the hung replica, not replica 1's
+    assert watch.end("a") and watch.end("b") and not watch.end("c")
+    assert watch.sweep() == [] and watch.num_stalls == 1
+
+
+def test_streamed_progress_keeps_a_long_piece_alive() -> None:
+    clock = _Clock()
+    watch = StallWatch(StallSettings(floor_s=1.0), lambda r: COST, clock)
+    tokens = [0]
+    watch.start("a", 0, 0, 10, lambda: pytest.fail("stopped"), lambda: tokens[0])
+    for _ in range(20):  # ten times its limit in all, a token each second
+        clock.t += 0.9
+        tokens[0] += 1
+        assert watch.sweep() == []
+    assert not watch.end("a")
+
+
+async def test_watched_raises_stalled_and_an_outer_cancel_stays_a_cancel() -> None:
+    clock = _Clock()
+    watch = StallWatch(StallSettings(floor_s=1.0), lambda r: COST, clock)
+    never = asyncio.get_running_loop().create_future()
+    task = asyncio.ensure_future(watch.watched("k", 3, 0, 1, never))
+    await asyncio.sleep(0)
+    clock.t = 100.0
+    assert watch.sweep() == [3]
+    with pytest.raises(ReplicaStalledError, match="replica 3"):
+        await task
+    never2 = asyncio.get_running_loop().create_future()
+    task = asyncio.ensure_future(watch.watched("k2", 3, 0, 1, never2))
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert never2.cancelled()
+
+
+async def test_a_cut_streamed_piece_keeps_what_it_streamed_for_the_continuation() -> None:
+    """The session gateway's runner: a stream cut without a finish reason is a replica fault
+    that carries the tokens received, so the turn continues after them elsewhere."""
+    from tailsieve.runtime.sessions import HttpPieceRunner, PieceRequest
+
+    chunks = [{"choices": [{"index": 0, "text": f"t{i}", "token_ids": [10 + i],
+                            "finish_reason": None}]} for i in range(3)]
+    runner = HttpPieceRunner(["http://r0"], model="m", transport=_ErrorStream(chunks),
+                             stream=True)
+    piece = PieceRequest(prompt_ids=(1, 2), sampling=SamplingParams(max_tokens=8),
+                         max_tokens=8, request_id="s-t1-0")
+    with pytest.raises(ReplicaDownError) as err:
+        await runner.run_piece(0, piece)
+    assert err.value.partial.token_ids == (10, 11, 12)
+    assert err.value.partial.text == "t0t1t2"
+
+
+async def test_a_suspect_that_answers_its_probe_is_slow_not_hung() -> None:
+    """Past its limit a replica is probed: one that answers keeps its pieces (a loaded
+    machine is not a hung server), one that does not loses them to the others."""
+    clock = _Clock()
+    watch = StallWatch(StallSettings(floor_s=1.0, check_interval_s=0.001), lambda r: COST,
+                       clock)
+    stopped: list[str] = []
+    alive = {0: True, 1: False}
+    probed: list[int] = []
+    told: list[int] = []
+
+    async def answers(r: object) -> bool:
+        assert isinstance(r, int)
+        probed.append(r)
+        return alive[r]
+
+    watch.start("a", 0, 0, 1, lambda: stopped.append("a"))
+    watch.start("b", 1, 0, 1, lambda: stopped.append("b"))
+    clock.t = 50.0
+    def on_stall(r: object, e: object) -> None:
+        assert isinstance(r, int)
+        told.append(r)
+
+    loop = asyncio.ensure_future(watch.run(on_stall, answers))
+    while not told:
+        await asyncio.sleep(0.001)
+    loop.cancel()
+    assert stopped == ["b"] and told == [1] and sorted(set(probed)) == [0, 1]
+    assert watch.suspects() == []  # replica 0 was spared: a new limit from its probe
+    assert not watch.end("a") and watch.end("b")
