@@ -32,6 +32,7 @@ SCRIPTS = {
     "bench_real_engine.py": "test_smoke_live.py::test_bench_real_engine_*",
     "bench_proxy.py": "test_smoke_proxy.py::test_bench_proxy",
     "bench_proxy_imbalance.py": "test_smoke_proxy_imbalance.py::test_bench_proxy_imbalance",
+    "bench_proxy_stream.py": "test_smoke_proxy_stream.py::test_bench_proxy_stream",
     "bench_router.py": "test_smoke_live.py::test_bench_router_*",
     "bench_routers_live.py": "test_smoke_routers_live.py::test_bench_routers_live",
     "bench_sim.py": "test_bench_sim",
