@@ -33,7 +33,7 @@ def test_docs_build_strict_and_fail_on_a_broken_link(tmp_path: Path) -> None:
         shutil.copy2(REPO / name, root / name)
     for folder in ("docs", "src", "benchmarks/results/paper", "benchmarks/results/grounded",
                    "benchmarks/results/balancer", "benchmarks/results/tail_signal",
-                   "benchmarks/results/acceptance",
+                   "benchmarks/results/acceptance", "benchmarks/results/routers_live",
                    "examples"):
         shutil.copytree(REPO / folder, root / folder,
                         ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
