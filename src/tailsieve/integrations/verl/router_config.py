@@ -18,6 +18,7 @@
     response_length: null        # SGLang only: rollout.response_length (vLLM servers report it)
     prompt_length: null          # SGLang only: rollout.prompt_length
     request_timeout_s: 3600      # a piece running longer counts as a replica fault
+    shards: 1                    # router actors that run turns (> 1: by a hash of the trajectory)
 
 verl passes the whole file as a dict (``router_class`` included); any other key is an error.
 """
@@ -59,6 +60,7 @@ class VerlRouterConfig:
     response_length: int | None = None  # for servers that do not report their config
     prompt_length: int | None = None
     request_timeout_s: float = 3600.0
+    shards: int = 1  # router actors running turns; > 1: each trajectory to one by its id's hash
 
     def __post_init__(self) -> None:
         if self.policy is SessionPolicy.ORACLE:
@@ -75,6 +77,8 @@ class VerlRouterConfig:
             v = getattr(self, name)
             if v is not None and v < 1:
                 raise ConfigError(f"{name} must be >= 1, got {v}")
+        if self.shards < 1:
+            raise ConfigError(f"shards must be >= 1, got {self.shards}")
         if not self.request_timeout_s > 0:
             raise ConfigError(f"request_timeout_s must be > 0, got {self.request_timeout_s}")
         if not self.profile:
@@ -101,6 +105,8 @@ class VerlRouterConfig:
         for name in ("session_idle_s", "request_timeout_s"):
             if name in d:
                 kw[name] = _number(d[name], name)
+        if "shards" in d:
+            kw["shards"] = int(_number(d["shards"], "shards"))
         if "max_sessions" in d:
             kw["max_sessions"] = int(_number(d["max_sessions"], "max_sessions"))
         if "profile" in d:

@@ -73,15 +73,16 @@ class SessionTable:
         """Keys of the sessions that ended now (silent too long, or too many); forgotten."""
         out: list[str] = []
         excess = len(self._by_key) - self.max_sessions
-        for key, s in list(self._by_key.items()):
+        for key, s in self._by_key.items():  # no copy: this runs at every turn
             if s.running:
                 continue
             if excess > 0 or now_s - s.last_s > self.idle_s:
                 out.append(key)
-                self._forget(key)
                 excess -= 1
             else:
                 break  # ordered by last use: the rest are younger
+        for key in out:
+            self._forget(key)
         return out
 
     def clear_idle(self) -> list[str]:
