@@ -55,6 +55,7 @@ import contextvars
 import functools
 import importlib
 import json
+import os
 import platform
 import random
 import sys
@@ -73,9 +74,11 @@ from tailsieve.model.throughput import ThroughputModel
 from tailsieve.runtime.event_loop import run as run_on_loop
 
 EOS, MARK, FILLER, LEN_BASE = 2, 3, 5, 1000
-ROLLOUT = {"name": "vllm", "prompt_length": 32768, "response_length": 4096,
-           "max_model_len": 65536, "ignore_eos": False, "repetition_penalty": 1.0,
-           "full_determinism": False, "enable_rollout_routing_replay": False}
+RESPONSE_LEN = 4096
+ROLLOUT: dict[str, Any] = {
+    "name": "vllm", "prompt_length": 32768, "response_length": RESPONSE_LEN,
+    "max_model_len": 65536, "ignore_eos": False, "repetition_penalty": 1.0,
+    "full_determinism": False, "enable_rollout_routing_replay": False}
 ROUTERS = ("direct", "verl", "tailsieve")
 
 
@@ -210,7 +213,7 @@ class FakeServer:
         at = len(prompt_ids) - 1 - prompt_ids[::-1].index(MARK)
         want = int(prompt_ids[at + 1]) - LEN_BASE
         done = len(prompt_ids) - at - 2
-        cap = int(sampling_params.get("max_tokens") or ROLLOUT["response_length"])
+        cap = int(sampling_params.get("max_tokens") or RESPONSE_LEN)
         n = min(want - done, cap)
         self._account(+1)
         t0 = time.perf_counter()
@@ -273,7 +276,7 @@ class Shape:
         generation)."""
         rng = np.random.default_rng([self.seed, slot, gen])
         raw = rng.lognormal(np.log(self.median_tokens), self.sigma, self.turns)
-        return [int(x) for x in np.clip(np.rint(raw), 8, ROLLOUT["response_length"])]
+        return [int(x) for x in np.clip(np.rint(raw), 8, RESPONSE_LEN)]
 
     def prompt(self, slot: int, gen: int) -> list[int]:
         """The first prompt of a trajectory (shared by its group's slots)."""
@@ -492,6 +495,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "shape": {f: getattr(shape, f) for f in shape.__dataclass_fields__},
         "router_yaml": yaml, "verl_installed": verl_available(),
         "python": platform.python_version(), "rows": rows,
+        "load_average_1_5_15": [round(x, 2) for x in os.getloadavg()],
         "summary": summarize(rows, shape),
     }
     out = a.out or default_out("verl_router_scale.json")

@@ -52,6 +52,7 @@ from outdir import command_line, default_out
 from tailsieve.runtime.emulator import EmulatorFleet
 from tailsieve.runtime.emulator.procs import EmulatorProcess, spawn, wait_ready
 from tailsieve.runtime.emulator.protocol import FILLER, FILLER_TOKEN_ID
+from tailsieve.workload.shipped import portable_path
 
 MODEL = "tailsieve-emulated"
 PHASES = ("steady", "killed", "hung", "restarted", "after")
@@ -364,6 +365,10 @@ def report(cfg: SoakConfig, load: Load, log: Faults, metrics: dict[str, float],
     }
 
 
+def _stop(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     d = SoakConfig()
@@ -378,10 +383,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     a = p.parse_args(argv)
     cfg = SoakConfig(**{k: getattr(a, k) for k in asdict(d)})
     log_dir = Path(tempfile.mkdtemp(prefix="tailsieve-soak-"))
-    result = asyncio.run(soak(cfg, log_dir))
+    before = signal.signal(signal.SIGTERM, _stop)  # SIGTERM still stops what was started
+    try:
+        result = asyncio.run(soak(cfg, log_dir))
+    finally:
+        signal.signal(signal.SIGTERM, before)
     result["command"] = command_line("benchmarks/soak_proxy.py",
                                      sys.argv[1:] if argv is None else argv)
-    result["logs"] = str(log_dir)
+    result["logs"] = portable_path(log_dir)
+    result["load_average_1_5_15"] = [round(x, 2) for x in os.getloadavg()]
     if a.max_latency_s is not None and result["latency_s_max"] > a.max_latency_s:
         result["ok"] = False
         result["why_not_ok"] = f"slowest answer {result['latency_s_max']} s > {a.max_latency_s} s"
