@@ -179,7 +179,7 @@ class VerlSessionRouter:
         await self._start()
         gw = self.gateway
         assert gw is not None
-        call["prompt_ids"] = [int(t) for t in call["prompt_ids"]]
+        call["prompt_ids"] = list(map(int, call["prompt_ids"]))
         sampling = dict(call.get("sampling_params") or {})
         for key in self.sessions.expired(self._now()):
             self._end_sessions([key])
