@@ -37,8 +37,10 @@ SCRIPTS = {
     "bench_tail_signal.py": "test_bench_tail_signal",
     "check_spec_live.py": "test_bench_acceptance.py::test_check_spec_live_*",
     "bench_trace_io.py": "test_bench_trace_io_defaults_outside_the_repo",
+    "bench_verl_router_scale.py": "test_bench_verl_router_scale.py::test_bench_verl_router_scale",
     "grounded_suite.py": "test_grounded_suite",
     "run_all.py": "test_run_all",
+    "soak_proxy.py": "test_soak_proxy.py::test_soak_proxy_short",
     "paper/length_blind_bound.py": "test_paper_module_mains",
     "paper/spread_ablation.py": "test_paper_module_mains",
 }

@@ -54,10 +54,12 @@ def test_yaml_options_and_errors() -> None:
     g, why = VerlRouterConfig().gateway_config(stop_ids_known=False)
     assert not g.moves and "eos_token_ids" in str(why)
     assert cfg.eos_token_ids == (2, 7)
+    assert cfg.shards == 1 and VerlRouterConfig.from_yaml({"shards": 4}).shards == 4
     for bad, word in [({"bogus": 1}, "bogus"), ({"policy": "oracle"}, "oracle"),
                       ({"policy": "nope"}, "nope"), ({"session": {"x": 1}}, "x"),
                       ({"piece_tokens": 0}, "piece_tokens"), ({"balance": 3}, "balance"),
-                      ({"eos_token_ids": ["a"]}, "eos_token_ids")]:
+                      ({"eos_token_ids": ["a"]}, "eos_token_ids"), ({"shards": 0}, "shards"),
+                      ({"shards": "two"}, "shards")]:
         with pytest.raises(ConfigError, match=word):
             VerlRouterConfig.from_yaml(bad)
     assert VerlRouterConfig().num_slots(3) == 64

@@ -97,7 +97,7 @@ class RayPieceRunner:
         if reason == "abort":
             raise TurnAbortedError(f"replica slot {replica} aborted piece {piece.request_id}")
         return PieceOutput(
-            token_ids=tuple(int(t) for t in out.token_ids),
+            token_ids=tuple(map(int, out.token_ids)),
             finish_reason=reason,
             logprobs=None if out.log_probs is None else tuple(float(x) for x in out.log_probs),
             num_cached_tokens=_cached(out),

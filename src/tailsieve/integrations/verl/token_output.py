@@ -28,7 +28,7 @@ def join_outputs(pieces: Sequence[Any], aborted: bool = False) -> TokenOutput:
                            extra_fields={})
     tokens: list[int] = []
     for p in pieces:
-        tokens.extend(int(t) for t in p.token_ids)
+        tokens.extend(map(int, p.token_ids))
     return TokenOutput(
         token_ids=tokens,
         log_probs=_log_probs(pieces),
