@@ -1,5 +1,5 @@
 """The verl router plug-in's parts without Ray: its YAML, the servers' budget and stop rules,
-the join of pieces into verl's ``TokenOutput``, sessions, slots and the whole-turn reasons."""
+verl's ``TokenOutput`` as a view over a chain of pieces, sessions, slots and the whole-turn reasons."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from tailsieve.integrations.verl.ray_runner import piece_finish
 from tailsieve.integrations.verl.router_config import ROUTER_CLASS, VerlRouterConfig
 from tailsieve.integrations.verl.server_facts import ServerFacts, facts_from_rollout_config
 from tailsieve.integrations.verl.slots import ServerSlots
-from tailsieve.integrations.verl.token_output import join_outputs
+from tailsieve.integrations.verl.token_output import piece_of, verl_output
 from tailsieve.integrations.verl.turn_handle import TurnHandle, whole_reason
 from tailsieve.session import SessionPolicy
 
@@ -107,7 +107,7 @@ def test_join_is_the_concatenation(pieces: list[tuple[list[int], bool]]) -> None
                         stop_reason="completed", num_preempted=1,
                         extra_fields={"global_steps": k, "num_cached_tokens": 10 + k})
             for k, (ids, lp) in enumerate(pieces)]
-    j = join_outputs(outs)
+    j = verl_output([piece_of(o) for o in outs])
     assert j.token_ids == [t for ids, _ in pieces for t in ids]
     if all(lp or not ids for ids, lp in pieces) and any(lp for _, lp in pieces):
         assert j.log_probs == [-0.1 * t for ids, _ in pieces for t in ids]
@@ -117,7 +117,7 @@ def test_join_is_the_concatenation(pieces: list[tuple[list[int], bool]]) -> None
     assert j.extra_fields["num_cached_tokens"] == 10
     assert (j.extra_fields["min_global_steps"], j.extra_fields["max_global_steps"]) == (
         0, len(pieces) - 1)
-    assert join_outputs(outs, aborted=True).stop_reason == "aborted"
+    assert verl_output([piece_of(o) for o in outs], aborted=True).stop_reason == "aborted"
 
 
 def test_join_of_routed_experts_as_verl_resumes() -> None:
@@ -125,7 +125,7 @@ def test_join_of_routed_experts_as_verl_resumes() -> None:
     b = np.arange(100, 100 + 7 * 2).reshape(7, 2)  # prompt 5 + 2 tokens
     outs = [TokenOutput(token_ids=[1, 2], routed_experts=a, stop_reason="completed"),
             TokenOutput(token_ids=[3, 4], routed_experts=b, stop_reason="completed")]
-    j = join_outputs(outs)
+    j = verl_output([piece_of(o) for o in outs])
     assert np.array_equal(j.routed_experts, np.concatenate([a, b[-2:]]))
 
 

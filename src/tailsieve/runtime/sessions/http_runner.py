@@ -275,7 +275,7 @@ def _output(resp: Response, raw: Any, backend: Backend) -> PieceOutput:
     return PieceOutput(
         token_ids=tuple(resp.token_ids), finish_reason=reason, text=resp.text,
         logprobs=resp.logprobs, text_offsets=resp.text_offsets,
-        num_cached_tokens=_cached_tokens(raw, backend),
+        num_cached_tokens=_cached_tokens(raw, backend), detail=raw,
     )
 
 
