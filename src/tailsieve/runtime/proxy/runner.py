@@ -1,15 +1,15 @@
 """Pieces over HTTP with the detail a client's answer needs.
 
 ``DetailRunner`` runs each piece through ``HttpPieceRunner`` (token-id prompts, retries,
-faults) and reads the server's answer, which that runner hands back as the piece's ``detail``,
-into a ``PieceDetail``: each token's text and top logprobs as the server reported them, and
-the server's ``stop_reason``. A streamed piece (one with a ``sink``) has no one answer: each
-chunk's detail goes on with its tokens to the sink, and the piece's is gathered from them.
+faults), which reads each server answer into the piece's ``detail`` (``piece_detail``: each
+token's text and top logprobs as the server reported them, and the server's ``stop_reason``).
+A streamed piece (one with a ``sink``) has no one answer: each chunk's detail goes on with its
+tokens to the sink, and the piece's is gathered from them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -20,8 +20,8 @@ from tailsieve.runtime.sessions.pieces import PieceOutput, PieceRequest, TokenDe
 
 
 class DetailRunner:
-    """A ``PieceRunner`` (and ``HealthProbe``) over ``HttpPieceRunner`` whose outputs'
-    ``detail`` is a ``PieceDetail``."""
+    """A ``PieceRunner`` (and ``HealthProbe``) over ``HttpPieceRunner`` (built with
+    ``detail=read_detail(backend)``) whose outputs' ``detail`` is a ``PieceDetail``."""
 
     def __init__(self, runner: HttpPieceRunner) -> None:
         self.runner = runner
@@ -49,9 +49,9 @@ class DetailRunner:
 
             piece = replace(piece, sink=relay)
         out = await self.runner.run_piece(replica, piece)
-        detail = (piece_detail(self.backend, out.detail) if out.detail is not None else
-                  chunks.detail(len(out.token_ids)) if chunks is not None else None)
-        return replace(out, detail=detail)
+        if out.detail is None and chunks is not None:  # streamed: no one answer
+            out = replace(out, detail=chunks.detail(len(out.token_ids)))
+        return out
 
     async def probe(self, replica: int) -> bool:
         return await self.runner.probe(replica)
@@ -86,6 +86,12 @@ class _ChunkDetails:
             tuple(self.strs) if self.strs is not None and len(self.strs) == n else None,
             tuple(self.tops) if self.tops is not None and len(self.tops) == n else None,
             self.stop_reason)
+
+
+def read_detail(backend: Backend | str) -> Callable[[Any], PieceDetail | None]:
+    """``HttpPieceRunner``'s ``detail`` reader for ``backend``."""
+    b = Backend(backend)
+    return lambda raw: piece_detail(b, raw)
 
 
 def piece_detail(backend: Backend, raw: Any) -> PieceDetail | None:

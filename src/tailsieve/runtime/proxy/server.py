@@ -40,7 +40,7 @@ from tailsieve.runtime.proxy.config import ProxyConfig
 from tailsieve.runtime.proxy.guard import FrontDoor
 from tailsieve.runtime.proxy.metrics import ProxyMetrics
 from tailsieve.runtime.proxy.routes import build_app
-from tailsieve.runtime.proxy.runner import DetailRunner
+from tailsieve.runtime.proxy.runner import DetailRunner, read_detail
 from tailsieve.runtime.proxy.service import ProxyService, ServedModel
 from tailsieve.runtime.proxy.tokenizer import HttpTokenizer, Tokenizer
 from tailsieve.runtime.sessions.gateway import SessionGateway
@@ -142,7 +142,8 @@ class RoutingProxy:
                 served = await self._served_model()
                 runner = DetailRunner(HttpPieceRunner(
                     self.endpoints, cfg.backend, served.name, self.transport,
-                    request_timeout_s=cfg.gateway.request_timeout_s))
+                    request_timeout_s=cfg.gateway.request_timeout_s,
+                    detail=read_detail(cfg.backend)))
             assert served is not None
             gw = SessionGateway(len(self.endpoints), runner, cfg.gateway)
             await gw.__aenter__()
