@@ -59,9 +59,7 @@ class LiveTokens:
         n = len(d.token_ids)
         offs = d.text_offsets if d.text_offsets is not None and len(d.text_offsets) == n \
             else None
-        detail = d.detail.detail if isinstance(d.detail, PieceOutput) else d.detail
-        if not isinstance(detail, PieceDetail):
-            detail = None
+        detail = d.detail if isinstance(d.detail, PieceDetail) else None
         if n:
             strs = detail.token_strs if detail is not None else None
             if strs is None and offs is not None:

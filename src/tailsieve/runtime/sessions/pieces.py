@@ -38,7 +38,7 @@ class TokenDelta:
     logprobs: tuple[float, ...] | None = None  # of each token, when asked
     text_offsets: tuple[int, ...] | None = None  # start of each token's text in ``text``
     detail: Any = None  # what the runner adds about these tokens (the engine's chunk; the
-    # piece's ``PieceOutput`` when the piece came whole)
+    # piece's ``PieceOutput.detail`` when the piece came whole)
 
 
 TokenSink = Callable[[TokenDelta], None]

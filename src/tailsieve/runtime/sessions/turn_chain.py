@@ -167,7 +167,7 @@ class RunningTurn:
             out.token_ids[k:], text,
             out.logprobs[k:] if out.logprobs is not None else None,
             tuple(o - offs[k] for o in offs[k:]) if offs is not None else None,
-            out if not k else None))
+            out.detail if not k else None))
 
     def restart(self) -> None:
         """Forget every piece (a turn that cannot be continued starts again from its prompt)."""
