@@ -61,10 +61,9 @@ class LiveTokens:
             else None
         detail = d.detail if isinstance(d.detail, PieceDetail) else None
         if n:
-            strs = detail.token_strs if detail is not None else None
+            strs: Sequence[str] | None = detail.token_strs if detail is not None else None
             if strs is None and offs is not None:
-                ends = [*offs[1:], len(d.text)]
-                strs = tuple(d.text[a:b] for a, b in zip(offs, ends, strict=True))
+                strs = token_texts(d.text, offs)
             self.starts = extend_or_none(self.starts, None if offs is None else
                                   [self.num_chars + o for o in offs], n)
             self.lps = extend_or_none(self.lps, d.logprobs, n)
@@ -202,15 +201,20 @@ def _token_strs(chain: Sequence[Piece]) -> list[str] | None:
         if d is not None and d.token_strs is not None and len(d.token_strs) == len(p.token_ids):
             out.extend(d.token_strs)
             continue
-        offs, text = p.text_offsets, p.text
+        offs = p.text_offsets
         if offs is None or len(offs) != len(p.token_ids):
             if p.token_ids:
                 return None
             continue
-        first = offs[0] if offs else 0
-        ends = [*offs[1:], first + len(text)]
-        out.extend(text[a - first:b - first] for a, b in zip(offs, ends, strict=True))
+        out.extend(token_texts(p.text, offs))
     return out
+
+
+def token_texts(text: str, offs: Sequence[int]) -> list[str]:
+    """Each token's text, cut from ``text`` at its tokens' offsets (counted from the first)."""
+    first = offs[0] if offs else 0
+    ends = [*offs[1:], first + len(text)]
+    return [text[a - first:b - first] for a, b in zip(offs, ends, strict=True)]
 
 
 def _tops(chain: Sequence[Piece]) -> list[Any] | None:
