@@ -49,21 +49,15 @@ from typing import Any
 import ray
 from verl.workers.rollout.replica import TokenOutput
 
-from tailsieve.errors import ProtocolError
-from tailsieve.integrations.verl.ray_runner import (
-    CURRENT_TURN,
-    RayPieceRunner,
-    TurnAbortedError,
-    TurnRecord,
-)
+from tailsieve.integrations.verl.ray_runner import RayPieceRunner, TurnAbortedError
 from tailsieve.integrations.verl.router_config import VerlRouterConfig
 from tailsieve.integrations.verl.server_facts import ServerFacts, read_facts
 from tailsieve.integrations.verl.slots import ServerSlots
 from tailsieve.integrations.verl.steps import StepRecord, StepTiming, gate_speedup
-from tailsieve.integrations.verl.token_output import join_outputs
+from tailsieve.integrations.verl.token_output import piece_of, verl_output
 from tailsieve.integrations.verl.turn_handle import GATEWAY_ID, TurnHandle, whole_reason
 from tailsieve.integrations.verl.whole_turn import run_whole
-from tailsieve.runtime.sessions import SessionGateway
+from tailsieve.runtime.sessions import PieceOutput, PieceSpan, SessionGateway
 from tailsieve.session.client_table import ClientSessions, Lease
 
 log = logging.getLogger(__name__)
@@ -223,19 +217,20 @@ class VerlSessionRouter:
         sp.setdefault("ignore_eos", self.facts.ignore_eos)
         if sp.pop("logprobs", False):
             sp["logprobs"] = 0
-        rec = TurnRecord(piece_kwargs=_piece_kwargs(call))
-        token = CURRENT_TURN.set(rec)
+        kept: list[tuple[int, Any]] = []  # (start, TokenOutput) of the pieces, for an abort
+
+        def on_piece(span: PieceSpan, out: PieceOutput) -> None:
+            while kept and kept[-1][0] >= span.start:  # the turn started again
+                kept.pop()
+            kept.append((span.start, out.detail))
+
         try:
-            res = await gw.generate(sess.session_id, sess.group_id, call["prompt_ids"], sp)
-        except TurnAbortedError:
-            return join_outputs(rec.outputs, aborted=True)
-        finally:
-            CURRENT_TURN.reset(token)
-        out = join_outputs(rec.outputs[-len(res.pieces):])
-        if out.token_ids != list(res.token_ids):
-            raise ProtocolError(f"session {sess.session_id}: the pieces' tokens and the "
-                                "gateway's chain differ")
-        return out
+            res = await gw.generate(sess.session_id, sess.group_id, call["prompt_ids"], sp,
+                                    on_piece=on_piece, engine_args=_piece_kwargs(call))
+        except TurnAbortedError as exc:
+            outs = [o for _, o in kept] + [exc.output]
+            return verl_output([piece_of(o) for o in outs], aborted=True)
+        return verl_output(res.chain)
 
     # ----- state --------------------------------------------------------------------------
     @property
