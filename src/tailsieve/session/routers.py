@@ -18,6 +18,7 @@ from tailsieve.session.cache_aware import CacheAware
 from tailsieve.session.decision import TurnDecision
 from tailsieve.session.oracle_router import LengthOracle
 from tailsieve.session.priced import place_turn
+from tailsieve.session.remaining import RemainingWork
 from tailsieve.session.replica_view import ReplicaView
 from tailsieve.session.router_base import SessionPolicy, SessionRouter
 from tailsieve.session.settings import SessionSettings
@@ -39,14 +40,21 @@ class TailSieveRouter:
     policy = SessionPolicy.TAILSIEVE
 
     def __init__(self, settings: SessionSettings,
-                 expected_turn_tokens: Callable[[], float | None] | None = None) -> None:
+                 expected_turn_tokens: Callable[[], float | None] | None = None,
+                 remaining_work: RemainingWork | None = None) -> None:
         self.settings = settings
         self._expected = expected_turn_tokens  # e.g. ``lambda: book.expected_turn_tokens``
+        self._remaining = remaining_work  # the step's estimate of each session's remaining
+        # output (``session.remaining``): prices a move over the session's expected life
 
     def choose(self, turn: TurnRequest, views: Sequence[ReplicaView],
                elapsed_s: float) -> TurnDecision:
         expected = self._expected() if self._expected is not None else None
-        return place_turn(turn, views, self.settings, elapsed_s, expected)
+        left = None
+        if self._remaining is not None and turn.turn_index > 0:
+            self._remaining.start(turn.session_id, turn.group_id)
+            left = self._remaining.tokens_left(turn.session_id)
+        return place_turn(turn, views, self.settings, elapsed_s, expected, left)
 
     def forget(self, session_id: Hashable) -> None:
         return None
@@ -70,7 +78,7 @@ _KW: dict[SessionPolicy, frozenset[str]] = {
     SessionPolicy.REPIN: frozenset({"balance_abs_threshold", "balance_rel_threshold"}),
     SessionPolicy.ROUND_ROBIN: frozenset(),
     SessionPolicy.ORACLE: frozenset({"remaining"}),
-    SessionPolicy.TAILSIEVE: frozenset({"expected_turn_tokens"}),
+    SessionPolicy.TAILSIEVE: frozenset({"expected_turn_tokens", "remaining_work"}),
 }
 
 
@@ -82,7 +90,9 @@ def make_router(policy: SessionPolicy | str, settings: SessionSettings | None = 
     (cache-aware, verl-repin), ``margin`` (affinity-margin), ``remaining`` (oracle: a
     callable ``(session_id, turn_index) -> tokens the session still generates, this turn
     on`` (0 past its last turn); required), ``expected_turn_tokens`` (tailsieve: a callable returning the mean turn
-    output observed so far, or None)."""
+    output observed so far, or None), ``remaining_work`` (tailsieve: the step's
+    ``session.RemainingWork``, fed by the caller; a move is then priced over the session's
+    estimated remaining output instead of "as many turns again")."""
     p = parse_policy(policy)
     extra = set(kw) - _KW[p]
     if extra:
@@ -105,4 +115,5 @@ def make_router(policy: SessionPolicy | str, settings: SessionSettings | None = 
             raise ConfigError("the oracle session policy needs remaining=(session, turn) -> "
                               "tokens left (the simulator passes it)")
         return LengthOracle(kw["remaining"], settings or SessionSettings())
-    return TailSieveRouter(settings or SessionSettings(), kw.get("expected_turn_tokens"))
+    return TailSieveRouter(settings or SessionSettings(), kw.get("expected_turn_tokens"),
+                           kw.get("remaining_work"))

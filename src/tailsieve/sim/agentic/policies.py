@@ -27,6 +27,8 @@ class PolicySpec:
     gate: bool = False  # the balance gate switches its moves on and off per step
     boundary_moves: bool = True  # (TailSieve) turns may leave their home at a boundary
     kw: tuple[tuple[str, object], ...] = ()  # router options (make_router keywords)
+    remaining: bool = False  # (TailSieve) prices moves over the estimated remaining output
+    priority: str = "off"  # engine priority: "off", "remaining" (estimated), "oracle"
 
 
 POLICIES: dict[str, PolicySpec] = {p.name: p for p in (
@@ -41,6 +43,15 @@ POLICIES: dict[str, PolicySpec] = {p.name: p for p in (
     PolicySpec("tailsieve-midturn", SessionPolicy.TAILSIEVE, midturn=True, gate=True,
                boundary_moves=False),
     PolicySpec("oracle", SessionPolicy.ORACLE, midturn=True),
+    # the levers of issue 39 (evidence the count rules cannot use), alone and together
+    PolicySpec("tailsieve-remaining", SessionPolicy.TAILSIEVE, midturn=True, gate=True,
+               remaining=True),
+    PolicySpec("tailsieve-priority", SessionPolicy.TAILSIEVE, midturn=True, gate=True,
+               priority="remaining"),
+    PolicySpec("tailsieve-levers", SessionPolicy.TAILSIEVE, midturn=True, gate=True,
+               remaining=True, priority="remaining"),
+    PolicySpec("affinity-margin-priority", SessionPolicy.MARGIN, priority="remaining"),
+    PolicySpec("oracle-priority", SessionPolicy.ORACLE, midturn=True, priority="oracle"),
 )}
 BASELINE = "verl-sticky"
 DEFAULT_POLICIES: tuple[str, ...] = (

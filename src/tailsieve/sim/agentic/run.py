@@ -18,6 +18,7 @@ import numpy as np
 
 from tailsieve.control.balance_gate import BalanceGate, GateConfig
 from tailsieve.model.replica_config import ReplicaConfig
+from tailsieve.session.remaining import RemainingWork
 from tailsieve.session.routers import make_router
 from tailsieve.session.settings import SessionSettings
 from tailsieve.session.yardstick import yardstick_s
@@ -69,15 +70,19 @@ def _one_step(trajs: Sequence[Trajectory], configs: Sequence[ReplicaConfig], spe
     settings = replace(opts.settings, moves=moves and spec.boundary_moves,
                        expected_step_s=expected_step_s)
     step_opts = replace(opts.step, midturn=spec.midturn and moves,
-                        balance=replace(opts.step.balance, expected_step_s=expected_step_s))
+                        balance=replace(opts.step.balance, expected_step_s=expected_step_s),
+                        priority=spec.priority if spec.priority != "off" else opts.step.priority)
+    remaining = RemainingWork() if spec.remaining or step_opts.priority == "remaining" else None
     holder: list[TurnStepSim] = []
     kw = dict(spec.kw)
     if spec.router.value == "tailsieve":
         kw["expected_turn_tokens"] = lambda: holder[0].expected_turn_tokens
+        if spec.remaining:
+            kw["remaining_work"] = remaining
     if spec.router.value == "oracle":
         kw["remaining"] = _remaining(trajs)
     router = make_router(spec.router, settings, rng, **kw)
-    sim = TurnStepSim(trajs, configs, router, step_opts)
+    sim = TurnStepSim(trajs, configs, router, step_opts, remaining)
     holder.append(sim)
     return sim.run()
 
