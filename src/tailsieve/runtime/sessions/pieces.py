@@ -35,6 +35,8 @@ class PieceRequest:
     max_tokens: int  # the most tokens this piece may generate
     request_id: str  # unique per piece (SGLang's ``rid``; logs)
     prompt_json: str | None = None  # ``prompt_ids`` as JSON when already encoded (spliced)
+    priority: int | None = None  # vLLM's request priority (lower first; the server needs
+    # ``--scheduling-policy priority``); None: not sent
 
     def __post_init__(self) -> None:
         if not self.prompt_ids:

@@ -29,6 +29,8 @@ class PolicySpec:
     kw: tuple[tuple[str, object], ...] = ()  # router options (make_router keywords)
     remaining: bool = False  # (TailSieve) prices moves over the estimated remaining output
     priority: str = "off"  # engine priority: "off", "remaining" (estimated), "oracle"
+    kv_share: float | None = None  # admit sessions by KV room (``session.KvAdmission``):
+    # the share of a replica's KV budget its resident sessions may reserve; None: off
 
 
 POLICIES: dict[str, PolicySpec] = {p.name: p for p in (
@@ -50,6 +52,14 @@ POLICIES: dict[str, PolicySpec] = {p.name: p for p in (
                priority="remaining"),
     PolicySpec("tailsieve-levers", SessionPolicy.TAILSIEVE, midturn=True, gate=True,
                remaining=True, priority="remaining"),
+    PolicySpec("tailsieve-kv", SessionPolicy.TAILSIEVE, midturn=True, gate=True,
+               kv_share=1.0),
+    PolicySpec("tailsieve-kv08", SessionPolicy.TAILSIEVE, midturn=True, gate=True,
+               kv_share=0.8),
+    PolicySpec("tailsieve-kv15", SessionPolicy.TAILSIEVE, midturn=True, gate=True,
+               kv_share=1.5),
+    PolicySpec("tailsieve-kv2", SessionPolicy.TAILSIEVE, midturn=True, gate=True,
+               kv_share=2.0),
     PolicySpec("affinity-margin-priority", SessionPolicy.MARGIN, priority="remaining"),
     PolicySpec("oracle-priority", SessionPolicy.ORACLE, midturn=True, priority="oracle"),
 )}

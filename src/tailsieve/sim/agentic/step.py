@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import deque
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
 from tailsieve.core.balancer import BalanceSettings
 from tailsieve.errors import ConfigError
 from tailsieve.model.replica_config import ReplicaConfig
+from tailsieve.session.admission import AdmissionSettings, KvAdmission
 from tailsieve.session.midturn import AGENTIC_BALANCE, move_horizon_s, session_horizon_s
 from tailsieve.session.remaining import RemainingWork
 from tailsieve.session.router_base import SessionRouter
@@ -57,6 +59,9 @@ class StepOptions:
     # tokens and a move takes effect at the running piece's end (live: unstreamed vLLM
     # pieces), the turn held from the next move until a piece ended on its destination
 
+    admission: AdmissionSettings | None = None  # admit sessions by KV room
+    # (``session.KvAdmission``): a new session waits at the router until a replica's
+    # resident sessions leave it room; None: every turn is sent at once
     priority: str = "off"  # engine priority (vLLM's --scheduling-policy priority): "off"
     # (FCFS), "remaining" (each turn's priority is minus its session's estimated remaining
     # output, ``session.RemainingWork``: likely-critical work first), "oracle" (minus the true
@@ -88,6 +93,9 @@ class TurnStepSim:
             else RemainingWork()
         self._left = (_true_left(self.trajs) if options.priority == "oracle" else None)
         self.reps = Replicas(configs, priority=options.priority != "off")
+        self.admission = (KvAdmission([c.kv_capacity_tokens for c in configs], options.admission)
+                          if options.admission is not None else None)
+        self.queue: deque[int] = deque()  # sessions waiting for admission (first turns)
         n = len(self.trajs)
         self.turn = [0] * n  # index of the current turn
         self.context = [t.prompt_tokens for t in self.trajs]  # prompt of the current turn
@@ -189,7 +197,19 @@ class TurnStepSim:
         turn = self.request(i)
         if self.remaining is not None and turn.turn_index == 0:
             self.remaining.start(i, turn.group_id)
-        decision = self.router.choose(turn, self.reps.views(t), t)
+        views = self.reps.views(t)
+        adm = self.admission
+        if adm is not None:
+            home = adm.resident(i)
+            room = adm.with_room(turn.context_tokens)
+            if home is None and not room:
+                self.queue.append(i)
+                return
+            if len(room) < len(views):
+                views = [v for v in views if v.replica in room or v.replica == home]
+        decision = self.router.choose(turn, views, t)
+        if adm is not None and adm.resident(i) != decision.replica:
+            adm.admit(i, decision.replica, turn.context_tokens)
         home = self.home[i]
         if home is not None:
             self.reps.leave_tool(home, turn.context_tokens - turn.new_tokens)
@@ -227,14 +247,27 @@ class TurnStepSim:
             self.left -= 1
             self.stats.step_s = max(self.stats.step_s, t)
             self.router.forget(self.session(i))
+            self.stats.final_context_tokens += end_ctx / len(self.trajs)
             if self.remaining is not None:
                 self.remaining.session_ended(i)
+            if self.admission is not None:
+                self.admission.release(i)
+                self.admit_waiting(t)
             return
         self.home[i] = r
         self.reps.enter_tool(r, end_ctx)
         self.context[i] = end_ctx + u.tool_output_tokens
+        if self.admission is not None:
+            self.admission.grow(i, self.context[i])
         self.turn[i] = k + 1
         heapq.heappush(self.events, (t + u.tool_s, 0, i, -1))
+
+    def admit_waiting(self, t: float) -> None:
+        """Send the sessions waiting for admission (in arrival order) while a replica has
+        room for the first of them."""
+        assert self.admission is not None
+        while self.queue and self.admission.with_room(self.context[self.queue[0]]):
+            self.arrive(self.queue.popleft(), t)
 
     def piece_end(self, i: int, r: int, t: float, num_tokens: int) -> None:
         """A piece of turn ``turn[i]`` ended on ``r`` with tokens left: its next piece starts
@@ -268,6 +301,8 @@ class TurnStepSim:
         tr = self.trajs[i]
         held = self.context[i] + self.done_tokens[i]
         out = self.piece_cap(tr.turns[self.turn[i]].output_tokens - self.done_tokens[i])
+        if self.admission is not None and self.admission.resident(i) != r:
+            self.admission.admit(i, r, held)  # a mid-turn move takes its reservation along
         self.sync(r, t)
         cached = self.reps.cache.cached(r, i, tr.prompt_id, held)
         self.reps.cache.release(r, i)
