@@ -64,7 +64,7 @@ def check(url: str, num_requests: int = 6, blocker_tokens: int = 400, short_toke
                 "temperature": 0.0, "priority": prio}
         try:
             _post(url, body, timeout_s)
-        except Exception as exc:  # noqa: BLE001 - reported, not raised (a thread)
+        except Exception as exc:
             errors.append(f"request {tag}: {exc}")
             return
         with lock:

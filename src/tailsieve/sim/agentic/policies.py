@@ -3,7 +3,9 @@
 Count routers (verl's default, prime-rl's, SGLang's cache_aware, verl #7435 and #6533,
 per-turn round-robin) only place turns. TailSieve places turns with ``place_turn``, moves
 running turns by continuation between them (it holds the generation) and runs both behind
-the balance gate. The oracle places turns knowing every remaining length and moves running
+the balance gate; it admits sessions by KV room (``session.KvAdmission``: a new session
+waits at the router while no replica's resident sessions leave room for it, which does
+nothing where the contexts fit). The oracle places turns knowing every remaining length and moves running
 turns as TailSieve does (a reference for what routing can reach).
 """
 
@@ -40,27 +42,22 @@ POLICIES: dict[str, PolicySpec] = {p.name: p for p in (
     PolicySpec("affinity-margin", SessionPolicy.MARGIN),
     PolicySpec("verl-repin", SessionPolicy.REPIN),
     PolicySpec("turn-round-robin", SessionPolicy.ROUND_ROBIN),
-    PolicySpec("tailsieve", SessionPolicy.TAILSIEVE, midturn=True, gate=True),
-    PolicySpec("tailsieve-boundary", SessionPolicy.TAILSIEVE, gate=True),
+    PolicySpec("tailsieve", SessionPolicy.TAILSIEVE, midturn=True, gate=True, kv_share=1.0),
+    PolicySpec("tailsieve-boundary", SessionPolicy.TAILSIEVE, gate=True, kv_share=1.0),
     PolicySpec("tailsieve-midturn", SessionPolicy.TAILSIEVE, midturn=True, gate=True,
-               boundary_moves=False),
-    PolicySpec("oracle", SessionPolicy.ORACLE, midturn=True),
-    # the levers of issue 39 (evidence the count rules cannot use), alone and together
+               boundary_moves=False, kv_share=1.0),
+    PolicySpec("oracle", SessionPolicy.ORACLE, midturn=True, kv_share=1.0),
+    # the levers of issue 39 (evidence the count rules cannot use), alone and together:
+    # TailSieve before them (every turn sent at once), each lever alone on it, all together
+    PolicySpec("tailsieve-nokv", SessionPolicy.TAILSIEVE, midturn=True, gate=True),
     PolicySpec("tailsieve-remaining", SessionPolicy.TAILSIEVE, midturn=True, gate=True,
                remaining=True),
     PolicySpec("tailsieve-priority", SessionPolicy.TAILSIEVE, midturn=True, gate=True,
                priority="remaining"),
     PolicySpec("tailsieve-levers", SessionPolicy.TAILSIEVE, midturn=True, gate=True,
-               remaining=True, priority="remaining"),
-    PolicySpec("tailsieve-kv", SessionPolicy.TAILSIEVE, midturn=True, gate=True,
-               kv_share=1.0),
-    PolicySpec("tailsieve-kv08", SessionPolicy.TAILSIEVE, midturn=True, gate=True,
-               kv_share=0.8),
-    PolicySpec("tailsieve-kv15", SessionPolicy.TAILSIEVE, midturn=True, gate=True,
-               kv_share=1.5),
-    PolicySpec("tailsieve-kv2", SessionPolicy.TAILSIEVE, midturn=True, gate=True,
-               kv_share=2.0),
+               remaining=True, priority="remaining", kv_share=1.0),
     PolicySpec("affinity-margin-priority", SessionPolicy.MARGIN, priority="remaining"),
+    PolicySpec("oracle-nokv", SessionPolicy.ORACLE, midturn=True),
     PolicySpec("oracle-priority", SessionPolicy.ORACLE, midturn=True, priority="oracle"),
 )}
 BASELINE = "verl-sticky"

@@ -45,14 +45,15 @@ def simulate_policy(steps: Sequence[Sequence[Trajectory]], configs: Sequence[Rep
                     measure_from: int = 0) -> list[StepStats | None]:
     """Run ``steps`` in order under ``spec``; entry ``s`` of the result is step ``s``'s
     stats (None for a step before ``measure_from`` that a policy without cross-step state
-    skips: its steps do not depend on earlier ones)."""
+    skips: its steps do not depend on earlier ones; admission by KV room carries the
+    previous step's final contexts)."""
     opts = options or RunOptions()
     gate = BalanceGate(opts.gate) if spec.gate else None
     out: list[StepStats | None] = []
     expected = 0.0
     final_context = 0.0  # the previous step's mean final context (admission's estimate)
     for s, trajs in enumerate(steps):
-        if gate is None and s < measure_from:
+        if gate is None and spec.kv_share is None and s < measure_from:
             out.append(None)
             continue
         moves = gate.balances_next() if gate is not None else True

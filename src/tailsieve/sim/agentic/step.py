@@ -34,6 +34,7 @@ from tailsieve.model.replica_config import ReplicaConfig
 from tailsieve.session.admission import AdmissionSettings, KvAdmission
 from tailsieve.session.midturn import AGENTIC_BALANCE, move_horizon_s, session_horizon_s
 from tailsieve.session.remaining import RemainingWork
+from tailsieve.session.replica_view import ReplicaView
 from tailsieve.session.router_base import SessionRouter
 from tailsieve.session.turn import TurnRequest
 from tailsieve.sim.agentic.midturn import MovePlanner
@@ -197,7 +198,7 @@ class TurnStepSim:
         turn = self.request(i)
         if self.remaining is not None and turn.turn_index == 0:
             self.remaining.start(i, turn.group_id)
-        views = self.reps.views(t)
+        views: Sequence[ReplicaView] = self.reps.views(t)
         adm = self.admission
         if adm is not None:
             home = adm.resident(i)
