@@ -18,6 +18,10 @@ expected context is what the previous steps' trajectories grew to at their end (
 trajectories are drawn alike); before any step has ended it is the session's own context, so
 the first step admits by what it sees. A session that moves (a priced move at a turn
 boundary) takes its reservation along. No future length is read.
+
+It is worth it only where the step is KV-bound (``kv_bound``: the sessions at their mean
+turn context need more than the replicas' KV together); elsewhere the engines hold the
+sessions as they come and admission would only cut the batch.
 """
 
 from __future__ import annotations
@@ -28,7 +32,19 @@ from dataclasses import dataclass
 
 from tailsieve.errors import ConfigError
 
-__all__ = ["AdmissionSettings", "KvAdmission"]
+__all__ = ["AdmissionSettings", "KvAdmission", "kv_bound"]
+
+
+def kv_bound(mean_context_tokens: float, num_sessions: int,
+             kv_capacity_tokens: Sequence[int | None]) -> bool:
+    """Whether a step is KV-bound, so that admission pays: its sessions, each holding the
+    mean context of a turn (``mean_context_tokens``, the previous step's), would need more
+    KV than every replica's budget together. Below that, the sessions' peaks do not coincide
+    and the engines hold them (measured: no preemptions), while admission would only cut
+    the batch. False where a replica has no budget."""
+    if any(c is None for c in kv_capacity_tokens) or mean_context_tokens <= 0:
+        return False
+    return num_sessions * mean_context_tokens > sum(c or 0 for c in kv_capacity_tokens)
 
 
 @dataclass(frozen=True, slots=True)

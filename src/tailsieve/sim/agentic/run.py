@@ -18,7 +18,7 @@ import numpy as np
 
 from tailsieve.control.balance_gate import BalanceGate, GateConfig
 from tailsieve.model.replica_config import ReplicaConfig
-from tailsieve.session.admission import AdmissionSettings
+from tailsieve.session.admission import AdmissionSettings, kv_bound
 from tailsieve.session.remaining import RemainingWork
 from tailsieve.session.routers import make_router
 from tailsieve.session.settings import SessionSettings
@@ -52,32 +52,39 @@ def simulate_policy(steps: Sequence[Sequence[Trajectory]], configs: Sequence[Rep
     out: list[StepStats | None] = []
     expected = 0.0
     final_context = 0.0  # the previous step's mean final context (admission's estimate)
+    turn_context = 0.0  # the previous step's mean turn context (whether the step is KV-bound)
     for s, trajs in enumerate(steps):
         if gate is None and spec.kv_share is None and s < measure_from:
             out.append(None)
             continue
         moves = gate.balances_next() if gate is not None else True
-        stats = _one_step(trajs, configs, spec, seed, s, opts, moves, expected, final_context)
+        kv = (final_context if spec.kv_share is not None
+              and kv_bound(turn_context, len(trajs), [c.kv_capacity_tokens for c in configs])
+              else None)
+        stats = _one_step(trajs, configs, spec, seed, s, opts, moves, expected, kv)
         stats.moves_on = moves
         if gate is not None:
             gate.observe(moves, stats.step_s / yardstick_s(trajs, configs))
         expected = stats.step_s
         final_context = stats.final_context_tokens
+        turn_context = stats.prompt_tokens / stats.num_turns if stats.num_turns else 0.0
         out.append(stats)
     return out
 
 
 def _one_step(trajs: Sequence[Trajectory], configs: Sequence[ReplicaConfig], spec: PolicySpec,
               seed: int, step: int, opts: RunOptions, moves: bool,
-              expected_step_s: float, final_context: float) -> StepStats:
+              expected_step_s: float, final_context: float | None) -> StepStats:
+    """One step; ``final_context``: admit sessions by KV room, each reserving at least that
+    many tokens (None: no admission)."""
     rng = np.random.default_rng([seed, step, 7])
     settings = replace(opts.settings, moves=moves and spec.boundary_moves,
                        expected_step_s=expected_step_s)
     step_opts = replace(opts.step, midturn=spec.midturn and moves,
                         balance=replace(opts.step.balance, expected_step_s=expected_step_s),
                         priority=spec.priority if spec.priority != "off" else opts.step.priority,
-                        admission=(AdmissionSettings(spec.kv_share, final_context)
-                                   if spec.kv_share is not None else opts.step.admission))
+                        admission=(AdmissionSettings(spec.kv_share or 1.0, final_context)
+                                   if final_context is not None else opts.step.admission))
     remaining = RemainingWork() if spec.remaining or step_opts.priority == "remaining" else None
     holder: list[TurnStepSim] = []
     kw = dict(spec.kw)
