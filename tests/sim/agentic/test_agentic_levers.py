@@ -25,7 +25,7 @@ def _trajs() -> list[Trajectory]:
     out = []
     for g in range(8):
         for s in range(2):
-            turns = tuple(Turn(300 + 40 * g, 0.5, 2000) for _ in range(5)) + (Turn(200),)
+            turns = (*(Turn(300 + 40 * g, 0.5, 2000) for _ in range(5)), Turn(200))
             out.append(Trajectory(f"g{g}", s, 3000, turns))
     return out
 
