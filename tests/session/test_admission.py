@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tailsieve.errors import ConfigError
-from tailsieve.session.admission import AdmissionSettings, KvAdmission, kv_bound
+from tailsieve.model.profiles import builtin_profile
+from tailsieve.model.replica_config import ReplicaConfig
+from tailsieve.session.admission import AdmissionSettings, KvAdmission, StepShape, kv_bound
+
+PROFILE_4B, PROFILE_30B = "qwen3-4b-h100", "qwen3-30b-a3b-h100-tp2"
 
 
 def test_a_new_session_fits_only_where_reservations_leave_room() -> None:
@@ -65,12 +71,29 @@ def test_reservations_are_what_the_residents_hold(ops: list[tuple[int, int, int]
     assert adm.fits(2, 10**9)  # no budget: always room
 
 
-def test_kv_bound_compares_the_sessions_mean_context_with_all_the_kv() -> None:
-    assert kv_bound(24_000, 512, [445_000] * 8)  # SWE at R = 8: 3.5x the KV
-    assert not kv_bound(3_500, 512, [445_000] * 8)  # math agent: half of it
-    assert not kv_bound(24_000, 512, [445_000] * 32)
-    assert not kv_bound(0.0, 512, [10] * 2)  # nothing seen yet
-    assert not kv_bound(24_000, 512, [445_000, None])
+def _configs(profile: str, n: int) -> list[ReplicaConfig]:
+    return [ReplicaConfig.from_profile(builtin_profile(profile),
+                                       prefill_s_per_token="profile")] * n
+
+
+SWE = StepShape(512, 24_000, 35_700, 450)  # the swe-agent preset's shape
+MATH = StepShape(512, 3_500, 7_600, 2_400)
+
+
+def test_admission_pays_where_re_prefills_clearly_outweigh_the_lost_batch() -> None:
+    # Qwen3-4B / H100: the context term rules a decode step, a 24K re-prefill costs 0.55 s
+    assert kv_bound(SWE, _configs(PROFILE_4B, 8))
+    assert kv_bound(SWE, _configs(PROFILE_4B, 16))
+    assert not kv_bound(SWE, _configs(PROFILE_4B, 32))  # the sessions fit: rho < 1
+    assert not kv_bound(MATH, _configs(PROFILE_4B, 8))
+    # 30B-A3B: tau(b) falls steeply per token with the batch, re-prefills are cheaper
+    assert not kv_bound(SWE, _configs(PROFILE_30B, 8))
+    assert kv_bound(StepShape(512, 44_800, 74_000, 600), _configs(PROFILE_30B, 8))
+    # a lower margin takes the 30B SWE case too; no budget, no shape: never
+    assert kv_bound(SWE, _configs(PROFILE_30B, 8), margin=1.0)
+    assert not kv_bound(StepShape(512, 0.0, 0.0, 0.0), _configs(PROFILE_4B, 8))
+    free = ReplicaConfig.from_profile(builtin_profile(PROFILE_4B))
+    assert not kv_bound(SWE, [replace(free, kv_capacity_tokens=None)] * 8)
 
 
 def test_bad_settings_are_refused() -> None:

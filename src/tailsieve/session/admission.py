@@ -19,9 +19,10 @@ trajectories are drawn alike); before any step has ended it is the session's own
 the first step admits by what it sees. A session that moves (a priced move at a turn
 boundary) takes its reservation along. No future length is read.
 
-It is worth it only where the step is KV-bound (``kv_bound``: the sessions at their mean
-turn context need more than the replicas' KV together); elsewhere the engines hold the
-sessions as they come and admission would only cut the batch.
+It is worth it only where the step is KV-bound and the re-prefills it saves clearly outweigh
+the batch it costs (``kv_bound``, priced from the previous step's shape and the replicas'
+cost model); elsewhere the engines hold the sessions as they come, or the lost batch costs
+about what the cache hits save.
 """
 
 from __future__ import annotations
@@ -31,21 +32,60 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 from tailsieve.errors import ConfigError
+from tailsieve.model.replica_config import ReplicaConfig
+from tailsieve.model.throughput import ThroughputModel
 
-__all__ = ["AdmissionSettings", "KvAdmission", "kv_bound"]
+__all__ = ["AdmissionSettings", "KvAdmission", "StepShape", "kv_bound"]
 
 
-def kv_bound(mean_context_tokens: float, num_sessions: int,
-             kv_capacity_tokens: Sequence[int | None]) -> bool:
-    """Whether a step is KV-bound, so that admission pays: its sessions, each holding the
-    mean context of a turn (``mean_context_tokens``, the previous step's), would need more
-    KV than every replica's budget together. Below that, the sessions' peaks do not coincide
-    and the engines hold them (measured: no preemptions), while admission would only cut
-    the batch. False where a replica has no budget."""
-    if any(c is None for c in kv_capacity_tokens) or mean_context_tokens <= 0:
+@dataclass(frozen=True, slots=True)
+class StepShape:
+    """What the previous step showed of its sessions (lengths of a step that has ended)."""
+
+    num_sessions: int
+    mean_context_tokens: float  # mean prompt (context) of a turn
+    final_context_tokens: float  # mean context of a trajectory at its end
+    turn_tokens: float  # mean output of a turn
+
+
+def kv_bound(shape: StepShape, configs: Sequence[ReplicaConfig], margin: float = 3.0) -> bool:
+    """Whether admission by KV room pays on a step shaped like ``shape``.
+
+    The sessions at their mean turn context ``C`` need ``rho = n C / sum K`` times the KV of
+    all replicas. Where ``rho <= 1`` the engines hold them: no. Otherwise, per turn of a
+    replica (``K``, its budget):
+
+    - the gain: without admission about a share ``1 - 1 / rho`` of the turns find their
+      context evicted and re-prefill it, ``P(C)`` seconds that stall the replica;
+    - the loss: admission keeps about ``K / F`` sessions resident (``F``, the final
+      context) instead of the ``K / C`` that fit at once, and a turn's ``O`` tokens cost
+      ``c(b) / b`` replica seconds each at batch ``b``, ``c(b) = tau(b) + k b C``.
+
+    It pays where the gain is at least ``margin`` times the loss (as ``place_turn``'s
+    ``move_margin``: only where it clearly does). False where a replica has no budget or
+    nothing is known yet."""
+    caps = [c.kv_capacity_tokens for c in configs]
+    if not configs or any(c is None for c in caps) or shape.mean_context_tokens <= 0 \
+            or shape.num_sessions < 1:
         return False
-    return num_sessions * mean_context_tokens > sum(c or 0 for c in kv_capacity_tokens)
+    ctx = shape.mean_context_tokens
+    rho = shape.num_sessions * ctx / sum(c or 0 for c in caps)
+    if rho <= 1.0:
+        return False
+    final = max(shape.final_context_tokens, ctx)
+    gains = losses = 0.0
+    for cfg, cap in zip(configs, caps, strict=True):
+        assert cap is not None
+        gains += (1.0 - 1.0 / rho) * cfg.prefill_cost_s(int(ctx))
+        model = cfg.throughput
 
+        def per_token_s(b: float, m: ThroughputModel = model) -> float:
+            b = max(b, 1.0)
+            return (m.tau(b) + m.context_s_per_token * b * ctx) / b
+
+        losses += shape.turn_tokens * max(per_token_s(cap / final) - per_token_s(cap / ctx),
+                                          0.0)
+    return gains >= margin * losses
 
 @dataclass(frozen=True, slots=True)
 class AdmissionSettings:

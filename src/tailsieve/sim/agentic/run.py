@@ -18,7 +18,7 @@ import numpy as np
 
 from tailsieve.control.balance_gate import BalanceGate, GateConfig
 from tailsieve.model.replica_config import ReplicaConfig
-from tailsieve.session.admission import AdmissionSettings, kv_bound
+from tailsieve.session.admission import AdmissionSettings, StepShape, kv_bound
 from tailsieve.session.remaining import RemainingWork
 from tailsieve.session.routers import make_router
 from tailsieve.session.settings import SessionSettings
@@ -51,23 +51,20 @@ def simulate_policy(steps: Sequence[Sequence[Trajectory]], configs: Sequence[Rep
     gate = BalanceGate(opts.gate) if spec.gate else None
     out: list[StepStats | None] = []
     expected = 0.0
-    final_context = 0.0  # the previous step's mean final context (admission's estimate)
-    turn_context = 0.0  # the previous step's mean turn context (whether the step is KV-bound)
+    shape: StepShape | None = None  # the previous step's (whether admission pays)
     for s, trajs in enumerate(steps):
         if gate is None and spec.kv_share is None and s < measure_from:
             out.append(None)
             continue
         moves = gate.balances_next() if gate is not None else True
-        kv = (final_context if spec.kv_share is not None
-              and kv_bound(turn_context, len(trajs), [c.kv_capacity_tokens for c in configs])
-              else None)
+        kv = (shape.final_context_tokens if shape is not None and spec.kv_share is not None
+              and kv_bound(shape, configs) else None)
         stats = _one_step(trajs, configs, spec, seed, s, opts, moves, expected, kv)
         stats.moves_on = moves
         if gate is not None:
             gate.observe(moves, stats.step_s / yardstick_s(trajs, configs))
         expected = stats.step_s
-        final_context = stats.final_context_tokens
-        turn_context = stats.prompt_tokens / stats.num_turns if stats.num_turns else 0.0
+        shape = step_shape(trajs)
         out.append(stats)
     return out
 
@@ -98,6 +95,21 @@ def _one_step(trajs: Sequence[Trajectory], configs: Sequence[ReplicaConfig], spe
     sim = TurnStepSim(trajs, configs, router, step_opts, remaining)
     holder.append(sim)
     return sim.run()
+
+
+def step_shape(trajs: Sequence[Trajectory]) -> StepShape:
+    """What a step that has ended showed of its sessions (``session.StepShape``)."""
+    turns = contexts = outputs = finals = 0
+    for t in trajs:
+        ctx = t.prompt_tokens
+        for u in t.turns:
+            turns += 1
+            contexts += ctx
+            outputs += u.output_tokens
+            ctx += u.output_tokens + u.tool_output_tokens
+        finals += ctx - t.turns[-1].tool_output_tokens
+    n = max(turns, 1)
+    return StepShape(len(trajs), contexts / n, finals / max(len(trajs), 1), outputs / n)
 
 
 def _remaining(trajs: Sequence[Trajectory]) -> Callable[[Hashable, int], float]:

@@ -26,7 +26,6 @@ class StepStats:
     preemptions: int = 0  # requests the engines preempted for lack of KV space
     recomputed_tokens: int = 0  # tokens recomputed after preemptions
     moves_on: bool = True  # the balance gate let this step move (TailSieve)
-    final_context_tokens: float = 0.0  # mean context of the trajectories at their end
 
     @property
     def hit_rate(self) -> float:

@@ -248,7 +248,6 @@ class TurnStepSim:
             self.left -= 1
             self.stats.step_s = max(self.stats.step_s, t)
             self.router.forget(self.session(i))
-            self.stats.final_context_tokens += end_ctx / len(self.trajs)
             if self.remaining is not None:
                 self.remaining.session_ended(i)
             if self.admission is not None:
