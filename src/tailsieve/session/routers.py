@@ -91,7 +91,7 @@ def make_router(policy: SessionPolicy | str, settings: SessionSettings | None = 
     callable ``(session_id, turn_index) -> tokens the session still generates, this turn
     on`` (0 past its last turn); required), ``expected_turn_tokens`` (tailsieve: a callable returning the mean turn
     output observed so far, or None), ``remaining_work`` (tailsieve: the step's
-    ``session.RemainingWork``, fed by the caller; a move is then priced over the session's
+    ``session.remaining.RemainingWork``, fed by the caller; a move is then priced over the session's
     estimated remaining output instead of "as many turns again")."""
     p = parse_policy(policy)
     extra = set(kw) - _KW[p]

@@ -3,7 +3,7 @@
 Count routers (verl's default, prime-rl's, SGLang's cache_aware, verl #7435 and #6533,
 per-turn round-robin) only place turns. TailSieve places turns with ``place_turn``, moves
 running turns by continuation between them (it holds the generation) and runs both behind
-the balance gate; it admits sessions by KV room (``session.KvAdmission``: a new session
+the balance gate; it admits sessions by KV room (``session.admission.KvAdmission``: a new session
 waits at the router while no replica's resident sessions leave room for it, which does
 nothing where the contexts fit). The oracle places turns knowing every remaining length and moves running
 turns as TailSieve does (a reference for what routing can reach).
@@ -31,7 +31,7 @@ class PolicySpec:
     kw: tuple[tuple[str, object], ...] = ()  # router options (make_router keywords)
     remaining: bool = False  # (TailSieve) prices moves over the estimated remaining output
     priority: str = "off"  # engine priority: "off", "remaining" (estimated), "oracle"
-    kv_share: float | None = None  # admit sessions by KV room (``session.KvAdmission``):
+    kv_share: float | None = None  # admit sessions by KV room (``session.admission.KvAdmission``):
     # the share of a replica's KV budget its resident sessions may reserve; None: off
 
 

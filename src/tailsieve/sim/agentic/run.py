@@ -98,7 +98,7 @@ def _one_step(trajs: Sequence[Trajectory], configs: Sequence[ReplicaConfig], spe
 
 
 def step_shape(trajs: Sequence[Trajectory]) -> StepShape:
-    """What a step that has ended showed of its sessions (``session.StepShape``)."""
+    """What a step that has ended showed of its sessions (``session.admission.StepShape``)."""
     turns = contexts = outputs = finals = 0
     for t in trajs:
         ctx = t.prompt_tokens

@@ -61,11 +61,11 @@ class StepOptions:
     # pieces), the turn held from the next move until a piece ended on its destination
 
     admission: AdmissionSettings | None = None  # admit sessions by KV room
-    # (``session.KvAdmission``): a new session waits at the router until a replica's
+    # (``session.admission.KvAdmission``): a new session waits at the router until a replica's
     # resident sessions leave it room; None: every turn is sent at once
     priority: str = "off"  # engine priority (vLLM's --scheduling-policy priority): "off"
     # (FCFS), "remaining" (each turn's priority is minus its session's estimated remaining
-    # output, ``session.RemainingWork``: likely-critical work first), "oracle" (minus the true
+    # output, ``session.remaining.RemainingWork``: likely-critical work first), "oracle" (minus the true
     # remaining output: simulator only, the lever's reference)
 
     def __post_init__(self) -> None:
