@@ -36,6 +36,7 @@ SCRIPTS = {
     "bench_spec.py": "test_bench_spec.py::test_bench_spec",
     "bench_tail_signal.py": "test_bench_tail_signal",
     "check_spec_live.py": "test_bench_acceptance.py::test_check_spec_live_*",
+    "check_priority_live.py": "test_check_priority_live.py::test_check_priority_live_emulated",
     "bench_trace_io.py": "test_bench_trace_io_defaults_outside_the_repo",
     "bench_verl_router_scale.py": "test_bench_verl_router_scale.py::test_bench_verl_router_scale",
     "grounded_suite.py": "test_grounded_suite",

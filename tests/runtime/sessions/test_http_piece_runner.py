@@ -213,3 +213,19 @@ async def test_a_mid_turn_move_over_http_takes_effect_at_once(
     assert len(out.token_ids) == 3000 and out.finish_reason == "length"
     assert [p.replica for p in out.pieces] == [src, 1 - src]
     assert 0 < out.pieces[0].end < 3000
+
+
+async def test_a_pieces_priority_reaches_vllm(stack: AsyncExitStack) -> None:
+    # an emulator under --scheduling-policy priority takes it; one under FCFS answers 400 as
+    # vLLM does, which shows the field is sent
+    (prio,) = await servers(stack, 1, scheduling_policy="priority")
+    (fcfs,) = await servers(stack, 1)
+    runner = HttpPieceRunner([prio.url, fcfs.url], max_retries=0)
+    stack.push_async_callback(runner.aclose)
+    piece = PieceRequest((1, 2, 3), SamplingParams(max_tokens=4), 4, "p-0", priority=-7)
+    out = await runner.run_piece(0, piece)
+    assert len(out.token_ids) >= 1
+    with pytest.raises(RequestError):
+        await runner.run_piece(1, piece)
+    plain = PieceRequest((1, 2, 3), SamplingParams(max_tokens=4), 4, "p-1")
+    assert len((await runner.run_piece(1, plain)).token_ids) >= 1

@@ -260,6 +260,8 @@ class HttpPieceRunner:
                              stream=stream, stream_interval=self.stream_interval)
         if self.backend is Backend.SGLANG:
             body["rid"] = piece.request_id
+        elif piece.priority is not None:
+            body["priority"] = piece.priority  # vLLM: --scheduling-policy priority
         return body
 
     async def _model(self) -> str:

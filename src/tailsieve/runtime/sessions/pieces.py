@@ -57,6 +57,8 @@ class PieceRequest:
     # piece's tokens as they come, where the runner streams (``PieceStreamer``); else unused
     engine_args: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
     # the turn's caller's keywords for the engine, passed with each piece (verl's ``generate``)
+    priority: int | None = None  # vLLM's request priority (lower first; the server needs
+    # ``--scheduling-policy priority``); None: not sent
 
     def __post_init__(self) -> None:
         if not self.prompt_ids:

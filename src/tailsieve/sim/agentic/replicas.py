@@ -23,9 +23,11 @@ __all__ = ["Replicas"]
 class Replicas:
     """Engines, caches and tool waits of one step's replicas."""
 
-    def __init__(self, configs: Sequence[ReplicaConfig]) -> None:
+    def __init__(self, configs: Sequence[ReplicaConfig], priority: bool = False) -> None:
+        """``priority``: the engines schedule by request priority (vLLM's
+        ``--scheduling-policy priority``), else FCFS."""
         self.configs = list(configs)
-        self.engines = [ReplicaEngine(c) for c in configs]
+        self.engines = [ReplicaEngine(c, priority) for c in configs]
         self.cache = PrefixCacheModel([c.kv_capacity_tokens for c in configs])
         self.num_tool = [0] * len(configs)
         self.tool_context = [0.0] * len(configs)
@@ -65,15 +67,16 @@ class Replicas:
         return comps
 
     def submit(self, r: int, rid: Hashable, num_tokens: int, prompt_tokens: int,
-               cached_tokens: int, continuation: bool, now_s: float) -> None:
-        """Start a turn (or a continuation) on ``r`` at ``now_s`` (``r`` is at ``now_s``)."""
+               cached_tokens: int, continuation: bool, now_s: float, priority: int = 0) -> None:
+        """Start a turn (or a continuation) on ``r`` at ``now_s`` (``r`` is at ``now_s``);
+        ``priority``: lower runs earlier (read under the priority policy only)."""
         cfg = self.configs[r]
         uncached = prompt_tokens - cached_tokens
         stall = (cfg.recompute_cost_s(uncached, cached_tokens) if continuation
                  else cfg.prefill_cost_s(uncached, cached_tokens))
         self.prefill_until_s[r] = max(self.prefill_until_s[r], now_s) + stall
         self.engines[r].submit(rid, num_tokens, prompt_tokens, cached_tokens=cached_tokens,
-                               continuation=continuation)
+                               continuation=continuation, priority=priority)
         self.fit_cache(r)
         self.touched(r)
 
