@@ -31,6 +31,8 @@ SCRIPTS = {
     "bench_oracle.py": "test_bench_oracle",
     "bench_real_engine.py": "test_smoke_live.py::test_bench_real_engine_*",
     "bench_proxy.py": "test_smoke_proxy.py::test_bench_proxy",
+    "bench_proxy_imbalance.py": "test_smoke_proxy_imbalance.py::test_bench_proxy_imbalance",
+    "bench_proxy_stream.py": "test_smoke_proxy_stream.py::test_bench_proxy_stream",
     "bench_router.py": "test_smoke_live.py::test_bench_router_*",
     "bench_sim.py": "test_bench_sim",
     "bench_spec.py": "test_bench_spec.py::test_bench_spec",
