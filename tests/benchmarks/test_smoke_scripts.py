@@ -34,6 +34,7 @@ SCRIPTS = {
     "bench_router.py": "test_smoke_live.py::test_bench_router_*",
     "bench_sim.py": "test_bench_sim",
     "bench_spec.py": "test_bench_spec.py::test_bench_spec",
+    "bench_straggler.py": "test_smoke_live.py::test_bench_straggler",
     "bench_tail_signal.py": "test_bench_tail_signal",
     "check_spec_live.py": "test_bench_acceptance.py::test_check_spec_live_*",
     "bench_trace_io.py": "test_bench_trace_io_defaults_outside_the_repo",

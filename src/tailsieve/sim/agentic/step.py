@@ -52,6 +52,8 @@ class StepOptions:
     # streamed pieces, SGLang's abort); k: with mid-turn moves a turn runs as pieces of k
     # tokens and a move takes effect at the running piece's end (live: unstreamed vLLM
     # pieces), the turn held from the next move until a piece ended on its destination
+    priced_as: tuple[ReplicaConfig, ...] | None = None  # the cost model routers price
+    # each replica with (None: its own, speed included; ``Replicas``)
 
     def __post_init__(self) -> None:
         if self.piece_tokens is not None and self.piece_tokens < 1:
@@ -68,7 +70,7 @@ class TurnStepSim:
         self.trajs = list(trajectories)
         self.router = router
         self.options = options
-        self.reps = Replicas(configs)
+        self.reps = Replicas(configs, options.priced_as)
         n = len(self.trajs)
         self.turn = [0] * n  # index of the current turn
         self.context = [t.prompt_tokens for t in self.trajs]  # prompt of the current turn
