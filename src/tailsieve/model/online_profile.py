@@ -132,13 +132,12 @@ class OnlineProfile:
             self._ready_model = self._model
 
     def _fit_speeds(self, obs: list[PieceObservation]) -> dict[str, float]:
-        """Each replica's factor against the curve ``current()`` answers (the fitted fixed
-        cost per piece taken off only when that curve is the fit's)."""
+        """Each replica's factor against the curve ``current()`` answers, the fit's fixed
+        cost per piece (HTTP, queueing: the same on every replica) taken off first."""
         model = self._priced()
         if model is None:
             return {}
-        fit = self._fit
-        overhead = fit.overhead_s if fit is not None and model is self._model else 0.0
+        overhead = self._fit.overhead_s if self._fit is not None else 0.0
         s = self.settings
         return fit_speeds(obs, model, overhead, s.speed_prior_pieces, s.speed_band)
 
