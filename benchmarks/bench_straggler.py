@@ -6,12 +6,12 @@ replicas, every session router against verl's default.
     PYTHONPATH=src:benchmarks .venv/bin/python benchmarks/bench_straggler.py \\
         --out benchmarks/results/straggler
 
-Simulated (``sim.agentic.compare``, paired per seed and step): ``--preset`` on ``--replicas``
-replicas of ``--profile``, replica ``R-1`` ``--slowdown`` times slower at everything it times
+Simulated (``sim.agentic.compare``, paired per seed and step): each of ``--presets`` on
+``--replicas`` replicas of ``--profile``, replica ``R-1`` ``--slowdown`` times slower at everything it times
 (``ReplicaConfig.scaled``), ``--groups`` x ``--group-size`` trajectories, ``--seeds`` seeds,
 the routers of ``--policies``; beside them ``tailsieve-shared-curve``: TailSieve pricing every
 replica with one curve (the unslowed profile: what it did before each replica's speed was
-fitted). Live (``bench_agentic_emulated.run``): the same scenario, smaller
+fitted). Live (``bench_agentic_emulated.run``): the same scenario on ``--live-preset``, smaller
 (``--live-groups`` x ``--live-group-size``, ``--live-steps`` steps), each policy through its
 own ``AgenticRollout`` on its own emulated replicas, the last one started with
 ``--slowdown``; the gateways price with ``auto:PROFILE`` (each replica's speed fitted from the
@@ -51,20 +51,21 @@ TARGET = 1.3  # TailSieve's step at least 1.3x shorter than verl's default (issu
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=default_out("straggler"))
-    ap.add_argument("--preset", default="swe-agent")
+    ap.add_argument("--presets", default="swe-agent,math-code-agent", help="simulated")
+    ap.add_argument("--live-preset", default="math-code-agent")
     ap.add_argument("--replicas", type=int, default=3)
     ap.add_argument("--slowdown", type=float, default=4.0, help="the last replica's")
     ap.add_argument("--profile", default="qwen3-4b-h100")
     ap.add_argument("--policies", default=POLICIES)
     ap.add_argument("--groups", type=int, default=64)
     ap.add_argument("--group-size", type=int, default=8)
-    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--warmup-steps", type=int, default=2)
     ap.add_argument("--measured-steps", type=int, default=1)
     ap.add_argument("--live-groups", type=int, default=8)
     ap.add_argument("--live-group-size", type=int, default=4)
     ap.add_argument("--live-steps", type=int, default=3)
-    ap.add_argument("--time-scale", type=float, default=0.02, help="live: real s per model s")
+    ap.add_argument("--time-scale", type=float, default=0.1, help="live: real s per model s")
     ap.add_argument("--backend", choices=("vllm", "sglang"), default="sglang",
                     help="live: the emulators' API (sglang: a move interrupts at once)")
     ap.add_argument("--no-sim", action="store_true")
@@ -74,7 +75,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     if args.smoke:
         args.groups, args.group_size, args.seeds, args.warmup_steps = 2, 2, 1, 1
         args.live_groups, args.live_group_size, args.live_steps = 2, 2, 1
-        args.time_scale, args.preset = 0.005, "search-agent"
+        args.time_scale, args.presets, args.live_preset = 0.005, "search-agent", "search-agent"
         args.policies = "verl-sticky,affinity-margin,tailsieve"
     return args
 
@@ -83,17 +84,17 @@ def slowdowns(args: argparse.Namespace) -> tuple[float, ...]:
     return (1.0,) * (args.replicas - 1) + (args.slowdown,)
 
 
-def simulated(args: argparse.Namespace) -> dict[str, Any]:
+def simulated(args: argparse.Namespace, preset: str) -> dict[str, Any]:
     """Every policy and the shared-curve TailSieve on the straggler fleet, paired."""
     policies = [p for p in args.policies.split(",") if p]
-    setup = AgenticSetup(args.preset, args.replicas, args.profile, args.groups,
+    setup = AgenticSetup(preset, args.replicas, args.profile, args.groups,
                          args.group_size, args.warmup_steps, args.measured_steps,
                          tuple(range(args.seeds)), slowdowns=slowdowns(args))
     res = compare_policies(setup, policies)
     rows = {p: r.summary() for p, r in res.items()}
     if "tailsieve" in policies:
         rows[SHARED] = shared_curve(setup, res[BASELINE].step_s)
-    return {"preset": args.preset, "replicas": args.replicas, "slowdowns": slowdowns(args),
+    return {"preset": preset, "replicas": args.replicas, "slowdowns": slowdowns(args),
             "groups": args.groups, "group_size": args.group_size, "seeds": args.seeds,
             "warmup_steps": args.warmup_steps, "measured_steps": args.measured_steps,
             "profile": args.profile, "policies": rows, "best_other": best_other(rows)}
@@ -123,7 +124,7 @@ def shared_curve(setup: AgenticSetup, base_step_s: list[float]) -> dict[str, Any
 def live(args: argparse.Namespace) -> dict[str, Any]:
     """The same scenario on emulated replicas (``bench_agentic_emulated``), gateways fitting
     each replica's speed online."""
-    argv = ["--preset", args.preset, "--replicas", str(args.replicas),
+    argv = ["--preset", args.live_preset, "--replicas", str(args.replicas),
             "--groups", str(args.live_groups), "--group-size", str(args.live_group_size),
             "--steps", str(args.live_steps), "--policies", args.policies,
             "--profile", args.profile, "--time-scale", str(args.time_scale),
@@ -134,8 +135,7 @@ def live(args: argparse.Namespace) -> dict[str, Any]:
 
 def markdown(res: dict[str, Any]) -> str:
     lines = []
-    sim = res.get("simulated")
-    if sim is not None:
+    for sim in res.get("simulated", []):
         lines += [f"Simulated: {sim['preset']}, R = {sim['replicas']} (slowdowns "
                   f"{sim['slowdowns']}), {sim['groups']} x {sim['group_size']}, "
                   f"{sim['seeds']} seeds, profile {sim['profile']}; best other router: "
@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     res: dict[str, Any] = {"target": TARGET}
     if not args.no_sim:
-        res["simulated"] = simulated(args)
+        res["simulated"] = [simulated(args, p) for p in args.presets.split(",") if p]
     if not args.no_live:
         res["live"] = live(args)
     (args.out / "straggler.json").write_text(json.dumps(res, indent=2) + "\n")

@@ -287,7 +287,7 @@ def test_bench_straggler(tmp_path: Path) -> None:
         assert importlib.import_module("bench_straggler").main(
             ["--smoke", "--out", str(tmp_path)]) == 0
     res = json.loads((tmp_path / "straggler.json").read_text())
-    sim, live = res["simulated"], res["live"]
+    (sim,), live = res["simulated"], res["live"]
     assert sim["slowdowns"] == [1.0, 1.0, 4.0] and live["slowdowns"] == [1.0, 1.0, 4.0]
     assert set(sim["policies"]) == {"verl-sticky", "affinity-margin", "tailsieve",
                                     "tailsieve-shared-curve"}
