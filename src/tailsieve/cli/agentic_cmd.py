@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from tailsieve.errors import ConfigError
 from tailsieve.model.profiles import DEFAULT_PROFILE
 
 agentic_app = typer.Typer(
@@ -42,6 +43,9 @@ def simulate(
     ] = 2,
     measured_steps: Annotated[int, typer.Option("--measured-steps", help="Measured steps.")] = 2,
     out: Annotated[Path | None, typer.Option("--out", help="Write the JSON result here.")] = None,
+    slowdowns: Annotated[str, typer.Option(
+        "--slowdowns", help="Comma-separated: replica r runs this many times slower (a "
+                            "straggler, e.g. 1,1,4); replicas beyond at 1.")] = "",
 ) -> None:
     """Step time of each policy over verl's default (95% interval over seeds), prefix-cache
     hit rate, re-prefilled tokens and moves per step."""
@@ -50,8 +54,12 @@ def simulate(
     from tailsieve.sim.agentic.report import policy_table
 
     names = [p.strip() for p in policies.split(",") if p.strip()] or list(DEFAULT_POLICIES)
+    try:
+        slow = tuple(float(x) for x in slowdowns.split(",") if x.strip())
+    except ValueError:
+        raise ConfigError(f"--slowdowns: numbers separated by commas, got {slowdowns!r}") from None
     res = simulate_agentic(preset, replicas, names, seeds, profile, groups, group_size,
-                           warmup_steps, measured_steps)
+                           warmup_steps, measured_steps, slow)
     print(f"{preset}, R = {replicas}, {profile}, {groups} x {group_size}, {seeds} seeds")
     print(policy_table(res["policies"]))
     share = res["tailsieve_oracle_share"]
