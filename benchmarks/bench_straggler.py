@@ -15,22 +15,32 @@ fitted). Live (``bench_agentic_emulated.run``): the same scenario on ``--live-pr
 (``--live-groups`` x ``--live-group-size``, ``--live-steps`` steps), each policy through its
 own ``AgenticRollout`` on its own emulated replicas, the last one started with
 ``--slowdown``; the gateways price with ``auto:PROFILE`` (each replica's speed fitted from the
-pieces it times, nothing told), the simulator runs the same trajectories beside. Writes
-``straggler.json`` and ``straggler.md``; ``--no-live`` / ``--no-sim`` skip a part;
-``--smoke`` is a tiny run.
+pieces it times, nothing told), the simulator runs the same trajectories beside. Proxy
+(issue 40's run): ``RoutingProxy`` over the replicas in real time, the last
+``--proxy-slowdown`` times slower, ``--proxy-requests`` long completions at once, with moves and
+without. Writes ``straggler.json`` and ``straggler.md``; ``--no-sim`` / ``--no-live`` /
+``--no-proxy`` skip a part; ``--smoke`` is a tiny run.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import time
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import bench_agentic_emulated as emulated
 import numpy as np
 from outdir import default_out
 
+from tailsieve.runtime.backends import Backend
+from tailsieve.runtime.emulator import EmulatorConfig, EmulatorServer
+from tailsieve.runtime.proxy import ProxyConfig, RoutingProxy
+from tailsieve.runtime.sessions import GatewayConfig
 from tailsieve.sim.agentic.compare import (
     AgenticSetup,
     compare_policies,
@@ -68,8 +78,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--time-scale", type=float, default=0.1, help="live: real s per model s")
     ap.add_argument("--backend", choices=("vllm", "sglang"), default="sglang",
                     help="live: the emulators' API (sglang: a move interrupts at once)")
+    ap.add_argument("--proxy-slowdown", type=float, default=5.0, help="proxy: the last "
+                    "replica's (issue 40's run)")
+    ap.add_argument("--proxy-requests", type=int, default=12)
+    ap.add_argument("--proxy-tokens", type=int, default=1500)
     ap.add_argument("--no-sim", action="store_true")
     ap.add_argument("--no-live", action="store_true")
+    ap.add_argument("--no-proxy", action="store_true")
     ap.add_argument("--smoke", action="store_true", help="a tiny run (tests)")
     args = ap.parse_args(argv)
     if args.smoke:
@@ -77,6 +92,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         args.live_groups, args.live_group_size, args.live_steps = 2, 2, 1
         args.time_scale, args.presets, args.live_preset = 0.005, "search-agent", "search-agent"
         args.policies = "verl-sticky,affinity-margin,tailsieve"
+        args.proxy_requests, args.proxy_tokens = 3, 64
     return args
 
 
@@ -134,6 +150,44 @@ def live(args: argparse.Namespace) -> dict[str, Any]:
     return emulated.run(emulated.parse_args(argv))
 
 
+def proxy(args: argparse.Namespace) -> dict[str, Any]:
+    """``tailsieve serve``'s engine (``RoutingProxy``, in this process) over ``--replicas``
+    emulated vLLM replicas in real time, the last ``--proxy-slowdown`` times slower:
+    ``--proxy-requests`` completions of ``--proxy-tokens`` tokens at once, with moves and
+    without (``--no-moves``); wall time and moves of each."""
+    return {"slowdown": args.proxy_slowdown, "requests": args.proxy_requests,
+            "tokens": args.proxy_tokens,
+            "runs": [asyncio.run(proxy_run(args, moves)) for moves in (True, False)]}
+
+
+async def proxy_run(args: argparse.Namespace, moves: bool) -> dict[str, Any]:
+    async with AsyncExitStack() as st:
+        urls = []
+        for i in range(args.replicas):
+            slow = args.proxy_slowdown if i == args.replicas - 1 else 1.0
+            emu = EmulatorConfig.from_profile(args.profile, seed=i, slowdown=slow)
+            urls.append((await st.enter_async_context(EmulatorServer(emu))).url)
+        gw = GatewayConfig(profile=f"auto:{args.profile}", moves=moves, stream=True)
+        px = await st.enter_async_context(RoutingProxy(ProxyConfig(
+            endpoints=tuple(urls), backend=Backend.VLLM, gateway=gw)))
+        await px.start()
+        async with aiohttp.ClientSession() as http:
+            async def one(i: int) -> None:
+                body = {"model": "tailsieve-emulated", "prompt": list(range(100 + i, 400 + i)),
+                        "max_tokens": args.proxy_tokens, "ignore_eos": True}
+                async with http.post(px.url + "/v1/completions", json=body) as r:
+                    got = await r.json()
+                    assert got["usage"]["completion_tokens"] == args.proxy_tokens, got
+            t0 = time.perf_counter()
+            await asyncio.gather(*(one(i) for i in range(args.proxy_requests)))
+            wall = time.perf_counter() - t0
+        assert px.gateway is not None
+        st_ = px.gateway.stats()
+        return {"moves": moves, "wall_s": wall, "moves_mid_turn": st_.moves_mid_turn,
+                "moves_at_boundary": st_.moves_at_boundary,
+                "turns_per_replica": [r.num_turns for r in st_.replicas]}
+
+
 def markdown(res: dict[str, Any]) -> str:
     lines = []
     for sim in res.get("simulated", []):
@@ -148,6 +202,13 @@ def markdown(res: dict[str, Any]) -> str:
                      if "boundary_moves_per_step" in r else "")
             lines.append(f"| {p} | {format_speedup(r)} | {r['step_s']:.1f} | {moves} |")
         lines.append("")
+    px = res.get("proxy")
+    if px is not None:
+        on, off = px["runs"]
+        lines += [f"Proxy (real time, last replica {px['slowdown']:g}x slower, "
+                  f"{px['requests']} x {px['tokens']} tokens): moves {on['wall_s']:.1f} s "
+                  f"({on['moves_mid_turn']} mid-turn moves), --no-moves {off['wall_s']:.1f} s: "
+                  f"{off['wall_s'] / on['wall_s']:.2f}x", ""]
     lv = res.get("live")
     if lv is not None:
         lines += [f"Live (emulated, {lv['backend']}, gateways on auto:{lv['profile']}): "
@@ -163,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
         res["simulated"] = [simulated(args, p) for p in args.presets.split(",") if p]
     if not args.no_live:
         res["live"] = live(args)
+    if not args.no_proxy:
+        res["proxy"] = proxy(args)
     (args.out / "straggler.json").write_text(json.dumps(res, indent=2) + "\n")
     (args.out / "straggler.md").write_text(markdown(res))
     print(markdown(res))

@@ -294,3 +294,5 @@ def test_bench_straggler(tmp_path: Path) -> None:
     assert live["fit"] and list(live["policies"]) == ["verl-sticky", "affinity-margin",
                                                       "tailsieve"]
     assert "| tailsieve-shared-curve |" in (tmp_path / "straggler.md").read_text()
+    assert [r["moves"] for r in res["proxy"]["runs"]] == [True, False]
+    assert all(sum(r["turns_per_replica"]) == 3 for r in res["proxy"]["runs"])
