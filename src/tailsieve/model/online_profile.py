@@ -115,11 +115,12 @@ class OnlineProfile:
             per_replica = min(per_replica, self.max_per_replica)
         self.add(self.ledger.harvest(clock, per_replica))
         if self._dirty and self._obs:
-            obs = list(self._obs)
+            obs, trusted = list(self._obs), self._ready_model
             self._refit(obs)
             self._speeds = self._fit_speeds(obs)
             if any(f != 1.0 for f in self._speeds.values()):  # a mixed fleet: the shared
-                self._refit(normalized(obs, self._speeds))  # curve at the typical speed
+                self._ready_model = trusted  # curve at the typical speed, not the raw mix
+                self._refit(normalized(obs, self._speeds))
                 self._speeds = self._fit_speeds(obs)
         self._dirty = False
         return self._fit
