@@ -36,6 +36,7 @@ SCRIPTS = {
     "bench_router.py": "test_smoke_live.py::test_bench_router_*",
     "bench_sim.py": "test_bench_sim",
     "bench_spec.py": "test_bench_spec.py::test_bench_spec",
+    "bench_straggler.py": "test_smoke_live.py::test_bench_straggler",
     "bench_tail_signal.py": "test_bench_tail_signal",
     "check_spec_live.py": "test_bench_acceptance.py::test_check_spec_live_*",
     "check_priority_live.py": "test_check_priority_live.py::test_check_priority_live_emulated",

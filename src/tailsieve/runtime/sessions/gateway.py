@@ -446,11 +446,11 @@ class SessionGateway:
         return self.book.configs[replica]
 
     def _refit(self) -> None:
-        """With ``auto``: price with the latest trusted fit of the pieces timed so far (at
-        each step start and each mid-turn check)."""
+        """With ``auto``: price with the latest trusted fit of the pieces timed so far and
+        each replica's own speed factor (at each step start and each mid-turn check)."""
         fitted = self.profile.refit()
         if fitted is not None:
-            self.book.set_throughput(fitted)
+            self.book.set_throughput(fitted, self.profile.speed_factors(self.num_replicas))
             log.info("session gateway: the auto profile's fit of %d timed pieces prices "
                      "placements and moves from now on", self.profile.num_observations)
 

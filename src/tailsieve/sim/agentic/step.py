@@ -66,6 +66,8 @@ class StepOptions:
     # streamed pieces, SGLang's abort); k: with mid-turn moves a turn runs as pieces of k
     # tokens and a move takes effect at the running piece's end (live: unstreamed vLLM
     # pieces), the turn held from the next move until a piece ended on its destination
+    priced_as: tuple[ReplicaConfig, ...] | None = None  # the cost model routers price
+    # each replica with (None: its own, speed included; ``Replicas``)
 
     admission: AdmissionSettings | None = None  # admit sessions by KV room
     # (``session.admission.KvAdmission``): a new session waits at the router until a replica's
@@ -100,7 +102,8 @@ class TurnStepSim:
         self.remaining = remaining if remaining is not None or options.priority != "remaining" \
             else RemainingWork()
         self._left = (_true_left(self.trajs) if options.priority == "oracle" else None)
-        self.reps = Replicas(configs, priority=options.priority != "off")
+        self.reps = Replicas(configs, priority=options.priority != "off",
+                             priced_as=options.priced_as)
         self.admission = (KvAdmission([c.kv_capacity_tokens for c in configs], options.admission)
                           if options.admission is not None else None)
         self.queue: deque[int] = deque()  # sessions waiting for admission (first turns)
