@@ -36,7 +36,7 @@ from outdir import default_out
 from tailsieve.sim.agentic.api import simulate_agentic
 from tailsieve.sim.agentic.compare import AgenticSetup, replica_configs, setup_steps
 from tailsieve.sim.agentic.policies import DEFAULT_POLICIES, policy_spec
-from tailsieve.sim.agentic.report import format_speedup, policy_table
+from tailsieve.sim.agentic.report import format_speedup, over_best_other, policy_table
 from tailsieve.sim.agentic.run import simulate_policy
 from tailsieve.sim.speedup_stats import t_interval
 from tailsieve.workload.agentic_presets import AGENTIC_PRESETS
@@ -143,6 +143,27 @@ def headline(cells: list[dict[str, Any]], profile: str) -> list[str]:
     return [*lines, ""]
 
 
+def over_best_table(cells: list[dict[str, Any]]) -> list[str]:
+    """TailSieve (and its lever variants that ran) over each cell's best other router, paired
+    per seed (issue 39's targets)."""
+    names = sorted({p for c in cells for p in c["policies"]
+                    if p == "tailsieve" or p.startswith("tailsieve-")},
+                   key=lambda p: (p != "tailsieve", p))
+    if not names or not any(c.get("best_other") for c in cells):
+        return []
+    lines = ["## Over the best other router (paired per seed, 95% CI)", "",
+             "| profile | preset | R | best other | " + " | ".join(names) + " |",
+             "|---|---|---|---|" + "---|" * len(names)]
+    for c in cells:
+        row = [over_best_other(c["policies"], p) for p in names]
+        got = [f"{r['speedup']:.3f}x [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
+               if r is not None and r["ci_low"] is not None
+               else f"{r['speedup']:.3f}x" if r is not None else "-" for r in row]
+        lines.append(f"| {c['profile']} | {c['preset']} | {c['replicas']} | "
+                     f"{c.get('best_other') or '-'} | " + " | ".join(got) + " |")
+    return [*lines, ""]
+
+
 def render(args: argparse.Namespace, cells: list[dict[str, Any]]) -> str:
     cmd = "PYTHONPATH=src python benchmarks/bench_agentic.py --out benchmarks/results/agentic"
     out = ["# Agentic rollouts (simulated)", "",
@@ -156,6 +177,7 @@ def render(args: argparse.Namespace, cells: list[dict[str, Any]]) -> str:
            "## Headline: over verl's default", ""]
     for profile in args.profiles:
         out += headline(cells, profile)
+    out += over_best_table(cells)
     g = args.gate
     out += ["## The balance gate", "",
             f"TailSieve on {g['preset']}, {g['profile']}, R = {g['replicas']}, "

@@ -68,6 +68,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--stream", action="store_true", help="vLLM: stream pieces (moves at once)")
     p.add_argument("--stream-interval", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--slowdowns", type=lambda t: [float(x) for x in t.split(",") if x],
+                   default=[], help="replica r runs this many times slower (a straggler; "
+                   "comma-separated, replicas beyond at 1), live and simulated")
+    p.add_argument("--fit", action="store_true",
+                   help="the gateways price with auto:PROFILE (fitted online, each replica's "
+                        "speed included) instead of the fixed profile")
     return p.parse_args(argv)
 
 
@@ -89,11 +95,12 @@ async def live(args: argparse.Namespace, policies: list[str],
         for p in policies:
             emu = [EmulatorConfig.from_profile(args.profile, time_scale=args.time_scale,
                                                seed=i, prefill_profile=True,
-                                               max_model_len=1 << 20)
+                                               max_model_len=1 << 20, slowdown=slowdown(args, i))
                    for i in range(args.replicas)]
             fleets[p] = [await stack.enter_async_context(EmulatorServer(c)) for c in emu]
             gcfg = GatewayConfig(policy=p, piece_tokens=args.piece_tokens or None,
-                                 profile=args.profile, stream=args.stream,
+                                 profile=f"auto:{args.profile}" if args.fit else args.profile,
+                                 stream=args.stream,
                                  stream_interval=args.stream_interval)
             cfg = AgenticConfig(group_size=args.group_size, max_turns=max_turns, gateway=gcfg,
                                 backend=Backend(args.backend))
@@ -138,6 +145,10 @@ def check_turns(got: tuple[Trajectory, ...], want: list[Trajectory]) -> None:
             raise AssertionError(f"trajectory {w.key}: turns differ from the trace")
 
 
+def slowdown(args: argparse.Namespace, replica: int) -> float:
+    return args.slowdowns[replica] if replica < len(args.slowdowns) else 1.0
+
+
 def interrupts(args: argparse.Namespace) -> bool:
     """Whether live mid-turn moves take effect at once (else at the running piece's end)."""
     return args.backend == "sglang" or args.stream
@@ -145,7 +156,7 @@ def interrupts(args: argparse.Namespace) -> bool:
 
 def simulate(args: argparse.Namespace, policy: str, steps: list[list[Trajectory]]
              ) -> list[dict[str, Any]]:
-    configs = replica_configs(args.profile, args.replicas)
+    configs = replica_configs(args.profile, args.replicas, args.slowdowns)
     pieces = None if interrupts(args) else args.piece_tokens or DEFAULT_PIECE_TOKENS
     opts = RunOptions(step=StepOptions(piece_tokens=pieces))
     out = []
@@ -193,6 +204,15 @@ def summarize(res: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    res = run(args)
+    (args.out / "agentic_emulated.json").write_text(json.dumps(res, indent=2) + "\n")
+    (args.out / "agentic_emulated.md").write_text(markdown(res))
+    print(markdown(res))
+    return 0
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Live and simulated, every policy of ``args``: the results (``summarize``d)."""
     trace = agentic_preset(args.preset).generate(args.groups, args.group_size, args.steps,
                                                  rng=args.seed)
     steps = [[t for t in trace.trajectories if t.step == s] for s in trace.steps()]
@@ -201,8 +221,8 @@ def main(argv: list[str] | None = None) -> int:
                            "profile": args.profile, "time_scale": args.time_scale,
                            "piece_tokens": args.piece_tokens, "seed": args.seed,
                            "backend": args.backend, "stream": args.stream,
-                           "moves_at_once": interrupts(args),
-                           "policies": {}}
+                           "moves_at_once": interrupts(args), "slowdowns": args.slowdowns,
+                           "fit": args.fit, "policies": {}}
     policies = [x for x in args.policies.split(",") if x]
     rows = asyncio.run(live(args, policies, steps))
     for p in policies:
@@ -210,10 +230,7 @@ def main(argv: list[str] | None = None) -> int:
             r.update(sim)
         res["policies"][p] = {"steps": rows[p]}
     summarize(res)
-    (args.out / "agentic_emulated.json").write_text(json.dumps(res, indent=2) + "\n")
-    (args.out / "agentic_emulated.md").write_text(markdown(res))
-    print(markdown(res))
-    return 0
+    return res
 
 
 if __name__ == "__main__":

@@ -279,3 +279,20 @@ def test_bench_agentic_emulated(tmp_path: Path) -> None:
     for d in res["policies"].values():
         assert len(d["steps"]) == 2 and d["live_mean_step_s"] > 0 and d["sim_mean_step_s"] > 0
         assert 0 <= d["live_hit_rate"] <= 1
+
+
+def test_bench_straggler(tmp_path: Path) -> None:
+    """One replica of three slowed 4x: simulated and live on emulated replicas."""
+    with repo_unchanged():
+        assert importlib.import_module("bench_straggler").main(
+            ["--smoke", "--out", str(tmp_path)]) == 0
+    res = json.loads((tmp_path / "straggler.json").read_text())
+    (sim,), live = res["simulated"], res["live"]
+    assert sim["slowdowns"] == [1.0, 1.0, 4.0] and live["slowdowns"] == [1.0, 1.0, 4.0]
+    assert set(sim["policies"]) == {"verl-sticky", "affinity-margin", "tailsieve",
+                                    "tailsieve-shared-curve"}
+    assert live["fit"] and list(live["policies"]) == ["verl-sticky", "affinity-margin",
+                                                      "tailsieve"]
+    assert "| tailsieve-shared-curve |" in (tmp_path / "straggler.md").read_text()
+    assert [r["moves"] for r in res["proxy"]["runs"]] == [True, False]
+    assert all(sum(r["turns_per_replica"]) == 3 for r in res["proxy"]["runs"])

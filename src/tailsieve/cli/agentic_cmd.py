@@ -11,6 +11,7 @@ import typer
 
 from tailsieve.cli import checks
 from tailsieve.core.training_step import DEFAULT_ROLLOUT_SHARE, step_speedup
+from tailsieve.errors import ConfigError
 from tailsieve.model.profiles import DEFAULT_PROFILE
 
 agentic_app = typer.Typer(
@@ -47,6 +48,9 @@ def simulate(
     rollout_share: Annotated[
         float, typer.Option("--rollout-share", help=checks.ROLLOUT_SHARE_HELP)
     ] = DEFAULT_ROLLOUT_SHARE,
+    slowdowns: Annotated[str, typer.Option(
+        "--slowdowns", help="Comma-separated: replica r runs this many times slower (a "
+                            "straggler, e.g. 1,1,4); replicas beyond at 1.")] = "",
 ) -> None:
     """Step time of each policy over verl's default (95% interval over seeds; and the training
     step's speedup at --rollout-share), prefix-cache hit rate, re-prefilled tokens and moves
@@ -58,8 +62,12 @@ def simulate(
     from tailsieve.sim.agentic.report import policy_table
 
     names = [p.strip() for p in policies.split(",") if p.strip()] or list(DEFAULT_POLICIES)
+    try:
+        slow = tuple(float(x) for x in slowdowns.split(",") if x.strip())
+    except ValueError:
+        raise ConfigError(f"--slowdowns: numbers separated by commas, got {slowdowns!r}") from None
     res = simulate_agentic(preset, replicas, names, seeds, profile, groups, group_size,
-                           warmup_steps, measured_steps)
+                           warmup_steps, measured_steps, slow)
     print(f"{preset}, R = {replicas}, {profile}, {groups} x {group_size}, {seeds} seeds")
     print(policy_table(res["policies"], res["bound"]))
     print(training_step_line(res["policies"], share))

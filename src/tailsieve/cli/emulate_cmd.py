@@ -39,6 +39,9 @@ def emulate(
     ),
     error_rate: float = typer.Option(0.0, "--error-rate", help="Probability of an HTTP 500."),
     slowdown: float = typer.Option(1.0, "--slowdown", help="Multiply every tau (straggler)."),
+    scheduling_policy: str = typer.Option(
+        "fcfs", "--scheduling-policy", help="vLLM's --scheduling-policy: fcfs, or priority "
+        "(requests' priority field, lower first; preemption by priority)."),
     model_name: str = typer.Option("tailsieve-emulated", "--model-name", help="Served model id."),
     seed: int = typer.Option(0, "--seed", help="Seed of drawn lengths and injected errors."),
     length_median: float = typer.Option(
@@ -68,6 +71,7 @@ def emulate(
         profile, **capacity_options(max_num_seqs, kv_capacity), model_name=model_name,
         time_scale=time_scale, max_model_len=max_model_len, prefill_s=prefill_s, crash_after_s=crash_after,
         crash_mode=crash_mode, error_rate=error_rate, slowdown=slowdown, seed=seed,
+        scheduling_policy=scheduling_policy,
         length_median_tokens=length_median, length_sigma=length_sigma,
     )
     if spec is not None:

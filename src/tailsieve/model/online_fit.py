@@ -56,6 +56,9 @@ class FitSettings:
     trim: float = 4.0  # pieces this many robust deviations off are dropped (0: none)
     iterations: int = 3  # rounds of re-estimating the steps per stretch
     min_prefill_observations: int = 6  # times to first token needed to fit the prefill rate
+    speed_prior_pieces: float = 4.0  # a replica's own speed factor is shrunk toward the
+    # shared curve by n / (n + this) over its n timed pieces (``model.replica_speeds``)
+    speed_band: float = 1.25  # factors all within this ratio of 1: a homogeneous fleet
 
     def __post_init__(self) -> None:
         if self.min_observations < 2 or self.min_batch_levels < 1 or self.iterations < 1:
@@ -67,6 +70,9 @@ class FitSettings:
                                "smoothing >= 0, trim >= 0")
         if self.min_context_tokens < 0:
             raise ProfileError("fit settings: min_context_tokens must be >= 0")
+        if not (math.isfinite(self.speed_prior_pieces) and self.speed_prior_pieces >= 0
+                and math.isfinite(self.speed_band) and self.speed_band >= 1):
+            raise ProfileError("fit settings: need speed_prior_pieces >= 0 and speed_band >= 1")
         if self.min_prefill_observations < 2:
             raise ProfileError("fit settings: min_prefill_observations must be >= 2")
 

@@ -29,6 +29,7 @@ from tailsieve.model.online_fit import DecodeFit, FitQuality, FitSettings, fit_d
 from tailsieve.model.prefill import PrefillModel
 from tailsieve.model.profiles import AUTO
 from tailsieve.model.replica_config import prefill_model_of
+from tailsieve.model.replica_speeds import fit_speeds, normalized
 from tailsieve.model.throughput import ThroughputModel
 
 
@@ -63,6 +64,7 @@ class OnlineProfile:
         self._model: ThroughputModel | None = None  # the latest fit
         self._ready_model: ThroughputModel | None = None  # the latest fit that was ready
         self._dirty = False
+        self._speeds: dict[str, float] = {}  # replica -> its speed factor (``speeds``)
         self.num_seen = 0  # observations added in all (not only those kept)
 
     # -- feeding -------------------------------------------------------------------------------
@@ -113,27 +115,56 @@ class OnlineProfile:
             per_replica = min(per_replica, self.max_per_replica)
         self.add(self.ledger.harvest(clock, per_replica))
         if self._dirty and self._obs:
-            k0 = self.fallback.context_s_per_token if self.fallback is not None else 0.0
-            self._fit = fit_decode(list(self._obs), self.settings, k0)
-            self._model = self._fit.model(self.name, self._prefill_model(), self.fallback)
-            if self._fit.quality.ready:
-                self._ready_model = self._model
+            obs, trusted = list(self._obs), self._ready_model
+            self._refit(obs)
+            self._speeds = self._fit_speeds(obs)
+            if any(f != 1.0 for f in self._speeds.values()):  # a mixed fleet: the shared
+                self._ready_model = trusted  # curve at the typical speed, not the raw mix
+                self._refit(normalized(obs, self._speeds))
+                self._speeds = self._fit_speeds(obs)
         self._dirty = False
         return self._fit
+
+    def _refit(self, obs: list[PieceObservation]) -> None:
+        k0 = self.fallback.context_s_per_token if self.fallback is not None else 0.0
+        self._fit = fit_decode(obs, self.settings, k0)
+        self._model = self._fit.model(self.name, self._prefill_model(), self.fallback)
+        if self._fit.quality.ready:
+            self._ready_model = self._model
+
+    def _fit_speeds(self, obs: list[PieceObservation]) -> dict[str, float]:
+        """Each replica's factor against the curve ``current()`` answers, the fit's fixed
+        cost per piece (HTTP, queueing: the same on every replica) taken off first."""
+        model = self._priced()
+        if model is None:
+            return {}
+        overhead = self._fit.overhead_s if self._fit is not None else 0.0
+        s = self.settings
+        return fit_speeds(obs, model, overhead, s.speed_prior_pieces, s.speed_band)
 
     def current(self) -> ThroughputModel:
         """The latest fit that was ready (a refit that is not, e.g. while the replicas' speed
         changed under the pieces, does not replace it), else the fallback, else the fit so
         far."""
         self.update()
-        if self._ready_model is not None:
-            return self._ready_model
-        if self.fallback is not None:
-            return self.fallback
-        if self._model is not None:
-            return self._model
+        model = self._priced()
+        if model is not None:
+            return model
         raise ProfileError("auto profile: nothing timed yet and no fallback profile (probe "
                            "the replicas first, or give one: auto:NAME)")
+
+    def speeds(self) -> dict[str, float]:
+        """Each replica's speed factor against ``current()`` (``model.replica_speeds``: its
+        decode and prefill take that many times the curve's; 1.0 for all on a fleet that
+        looks homogeneous), keyed as the replicas were named to ``request_started``; a
+        replica not timed yet has none (price it at 1)."""
+        self.update()
+        return dict(self._speeds)
+
+    def _priced(self) -> ThroughputModel | None:
+        if self._ready_model is not None:
+            return self._ready_model
+        return self.fallback if self.fallback is not None else self._model
 
     @property
     def quality(self) -> FitQuality | None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from tailsieve.errors import ConfigError
@@ -52,6 +52,20 @@ class ReplicaConfig:
         pair = self.prefill_s_per_token_pair if self.recompute_s_per_token_pair is None else (
             self.recompute_s_per_token_pair)
         return self.prefill_s + PrefillModel(per, pair).cost_s(tokens, start)
+
+    def scaled(self, factor: float) -> ReplicaConfig:
+        """The same replica ``factor`` times slower at everything it times: decode
+        (``ThroughputModel.scaled``), prefill and recompute (a straggler: an older GPU, a
+        throttled one, a noisy neighbour); itself at 1."""
+        if factor == 1.0:
+            return self
+        rec, pair = self.recompute_s_per_token, self.recompute_s_per_token_pair
+        return replace(self, throughput=self.throughput.scaled(factor),
+                       prefill_s=self.prefill_s * factor,
+                       prefill_s_per_token=self.prefill_s_per_token * factor,
+                       prefill_s_per_token_pair=self.prefill_s_per_token_pair * factor,
+                       recompute_s_per_token=None if rec is None else rec * factor,
+                       recompute_s_per_token_pair=None if pair is None else pair * factor)
 
     @classmethod
     def from_profile(

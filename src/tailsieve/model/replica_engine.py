@@ -24,6 +24,14 @@ are recomputed as a prefill (``ReplicaConfig.recompute_cost_s`` for that many to
 continues where it stopped. A waiting request is admitted only if, with it, the next step still fits.
 The engine counts preemptions and recomputed tokens.
 
+Scheduling policy (``priority=True``: vLLM V1's ``--scheduling-policy priority``): every request
+carries an integer ``priority`` (lower runs earlier) and its arrival order. The waiting queue
+is ordered by ``(priority, arrival)`` (a preempted request keeps its arrival, so it goes back
+to its place, not to the front), admission stops at the first request that does not fit, and
+the request preempted for KV space is the running one of largest ``(priority, arrival)``
+(vLLM's ``max(self.running, key=lambda r: (r.priority, r.arrival_time))``). Without it (FCFS,
+vLLM's default) the newest running request is preempted and goes back to the queue's front.
+
 The engine is pure (no clock, no I/O): callers drive it with ``submit`` / ``abort`` at
 ``now_s`` and ``advance`` / ``pop_next``.
 """
@@ -33,8 +41,8 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from collections.abc import Hashable
-from dataclasses import dataclass
+from collections.abc import Hashable, Iterator
+from dataclasses import dataclass, field
 
 from tailsieve.errors import TraceError
 from tailsieve.model.replica_config import ReplicaConfig
@@ -60,20 +68,69 @@ class _Req:
     continuation: bool  # the prompt carries a moved response's prefix (recompute rate)
     start_p: float = math.nan  # progress at (re)admission minus tokens already generated
     done_tokens: float = 0.0  # tokens generated before a preemption (kept while waiting)
+    priority: int = 0  # lower runs earlier (priority policy only)
+    arrival: int = 0  # submission order on this engine (kept across preemptions)
+
+
+@dataclass(slots=True)
+class _WaitQueue:
+    """The waiting requests: FCFS (a deque; a preempted request goes to the front) or, under
+    the priority policy, a heap by ``(priority, arrival)``."""
+
+    priority: bool
+    _fifo: deque[_Req] = field(default_factory=deque)
+    _heap: list[tuple[int, int, _Req]] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self._heap) if self.priority else bool(self._fifo)
+
+    def __iter__(self) -> Iterator[_Req]:
+        return (r for _, _, r in sorted(self._heap, key=lambda e: e[:2])) if self.priority \
+            else iter(self._fifo)
+
+    def append(self, req: _Req) -> None:
+        if self.priority:
+            heapq.heappush(self._heap, (req.priority, req.arrival, req))
+        else:
+            self._fifo.append(req)
+
+    def appendleft(self, req: _Req) -> None:
+        """A preempted request re-enters: at the front (FCFS), at its place (priority)."""
+        if self.priority:
+            self.append(req)
+        else:
+            self._fifo.appendleft(req)
+
+    def head(self) -> _Req:
+        return self._heap[0][2] if self.priority else self._fifo[0]
+
+    def popleft(self) -> _Req:
+        return heapq.heappop(self._heap)[2] if self.priority else self._fifo.popleft()
+
+    def remove(self, req: _Req) -> None:
+        if self.priority:
+            self._heap = [e for e in self._heap if e[2] is not req]
+            heapq.heapify(self._heap)
+        else:
+            self._fifo.remove(req)
 
 
 class ReplicaEngine:
     """One replica's continuous batching, advanced event by event."""
 
-    def __init__(self, config: ReplicaConfig) -> None:
+    def __init__(self, config: ReplicaConfig, priority: bool = False) -> None:
+        """``priority``: vLLM's priority scheduling policy (see the module docstring);
+        default FCFS."""
         self.config = config
+        self.priority = priority
         self.now_s = 0.0
         self._p = 0.0
         self._stall_until_s = 0.0
         self._heap: list[tuple[float, int, Hashable]] = []
         self._seq = 0
         self._running: dict[Hashable, _Req] = {}
-        self._waiting: deque[_Req] = deque()
+        self._waiting = _WaitQueue(priority)
+        self._arrivals = 0
         self._waiting_ids: dict[Hashable, _Req] = {}
         self._taus: list[float] = [0.0]  # tau(b) by index b, grown on demand
         self._next_s: float | None = None  # cached next_event_s (None: state changed)
@@ -183,6 +240,7 @@ class ReplicaEngine:
         *,
         cached_tokens: int = 0,
         continuation: bool = False,
+        priority: int = 0,
     ) -> None:
         """Add a request at ``now_s``; it runs at once unless the cap is reached.
 
@@ -190,7 +248,8 @@ class ReplicaEngine:
         not prefilled again. ``continuation``: the prompt carries a moved response's prefix
         (its prompt plus the tokens earlier pieces generated); the uncached part is prefilled
         at the recompute rate (``ReplicaConfig.recompute_cost_s``), as vLLM recomputes a
-        preempted request, instead of the first-prefill cost."""
+        preempted request, instead of the first-prefill cost. ``priority``: lower runs
+        earlier (read only under the priority policy, as vLLM reads it)."""
         if request_id in self._running or request_id in self._waiting_ids:
             raise ValueError(f"request {request_id!r} is already on this replica")
         if num_tokens < 0:
@@ -207,7 +266,9 @@ class ReplicaEngine:
                 f"the replica's kv_capacity_tokens {self._cap}"
             )
         req = _Req(request_id, int(num_tokens), int(prompt_tokens),
-                   int(prompt_tokens) - int(cached_tokens), bool(continuation))
+                   int(prompt_tokens) - int(cached_tokens), bool(continuation),
+                   priority=int(priority), arrival=self._arrivals)
+        self._arrivals += 1
         self._next_s = None
         self._waiting.append(req)
         self._waiting_ids[request_id] = req
@@ -299,7 +360,7 @@ class ReplicaEngine:
             return
         preempted = False
         while self._overflow_p() <= self._p + 1e-9:
-            rid = next(reversed(self._running))
+            rid = self._victim()
             req = self._running.pop(rid)
             self._sum_prompt -= req.prompt_tokens
             self._sum_start_p -= req.start_p
@@ -313,6 +374,13 @@ class ReplicaEngine:
         if preempted:
             self._admit()
 
+    def _victim(self) -> Hashable:
+        """The running request to preempt: the newest (FCFS) or the one of largest
+        ``(priority, arrival)`` (priority policy)."""
+        if not self.priority:
+            return next(reversed(self._running))
+        return max(self._running.values(), key=lambda r: (r.priority, r.arrival)).request_id
+
     def _fits(self, req: _Req) -> bool:
         """Whether the running set with ``req`` admitted can take at least one more step."""
         if self._cap is None or not self._running:
@@ -323,7 +391,7 @@ class ReplicaEngine:
     def _admit(self) -> None:
         cap = self.config.max_num_seqs
         while self._waiting and (cap is None or len(self._running) < cap):
-            req = self._waiting[0]
+            req = self._waiting.head()
             if self._running and not self._fits(req):
                 break
             self._waiting.popleft()

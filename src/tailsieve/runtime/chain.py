@@ -77,6 +77,8 @@ class Piece:
     text_offsets: tuple[int, ...] | None = None  # start of each token's text in ``text``
     replica: int = -1  # executor replica that generated it (-1 = unknown)
     ids_json: str | None = field(default=None, repr=False, compare=False)  # the ids as JSON
+    detail: Any = field(default=None, repr=False, compare=False)  # the engine's own account
+    # of the piece (``PieceOutput.detail``): what a front door's view reads beyond the join
 
     def __post_init__(self) -> None:
         ids = self.token_ids
@@ -87,8 +89,7 @@ class Piece:
 
     def without_json(self) -> Piece:
         """This piece without its ids' JSON (a finished response never sends it back)."""
-        return Piece(self.token_ids, self.text, self.finish_reason, self.logprobs,
-                     self.text_offsets, self.replica)  # fmt: skip
+        return replace(self, ids_json=None)
 
     @classmethod
     def of(cls, r: Response, replica: int = -1) -> Piece:

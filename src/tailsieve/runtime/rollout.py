@@ -243,6 +243,7 @@ class TailSieveRollout:
         profile = (load_profile(fixed) if fixed is not None else builtin_profile("cpu"))
         # (with "auto" and no fallback the "cpu" curve only stands in until the probe)
         self.profile: ThroughputModel = profile  # the controller's model now
+        self._speeds: dict[str, float] = {}  # replica URL -> its fitted speed factor
         controller = make_controller(config.policy, ccfg, profile, moves=config.moves_active)
         self.protocol = RolloutProtocol(
             ProtocolConfig(
@@ -308,17 +309,23 @@ class TailSieveRollout:
         if self.auto is None:
             return
         model = self.auto.current()
-        if model is self.profile:
+        speeds = self.auto.online.speeds()
+        if model is self.profile and speeds == self._speeds:
             return
+        self._speeds = speeds
         self._use_profile(model)
 
     def _use_profile(self, model: ThroughputModel) -> None:
+        """The controller plans with ``model``; the live rebalancer prices each replica at
+        its own fitted speed (``OnlineProfile.speeds``, keyed by the replica's URL), so
+        responses move off a straggler."""
         self.profile = model
         self.protocol.controller.set_throughput(model)
         self.executor.stall_cost = ReplicaConfig.from_profile(model)  # hung-replica limits
         if self.executor.balance_costs is not None:
-            self.executor.balance_costs = [ReplicaConfig.from_profile(model)] * len(
-                self.executor.replicas)
+            cfg = ReplicaConfig.from_profile(model)
+            self.executor.balance_costs = [cfg.scaled(self._speeds.get(r.url, 1.0))
+                                           for r in self.executor.replicas]
 
     async def __aexit__(
         self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None

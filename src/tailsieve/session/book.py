@@ -18,6 +18,7 @@ pass ``now_s``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -85,6 +86,7 @@ class SessionBook:
             raise ConfigError(f"prefix cache has {cache.num_replicas} replicas, the book "
                               f"{len(configs)}")
         self.configs = list(configs)
+        self._base = list(configs)  # as configured (``set_throughput`` scales these)
         self.cache = cache
         self._reps = [_Rep() for _ in configs]
         self._sessions: dict[Hashable, _Session] = {}
@@ -96,10 +98,19 @@ class SessionBook:
         self._num_turns = 0
         self._sum_output = 0
 
-    def set_throughput(self, model: ThroughputModel) -> None:
+    def set_throughput(self, model: ThroughputModel,
+                       speeds: Sequence[float] | None = None) -> None:
         """Price every replica's decode with ``model`` from now on (the live ``auto`` profile
-        refits it between steps); capacities and prefill costs stay as configured."""
-        self.configs = [replace(c, throughput=model) for c in self.configs]
+        refits it between steps); capacities and prefill costs stay as configured.
+        ``speeds[r]``: replica ``r``'s own speed factor (``model.replica_speeds``): its decode
+        and prefill cost that many times ``model``'s and the configured prefill (default: 1
+        for every replica)."""
+        if speeds is not None and len(speeds) != len(self.configs):
+            raise ConfigError(f"{len(speeds)} speed factors for {len(self.configs)} replicas")
+        if speeds is not None and not all(math.isfinite(f) and f > 0 for f in speeds):
+            raise ConfigError(f"speed factors must be finite and > 0, got {list(speeds)}")
+        self.configs = [replace(c, throughput=model).scaled(f) for c, f in zip(
+            self._base, speeds if speeds is not None else [1.0] * len(self._base), strict=True)]
         self._taus = [_TauTable(c) for c in self.configs]
 
     # ----- events --------------------------------------------------------------------

@@ -71,7 +71,9 @@ class ClientSessions:
             raise ConfigError(f"max_sessions must be >= 1, got {max_sessions}")
         self.ttl_s = ttl_s
         self.max_sessions = max_sessions
-        self._slots: OrderedDict[str, _Slot] = OrderedDict()  # least recently used first
+        self._slots: dict[str, _Slot] = {}
+        self._idle: OrderedDict[str, None] = OrderedDict()  # slots without a running turn,
+        # least recently used first (``expire`` reads only these: O(1) a turn at scale)
         self._keys: dict[str, list[str]] = {}  # key -> its slots' session ids
         self._serial = itertools.count()
 
@@ -79,7 +81,7 @@ class ClientSessions:
         return len(self._slots)
 
     def num_running(self) -> int:
-        return sum(s.running for s in self._slots.values())
+        return len(self._slots) - len(self._idle)
 
     def acquire(self, key: str | None, group: Hashable | None, prompt_ids: Sequence[int],
                 now_s: float) -> Lease:
@@ -102,7 +104,7 @@ class ClientSessions:
             sids.append(best)
         slot = self._slots[best]
         slot.running, slot.last_s = True, now_s
-        self._slots.move_to_end(best)
+        self._idle.pop(best, None)
         return Lease(best, slot.group, key, first)
 
     def release(self, lease: Lease, context_ids: Sequence[int] | None, now_s: float,
@@ -121,7 +123,8 @@ class ClientSessions:
         if slot.finished:
             self._forget(lease.session_id)
             return lease.session_id
-        self._slots.move_to_end(lease.session_id)
+        self._idle[lease.session_id] = None
+        self._idle.move_to_end(lease.session_id)
         return None
 
     def finish(self, key: str) -> list[str]:
@@ -142,26 +145,26 @@ class ClientSessions:
         used idle ones; returns their session ids."""
         out: list[str] = []
         excess = len(self._slots) - (self.max_sessions or len(self._slots))
-        for sid, s in list(self._slots.items()):
-            if s.running:
-                continue
-            if excess > 0 or now_s - s.last_s >= self.ttl_s:
+        for sid in self._idle:
+            if excess > 0 or now_s - self._slots[sid].last_s >= self.ttl_s:
                 out.append(sid)
-                self._forget(sid)
                 excess -= 1
             else:
                 break  # ordered by last use: the rest are younger
+        for sid in out:
+            self._forget(sid)
         return out
 
     def clear_idle(self) -> list[str]:
         """End every slot without a running turn; their session ids."""
-        out = [sid for sid, s in self._slots.items() if not s.running]
+        out = list(self._idle)
         for sid in out:
             self._forget(sid)
         return out
 
     def _forget(self, sid: str) -> None:
         s = self._slots.pop(sid)
+        self._idle.pop(sid, None)
         sids = self._keys[s.key]
         sids.remove(sid)
         if not sids:

@@ -23,6 +23,7 @@ from tailsieve.session.decision import TurnDecision
 from tailsieve.session.length_informed import LengthInformed
 from tailsieve.session.priced import place_turn
 from tailsieve.session.rebalance import VerlRebalance
+from tailsieve.session.remaining import RemainingWork
 from tailsieve.session.replica_view import ReplicaView
 from tailsieve.session.router_base import SessionPolicy, SessionRouter
 from tailsieve.session.settings import SessionSettings
@@ -44,14 +45,21 @@ class TailSieveRouter:
     policy = SessionPolicy.TAILSIEVE
 
     def __init__(self, settings: SessionSettings,
-                 expected_turn_tokens: Callable[[], float | None] | None = None) -> None:
+                 expected_turn_tokens: Callable[[], float | None] | None = None,
+                 remaining_work: RemainingWork | None = None) -> None:
         self.settings = settings
         self._expected = expected_turn_tokens  # e.g. ``lambda: book.expected_turn_tokens``
+        self._remaining = remaining_work  # the step's estimate of each session's remaining
+        # output (``session.remaining``): prices a move over the session's expected life
 
     def choose(self, turn: TurnRequest, views: Sequence[ReplicaView],
                elapsed_s: float) -> TurnDecision:
         expected = self._expected() if self._expected is not None else None
-        return place_turn(turn, views, self.settings, elapsed_s, expected)
+        left = None
+        if self._remaining is not None and turn.turn_index > 0:
+            self._remaining.start(turn.session_id, turn.group_id)
+            left = self._remaining.tokens_left(turn.session_id)
+        return place_turn(turn, views, self.settings, elapsed_s, expected, left)
 
     def forget(self, session_id: Hashable) -> None:
         return None
@@ -80,7 +88,7 @@ _KW: dict[SessionPolicy, frozenset[str]] = {
     SessionPolicy.REBALANCE: frozenset({"max_rebalances", "min_running"}),
     SessionPolicy.COLOCATE: frozenset({"window"}),
     SessionPolicy.LENGTH_INFORMED: frozenset({"remaining"}),
-    SessionPolicy.TAILSIEVE: frozenset({"expected_turn_tokens"}),
+    SessionPolicy.TAILSIEVE: frozenset({"expected_turn_tokens", "remaining_work"}),
 }
 
 
@@ -94,7 +102,9 @@ def make_router(policy: SessionPolicy | str, settings: SessionSettings | None = 
     ``(session, group, prompt tokens)``), ``remaining`` (length-informed: a
     callable ``(session_id, turn_index) -> tokens the session still generates, this turn
     on`` (0 past its last turn); required), ``expected_turn_tokens`` (tailsieve: a callable returning the mean turn
-    output observed so far, or None)."""
+    output observed so far, or None), ``remaining_work`` (tailsieve: the step's
+    ``session.remaining.RemainingWork``, fed by the caller; a move is then priced over the session's
+    estimated remaining output instead of "as many turns again")."""
     p = parse_policy(policy)
     extra = set(kw) - _KW[p]
     if extra:
@@ -121,4 +131,5 @@ def make_router(policy: SessionPolicy | str, settings: SessionSettings | None = 
             raise ConfigError("the length-informed session policy needs remaining=(session, "
                               "turn) -> tokens left (the simulator passes it)")
         return LengthInformed(kw["remaining"], settings or SessionSettings())
-    return TailSieveRouter(settings or SessionSettings(), kw.get("expected_turn_tokens"))
+    return TailSieveRouter(settings or SessionSettings(), kw.get("expected_turn_tokens"),
+                           kw.get("remaining_work"))

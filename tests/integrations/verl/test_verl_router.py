@@ -171,6 +171,25 @@ def test_tool_agent_turns_are_sessions(tmp_path: Path, pool2: Pool) -> None:
     assert st["gateway"]["prefix_hit_tokens"] > 0
 
 
+def test_sharded_router_runs_each_trajectory_on_one_shard(tmp_path: Path, pool2: Pool) -> None:
+    """``shards: 2``: the actor verl built starts a second one and hands each trajectory to
+    one of the two by its id; every turn still is its chain of pieces, both shards run turns,
+    the sessions split between them and their totals add up to every turn."""
+    router = get_router_handle(pool2.servers, write_yaml(tmp_path / "r.yaml", **MOVES,
+                                                        shards=2))
+    cfg = verl_config(None, f"actor_rollout_ref.rollout.n={N}", *TOOL_AGENT)
+    worker = AgentLoopWorker(cfg, LLMServerClient(cfg, router))
+    out = rollout(worker, 6)
+    ch = check_rows(out, pool2.calls())
+    st = status(router)
+    assert len(st["shards"]) == 1
+    parts = [st, *st["shards"]]
+    assert all(p["gateway"]["num_turns"] > 0 for p in parts), parts
+    assert sum(p["gateway"]["num_turns"] for p in parts) == len(ch.turns)
+    assert sum(p["num_sessions"] for p in parts) == len(out)
+    assert st["total_inflight"] == 0
+
+
 def test_distillation_teacher_has_its_own_router(tmp_path: Path, pool2: Pool) -> None:
     """On-policy distillation: verl's ``TeacherModelManager`` builds the teacher's router
     from the teacher's own ``inference.router_config_path``; the student's turns and the

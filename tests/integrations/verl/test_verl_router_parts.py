@@ -1,5 +1,5 @@
 """The verl router plug-in's parts without Ray: its YAML, the servers' budget and stop rules,
-the join of pieces into verl's ``TokenOutput``, sessions, slots and the whole-turn reasons."""
+verl's ``TokenOutput`` as a view over a chain of pieces, sessions, slots and the whole-turn reasons."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from tailsieve.integrations.verl.ray_runner import piece_finish
 from tailsieve.integrations.verl.router_config import ROUTER_CLASS, VerlRouterConfig
 from tailsieve.integrations.verl.server_facts import ServerFacts, facts_from_rollout_config
 from tailsieve.integrations.verl.slots import ServerSlots
-from tailsieve.integrations.verl.token_output import join_outputs
+from tailsieve.integrations.verl.token_output import piece_of, verl_output
 from tailsieve.integrations.verl.turn_handle import TurnHandle, whole_reason
 from tailsieve.session import SessionPolicy
 
@@ -54,10 +54,12 @@ def test_yaml_options_and_errors() -> None:
     g, why = VerlRouterConfig().gateway_config(stop_ids_known=False)
     assert not g.moves and "eos_token_ids" in str(why)
     assert cfg.eos_token_ids == (2, 7)
+    assert cfg.shards == 1 and VerlRouterConfig.from_yaml({"shards": 4}).shards == 4
     for bad, word in [({"bogus": 1}, "bogus"), ({"policy": "oracle"}, "oracle"),
                       ({"policy": "nope"}, "nope"), ({"session": {"x": 1}}, "x"),
                       ({"piece_tokens": 0}, "piece_tokens"), ({"balance": 3}, "balance"),
-                      ({"eos_token_ids": ["a"]}, "eos_token_ids")]:
+                      ({"eos_token_ids": ["a"]}, "eos_token_ids"), ({"shards": 0}, "shards"),
+                      ({"shards": "two"}, "shards")]:
         with pytest.raises(ConfigError, match=word):
             VerlRouterConfig.from_yaml(bad)
     assert VerlRouterConfig().num_slots(3) == 64
@@ -102,22 +104,21 @@ def test_stop_rule_tells_a_stop_at_the_cap_from_a_cut() -> None:
 
 @given(st.lists(st.tuples(st.lists(st.integers(0, 99), max_size=6), st.booleans()),
                 min_size=1, max_size=6))
-def test_join_is_the_concatenation(pieces: list[tuple[list[int], bool]]) -> None:
+def test_the_view_reads_verl_s_fields_off_the_pieces(
+        pieces: list[tuple[list[int], bool]]) -> None:
+    """Token ids and log-probs are the chain's join (``tests/runtime/test_chain.py``); what
+    only verl's server says is read off each piece's ``TokenOutput``."""
     outs = [TokenOutput(token_ids=ids, log_probs=[-0.1 * t for t in ids] if lp else None,
                         stop_reason="completed", num_preempted=1,
                         extra_fields={"global_steps": k, "num_cached_tokens": 10 + k})
             for k, (ids, lp) in enumerate(pieces)]
-    j = join_outputs(outs)
+    j = verl_output([piece_of(o) for o in outs])
     assert j.token_ids == [t for ids, _ in pieces for t in ids]
-    if all(lp or not ids for ids, lp in pieces) and any(lp for _, lp in pieces):
-        assert j.log_probs == [-0.1 * t for ids, _ in pieces for t in ids]
-    else:
-        assert j.log_probs is None
-    assert j.num_preempted == len(pieces)
+    assert j.num_preempted == len(pieces) and j.stop_reason == "completed"
     assert j.extra_fields["num_cached_tokens"] == 10
     assert (j.extra_fields["min_global_steps"], j.extra_fields["max_global_steps"]) == (
         0, len(pieces) - 1)
-    assert join_outputs(outs, aborted=True).stop_reason == "aborted"
+    assert verl_output([piece_of(o) for o in outs], aborted=True).stop_reason == "aborted"
 
 
 def test_join_of_routed_experts_as_verl_resumes() -> None:
@@ -125,7 +126,7 @@ def test_join_of_routed_experts_as_verl_resumes() -> None:
     b = np.arange(100, 100 + 7 * 2).reshape(7, 2)  # prompt 5 + 2 tokens
     outs = [TokenOutput(token_ids=[1, 2], routed_experts=a, stop_reason="completed"),
             TokenOutput(token_ids=[3, 4], routed_experts=b, stop_reason="completed")]
-    j = join_outputs(outs)
+    j = verl_output([piece_of(o) for o in outs])
     assert np.array_equal(j.routed_experts, np.concatenate([a, b[-2:]]))
 
 

@@ -69,9 +69,10 @@ async def test_a_later_turn_is_prefilled_at_the_profile_rate(
         submit = srv.driver.submit
 
         def spy(sid: str, k: int, prompt: int, cached_tokens: int = 0,
-                continuation: bool = False) -> Any:
+                continuation: bool = False, priority: int = 0) -> Any:
             calls.append((prompt, cached_tokens, continuation))
-            return submit(sid, k, prompt, cached_tokens=cached_tokens, continuation=continuation)
+            return submit(sid, k, prompt, cached_tokens=cached_tokens, continuation=continuation,
+                          priority=priority)
 
         monkeypatch.setattr(srv.driver, "submit", spy)
         out = await complete(session, srv.url, PROMPT, 20)

@@ -56,7 +56,8 @@ def test_the_chunks_join_into_the_final_output(words: list[str], cuts: list[int]
     final = chain.final
     assert final is not None and final.token_ids is not None
     result = TurnResult(tuple(final.token_ids), final.text, final.logprobs,
-                        final.finish_reason, (), 0, False, "first", 0)
+                        final.finish_reason, (), 0, False, "first", 0,
+                        chain=tuple(chain.pieces))
     out = trace.output(0, 0, result, tuple(stop), True, 0.0)
     d = cursor.finish(out)
     sent_ids += d.token_ids

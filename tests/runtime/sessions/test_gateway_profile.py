@@ -5,6 +5,7 @@ step's placements and moves; a named profile stays fixed."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 from pathlib import Path
 
@@ -12,8 +13,11 @@ import numpy as np
 import pytest
 
 from tailsieve.model.profiles import load_profile
+from tailsieve.runtime.emulator import EmulatorConfig, EmulatorServer
 from tailsieve.runtime.sessions import GatewayConfig, SessionGateway, StubModel, StubPieceRunner
 from tailsieve.runtime.sessions.profile import GatewayProfile
+from tailsieve.session.priced import place_turn
+from tailsieve.session.settings import SessionSettings
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "model"))
 from online_sim import run_replica
@@ -77,3 +81,33 @@ def test_a_named_profile_stays_fixed() -> None:
     named = GatewayProfile("auto:qwen3-4b-h100", "cpu")
     assert named.online is not None and named.in_use == "qwen3-4b-h100"
     assert named.model.provenance == load_profile("qwen3-4b-h100").provenance
+
+
+async def test_a_slowed_emulated_replica_is_priced_slower_and_avoided() -> None:
+    """Three emulated replicas, the last slowed 4x: after a step of pieces on each, the
+    gateway's ``auto`` fit prices that replica (decode and prefill) several times slower than
+    the others, and TailSieve's next first turns avoid it."""
+    scale = 0.1  # real seconds per model second
+    cfgs = [EmulatorConfig.from_profile("qwen3-4b-h100", time_scale=scale, seed=i,
+                                        slowdown=4.0 if i == 2 else 1.0) for i in range(3)]
+    loop = asyncio.get_running_loop()
+    gcfg = GatewayConfig(policy="turn-round-robin", profile="auto:qwen3-4b-h100")
+    async with contextlib.AsyncExitStack() as stack:
+        urls = [(await stack.enter_async_context(EmulatorServer(c))).url for c in cfgs]
+        gw = await stack.enter_async_context(SessionGateway.over_http(
+            urls, gcfg, clock=lambda: loop.time() / scale))
+        sp = {"ignore_eos": True}
+        for wave in range(3):  # every replica runs pieces at several batch sizes
+            await asyncio.gather(*(gw.generate(f"s{wave}-{i}", None, prompt(i, 200), sp,
+                                               max_tokens=96 + 32 * (i % 4))
+                                   for i in range(3 * (2 + 3 * wave))))
+        gw.begin_step()
+        speeds = gw.profile.speed_factors(3)
+        assert speeds[2] > 2.0 and max(speeds[:2]) < 1.3, speeds
+        fast, slow = gw.book.configs[0], gw.book.configs[2]
+        assert slow.throughput.tau(4) > 2.0 * fast.throughput.tau(4)
+        assert slow.prefill_cost_s(2000) > 2.0 * fast.prefill_cost_s(2000)
+        views = gw.book.views(gw.now())
+        turns = [gw.book.request(f"new{i}", None, 300) for i in range(4)]
+        placed = [place_turn(t, views, SessionSettings(), 0.0).replica for t in turns]
+        assert 2 not in placed

@@ -58,7 +58,8 @@ async def stack() -> AsyncIterator[AsyncExitStack]:
 @pytest.mark.parametrize("backend", [Backend.VLLM, Backend.SGLANG])
 async def test_a_multi_turn_session_over_http(stack: AsyncExitStack, backend: Backend) -> None:
     srv = await servers(stack, 2)
-    runner = HttpPieceRunner([s.url for s in srv], backend)
+    runner = HttpPieceRunner([s.url for s in srv], backend, detail=type)  # keeps the
+    # answer's type: what a caller's reader gets is the server's decoded answer
     stack.push_async_callback(runner.aclose)
     gw = await stack.enter_async_context(
         SessionGateway(2, runner, GatewayConfig(piece_tokens=32, profile=PROFILE)))
@@ -70,6 +71,7 @@ async def test_a_multi_turn_session_over_http(stack: AsyncExitStack, backend: Ba
         assert out.logprobs is not None and len(out.logprobs) == len(out.token_ids)
         assert out.text == " tok" * len(out.token_ids)
         assert out.finish_reason in ("stop", "length")
+        assert [p.detail for p in out.chain] == [dict] * len(out.pieces)
         if turn:
             assert out.replica == home and not out.moved  # noqa: F821 - set on turn 0
             assert out.num_cached_tokens is not None and out.num_cached_tokens >= 96
@@ -95,6 +97,7 @@ async def test_a_dead_replica_s_turn_continues_on_the_other(stack: AsyncExitStac
     out = await task
     assert len(out.token_ids) == 400 and out.finish_reason == "length"
     assert out.num_relocations == 1 and {p.replica for p in out.pieces} == {0, 1}
+    assert all(p.detail is None for p in out.chain)  # no reader: nothing kept
     assert gw.stats().num_relocations == 1 and sum(gw.healthy()) == 1
 
 
@@ -210,3 +213,19 @@ async def test_a_mid_turn_move_over_http_takes_effect_at_once(
     assert len(out.token_ids) == 3000 and out.finish_reason == "length"
     assert [p.replica for p in out.pieces] == [src, 1 - src]
     assert 0 < out.pieces[0].end < 3000
+
+
+async def test_a_pieces_priority_reaches_vllm(stack: AsyncExitStack) -> None:
+    # an emulator under --scheduling-policy priority takes it; one under FCFS answers 400 as
+    # vLLM does, which shows the field is sent
+    (prio,) = await servers(stack, 1, scheduling_policy="priority")
+    (fcfs,) = await servers(stack, 1)
+    runner = HttpPieceRunner([prio.url, fcfs.url], max_retries=0)
+    stack.push_async_callback(runner.aclose)
+    piece = PieceRequest((1, 2, 3), SamplingParams(max_tokens=4), 4, "p-0", priority=-7)
+    out = await runner.run_piece(0, piece)
+    assert len(out.token_ids) >= 1
+    with pytest.raises(RequestError):
+        await runner.run_piece(1, piece)
+    plain = PieceRequest((1, 2, 3), SamplingParams(max_tokens=4), 4, "p-1")
+    assert len((await runner.run_piece(1, plain)).token_ids) >= 1

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 
 import pytest
 
@@ -16,6 +17,8 @@ from tailsieve.errors import ConfigError, ReplicaError
 from tailsieve.runtime.backends import SamplingParams
 from tailsieve.runtime.sessions import (
     GatewayConfig,
+    PieceOutput,
+    PieceRequest,
     SessionGateway,
     StubModel,
     StubPieceRunner,
@@ -287,3 +290,26 @@ async def test_a_running_piece_s_progress_is_estimated_from_the_cost_model() -> 
         capped = gw.book.balance_loads(t[0])[r].context_tokens
         await task
     assert mid == before + 10 and capped == before + 64
+
+
+async def test_the_result_carries_each_piece_s_detail_and_engine_args_reach_every_piece(
+) -> None:
+    """What a runner says beyond the tokens (``PieceOutput.detail``) rides the chain into
+    ``TurnResult.chain``, piece by piece; ``engine_args`` go with every piece (no side
+    channel either way)."""
+    inner = StubPieceRunner(2, NEVER_EOS)
+    seen: list[object] = []
+
+    class Detailing:
+        async def run_piece(self, replica: int, piece: PieceRequest) -> PieceOutput:
+            seen.append(piece.engine_args)
+            out = await inner.run_piece(replica, piece)
+            return replace(out, detail=(piece.request_id, len(out.token_ids)))
+
+    async with SessionGateway(2, Detailing(), GatewayConfig(piece_tokens=16)) as gw:
+        out = await gw.generate("s", "g", prompt(1), {"temperature": 1.0}, max_tokens=50,
+                                engine_args={"priority": 3})
+    assert seen == [{"priority": 3}] * 4
+    assert [p.detail for p in out.chain] == [("s-t1-0", 16), ("s-t1-1", 16), ("s-t1-2", 16),
+                                             ("s-t1-3", 2)]
+    assert [t for p in out.chain for t in p.token_ids] == list(out.token_ids)

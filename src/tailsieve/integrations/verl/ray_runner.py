@@ -2,10 +2,10 @@
 
 Each piece is one ``handle.generate.remote(request_id, prompt_ids, sampling_params)`` on the
 replica's verl server actor (vLLM or SGLang), with the piece's token cap as ``max_tokens``.
-The server's ``TokenOutput`` becomes the gateway's ``PieceOutput``; the whole ``TokenOutput``
-of every piece is also kept in the running turn's ``TurnRecord`` (a context variable the
-router sets around ``SessionGateway.generate``), from which the router builds verl's answer
-(``token_output.join_outputs``).
+The server's ``TokenOutput`` becomes the gateway's ``PieceOutput``, and rides with it as its
+``detail`` into the turn's chain (``TurnResult.chain``), over which the router builds verl's
+answer (``token_output.verl_output``); verl's other ``generate`` keywords come with each piece
+(``PieceRequest.engine_args``).
 
 Finish reasons: SGLang reports ``stop`` / ``length`` / ``abort``. vLLM reports a stop and a cut
 at ``max_tokens`` alike (``completed``): a piece shorter than its cap stopped; one exactly at
@@ -23,10 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import ray
@@ -45,19 +43,12 @@ PROBE_TIMEOUT_S = 5.0
 
 
 class TurnAbortedError(ReplicaError):
-    """The server aborted the running piece: the turn ends with the tokens it has."""
+    """The server aborted the running piece: the turn ends with the tokens it has (the
+    aborted piece's ``TokenOutput``: ``output``)."""
 
-
-@dataclass(slots=True)
-class TurnRecord:
-    """The pieces of one running turn as verl's server returned them."""
-
-    piece_kwargs: dict[str, Any] = field(default_factory=dict)  # passed to every piece
-    outputs: list[Any] = field(default_factory=list)  # TokenOutput per piece, in order
-
-
-CURRENT_TURN: contextvars.ContextVar[TurnRecord | None] = contextvars.ContextVar(
-    "tailsieve_verl_turn", default=None)
+    def __init__(self, message: str, output: Any = None) -> None:
+        super().__init__(message)
+        self.output = output
 
 
 class RayPieceRunner:
@@ -75,11 +66,10 @@ class RayPieceRunner:
         handle = self.handles[replica]
         if handle is None:
             raise ReplicaDownError(f"replica slot {replica} has no server (removed)")
-        rec = CURRENT_TURN.get()
         sampling = verl_sampling(piece)
         ref = handle.generate.remote(
             request_id=piece.request_id, prompt_ids=list(piece.prompt_ids),
-            sampling_params=sampling, **(rec.piece_kwargs if rec is not None else {}))
+            sampling_params=sampling, **(piece.engine_args or {}))
         try:
             out = await asyncio.wait_for(_await(ref), self._timeout_s)
         except TimeoutError:
@@ -91,16 +81,16 @@ class RayPieceRunner:
             raise
         except (RayActorError, RayTaskError) as exc:
             raise ray_fault(replica, exc) from exc
-        if rec is not None:
-            rec.outputs.append(out)
         reason = piece_finish(out, piece.max_tokens, self._facts().stop_ids(sampling))
         if reason == "abort":
-            raise TurnAbortedError(f"replica slot {replica} aborted piece {piece.request_id}")
+            raise TurnAbortedError(f"replica slot {replica} aborted piece {piece.request_id}",
+                                   out)
         return PieceOutput(
-            token_ids=tuple(int(t) for t in out.token_ids),
+            token_ids=tuple(map(int, out.token_ids)),
             finish_reason=reason,
             logprobs=None if out.log_probs is None else tuple(float(x) for x in out.log_probs),
             num_cached_tokens=_cached(out),
+            detail=out,
         )
 
     async def probe(self, replica: int) -> bool:

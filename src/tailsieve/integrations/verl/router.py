@@ -26,6 +26,13 @@ The router never sees verl's timings; it times each training step by its own tur
 (``steps.StepTiming``: the rollout, then the gap while verl trains) and logs the rollout's
 share of the step, what moves bought the rollout (the balance gate) and the training step's
 speedup from it; ``get_status()["training_step"]`` holds the last one.
+
+One actor runs every turn on one event loop. With ``shards: N`` in the YAML the actor verl
+built starts ``N - 1`` more like it when the pool first has servers, and hands each trajectory
+to one of the ``N`` by a hash of its request id (``acquire_server``'s handle names that
+actor); each runs its own trajectories' turns over every server, seeing their load only. The
+first actor keeps answering verl's calls (acquire and release counts, the pool, status) and
+passes pool changes on.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import zlib
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import asdict
@@ -41,21 +49,15 @@ from typing import Any
 import ray
 from verl.workers.rollout.replica import TokenOutput
 
-from tailsieve.errors import ProtocolError
-from tailsieve.integrations.verl.ray_runner import (
-    CURRENT_TURN,
-    RayPieceRunner,
-    TurnAbortedError,
-    TurnRecord,
-)
+from tailsieve.integrations.verl.ray_runner import RayPieceRunner, TurnAbortedError
 from tailsieve.integrations.verl.router_config import VerlRouterConfig
 from tailsieve.integrations.verl.server_facts import ServerFacts, read_facts
 from tailsieve.integrations.verl.slots import ServerSlots
 from tailsieve.integrations.verl.steps import StepRecord, StepTiming, gate_speedup
-from tailsieve.integrations.verl.token_output import join_outputs
+from tailsieve.integrations.verl.token_output import piece_of, verl_output
 from tailsieve.integrations.verl.turn_handle import GATEWAY_ID, TurnHandle, whole_reason
 from tailsieve.integrations.verl.whole_turn import run_whole
-from tailsieve.runtime.sessions import SessionGateway
+from tailsieve.runtime.sessions import PieceOutput, PieceSpan, SessionGateway
 from tailsieve.session.client_table import ClientSessions, Lease
 
 log = logging.getLogger(__name__)
@@ -70,6 +72,7 @@ class VerlSessionRouter:
 
     def __init__(self, servers: Mapping[str, Any], config: Mapping[str, Any] | None = None):
         self.config = VerlRouterConfig.from_yaml(config)
+        self._yaml = dict(config or {})
         self.slots = ServerSlots(self.config.num_slots(len(servers)))
         self.slots.add(servers)
         self.sessions = ClientSessions(self.config.session_idle_s, self.config.max_sessions)
@@ -80,6 +83,7 @@ class VerlSessionRouter:
         self._setup_reason: str | None = None  # why the gateway runs without moves
         self._start_lock: asyncio.Lock | None = None
         self._self_handle: Any = None
+        self._shards: list[Any] = []  # the actors running turns, this one first (shards > 1)
         self._inflight: Counter[str] = Counter()
         self._whole: Counter[str] = Counter()  # whole turns by reason
         self._weights: Any = None  # the last global_steps seen
@@ -108,7 +112,7 @@ class VerlSessionRouter:
             self._inflight[sid] += 1
             return sid, self.slots.handles[self.slots.slot_of(sid) or 0]
         self._inflight[GATEWAY_ID] += 1
-        return GATEWAY_ID, TurnHandle(self._self_handle, str(request_id))
+        return GATEWAY_ID, TurnHandle(self._turn_actor(str(request_id)), str(request_id))
 
     async def release_server(self, server_id: str, request_id: str | None = None) -> None:
         if self._inflight[server_id] > 0:
@@ -118,12 +122,15 @@ class VerlSessionRouter:
         for slot in self.slots.add(servers):
             if self.gateway is not None:
                 self.gateway.set_healthy(slot, True)
+        await asyncio.gather(*(a.add_servers.remote(dict(servers)) for a in self._shards[1:]))
         log.info("tailsieve router: added %d servers", len(servers))
 
     async def remove_servers(self, server_ids: list[str]) -> None:
         for slot in self.slots.remove(list(server_ids)):
             if self.gateway is not None:
                 self.gateway.set_healthy(slot, False)
+        await asyncio.gather(*(a.remove_servers.remote(list(server_ids))
+                               for a in self._shards[1:]))
         log.info("tailsieve router: removed %d servers", len(server_ids))
 
     async def get_all_servers(self) -> list[str]:
@@ -136,13 +143,17 @@ class VerlSessionRouter:
         """Every session without a running turn ends (its sticky home and cache estimate)."""
         keys = self.sessions.clear_idle()
         self._end_sessions(keys)
-        return {"cleared_entries": len(keys), "server_loads": self._server_loads()}
+        others = await asyncio.gather(*(a.clear_sticky_cache.remote() for a in self._shards[1:]))
+        return {"cleared_entries": len(keys) + sum(o["cleared_entries"] for o in others),
+                "server_loads": self._server_loads()}
 
     async def get_status(self) -> dict[str, Any]:
         """verl's keys (``servers``, ``total_inflight``, ``active_servers``) plus TailSieve's:
-        the policy, ``moves_off_reason`` and the gateway's running totals."""
+        the policy, ``moves_off_reason`` and the gateway's running totals (with ``shards``:
+        this actor's; ``shards`` lists the other actors' status)."""
         gw = self.gateway
         stats = gw.stats() if gw is not None else None
+        others = await asyncio.gather(*(a.get_status.remote() for a in self._shards[1:]))
         return {
             "servers": self._server_loads(),
             "total_inflight": sum(self._inflight.values()),
@@ -155,6 +166,7 @@ class VerlSessionRouter:
             "gateway": _stats_dict(stats, self.slots) if stats is not None else None,
             "training_step": (self.last_step_timing.to_dict()
                               if self.last_step_timing is not None else None),
+            "shards": list(others),
         }
 
     async def aclose(self) -> None:
@@ -169,7 +181,7 @@ class VerlSessionRouter:
         await self._start()
         gw = self.gateway
         assert gw is not None
-        call["prompt_ids"] = [int(t) for t in call["prompt_ids"]]
+        call["prompt_ids"] = list(map(int, call["prompt_ids"]))
         sampling = dict(call.get("sampling_params") or {})
         self._end_sessions(self.sessions.expire(self._now()))
         ids = call["prompt_ids"]
@@ -205,19 +217,20 @@ class VerlSessionRouter:
         sp.setdefault("ignore_eos", self.facts.ignore_eos)
         if sp.pop("logprobs", False):
             sp["logprobs"] = 0
-        rec = TurnRecord(piece_kwargs=_piece_kwargs(call))
-        token = CURRENT_TURN.set(rec)
+        kept: list[tuple[int, Any]] = []  # (start, TokenOutput) of the pieces, for an abort
+
+        def on_piece(span: PieceSpan, out: PieceOutput) -> None:
+            while kept and kept[-1][0] >= span.start:  # the turn started again
+                kept.pop()
+            kept.append((span.start, out.detail))
+
         try:
-            res = await gw.generate(sess.session_id, sess.group_id, call["prompt_ids"], sp)
-        except TurnAbortedError:
-            return join_outputs(rec.outputs, aborted=True)
-        finally:
-            CURRENT_TURN.reset(token)
-        out = join_outputs(rec.outputs[-len(res.pieces):])
-        if out.token_ids != list(res.token_ids):
-            raise ProtocolError(f"session {sess.session_id}: the pieces' tokens and the "
-                                "gateway's chain differ")
-        return out
+            res = await gw.generate(sess.session_id, sess.group_id, call["prompt_ids"], sp,
+                                    on_piece=on_piece, engine_args=_piece_kwargs(call))
+        except TurnAbortedError as exc:
+            outs = [o for _, o in kept] + [exc.output]
+            return verl_output([piece_of(o) for o in outs], aborted=True)
+        return verl_output(res.chain)
 
     # ----- state --------------------------------------------------------------------------
     @property
@@ -248,8 +261,27 @@ class VerlSessionRouter:
                 gw.set_healthy(slot, False)
         await gw.__aenter__()
         self._self_handle = _own_handle()
+        self._shards = self._start_shards()
         self.gateway = gw
         self._log_reason()
+
+    def _start_shards(self) -> list[Any]:
+        """This actor and ``shards - 1`` more over the pool (none outside Ray, or with one
+        shard)."""
+        if self.config.shards <= 1 or self._self_handle is None:
+            return []
+        servers = {sid: self.slots.handles[self.slots.slot_of(sid) or 0]
+                   for sid in self.slots.active()}
+        yaml = {**self._yaml, "shards": 1}
+        log.info("tailsieve router: %d shards run the turns", self.config.shards)
+        return [self._self_handle, *(TailSieveRouter.remote(servers, yaml)
+                                     for _ in range(self.config.shards - 1))]
+
+    def _turn_actor(self, request_id: str) -> Any:
+        """The actor that runs trajectory ``request_id``'s turns."""
+        if not self._shards:
+            return self._self_handle
+        return self._shards[zlib.crc32(request_id.encode()) % len(self._shards)]
 
     def _observe(self, out: Any) -> None:
         """New weights (a new ``global_steps``) end a step: it is timed for the balance gate

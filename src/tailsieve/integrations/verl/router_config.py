@@ -19,6 +19,7 @@
     prompt_length: null          # SGLang only: rollout.prompt_length
     request_timeout_s: 3600      # a piece running longer counts as a replica fault
     stall: {}                    # hung servers: factor, floor_s, check_interval_s, enabled
+    shards: 1                    # router actors that run turns (> 1: by a hash of the trajectory)
 
 verl passes the whole file as a dict (``router_class`` included); any other key is an error.
 """
@@ -62,6 +63,7 @@ class VerlRouterConfig:
     prompt_length: int | None = None
     request_timeout_s: float = 3600.0
     stall: StallSettings = field(default_factory=StallSettings)  # when a server is hung
+    shards: int = 1  # router actors running turns; > 1: each trajectory to one by its id's hash
 
     def __post_init__(self) -> None:
         if self.policy is SessionPolicy.ORACLE:
@@ -79,6 +81,8 @@ class VerlRouterConfig:
             v = getattr(self, name)
             if v is not None and v < 1:
                 raise ConfigError(f"{name} must be >= 1, got {v}")
+        if self.shards < 1:
+            raise ConfigError(f"shards must be >= 1, got {self.shards}")
         if not self.request_timeout_s > 0:
             raise ConfigError(f"request_timeout_s must be > 0, got {self.request_timeout_s}")
         if not self.profile:
@@ -105,6 +109,8 @@ class VerlRouterConfig:
         for name in ("session_idle_s", "request_timeout_s"):
             if name in d:
                 kw[name] = _number(d[name], name)
+        if "shards" in d:
+            kw["shards"] = int(_number(d["shards"], "shards"))
         if "max_sessions" in d:
             kw["max_sessions"] = int(_number(d["max_sessions"], "max_sessions"))
         if "profile" in d:

@@ -1,12 +1,13 @@
-"""One verl ``TokenOutput`` from the pieces of a turn, as if one server had generated it.
+"""verl's ``TokenOutput`` of a turn: a view over its chain of pieces.
 
-Token ids and log-probs are concatenated (a piece that returned no log-probs makes the join
-have none); ``routed_experts`` are joined as verl's own ``FullyAsyncLLMServerClient`` joins a
-resumed request (the first piece's rows, then each later piece's rows of its new tokens);
-``num_preempted`` is summed; ``extra_fields`` are the first piece's with ``num_cached_tokens``
-(the turn's prefix hit: the first piece's), ``global_steps`` (the last piece's),
-``min_global_steps`` / ``max_global_steps`` over the pieces, and speculative-decoding counts
-summed. The stop reason is the last piece's, or ``"aborted"`` for a turn the server aborted.
+The token ids and log-probs are the chain's join (``runtime.chain.ResponseChain.join``); what
+only verl's server says comes from each piece's ``detail`` (the server's own ``TokenOutput``):
+``routed_experts`` joined as verl's ``FullyAsyncLLMServerClient`` joins a resumed request (the
+first piece's rows, then each later piece's rows of its new tokens); ``num_preempted`` summed;
+``extra_fields`` the first piece's with ``num_cached_tokens`` (the turn's prefix hit: the first
+piece's), ``global_steps`` (the last piece's), ``min_global_steps`` / ``max_global_steps`` over
+the pieces, and speculative-decoding counts summed. The stop reason is the last piece's, or
+``"aborted"`` for a turn the server aborted.
 """
 
 from __future__ import annotations
@@ -17,37 +18,32 @@ from typing import Any
 import numpy as np
 from verl.workers.rollout.replica import TokenOutput
 
+from tailsieve.runtime.chain import Piece, ResponseChain
+
 SUMMED_EXTRA = ("spec_num_draft_tokens", "spec_num_accepted_tokens", "spec_num_verify_steps")
 ABORTED = "aborted"
 
 
-def join_outputs(pieces: Sequence[Any], aborted: bool = False) -> TokenOutput:
-    """The pieces' ``TokenOutput`` s (in order, at least one) joined into one."""
-    if not pieces:
-        return TokenOutput(token_ids=[], log_probs=None, stop_reason=ABORTED,
-                           extra_fields={})
-    tokens: list[int] = []
-    for p in pieces:
-        tokens.extend(int(t) for t in p.token_ids)
+def verl_output(chain: Sequence[Piece], aborted: bool = False) -> TokenOutput:
+    """The turn whose pieces are ``chain`` (in order; each ``detail`` a ``TokenOutput``)."""
+    joined = ResponseChain(max_tokens=0, pieces=list(chain)).join()
+    outs = [p.detail for p in chain if p.detail is not None]
+    lps = joined.logprobs
     return TokenOutput(
-        token_ids=tokens,
-        log_probs=_log_probs(pieces),
-        routed_experts=_routed_experts(pieces),
-        stop_reason=ABORTED if aborted else pieces[-1].stop_reason,
-        num_preempted=_sum_or_none(p.num_preempted for p in pieces),
-        extra_fields=_extra(pieces),
+        token_ids=[int(t) for t in joined.token_ids or ()],
+        log_probs=None if lps is None else [float(x) for x in lps],
+        routed_experts=_routed_experts(outs),
+        stop_reason=ABORTED if aborted or not outs else outs[-1].stop_reason,
+        num_preempted=_sum_or_none(p.num_preempted for p in outs),
+        extra_fields=_extra(outs) if outs else {},
     )
 
 
-def _log_probs(pieces: Sequence[Any]) -> list[float] | None:
-    out: list[float] = []
-    for p in pieces:
-        if p.log_probs is None:
-            if p.token_ids:
-                return None
-            continue
-        out.extend(float(x) for x in p.log_probs)
-    return out if any(p.log_probs is not None for p in pieces) else None
+def piece_of(out: Any) -> Piece:
+    """A piece of the chain from verl's ``TokenOutput`` (one the server aborted)."""
+    lps = out.log_probs
+    return Piece(tuple(int(t) for t in out.token_ids), "", "moved",
+                 None if lps is None else tuple(float(x) for x in lps), detail=out)
 
 
 def _routed_experts(pieces: Sequence[Any]) -> Any:

@@ -18,6 +18,8 @@ CRASH_MODES: tuple[CrashMode, ...] = ("exit", "close")
 CRASH_EXIT_CODE = 70  # process exit status of an injected ``exit`` crash
 
 
+SCHEDULING_POLICIES = ("fcfs", "priority")  # vLLM's --scheduling-policy values
+
 @dataclass(frozen=True, slots=True)
 class EmulatorConfig:
     """Everything that shapes an emulated vLLM replica's behaviour.
@@ -54,6 +56,9 @@ class EmulatorConfig:
     crash_mode: CrashMode = "close"  # "exit": os._exit the process; "close": drop everything
     error_rate: float = 0.0  # probability a generation request gets HTTP 500
     slowdown: float = 1.0  # multiplies every tau (a straggler replica when > 1)
+    scheduling_policy: str = "fcfs"  # vLLM's --scheduling-policy: "fcfs", or "priority"
+    # (requests carry ``priority``, lower first; the waiting queue and the preemption victim
+    # by (priority, arrival), as vLLM V1 schedules them: ``model.replica_engine``)
 
     def __post_init__(self) -> None:
         if not isinstance(self.throughput, ThroughputModel):
@@ -87,6 +92,9 @@ class EmulatorConfig:
             raise ConfigError(f"crash_mode must be one of {CRASH_MODES}, got {self.crash_mode!r}")
         if self.seed < 0:
             raise ConfigError(f"seed must be >= 0, got {self.seed}")
+        if self.scheduling_policy not in SCHEDULING_POLICIES:
+            raise ConfigError(f"scheduling_policy must be one of {SCHEDULING_POLICIES}, got "
+                              f"{self.scheduling_policy!r}")
 
     @classmethod
     def from_profile(cls, profile: str | Path, **kwargs: object) -> EmulatorConfig:

@@ -35,8 +35,10 @@ class EngineDriver:
         config: ReplicaConfig,
         time_scale: float = 1.0,
         on_complete: Callable[[Completion], None] | None = None,
+        priority: bool = False,
     ) -> None:
-        self.engine = ReplicaEngine(config)
+        """``priority``: vLLM's priority scheduling policy (``ReplicaEngine``)."""
+        self.engine = ReplicaEngine(config, priority)
         self.time_scale = time_scale  # real seconds per model second
         self.stats = SeqStats()
         self._on_complete = on_complete
@@ -102,6 +104,7 @@ class EngineDriver:
         prompt_tokens: int,
         cached_tokens: int = 0,
         continuation: bool = False,
+        priority: int = 0,
     ) -> asyncio.Future[Completion]:
         """Start a sequence now; the future resolves when its last token is emitted.
         ``cached_tokens`` leading prompt tokens are in the prefix cache (not prefilled);
@@ -114,6 +117,7 @@ class EngineDriver:
             prompt_tokens,
             cached_tokens=cached_tokens,
             continuation=continuation,
+            priority=priority,
         )
         self._futures[seq_id] = fut
         self.stats.prompt_tokens += prompt_tokens - cached_tokens

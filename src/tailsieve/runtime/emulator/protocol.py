@@ -64,6 +64,7 @@ class GenRequest:
     logprobs: int | None  # None: no logprobs; k: logprobs with k alternatives
     return_token_ids: bool  # add token_ids / prompt_token_ids to each choice
     stream_interval: int = 1  # streamed tokens per chunk (vLLM's stream_interval)
+    priority: int = 0  # vLLM's per-request priority (lower first; --scheduling-policy priority)
 
 
 def _opt_int(body: dict[str, Any], key: str, lo: int | None = None) -> int | None:
@@ -193,6 +194,7 @@ def parse_request(body: Any, kind: Kind, model_name: str, max_model_len: int) ->
         logprobs=_logprobs(body, kind),
         return_token_ids=bool(body.get("return_token_ids", False)),
         stream_interval=_opt_int(body, "stream_interval", lo=1) or 1,
+        priority=_opt_int(body, "priority") or 0,
     )
 
 

@@ -14,7 +14,7 @@ import signal
 import sys
 
 from tailsieve.errors import TailSieveError
-from tailsieve.runtime.emulator.config import CRASH_MODES, EmulatorConfig
+from tailsieve.runtime.emulator.config import CRASH_MODES, SCHEDULING_POLICIES, EmulatorConfig
 from tailsieve.runtime.emulator.server import EmulatorServer
 
 READY_PREFIX = "tailsieve-emulator listening on "
@@ -53,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--crash-mode", choices=CRASH_MODES, default="exit")
     p.add_argument("--error-rate", type=float, default=0.0)
     p.add_argument("--slowdown", type=float, default=1.0)
+    p.add_argument("--scheduling-policy", choices=SCHEDULING_POLICIES, default="fcfs")
     p.add_argument("--model-name", default="tailsieve-emulated")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--length-median", type=float, default=256.0)
@@ -88,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
             crash_mode=args.crash_mode,
             error_rate=args.error_rate,
             slowdown=args.slowdown,
+            scheduling_policy=args.scheduling_policy,
             seed=args.seed,
             length_median_tokens=args.length_median,
             length_sigma=args.length_sigma,

@@ -47,7 +47,8 @@ class EmulatorServer:
         self.host = host
         self.port = port
         self.crashed = False
-        self.driver = EngineDriver(config.replica_config(), config.time_scale, self._on_complete)
+        self.driver = EngineDriver(config.replica_config(), config.time_scale, self._on_complete,
+                                   config.scheduling_policy == "priority")
         self.prefix_cache = _prefix_cache(config)
         self.metrics = EmulatorMetrics(self.driver, config.model_name, self.prefix_cache)
         self._rng = np.random.default_rng([config.seed, 0])  # injected errors + lengths
@@ -158,17 +159,19 @@ class EmulatorServer:
         if ids is not None:
             self.prefix_cache.insert(ids + (P.FILLER_TOKEN_ID,) * num_generated)
 
-    def _submit(self, sid: str, k: int, prompt_ids: tuple[int, ...]) -> asyncio.Future[Completion]:
+    def _submit(self, sid: str, k: int, prompt_ids: tuple[int, ...],
+                priority: int = 0) -> asyncio.Future[Completion]:
         """Start a sequence; a token-id prompt pays prefill only for its uncached tokens. One
         that carries generated (filler) tokens, a continued response or a later turn of a
         multi-turn trajectory (earlier turns' outputs, then new tokens), prefills them at
         the profile's prefill model (``EmulatorConfig``)."""
         if all(t == P.PROMPT_TOKEN_ID for t in prompt_ids):  # a text prompt: no cache
-            return self.driver.submit(sid, k, len(prompt_ids))
+            return self.driver.submit(sid, k, len(prompt_ids), priority=priority)
         self._seq_prompt[sid] = prompt_ids
         cached = self._seq_cached[sid] = self.prefix_cache.lookup(prompt_ids)
         cont = P.FILLER_TOKEN_ID in prompt_ids
-        return self.driver.submit(sid, k, len(prompt_ids), cached_tokens=cached, continuation=cont)
+        return self.driver.submit(sid, k, len(prompt_ids), cached_tokens=cached, continuation=cont,
+                                  priority=priority)
 
     def _lengths(self, req: P.GenRequest) -> list[tuple[int, str]]:
         """(tokens, finish_reason) of every sequence, prompt-major then choice."""
@@ -211,6 +214,9 @@ class EmulatorServer:
             req = P.parse_request(body, kind, self.config.model_name, self.config.max_model_len)
         except P.BadRequest as exc:
             return self._error(str(exc), exc.err_type, exc.status, exc.param)
+        if req.priority != 0 and self.config.scheduling_policy != "priority":
+            return self._error(f"Got priority {req.priority} but Priority scheduling is not "
+                               "enabled.", "BadRequestError", 400)  # vLLM's answer
         if self.config.error_rate > 0 and self._rng.random() < self.config.error_rate:
             return self._error(
                 f"injected fault (error_rate={self.config.error_rate:g})",
@@ -224,7 +230,7 @@ class EmulatorServer:
         now = time.monotonic()
         for i, (sid, (k, reason)) in enumerate(zip(seq_ids, lengths, strict=True)):
             self._meta[sid] = (reason, now)
-            futs.append(self._submit(sid, k, req.prompt_ids[i // req.n]))
+            futs.append(self._submit(sid, k, req.prompt_ids[i // req.n], req.priority))
         hits = [self._seq_cached.pop(sid, 0) for sid in seq_ids]  # one lookup per sequence
         cached = sum(hits[:: req.n]) if self.config.prompt_tokens_details else None
         try:

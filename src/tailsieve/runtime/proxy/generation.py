@@ -139,16 +139,12 @@ class _OpenAIWriter:
 
 
 class _SGLangWriter:
-    """SGLang streams each sample as it is so far (cumulative)."""
+    """SGLang streams each sample as it is so far (cumulative): what the cursor sent, a
+    prefix of the sample's live tokens."""
 
     def __init__(self, run: RequestRun) -> None:
         self.run = run
         self.rid = run.req.rid or uuid.uuid4().hex
-        n = run.req.num_samples
-        self.lps: list[list[float]] = [[] for _ in range(n)]
-        self.strs: list[list[str]] = [[] for _ in range(n)]
-        self.ids: list[list[int]] = [[] for _ in range(n)]
-        self.text: list[str] = ["" for _ in range(n)]
 
     def opening(self) -> list[Any]:
         return []
@@ -158,15 +154,16 @@ class _SGLangWriter:
         rid = sglang_api.sample_rid(req, self.rid, i)
         if out is not None:
             return sglang_api.output(req, out, rid, done=True)
-        self.ids[i] += d.token_ids
-        self.text[i] += d.text
-        self.lps[i] += d.logprobs or ()
-        self.strs[i] += d.token_strs or ()
+        live = self.run.lives[i]
+        n = d.start + len(d.token_ids)
+        lps = live.lps if d.logprobs is not None else None
+        strs = live.strs if d.token_strs is not None else None
         so_far = SampleOutput(
-            prompt_index=i // req.n, index=i, prompt_ids=self.run.traces[i].prompt_ids,
-            token_ids=tuple(self.ids[i]), text=self.text[i], finish_reason="length",
-            logprobs=tuple(self.lps[i]) if d.logprobs is not None else None,
-            token_strs=tuple(self.strs[i]) if d.token_strs is not None else None)
+            prompt_index=i // req.n, index=i, prompt_ids=self.run.prompt_ids[i // req.n],
+            token_ids=tuple(live.ids[:n]),
+            text=live.text_since(0)[:d.char_start + len(d.text)], finish_reason="length",
+            logprobs=tuple(lps[:n]) if lps is not None else None,
+            token_strs=tuple(strs[:n]) if strs is not None else None)
         return sglang_api.output(req, so_far, rid, done=False)
 
     def closing(self, outputs: list[SampleOutput]) -> Any:

@@ -1,74 +1,30 @@
 """Pieces over HTTP with the detail a client's answer needs.
 
-``DetailRunner`` runs each piece through F's ``HttpPieceRunner`` (token-id prompts, retries,
-faults) and keeps what that runner's ``PieceOutput`` drops: each token's text and top
-logprobs as the server reported them, and the server's ``stop_reason``. The raw answer is
-caught by ``CapturingTransport``, which hands every JSON answer of a piece to the holder the
-runner opened for it (``capture``: a context variable of the transport's, since the runner
-awaits the transport in the piece's own task). A streamed piece (one with a ``sink``) has no
-one answer: each chunk's detail goes on with its tokens to the sink, and the piece's is
-gathered from them.
+``DetailRunner`` runs each piece through ``HttpPieceRunner`` (token-id prompts, retries,
+faults), which reads each server answer into the piece's ``detail`` (``piece_detail``: each
+token's text and top logprobs as the server reported them, and the server's ``stop_reason``).
+A streamed piece (one with a ``sink``) has no one answer: each chunk's detail goes on with its
+tokens to the sink, and the piece's is gathered from them.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tailsieve.runtime.backends import Backend
-from tailsieve.runtime.proxy.sample import DetailedPieceOutput, PieceDetail, extend_or_none
+from tailsieve.runtime.proxy.sample import PieceDetail, extend_or_none
 from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
 from tailsieve.runtime.sessions.pieces import PieceOutput, PieceRequest, TokenDelta
-from tailsieve.runtime.transport import JSON, Transport
-
-
-class CapturingTransport:
-    """A ``Transport`` that passes everything to ``inner`` and hands each decoded answer of a
-    POST to the holder of the running piece (if any)."""
-
-    def __init__(self, inner: Transport) -> None:
-        self.inner = inner
-        self._holder: contextvars.ContextVar[list[Any] | None] = contextvars.ContextVar(
-            f"tailsieve_proxy_capture_{id(self)}", default=None)
-
-    @contextlib.contextmanager
-    def capture(self) -> Iterator[list[Any]]:
-        """The answers posted in this task until the block ends (the last one: the piece's)."""
-        holder: list[Any] = []
-        token = self._holder.set(holder)
-        try:
-            yield holder
-        finally:
-            self._holder.reset(token)
-
-    async def post_json(self, url: str, payload: JSON, timeout_s: float | None) -> Any:
-        raw = await self.inner.post_json(url, payload, timeout_s)
-        holder = self._holder.get()
-        if holder is not None:
-            holder.append(raw)
-        return raw
-
-    def stream_json(self, url: str, payload: JSON, timeout_s: float | None,
-                    ) -> AsyncIterator[JSON]:
-        return self.inner.stream_json(url, payload, timeout_s)
-
-    async def get(self, url: str, timeout_s: float | None) -> tuple[int, str]:
-        return await self.inner.get(url, timeout_s)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 class DetailRunner:
-    """A ``PieceRunner`` (and ``HealthProbe``) over ``HttpPieceRunner`` whose outputs are
-    ``DetailedPieceOutput``. ``runner`` must send through ``capture``."""
+    """A ``PieceRunner`` (and ``HealthProbe``) over ``HttpPieceRunner`` (built with
+    ``detail=read_detail(backend)``) whose outputs' ``detail`` is a ``PieceDetail``."""
 
-    def __init__(self, runner: HttpPieceRunner, capture: CapturingTransport) -> None:
+    def __init__(self, runner: HttpPieceRunner) -> None:
         self.runner = runner
-        self.capture = capture
         self.backend = runner.backend
 
     @property
@@ -92,13 +48,10 @@ class DetailRunner:
                 sink(TokenDelta(d.token_ids, d.text, d.logprobs, d.text_offsets, det))
 
             piece = replace(piece, sink=relay)
-        with self.capture.capture() as holder:
-            out = await self.runner.run_piece(replica, piece)
-        detail = (piece_detail(self.backend, holder[-1]) if holder else
-                  chunks.detail(len(out.token_ids)) if chunks is not None else None)
-        return DetailedPieceOutput(
-            out.token_ids, out.finish_reason, out.text, out.logprobs, out.text_offsets,
-            out.num_cached_tokens, detail)
+        out = await self.runner.run_piece(replica, piece)
+        if out.detail is None and chunks is not None:  # streamed: no one answer
+            out = replace(out, detail=chunks.detail(len(out.token_ids)))
+        return out
 
     async def probe(self, replica: int) -> bool:
         return await self.runner.probe(replica)
@@ -133,6 +86,12 @@ class _ChunkDetails:
             tuple(self.strs) if self.strs is not None and len(self.strs) == n else None,
             tuple(self.tops) if self.tops is not None and len(self.tops) == n else None,
             self.stop_reason)
+
+
+def read_detail(backend: Backend | str) -> Callable[[Any], PieceDetail | None]:
+    """``HttpPieceRunner``'s ``detail`` reader for ``backend``."""
+    b = Backend(backend)
+    return lambda raw: piece_detail(b, raw)
 
 
 def piece_detail(backend: Backend, raw: Any) -> PieceDetail | None:

@@ -1,22 +1,25 @@
-"""One sample of a request: its pieces as they end, and what the client receives.
+"""One sample of a request: what the client receives, as a view over the turn's chain.
 
 The gateway joins a turn's pieces into its ``TurnResult`` (token ids, text, logprobs, finish
-reason; cut at a stop string that spans a seam): that is the authority on what the client
-gets. ``SampleTrace`` keeps the pieces as they end, with what the ``TurnResult`` does not
-carry (each token's text and top logprobs as the server reported them, the server's
-``stop_reason``), so that a streamed answer can be sent piece by piece and a final answer in
-the servers' own shape. ``LiveTokens`` keeps the tokens as they stream in (the gateway's
-``on_tokens``), flat, for a streamed answer to send from. ``SampleOutput`` is the sample as
-delivered.
+reason; cut at a stop string that spans a seam), and hands back the chain it joined
+(``TurnResult.chain``, each piece with its server's ``PieceDetail``: each token's text and top
+logprobs as the server reported them, the server's ``stop_reason``). ``SampleOutput`` is the
+sample as delivered: the join, with the per-token detail read off the chain's pieces and cut
+where the join was cut. ``SampleTrace`` keeps a sample's pieces as they end only for a sample
+aborted before its end (no ``TurnResult``): the same view over the pieces it had.
+``LiveTokens`` keeps the tokens as they stream in (the gateway's ``on_tokens``), flat, for a
+streamed answer to send from.
 """
 
 from __future__ import annotations
 
 import bisect
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tailsieve.runtime.chain import Piece, ResponseChain
 from tailsieve.runtime.sessions.pieces import PieceOutput, TokenDelta
 from tailsieve.runtime.sessions.result import PieceSpan, TurnResult
 
@@ -28,13 +31,6 @@ class PieceDetail:
     token_strs: tuple[str, ...] | None = None  # each token's text (vLLM ``logprobs.tokens``)
     tops: tuple[Any, ...] | None = None  # each token's alternatives (vLLM ``top_logprobs``)
     stop_reason: int | str | None = None  # the stop string / token id that ended it
-
-
-@dataclass(frozen=True, slots=True)
-class DetailedPieceOutput(PieceOutput):
-    """A piece's output with its ``PieceDetail`` (``proxy.runner`` returns these)."""
-
-    detail: PieceDetail | None = None
 
 
 @dataclass(slots=True)
@@ -63,14 +59,11 @@ class LiveTokens:
         n = len(d.token_ids)
         offs = d.text_offsets if d.text_offsets is not None and len(d.text_offsets) == n \
             else None
-        detail = d.detail.detail if isinstance(d.detail, DetailedPieceOutput) else d.detail
-        if not isinstance(detail, PieceDetail):
-            detail = None
+        detail = d.detail if isinstance(d.detail, PieceDetail) else None
         if n:
-            strs = detail.token_strs if detail is not None else None
+            strs: Sequence[str] | None = detail.token_strs if detail is not None else None
             if strs is None and offs is not None:
-                ends = [*offs[1:], len(d.text)]
-                strs = tuple(d.text[a:b] for a, b in zip(offs, ends, strict=True))
+                strs = token_texts(d.text, offs)
             self.starts = extend_or_none(self.starts, None if offs is None else
                                   [self.num_chars + o for o in offs], n)
             self.lps = extend_or_none(self.lps, d.logprobs, n)
@@ -127,23 +120,21 @@ class SampleOutput:
 
 
 @dataclass(slots=True)
-class _Piece:
-    span: PieceSpan
-    out: PieceOutput
-
-
-@dataclass(slots=True)
 class SampleTrace:
-    """The pieces of one sample so far (a piece that starts before the end of the earlier
-    ones replaces them: the turn was started again)."""
+    """The pieces of one sample that ended so far (a piece that starts before the end of the
+    earlier ones replaces them: the turn was started again)."""
 
     prompt_ids: tuple[int, ...]
-    pieces: list[_Piece] = field(default_factory=list)
+    pieces: list[Piece] = field(default_factory=list)
+    spans: list[PieceSpan] = field(default_factory=list)
 
     def add(self, span: PieceSpan, out: PieceOutput) -> None:
-        while self.pieces and self.pieces[-1].span.start >= span.start:
+        while self.spans and self.spans[-1].start >= span.start:
+            self.spans.pop()
             self.pieces.pop()
-        self.pieces.append(_Piece(span, out))
+        self.spans.append(span)
+        self.pieces.append(Piece(out.token_ids, out.text or "", out.finish_reason, out.logprobs,
+                                 out.text_offsets, span.replica, detail=out.detail))
 
     def keep_streamed(self, live: LiveTokens) -> None:
         """A sample ended early (aborted): the tokens it streamed past its last piece are
@@ -151,121 +142,102 @@ class SampleTrace:
         a, n = self.num_tokens, live.num_tokens
         if live.broken or n <= a or live.ids[:a] != self.token_ids():
             return
-        base = len(self.text)
-        text = live.text_since(base)
+        base = sum(len(p.text) for p in self.pieces)
         offs = tuple(s - base for s in live.starts[a:]) if live.starts is not None else None
         detail = PieceDetail(tuple(live.strs[a:]) if live.strs is not None else None,
                              tuple(live.tops[a:]) if live.tops is not None else None)
-        out = DetailedPieceOutput(tuple(live.ids[a:]), "abort", text,
-                                  tuple(live.lps[a:]) if live.lps is not None else None,
-                                  offs, None, detail)
-        replica = self.pieces[-1].span.replica if self.pieces else -1
-        self.add(PieceSpan(replica, a, n), out)
+        out = PieceOutput(tuple(live.ids[a:]), "abort", live.text_since(base),
+                          tuple(live.lps[a:]) if live.lps is not None else None, offs,
+                          detail=detail)
+        self.add(PieceSpan(self.spans[-1].replica if self.spans else -1, a, n), out)
 
     @property
     def num_tokens(self) -> int:
-        return self.pieces[-1].span.end if self.pieces else 0
-
-    @property
-    def text(self) -> str:
-        return "".join(p.out.text or "" for p in self.pieces)
+        return self.spans[-1].end if self.spans else 0
 
     def token_ids(self) -> list[int]:
-        return [t for p in self.pieces for t in p.out.token_ids]
-
-    def token_starts(self) -> list[int] | None:
-        """Each token's first character in ``text`` (None: a piece came without offsets)."""
-        out: list[int] = []
-        base = 0
-        for p in self.pieces:
-            offs = p.out.text_offsets
-            if offs is None or len(offs) != len(p.out.token_ids):
-                if p.out.token_ids:
-                    return None
-            else:
-                first = offs[0] if offs else 0
-                out.extend(base + o - first for o in offs)
-            base += len(p.out.text or "")
-        return out
-
-    def token_strs(self) -> list[str] | None:
-        """Each token's text: the server's strings, else cut from the text at its offsets."""
-        out: list[str] = []
-        for p in self.pieces:
-            d = getattr(p.out, "detail", None)
-            if d is not None and d.token_strs is not None and \
-                    len(d.token_strs) == len(p.out.token_ids):
-                out.extend(d.token_strs)
-                continue
-            offs, text = p.out.text_offsets, p.out.text or ""
-            if offs is None or len(offs) != len(p.out.token_ids):
-                if p.out.token_ids:
-                    return None
-                continue
-            first = offs[0] if offs else 0
-            ends = [*offs[1:], first + len(text)]
-            out.extend(text[a - first:b - first] for a, b in zip(offs, ends, strict=True))
-        return out
-
-    def tops(self) -> list[Any] | None:
-        out: list[Any] = []
-        for p in self.pieces:
-            d = getattr(p.out, "detail", None)
-            if d is None or d.tops is None or len(d.tops) != len(p.out.token_ids):
-                if p.out.token_ids:
-                    return None
-                continue
-            out.extend(d.tops)
-        return out
-
-    def logprobs(self) -> list[float] | None:
-        out: list[float] = []
-        for p in self.pieces:
-            if p.out.logprobs is None:
-                if p.out.token_ids:
-                    return None
-                continue
-            out.extend(p.out.logprobs)
-        return out
-
-    def stop_reason(self) -> int | str | None:
-        d = getattr(self.pieces[-1].out, "detail", None) if self.pieces else None
-        return d.stop_reason if d is not None else None
+        return [t for p in self.pieces for t in p.token_ids]
 
     def output(self, prompt_index: int, index: int, result: TurnResult | None,
                stop: tuple[str, ...], want_logprobs: bool, latency_s: float) -> SampleOutput:
-        """The sample as delivered: ``result`` (the gateway's join), or, for a sample that
-        was aborted (``result`` None), the pieces that ended before the abort."""
+        """The sample as delivered: ``result`` (the gateway's join) over its chain, or, for a
+        sample that was aborted (``result`` None), the join of the pieces that ended before
+        the abort."""
         if result is None:
-            ids = tuple(self.token_ids())
-            text, reason, lps = self.text, "abort", self.logprobs()
-            stop_reason = None
-            cached = self.pieces[0].span.num_cached_tokens if self.pieces else None
+            chain: Sequence[Piece] = self.pieces
+            joined = ResponseChain(max_tokens=0, pieces=list(chain)).join()
+            ids, text, reason = joined.token_ids or (), joined.text, "abort"
+            lps = joined.logprobs if chain else ()
+            cached = self.spans[0].num_cached_tokens if self.spans else None
+            stop_reason, spans = None, self.spans
         else:
+            chain, spans = result.chain, list(result.pieces)
             ids, text, reason = result.token_ids, result.text or "", result.finish_reason
-            lps = list(result.logprobs) if result.logprobs is not None else None
-            cached = result.num_cached_tokens
-            stop_reason = self._stop_reason(result, stop)
+            lps, cached = result.logprobs, result.num_cached_tokens
+            stop_reason = _stop_reason(chain, result, stop)
         n = len(ids)
-        strs = self.token_strs() if want_logprobs else None
-        tops = self.tops() if want_logprobs else None
+        strs = _token_strs(chain) if want_logprobs else None
+        tops = _tops(chain) if want_logprobs else None
         return SampleOutput(
             prompt_index=prompt_index, index=index, prompt_ids=self.prompt_ids, token_ids=ids,
             text=text, finish_reason=reason, stop_reason=stop_reason,
             logprobs=tuple(lps[:n]) if want_logprobs and lps is not None else None,
             token_strs=tuple(strs[:n]) if strs is not None and len(strs) >= n else None,
             tops=tuple(tops[:n]) if tops is not None and len(tops) >= n else None,
-            cached_tokens=cached, replicas=tuple(p.span.replica for p in self.pieces),
+            cached_tokens=cached, replicas=tuple(s.replica for s in spans),
             latency_s=latency_s,
         )
 
-    def _stop_reason(self, result: TurnResult, stop: tuple[str, ...]) -> int | str | None:
-        if result.finish_reason != "stop":
-            return None
-        joined = self.text
-        cut = len(result.text or "")
-        if len(result.token_ids) < self.num_tokens or len(joined) > cut:
-            for s in stop:  # a stop string across a seam: the chain cut the text before it
-                if joined.startswith(s, cut):
-                    return s
-        return self.stop_reason()
+
+def _detail(p: Piece) -> PieceDetail | None:
+    return p.detail if isinstance(p.detail, PieceDetail) else None
+
+
+def _token_strs(chain: Sequence[Piece]) -> list[str] | None:
+    """Each token's text: the server's strings, else cut from the text at its offsets."""
+    out: list[str] = []
+    for p in chain:
+        d = _detail(p)
+        if d is not None and d.token_strs is not None and len(d.token_strs) == len(p.token_ids):
+            out.extend(d.token_strs)
+            continue
+        offs = p.text_offsets
+        if offs is None or len(offs) != len(p.token_ids):
+            if p.token_ids:
+                return None
+            continue
+        out.extend(token_texts(p.text, offs))
+    return out
+
+
+def token_texts(text: str, offs: Sequence[int]) -> list[str]:
+    """Each token's text, cut from ``text`` at its tokens' offsets (counted from the first)."""
+    first = offs[0] if offs else 0
+    ends = [*offs[1:], first + len(text)]
+    return [text[a - first:b - first] for a, b in zip(offs, ends, strict=True)]
+
+
+def _tops(chain: Sequence[Piece]) -> list[Any] | None:
+    out: list[Any] = []
+    for p in chain:
+        d = _detail(p)
+        if d is None or d.tops is None or len(d.tops) != len(p.token_ids):
+            if p.token_ids:
+                return None
+            continue
+        out.extend(d.tops)
+    return out
+
+
+def _stop_reason(chain: Sequence[Piece], result: TurnResult,
+                 stop: tuple[str, ...]) -> int | str | None:
+    if result.finish_reason != "stop":
+        return None
+    joined = "".join(p.text for p in chain)
+    cut = len(result.text or "")
+    if len(result.token_ids) < sum(len(p.token_ids) for p in chain) or len(joined) > cut:
+        for s in stop:  # a stop string across a seam: the chain cut the text before it
+            if joined.startswith(s, cut):
+                return s
+    d = _detail(chain[-1]) if chain else None
+    return d.stop_reason if d is not None else None

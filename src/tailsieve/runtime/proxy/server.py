@@ -40,7 +40,7 @@ from tailsieve.runtime.proxy.config import ProxyConfig
 from tailsieve.runtime.proxy.guard import FrontDoor
 from tailsieve.runtime.proxy.metrics import ProxyMetrics
 from tailsieve.runtime.proxy.routes import build_app
-from tailsieve.runtime.proxy.runner import CapturingTransport, DetailRunner
+from tailsieve.runtime.proxy.runner import DetailRunner, read_detail
 from tailsieve.runtime.proxy.service import ProxyService, ServedModel
 from tailsieve.runtime.proxy.tokenizer import HttpTokenizer, Tokenizer
 from tailsieve.runtime.sessions.gateway import SessionGateway
@@ -140,10 +140,10 @@ class RoutingProxy:
             runner, tokenizer, served = self._runner, self._tokenizer, self._served
             if runner is None:
                 served = await self._served_model()
-                capture = CapturingTransport(self.transport)
                 runner = DetailRunner(HttpPieceRunner(
-                    self.endpoints, cfg.backend, served.name, capture,
-                    request_timeout_s=cfg.gateway.request_timeout_s), capture)
+                    self.endpoints, cfg.backend, served.name, self.transport,
+                    request_timeout_s=cfg.gateway.request_timeout_s,
+                    detail=read_detail(cfg.backend)))
             assert served is not None
             gw = SessionGateway(len(self.endpoints), runner, cfg.gateway)
             await gw.__aenter__()

@@ -4,10 +4,11 @@
 ``n x prompts`` samples a session (``ClientSessions``: sticky by the client's key) and runs each
 as one turn (``SessionGateway.generate``: placed, pieced, moved, healed). The ``RequestRun`` it
 returns collects the samples' tokens as they stream in (``LiveTokens``: a streamed request's
-turns run as streamed pieces, relayed chunk by chunk), their pieces as they end
-(``SampleTrace``) and their final outputs; one failed sample fails the request (the others are cancelled, nothing is
-delivered). ``abort`` ends running samples early with what they generated so far (finish
-reason "abort"), as SGLang's ``/abort_request`` does. A request that arrives while
+turns run as streamed pieces, relayed chunk by chunk) and their final outputs (views over each
+turn's chain; ``SampleTrace`` keeps the pieces as they end for a sample aborted before its
+end); one failed sample fails the request (the others are cancelled, nothing is delivered).
+``abort`` ends running samples early with what they generated so far (finish reason "abort"),
+as SGLang's ``/abort_request`` does. A request that arrives while
 nothing runs starts a new rollout step at the gateway (``begin_step``: the re-balance horizon
 restarts), and the last one to end closes it (``end_step``: its time is the next step's
 expected time), since a trainer's step is a burst of requests after an idle gap. The balance

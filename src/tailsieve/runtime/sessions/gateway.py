@@ -244,13 +244,15 @@ class SessionGateway:
         prompt_tokens: int | None = None,
         on_piece: Callable[[PieceSpan, PieceOutput], None] | None = None,
         on_tokens: TurnSink | None = None,
+        engine_args: Mapping[str, Any] | None = None,
     ) -> TurnResult:
         """Generate one turn of ``session_id``: ``prompt_ids`` is its whole prompt (the
         context so far plus the new tokens); ``prompt_tokens``: the group's shared prompt
         prefix (first turn); ``max_tokens`` overrides the sampling's. ``on_piece`` is called
         with each piece as it ends (e.g. to stream it on; the returned ``TurnResult`` is the
         authority: a stop string spanning a seam cuts it shorter than its pieces);
-        ``on_tokens`` with the turn's tokens as they come (see the module docstring). Raises
+        ``on_tokens`` with the turn's tokens as they come (see the module docstring);
+        ``engine_args`` go with every piece to the runner (``PieceRequest.engine_args``). Raises
         ``RequestError`` when a server answers badly beyond retries, ``ReplicaError`` when no
         replica is healthy within ``no_replica_timeout_s``."""
         sp = sampling if isinstance(sampling, SamplingParams) else sampling_from_dict(sampling)
@@ -271,6 +273,7 @@ class SessionGateway:
                                len(ids) - decision.prefill_tokens, moves)
         rt.on_piece = on_piece
         rt.sink = on_tokens
+        rt.engine_args = engine_args
         self._turns[session_id] = rt
         self.book.start_turn(session_id, decision.replica, self.now())
         self.tally.placed(decision, req)
@@ -443,11 +446,11 @@ class SessionGateway:
         return self.book.configs[replica]
 
     def _refit(self) -> None:
-        """With ``auto``: price with the latest trusted fit of the pieces timed so far (at
-        each step start and each mid-turn check)."""
+        """With ``auto``: price with the latest trusted fit of the pieces timed so far and
+        each replica's own speed factor (at each step start and each mid-turn check)."""
         fitted = self.profile.refit()
         if fitted is not None:
-            self.book.set_throughput(fitted)
+            self.book.set_throughput(fitted, self.profile.speed_factors(self.num_replicas))
             log.info("session gateway: the auto profile's fit of %d timed pieces prices "
                      "placements and moves from now on", self.profile.num_observations)
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,7 +67,9 @@ class HttpPieceRunner:
     """Pieces to ``endpoints[replica]`` (base URLs) on ``backend`` (``vllm`` or ``sglang``).
     ``model``: the served model name vLLM requests carry (None: ask the servers once);
     ``stream``: vLLM pieces are streamed (so that a move can interrupt one), every
-    ``stream_interval`` tokens (vLLM's per-request ``stream_interval``; None: every token)."""
+    ``stream_interval`` tokens (vLLM's per-request ``stream_interval``; None: every token);
+    ``detail``: reads what a caller needs off a piece's server answer into its
+    ``PieceOutput.detail`` (None: nothing kept)."""
 
     def __init__(
         self,
@@ -82,6 +84,7 @@ class HttpPieceRunner:
         health_timeout_s: float = 5.0,
         stream: bool = False,
         stream_interval: int | None = None,
+        detail: Callable[[Any], Any] | None = None,
     ) -> None:
         self.backend = Backend(backend)
         if self.backend is Backend.VLLM_CHAT:
@@ -108,6 +111,7 @@ class HttpPieceRunner:
         self.stream_interval = stream_interval
         self._live: dict[str, _Live] = {}
         self._aborts: set[asyncio.Task[None]] = set()
+        self._detail = detail
 
     @property
     def interrupts(self) -> bool:
@@ -155,7 +159,7 @@ class HttpPieceRunner:
                     return await self._streamed(url, body, live, where, piece)
                 raw = await self._t.post_json(url, body, self._timeout_s)
                 resp = parse_response(self.backend, raw, 1, where, allow_abort=True)[0]
-                return _output(resp, raw, self.backend)
+                return _output(resp, raw, self.backend, self._detail)
             except RequestError as exc:
                 got = live.streamed
                 if piece.sink is not None and got is not None and got.ids:
@@ -256,6 +260,8 @@ class HttpPieceRunner:
                              stream=stream, stream_interval=self.stream_interval)
         if self.backend is Backend.SGLANG:
             body["rid"] = piece.request_id
+        elif piece.priority is not None:
+            body["priority"] = piece.priority  # vLLM: --scheduling-policy priority
         return body
 
     async def _model(self) -> str:
@@ -272,7 +278,8 @@ class HttpPieceRunner:
         return self.model
 
 
-def _output(resp: Response, raw: Any, backend: Backend) -> PieceOutput:
+def _output(resp: Response, raw: Any, backend: Backend,
+            detail: Callable[[Any], Any] | None) -> PieceOutput:
     """A parsed response as a piece's output (a server-specific finish reason such as vLLM's
     "abort" or SGLang's is read as "abort")."""
     if resp.token_ids is None:
@@ -283,6 +290,7 @@ def _output(resp: Response, raw: Any, backend: Backend) -> PieceOutput:
         token_ids=tuple(resp.token_ids), finish_reason=reason, text=resp.text,
         logprobs=resp.logprobs, text_offsets=resp.text_offsets,
         num_cached_tokens=_cached_tokens(raw, backend),
+        detail=detail(raw) if detail is not None else None,
     )
 
 

@@ -38,7 +38,7 @@ class TokenDelta:
     logprobs: tuple[float, ...] | None = None  # of each token, when asked
     text_offsets: tuple[int, ...] | None = None  # start of each token's text in ``text``
     detail: Any = None  # what the runner adds about these tokens (the engine's chunk; the
-    # piece's ``PieceOutput`` when the piece came whole)
+    # piece's ``PieceOutput.detail`` when the piece came whole)
 
 
 TokenSink = Callable[[TokenDelta], None]
@@ -55,6 +55,10 @@ class PieceRequest:
     prompt_json: str | None = None  # ``prompt_ids`` as JSON when already encoded (spliced)
     sink: TokenSink | None = field(default=None, compare=False, repr=False)  # told of the
     # piece's tokens as they come, where the runner streams (``PieceStreamer``); else unused
+    engine_args: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+    # the turn's caller's keywords for the engine, passed with each piece (verl's ``generate``)
+    priority: int | None = None  # vLLM's request priority (lower first; the server needs
+    # ``--scheduling-policy priority``); None: not sent
 
     def __post_init__(self) -> None:
         if not self.prompt_ids:
@@ -80,6 +84,9 @@ class PieceOutput:
     text_offsets: tuple[int, ...] | None = None  # start of each token's text in ``text``
     num_cached_tokens: int | None = None  # prompt tokens the server found cached (None: not
     # reported)
+    detail: Any = field(default=None, compare=False, repr=False)  # what the engine said
+    # beyond the tokens, for a front door's answer: the HTTP runner's server answer (JSON),
+    # verl's ``TokenOutput``; rides the chain to ``TurnResult.chain``
 
     def __post_init__(self) -> None:
         if self.finish_reason not in FINISH_REASONS:

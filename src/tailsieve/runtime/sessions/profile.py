@@ -7,7 +7,9 @@ replica, when it was sent and when it came back on the gateway's clock, its prom
 the tokens it generated (an interrupted piece's are exact too; a failed one is recorded as
 failed). ``refit()``, called between steps (``SessionGateway.begin_step``), refits on what
 arrived and returns the model to price with: the fit once it is trusted (``ready``), else the
-fallback profile (``auto:NAME``, or ``GatewayConfig.fallback_profile`` for a bare ``auto``).
+fallback profile (``auto:NAME``, or ``GatewayConfig.fallback_profile`` for a bare ``auto``),
+and beside it each replica's own speed factor (``speeds``: ``model.replica_speeds``, the shared
+curve its prior until it has pieces of its own), so that a straggler is priced as one.
 Runners of any kind feed it alike (HTTP, verl's Ray handles, stubs): no transport is wrapped.
 """
 
@@ -30,6 +32,7 @@ class GatewayProfile:
         self.fallback_name = name if name is not None else fallback
         self.model: ThroughputModel = load_profile(self.fallback_name)
         self.online = OnlineProfile(self.model, settings) if auto else None
+        self.speeds: dict[int, float] = {}  # replica -> speed factor (none: 1)
 
     @property
     def fitted(self) -> bool:
@@ -62,11 +65,16 @@ class GatewayProfile:
 
     def refit(self) -> ThroughputModel | None:
         """Refit on the pieces timed since the last call; the model to price with when it
-        changed (else None)."""
+        or a replica's speed factor changed (else None)."""
         if self.online is None:
             return None
         model = self.online.current()
-        if model is self.model:
+        speeds = {int(r): f for r, f in self.online.speeds().items()}
+        if model is self.model and speeds == self.speeds:
             return None
-        self.model = model
+        self.model, self.speeds = model, speeds
         return model
+
+    def speed_factors(self, num_replicas: int) -> tuple[float, ...]:
+        """Every replica's speed factor (1 where none is fitted)."""
+        return tuple(self.speeds.get(r, 1.0) for r in range(num_replicas))

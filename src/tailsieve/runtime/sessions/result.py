@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tailsieve.runtime.chain import Piece
+
 
 @dataclass(frozen=True, slots=True)
 class PieceSpan:
@@ -20,7 +22,8 @@ class PieceSpan:
 class TurnResult:
     """One turn as if generated in one request: the chain of its pieces joined (token ids,
     text and logprobs concatenated, the last piece's finish reason; cut at a stop string that
-    spans a seam)."""
+    spans a seam). ``chain``: the pieces joined, each with its engine's ``detail``: what a
+    front door's answer reads beyond the join (a view over the chain, never a second join)."""
 
     token_ids: tuple[int, ...]
     text: str | None  # None: the runner returned no text
@@ -32,6 +35,7 @@ class TurnResult:
     reason: str  # the placement's reason: "first" | "stay" | "move" | "home-down" | ...
     prefill_tokens: int  # context tokens the router expected to prefill at the placement
     num_relocations: int = 0  # pieces continued elsewhere after a replica fault
+    chain: tuple[Piece, ...] = field(default=(), repr=False)
 
     @property
     def num_cached_tokens(self) -> int | None:

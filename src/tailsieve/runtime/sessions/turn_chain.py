@@ -10,8 +10,9 @@ runner streams, else at the piece's end; a piece cut short keeps what it streame
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from tailsieve.runtime.backends import PromptInput, SamplingParams, with_encoded_ids
 from tailsieve.runtime.chain import Piece, ResponseChain
@@ -51,6 +52,7 @@ class RunningTurn:
     sink: TurnSink | None = None  # told of every token as it comes (a streamed answer)
     streaming: list[TokenDelta] | None = None  # what the running piece streamed to ``sink``
     streamed_tokens: int = 0  # tokens in ``streaming``
+    engine_args: Mapping[str, Any] | None = None  # passed with every piece (``PieceRequest``)
 
     @classmethod
     def start(cls, session_id: Hashable, turn_id: str, prompt_ids: tuple[int, ...],
@@ -109,6 +111,7 @@ class RunningTurn:
             request_id=self._next_id(),
             prompt_json=getattr(ids, "json", None),
             sink=self._streamed if self.streaming is not None else None,
+            engine_args=self.engine_args,
         )
 
     def _streamed(self, d: TokenDelta) -> None:
@@ -140,7 +143,7 @@ class RunningTurn:
         self.has_text = self.has_text and out.text is not None
         start = self.chain.num_generated
         self.chain.add(Piece(out.token_ids, out.text or "", reason, out.logprobs,
-                             out.text_offsets, replica), piece.max_tokens)
+                             out.text_offsets, replica, detail=out.detail), piece.max_tokens)
         self.spans.append(PieceSpan(replica, start, start + len(out.token_ids),
                                     out.num_cached_tokens))
         self.empty_aborts = (self.empty_aborts + 1 if reason == "moved" and not out.token_ids
@@ -164,7 +167,7 @@ class RunningTurn:
             out.token_ids[k:], text,
             out.logprobs[k:] if out.logprobs is not None else None,
             tuple(o - offs[k] for o in offs[k:]) if offs is not None else None,
-            out if not k else None))
+            out.detail if not k else None))
 
     def restart(self) -> None:
         """Forget every piece (a turn that cannot be continued starts again from its prompt)."""
@@ -189,4 +192,5 @@ class RunningTurn:
             reason=reason,
             prefill_tokens=prefill_tokens,
             num_relocations=self.num_relocations,
+            chain=tuple(self.chain.pieces),
         )

@@ -14,6 +14,7 @@ Beside the policies, ``ceiling`` pairs verl's default with the step's lower boun
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,8 +32,8 @@ from tailsieve.sim.speedup_stats import t_interval
 from tailsieve.workload.agentic_presets import agentic_preset
 from tailsieve.workload.turns import Trajectory
 
-__all__ = ["AgenticSetup", "CeilingResult", "PolicyResult", "ceiling", "compare_policies",
-           "replica_configs", "setup_steps"]
+__all__ = ["AgenticSetup", "CeilingResult", "PolicyResult", "ceiling", "check_slowdowns",
+           "compare_policies", "replica_configs", "setup_steps"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,10 +49,13 @@ class AgenticSetup:
     measured_steps: int = 2
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     options: RunOptions = field(default_factory=RunOptions)
+    slowdowns: tuple[float, ...] = ()  # replica r runs slowdowns[r] times slower (a
+    # straggler; replicas beyond the tuple at 1)
 
     def __post_init__(self) -> None:
         if self.replicas < 1 or self.num_groups < 1 or self.group_size < 1:
             raise ConfigError("replicas, num_groups and group_size must be >= 1")
+        check_slowdowns(self.slowdowns, self.replicas)
         if self.warmup_steps < 0 or self.measured_steps < 1 or not self.seeds:
             raise ConfigError("need warmup_steps >= 0, measured_steps >= 1 and a seed")
 
@@ -102,11 +106,22 @@ class CeilingResult:
         }
 
 
-def replica_configs(profile: str, replicas: int) -> list[ReplicaConfig]:
-    """``replicas`` identical replicas of ``profile`` whose first prefills cost the profile's
-    grounded prefill model."""
+def replica_configs(profile: str, replicas: int,
+                    slowdowns: Sequence[float] = ()) -> list[ReplicaConfig]:
+    """``replicas`` replicas of ``profile`` whose first prefills cost the profile's grounded
+    prefill model; replica ``r`` ``slowdowns[r]`` times slower at everything
+    (``ReplicaConfig.scaled``, as the emulator's ``--slowdown``), those beyond at 1."""
+    check_slowdowns(slowdowns, replicas)
     cfg = ReplicaConfig.from_profile(load_profile(profile), prefill_s_per_token="profile")
-    return [cfg] * replicas
+    return [cfg.scaled(slowdowns[r]) if r < len(slowdowns) else cfg for r in range(replicas)]
+
+
+def check_slowdowns(slowdowns: Sequence[float], replicas: int) -> None:
+    """A clear error for slowdowns that are not finite and > 0, or more than replicas."""
+    if len(slowdowns) > replicas:
+        raise ConfigError(f"{len(slowdowns)} slowdowns for {replicas} replicas")
+    if not all(math.isfinite(f) and f > 0 for f in slowdowns):
+        raise ConfigError(f"slowdowns must be finite numbers > 0, got {list(slowdowns)}")
 
 
 def setup_steps(setup: AgenticSetup, seed: int) -> list[list[Trajectory]]:
@@ -122,7 +137,7 @@ def compare_policies(setup: AgenticSetup, policies: Sequence[str]) -> dict[str, 
     paired per seed and step."""
     names = [BASELINE, *[p for p in policies if p != BASELINE]]
     specs = [policy_spec(p) for p in names]
-    configs = replica_configs(setup.profile, setup.replicas)
+    configs = replica_configs(setup.profile, setup.replicas, setup.slowdowns)
     out = {p: PolicyResult(p, [], [], []) for p in names}
     for seed in setup.seeds:
         steps = setup_steps(setup, seed)

@@ -28,7 +28,7 @@ class MovePlanner:
         self.reps = reps
         self.group_of = group_of
         self._taus: list[Callable[[int], float]] = [
-            cfg.throughput.taus(4096).tolist().__getitem__ for cfg in reps.configs]
+            cfg.throughput.taus(4096).tolist().__getitem__ for cfg in reps.priced]
         self._ctx: dict[Hashable, int] = {}
 
     def loads(self, now_s: float,

@@ -6,9 +6,11 @@ running turn and resumes each on the least loaded replica once a replica runs dr
 (``session.rebalance``); llm-d's burst mode co-locates each group on one replica, the groups
 balanced by tokens (``session.colocate``). TailSieve places turns with ``place_turn``, moves
 running turns by continuation between them (it holds the generation) and runs both behind
-the balance gate. The length-informed policy places turns by the same decision told every
-remaining length and moves running turns as TailSieve does: it measures what knowing lengths
-adds, and is not a bound (``sim.agentic.bound`` is).
+the balance gate; it admits sessions by KV room (``session.admission.KvAdmission``: a new session
+waits at the router while no replica's resident sessions leave room for it, which does
+nothing where the contexts fit). The length-informed policy places turns by the same decision
+told every remaining length and moves running turns as TailSieve does: it measures what knowing
+lengths adds, and is not a bound (``sim.agentic.bound`` is).
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ class PolicySpec:
     gate: bool = False  # the balance gate switches its moves on and off per step
     boundary_moves: bool = True  # (TailSieve) turns may leave their home at a boundary
     kw: tuple[tuple[str, object], ...] = ()  # router options (make_router keywords)
+    remaining: bool = False  # (TailSieve) prices moves over the estimated remaining output
+    priority: str = "off"  # engine priority: "off", "remaining" (estimated), "oracle"
+    kv_share: float | None = None  # admit sessions by KV room (``session.admission.KvAdmission``):
+    # the share of a replica's KV budget its resident sessions may reserve; None: off
 
 
 POLICIES: dict[str, PolicySpec] = {p.name: p for p in (
@@ -42,11 +48,24 @@ POLICIES: dict[str, PolicySpec] = {p.name: p for p in (
     PolicySpec("turn-round-robin", SessionPolicy.ROUND_ROBIN),
     PolicySpec("verl-rebalance", SessionPolicy.REBALANCE),
     PolicySpec("group-colocate", SessionPolicy.COLOCATE),
-    PolicySpec("tailsieve", SessionPolicy.TAILSIEVE, midturn=True, gate=True),
-    PolicySpec("tailsieve-boundary", SessionPolicy.TAILSIEVE, gate=True),
+    PolicySpec("tailsieve", SessionPolicy.TAILSIEVE, midturn=True, gate=True, kv_share=1.0),
+    PolicySpec("tailsieve-boundary", SessionPolicy.TAILSIEVE, gate=True, kv_share=1.0),
     PolicySpec("tailsieve-midturn", SessionPolicy.TAILSIEVE, midturn=True, gate=True,
-               boundary_moves=False),
-    PolicySpec("length-informed", SessionPolicy.LENGTH_INFORMED, midturn=True),
+               boundary_moves=False, kv_share=1.0),
+    PolicySpec("length-informed", SessionPolicy.LENGTH_INFORMED, midturn=True, kv_share=1.0),
+    # the levers of issue 39 (evidence the count rules cannot use), alone and together:
+    # TailSieve before them (every turn sent at once), each lever alone on it, all together
+    PolicySpec("tailsieve-nokv", SessionPolicy.TAILSIEVE, midturn=True, gate=True),
+    PolicySpec("tailsieve-remaining", SessionPolicy.TAILSIEVE, midturn=True, gate=True,
+               remaining=True),
+    PolicySpec("tailsieve-priority", SessionPolicy.TAILSIEVE, midturn=True, gate=True,
+               priority="remaining"),
+    PolicySpec("tailsieve-levers", SessionPolicy.TAILSIEVE, midturn=True, gate=True,
+               remaining=True, priority="remaining", kv_share=1.0),
+    PolicySpec("affinity-margin-priority", SessionPolicy.MARGIN, priority="remaining"),
+    PolicySpec("length-informed-nokv", SessionPolicy.LENGTH_INFORMED, midturn=True),
+    PolicySpec("length-informed-priority", SessionPolicy.LENGTH_INFORMED, midturn=True,
+               priority="oracle"),
 )}
 BASELINE = "verl-sticky"
 DEFAULT_POLICIES: tuple[str, ...] = (

@@ -4,7 +4,11 @@ One ``ReplicaEngine`` per replica runs the turns (prefill stalls, KV capacity, p
 ``PrefixCacheModel`` holds what each replica's cache keeps (its capacity is the KV budget
 less what the running requests hold, updated at every event); and per replica the sessions
 now in a tool call whose last turn ran there. ``views`` turns that into the ``ReplicaView``
-list a router reads; a replica's view is rebuilt only when something happened there.
+list a router reads; a replica's view is rebuilt only when something happened there. The
+engines run at each replica's own speed (``configs``: a straggler's are slower); the views
+carry the cost models routers price with (``priced_as``: by default the same, as a router
+whose ``auto`` profile has fitted each replica's speed; the unslowed configs model one curve
+for every replica).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Hashable, Sequence
 
+from tailsieve.errors import ConfigError
 from tailsieve.model.replica_config import ReplicaConfig
 from tailsieve.model.replica_engine import Completion, ReplicaEngine
 from tailsieve.session.cache_model import PrefixCacheModel
@@ -23,9 +28,17 @@ __all__ = ["Replicas"]
 class Replicas:
     """Engines, caches and tool waits of one step's replicas."""
 
-    def __init__(self, configs: Sequence[ReplicaConfig]) -> None:
+    def __init__(self, configs: Sequence[ReplicaConfig], priority: bool = False,
+                 priced_as: Sequence[ReplicaConfig] | None = None) -> None:
+        """``priority``: the engines schedule by request priority (vLLM's
+        ``--scheduling-policy priority``), else FCFS; ``priced_as``: the replicas as routers
+        see them (default ``configs``)."""
+        if priced_as is not None and len(priced_as) != len(configs):
+            raise ConfigError(f"priced_as has {len(priced_as)} replicas, the step "
+                              f"{len(configs)}")
         self.configs = list(configs)
-        self.engines = [ReplicaEngine(c) for c in configs]
+        self.priced = list(priced_as) if priced_as is not None else self.configs  # in views
+        self.engines = [ReplicaEngine(c, priority) for c in configs]
         self.cache = PrefixCacheModel([c.kv_capacity_tokens for c in configs])
         self.num_tool = [0] * len(configs)
         self.tool_context = [0.0] * len(configs)
@@ -65,15 +78,16 @@ class Replicas:
         return comps
 
     def submit(self, r: int, rid: Hashable, num_tokens: int, prompt_tokens: int,
-               cached_tokens: int, continuation: bool, now_s: float) -> None:
-        """Start a turn (or a continuation) on ``r`` at ``now_s`` (``r`` is at ``now_s``)."""
+               cached_tokens: int, continuation: bool, now_s: float, priority: int = 0) -> None:
+        """Start a turn (or a continuation) on ``r`` at ``now_s`` (``r`` is at ``now_s``);
+        ``priority``: lower runs earlier (read under the priority policy only)."""
         cfg = self.configs[r]
         uncached = prompt_tokens - cached_tokens
         stall = (cfg.recompute_cost_s(uncached, cached_tokens) if continuation
                  else cfg.prefill_cost_s(uncached, cached_tokens))
         self.prefill_until_s[r] = max(self.prefill_until_s[r], now_s) + stall
         self.engines[r].submit(rid, num_tokens, prompt_tokens, cached_tokens=cached_tokens,
-                               continuation=continuation)
+                               continuation=continuation, priority=priority)
         self.fit_cache(r)
         self.touched(r)
 
@@ -109,7 +123,7 @@ class Replicas:
         lag_s = self.prefill_until_s[r] - now_s
         backlog = lag_s / cfg.prefill_s_per_token if lag_s > 0 and cfg.prefill_s_per_token > 0 \
             else 0.0
-        return ReplicaView(r, cfg, e.num_running, max(e.kv_tokens(), 0.0), e.num_waiting,
+        return ReplicaView(r, self.priced[r], e.num_running, max(e.kv_tokens(), 0.0), e.num_waiting,
                            self.num_tool[r], max(self.tool_context[r], 0.0), backlog)
 
     def preemptions(self) -> tuple[int, int]:

@@ -7,12 +7,22 @@ from collections.abc import Mapping
 from typing import Any
 
 from tailsieve.sim.agentic.policies import BASELINE
+from tailsieve.sim.speedup_stats import t_interval
 
-__all__ = ["ROUTING_BOUND_GAIN", "best_other", "format_speedup", "gap_share", "policy_table"]
+__all__ = ["ROUTING_BOUND_GAIN", "best_other", "format_speedup", "gap_share",
+           "over_best_other", "policy_table"]
 
 OWN = ("tailsieve", "tailsieve-boundary", "tailsieve-midturn", "length-informed")
+LEVERS = ("affinity-margin-priority",)  # a user's router with TailSieve's priority lever
 ROUTING_BOUND_GAIN = 0.05  # a bound that gains at most this over verl's default leaves
 # nothing worth routing for: the workload is not routing-bound
+
+
+def _own(policy: str) -> bool:
+    """TailSieve, its ablations and lever variants, the length-informed placements: not a
+    router users run."""
+    return (policy in OWN or policy in LEVERS
+            or policy.startswith(("tailsieve-", "length-informed-", "oracle")))
 
 
 def format_speedup(row: Mapping[str, Any]) -> str:
@@ -25,7 +35,7 @@ def format_speedup(row: Mapping[str, Any]) -> str:
 
 def best_other(rows: Mapping[str, Mapping[str, Any]]) -> str | None:
     """The fastest router users run today, verl's default excluded (None: none ran)."""
-    others = [p for p in rows if p not in OWN and p != BASELINE]
+    others = [p for p in rows if not _own(p) and p != BASELINE]
     return max(others, key=lambda p: rows[p]["speedup"]) if others else None
 
 
@@ -37,6 +47,21 @@ def gap_share(speedup: float | None, bound: float | None) -> float | None:
     if speedup is None or bound is None or bound - 1.0 <= 0.005:
         return None
     return (1.0 - 1.0 / speedup) / (1.0 - 1.0 / bound)
+
+
+def over_best_other(rows: Mapping[str, Mapping[str, Any]],
+                    policy: str = "tailsieve") -> dict[str, Any] | None:
+    """``policy`` over the cell's best other router, paired per seed (the ratio of their
+    per-seed speedups over verl's default, i.e. ``T_best / T_policy`` with one measured
+    step), with a 95% Student-t interval; None where either is missing."""
+    best = best_other(rows)
+    if best is None or policy not in rows:
+        return None
+    ratios = [a / b for a, b in zip(rows[policy]["per_seed"], rows[best]["per_seed"],
+                                    strict=True)]
+    mean, lo, hi = t_interval(ratios)
+    return {"policy": policy, "best_other": best, "speedup": mean, "ci_low": lo,
+            "ci_high": hi, "per_seed": ratios}
 
 
 def policy_table(rows: Mapping[str, Mapping[str, Any]],

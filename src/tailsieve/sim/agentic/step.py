@@ -30,14 +30,18 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import deque
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
 from tailsieve.core.balancer import BalanceSettings
 from tailsieve.errors import ConfigError
 from tailsieve.model.replica_config import ReplicaConfig
+from tailsieve.session.admission import AdmissionSettings, KvAdmission
 from tailsieve.session.midturn import AGENTIC_BALANCE, move_horizon_s, session_horizon_s
 from tailsieve.session.rebalance import VerlRebalance
+from tailsieve.session.remaining import RemainingWork
+from tailsieve.session.replica_view import ReplicaView
 from tailsieve.session.router_base import SessionRouter
 from tailsieve.session.turn import TurnRequest
 from tailsieve.sim.agentic.midturn import MovePlanner
@@ -45,7 +49,10 @@ from tailsieve.sim.agentic.replicas import Replicas
 from tailsieve.sim.agentic.stats import StepStats
 from tailsieve.workload.turns import Trajectory
 
-__all__ = ["AGENTIC_BALANCE", "StepOptions", "TurnStepSim", "simulate_step"]
+__all__ = ["AGENTIC_BALANCE", "PRIORITY_SOURCES", "StepOptions", "TurnStepSim",
+           "simulate_step"]
+
+PRIORITY_SOURCES = ("off", "remaining", "oracle")
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,23 +66,47 @@ class StepOptions:
     # streamed pieces, SGLang's abort); k: with mid-turn moves a turn runs as pieces of k
     # tokens and a move takes effect at the running piece's end (live: unstreamed vLLM
     # pieces), the turn held from the next move until a piece ended on its destination
+    priced_as: tuple[ReplicaConfig, ...] | None = None  # the cost model routers price
+    # each replica with (None: its own, speed included; ``Replicas``)
+
+    admission: AdmissionSettings | None = None  # admit sessions by KV room
+    # (``session.admission.KvAdmission``): a new session waits at the router until a replica's
+    # resident sessions leave it room; None: every turn is sent at once
+    priority: str = "off"  # engine priority (vLLM's --scheduling-policy priority): "off"
+    # (FCFS), "remaining" (each turn's priority is minus its session's estimated remaining
+    # output, ``session.remaining.RemainingWork``: likely-critical work first), "oracle" (minus the true
+    # remaining output: simulator only, the lever's reference)
 
     def __post_init__(self) -> None:
         if self.piece_tokens is not None and self.piece_tokens < 1:
             raise ConfigError(f"piece_tokens must be >= 1, got {self.piece_tokens}")
+        if self.priority not in PRIORITY_SOURCES:
+            raise ConfigError(f"priority must be one of {', '.join(PRIORITY_SOURCES)}, got "
+                              f"{self.priority!r}")
 
 
 class TurnStepSim:
     """The state of one step while it runs (see the module docstring)."""
 
     def __init__(self, trajectories: Sequence[Trajectory], configs: Sequence[ReplicaConfig],
-                 router: SessionRouter, options: StepOptions) -> None:
+                 router: SessionRouter, options: StepOptions,
+                 remaining: RemainingWork | None = None) -> None:
+        """``remaining``: the step's estimate of every session's remaining output, fed here
+        with the step's events (the router may read it); one is made when the options'
+        priority needs it."""
         if not trajectories:
             raise ConfigError("a step needs at least one trajectory")
         self.trajs = list(trajectories)
         self.router = router
         self.options = options
-        self.reps = Replicas(configs)
+        self.remaining = remaining if remaining is not None or options.priority != "remaining" \
+            else RemainingWork()
+        self._left = (_true_left(self.trajs) if options.priority == "oracle" else None)
+        self.reps = Replicas(configs, priority=options.priority != "off",
+                             priced_as=options.priced_as)
+        self.admission = (KvAdmission([c.kv_capacity_tokens for c in configs], options.admission)
+                          if options.admission is not None else None)
+        self.queue: deque[int] = deque()  # sessions waiting for admission (first turns)
         n = len(self.trajs)
         self.turn = [0] * n  # index of the current turn
         self.context = [t.prompt_tokens for t in self.trajs]  # prompt of the current turn
@@ -201,7 +232,21 @@ class TurnStepSim:
     def arrive(self, i: int, t: float) -> None:
         """Turn ``turn[i]`` of trajectory ``i`` arrives at ``t``: place it and start it."""
         turn = self.request(i)
-        decision = self.router.choose(turn, self.reps.views(t), t)
+        if self.remaining is not None and turn.turn_index == 0:
+            self.remaining.start(i, turn.group_id)
+        views: Sequence[ReplicaView] = self.reps.views(t)
+        adm = self.admission
+        if adm is not None:
+            home = adm.resident(i)
+            room = adm.with_room(turn.context_tokens)
+            if home is None and not room:
+                self.queue.append(i)
+                return
+            if len(room) < len(views):
+                views = [v for v in views if v.replica in room or v.replica == home]
+        decision = self.router.choose(turn, views, t)
+        if adm is not None and adm.resident(i) != decision.replica:
+            adm.admit(i, decision.replica, turn.context_tokens)
         home = self.home[i]
         if home is not None:
             self.reps.leave_tool(home, turn.context_tokens - turn.new_tokens)
@@ -220,13 +265,16 @@ class TurnStepSim:
         self.where[i], self.piece[i], self.done_tokens[i] = r, 0, 0
         self.hold.pop(i, None)
         out = self.piece_cap(self.trajs[i].turns[self.turn[i]].output_tokens)
-        self.reps.submit(r, (i, 0), out, turn.context_tokens, cached, False, t)
+        self.reps.submit(r, (i, 0), out, turn.context_tokens, cached, False, t,
+                         self.priority(i))
 
     def end_turn(self, i: int, r: int, t: float) -> None:
         tr, k = self.trajs[i], self.turn[i]
         u = tr.turns[k]
         self._out_sum += u.output_tokens
         self._out_n += 1
+        if self.remaining is not None:
+            self.remaining.turn_ended(i, u.output_tokens)
         end_ctx = self.context[i] + u.output_tokens
         self.reps.cache.insert(r, i, tr.prompt_id, min(tr.prompt_tokens, end_ctx), end_ctx)
         self.reps.fit_cache(r)
@@ -236,12 +284,26 @@ class TurnStepSim:
             self.left -= 1
             self.stats.step_s = max(self.stats.step_s, t)
             self.router.forget(self.session(i))
+            if self.remaining is not None:
+                self.remaining.session_ended(i)
+            if self.admission is not None:
+                self.admission.release(i)
+                self.admit_waiting(t)
             return
         self.home[i] = r
         self.reps.enter_tool(r, end_ctx)
         self.context[i] = end_ctx + u.tool_output_tokens
+        if self.admission is not None:
+            self.admission.grow(i, self.context[i])
         self.turn[i] = k + 1
         heapq.heappush(self.events, (t + u.tool_s, 0, i, -1))
+
+    def admit_waiting(self, t: float) -> None:
+        """Send the sessions waiting for admission (in arrival order) while a replica has
+        room for the first of them."""
+        assert self.admission is not None
+        while self.queue and self.admission.with_room(self.context[self.queue[0]]):
+            self.arrive(self.queue.popleft(), t)
 
     def piece_end(self, i: int, r: int, t: float, num_tokens: int) -> None:
         """A piece of turn ``turn[i]`` ended on ``r`` with tokens left: its next piece starts
@@ -275,12 +337,24 @@ class TurnStepSim:
         tr = self.trajs[i]
         held = self.context[i] + self.done_tokens[i]
         out = self.piece_cap(tr.turns[self.turn[i]].output_tokens - self.done_tokens[i])
+        if self.admission is not None and self.admission.resident(i) != r:
+            self.admission.admit(i, r, held)  # a mid-turn move takes its reservation along
         self.sync(r, t)
         cached = self.reps.cache.cached(r, i, tr.prompt_id, held)
         self.reps.cache.release(r, i)
         self.where[i] = r
         self.stats.midturn_prefill_tokens += held - cached
-        self.reps.submit(r, (i, self.piece[i]), out, held, cached, True, t)
+        self.reps.submit(r, (i, self.piece[i]), out, held, cached, True, t, self.priority(i))
+
+    def priority(self, i: int) -> int:
+        """The engine priority of session ``i``'s next piece (lower runs earlier): minus its
+        remaining output, estimated or (oracle) true; 0 with priority off."""
+        done = self.done_tokens[i]
+        if self._left is not None:
+            return -int(self._left[i][self.turn[i]] - done)
+        if self.options.priority == "remaining" and self.remaining is not None:
+            return -round(self.remaining.tokens_left(i, done))
+        return 0
 
     def session_horizon_s(self, now_s: float) -> float:
         """How long a move made now is expected to keep paying
@@ -295,6 +369,18 @@ class TurnStepSim:
     def expected_turn_tokens(self) -> float | None:
         """Mean output of the turns ended so far in this step (None before any)."""
         return self._out_sum / self._out_n if self._out_n else None
+
+
+def _true_left(trajs: Sequence[Trajectory]) -> list[list[int]]:
+    """Per trajectory, the tokens it generates from each turn on (the oracle's priority)."""
+    out = []
+    for t in trajs:
+        acc, left = 0, []
+        for u in reversed(t.turns):
+            acc += u.output_tokens
+            left.append(acc)
+        out.append(left[::-1])
+    return out
 
 
 def _ids(rid: Hashable) -> tuple[int, int]:

@@ -1,0 +1,107 @@
+"""Admission of sessions by KV room (``session.admission``)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tailsieve.errors import ConfigError
+from tailsieve.model.profiles import builtin_profile
+from tailsieve.model.replica_config import ReplicaConfig
+from tailsieve.session.admission import AdmissionSettings, KvAdmission, StepShape, kv_bound
+
+PROFILE_4B, PROFILE_30B = "qwen3-4b-h100", "qwen3-30b-a3b-h100-tp2"
+
+
+def test_a_new_session_fits_only_where_reservations_leave_room() -> None:
+    adm = KvAdmission([100, 100], AdmissionSettings(1.0, expected_context_tokens=40))
+    assert adm.with_room(10) == [0, 1]
+    adm.admit("a", 0, 10)  # reserves the expected 40, not its 10
+    adm.admit("b", 0, 10)
+    assert adm.reserved[0] == 80
+    assert not adm.fits(0, 10) and adm.fits(1, 10)
+    adm.admit("c", 1, 70)  # a larger context reserves itself
+    adm.admit("d", 1, 20)
+    assert adm.with_room(5) == []
+    adm.release("a")
+    assert adm.with_room(5) == [0]
+
+
+def test_an_empty_replica_always_takes_one_and_growth_and_moves_are_kept() -> None:
+    adm = KvAdmission([50, 50])
+    adm.admit("big", 0, 500)  # bigger than the budget: alone on an empty replica
+    assert not adm.fits(0, 1) and adm.fits(1, 1)
+    adm.admit("s", 1, 10)
+    adm.grow("s", 30)
+    assert adm.reserved[1] == 30
+    adm.grow("s", 20)  # a reservation never shrinks while the session lives
+    assert adm.reserved[1] == 30
+    adm.admit("s", 0, 30)  # a move takes the reservation along
+    assert adm.resident("s") == 0 and adm.reserved == [530, 0]
+    adm.release("nobody")
+    adm.release("s")
+    assert adm.reserved == [500, 0]
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 3), st.integers(1, 200)),
+                max_size=40))
+def test_reservations_are_what_the_residents_hold(ops: list[tuple[int, int, int]]) -> None:
+    adm = KvAdmission([300, 300, None], AdmissionSettings(1.0, 50))
+    held: dict[int, tuple[int, float]] = {}
+    for op, session, ctx in ops:
+        if op == 0:
+            r = session % 3
+            adm.admit(session, r, ctx)
+            held[session] = (r, max(ctx, 50))
+        elif op == 1:
+            adm.grow(session, ctx)
+            if session in held:
+                r, old = held[session]
+                held[session] = (r, max(old, ctx, 50))
+        else:
+            adm.release(session)
+            held.pop(session, None)
+    for r in range(3):
+        want = sum(n for rr, n in held.values() if rr == r)
+        assert adm.reserved[r] == pytest.approx(want)
+    assert adm.fits(2, 10**9)  # no budget: always room
+
+
+def _configs(profile: str, n: int) -> list[ReplicaConfig]:
+    return [ReplicaConfig.from_profile(builtin_profile(profile),
+                                       prefill_s_per_token="profile")] * n
+
+
+SWE = StepShape(512, 24_000, 35_700, 450)  # the swe-agent preset's shape
+MATH = StepShape(512, 3_500, 7_600, 2_400)
+
+
+def test_admission_pays_where_re_prefills_clearly_outweigh_the_lost_batch() -> None:
+    # Qwen3-4B / H100: the context term rules a decode step, a 24K re-prefill costs 0.55 s
+    assert kv_bound(SWE, _configs(PROFILE_4B, 8))
+    assert kv_bound(SWE, _configs(PROFILE_4B, 16))
+    assert not kv_bound(SWE, _configs(PROFILE_4B, 32))  # the sessions fit: rho < 1
+    assert not kv_bound(MATH, _configs(PROFILE_4B, 8))
+    # 30B-A3B: tau(b) falls steeply per token with the batch, re-prefills are cheaper
+    assert not kv_bound(SWE, _configs(PROFILE_30B, 8))
+    assert kv_bound(StepShape(512, 44_800, 74_000, 600), _configs(PROFILE_30B, 8))
+    # a lower margin takes the 30B SWE case too; no budget, no shape: never
+    assert kv_bound(SWE, _configs(PROFILE_30B, 8), margin=1.0)
+    assert not kv_bound(StepShape(512, 0.0, 0.0, 0.0), _configs(PROFILE_4B, 8))
+    free = ReplicaConfig.from_profile(builtin_profile(PROFILE_4B))
+    assert not kv_bound(SWE, [replace(free, kv_capacity_tokens=None)] * 8)
+
+
+def test_bad_settings_are_refused() -> None:
+    with pytest.raises(ConfigError, match="kv_share"):
+        AdmissionSettings(0.0)
+    with pytest.raises(ConfigError, match="expected_context_tokens"):
+        AdmissionSettings(1.0, -1.0)
+    with pytest.raises(ConfigError, match="at least one replica"):
+        KvAdmission([])
+    with pytest.raises(ConfigError, match="no replica"):
+        KvAdmission([10]).admit("s", 3, 1)
