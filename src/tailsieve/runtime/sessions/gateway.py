@@ -328,7 +328,7 @@ class SessionGateway:
         if not moves or streamed or (self.interrupter is not None
                                      and self.config.piece_tokens is None):
             return None
-        return self.config.move_piece_tokens
+        return self.config.move.piece_cap
 
     # -- running a turn ------------------------------------------------------------------------
 
