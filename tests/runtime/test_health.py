@@ -70,3 +70,27 @@ async def test_no_replica_in_service_is_an_error_after_the_limit() -> None:
     with pytest.raises(ReplicaError, match="no healthy replica"):
         await h.wait_any(0.01)
     await h.aclose()
+
+
+def test_probes_restart_on_a_new_event_loop() -> None:
+    """A replica out when one ``asyncio.run`` ended (its probe cancelled with the loop) is
+    probed again under the next one."""
+    answers = {0: "down"}
+    h, _ = fleet(answers)
+
+    async def first() -> None:
+        h.down(0, "boom")
+        await asyncio.sleep(0.01)  # its probe task runs on this loop, which then closes
+
+    async def second() -> None:
+        answers.clear()
+        h.watch(0)
+        for _ in range(200):
+            if h.healthy[0]:
+                break
+            await asyncio.sleep(0.002)
+        await h.aclose()
+
+    asyncio.run(first())
+    asyncio.run(second())
+    assert h.healthy[0] and h.num_readmitted == 1
