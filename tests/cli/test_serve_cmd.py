@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 from openai import OpenAI
 
+from tailsieve.cli import serve_cmd
 from tailsieve.cli.main import main
 from tailsieve.runtime.emulator import EmulatorFleet
+from tailsieve.runtime.proxy import ProxyConfig
 
 
 @pytest.mark.parametrize(("argv", "says"), [
@@ -25,6 +27,8 @@ from tailsieve.runtime.emulator import EmulatorFleet
     (["serve", "--endpoints", "http://127.0.0.1:9", "--policy", "oracle"], "simulator only"),
     (["serve", "--endpoints", "http://127.0.0.1:9", "--profile", "nope"], "nope"),
     (["serve", "--endpoints", "http://127.0.0.1:9", "--piece-tokens", "0"], "piece_tokens"),
+    (["serve", "--endpoints", "http://127.0.0.1:9", "--stall-floor", "0"], "stall floor_s"),
+    (["serve", "--endpoints", "http://127.0.0.1:9", "--stall-factor", "nan"], "stall factor"),
     (["serve", "--num-workers", "0"], "num_workers"),
     (["serve", "--endpoints", "http://127.0.0.1:9", "--port", "70000"], "--port"),
     (["serve", "--endpoints", "http://127.0.0.1:9", "--admin-port", "-1"], "--admin-port"),
@@ -39,6 +43,21 @@ def test_bad_options_exit_2_with_one_line(argv: list[str], says: str,
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:") and says in err[0]
+
+
+def test_stall_flags_reach_the_gateway(monkeypatch: pytest.MonkeyPatch) -> None:
+    got: list[ProxyConfig] = []
+
+    async def serve(config: ProxyConfig, *args: object, **kw: object) -> None:
+        got.append(config)
+
+    monkeypatch.setattr(serve_cmd, "serve_proxy", serve)
+    argv = ["serve", "--endpoints", "http://127.0.0.1:9", "--stall-floor", "5",
+            "--stall-factor", "3"]
+    assert main(argv) == 0
+    stall = got[0].gateway.stall
+    assert (stall.floor_s, stall.factor) == (5.0, 3.0)
+    assert got[0].gateway.move.stall is stall
 
 
 def test_serve_answers_an_openai_client_until_sigterm(tmp_path: Path) -> None:

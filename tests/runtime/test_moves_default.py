@@ -15,9 +15,10 @@ from tailsieve.cli.main import main
 from tailsieve.errors import ConfigError
 from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
 from tailsieve.runtime.emulator import EmulatorConfig, EmulatorFleet, EmulatorServer
+from tailsieve.runtime.moves import PIECE_TOKENS
 from tailsieve.runtime.observe import StepMetrics
 from tailsieve.runtime.replay import ReplayLengths
-from tailsieve.runtime.rollout import MOVE_PIECE_TOKENS, RolloutConfig, TailSieveRollout
+from tailsieve.runtime.rollout import RolloutConfig, TailSieveRollout
 from tailsieve.runtime.stub import StubTransport
 
 MODEL = "tailsieve-emulated"
@@ -32,7 +33,7 @@ def test_defaults_move_on_backends_that_continue(backend: Backend) -> None:
     assert ex.continuation
     # vLLM without streaming: a move waits for the running piece's end, so pieces are bounded;
     # SGLang aborts the running request by id and keeps its output: one piece until moved
-    assert ex.piece_tokens == (None if backend is Backend.SGLANG else MOVE_PIECE_TOKENS)
+    assert ex.piece_tokens == (None if backend is Backend.SGLANG else PIECE_TOKENS)
     # chat prompts go as token ids on the completions API, where a response can be continued
     assert cfg.chat_as_tokens == (backend is Backend.VLLM_CHAT)
     assert ex.backend is (Backend.VLLM if backend is Backend.VLLM_CHAT else backend)

@@ -19,8 +19,9 @@ from tailsieve.runtime.cluster.spec import EngineGroup
 from tailsieve.runtime.cluster.state import StateFileAddresses
 from tailsieve.runtime.launch_run import serve_local, stop_launched
 from tailsieve.runtime.launcher import LaunchConfig
+from tailsieve.runtime.moves import MOVING_POLICY
 from tailsieve.runtime.replay import ReplayLengths
-from tailsieve.runtime.rollout import LIVE_PROFILE, MOVING_POLICIES, RolloutConfig
+from tailsieve.runtime.rollout import LIVE_PROFILE, RolloutConfig
 from tailsieve.runtime.rollout_run import (
     RolloutRun,
     check_prompt_budget,
@@ -239,7 +240,7 @@ def rollout(
         checks.output_file(log_file, "--log-file")
     if metrics_port is not None:
         checks.tcp_port(metrics_port, "--metrics-port")
-    if cfg.moves and cfg.policy in MOVING_POLICIES and not cfg.moves_active:
+    if cfg.moves and cfg.policy == MOVING_POLICY and not cfg.moves_active:
         typer.echo(f"note: moves are off: {cfg.moves_off_reason}", err=True)
     run = RolloutRun(steps, flush, progress, metrics_port, log_file)
     provider = StateFileAddresses(state) if state is not None else None

@@ -8,12 +8,15 @@ from tailsieve.errors import ConfigError
 from tailsieve.model.profiles import load_profile
 from tailsieve.runtime import event_loop
 from tailsieve.runtime.backends import Backend
+from tailsieve.runtime.moves import PIECE_TOKENS
 from tailsieve.runtime.proxy import ProxyConfig
 from tailsieve.runtime.proxy.server import serve as serve_proxy
 from tailsieve.runtime.sessions.config import GatewayConfig
+from tailsieve.runtime.stall_watch import StallSettings
 from tailsieve.session.routers import SessionPolicy, parse_policy
 
 ADMIN_TOKEN_ENV = "TAILSIEVE_ADMIN_TOKEN"
+_STALL = StallSettings()  # the defaults the stall flags show
 LIVE_POLICIES = ", ".join(p.value for p in SessionPolicy if p is not SessionPolicy.ORACLE)
 
 
@@ -68,7 +71,15 @@ def serve(
         True, "--moves/--no-moves", help="Move turns (at turn boundaries and mid-turn, priced, "
         "behind the balance gate); --no-moves keeps sessions home."),
     piece_tokens: int = typer.Option(
-        None, "--piece-tokens", help="Tokens per piece while turns may move (default 512)."),
+        None, "--piece-tokens",
+        help=f"Tokens per piece while turns may move (default {PIECE_TOKENS})."),
+    stall_factor: float = typer.Option(
+        _STALL.factor, "--stall-factor", help="A server whose running piece makes no "
+        "progress for this many times its expected time (the cost model's) is probed, and "
+        "taken out as hung when the probe does not answer."),
+    stall_floor: float = typer.Option(
+        _STALL.floor_s, "--stall-floor",
+        help="... and never before this many seconds without progress."),
     session_ttl: float = typer.Option(
         14400.0, "--session-ttl", help="Forget a session key idle this many seconds."),
     request_timeout: float = typer.Option(
@@ -91,8 +102,10 @@ def serve(
         be = Backend(backend)
     except ValueError:
         raise ConfigError(f"--backend must be vllm or sglang, got {backend!r}") from None
-    gw = GatewayConfig(policy=parse_policy(policy), moves=moves, piece_tokens=piece_tokens, profile=profile,
-                       fallback_profile=fallback_profile, request_timeout_s=request_timeout)
+    stall = StallSettings(factor=stall_factor, floor_s=stall_floor)
+    gw = GatewayConfig(policy=parse_policy(policy), moves=moves, piece_tokens=piece_tokens,
+                       profile=profile, fallback_profile=fallback_profile,
+                       request_timeout_s=request_timeout, stall=stall)
     load_profile(fallback_profile if profile == "auto" else profile)  # a bad name fails now
     config = ProxyConfig(
         endpoints=tuple(e.strip() for e in (endpoints or "").split(",") if e.strip()),

@@ -8,8 +8,8 @@ always waited for. A replica fault (refused, died, timed out) takes the replica 
 regenerates its in-flight groups from scratch on a healthy replica (same pool first). A group is
 delivered only from one complete attempt; nothing of an aborted or failed attempt is delivered.
 
-Replica lifecycle: a replica taken out is probed (``GET /health``) in the background every
-``probe_interval_s`` while a step runs, and between steps; a 200 re-admits it (mid-step it can
+Replica lifecycle (``runtime.health``): a replica taken out is probed (``GET /health``) in the
+background every ``probe_interval_s`` while a step runs, and by ``probe`` between steps; a 200 re-admits it (mid-step it can
 take regenerated groups again; the caller plans the next step for the new healthy count). An
 ``addresses`` callable (e.g. a launch state file rewritten when Ray restarts a server elsewhere)
 is polled at every probe: a replica whose address changed is taken out and probed at the new one.
@@ -46,6 +46,7 @@ from tailsieve.runtime.backends import PromptInput, Response, with_encoded_ids
 from tailsieve.runtime.chain import SEED_WARNING, ResponseChain, check_continuable
 from tailsieve.runtime.chain_attempt import ChainedAttempt
 from tailsieve.runtime.chat_tokens import tokenize_all
+from tailsieve.runtime.health import ReplicaHealth, ReplicaState
 from tailsieve.runtime.lean_http import LeanTransport
 from tailsieve.runtime.rebalancer import LiveRebalancer, LiveResponse, MoveTally
 from tailsieve.runtime.running_index import RunningIndex
@@ -70,21 +71,11 @@ class _Event:
 
 
 @dataclass(slots=True)
-class ReplicaState:
-    """Health of one replica as seen by the router."""
-
-    url: str
-    healthy: bool = True
-    reason: str = ""  # why it was taken out
-    num_faults: int = 0
-
-
-@dataclass(slots=True)
 class _Run:
     plan: StepPlan
     t0: float
     queue: asyncio.Queue[_Event]
-    reps: list[ReplicaState]  # plan replica index -> replica
+    active: list[int]  # plan replica index -> executor replica
     groups: dict[str, GroupRun] = field(default_factory=dict)
     cut_s: float | None = None
     num_fresh_done: int = 0
@@ -129,12 +120,11 @@ class LiveExecutor:
             check_continuable(config.sampling)  # one clear line, before any request
             if config.sampling.seed is not None:
                 warnings.warn(SEED_WARNING, UserWarning, stacklevel=2)
-        self.replicas = [ReplicaState(url=u.rstrip("/")) for u in endpoints]
         self._transport: Transport = transport or LeanTransport()
+        self.health = ReplicaHealth(endpoints, self._probe_one, config.probe_interval_s)
         self._forced = forced_length
         self._on_progress = on_progress
         self._addresses = addresses
-        self.num_readmitted = 0  # replicas returned to service by a probe
         self.waste = WasteCounter(config.sampling.max_tokens, forced_length)  # runtime.waste
         self._run: _Run | None = None  # the step running now
         self.num_relocations = 0  # continuation: responses continued elsewhere after a fault
@@ -155,15 +145,25 @@ class LiveExecutor:
 
     @property
     def num_replicas(self) -> int:
-        return len(self.replicas)
+        return len(self.health)
+
+    @property
+    def replicas(self) -> list[ReplicaState]:
+        """Each replica's health (``runtime.health``), a snapshot."""
+        return [self.health.state(i) for i in range(len(self.health))]
+
+    @property
+    def num_readmitted(self) -> int:
+        """Replicas returned to service by a probe."""
+        return self.health.num_readmitted
 
     @property
     def healthy(self) -> tuple[bool, ...]:
-        return tuple(r.healthy for r in self.replicas)
+        return tuple(self.health.healthy)
 
     @property
     def healthy_indices(self) -> list[int]:
-        return [i for i, r in enumerate(self.replicas) if r.healthy]
+        return [i for i, ok in enumerate(self.health.healthy) if ok]
 
     def refresh_addresses(self) -> list[int]:
         """Poll ``addresses``; a replica whose URL changed is taken out (to be probed at its new
@@ -171,58 +171,49 @@ class LiveExecutor:
         if self._addresses is None:
             return []
         urls = [u.rstrip("/") for u in self._addresses()]
-        if len(urls) != len(self.replicas):
+        if len(urls) != len(self.health):
             raise ConfigError(
-                f"address provider returned {len(urls)} addresses for {len(self.replicas)} replicas"
+                f"address provider returned {len(urls)} addresses for {len(self.health)} replicas"
             )
-        moved = [i for i, (r, u) in enumerate(zip(self.replicas, urls, strict=True)) if r.url != u]
+        moved = [i for i, (u, v) in enumerate(zip(self.health.urls, urls, strict=True)) if u != v]
         for i in moved:
-            rep = self.replicas[i]
-            rep.healthy, rep.reason = False, f"moved from {rep.url} to {urls[i]}"
-            rep.url = urls[i]
+            self.health.move(i, urls[i])
         return moved
 
     async def probe(self, only_unhealthy: bool = True) -> tuple[bool, ...]:
         """GET /health on (unhealthy) replicas; a 200 returns a replica to service."""
         self.refresh_addresses()
-
-        async def one(rep: ReplicaState) -> None:
-            was = rep.healthy
-            url = rep.url
-            why = await probe_health(self._transport, url, self.config.health_timeout_s)
-            if rep.url != url or (was and not rep.healthy and not why):
-                return  # moved or taken out by a fault while the probe was in flight
-            rep.healthy, rep.reason = not why, why
-            if rep.healthy and not was:
-                self.num_readmitted += 1
-
-        await asyncio.gather(
-            *(one(r) for r in self.replicas if r.healthy is False or not only_unhealthy)
-        )
+        await asyncio.gather(*(self.health.probe(i) for i, ok in enumerate(self.health.healthy)
+                               if not ok or not only_unhealthy))
         return self.healthy
+
+    async def _probe_one(self, replica: int) -> str:
+        return await probe_health(self._transport, self.health.urls[replica],
+                                  self.config.health_timeout_s)
+
+    def _replica_of(self, url: object) -> int | None:
+        """The replica a request URL goes to."""
+        return next((i for i, u in enumerate(self.health.urls) if str(url).startswith(u + "/")),
+                    None)
 
     def _cost_of(self, url: object) -> ReplicaConfig:
         """The cost model of the replica a request URL goes to (the stall watch's)."""
-        if self.balance_costs is not None:
-            for rep, cost in zip(self.replicas, self.balance_costs, strict=True):
-                if str(url).startswith(rep.url + "/"):
-                    return cost
-        return self.stall_cost
+        i = self._replica_of(url)
+        return self.stall_cost if self.balance_costs is None or i is None else self.balance_costs[i]
 
     async def _answers(self, url: object) -> bool:
         """A suspect replica (the stall watch's: a request URL) answers ``GET /health``."""
-        rep = next((r for r in self.replicas if str(url).startswith(r.url + "/")), None)
-        return rep is not None and not await probe_health(self._transport, rep.url,
-                                                          self.config.health_timeout_s)
+        i = self._replica_of(url)
+        return i is not None and not await self._probe_one(i)
 
-    async def _probe_loop(self) -> None:
-        """Background re-admission while a step runs."""
+    async def _follow_addresses(self) -> None:
+        """While a step runs: a replica that moved is followed to its new address."""
         while True:
             await asyncio.sleep(self.config.probe_interval_s)
-            if self._addresses is not None or not all(self.healthy):
-                await self.probe()
+            self.refresh_addresses()
 
     async def aclose(self) -> None:
+        await self.health.aclose()
         await self._transport.aclose()
 
     async def resolve_model(self) -> str:
@@ -231,7 +222,8 @@ class LiveExecutor:
         Resolved once; the config is updated with it."""
         if self.config.model is not None:
             return self.config.model
-        urls = [r.url for r in self.replicas if r.healthy] or [r.url for r in self.replicas]
+        h = self.health
+        urls = [u for u, ok in zip(h.urls, h.healthy, strict=True) if ok] or list(h.urls)
         name = await resolve_served_model(
             transport_getter(self._transport.get, self.config.health_timeout_s),
             urls,
@@ -247,7 +239,7 @@ class LiveExecutor:
             return dict(prompts)
         if not any(self.healthy):
             await self.probe()
-        urls = [r.url for r in self.replicas if r.healthy]
+        urls = [u for u, ok in zip(self.health.urls, self.health.healthy, strict=True) if ok]
         if not urls:
             raise StepFailedError("no healthy replica to tokenize the chat prompts")
         model = await self.resolve_model()
@@ -278,16 +270,15 @@ class LiveExecutor:
             raise ProtocolError(
                 f"step {plan.step}: cutoff {plan.num_fresh_to_deliver} > {len(fresh)} fresh groups"
             )
-        reps = [self.replicas[i] for i in active]
-        if not any(r.healthy for r in reps):
+        if not any(self.health.healthy[i] for i in active):
             await self.probe()  # one may have recovered since it was taken out
-        if not any(r.healthy for r in reps):
+        if not any(self.health.healthy[i] for i in active):
             raise StepFailedError(f"step {plan.step}: no healthy replica")
         await self.resolve_model()
         loop = asyncio.get_running_loop()
-        run = _Run(plan=plan, t0=loop.time(), queue=asyncio.Queue(), reps=reps)
+        run = _Run(plan=plan, t0=loop.time(), queue=asyncio.Queue(), active=active)
         relocations_before = self.num_relocations
-        run.busy_until_s = [0.0] * len(reps)
+        run.busy_until_s = [0.0] * len(active)
         if self._balances(plan):
             run.index = RunningIndex(frozenset(plan.tail_replicas))
         elif self.balance_costs and self.config.piece_tokens is not None:
@@ -296,16 +287,21 @@ class LiveExecutor:
             run.config = replace(self.config, piece_tokens=None)
         self._run = run
         self.chains = run.chains
-        prober = asyncio.create_task(self._probe_loop())
+        self.health.probe_interval_s = self.config.probe_interval_s
+        for i in active:
+            if not self.health.healthy[i]:
+                self.health.watch(i)  # probed until it answers (the step's end stops that)
         tasks_extra: list[asyncio.Task[None]] = [
             asyncio.create_task(self.stalls.run(lambda _r, _e: None, self._answers))]  # each
         # stopped request is read as a fault by its own attempt
+        if self._addresses is not None:
+            tasks_extra.append(asyncio.create_task(self._follow_addresses()))
         try:
             for a in sorted(plan.assignments, key=lambda a: (a.order, a.replica)):
                 g = GroupRun(assignment=a, replica=a.replica, replicas=a.replicas)
                 run.groups[a.prompt_id] = g
                 for r in sorted(a.all_replicas):
-                    if not reps[r].healthy:
+                    if not self._ok(run, r):
                         self._move(run, g, r)
                 self._launch(run, g, prompts)
             if plan.num_fresh_to_deliver == 0 and fresh:
@@ -321,9 +317,10 @@ class LiveExecutor:
                 self._report(run)
         finally:
             tasks = [g.task for g in run.groups.values() if g.task is not None]
-            for t in (*tasks, *tasks_extra, prober):
+            for t in (*tasks, *tasks_extra):
                 t.cancel()
-            await asyncio.gather(*tasks, *tasks_extra, prober, return_exceptions=True)
+            await asyncio.gather(*tasks, *tasks_extra, return_exceptions=True)
+            await self.health.aclose()
             self._run = None
             self.last_moves = run.rebalancer.tally if run.rebalancer else MoveTally()
             self.last_trace = run.rebalancer.trace if run.rebalancer else BalanceTrace()
@@ -353,6 +350,14 @@ class LiveExecutor:
     def _now(self, run: _Run) -> float:
         return asyncio.get_running_loop().time() - run.t0
 
+    def _url(self, run: _Run, replica: int) -> str:
+        """The address of plan replica ``replica``."""
+        return self.health.urls[run.active[replica]]
+
+    def _ok(self, run: _Run, replica: int) -> bool:
+        """Whether plan replica ``replica`` is in service."""
+        return self.health.healthy[run.active[replica]]
+
     def move(self, prompt_id: str, sample: int, to_replica: int) -> bool:
         """Continue response ``sample`` of group ``prompt_id`` on plan replica ``to_replica``
         (continuation mode, during ``run``): its next piece goes there. Streamed or on SGLang
@@ -362,13 +367,13 @@ class LiveExecutor:
         run = self._run
         if not self.config.continuation:
             raise ConfigError("move() needs ExecutorConfig(continuation=True)")
-        if run is None or not 0 <= to_replica < len(run.reps):
+        if run is None or not 0 <= to_replica < len(run.active):
             raise ConfigError(f"move: no running step, or no replica {to_replica}")
         g = run.groups.get(prompt_id)
         att = run.attempts.get(prompt_id)
         if g is None or att is None or g.status != "running":
             return False
-        if not att.move(sample, to_replica, run.reps[to_replica].url):
+        if not att.move(sample, to_replica, self._url(run, to_replica)):
             return False
         g.replicas = tuple(to_replica if j == sample else r for j, r in enumerate(g.replicas))
         g.replica = g.replicas[0]
@@ -386,7 +391,7 @@ class LiveExecutor:
         assert costs is not None and run.plan.balance is not None
         run.rebalancer = self.rebalancer_class(
             self, run.plan.balance, [costs[i] for i in active],
-            lambda: [r.healthy for r in run.reps], lambda: self._now(run),
+            lambda: [self._ok(run, r) for r in range(len(active))], lambda: self._now(run),
         )
         if run.index is not None:
             run.index.on_complete = run.rebalancer.poke  # a check at each response completion
@@ -465,16 +470,14 @@ class LiveExecutor:
     ) -> tuple[int, str]:
         """A response's piece failed with ``ReplicaDownError``: take the replica out (unless it
         moved address since) and name where the response continues."""
-        rep = run.reps[replica]
-        if rep.url == url.rstrip("/") and rep.healthy:
-            rep.healthy, rep.reason = False, str(exc)
-            rep.num_faults += 1
+        if self._url(run, replica) == url.rstrip("/") and self._ok(run, replica):
+            self.health.down(run.active[replica], exc)
             run.busy_until_s[replica] = max(run.busy_until_s[replica], self._now(run))
-        new = replica if rep.healthy else self._pick(run, g.assignment)
+        new = replica if self._ok(run, replica) else self._pick(run, g.assignment)
         g.replicas = tuple(new if j == sample else r for j, r in enumerate(g.replicas))
         g.replica = g.replicas[0]
         self.num_relocations += 1
-        return new, run.reps[new].url
+        return new, self._url(run, new)
 
     def _launch(self, run: _Run, g: GroupRun, prompts: Mapping[str, PromptInput]) -> None:
         g.progress = AttemptProgress()
@@ -483,7 +486,7 @@ class LiveExecutor:
             self._launch_chains(run, g, prompt)
             return
         where = g.replicas or (g.replica,)
-        urls = tuple(run.reps[r].url for r in where)
+        urls = tuple(self._url(run, r) for r in where)
         attempt = GroupAttempt(
             self._transport,
             list(urls) if g.replicas else urls[0],
@@ -508,7 +511,7 @@ class LiveExecutor:
             pid, [ResponseChain(sp.max_tokens, prompt.token_ids, stop=sp.stop or ()) for _ in
                   range(n)]
         )
-        where = [(r, run.reps[r].url) for r in g.replicas]
+        where = [(r, self._url(run, r)) for r in g.replicas]
 
         def relocate(sample: int, replica: int, url: str, exc: BaseException) -> tuple[int, str]:
             return self._relocate(run, g, sample, replica, url, exc)
@@ -562,27 +565,25 @@ class LiveExecutor:
                 run.num_fresh_done += 1
                 if run.num_fresh_done == run.plan.num_fresh_to_deliver:
                     self._cut(run)
-        elif ev.kind == "down" and ev.url != run.reps[ev.replica].url:
+        elif ev.kind == "down" and ev.url != self._url(run, ev.replica):
             # the replica moved since this attempt began (its old server is gone): regenerate
             # the group where it was placed (the replica answers at its new address), but the
             # replica is not at fault
             self._regenerate(run, [g], prompts)
         elif ev.kind == "down":
-            self._replica_down(run, ev.replica, str(ev.error), prompts)
+            assert ev.error is not None
+            self._replica_down(run, ev.replica, ev.error, prompts)
         else:
-            rep = run.reps[ev.replica]
-            index = next(i for i, r in enumerate(self.replicas) if r is rep)
+            index = run.active[ev.replica]
             raise StepFailedError(
                 f"step {run.plan.step}: prompt {ev.prompt_id!r} on replica {index} "
                 f"({ev.url}) failed: {ev.error}"
             ) from ev.error
 
     def _replica_down(
-        self, run: _Run, replica: int, reason: str, prompts: Mapping[str, PromptInput]
+        self, run: _Run, replica: int, exc: BaseException, prompts: Mapping[str, PromptInput]
     ) -> None:
-        rep = run.reps[replica]
-        rep.healthy, rep.reason = False, reason
-        rep.num_faults += 1
+        self.health.down(run.active[replica], exc)
         now = self._now(run)
         run.busy_until_s[replica] = max(run.busy_until_s[replica], now)
         victims = [g for g in run.groups.values() if g.status == "running" and g.runs_on(replica)]
@@ -619,9 +620,10 @@ class LiveExecutor:
     def _pick(self, run: _Run, a: GroupAssignment) -> int:
         """A healthy replica for a displaced group: same pool first, fewest running groups."""
         pool = run.plan.tail_replicas if a.pool is Pool.TAIL else run.plan.bulk_replicas
-        healthy = [i for i, r in enumerate(run.reps) if r.healthy]
+        healthy = [i for i in range(len(run.active)) if self._ok(run, i)]
         if not healthy:
-            reasons = "; ".join(f"{r.url}: {r.reason}" for r in run.reps)
+            reasons = "; ".join(f"{self._url(run, i)}: {self.health.last_error[run.active[i]]}"
+                                for i in range(len(run.active)))
             raise StepFailedError(
                 f"step {run.plan.step}: no healthy replica left for prompt "
                 f"{a.prompt_id!r} ({reasons})"

@@ -24,7 +24,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import TracebackType
 from typing import Any
 
@@ -40,9 +40,9 @@ from tailsieve.model.throughput import ThroughputModel
 from tailsieve.runtime.attempt import ExecutorConfig, ForcedLength
 from tailsieve.runtime.auto_profile import AutoProfile
 from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
-from tailsieve.runtime.chain import penalties_of
 from tailsieve.runtime.executor import LiveExecutor
 from tailsieve.runtime.lean_http import LeanTransport
+from tailsieve.runtime.moves import MOVING_POLICY, MoveSettings, sampling_off_reason
 from tailsieve.runtime.observe import RuntimeMetrics, StepLog, StepMetrics, waste_fields
 from tailsieve.runtime.stall_watch import StallSettings
 from tailsieve.runtime.step_state import GroupResponses, StepProgress
@@ -50,12 +50,7 @@ from tailsieve.runtime.transport import Transport
 
 PromptLike = PromptInput | dict[str, Any]
 logger = logging.getLogger(__name__)
-MOVE_PIECE_TOKENS = 512  # default piece cap when moves need pieces (vLLM, unstreamed): the best
-# of 128-8,192 in the simulator (qwen3-4b-h100, paper-math, R = 8, 50 ms seams, moves deferred)
-MOVING_POLICIES = ("tailsieve",)  # policies whose controller moves running responses
 MODEL_POLICIES = ("tailsieve", "tailsieve-fixed")  # policies whose controller uses the profile
-CONTINUABLE_BACKENDS = (Backend.VLLM, Backend.VLLM_CHAT, Backend.SGLANG)  # a response can be
-# sent on as token ids (vllm-chat: its prompts are tokenized by the server, runtime.chat_tokens)
 LIVE_PROFILE = "auto"  # default cost model of a live rollout (RolloutConfig, the CLI): fitted
 # online from the rollout's own timings (``runtime.auto_profile``)
 
@@ -66,11 +61,12 @@ class RolloutConfig:
 
     Moves are on by default: with the ``tailsieve`` policy on a backend that can continue a
     response (vLLM's completions API, SGLang), running responses move between replicas while
-    a step runs (continuation; vLLM without streaming in pieces of ``MOVE_PIECE_TOKENS``), and
+    a step runs (continuation; vLLM without streaming in pieces of ``moves.PIECE_TOKENS``), and
     the controller's balance gate switches them off for steps where they are not measured to
     pay. ``moves=False`` turns them off: every response is one request, dealt round-robin.
     Where moves cannot run (another policy, a history-dependent penalty, stop strings on
-    SGLang) they are off and ``moves_off_reason`` says why (logged once when the rollout is
+    SGLang) they are off and ``moves_off_reason`` says why (``move``: the one set of move
+    settings, ``runtime.moves``) (logged once when the rollout is
     made, and the runtime's ``/metrics`` gauge ``tailsieve_moves_off{reason=...}``). With
     moves on, ``vllm-chat`` prompts are sent as the token ids the server's ``/tokenize`` gives
     their messages, on the completions API (``runtime.chat_tokens``; the same template, the
@@ -106,15 +102,20 @@ class RolloutConfig:
     continuation: bool | None = None  # responses as chains of pieces (a fault then loses only
     # the running piece); None: on exactly when moves run
     piece_tokens: int | None = None  # continuation: max tokens per piece (None: unbounded, or
-    # MOVE_PIECE_TOKENS when moves need pieces: vLLM, unstreamed)
+    # moves.PIECE_TOKENS when moves need pieces: vLLM, unstreamed)
+    move: MoveSettings = field(init=False, repr=False, compare=False)  # derived from the above
 
     def __post_init__(self) -> None:
         if self.num_groups < 1 or self.group_size < 1:
             raise ConfigError("num_groups and group_size must be >= 1")
         object.__setattr__(self, "backend", Backend(self.backend))
         check_profile(self.profile)
+        blocked = sampling_off_reason(self.backend, self.sampling) or (
+            "continuation=False" if self.continuation is False else None)
+        move = MoveSettings(self.moves, self.policy, self.piece_tokens, stall=self.stall,
+                            blocked=blocked)
         if self.continuation is None:
-            object.__setattr__(self, "continuation", self.moves_active)
+            object.__setattr__(self, "continuation", move.on)
         if not self.split_groups and self.continuation:
             raise ConfigError(
                 "split_groups=False (--no-split: one request with n responses per group) "
@@ -123,40 +124,26 @@ class RolloutConfig:
                 "or keep split_groups"
             )
         if self.piece_tokens is not None and not self.continuation:
-            why = self.moves_off_reason
             raise ConfigError(
                 f"piece_tokens={self.piece_tokens} needs continuation (moves on, or "
-                f"continuation=True); moves are off: {why}"
+                f"continuation=True); moves are off: {move.off_reason}"
             )
-        if (self.moves_active and self.piece_tokens is None and not self.stream
+        if (move.on and self.piece_tokens is None and not self.stream
                 and self.backend is not Backend.SGLANG):
             # a move of an unstreamed vLLM piece waits for the piece's end: bound the pieces
-            object.__setattr__(self, "piece_tokens", MOVE_PIECE_TOKENS)
+            move = replace(move, piece_tokens=move.piece_cap)
+            object.__setattr__(self, "piece_tokens", move.piece_tokens)
+        object.__setattr__(self, "move", move)
 
     @property
     def moves_off_reason(self) -> str | None:
         """Why running responses do not move in this rollout (None: they do)."""
-        if not self.moves:
-            return "moves=False"
-        if self.policy not in MOVING_POLICIES:
-            return f"policy {self.policy!r} does not move responses (only {MOVING_POLICIES[0]})"
-        if self.backend not in CONTINUABLE_BACKENDS:
-            return f"backend {self.backend.value!r} cannot continue a response"
-        bad = penalties_of(self.sampling)
-        if bad:
-            return (f"{', '.join(bad)} depends on the tokens generated so far, which a "
-                    "continued piece would not count")
-        if self.backend is Backend.SGLANG and self.sampling.stop:
-            return ("stop strings on SGLang: one that spans a seam cannot be cut where the "
-                    "server would (SGLang returns no per-token text offsets)")
-        if self.continuation is False:
-            return "continuation=False"
-        return None
+        return self.move.off_reason
 
     @property
     def moves_active(self) -> bool:
         """Whether running responses move (``moves`` on and nothing in the way)."""
-        return self.moves_off_reason is None
+        return self.move.on
 
     @property
     def chat_as_tokens(self) -> bool:
@@ -528,7 +515,7 @@ def _log_moves_off(config: RolloutConfig) -> None:
     why = config.moves_off_reason
     if why is None:
         return
-    if config.policy not in MOVING_POLICIES:
+    if config.policy != MOVING_POLICY:
         level = logging.DEBUG
     else:
         level = logging.INFO if not config.moves else logging.WARNING

@@ -84,7 +84,7 @@ async def test_later_turns_extend_the_context_and_stay_where_it_is_cached() -> N
     assert len(set(homes)) == 1  # sticky
     st = gw.stats()
     assert st.moves_at_boundary == 0 and st.moves_mid_turn == 0
-    assert st.moves_off_reason == "policy 'verl-sticky' does not move running turns (only " \
+    assert st.moves_off_reason == "policy 'verl-sticky' does not move running responses (only " \
         "'tailsieve')"
     assert 0 < st.prefix_hit_tokens < st.prefix_query_tokens
 

@@ -28,10 +28,10 @@ def test_slowdowns_scale_a_replica_and_routers_see_what_they_are_told() -> None:
     assert three[1] is three[2] and three[0].throughput.tau(1) > three[1].throughput.tau(1)
     told = Replicas([fast, slow])
     assert told.views(0.0)[1].config is slow
-    blind = Replicas([fast, slow], [fast, fast])
+    blind = Replicas([fast, slow], priced_as=[fast, fast])
     assert blind.views(0.0)[1].config is fast and blind.engines[1].config is slow
     with pytest.raises(ConfigError, match="priced_as"):
-        Replicas([fast, slow], [fast])
+        Replicas([fast, slow], priced_as=[fast])
     with pytest.raises(ConfigError, match="slowdowns"):
         replica_configs(PROFILE, 2, (1.0, 0.0))
     with pytest.raises(ConfigError, match="3 slowdowns for 2"):

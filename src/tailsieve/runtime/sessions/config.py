@@ -9,14 +9,12 @@ from typing import Any
 from tailsieve.core.balancer import BalanceSettings
 from tailsieve.errors import ConfigError
 from tailsieve.model.profiles import parse_profile
+from tailsieve.runtime.moves import MoveSettings
 from tailsieve.runtime.stall_watch import StallSettings
 from tailsieve.session.midturn import AGENTIC_BALANCE
 from tailsieve.session.routers import SessionPolicy, parse_policy
 from tailsieve.session.settings import SessionSettings
 
-MOVING_POLICY = SessionPolicy.TAILSIEVE  # the one policy whose turns move mid-turn (the
-# others are the routers users run today: they place turns and never move a running one)
-DEFAULT_PIECE_TOKENS = 512  # a turn's piece cap while mid-turn moves run (runtime.rollout's)
 AUTO_FALLBACK_PROFILE = "cpu"  # the cost model ``profile="auto"`` uses until it has fitted one
 
 
@@ -37,10 +35,10 @@ class GatewayConfig:
     previous turn (while that one is healthy) and runs each turn as one piece.
     """
 
-    policy: SessionPolicy = MOVING_POLICY  # or its value, e.g. "verl-sticky"
+    policy: SessionPolicy = SessionPolicy.TAILSIEVE  # or its value, e.g. "verl-sticky"
     moves: bool = True  # TailSieve's moves (boundary and mid-turn); see the class docstring
     piece_tokens: int | None = None  # max tokens per piece while mid-turn moves run (None:
-    # DEFAULT_PIECE_TOKENS, or one piece where the runner interrupts pieces); a turn without
+    # moves.PIECE_TOKENS, or one piece where the runner interrupts pieces); a turn without
     # mid-turn moves runs as one piece
     stream: bool = False  # ``over_http`` on vLLM: stream each piece, so that a mid-turn move
     # interrupts it at once, keeping what it streamed (SGLang interrupts by /abort_request)
@@ -60,11 +58,13 @@ class GatewayConfig:
     # (a running piece without progress for longer than the cost model expects)
     max_empty_aborts: int = 3  # pieces aborted by the server with no token before the turn fails
     router_kw: dict[str, Any] = field(default_factory=dict)  # passed to make_router
+    move: MoveSettings = field(init=False, repr=False, compare=False)  # the move settings
+    # above, in the one form every front door shares (``runtime.moves``)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "policy", parse_policy(self.policy))
-        if self.piece_tokens is not None and self.piece_tokens < 1:
-            raise ConfigError(f"piece_tokens must be >= 1, got {self.piece_tokens}")
+        object.__setattr__(self, "move", MoveSettings(self.moves, self.policy.value,
+                                                      self.piece_tokens, self.gate, self.stall))
         if self.request_timeout_s is not None and not self.request_timeout_s > 0:
             raise ConfigError(f"request_timeout_s must be > 0, got {self.request_timeout_s}")
         for name in ("no_replica_timeout_s", "probe_interval_s"):
@@ -80,12 +80,7 @@ class GatewayConfig:
     def moves_off_reason(self) -> str | None:
         """Why running turns never move under this configuration (None: they may; the gate
         and the sampling of each turn decide further)."""
-        if not self.moves:
-            return "moves=False"
-        if self.policy is not MOVING_POLICY:
-            return (f"policy {self.policy.value!r} does not move running turns "
-                    f"(only {MOVING_POLICY.value!r})")
-        return None
+        return self.move.off_reason
 
     @property
     def fits_profile(self) -> bool:
@@ -98,8 +93,3 @@ class GatewayConfig:
         for ``auto:NAME``, ``fallback_profile`` for a bare ``auto``."""
         auto, name = parse_profile(self.profile)
         return (name or self.fallback_profile) if auto else self.profile
-
-    @property
-    def move_piece_tokens(self) -> int:
-        """The piece cap of a turn that may move mid-turn."""
-        return self.piece_tokens if self.piece_tokens is not None else DEFAULT_PIECE_TOKENS

@@ -45,8 +45,8 @@ from tailsieve.errors import ConfigError, ReplicaError
 from tailsieve.model.replica_config import ReplicaConfig
 from tailsieve.runtime.backends import Backend, SamplingParams
 from tailsieve.runtime.chain import penalties_of
+from tailsieve.runtime.health import Probe, ReplicaHealth
 from tailsieve.runtime.sessions.config import GatewayConfig
-from tailsieve.runtime.sessions.health import ReplicaHealth
 from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
 from tailsieve.runtime.sessions.midturn import MidTurnRebalancer
 from tailsieve.runtime.sessions.parts import GatewayParts, Placement, build_parts
@@ -97,7 +97,8 @@ class SessionGateway:
         self._clock = clock
         self._t0: float | None = None
         self._step_t0 = 0.0
-        self.health = ReplicaHealth(num_replicas, runner, self.config.probe_interval_s,
+        self.health = ReplicaHealth([f"replica {r}" for r in range(num_replicas)],
+                                    _probe_of(runner), self.config.probe_interval_s,
                                     self.book.set_healthy)
         self._healthy = self.health.healthy  # the same list: read on every placement
         self._turns: dict[Hashable, RunningTurn] = {}
@@ -330,7 +331,7 @@ class SessionGateway:
         if not moves or streamed or (self.interrupter is not None
                                      and self.config.piece_tokens is None):
             return None
-        return self.config.move_piece_tokens
+        return self.config.move.piece_cap
 
     # -- running a turn ------------------------------------------------------------------------
 
@@ -519,3 +520,13 @@ class SessionGateway:
             self._crash = f"the mid-turn rebalancer crashed: {type(exc).__name__}: {exc}"
             self.tally.crashed()
             log.exception("session gateway: %s; moves are off from now on", self._crash)
+
+
+def _probe_of(runner: PieceRunner) -> Probe | None:
+    """The health probe of a runner that can probe (``HealthProbe``)."""
+    if not isinstance(runner, HealthProbe):
+        return None
+
+    async def probe(replica: int) -> str:
+        return "" if await runner.probe(replica) else "did not answer the health probe"
+    return probe
