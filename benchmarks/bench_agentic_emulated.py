@@ -37,7 +37,7 @@ from outdir import default_out
 from tailsieve.runtime.backends import Backend
 from tailsieve.runtime.emulator import EmulatorConfig, EmulatorServer
 from tailsieve.runtime.sessions import AgenticConfig, AgenticRollout, GatewayConfig
-from tailsieve.runtime.sessions.config import DEFAULT_PIECE_TOKENS
+from tailsieve.runtime.moves import PIECE_TOKENS
 from tailsieve.runtime.sessions.replay import TurnReplay
 from tailsieve.sim.agentic.compare import replica_configs
 from tailsieve.sim.agentic.policies import policy_spec
@@ -157,7 +157,7 @@ def interrupts(args: argparse.Namespace) -> bool:
 def simulate(args: argparse.Namespace, policy: str, steps: list[list[Trajectory]]
              ) -> list[dict[str, Any]]:
     configs = replica_configs(args.profile, args.replicas, args.slowdowns)
-    pieces = None if interrupts(args) else args.piece_tokens or DEFAULT_PIECE_TOKENS
+    pieces = None if interrupts(args) else args.piece_tokens or PIECE_TOKENS
     opts = RunOptions(step=StepOptions(piece_tokens=pieces))
     out = []
     for st in simulate_policy(steps, configs, policy_spec(policy), args.seed, opts):
