@@ -16,10 +16,17 @@ policy. Mid-turn moves take effect as the backend allows: at once on ``--backend
 streamed tokens are kept), else at the running piece's end (``--piece-tokens``); the
 simulator models the same (``StepOptions.piece_tokens``). Figures per step, in model seconds
 (live wall time / ``time_scale``):
-live and simulated step times, each policy's speedup over verl's default live and simulated,
+live and simulated step times, each policy's speedup over verl's default (else the first policy) live and simulated,
 prefix-cache hit rates (the emulators' ``vllm:prefix_cache_*`` counters and the simulator's)
 and moves. Every batch is checked (whole groups, each trajectory once, exact prompts) and its
 turns must be the trace's turns.
+
+Admission by KV room: ``--kv-tokens N`` gives every replica (emulated, simulated and the
+gateway's cost model alike) a KV budget of ``N`` tokens (a copy of the profile written to
+``--out``), for KV-bound cells that fit a small machine; the policy ``tailsieve-nokv`` is
+TailSieve with admission off (``GatewayConfig.kv_admission="off"``, the simulator's
+``tailsieve-nokv``). Each row also gives the live sessions that waited for room and the
+emulators' preemptions per step.
 """
 
 from __future__ import annotations
@@ -34,10 +41,11 @@ from typing import Any
 
 from outdir import default_out
 
+from tailsieve.model.profiles import load_profile
 from tailsieve.runtime.backends import Backend
 from tailsieve.runtime.emulator import EmulatorConfig, EmulatorServer
+from tailsieve.runtime.moves import PIECE_TOKENS as DEFAULT_PIECE_TOKENS
 from tailsieve.runtime.sessions import AgenticConfig, AgenticRollout, GatewayConfig
-from tailsieve.runtime.moves import PIECE_TOKENS
 from tailsieve.runtime.sessions.replay import TurnReplay
 from tailsieve.sim.agentic.compare import replica_configs
 from tailsieve.sim.agentic.policies import policy_spec
@@ -47,6 +55,8 @@ from tailsieve.workload.agentic_presets import agentic_preset
 from tailsieve.workload.turns import Trajectory
 
 BASELINE = "verl-sticky"
+LIVE_POLICY = {"tailsieve-nokv": "tailsieve"}  # a simulator policy -> the live one (with
+# admission by KV room off)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -71,6 +81,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--slowdowns", type=lambda t: [float(x) for x in t.split(",") if x],
                    default=[], help="replica r runs this many times slower (a straggler; "
                    "comma-separated, replicas beyond at 1), live and simulated")
+    p.add_argument("--kv-tokens", type=int, default=None,
+                   help="every replica's KV budget, tokens (default: the profile's)")
     p.add_argument("--fit", action="store_true",
                    help="the gateways price with auto:PROFILE (fitted online, each replica's "
                         "speed included) instead of the fixed profile")
@@ -98,7 +110,9 @@ async def live(args: argparse.Namespace, policies: list[str],
                                                max_model_len=1 << 20, slowdown=slowdown(args, i))
                    for i in range(args.replicas)]
             fleets[p] = [await stack.enter_async_context(EmulatorServer(c)) for c in emu]
-            gcfg = GatewayConfig(policy=p, piece_tokens=args.piece_tokens or None,
+            gcfg = GatewayConfig(policy=LIVE_POLICY.get(p, p),
+                                 kv_admission="off" if p in LIVE_POLICY else "auto",
+                                 piece_tokens=args.piece_tokens or None,
                                  profile=f"auto:{args.profile}" if args.fit else args.profile,
                                  stream=args.stream,
                                  stream_interval=args.stream_interval)
@@ -119,6 +133,8 @@ async def live_step(args: argparse.Namespace, ro: AgenticRollout,
     replay = TurnReplay(trajs, time_scale=args.time_scale, seed=args.seed * 1000 + s)
     q0 = sum(sv.prefix_cache.query_tokens for sv in servers)
     h0 = sum(sv.prefix_cache.hit_tokens for sv in servers)
+    p0 = sum(sv.driver.engine.num_preemptions for sv in servers)
+    w0 = ro.gateway.admission.num_waited
     batch = await ro.run(replay.prompts(), replay.tool, replay.sampling)
     check_turns(batch.turn_trace().trajectories, trajs)
     q = sum(sv.prefix_cache.query_tokens for sv in servers) - q0
@@ -127,7 +143,9 @@ async def live_step(args: argparse.Namespace, ro: AgenticRollout,
     return {"step": s, "live_step_s": batch.step_s,
             "mid_turn_moves": batch.mid_turn_moves, "hit_rate": h / q if q else 0.0,
             "moves_at_boundary": st.moves_at_boundary, "moves_mid_turn": st.moves_mid_turn,
-            "reprefill_tokens": st.reprefill_tokens, "loadavg": loadavg()}
+            "reprefill_tokens": st.reprefill_tokens, "loadavg": loadavg(),
+            "preemptions": sum(sv.driver.engine.num_preemptions for sv in servers) - p0,
+            "waited": ro.gateway.admission.num_waited - w0}
 
 
 def loadavg() -> str:
@@ -157,12 +175,13 @@ def interrupts(args: argparse.Namespace) -> bool:
 def simulate(args: argparse.Namespace, policy: str, steps: list[list[Trajectory]]
              ) -> list[dict[str, Any]]:
     configs = replica_configs(args.profile, args.replicas, args.slowdowns)
-    pieces = None if interrupts(args) else args.piece_tokens or PIECE_TOKENS
+    pieces = None if interrupts(args) else args.piece_tokens or DEFAULT_PIECE_TOKENS
     opts = RunOptions(step=StepOptions(piece_tokens=pieces))
     out = []
     for st in simulate_policy(steps, configs, policy_spec(policy), args.seed, opts):
         assert st is not None
         out.append({"sim_step_s": st.step_s, "sim_hit_rate": st.hit_rate,
+                    "sim_preemptions": st.preemptions,
                     "sim_boundary_moves": st.boundary_moves,
                     "sim_midturn_moves": st.midturn_moves, "sim_moves_on": st.moves_on})
     return out
@@ -171,20 +190,25 @@ def simulate(args: argparse.Namespace, policy: str, steps: list[list[Trajectory]
 def markdown(res: dict[str, Any]) -> str:
     lines = [f"{res['preset']}, R = {res['replicas']}, {res['groups']} x {res['group_size']}, "
              f"profile {res['profile']} (model seconds)", "",
-             "| policy | live mean step | simulated | sim/live | speedup over verl live | "
-             "simulated | hit rate live / sim | moves per step live (boundary / mid-turn) |",
-             "|---|---:|---:|---:|---:|---:|---|---|"]
+             f"| policy | live mean step | simulated | sim/live | speedup over {res['baseline']} "
+             "live | "
+             "simulated | hit rate live / sim | moves per step live (boundary / mid-turn) | "
+             "preemptions per step live / sim | waited live |",
+             "|---|---:|---:|---:|---:|---:|---|---|---|---:|"]
     for p, d in res["policies"].items():
         lines.append(
             f"| {p} | {d['live_mean_step_s']:.1f} | {d['sim_mean_step_s']:.1f} | "
             f"{d['sim_mean_step_s'] / d['live_mean_step_s']:.2f} | {d['live_speedup']:.3f} | "
             f"{d['sim_speedup']:.3f} | {d['live_hit_rate']:.2f} / {d['sim_hit_rate']:.2f} | "
-            f"{d['boundary_moves']:.1f} / {d['midturn_moves']:.1f} |")
+            f"{d['boundary_moves']:.1f} / {d['midturn_moves']:.1f} | "
+            f"{d['preemptions']:.1f} / {d['sim_preemptions']:.1f} | {d['waited']:.1f} |")
     return "\n".join(lines) + "\n"
 
 
 def summarize(res: dict[str, Any]) -> None:
-    base = res["policies"].get(BASELINE)
+    name = BASELINE if BASELINE in res["policies"] else next(iter(res["policies"]))
+    res["baseline"] = name  # verl's default, else the first policy
+    base = res["policies"][name]
     for d in res["policies"].values():
         rows = d["steps"]
         mean = statistics.fmean
@@ -194,21 +218,37 @@ def summarize(res: dict[str, Any]) -> None:
         d["sim_hit_rate"] = mean(r["sim_hit_rate"] for r in rows)
         d["boundary_moves"] = mean(r["moves_at_boundary"] for r in rows)
         d["midturn_moves"] = mean(r["moves_mid_turn"] for r in rows)
-        if base is not None:  # paired by step: the mean of per-step ratios
-            d["live_speedup"] = mean(b["live_step_s"] / r["live_step_s"]
-                                     for b, r in zip(base["steps"], rows, strict=True))
-            d["sim_speedup"] = mean(b["sim_step_s"] / r["sim_step_s"]
-                                    for b, r in zip(base["steps"], rows, strict=True))
+        d["preemptions"] = mean(r["preemptions"] for r in rows)
+        d["sim_preemptions"] = mean(r["sim_preemptions"] for r in rows)
+        d["waited"] = mean(r["waited"] for r in rows)
+        # paired by step: the mean of per-step ratios
+        d["live_speedup"] = mean(b["live_step_s"] / r["live_step_s"]
+                                 for b, r in zip(base["steps"], rows, strict=True))
+        d["sim_speedup"] = mean(b["sim_step_s"] / r["sim_step_s"]
+                                for b, r in zip(base["steps"], rows, strict=True))
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.kv_tokens is not None:
+        args.profile = str(kv_profile(args.profile, args.kv_tokens, args.out))
     res = run(args)
     (args.out / "agentic_emulated.json").write_text(json.dumps(res, indent=2) + "\n")
     (args.out / "agentic_emulated.md").write_text(markdown(res))
     print(markdown(res))
     return 0
+
+
+def kv_profile(profile: str, kv_tokens: int, out: Path) -> Path:
+    """``profile`` with a KV budget of ``kv_tokens``, written under ``out``."""
+    model = load_profile(profile)
+    data = model.to_dict()
+    data["kv_capacity_tokens"] = kv_tokens
+    data["name"] = f"{model.name}-kv{kv_tokens}"
+    path = out / f"{data['name']}.json"
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    return path
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

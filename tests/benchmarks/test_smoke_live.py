@@ -281,6 +281,20 @@ def test_bench_agentic_emulated(tmp_path: Path) -> None:
         assert 0 <= d["live_hit_rate"] <= 1
 
 
+def test_bench_agentic_emulated_kv(tmp_path: Path) -> None:
+    """A KV budget for every replica (a profile copy), TailSieve with and without admission."""
+    argv = ["--groups", "2", "--group-size", "2", "--steps", "2", "--replicas", "2",
+            "--time-scale", "0.005", "--kv-tokens", "30000", "--policies",
+            "tailsieve,tailsieve-nokv", "--out", str(tmp_path)]
+    with repo_unchanged():
+        assert importlib.import_module("bench_agentic_emulated").main(argv) == 0
+    res = json.loads((tmp_path / "agentic_emulated.json").read_text())
+    assert res["baseline"] == "tailsieve" and res["profile"].endswith("-kv30000.json")
+    assert json.loads(Path(res["profile"]).read_text())["kv_capacity_tokens"] == 30000
+    for d in res["policies"].values():
+        assert d["preemptions"] >= 0 and d["waited"] >= 0
+
+
 def test_bench_straggler(tmp_path: Path) -> None:
     """One replica of three slowed 4x: simulated and live on emulated replicas."""
     with repo_unchanged():

@@ -73,6 +73,10 @@ def serve(
     piece_tokens: int = typer.Option(
         None, "--piece-tokens",
         help=f"Tokens per piece while turns may move (default {PIECE_TOKENS})."),
+    kv_admission: str = typer.Option(
+        "auto", "--kv-admission", help="Admit new sessions by KV room (a session waits at "
+        "the proxy until a server's resident sessions leave room for its context): auto "
+        "(where the last step was KV-bound; the tailsieve policy), on, off."),
     stall_factor: float = typer.Option(
         _STALL.factor, "--stall-factor", help="A server whose running piece makes no "
         "progress for this many times its expected time (the cost model's) is probed, and "
@@ -105,7 +109,8 @@ def serve(
     stall = StallSettings(factor=stall_factor, floor_s=stall_floor)
     gw = GatewayConfig(policy=parse_policy(policy), moves=moves, piece_tokens=piece_tokens,
                        profile=profile, fallback_profile=fallback_profile,
-                       request_timeout_s=request_timeout, stall=stall)
+                       request_timeout_s=request_timeout, stall=stall,
+                       kv_admission=kv_admission)
     load_profile(fallback_profile if profile == "auto" else profile)  # a bad name fails now
     config = ProxyConfig(
         endpoints=tuple(e.strip() for e in (endpoints or "").split(",") if e.strip()),

@@ -115,6 +115,7 @@ class KvAdmission:
         share = self.settings.kv_share
         self.budget = [math.inf if c is None else share * c for c in kv_capacity_tokens]
         self.reserved = [0.0] * len(kv_capacity_tokens)
+        self.num_resident = [0] * len(kv_capacity_tokens)
         self._where: dict[Hashable, tuple[int, float]] = {}  # session -> (replica, reserved)
 
     def need(self, context_tokens: float) -> float:
@@ -124,7 +125,7 @@ class KvAdmission:
     def fits(self, replica: int, context_tokens: float) -> bool:
         """Whether a new session of ``context_tokens`` may become resident on ``replica``
         (an empty replica always takes one)."""
-        return (self.reserved[replica] == 0.0
+        return (self.num_resident[replica] == 0
                 or self.reserved[replica] + self.need(context_tokens) <= self.budget[replica])
 
     def with_room(self, context_tokens: float) -> list[int]:
@@ -145,6 +146,7 @@ class KvAdmission:
         need = self.need(context_tokens)
         self._where[session] = (replica, need)
         self.reserved[replica] += need
+        self.num_resident[replica] += 1
 
     def grow(self, session: Hashable, context_tokens: float) -> None:
         """A resident session's context is now ``context_tokens``."""
@@ -161,4 +163,5 @@ class KvAdmission:
         got = self._where.pop(session, None)
         if got is not None:
             r, need = got
-            self.reserved[r] = max(self.reserved[r] - need, 0.0)
+            self.num_resident[r] -= 1
+            self.reserved[r] = max(self.reserved[r] - need, 0.0) if self.num_resident[r] else 0.0

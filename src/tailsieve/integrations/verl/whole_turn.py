@@ -51,4 +51,4 @@ async def run_whole(gw: SessionGateway, handles: list[Any | None], key: str,
                 replica = gw.parts.least_loaded(gw.book.views(gw.now()), gw.healthy())
                 gw.book.move_turn(key, replica, gw.now())
     finally:
-        gw.book.end_turn(key, len(out.token_ids) if out is not None else 0, gw.now())
+        gw.turn_ended(key, len(out.token_ids) if out is not None else 0, replica)

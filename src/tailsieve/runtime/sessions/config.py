@@ -10,6 +10,7 @@ from tailsieve.core.balancer import BalanceSettings
 from tailsieve.errors import ConfigError
 from tailsieve.model.profiles import parse_profile
 from tailsieve.runtime.moves import MoveSettings
+from tailsieve.runtime.sessions.admit import check_mode
 from tailsieve.runtime.stall_watch import StallSettings
 from tailsieve.session.midturn import AGENTIC_BALANCE
 from tailsieve.session.routers import SessionPolicy, parse_policy
@@ -58,6 +59,9 @@ class GatewayConfig:
     # (a running piece without progress for longer than the cost model expects)
     max_empty_aborts: int = 3  # pieces aborted by the server with no token before the turn fails
     router_kw: dict[str, Any] = field(default_factory=dict)  # passed to make_router
+    kv_admission: str = "auto"  # admit new sessions by KV room (``runtime.sessions.admit``):
+    # "auto" where ``session.admission.kv_bound`` says the last step was KV-bound (the
+    # ``tailsieve`` policy), "on" always, "off" never
     move: MoveSettings = field(init=False, repr=False, compare=False)  # the move settings
     # above, in the one form every front door shares (``runtime.moves``)
 
@@ -71,6 +75,7 @@ class GatewayConfig:
             v = getattr(self, name)
             if not (math.isfinite(v) and v > 0):
                 raise ConfigError(f"{name} must be a finite number > 0, got {v!r}")
+        check_mode(self.kv_admission)
         if self.max_empty_aborts < 1:
             raise ConfigError(f"max_empty_aborts must be >= 1, got {self.max_empty_aborts}")
         if not self.profile or not self.fallback_profile:

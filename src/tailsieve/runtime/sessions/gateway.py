@@ -46,6 +46,7 @@ from tailsieve.model.replica_config import ReplicaConfig
 from tailsieve.runtime.backends import Backend, SamplingParams
 from tailsieve.runtime.chain import penalties_of
 from tailsieve.runtime.health import Probe, ReplicaHealth
+from tailsieve.runtime.sessions.admit import LiveAdmission
 from tailsieve.runtime.sessions.config import GatewayConfig
 from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
 from tailsieve.runtime.sessions.midturn import MidTurnRebalancer
@@ -65,7 +66,7 @@ from tailsieve.runtime.sessions.tally import Tally
 from tailsieve.runtime.sessions.turn_chain import RunningTurn, TurnSink
 from tailsieve.runtime.stall_watch import StallWatch
 from tailsieve.runtime.transport import ReplicaDownError, Transport
-from tailsieve.session.routers import TailSieveRouter
+from tailsieve.session.routers import SessionPolicy, TailSieveRouter
 from tailsieve.session.turn import TurnRequest
 
 log = logging.getLogger(__name__)
@@ -117,6 +118,9 @@ class SessionGateway:
                             else None)  # moves take effect at once
         self.streamer = (runner if isinstance(runner, PieceStreamer) and runner.streams_sinks
                          else None)  # streams the pieces of turns with a sink
+        self.admission = LiveAdmission(self.config.kv_admission,
+                                       self.config.policy is SessionPolicy.TAILSIEVE,
+                                       num_replicas)  # new sessions by KV room
         self.rebalancer = MidTurnRebalancer(
             self.book, self.config.balance, self._move, self._waiting, self.now, self.elapsed,
             self._estimate_progress)
@@ -187,6 +191,8 @@ class SessionGateway:
         piece). Returns whether running turns may move."""
         self._step_t0 = self.now()
         self._refit()
+        if self.admission.begin_step(self.book.configs):
+            log.info("session gateway: new sessions are admitted by KV room this step")
         self._step_balanced = not self.config.gate or self.gate.balances_next()
         last = self._last_step_s
         self.rebalancer.settings = replace(self.config.balance, expected_step_s=last)
@@ -284,17 +290,24 @@ class SessionGateway:
             delivered = True
         finally:
             del self._turns[session_id]
-            self.book.end_turn(session_id, rt.chain.num_generated, self.now())
+            self.turn_ended(session_id, rt.chain.num_generated, rt.replica)
             self.tally.ended(delivered)
             self.rebalancer.poke()
         return rt.result(decision.replica, decision.moved, decision.reason,
                          decision.prefill_tokens)
 
+    def turn_ended(self, session_id: Hashable, output_tokens: int, replica: int) -> None:
+        """The session's running turn ended on ``replica`` with ``output_tokens`` (for a turn
+        the caller ran itself after ``place``, e.g. verl's whole turns)."""
+        self.book.end_turn(session_id, output_tokens, self.now())
+        self.admission.turn_ended(session_id, replica, output_tokens, self.now())
+
     def end_session(self, session_id: Hashable) -> None:
-        """The session ended: its sticky state and cache estimates go."""
+        """The session ended: its sticky state, cache estimates and KV reservation go."""
         self._num_turns.pop(session_id, None)
         self.book.end_session(session_id)
         self.router.forget(session_id)
+        self.admission.ended(session_id)
 
     def set_healthy(self, replica: int, healthy: bool) -> None:
         """Take a replica out of service or return it (e.g. a framework removed a server)."""
@@ -313,14 +326,20 @@ class SessionGateway:
         """Where turn ``req`` runs (also for turns the caller sends itself, e.g. verl's whole
         turns): the router's decision; a replica out of service is never chosen (the least
         loaded healthy one is: "home-down" when the router chose the session's home, else
-        "fallback")."""
+        "fallback"). With admission by KV room on (``runtime.sessions.admit``), a new
+        session waits here until a replica has room for it, and goes to one that has."""
         await self.health.wait_any(self.config.no_replica_timeout_s)
+        adm = self.admission
+        await adm.wait(req, self._healthy, self.now, lambda: self.book.tool_waits.horizon_s)
         views = self.book.views(self.now())
         home = req.home
-        d = Placement.of(self.router.choose(req, views, self.elapsed()))
+        room = adm.room(req, self._healthy)
+        d = Placement.of(self.router.choose(
+            req, [v for v in views if v.replica in room] if room else views, self.elapsed()))
         if not self._healthy[d.replica]:
             why = "home-down" if d.replica == home else "fallback"
             d = self.parts.fallback(req, views, self._healthy, why)
+        adm.placed(req.session_id, d.replica, req.context_tokens)
         return d
 
     def _piece_tokens(self, moves: bool, streamed: bool = False) -> int | None:
