@@ -216,7 +216,6 @@ class SessionBook:
                               s.context_tokens)
         rep.num_tool += 1
         rep.tool_context += s.context_tokens
-        self._dirty.add(r)
         s.in_tool, s.tool_since_s = True, now_s
         self._in_tool[session_id] = now_s
 
