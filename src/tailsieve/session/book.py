@@ -28,7 +28,7 @@ from tailsieve.model.replica_config import ReplicaConfig
 from tailsieve.model.throughput import ThroughputModel
 from tailsieve.session.cache_model import PrefixCacheModel
 from tailsieve.session.midturn import move_loads, session_horizon_s
-from tailsieve.session.replica_view import ReplicaView
+from tailsieve.session.replica_view import ReplicaView, ViewTable
 from tailsieve.session.tool_wait import ToolWaitHorizon
 from tailsieve.session.turn import TurnRequest
 
@@ -97,6 +97,8 @@ class SessionBook:
         self._in_tool: dict[Hashable, float] = {}  # sessions counted in tool waits -> since
         self._num_turns = 0
         self._sum_output = 0
+        self._table: ViewTable | None = None  # the views of the last ``views`` call
+        self._dirty: set[int] = set()  # replicas changed since then
 
     def set_throughput(self, model: ThroughputModel,
                        speeds: Sequence[float] | None = None) -> None:
@@ -112,6 +114,7 @@ class SessionBook:
         self.configs = [replace(c, throughput=model).scaled(f) for c, f in zip(
             self._base, speeds if speeds is not None else [1.0] * len(self._base), strict=True)]
         self._taus = [_TauTable(c) for c in self.configs]
+        self._table = None
 
     # ----- events --------------------------------------------------------------------
     def request(self, session_id: Hashable, group_id: Hashable | None, context_tokens: int,
@@ -156,6 +159,7 @@ class SessionBook:
         rep.context += s.requested_tokens
         rep.backlog += s.unprefilled
         rep.sessions[session_id] = None
+        self._dirty.add(replica)
         self._fit_cache(replica)
 
     def progress(self, session_id: Hashable, generated_tokens: int, now_s: float) -> None:
@@ -167,6 +171,7 @@ class SessionBook:
         rep.context += generated_tokens - s.generated
         rep.backlog -= s.unprefilled
         s.generated, s.unprefilled = generated_tokens, 0
+        self._dirty.add(s.replica)
         self._fit_cache(s.replica)
 
     def move_turn(self, session_id: Hashable, dst: int, now_s: float) -> None:
@@ -188,6 +193,7 @@ class SessionBook:
         rep.context += held
         rep.backlog += s.unprefilled
         rep.sessions[session_id] = None
+        self._dirty.add(dst)
         self._fit_cache(dst)
 
     def end_turn(self, session_id: Hashable, output_tokens: int, now_s: float) -> None:
@@ -227,16 +233,27 @@ class SessionBook:
         """A replica failed (its cache is lost) or came back."""
         self._check_replica(replica)
         self._reps[replica].healthy = healthy
+        self._dirty.add(replica)
         if not healthy:
             self.cache.drop_replica(replica)
 
     # ----- reads ---------------------------------------------------------------------
-    def views(self, now_s: float) -> list[ReplicaView]:
+    def views(self, now_s: float) -> ViewTable:
         """Every replica as ``place_turn`` and the routers read it: its turns beyond its KV
         budget, in the order they started there, are waiting; tool waits older than the
-        tool-wait horizon no longer count."""
+        tool-wait horizon no longer count. One table kept from call to call, its views
+        rebuilt only for the replicas an event changed since the last call (so the table a
+        call returns changes at the next one; copy it to keep it)."""
         self._lapse_tool_waits(now_s)
-        return [self._view(r, rep) for r, rep in enumerate(self._reps)]
+        table = self._table
+        if table is None:
+            table = self._table = ViewTable([self._view(r, rep)
+                                             for r, rep in enumerate(self._reps)])
+        else:
+            for r in self._dirty:
+                table[r] = self._view(r, self._reps[r])
+        self._dirty.clear()
+        return table
 
     def balance_loads(self, now_s: float) -> list[ReplicaLoad]:
         """The loads of ``core.balancer.plan_moves`` for mid-turn moves
@@ -323,6 +340,7 @@ class SessionBook:
         rep.sessions.pop(session_id, None)
         rep.context -= s.requested_tokens + s.generated
         rep.backlog -= s.unprefilled
+        self._dirty.add(s.replica)
         s.replica, s.unprefilled = None, 0
 
     def _leave_tool(self, session_id: Hashable, s: _Session) -> None:
@@ -330,6 +348,7 @@ class SessionBook:
             rep = self._reps[s.home]
             rep.num_tool -= 1
             rep.tool_context -= s.context_tokens
+            self._dirty.add(s.home)
             s.in_tool = False
             self._in_tool.pop(session_id, None)
 

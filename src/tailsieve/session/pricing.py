@@ -32,18 +32,21 @@ class Loads:
     """Every replica's expected batch and context, and the costs they imply."""
 
     def __init__(self, views: Sequence[ReplicaView], tool_wait_weight: float,
-                 table: ViewTable | None = None) -> None:
-        """``table``: the same views as a ``ViewTable`` (its arrays are read instead)."""
+                 table: ViewTable | None = None,
+                 rows: npt.NDArray[np.intp] | None = None) -> None:
+        """``table``: the ``ViewTable`` the views are (its arrays are read instead), or with
+        ``rows``, the table they were taken from at those rows (e.g. its healthy ones)."""
         w = tool_wait_weight
         self.views = views
         models = [v.config.throughput for v in views]
         self._same = all(m is models[0] for m in models)
         self._models = models
         if table is not None:
-            self.b = table.b + w * table.tool
-            self.c = table.c + w * table.tool_c
-            self.kv, self.backlog_s, self.k = table.kv, table.lag_s, table.k
-            self.pre = table.pre
+            at = slice(None) if rows is None else rows
+            self.b = table.b[at] + w * table.tool[at]
+            self.c = table.c[at] + w * table.tool_c[at]
+            self.kv, self.backlog_s, self.k = table.kv[at], table.lag_s[at], table.k[at]
+            self.pre = table.pre[:, at]
             return
         self.pre = np.array([(v.config.prefill_s, v.config.prefill_s_per_token,
                               v.config.prefill_s_per_token_pair) for v in views]).T

@@ -29,6 +29,10 @@ class ReplicaView:
     healthy: bool = True
 
     def __post_init__(self) -> None:
+        if (self.replica >= 0 and self.num_running >= 0 and self.num_waiting >= 0
+                and self.num_tool_waits >= 0 and self.context_tokens >= 0
+                and self.tool_wait_context_tokens >= 0 and self.prefill_backlog_tokens >= 0):
+            return  # the common case, checked at once (views are built per placement)
         if self.replica < 0:
             raise ConfigError(f"replica must be >= 0, got {self.replica}")
         for name in ("num_running", "num_waiting", "num_tool_waits"):
@@ -63,6 +67,7 @@ class ViewTable(list[ReplicaView]):
         self.kv = np.full(n, np.inf)  # KV budget, tokens
         self.k = np.zeros(n)  # context seconds per token
         self.pre = np.zeros((3, n))  # first prefill: fixed s, s per token, s per token pair
+        self.healthy = np.ones(n, dtype=bool)
         for i, v in enumerate(views):
             self._row(i, v)
 
@@ -80,3 +85,4 @@ class ViewTable(list[ReplicaView]):
         self.k[i] = v.config.throughput.context_s_per_token
         cfg = v.config
         self.pre[:, i] = (cfg.prefill_s, cfg.prefill_s_per_token, cfg.prefill_s_per_token_pair)
+        self.healthy[i] = v.healthy

@@ -30,7 +30,7 @@ def verl_output(chain: Sequence[Piece], aborted: bool = False) -> TokenOutput:
     outs = [p.detail for p in chain if p.detail is not None]
     lps = joined.logprobs
     return TokenOutput(
-        token_ids=[int(t) for t in joined.token_ids or ()],
+        token_ids=list(map(int, joined.token_ids or ())),
         log_probs=None if lps is None else [float(x) for x in lps],
         routed_experts=_routed_experts(outs),
         stop_reason=ABORTED if aborted or not outs else outs[-1].stop_reason,

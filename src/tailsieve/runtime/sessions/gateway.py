@@ -265,7 +265,7 @@ class SessionGateway:
         sp = sampling if isinstance(sampling, SamplingParams) else sampling_from_dict(sampling)
         if max_tokens is not None:
             sp = replace(sp, max_tokens=max_tokens)
-        ids = tuple(int(t) for t in prompt_ids)
+        ids = tuple(map(int, prompt_ids))
         if not ids:
             raise ConfigError(f"session {session_id!r}: empty prompt")
         if session_id in self._turns:
