@@ -245,7 +245,7 @@ def test_v1_async_client_resumes_across_a_weight_sync(tmp_path: Path, pool3: Poo
         outs = asyncio.gather(*[client.generate(f"a{i}", prompt_ids=p,
                                                 sampling_params={"max_tokens": 80})
                                 for i, p in enumerate(prompts)])
-        await _until_running(pool3)
+        await _until_generating(actors)
         await asyncio.gather(*[a.abort_all_requests.remote() for a in actors])
         await asyncio.gather(*[a.set_global_steps.remote(1) for a in actors])
         await asyncio.gather(*[a.resume_generation.remote() for a in actors])
@@ -298,6 +298,13 @@ async def _until_running(pool: Pool) -> None:
     while not any(c["tokens"] is None for c in await pool.log.all.remote()):
         await asyncio.sleep(0.01)
     await asyncio.sleep(0.2)
+
+
+async def _until_generating(actors: list[Any]) -> None:
+    """Return as soon as a server has a request generating (short turns end fast: a fixed
+    wait after they start can find none left to abort on a loaded machine)."""
+    while not sum(await asyncio.gather(*[a.num_running.remote() for a in actors])):
+        await asyncio.sleep(0.005)
 
 
 def _kill_when_running(pool: Pool, victim: str) -> None:

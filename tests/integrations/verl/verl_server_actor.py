@@ -57,6 +57,10 @@ class HttpServerActor:
     def set_global_steps(self, steps: int) -> None:
         self.global_steps = steps
 
+    def num_running(self) -> int:
+        """Requests generating now (sent to the server, not yet answered)."""
+        return len(self._running)
+
     async def abort_all_requests(self, reset_prefix_cache: bool = True) -> dict[str, Any]:
         """Pause admission and abort what runs (as verl does around a weight sync)."""
         self._paused = True
