@@ -35,6 +35,7 @@ SCRIPTS = {
     "bench_proxy_stream.py": "test_smoke_proxy_stream.py::test_bench_proxy_stream",
     "bench_router.py": "test_smoke_live.py::test_bench_router_*",
     "bench_routers_live.py": "test_smoke_routers_live.py::test_bench_routers_live",
+    "bench_book_views.py": "test_bench_book_views.py::test_bench_book_views",
     "bench_sim.py": "test_bench_sim",
     "bench_spec.py": "test_bench_spec.py::test_bench_spec",
     "bench_straggler.py": "test_smoke_live.py::test_bench_straggler",
