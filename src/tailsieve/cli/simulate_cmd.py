@@ -77,6 +77,15 @@ def simulate(
         None, "--stream-interval",
         help="Moves as the live runtime's --stream --stream-interval K makes them on vLLM: at "
              "once, keeping the tokens streamed in chunks of K (the rest decoded again)."),
+    drain_lpt: bool = typer.Option(
+        True, "--drain-lpt/--no-drain-lpt",
+        help="In a balanced step's drain, move the responses expected to run longest (from "
+             "their tokens so far and recent steps' lengths) onto the replicas expected to "
+             "finish first (docs/balancer.md#the-drain)."),
+    drain_priority: bool = typer.Option(
+        False, "--drain-priority",
+        help="Submit each piece with an engine priority by its tokens so far, as vLLM's "
+             "--scheduling-policy priority reads it (docs/balancer.md#the-drain)."),
     spec: str = typer.Option(
         None, "--spec",
         help="Acceptance preset (seer, tlt-eagle-tree, rhymerl-epoch, low, measured "
@@ -124,7 +133,7 @@ def simulate(
         max_num_seqs=max_num_seqs, kv_capacity_tokens=kv_capacity, prefill_s=prefill_s,
         num_prompts=num_prompts, piece_tokens=piece_tokens, piece_seam_s=piece_seam_s,
         piece_moves=piece_moves,  # type: ignore[arg-type,unused-ignore]
-        stream_interval=stream_interval,
+        stream_interval=stream_interval, drain_lpt=drain_lpt, drain_priority=drain_priority,
     )
     if out is not None:
         result.write(out)

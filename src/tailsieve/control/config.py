@@ -47,6 +47,11 @@ class ControllerConfig:
     # iteration, seconds (a default estimate until measured on the real engine)
     checks_per_step: int = 32  # timed re-balance checks per expected step (plus checks at
     # completions, at most two per interval): the interval scales with the measured step time
+    drain_lpt: bool = True  # LPT moves in a balanced step's drain, by expected remaining
+    # tokens from the remembered steps' lengths (core.drain)
+    drain_priority: bool = False  # engine priority by tokens generated (core.drain; needs
+    # vLLM's --scheduling-policy priority)
+    drain_start_fraction: float = 0.25  # the drain begins once this share of responses runs
     gate: GateConfig | None = field(default_factory=GateConfig)  # balance an m = 0 step only
     # while balanced steps are measured faster than round-robin ones (control.balance_gate);
     # None: always balance
@@ -92,6 +97,8 @@ class ControllerConfig:
             raise ConfigError(
                 "need 1 <= min_groups_per_tail_replica <= max_groups_per_tail_replica"
             )
+        if not 0.0 <= self.drain_start_fraction <= 1.0:
+            raise ConfigError("drain_start_fraction must be in [0, 1]")
         if self.seam_s < 0 or self.checks_per_step < 1:
             raise ConfigError("need seam_s >= 0 and checks_per_step >= 1")
         if self.history_steps < 1:

@@ -13,6 +13,7 @@ from tailsieve.control.outer_loop import OuterLoop
 from tailsieve.control.predictor import PoolPrediction, PoolTimePredictor, StepWork
 from tailsieve.core.balancer import BalanceSettings
 from tailsieve.core.diagnostics import PredictedPoolTimes
+from tailsieve.core.drain import DrainSettings
 from tailsieve.core.outcome import StepOutcome
 from tailsieve.core.plan import StepPlan
 from tailsieve.errors import ConfigError
@@ -91,7 +92,18 @@ class HierarchicalController(Controller):
         seam = cfg.seam_s
         interval = st.step_ema_s / cfg.checks_per_step if st.step_ema_s > 0 else 40.0 * seam
         return BalanceSettings(interval_s=max(interval, 1e-3), horizon_s=st.step_ema_s,
-                               seam_s=seam, expected_step_s=st.step_ema_s)
+                               seam_s=seam, expected_step_s=st.step_ema_s,
+                               drain=self._drain_settings())
+
+    def _drain_settings(self) -> DrainSettings | None:
+        """The drain's levers (``core.drain``) with the remembered steps' finished response
+        lengths as the evidence of expected remaining work (None: both levers off)."""
+        cfg = self.config
+        if not (cfg.drain_lpt or cfg.drain_priority):
+            return None
+        lengths = tuple(n for h in self.state.history for g in h.groups for n in g)
+        return DrainSettings(lpt=cfg.drain_lpt, priority=cfg.drain_priority,
+                             start_fraction=cfg.drain_start_fraction, lengths=lengths)
 
     def observe(self, plan: StepPlan, outcome: StepOutcome) -> None:
         cfg, st = self.config, self.state

@@ -45,6 +45,7 @@ from itertools import islice
 from operator import itemgetter
 
 from tailsieve.core.balance_scan import Groups, best_for, plateau_len
+from tailsieve.core.drain import DrainSettings
 from tailsieve.core.replica_load import ReplicaLoad, Running
 from tailsieve.errors import ConfigError
 
@@ -62,6 +63,7 @@ class BalanceSettings:
     # (``core.balance_check``); the moves are the same whatever it is: it bounds the time of
     # one decision, not what a check does
     expected_step_s: float = 0.0  # the controller's step-time estimate (0: unknown)
+    drain: DrainSettings | None = None  # the single-turn drain's levers (core.drain; None: off)
 
     def __post_init__(self) -> None:
         if not self.interval_s > 0:

@@ -131,6 +131,8 @@ def simulate(
     piece_seam_s: float = 0.05,
     piece_moves: Literal["defer", "drop"] = "defer",
     stream_interval: int | None = None,
+    drain_lpt: bool = True,
+    drain_priority: bool = False,
 ) -> SimulationResult:
     """Simulate ``policies`` (default: all of ``tailsieve simulate``; ``uniform`` is always
     added as the paired reference) on the same prompts and response lengths.
@@ -147,7 +149,10 @@ def simulate(
     piece until moved, the cost-free ideal); ``piece_moves``: a move waits for the running
     piece's end (``defer``) or drops it (``drop``). ``stream_interval``: responses streamed in
     chunks of this many tokens (vLLM's ``stream_interval``; no pieces): a move happens at once
-    and keeps the tokens streamed, the rest decoded again. The other arguments mirror the CLI
+    and keeps the tokens streamed, the rest decoded again. ``drain_lpt`` / ``drain_priority``:
+    the single-turn drain's levers (``core.drain``: LPT moves by expected remaining tokens,
+    on by default; engine priority by tokens generated, vLLM's priority policy, off). The
+    other arguments mirror the CLI
     options of the same names.
     """
     if piece_moves not in ("defer", "drop"):
@@ -171,7 +176,7 @@ def simulate(
     settings = SimSettings(
         num_replicas=replicas, num_groups=groups, group_size=group_size, num_steps=steps,
         seed=seed, q0=q0, m0=m0, spread=spread,
-        pieces=pieces,
+        pieces=pieces, drain_lpt=drain_lpt, drain_priority=drain_priority,
     )
     base = replica_config(load_profile(profile), max_num_seqs, kv_capacity_tokens, prefill_s)
     pools = PoolConfigs.from_specs(base, SpecConfig.parse(tail_spec), SpecConfig.parse(bulk_spec))
@@ -199,6 +204,7 @@ def simulate(
         "prefill_s": prefill_s, "recompute_s_per_token": base.recompute_s_per_token,
         "piece_tokens": piece_tokens, "piece_seam_s": piece_seam_s if piece_tokens else None,
         "piece_moves": piece_moves if piece_tokens else None, "stream_interval": stream_interval,
+        "drain_lpt": drain_lpt, "drain_priority": drain_priority,
         "recompute_s_per_token_pair": base.recompute_s_per_token_pair,
         "paired_steady_from": STEADY_FROM, "paired_interval": CI_METHOD,
     }

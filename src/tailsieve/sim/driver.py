@@ -118,6 +118,8 @@ class SimSettings:
     keep_timeline_step: int | None = None  # step whose per-group spans are kept (None: last)
     spread: bool = True  # protocol policies deal single responses (False: whole groups)
     pieces: PieceSettings | None = None  # moves: continued responses in bounded pieces (live)
+    drain_lpt: bool = True  # the controller's LPT moves in the drain (core.drain)
+    drain_priority: bool = False  # engine priority by tokens generated (core.drain)
 
     def __post_init__(self) -> None:
         for name in ("num_replicas", "num_groups", "group_size", "num_steps"):
@@ -128,6 +130,7 @@ class SimSettings:
         return ControllerConfig(
             num_groups=self.num_groups, num_replicas=self.num_replicas,
             group_size=self.group_size, q0=self.q0, m0=self.m0, spread=self.spread,
+            drain_lpt=self.drain_lpt, drain_priority=self.drain_priority,
         )
 
 

@@ -41,6 +41,8 @@ import numpy as np
 from tailsieve.core.balance_check import plan_check
 from tailsieve.core.balance_trace import DEFERRED, MADE, SKIPPED, BalanceTrace, MoveRecord
 from tailsieve.core.balancer import BalanceSettings, Move, ReplicaLoad
+from tailsieve.core.drain import engine_priority
+from tailsieve.core.drain_plan import plan_drain
 from tailsieve.model.replica_engine import Completion, ReplicaConfig, ReplicaEngine
 from tailsieve.sim.layout import RequestLayout, SimResult, choose_fresh
 from tailsieve.sim.move_state import StepResponses, cost_models, replica_loads, repriced
@@ -69,7 +71,10 @@ class MoveSimulation:
         self.layout, self.configs, self.k, self.balance = layout, configs, k, balance
         self.pieces, self.trace, self.draft_factor = pieces, trace, draft_factor
         nreq = int(layout.lengths.size)
-        self.engines = [ReplicaEngine(c) for c in configs]
+        self.drain = balance.drain
+        self.remaining_model = None if self.drain is None else self.drain.remaining_model()
+        by_priority = self.drain is not None and self.drain.priority
+        self.engines = [ReplicaEngine(c, priority=by_priority) for c in configs]
         self.models = cost_models(configs, frozenset(tail_replicas), nreq + 2)
         self.defer = pieces is not None and pieces.defer_moves and not pieces.keeps_running_piece
         self.drops = pieces is not None and not pieces.keeps_running_piece and not self.defer
@@ -175,7 +180,7 @@ class MoveSimulation:
             st.cur[i] = d
             st.started_s[i] = t
             e.submit((i, st.piece_no[i]), st.piece_len(i), prefix, cached_tokens=cached,
-                     continuation=True)
+                     continuation=True, priority=self._priority(i))
 
     def _count_move(self, i: int, dst: int, prefix: int, cached: int, t: float) -> None:
         """A moved response's piece began on ``dst`` at ``t``: the move took effect."""
@@ -195,9 +200,14 @@ class MoveSimulation:
         self.stats.num_checks += 1
         loads = self._check_loads()
         horizon = bal.horizon_at(t)
-        moves = [mv for decision in plan_check(
-            loads, horizon, bal.seam_s, bal.max_moves_per_check, bal.max_moves_per_decision,
-            st.cached, st.cached_on) for mv in decision]
+        running = len(st.lengths) - self.finished - int(st.aborted.sum())
+        if self.drain is not None and self.drain.drains(running, len(st.lengths)):
+            moves = plan_drain(loads, self._remaining, bal.seam_s, bal.max_moves_per_check,
+                               st.cached)
+        else:
+            moves = [mv for decision in plan_check(
+                loads, horizon, bal.seam_s, bal.max_moves_per_check,
+                bal.max_moves_per_decision, st.cached, st.cached_on) for mv in decision]
         made = [self._make(mv, t, loads, horizon) for mv in moves]
         if self.trace is not None:
             self.trace.record(t, loads, horizon, bal.seam_s, [
@@ -257,6 +267,20 @@ class MoveSimulation:
                     st.cur[i] = -1
 
     # -- helpers -----------------------------------------------------------------------------
+
+    def _remaining(self, key: object, context: int) -> float:
+        """Expected remaining tokens of a running response (key ``(request, piece)``) from
+        what it has generated so far: its context less its prompt."""
+        assert self.remaining_model is not None
+        i = key[0]  # type: ignore[index]
+        return self.remaining_model.expected(context - self.state.prompt_tokens[i])
+
+    def _priority(self, i: int) -> int:
+        """The engine priority request ``i``'s next piece is submitted with."""
+        d = self.drain
+        if d is None or not d.priority:
+            return 0
+        return engine_priority(self.state.done_prev[i], d.priority_bucket_tokens)
 
     def _send(self, i: int, dst: int, at_s: float, moved: bool) -> None:
         """Request ``i``'s next piece is on its way to ``dst``, arriving at ``at_s``."""
