@@ -70,6 +70,7 @@ class Case:
     prefill_scale: float = 1.0  # multiplies the derived per-token prefill (recompute) cost
     oracle: bool = False  # also run uniform-oracle (paired over uniform-requests)
     spec: str = "none"  # speculative decoding on every replica (acceptance: defaults)
+    kv_scale: float = 1.0  # multiplies the profile's KV capacity (below 1: KV-bound)
 
 
 CASES: tuple[Case, ...] = (
@@ -95,6 +96,9 @@ def pools_for(case: Case) -> PoolConfigs:
     if case.prefill_scale != 1.0:
         per = base.recompute_s_per_token or 0.0
         base = dataclasses.replace(base, recompute_s_per_token=per * case.prefill_scale)
+    if case.kv_scale != 1.0 and base.kv_capacity_tokens is not None:
+        base = dataclasses.replace(
+            base, kv_capacity_tokens=int(base.kv_capacity_tokens * case.kv_scale))
     spec = SpecConfig.parse(case.spec)
     return PoolConfigs.from_specs(base, spec, spec)
 

@@ -14,6 +14,7 @@ from random_plans import random_plan
 from tailsieve.core.balance_check import plan_check
 from tailsieve.core.balance_trace import BalanceTrace
 from tailsieve.core.balancer import BalanceSettings
+from tailsieve.core.drain import DrainSettings
 from tailsieve.core.plan import StepPlan
 from tailsieve.errors import ConfigError
 from tailsieve.model.profiles import load_profile
@@ -44,13 +45,18 @@ def _lengths(table: dict[str, list[int]]):  # type: ignore[no-untyped-def]
     pieces=st.sampled_from([None, PieceSettings(300, 0.01, defer_moves=False),
                             PieceSettings(1500, 0.0, keeps_running_piece=True),
                             PieceSettings(300, 0.01), PieceSettings.streamed(4)]),
+    drain=st.sampled_from([None, DrainSettings(start_fraction=0.5, lengths=(100, 900, 3000)),
+                           DrainSettings(lpt=False, priority=True, priority_bucket_tokens=100),
+                           DrainSettings(start_fraction=1.0, priority=True)]),
 )
 def test_moves_keep_exactly_once_whole_groups_and_token_exact_chains(
     num_replicas: int, group_size: int, num_groups: int, seed: int, interval_s: float,
     with_prompts: bool, cap: int | None, tight_kv: bool, pieces: PieceSettings | None,
+    drain: DrainSettings | None,
 ) -> None:
     """Under moves, running caps (queueing), a KV capacity that preempts, and bounded pieces
-    (a move drops the running piece, or keeps it as a streamed one does)."""
+    (a move drops the running piece, or keeps it as a streamed one does); with the drain's
+    LPT moves and engine priority too."""
     rng = np.random.default_rng(seed)
     plan = random_plan(rng, num_replicas, group_size, num_groups, step=2, tail_from=3)
     table = {a.prompt_id: rng.integers(1, 4000, group_size).tolist() for a in plan.assignments}
@@ -58,7 +64,7 @@ def test_moves_keep_exactly_once_whole_groups_and_token_exact_chains(
     ptoks = prompts.__getitem__ if with_prompts else None
     kv = 6000 if tight_kv else None  # one request fits alone (< 4,000 + 500 tokens)
     cfg = ReplicaConfig.from_profile(MODEL, max_num_seqs=cap, kv_capacity_tokens=kv)
-    bal = BalanceSettings(interval_s=interval_s, horizon_s=30.0, seam_s=0.01)
+    bal = BalanceSettings(interval_s=interval_s, horizon_s=30.0, seam_s=0.01, drain=drain)
     layout = RequestLayout.build(plan, _lengths(table), ptoks)
     configs = [cfg] * num_replicas
     res, stats = simulate_with_moves(layout, configs, plan.num_fresh_to_deliver, bal,

@@ -1,0 +1,141 @@
+"""The single-turn drain: expected remaining work, the LPT rule, engine priority."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tailsieve.core.drain import DrainSettings, RemainingModel, engine_priority
+from tailsieve.core.drain_plan import finish_time_s, plan_drain
+from tailsieve.core.replica_load import ReplicaLoad
+from tailsieve.errors import ConfigError
+from tailsieve.model.profiles import load_profile
+from tailsieve.model.replica_engine import ReplicaConfig, ReplicaEngine
+
+CFG = ReplicaConfig.from_profile(load_profile("qwen3-4b-h100"), max_num_seqs=None,
+                                 kv_capacity_tokens=None)
+TAUS = CFG.throughput.taus(256).tolist()
+K = CFG.throughput.context_s_per_token
+PER_TOKEN = CFG.recompute_cost_s(1) - CFG.prefill_s
+
+
+def test_expected_remaining_is_the_conditional_mean_over_longer_lengths() -> None:
+    m = RemainingModel([1, 2, 3, 10])
+    assert m.expected(2.5) == pytest.approx((3 + 10) / 2 - 2.5)
+    assert m.expected(0) == pytest.approx(4.0)
+    assert m.expected(20) == 20.0  # past every sample: as long again as it has run
+    assert RemainingModel([]).expected(0) == 1.0
+
+
+def test_on_a_heavy_tail_the_longer_running_response_is_expected_to_run_longer() -> None:
+    lengths = np.random.default_rng(0).lognormal(7.0, 1.0, 2000).astype(int).tolist()
+    m = RemainingModel(lengths)
+    assert m.expected(5000) > m.expected(1000) > m.expected(100)
+
+
+def test_engine_priority_puts_the_longest_running_first() -> None:
+    assert engine_priority(0) == 0
+    assert engine_priority(511) == 0
+    assert engine_priority(512) == -1
+    assert engine_priority(5000, 1000) == -5
+    assert engine_priority(-3) == 0
+
+
+def test_drain_settings_are_validated() -> None:
+    with pytest.raises(ConfigError, match="start_fraction"):
+        DrainSettings(start_fraction=1.5)
+    with pytest.raises(ConfigError, match="priority_bucket_tokens"):
+        DrainSettings(priority_bucket_tokens=0)
+    with pytest.raises(ConfigError, match="lengths"):
+        DrainSettings(lengths=(3, -1))
+    d = DrainSettings(start_fraction=0.25)
+    assert d.drains(25, 100) and not d.drains(26, 100)
+    assert not DrainSettings(lpt=False).drains(0, 100)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3000), st.integers(1, 600)), min_size=1, max_size=6))
+def test_finish_time_matches_the_replica_engine(items: list[tuple[int, int]]) -> None:
+    """The closed form against the event-driven engine (prompts cached: no prefill)."""
+    e = ReplicaEngine(CFG)
+    for i, (x, r) in enumerate(items):
+        e.submit(i, r, x, cached_tokens=x)
+    last = max(c.time_s for c in e.advance(1e9))
+    assert finish_time_s([(float(x), float(r)) for x, r in items], TAUS.__getitem__, K) == \
+        pytest.approx(last, rel=1e-6)
+
+
+def _load(r: int, items: list[tuple[tuple[int, int], int]], accepts: bool = True,
+          pool: int = 0) -> ReplicaLoad:
+    return ReplicaLoad.of(r, items, TAUS.__getitem__, K, PER_TOKEN, accepts=accepts, pool=pool)
+
+
+def test_the_longest_expected_response_goes_to_the_replica_expected_to_finish_first() -> None:
+    """Replica 0 holds a response 8,000 tokens in among short new ones; replica 1 is nearly
+    idle. The move that shortens the expected step most takes the long-running response
+    to replica 1: that is what the balancer's equal cost per token does not do."""
+    prompt = 200
+    model = RemainingModel([500] * 90 + [16_000] * 10)
+    loads = [_load(0, [((0, 0), prompt + 8000)] + [((i, 0), prompt + 300) for i in range(1, 5)]),
+             _load(1, [((9, 0), prompt + 300)] * 1)]
+    moves = plan_drain(loads, lambda key, ctx: model.expected(ctx - prompt), seam_s=0.05)
+    assert moves and moves[0].key == (0, 0) and (moves[0].src, moves[0].dst) == (0, 1)
+    assert moves[0].predicted_gain_s > 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), num_replicas=st.integers(1, 5),
+       max_moves=st.integers(0, 8))
+def test_drain_moves_never_raise_the_longest_expected_finish(
+        seed: int, num_replicas: int, max_moves: int) -> None:
+    """Each key at most once, within its pool, never to a replica that accepts none, and the
+    largest expected finish time (the move's price included) never goes up."""
+    rng = np.random.default_rng(seed)
+    loads, rems = [], {}
+    for r in range(num_replicas):
+        items = []
+        for j in range(int(rng.integers(0, 5))):
+            key = (r, j)
+            items.append((key, int(rng.integers(50, 20_000))))
+            rems[key] = float(rng.integers(1, 10_000))
+        loads.append(_load(r, items, accepts=bool(rng.random() < 0.8), pool=int(rng.random() < 0.3)))
+
+    def remaining(key: object, ctx: int) -> float:
+        return rems[key]  # type: ignore[index]
+
+    def worst(where: dict[object, int]) -> float:
+        return max((finish_time_s([(float(x), rems[k]) for ld in loads for k, x in ld.running()
+                                   if where[k] == r], TAUS.__getitem__, K)
+                    for r in range(num_replicas)), default=0.0)
+
+    where = {k: ld.replica for ld in loads for k, _ in ld.running()}
+    before = worst(where)
+    moves = plan_drain(loads, remaining, seam_s=0.05, max_moves=max_moves)
+    assert len(moves) <= max_moves
+    assert len({m.key for m in moves}) == len(moves)
+    for m in moves:
+        assert where[m.key] == m.src and loads[m.dst].accepts
+        assert loads[m.src].pool == loads[m.dst].pool
+        where[m.key] = m.dst
+    assert worst(where) <= before + 1e-9
+
+
+def test_priority_keeps_the_long_running_continuation_from_being_preempted() -> None:
+    """On a replica whose KV cache fills, FCFS preempts the newest request: a continuation
+    8,000 tokens in, moved there last. Submitted with ``engine_priority`` under the priority
+    policy, the fresh request goes back to the queue instead."""
+    cfg = ReplicaConfig.from_profile(load_profile("qwen3-4b-h100"), max_num_seqs=None,
+                                     kv_capacity_tokens=12_000)
+    waiting = {}
+    for policy in (False, True):
+        e = ReplicaEngine(cfg, priority=policy)
+        e.submit("fresh", 5000, 200)
+        e.submit("moved", 3000, 8200, continuation=True,
+                 priority=engine_priority(8000) if policy else 0)
+        e.advance(12.0)  # past the overflow (about 1,800 tokens in), before either finishes
+        assert e.num_preemptions == 1 and e.num_waiting == 1
+        running = {rid for rid, _ in e.running_contexts()}
+        waiting[policy] = ({"fresh", "moved"} - running).pop()
+    assert waiting == {False: "moved", True: "fresh"}
