@@ -24,6 +24,7 @@ SCRIPTS = {
     "bench_agentic_live.py": "test_smoke_live.py::test_bench_agentic_live_emulated",
     "bench_auto_profile.py": "test_smoke_live.py::test_bench_auto_profile_emulated",
     "bench_balancer.py": "test_bench_balancer",
+    "bench_drain.py": "test_bench_drain",
     "bench_faults.py": "test_bench_faults",
     "bench_seam.py": "test_smoke_live.py::test_bench_seam_vllm",
     "bench_grounded.py": "test_bench_grounded",
@@ -185,6 +186,18 @@ def test_bench_balancer(tmp_path: Path) -> None:
         assert 0 < timing["max_moves_in_a_decision"] <= timing["max_moves_per_decision"] == 2
     assert data["decision_timing"]["decisions"] > data["decision_timing"]["calls"]
     assert "| 4b-paper-math-r8 |" in (tmp_path / "balancer.md").read_text()
+
+
+def test_bench_drain(tmp_path: Path) -> None:
+    with repo_unchanged():
+        assert importlib.import_module("bench_drain").main(
+            ["--out", str(tmp_path), "--smoke", "--cases", "4b-paper-math-r8"]) == 0
+    data = json.loads((tmp_path / "drain.json").read_text())
+    (row,) = data["cases"]
+    for name in ("none", "lpt", "priority", "both", "seer-oracle"):
+        assert row[name]["speedup_mean"] > 0
+    assert data["target"]["case"] == "4b-paper-math-r8"
+    assert "| 4b-paper-math-r8 |" in (tmp_path / "drain.md").read_text()
 
 
 def test_bench_agentic(tmp_path: Path) -> None:
