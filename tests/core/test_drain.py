@@ -139,3 +139,20 @@ def test_priority_keeps_the_long_running_continuation_from_being_preempted() -> 
         running = {rid for rid, _ in e.running_contexts()}
         waiting[policy] = ({"fresh", "moved"} - running).pop()
     assert waiting == {False: "moved", True: "fresh"}
+
+
+def test_drain_moves_read_expected_remaining_from_context_less_prompt() -> None:
+    """What every executor asks in the drain: ``plan_drain`` over ``settings.drain``'s
+    sample, each response's tokens so far being its context less its prompt."""
+    from tailsieve.core.balancer import BalanceSettings
+    from tailsieve.core.drain_plan import drain_moves
+
+    prompt = 200
+    lengths = (500,) * 90 + (16_000,) * 10
+    settings = BalanceSettings(interval_s=1.0, horizon_s=10.0, seam_s=0.05,
+                               drain=DrainSettings(lengths=lengths))
+    loads = [_load(0, [((0, 0), prompt + 8000)] + [((i, 0), prompt + 300) for i in range(1, 5)]),
+             _load(1, [((9, 0), prompt + 300)])]
+    model = RemainingModel(lengths)
+    assert drain_moves(loads, settings, lambda key: prompt) == plan_drain(
+        loads, lambda key, ctx: model.expected(ctx - prompt), 0.05)

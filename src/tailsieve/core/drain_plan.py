@@ -8,10 +8,28 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
 
-from tailsieve.core.balancer import Move
+from tailsieve.core.balancer import BalanceSettings, Move
 from tailsieve.core.replica_load import ReplicaLoad
 
-__all__ = ["finish_time_s", "plan_drain"]
+__all__ = ["drain_moves", "finish_time_s", "plan_drain"]
+
+
+def drain_moves(
+    loads: Sequence[ReplicaLoad], settings: BalanceSettings,
+    prompt_tokens: Callable[[Hashable], int],
+    cached: Callable[[Hashable, int], int] | None = None,
+) -> list[Move]:
+    """A check's moves once the drain has begun (``DrainSettings.drains``; the caller asks
+    instead of the balancer's ``core.balance_check.plan_check``): ``plan_drain`` with each
+    running response's expected remaining tokens read from its context less
+    ``prompt_tokens(key)`` over ``settings.drain``'s length sample."""
+    assert settings.drain is not None
+    model = settings.drain.remaining_model()
+
+    def remaining(key: Hashable, context: int) -> float:
+        return model.expected(context - prompt_tokens(key))
+
+    return plan_drain(loads, remaining, settings.seam_s, settings.max_moves_per_check, cached)
 
 
 def finish_time_s(items: Sequence[tuple[float, float]], tau: Callable[[int], float],

@@ -4,7 +4,8 @@ Like ``sim.eventpath`` (one ``ReplicaEngine`` per replica, time from event to ev
 re-balance checks: every ``BalanceSettings.interval_s`` (and at a completion when half an
 interval has passed since the last check) every replica is advanced to the moment, the pure
 balancer (``core.balancer.plan_moves``, in decisions of a few moves: ``core.balance_check``)
-is asked for moves, and each move is applied:
+is asked for moves (in the drain, once ``BalanceSettings.drain`` says it has begun, the LPT
+rule of ``core.drain_plan`` instead), and each move is applied:
 
 - the response stops on its replica ``A`` with ``g`` tokens generated there (a *piece*);
 - after the seam (``seam_s``: round trip + one scheduling iteration) it continues on ``B`` as a
@@ -42,7 +43,7 @@ from tailsieve.core.balance_check import plan_check
 from tailsieve.core.balance_trace import DEFERRED, MADE, SKIPPED, BalanceTrace, MoveRecord
 from tailsieve.core.balancer import BalanceSettings, Move, ReplicaLoad
 from tailsieve.core.drain import engine_priority
-from tailsieve.core.drain_plan import plan_drain
+from tailsieve.core.drain_plan import drain_moves
 from tailsieve.model.replica_engine import Completion, ReplicaConfig, ReplicaEngine
 from tailsieve.sim.layout import RequestLayout, SimResult, choose_fresh
 from tailsieve.sim.move_state import StepResponses, cost_models, replica_loads, repriced
@@ -72,7 +73,6 @@ class MoveSimulation:
         self.pieces, self.trace, self.draft_factor = pieces, trace, draft_factor
         nreq = int(layout.lengths.size)
         self.drain = balance.drain
-        self.remaining_model = None if self.drain is None else self.drain.remaining_model()
         by_priority = self.drain is not None and self.drain.priority
         self.engines = [ReplicaEngine(c, priority=by_priority) for c in configs]
         self.models = cost_models(configs, frozenset(tail_replicas), nreq + 2)
@@ -201,9 +201,8 @@ class MoveSimulation:
         loads = self._check_loads()
         horizon = bal.horizon_at(t)
         running = len(st.lengths) - self.finished - int(st.aborted.sum())
-        if self.drain is not None and self.drain.drains(running, len(st.lengths)):
-            moves = plan_drain(loads, self._remaining, bal.seam_s, bal.max_moves_per_check,
-                               st.cached)
+        if bal.drain is not None and bal.drain.drains(running, len(st.lengths)):
+            moves = drain_moves(loads, bal, self._prompt_tokens, st.cached)
         else:
             moves = [mv for decision in plan_check(
                 loads, horizon, bal.seam_s, bal.max_moves_per_check,
@@ -268,12 +267,9 @@ class MoveSimulation:
 
     # -- helpers -----------------------------------------------------------------------------
 
-    def _remaining(self, key: object, context: int) -> float:
-        """Expected remaining tokens of a running response (key ``(request, piece)``) from
-        what it has generated so far: its context less its prompt."""
-        assert self.remaining_model is not None
-        i = key[0]  # type: ignore[index]
-        return self.remaining_model.expected(context - self.state.prompt_tokens[i])
+    def _prompt_tokens(self, key: object) -> int:
+        """Prompt tokens of a running response (key ``(request, piece)``)."""
+        return self.state.prompt_tokens[key[0]]  # type: ignore[index]
 
     def _priority(self, i: int) -> int:
         """The engine priority request ``i``'s next piece is submitted with."""
