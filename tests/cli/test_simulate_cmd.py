@@ -173,3 +173,20 @@ def test_stream_interval_moves_at_once_and_reports_the_unsent_tokens_as_waste() 
     assert chunked["moves_per_step"] > 0 and chunked["wasted_token_fraction"] > 0
     assert main([*SMALL, "--stream-interval", "0"]) == 2
     assert main([*SMALL, "--stream-interval", "8", "--piece-tokens", "64"]) == 2
+
+
+def test_drain_flags_reach_the_controller_and_the_settings() -> None:
+    """``--no-drain-lpt`` / ``--drain-priority``: the drain's levers (docs/balancer.md#the-drain)
+    are recorded in the settings and change the tailsieve run (LPT is on by default)."""
+    base = [*SMALL[:-4], "--steps", "8", "--num-prompts", "300", "--policy", "tailsieve",
+            "--json"]
+    got = {}
+    for extra in ([], ["--no-drain-lpt"], ["--drain-priority"]):
+        res = CliRunner().invoke(app, [*base, *extra])
+        assert res.exit_code == 0, res.output
+        data = json.loads(res.output)
+        assert data["settings"]["drain_lpt"] is ("--no-drain-lpt" not in extra)
+        assert data["settings"]["drain_priority"] is ("--drain-priority" in extra)
+        pol = next(p for p in data["policies"] if p["policy"] == "tailsieve")
+        got[tuple(extra)] = float(pol["step_total_s"])
+    assert got[()] != pytest.approx(got[("--no-drain-lpt",)])
