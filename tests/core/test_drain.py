@@ -7,8 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tailsieve.core.balancer import BalanceSettings
 from tailsieve.core.drain import DrainSettings, RemainingModel, engine_priority
-from tailsieve.core.drain_plan import finish_time_s, plan_drain
+from tailsieve.core.drain_plan import drain_decisions, finish_time_s, plan_drain
 from tailsieve.core.replica_load import ReplicaLoad
 from tailsieve.errors import ConfigError
 from tailsieve.model.profiles import load_profile
@@ -141,18 +142,20 @@ def test_priority_keeps_the_long_running_continuation_from_being_preempted() -> 
     assert waiting == {False: "moved", True: "fresh"}
 
 
-def test_drain_moves_read_expected_remaining_from_context_less_prompt() -> None:
+def test_drain_decisions_read_expected_remaining_from_context_less_prompt() -> None:
     """What every executor asks in the drain: ``plan_drain`` over ``settings.drain``'s
-    sample, each response's tokens so far being its context less its prompt."""
-    from tailsieve.core.balancer import BalanceSettings
-    from tailsieve.core.drain_plan import drain_moves
+    sample, each response's tokens so far being its context less its prompt, in decisions
+    of at most ``max_moves_per_decision`` moves, every one full but the last."""
 
     prompt = 200
     lengths = (500,) * 90 + (16_000,) * 10
     settings = BalanceSettings(interval_s=1.0, horizon_s=10.0, seam_s=0.05,
-                               drain=DrainSettings(lengths=lengths))
-    loads = [_load(0, [((0, 0), prompt + 8000)] + [((i, 0), prompt + 300) for i in range(1, 5)]),
-             _load(1, [((9, 0), prompt + 300)])]
+                               max_moves_per_decision=1, drain=DrainSettings(lengths=lengths))
+    loads = [_load(0, [((i, 0), prompt + 8000) for i in range(3)]),
+             _load(1, []), _load(2, [])]
     model = RemainingModel(lengths)
-    assert drain_moves(loads, settings, lambda key: prompt) == plan_drain(
-        loads, lambda key, ctx: model.expected(ctx - prompt), 0.05)
+    decisions = list(drain_decisions(loads, settings, lambda key: prompt))
+    want = plan_drain(loads, lambda key, ctx: model.expected(ctx - prompt), 0.05)
+    assert len(want) >= 2
+    assert [mv for d in decisions for mv in d] == want
+    assert all(len(d) == 1 for d in decisions[:-1]) and len(decisions[-1]) <= 1

@@ -6,22 +6,25 @@ Moves are ``core.balancer.Move`` s, made exactly as the balancer's are (the simu
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from itertools import islice
 
 from tailsieve.core.balancer import BalanceSettings, Move
 from tailsieve.core.replica_load import ReplicaLoad
 
-__all__ = ["drain_moves", "finish_time_s", "plan_drain"]
+__all__ = ["drain_decisions", "finish_time_s", "iter_drain", "plan_drain"]
 
 
-def drain_moves(
+def drain_decisions(
     loads: Sequence[ReplicaLoad], settings: BalanceSettings,
     prompt_tokens: Callable[[Hashable], int],
     cached: Callable[[Hashable, int], int] | None = None,
-) -> list[Move]:
+) -> Iterator[list[Move]]:
     """A check's moves once the drain has begun (``DrainSettings.drains``; the caller asks
-    instead of the balancer's ``core.balance_check.plan_check``): ``plan_drain`` with each
-    running response's expected remaining tokens read from its context less
+    for these instead of ``core.balance_check.plan_check``'s), in decisions of at most
+    ``settings.max_moves_per_decision`` moves under the same contract as ``plan_check``'s
+    (every one full but the last; the loads unchanged between two): ``plan_drain``'s moves,
+    each running response's expected remaining tokens read from its context less
     ``prompt_tokens(key)`` over ``settings.drain``'s length sample."""
     assert settings.drain is not None
     model = settings.drain.remaining_model()
@@ -29,7 +32,15 @@ def drain_moves(
     def remaining(key: Hashable, context: int) -> float:
         return model.expected(context - prompt_tokens(key))
 
-    return plan_drain(loads, remaining, settings.seam_s, settings.max_moves_per_check, cached)
+    per = max(1, settings.max_moves_per_decision)
+    moves = iter_drain(loads, remaining, settings.seam_s, cached)
+    left = settings.max_moves_per_check
+    while left > 0:
+        decision = list(islice(moves, min(per, left)))
+        left -= len(decision)
+        yield decision
+        if len(decision) < per:
+            return
 
 
 def finish_time_s(items: Sequence[tuple[float, float]], tau: Callable[[int], float],
@@ -52,6 +63,15 @@ def plan_drain(
     max_moves: int = 64, cached: Callable[[Hashable, int], int] | None = None,
     num_destinations: int = 3,
 ) -> list[Move]:
+    """The first ``max_moves`` moves of ``iter_drain`` (see there)."""
+    return list(islice(iter_drain(loads, remaining, seam_s, cached, num_destinations),
+                       max(0, max_moves)))
+
+
+def iter_drain(
+    loads: Sequence[ReplicaLoad], remaining: Callable[[Hashable, int], float], seam_s: float,
+    cached: Callable[[Hashable, int], int] | None = None, num_destinations: int = 3,
+) -> Iterator[Move]:
     """LPT moves in the drain: while the replica of the longest expected finish time
     (``finish_time_s`` with each response's ``remaining(key, context)``) can hand one of its
     responses to one of the ``num_destinations`` replicas of its pool expected to finish
@@ -64,8 +84,7 @@ def plan_drain(
                      if ld.num_running else [])
     fin = [_finish(loads[r], items[r]) for r in range(len(loads))]
     moved: set[Hashable] = set()
-    out: list[Move] = []
-    while len(out) < max_moves:
+    while True:
         top = max(range(len(loads)), key=fin.__getitem__)
         t_top = fin[top]
         if t_top <= 0:
@@ -95,8 +114,7 @@ def plan_drain(
         fin[top] = _finish(loads[top], items[top])
         fin[d] = t_d
         moved.add(key)
-        out.append(Move(key, loads[top].replica, loads[d].replica, int(x), uncached, gain))
-    return out
+        yield Move(key, loads[top].replica, loads[d].replica, int(x), uncached, gain)
 
 
 def _finish(ld: ReplicaLoad, items: Sequence[tuple[Hashable, float, float]]) -> float:

@@ -43,7 +43,7 @@ from tailsieve.core.balance_check import plan_check
 from tailsieve.core.balance_trace import DEFERRED, MADE, SKIPPED, BalanceTrace, MoveRecord
 from tailsieve.core.balancer import BalanceSettings, Move, ReplicaLoad
 from tailsieve.core.drain import engine_priority
-from tailsieve.core.drain_plan import drain_moves
+from tailsieve.core.drain_plan import drain_decisions
 from tailsieve.model.replica_engine import Completion, ReplicaConfig, ReplicaEngine
 from tailsieve.sim.layout import RequestLayout, SimResult, choose_fresh
 from tailsieve.sim.move_state import StepResponses, cost_models, replica_loads, repriced
@@ -202,11 +202,11 @@ class MoveSimulation:
         horizon = bal.horizon_at(t)
         running = len(st.lengths) - self.finished - int(st.aborted.sum())
         if bal.drain is not None and bal.drain.drains(running, len(st.lengths)):
-            moves = drain_moves(loads, bal, self._prompt_tokens, st.cached)
+            decisions = drain_decisions(loads, bal, self._prompt_tokens, st.cached)
         else:
-            moves = [mv for decision in plan_check(
-                loads, horizon, bal.seam_s, bal.max_moves_per_check,
-                bal.max_moves_per_decision, st.cached, st.cached_on) for mv in decision]
+            decisions = plan_check(loads, horizon, bal.seam_s, bal.max_moves_per_check,
+                                   bal.max_moves_per_decision, st.cached, st.cached_on)
+        moves = [mv for decision in decisions for mv in decision]
         made = [self._make(mv, t, loads, horizon) for mv in moves]
         if self.trace is not None:
             self.trace.record(t, loads, horizon, bal.seam_s, [
