@@ -107,8 +107,9 @@ PER_DECISION = BalanceSettings(interval_s=1.0, horizon_s=1.0).max_moves_per_deci
 
 
 class _TimedChecks:
-    """Wraps the simulator's ``replica_loads`` and ``plan_check`` to time every decision of
-    every re-balance check of a run (``check_s``): a check's first decision from building the
+    """Wraps the simulator's ``replica_loads``, ``plan_check`` and ``drain_decisions`` (the
+    drain's LPT moves, ``core.drain_plan``) to time every decision of every re-balance check
+    of a run (``check_s``): a check's first decision from building the
     loads to its moves (the planner's set-up included), each next one from asking for it to
     its moves; and each whole check (``whole_s``: its decisions summed). Beside the wall time,
     the thread's CPU time (``cpu_s``): what a decision costs when other jobs preempt it."""
@@ -120,6 +121,7 @@ class _TimedChecks:
         self.whole_s: list[float] = []  # per check: the sum of its decisions
         self.inner_loads = movepath.replica_loads
         self.inner_check = movepath.plan_check
+        self.inner_drain = movepath.drain_decisions
         self._t_start = self._cpu_start = 0.0
 
     def start(self) -> None:
@@ -132,8 +134,13 @@ class _TimedChecks:
         return self.inner_loads(*args, **kw)
 
     def check(self, *args: Any, **kw: Any) -> Iterator[list[Any]]:
+        return self._timed(self.inner_check(*args, **kw))
+
+    def drain(self, *args: Any, **kw: Any) -> Iterator[list[Any]]:
+        return self._timed(self.inner_drain(*args, **kw))
+
+    def _timed(self, decisions: Iterator[list[Any]]) -> Iterator[list[Any]]:
         self.whole_s.append(0.0)
-        decisions = self.inner_check(*args, **kw)
         t0, c0 = self._t_start, self._cpu_start
         while True:
             try:
@@ -151,11 +158,13 @@ class _TimedChecks:
     def __enter__(self) -> _TimedChecks:
         movepath.replica_loads = self.loads  # type: ignore[assignment]
         movepath.plan_check = self.check  # type: ignore[assignment]
+        movepath.drain_decisions = self.drain  # type: ignore[assignment]
         return self
 
     def __exit__(self, *exc: object) -> None:
         movepath.replica_loads = self.inner_loads  # type: ignore[assignment]
         movepath.plan_check = self.inner_check  # type: ignore[assignment]
+        movepath.drain_decisions = self.inner_drain  # type: ignore[assignment]
 
     def summary(self) -> dict[str, float]:
         """p50/p99/max of a decision (wall time; p50/p99 of its CPU time beside) and p50/p99
