@@ -159,3 +159,23 @@ def test_drain_decisions_read_expected_remaining_from_context_less_prompt() -> N
     assert len(want) >= 2
     assert [mv for d in decisions for mv in d] == want
     assert all(len(d) == 1 for d in decisions[:-1]) and len(decisions[-1]) <= 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 20_000), st.integers(1, 5000)), max_size=8),
+       st.integers(0, 20_000), st.integers(1, 5000), st.data())
+def test_finish_time_with_or_without_one_response_matches_the_closed_form(
+        items: list[tuple[int, int]], x: int, r: int, data: st.DataObject) -> None:
+    """The planner's prefix sums against ``finish_time_s`` recomputed from scratch."""
+    from tailsieve.core.drain_plan import _Finish
+
+    three = [((i, 0), float(a), float(b)) for i, (a, b) in enumerate(items)]
+    f = _Finish(_load(0, []), three)
+    pairs = [(a, b) for _, a, b in three]
+    close = pytest.approx(finish_time_s([*pairs, (x, r)], TAUS.__getitem__, K), rel=1e-9)
+    assert f.with_(float(x), float(r)) == close
+    if items:
+        j = data.draw(st.integers(0, len(items) - 1))
+        rest = pairs[:j] + pairs[j + 1:]
+        assert f.without(*pairs[j]) == pytest.approx(
+            finish_time_s(rest, TAUS.__getitem__, K), rel=1e-9, abs=1e-12)

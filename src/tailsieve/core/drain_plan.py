@@ -6,10 +6,12 @@ Moves are ``core.balancer.Move`` s, made exactly as the balancer's are (the simu
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from itertools import islice
 
 from tailsieve.core.balancer import BalanceSettings, Move
+from tailsieve.core.drain import RemainingModel
 from tailsieve.core.replica_load import ReplicaLoad
 
 __all__ = ["drain_decisions", "finish_time_s", "iter_drain", "plan_drain"]
@@ -19,15 +21,18 @@ def drain_decisions(
     loads: Sequence[ReplicaLoad], settings: BalanceSettings,
     prompt_tokens: Callable[[Hashable], int],
     cached: Callable[[Hashable, int], int] | None = None,
+    model: RemainingModel | None = None,
 ) -> Iterator[list[Move]]:
     """A check's moves once the drain has begun (``DrainSettings.drains``; the caller asks
     for these instead of ``core.balance_check.plan_check``'s), in decisions of at most
     ``settings.max_moves_per_decision`` moves under the same contract as ``plan_check``'s
     (every one full but the last; the loads unchanged between two): ``plan_drain``'s moves,
     each running response's expected remaining tokens read from its context less
-    ``prompt_tokens(key)`` over ``settings.drain``'s length sample."""
+    ``prompt_tokens(key)`` over ``settings.drain``'s length sample (``model``: built from it
+    once, by a caller that checks often)."""
     assert settings.drain is not None
-    model = settings.drain.remaining_model()
+    if model is None:
+        model = settings.drain.remaining_model()
 
     def remaining(key: Hashable, context: int) -> float:
         return model.expected(context - prompt_tokens(key))
@@ -77,45 +82,81 @@ def iter_drain(
     responses to one of the ``num_destinations`` replicas of its pool expected to finish
     first, so that both expect to finish sooner than it does now by more than the move costs
     (prefill of the uncached prefix + seam), make the best such move. A response moves at
-    most once per call; a replica that does not accept moves receives none."""
-    items: list[list[tuple[Hashable, float, float]]] = []
-    for ld in loads:
-        items.append([(key, float(x), float(remaining(key, x))) for key, x in ld.running()]
-                     if ld.num_running else [])
-    fin = [_finish(loads[r], items[r]) for r in range(len(loads))]
+    most once per call; a replica that does not accept moves receives none. Each move costs
+    O(b + D log b) for ``b`` responses on the top replica (``_Finish``)."""
+    reps = [_Finish(ld, [(key, float(x), float(remaining(key, x))) for key, x in ld.running()]
+                    if ld.num_running else []) for ld in loads]
     moved: set[Hashable] = set()
     while True:
-        top = max(range(len(loads)), key=fin.__getitem__)
-        t_top = fin[top]
+        top = max(range(len(loads)), key=lambda r: reps[r].time_s)
+        t_top = reps[top].time_s
         if t_top <= 0:
             break
         dests = sorted((d for d in range(len(loads)) if d != top and loads[d].accepts
-                        and loads[d].pool == loads[top].pool), key=fin.__getitem__)
+                        and loads[d].pool == loads[top].pool),
+                       key=lambda r: reps[r].time_s)[:num_destinations]
         best: tuple[float, int, int, float, int] | None = None  # gain, j, dst, new dst, uncached
-        for j, (key, x, _) in enumerate(items[top]):
+        for j, (key, x, rem) in enumerate(reps[top].items):
             if key in moved:
                 continue
-            rest = items[top][:j] + items[top][j + 1:]
-            t_rest = _finish(loads[top], rest)
-            for d in dests[:num_destinations]:
+            t_rest = reps[top].without(x, rem)
+            for d in dests:
                 ld = loads[d]
                 hit = 0 if cached is None else min(int(x), cached(key, ld.replica))
                 uncached = int(x) - hit
                 price = seam_s + ld.prefill_s + ld.prefill_s_per_token * uncached
-                t_d = _finish(ld, [*items[d], items[top][j]]) + price
+                t_d = reps[d].with_(x, rem) + price
                 gain = t_top - max(t_rest, t_d)
                 if gain > price and (best is None or gain > best[0]):
                     best = (gain, j, d, t_d, uncached)
         if best is None:
             break
-        gain, j, d, t_d, uncached = best
-        key, x, rem = items[top].pop(j)
-        items[d].append((key, x, rem))
-        fin[top] = _finish(loads[top], items[top])
-        fin[d] = t_d
-        moved.add(key)
-        yield Move(key, loads[top].replica, loads[d].replica, int(x), uncached, gain)
+        gain, j, d, _, uncached = best
+        item = reps[top].items.pop(j)
+        reps[top].update()
+        reps[d].items.append(item)
+        reps[d].update()
+        moved.add(item[0])
+        yield Move(item[0], loads[top].replica, loads[d].replica, int(item[1]), uncached, gain)
 
 
-def _finish(ld: ReplicaLoad, items: Sequence[tuple[Hashable, float, float]]) -> float:
-    return finish_time_s([(x, r) for _, x, r in items], ld.tau, ld.context_s_per_token)
+class _Finish:
+    """One replica's responses ``(key, context, expected remaining)`` and its expected finish
+    time (``finish_time_s``), with that time without one of them or with one more in O(1) /
+    O(log b) from prefix sums over the remaining tokens in descending order: rank ``i``
+    (0-based) weighs ``dt[i + 1] = tau(i + 1) - tau(i)``, so removing rank ``p`` shifts the
+    ranks below it up one weight and inserting at rank ``q`` shifts them down one."""
+
+    __slots__ = ("ctx", "dt", "items", "k", "neg", "pre", "suf_dn", "suf_up", "tau", "time_s")
+
+    def __init__(self, ld: ReplicaLoad, items: list[tuple[Hashable, float, float]]) -> None:
+        self.tau, self.k, self.items = ld.tau, ld.context_s_per_token, items
+        self.update()
+
+    def update(self) -> None:
+        rs = sorted((r for _, _, r in self.items), reverse=True)
+        b = len(rs)
+        taus = [0.0] + [self.tau(j) for j in range(1, b + 3)]
+        dt = self.dt = [0.0] + [taus[j] - taus[j - 1] for j in range(1, b + 3)]
+        self.neg = [-r for r in rs]  # ascending, for bisection
+        pre = self.pre = [0.0] * (b + 1)  # pre[p] = sum_{i<p} rs_i dt[i+1]
+        for i, r in enumerate(rs):
+            pre[i + 1] = pre[i] + r * dt[i + 1]
+        up = self.suf_up = [0.0] * (b + 2)  # up[q] = sum_{i>=q} rs_i dt[i]
+        dn = self.suf_dn = [0.0] * (b + 1)  # dn[q] = sum_{i>=q} rs_i dt[i+2]
+        for i in range(b - 1, -1, -1):
+            up[i] = up[i + 1] + rs[i] * dt[i]
+            dn[i] = dn[i + 1] + rs[i] * dt[i + 2]
+        self.ctx = self.k * sum(x * r + r * r / 2.0 for _, x, r in self.items)
+        self.time_s = pre[b] + self.ctx
+
+    def without(self, x: float, r: float) -> float:
+        """The finish time without one response of context ``x`` and remaining ``r``."""
+        p = bisect.bisect_left(self.neg, -r)  # a rank holding r (equal ones are alike)
+        return self.pre[p] + self.suf_up[p + 1] + self.ctx - self.k * (x * r + r * r / 2.0)
+
+    def with_(self, x: float, r: float) -> float:
+        """The finish time with one more response of context ``x`` and remaining ``r``."""
+        q = bisect.bisect_right(self.neg, -r)
+        return (self.pre[q] + r * self.dt[q + 1] + self.suf_dn[q] + self.ctx
+                + self.k * (x * r + r * r / 2.0))

@@ -73,6 +73,7 @@ class MoveSimulation:
         self.pieces, self.trace, self.draft_factor = pieces, trace, draft_factor
         nreq = int(layout.lengths.size)
         self.drain = balance.drain
+        self.remaining = None if self.drain is None else self.drain.remaining_model()
         by_priority = self.drain is not None and self.drain.priority
         self.engines = [ReplicaEngine(c, priority=by_priority) for c in configs]
         self.models = cost_models(configs, frozenset(tail_replicas), nreq + 2)
@@ -202,7 +203,8 @@ class MoveSimulation:
         horizon = bal.horizon_at(t)
         running = len(st.lengths) - self.finished - int(st.aborted.sum())
         if bal.drain is not None and bal.drain.drains(running, len(st.lengths)):
-            decisions = drain_decisions(loads, bal, self._prompt_tokens, st.cached)
+            decisions = drain_decisions(loads, bal, self._prompt_tokens, st.cached,
+                                        self.remaining)
         else:
             decisions = plan_check(loads, horizon, bal.seam_s, bal.max_moves_per_check,
                                    bal.max_moves_per_decision, st.cached, st.cached_on)
