@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -28,6 +30,7 @@ def test_expected_remaining_is_the_conditional_mean_over_longer_lengths() -> Non
     assert m.expected(0) == pytest.approx(4.0)
     assert m.expected(20) == 20.0  # past every sample: as long again as it has run
     assert RemainingModel([]).expected(0) == 1.0
+    assert m.expected_many([2.5, 0, 20]) == [m.expected(2.5), m.expected(0), 20.0]
 
 
 def test_on_a_heavy_tail_the_longer_running_response_is_expected_to_run_longer() -> None:
@@ -81,7 +84,8 @@ def test_the_longest_expected_response_goes_to_the_replica_expected_to_finish_fi
     model = RemainingModel([500] * 90 + [16_000] * 10)
     loads = [_load(0, [((0, 0), prompt + 8000)] + [((i, 0), prompt + 300) for i in range(1, 5)]),
              _load(1, [((9, 0), prompt + 300)] * 1)]
-    moves = plan_drain(loads, lambda key, ctx: model.expected(ctx - prompt), seam_s=0.05)
+    moves = plan_drain(loads, lambda run: [model.expected(x - prompt) for _, x in run],
+                       seam_s=0.05)
     assert moves and moves[0].key == (0, 0) and (moves[0].src, moves[0].dst) == (0, 1)
     assert moves[0].predicted_gain_s > 0
 
@@ -103,8 +107,8 @@ def test_drain_moves_never_raise_the_longest_expected_finish(
             rems[key] = float(rng.integers(1, 10_000))
         loads.append(_load(r, items, accepts=bool(rng.random() < 0.8), pool=int(rng.random() < 0.3)))
 
-    def remaining(key: object, ctx: int) -> float:
-        return rems[key]  # type: ignore[index]
+    def remaining(run: Sequence[tuple[Hashable, int]]) -> list[float]:
+        return [rems[key] for key, _ in run]  # type: ignore[index]
 
     def worst(where: dict[object, int]) -> float:
         return max((finish_time_s([(float(x), rems[k]) for ld in loads for k, x in ld.running()
@@ -155,7 +159,7 @@ def test_drain_decisions_read_expected_remaining_from_context_less_prompt() -> N
              _load(1, []), _load(2, [])]
     model = RemainingModel(lengths)
     decisions = list(drain_decisions(loads, settings, lambda key: prompt))
-    want = plan_drain(loads, lambda key, ctx: model.expected(ctx - prompt), 0.05)
+    want = plan_drain(loads, lambda run: [model.expected(x - prompt) for _, x in run], 0.05)
     assert len(want) >= 2
     assert [mv for d in decisions for mv in d] == want
     assert all(len(d) == 1 for d in decisions[:-1]) and len(decisions[-1]) <= 1

@@ -82,6 +82,15 @@ class RemainingModel:
         total = sum(self._sorted)
         self._suffix = [total - s for s in accumulate(self._sorted, initial=0)]  # sum from i
 
+    def expected_many(self, generated_tokens: Sequence[float]) -> list[float]:
+        """``expected`` of each value (one bisection each, no call per value)."""
+        srt, suf, n, find = self._sorted, self._suffix, len(self._sorted), bisect.bisect_right
+        out = []
+        for a in generated_tokens:
+            i = find(srt, a)
+            out.append(max(suf[i] / (n - i) - a, 1.0) if i < n else max(float(a), 1.0))
+        return out
+
     def expected(self, generated_tokens: float) -> float:
         """``E[L - a | L > a]`` for ``a = generated_tokens`` (at least one token)."""
         a = float(generated_tokens)

@@ -14,7 +14,10 @@ from tailsieve.core.balancer import BalanceSettings, Move
 from tailsieve.core.drain import RemainingModel
 from tailsieve.core.replica_load import ReplicaLoad
 
-__all__ = ["drain_decisions", "finish_time_s", "iter_drain", "plan_drain"]
+__all__ = ["Remaining", "drain_decisions", "finish_time_s", "iter_drain", "plan_drain"]
+
+Remaining = Callable[[Sequence[tuple[Hashable, int]]], Sequence[float]]
+"""``running (key, context) pairs -> each one's expected remaining tokens``."""
 
 
 def drain_decisions(
@@ -34,8 +37,8 @@ def drain_decisions(
     if model is None:
         model = settings.drain.remaining_model()
 
-    def remaining(key: Hashable, context: int) -> float:
-        return model.expected(context - prompt_tokens(key))
+    def remaining(running: Sequence[tuple[Hashable, int]]) -> list[float]:
+        return model.expected_many([x - prompt_tokens(key) for key, x in running])
 
     per = max(1, settings.max_moves_per_decision)
     moves = iter_drain(loads, remaining, settings.seam_s, cached)
@@ -64,8 +67,7 @@ def finish_time_s(items: Sequence[tuple[float, float]], tau: Callable[[int], flo
 
 
 def plan_drain(
-    loads: Sequence[ReplicaLoad], remaining: Callable[[Hashable, int], float], seam_s: float,
-    max_moves: int = 64, cached: Callable[[Hashable, int], int] | None = None,
+    loads: Sequence[ReplicaLoad], remaining: Remaining, seam_s: float, max_moves: int = 64, cached: Callable[[Hashable, int], int] | None = None,
     num_destinations: int = 3,
 ) -> list[Move]:
     """The first ``max_moves`` moves of ``iter_drain`` (see there)."""
@@ -74,18 +76,22 @@ def plan_drain(
 
 
 def iter_drain(
-    loads: Sequence[ReplicaLoad], remaining: Callable[[Hashable, int], float], seam_s: float,
+    loads: Sequence[ReplicaLoad], remaining: Remaining, seam_s: float,
     cached: Callable[[Hashable, int], int] | None = None, num_destinations: int = 3,
 ) -> Iterator[Move]:
     """LPT moves in the drain: while the replica of the longest expected finish time
-    (``finish_time_s`` with each response's ``remaining(key, context)``) can hand one of its
+    (``finish_time_s``; ``remaining(running)``: each running ``(key, context)``'s expected
+    remaining tokens) can hand one of its
     responses to one of the ``num_destinations`` replicas of its pool expected to finish
     first, so that both expect to finish sooner than it does now by more than the move costs
     (prefill of the uncached prefix + seam), make the best such move. A response moves at
     most once per call; a replica that does not accept moves receives none. Each move costs
     O(b + D log b) for ``b`` responses on the top replica (``_Finish``)."""
-    reps = [_Finish(ld, [(key, float(x), float(remaining(key, x))) for key, x in ld.running()]
-                    if ld.num_running else []) for ld in loads]
+    reps = []
+    for ld in loads:
+        run = ld.running() if ld.num_running else []
+        reps.append(_Finish(ld, [(key, float(x), float(r)) for (key, x), r in
+                                 zip(run, remaining(run) if run else [], strict=True)]))
     moved: set[Hashable] = set()
     while True:
         top = max(range(len(loads)), key=lambda r: reps[r].time_s)
@@ -127,13 +133,26 @@ class _Finish:
     (0-based) weighs ``dt[i + 1] = tau(i + 1) - tau(i)``, so removing rank ``p`` shifts the
     ranks below it up one weight and inserting at rank ``q`` shifts them down one."""
 
-    __slots__ = ("ctx", "dt", "items", "k", "neg", "pre", "suf_dn", "suf_up", "tau", "time_s")
+    __slots__ = ("_ready", "ctx", "dt", "items", "k", "neg", "pre", "suf_dn", "suf_up", "tau",
+                 "time_s")
 
     def __init__(self, ld: ReplicaLoad, items: list[tuple[Hashable, float, float]]) -> None:
         self.tau, self.k, self.items = ld.tau, ld.context_s_per_token, items
         self.update()
 
     def update(self) -> None:
+        """The finish time of ``items`` (the sums ``without`` / ``with_`` read: when asked)."""
+        tau = self.tau
+        t, prev = 0.0, 0.0
+        for j, r in enumerate(sorted((r for _, _, r in self.items), reverse=True), 1):
+            tj = tau(j)
+            t += r * (tj - prev)
+            prev = tj
+        self.ctx = self.k * sum(x * r + r * r / 2.0 for _, x, r in self.items)
+        self.time_s = t + self.ctx
+        self._ready = False
+
+    def _sums(self) -> None:
         rs = sorted((r for _, _, r in self.items), reverse=True)
         b = len(rs)
         taus = [0.0] + [self.tau(j) for j in range(1, b + 3)]
@@ -147,16 +166,19 @@ class _Finish:
         for i in range(b - 1, -1, -1):
             up[i] = up[i + 1] + rs[i] * dt[i]
             dn[i] = dn[i + 1] + rs[i] * dt[i + 2]
-        self.ctx = self.k * sum(x * r + r * r / 2.0 for _, x, r in self.items)
-        self.time_s = pre[b] + self.ctx
+        self._ready = True
 
     def without(self, x: float, r: float) -> float:
         """The finish time without one response of context ``x`` and remaining ``r``."""
+        if not self._ready:
+            self._sums()
         p = bisect.bisect_left(self.neg, -r)  # a rank holding r (equal ones are alike)
         return self.pre[p] + self.suf_up[p + 1] + self.ctx - self.k * (x * r + r * r / 2.0)
 
     def with_(self, x: float, r: float) -> float:
         """The finish time with one more response of context ``x`` and remaining ``r``."""
+        if not self._ready:
+            self._sums()
         q = bisect.bisect_right(self.neg, -r)
         return (self.pre[q] + r * self.dt[q + 1] + self.suf_dn[q] + self.ctx
                 + self.k * (x * r + r * r / 2.0))
