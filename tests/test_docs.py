@@ -32,7 +32,8 @@ def test_docs_build_strict_and_fail_on_a_broken_link(tmp_path: Path) -> None:
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / name, root / name)
     for folder in ("docs", "src", "benchmarks/results/paper", "benchmarks/results/grounded",
-                   "benchmarks/results/balancer", "benchmarks/results/tail_signal",
+                   "benchmarks/results/balancer", "benchmarks/results/drain",
+                   "benchmarks/results/tail_signal",
                    "benchmarks/results/acceptance", "benchmarks/results/routers_live",
                    "examples"):
         shutil.copytree(REPO / folder, root / folder,
