@@ -183,11 +183,9 @@ def draw_figure2(
 ) -> None:
     """(a) the optimal assignment as horizontal bars per replica; (b) tail and bulk replica
     makespans versus k with the optimum and best k marked."""
-    import matplotlib
+    from tailsieve.workload.plots import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, (ax_a, ax_b) = plt.subplots(1, 2, figsize=(12, 4.8))
     y = 0
     colors = ("tab:blue", "tab:orange")
