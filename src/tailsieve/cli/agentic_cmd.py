@@ -21,11 +21,6 @@ agentic_app = typer.Typer(
 )
 
 
-def register(app: typer.Typer) -> None:
-    """Add the ``agentic`` sub-app to ``app``."""
-    app.add_typer(agentic_app, name="agentic")
-
-
 @agentic_app.command("simulate")
 def simulate(
     preset: Annotated[str, typer.Option(

@@ -22,10 +22,6 @@ from tailsieve.runtime.demo_real import RealDemoConfig, run_real_demo
 from tailsieve.runtime.observe import ProgressDisplay
 
 
-def register(app: typer.Typer) -> None:
-    app.command("demo")(demo)
-
-
 def demo(
     out: Annotated[Path, typer.Option("--out", help="Run folder (report.html goes here).")] = Path(
         "demo-out"

@@ -27,12 +27,6 @@ from tailsieve.oracle.summary import (
 from tailsieve.oracle.topk import TopKSweep
 
 
-def register(app: typer.Typer) -> None:
-    """Add ``oracle`` and ``oracle-sweep`` to ``app``."""
-    app.command("oracle")(oracle)
-    app.command("oracle-sweep")(oracle_sweep)
-
-
 def parse_lengths(text: str) -> np.ndarray:
     """``"100,200,..."`` -> array; rejects empty, non-numeric and negative entries."""
     items = [t.strip() for t in text.split(",")]

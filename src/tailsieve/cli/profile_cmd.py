@@ -33,10 +33,6 @@ from tailsieve.runtime.profiler import (
 )
 
 
-def register(app: typer.Typer) -> None:
-    app.command("profile")(profile)
-
-
 def _batch_sizes(text: str, flag: str = "--batch-sizes") -> tuple[int, ...]:
     try:
         return tuple(int(x) for x in text.split(",") if x.strip())

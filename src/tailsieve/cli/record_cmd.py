@@ -32,11 +32,6 @@ record_app = typer.Typer(
 )
 
 
-def register(app: typer.Typer) -> None:
-    """Add the ``record`` sub-app to ``app``."""
-    app.add_typer(record_app, name="record")
-
-
 def _endpoints(text: str) -> list[str]:
     urls = [u.strip() for u in text.split(",") if u.strip()]
     if not urls:

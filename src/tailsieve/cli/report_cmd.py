@@ -12,10 +12,6 @@ from tailsieve.core.training_step import DEFAULT_ROLLOUT_SHARE
 from tailsieve.report.html_report import write_report
 
 
-def register(app: typer.Typer) -> None:
-    app.command("report")(report)
-
-
 def report(
     folder: Annotated[
         Path, typer.Argument(help="Output folder of simulate --out, rollout --out or demo.")

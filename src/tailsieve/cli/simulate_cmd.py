@@ -24,11 +24,6 @@ _POLICY_HELP = (
 )
 
 
-def register(app: typer.Typer) -> None:
-    """Add ``simulate`` to ``app``."""
-    app.command("simulate")(simulate)
-
-
 def simulate(
     workload: str = typer.Option("paper-math", "--workload", help="Preset (paper-math, aime-r1), "
                                  "'aime' (real AIME trace, resampled), 'smollm2-math' (real "

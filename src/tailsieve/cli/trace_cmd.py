@@ -32,11 +32,6 @@ trace_app = typer.Typer(
 )
 
 
-def register(app: typer.Typer) -> None:
-    """Add the ``trace`` sub-app to ``app``."""
-    app.add_typer(trace_app, name="trace")
-
-
 def _print_kv(title: str, rows: dict[str, Any]) -> None:
     table = Table(title=title)
     table.add_column("statistic")

@@ -11,20 +11,12 @@ from typing import Annotated, Any
 import typer
 
 from tailsieve.cli import checks
-from tailsieve.cli.trace_cmd import _print_kv, trace_app
+from tailsieve.cli.trace_cmd import _print_kv
 from tailsieve.errors import ConfigError
 from tailsieve.workload.agentic_presets import AGENTIC_PRESETS, agentic_preset
 from tailsieve.workload.io import trace_suffix
 from tailsieve.workload.turn_io import read_turn_trace, write_turn_trace
 from tailsieve.workload.turn_stats import turn_trace_stats
-
-
-def register(app: typer.Typer) -> None:
-    """Add ``turns`` and ``agentic`` to the ``trace`` sub-app (``app`` is the root, which
-    already holds it)."""
-    del app
-    trace_app.command("turns")(turns)
-    trace_app.command("agentic")(agentic)
 
 
 def _show(title: str, stats: dict[str, Any], as_json: bool) -> None:
