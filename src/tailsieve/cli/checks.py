@@ -7,6 +7,9 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Annotated
+
+import typer
 
 from tailsieve.core.training_step import check_rollout_share
 from tailsieve.errors import ConfigError
@@ -125,6 +128,7 @@ ROLLOUT_SHARE_HELP = (
     "The rollout's share of a training step, in (0, 1]: every rollout speedup is printed with "
     "the training step's, 1 / ((1 - share) + share / speedup). Default 0.7, the share verl "
     "reports for DAPO on a 32B model (docs/training-step.md).")
+RolloutShare = Annotated[float, typer.Option("--rollout-share", help=ROLLOUT_SHARE_HELP)]
 
 
 def rollout_share(share: float, flag: str = "--rollout-share") -> float:

@@ -76,9 +76,7 @@ def demo(
         str | None, typer.Option("--vllm-python", help="Real model: python of the vLLM venv "
                                  "(default $TAILSIEVE_VLLM_PYTHON, else .venv-vllm).")
     ] = None,
-    rollout_share: Annotated[
-        float, typer.Option("--rollout-share", help=checks.ROLLOUT_SHARE_HELP)
-    ] = DEFAULT_ROLLOUT_SHARE,
+    rollout_share: checks.RolloutShare = DEFAULT_ROLLOUT_SHARE,
 ) -> None:
     """Start emulated replicas on 127.0.0.1, run a warm-up and STEPS steps with Uniform,
     per-request round-robin (uniform-requests) and TailSieve, interleaved step by step through

@@ -89,9 +89,7 @@ def simulate(
     out: Annotated[
         Path | None, typer.Option("--out", help="Write simulate.json into this folder.")
     ] = None,
-    rollout_share: Annotated[
-        float, typer.Option("--rollout-share", help=checks.ROLLOUT_SHARE_HELP)
-    ] = DEFAULT_ROLLOUT_SHARE,
+    rollout_share: checks.RolloutShare = DEFAULT_ROLLOUT_SHARE,
 ) -> None:
     """Simulate policies on the same prompts and lengths; report steady step time, speedup
     over uniform routing (and the training step's at --rollout-share), controller trajectory,
