@@ -11,6 +11,7 @@ from matplotlib.figure import Figure
 
 from tailsieve.core.timeline import StepTimeline
 from tailsieve.report.run_data import RunData
+from tailsieve.sim.plots import q_m_figure, steps_figure
 from tailsieve.workload.plots import finish, pyplot, save
 
 plt = pyplot()
@@ -25,30 +26,12 @@ def step_times(run: RunData, path: Path) -> Path | None:
 
 
 def step_times_figure(run: RunData) -> Figure | None:
-    if not run.steps:
-        return None
-    fig, ax = plt.subplots(figsize=(8, 4))
-    for pol, recs in run.steps.items():
-        xs = [r["step"] for r in recs if not r.get("is_flush")]
-        ys = [r["makespan_s"] for r in recs if not r.get("is_flush")]
-        ax.plot(xs, ys, marker="o", ms=3, label=pol)
-    ax.set_ylim(bottom=0)
-    finish(ax, "step", "step time (s)", "Step time per policy (axis from zero)", loc="lower right")
-    return fig
+    return steps_figure(run.steps)
 
 
 def q_m_trajectories(run: RunData, path: Path) -> Path | None:
-    pols = {p: r for p, r in run.steps.items() if any(x.get("q", 0) or x.get("m", 0) for x in r)}
-    if not pols:
-        return None
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.6))
-    for pol, recs in pols.items():
-        xs = [r["step"] for r in recs]
-        a1.step(xs, [r.get("q", 0) for r in recs], where="post", label=pol)
-        a2.step(xs, [r.get("m", 0) for r in recs], where="post", label=pol)
-    finish(a1, "step", "", "q: tail groups")
-    finish(a2, "step", "", "m: tail replicas")
-    return save(fig, path, dpi=110)
+    fig = q_m_figure(run.steps)
+    return None if fig is None else save(fig, path, dpi=110)
 
 
 def predicted_vs_observed(run: RunData, path: Path) -> Path | None:

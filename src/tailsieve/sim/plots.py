@@ -1,39 +1,51 @@
-"""PNG plots of a simulated run (matplotlib, Agg backend; no display needed)."""
+"""PNG plots of a run's steps (matplotlib, Agg backend; no display needed): step times and
+q/m from step records (what ``simulate.json`` and the report read), and a simulated step's
+timeline."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
+
+from matplotlib.figure import Figure
 
 from tailsieve.core.pool import Pool
 from tailsieve.sim.executor import SimStepResult
-from tailsieve.sim.records import PolicyRun
 from tailsieve.workload.plots import finish, pyplot, save
 
-
-def plot_step_times(runs: Mapping[str, PolicyRun], path: Path) -> Path:
-    """Step time of every policy over the regular steps."""
-    fig, ax = pyplot().subplots(figsize=(7, 4))
-    for name, run in runs.items():
-        rs = run.regular
-        ax.plot([r.step for r in rs], [r.makespan_s for r in rs], marker="o", ms=3, label=name)
-    finish(ax, "step", "step time (s)", "Simulated rollout step time")
-    return save(fig, path)
+Steps = Mapping[str, Sequence[Mapping[str, Any]]]
 
 
-def plot_controller(runs: Mapping[str, PolicyRun], path: Path) -> Path:
-    """q (tail groups) and m (tail replicas) over steps for every policy that sets them."""
-    fig, (ax_q, ax_m) = pyplot().subplots(2, 1, figsize=(7, 5), sharex=True)
-    for name, run in runs.items():
-        rs = run.regular
-        if not any(r.q or r.m for r in rs):
-            continue
-        steps = [r.step for r in rs]
-        ax_q.step(steps, [r.q for r in rs], where="post", label=name)
-        ax_m.step(steps, [r.m for r in rs], where="post", label=name)
-    finish(ax_q, "", "q (tail groups)", "Controller trajectory")
-    finish(ax_m, "step", "m (tail replicas)", legend=False)
-    return save(fig, path)
+def steps_figure(steps: Steps) -> Figure | None:
+    """Step time of every policy over its regular steps (flush excluded); the y axis starts at
+    zero. ``steps``: per policy its step records (``StepRecord.to_dict``)."""
+    if not steps:
+        return None
+    fig, ax = pyplot().subplots(figsize=(8, 4))
+    for pol, recs in steps.items():
+        xs = [r["step"] for r in recs if not r.get("is_flush")]
+        ys = [r["makespan_s"] for r in recs if not r.get("is_flush")]
+        ax.plot(xs, ys, marker="o", ms=3, label=pol)
+    ax.set_ylim(bottom=0)
+    finish(ax, "step", "step time (s)", "Step time per policy (axis from zero)", loc="lower right")
+    return fig
+
+
+def q_m_figure(steps: Steps, empty: bool = False) -> Figure | None:
+    """q (tail groups) and m (tail replicas) over steps for every policy that sets them; None
+    when none does (an empty figure with ``empty``)."""
+    pols = {p: r for p, r in steps.items() if any(x.get("q", 0) or x.get("m", 0) for x in r)}
+    if not pols and not empty:
+        return None
+    fig, (a1, a2) = pyplot().subplots(1, 2, figsize=(10, 3.6))
+    for pol, recs in pols.items():
+        xs = [r["step"] for r in recs]
+        a1.step(xs, [r.get("q", 0) for r in recs], where="post", label=pol)
+        a2.step(xs, [r.get("m", 0) for r in recs], where="post", label=pol)
+    finish(a1, "step", "", "q: tail groups", legend=bool(pols))
+    finish(a2, "step", "", "m: tail replicas", legend=bool(pols))
+    return fig
 
 
 def plot_timeline(result: SimStepResult, num_replicas: int, title: str, path: Path) -> Path:
