@@ -23,7 +23,7 @@ from tailsieve.runtime.emulator.runner import READY_PREFIX
 def _app() -> typer.Typer:
     app = typer.Typer()
     app.callback()(lambda: None)
-    emulate_cmd.register(app)
+    app.command("emulate")(emulate_cmd.emulate)
     return app
 
 
@@ -56,7 +56,7 @@ def test_config_from_profile_validates() -> None:
 
 def test_emulate_runs_until_sigterm() -> None:
     code = ("import typer; from tailsieve.cli import emulate_cmd; app = typer.Typer(); "
-            "app.callback()(lambda: None); emulate_cmd.register(app); app()")
+            "app.callback()(lambda: None); app.command('emulate')(emulate_cmd.emulate); app()")
     proc = subprocess.Popen(
         [sys.executable, "-c", code, "emulate", "--port", "0", "--time-scale", "0.01",
          "--model-name", "tiny"], stdout=subprocess.PIPE, text=True)

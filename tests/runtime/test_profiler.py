@@ -35,7 +35,7 @@ def profile_app() -> typer.Typer:
     """A Typer app with only the ``profile`` command (as the CLI registers it)."""
     app = typer.Typer()
     app.callback()(lambda: None)
-    profile_cmd.register(app)
+    app.command("profile")(profile_cmd.profile)
     return app
 
 

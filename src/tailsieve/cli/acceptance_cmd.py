@@ -24,11 +24,6 @@ acceptance_app = typer.Typer(
 )
 
 
-def register(app: typer.Typer) -> None:
-    """Add the ``acceptance`` sub-app to ``app``."""
-    app.add_typer(acceptance_app, name="acceptance")
-
-
 @acceptance_app.command("list")
 def list_sources() -> None:
     """The draft sources and whether they depend on k (co-located responses in the lockstep

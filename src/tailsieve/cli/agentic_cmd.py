@@ -21,11 +21,6 @@ agentic_app = typer.Typer(
 )
 
 
-def register(app: typer.Typer) -> None:
-    """Add the ``agentic`` sub-app to ``app``."""
-    app.add_typer(agentic_app, name="agentic")
-
-
 @agentic_app.command("simulate")
 def simulate(
     preset: Annotated[str, typer.Option(
@@ -45,9 +40,7 @@ def simulate(
     ] = 2,
     measured_steps: Annotated[int, typer.Option("--measured-steps", help="Measured steps.")] = 2,
     out: Annotated[Path | None, typer.Option("--out", help="Write the JSON result here.")] = None,
-    rollout_share: Annotated[
-        float, typer.Option("--rollout-share", help=checks.ROLLOUT_SHARE_HELP)
-    ] = DEFAULT_ROLLOUT_SHARE,
+    rollout_share: checks.RolloutShare = DEFAULT_ROLLOUT_SHARE,
     slowdowns: Annotated[str, typer.Option(
         "--slowdowns", help="Comma-separated: replica r runs this many times slower (a "
                             "straggler, e.g. 1,1,4); replicas beyond at 1.")] = "",

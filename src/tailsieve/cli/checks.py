@@ -7,11 +7,14 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Annotated
+
+import typer
 
 from tailsieve.core.training_step import check_rollout_share
 from tailsieve.errors import ConfigError
 from tailsieve.runtime.backends import PromptInput
+from tailsieve.runtime.prompt_file import parse_prompts
 
 
 def input_file(path: Path, flag: str) -> Path:
@@ -46,34 +49,7 @@ def read_prompts(path: Path, flag: str = "--prompts") -> list[PromptInput]:
     """Every prompt of a JSONL prompt file, validated whole before anything runs: each
     non-blank line one object ``{prompt_id, prompt | prompt_token_ids | messages}``, ids unique,
     at least one prompt. Errors name ``file:line``."""
-    out: list[PromptInput] = []
-    first: dict[str, int] = {}
-    for i, line in enumerate(read_text(path, flag).splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row: Any = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise json_error(str(path), i, exc) from None
-        where = f"{path}:{i}"
-        if not isinstance(row, dict):
-            raise ConfigError(f"{where}: expected a JSON object, got {type(row).__name__}")
-        try:
-            p = PromptInput.from_dict(row, where)
-        except ConfigError as exc:
-            msg = str(exc)
-            raise ConfigError(msg if msg.startswith(where) else f"{where}: {msg}") from None
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(f"{where}: bad prompt fields ({exc})") from None
-        if p.prompt_id in first:
-            raise ConfigError(
-                f"{where}: prompt_id {p.prompt_id!r} repeats line {first[p.prompt_id]}"
-            )
-        first[p.prompt_id] = i
-        out.append(p)
-    if not out:
-        raise ConfigError(f"{flag} {path}: no prompts (the file has no non-blank line)")
-    return out
+    return parse_prompts(read_text(path, flag), path, json_error, f"{flag} {path}")[0]
 
 
 def state_endpoints(path: Path, flag: str = "--state") -> list[str]:
@@ -152,6 +128,7 @@ ROLLOUT_SHARE_HELP = (
     "The rollout's share of a training step, in (0, 1]: every rollout speedup is printed with "
     "the training step's, 1 / ((1 - share) + share / speedup). Default 0.7, the share verl "
     "reports for DAPO on a 32B model (docs/training-step.md).")
+RolloutShare = Annotated[float, typer.Option("--rollout-share", help=ROLLOUT_SHARE_HELP)]
 
 
 def rollout_share(share: float, flag: str = "--rollout-share") -> float:

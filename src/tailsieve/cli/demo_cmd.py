@@ -22,10 +22,6 @@ from tailsieve.runtime.demo_real import RealDemoConfig, run_real_demo
 from tailsieve.runtime.observe import ProgressDisplay
 
 
-def register(app: typer.Typer) -> None:
-    app.command("demo")(demo)
-
-
 def demo(
     out: Annotated[Path, typer.Option("--out", help="Run folder (report.html goes here).")] = Path(
         "demo-out"
@@ -80,9 +76,7 @@ def demo(
         str | None, typer.Option("--vllm-python", help="Real model: python of the vLLM venv "
                                  "(default $TAILSIEVE_VLLM_PYTHON, else .venv-vllm).")
     ] = None,
-    rollout_share: Annotated[
-        float, typer.Option("--rollout-share", help=checks.ROLLOUT_SHARE_HELP)
-    ] = DEFAULT_ROLLOUT_SHARE,
+    rollout_share: checks.RolloutShare = DEFAULT_ROLLOUT_SHARE,
 ) -> None:
     """Start emulated replicas on 127.0.0.1, run a warm-up and STEPS steps with Uniform,
     per-request round-robin (uniform-requests) and TailSieve, interleaved step by step through

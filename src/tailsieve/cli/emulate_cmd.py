@@ -13,10 +13,6 @@ from tailsieve.runtime.emulator.config import CRASH_MODES, EmulatorConfig
 from tailsieve.runtime.emulator.runner import capacity_options, serve_forever
 
 
-def register(app: typer.Typer) -> None:
-    app.command("emulate")(emulate)
-
-
 def emulate(
     port: int = typer.Option(8000, "--port", help="TCP port (0 = pick a free port)."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind."),

@@ -1,10 +1,11 @@
-"""The ``tailsieve`` command line. Each sub-command lives in its own module and registers
-itself on the app; this module only wires them and turns ``TailSieveError`` into a one-line
-message with a non-zero exit code."""
+"""The ``tailsieve`` command line. Each sub-command lives in its own module; this module only
+wires them onto the app and turns ``TailSieveError`` into a one-line message with a non-zero
+exit code."""
 
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import typer
 
@@ -37,23 +38,30 @@ def _register_all() -> None:
         trace_turns_cmd,
     )
 
-    for module in (
-        profiles_cmd,
-        oracle_cmd,
-        trace_cmd,
-        trace_turns_cmd,
-        simulate_cmd,
-        runtime_cmd,
-        emulate_cmd,
-        profile_cmd,
-        demo_cmd,
-        report_cmd,
-        record_cmd,
-        acceptance_cmd,
-        agentic_cmd,
-        serve_cmd,
-    ):
-        module.register(app)
+    commands: tuple[tuple[str, Any], ...] = (  # in the order of --help
+        ("profiles", profiles_cmd.profiles_app),
+        ("oracle", oracle_cmd.oracle),
+        ("oracle-sweep", oracle_cmd.oracle_sweep),
+        ("trace", trace_cmd.trace_app),
+        ("simulate", simulate_cmd.simulate),
+        ("launch", runtime_cmd.launch),
+        ("rollout", runtime_cmd.rollout),
+        ("emulate", emulate_cmd.emulate),
+        ("profile", profile_cmd.profile),
+        ("demo", demo_cmd.demo),
+        ("report", report_cmd.report),
+        ("record", record_cmd.record_app),
+        ("acceptance", acceptance_cmd.acceptance_app),
+        ("agentic", agentic_cmd.agentic_app),
+        ("serve", serve_cmd.serve),
+    )
+    for name, target in commands:
+        if isinstance(target, typer.Typer):
+            app.add_typer(target, name=name)
+        else:
+            app.command(name)(target)
+    trace_cmd.trace_app.command("turns")(trace_turns_cmd.turns)
+    trace_cmd.trace_app.command("agentic")(trace_turns_cmd.agentic)
 
 
 @app.callback()

@@ -27,12 +27,6 @@ from tailsieve.oracle.summary import (
 from tailsieve.oracle.topk import TopKSweep
 
 
-def register(app: typer.Typer) -> None:
-    """Add ``oracle`` and ``oracle-sweep`` to ``app``."""
-    app.command("oracle")(oracle)
-    app.command("oracle-sweep")(oracle_sweep)
-
-
 def parse_lengths(text: str) -> np.ndarray:
     """``"100,200,..."`` -> array; rejects empty, non-numeric and negative entries."""
     items = [t.strip() for t in text.split(",")]
@@ -183,11 +177,9 @@ def draw_figure2(
 ) -> None:
     """(a) the optimal assignment as horizontal bars per replica; (b) tail and bulk replica
     makespans versus k with the optimum and best k marked."""
-    import matplotlib
+    from tailsieve.workload.plots import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, (ax_a, ax_b) = plt.subplots(1, 2, figsize=(12, 4.8))
     y = 0
     colors = ("tab:blue", "tab:orange")

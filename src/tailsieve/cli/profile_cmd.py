@@ -33,10 +33,6 @@ from tailsieve.runtime.profiler import (
 )
 
 
-def register(app: typer.Typer) -> None:
-    app.command("profile")(profile)
-
-
 def _batch_sizes(text: str, flag: str = "--batch-sizes") -> tuple[int, ...]:
     try:
         return tuple(int(x) for x in text.split(",") if x.strip())
@@ -148,6 +144,11 @@ def profile(
             console.print(f"{st.endpoint}: k = {r.model.context_s_per_token * 1e9:.2f} ns per "
                           f"context token; a0 = {fit.get('a0_s', 0.0) * 1e3:.3f} ms, c_s = "
                           f"{fit.get('c_s_per_request', 0.0) * 1e6:.2f} us per request")
+    _emit(text, out)
+
+
+def _emit(text: str, out: str | None) -> None:
+    """Print ``text``, or write it to ``out`` (its folder made) and say so."""
     if out is None:
         print(text, end="")
         return
@@ -172,13 +173,7 @@ def _derive(from_config: str | None, model: str | None, gpu: str, tp: int, eff: 
     text = json.dumps(prof.to_dict(), indent=2) + "\n"
     console = Console(stderr=out is None)
     console.print(derived_table(prof, DecodeModel(cfg, gpu_spec(gpu), tp, eff)))
-    if out is None:
-        print(text, end="")
-        return
-    path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    print(f"wrote {out}")
+    _emit(text, out)
 
 
 def derived_table(prof: ThroughputModel, dm: DecodeModel) -> Table:

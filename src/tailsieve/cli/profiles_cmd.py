@@ -18,13 +18,8 @@ COMPARE_BATCHES: tuple[int, ...] = (1, 8, 32, 64, 128, 256)
 COMPARE_CONTEXTS: tuple[int, ...] = (0, 1024, 4096, 16384)  # context tokens per request
 
 
-def register(app: typer.Typer) -> None:
-    sub = typer.Typer(help="List the shipped throughput profiles; `compare A B`.",
-                      invoke_without_command=True, no_args_is_help=False)
-    sub.callback(invoke_without_command=True)(profiles)
-    sub.command("compare")(compare)
-    sub.command("validate")(validate)
-    app.add_typer(sub, name="profiles")
+profiles_app = typer.Typer(help="List the shipped throughput profiles; `compare A B`.",
+                           invoke_without_command=True, no_args_is_help=False)
 
 
 def summary(m: ThroughputModel) -> dict[str, object]:
@@ -141,3 +136,8 @@ def validation_table(rows: list[ValidationRow]) -> Table:
                       format_value(r.model, r.unit, small), f"{100 * r.off:+.1f}%",
                       f"[{sources.index(r.source) + 1}]")
     return table
+
+
+profiles_app.callback(invoke_without_command=True)(profiles)
+profiles_app.command("compare")(compare)
+profiles_app.command("validate")(validate)

@@ -19,9 +19,9 @@ from tailsieve.cli import checks
 from tailsieve.errors import ConfigError
 from tailsieve.record.math_problems import SHIPPED_PER_LEVEL, SHIPPED_SEED, generate, write_problems
 from tailsieve.record.parts import join_parts, read_recording
-from tailsieve.record.prompt_file import read_prompt_set
 from tailsieve.record.recorder import RecordConfig, Recording, StepRecord, record
 from tailsieve.runtime.backends import Backend
+from tailsieve.runtime.prompt_file import read_prompt_set
 from tailsieve.workload.io import trace_suffix
 
 record_app = typer.Typer(
@@ -30,11 +30,6 @@ record_app = typer.Typer(
     "prompt set.",
     no_args_is_help=True,
 )
-
-
-def register(app: typer.Typer) -> None:
-    """Add the ``record`` sub-app to ``app``."""
-    app.add_typer(record_app, name="record")
 
 
 def _endpoints(text: str) -> list[str]:

@@ -12,10 +12,6 @@ from tailsieve.core.training_step import DEFAULT_ROLLOUT_SHARE
 from tailsieve.report.html_report import write_report
 
 
-def register(app: typer.Typer) -> None:
-    app.command("report")(report)
-
-
 def report(
     folder: Annotated[
         Path, typer.Argument(help="Output folder of simulate --out, rollout --out or demo.")
@@ -23,9 +19,7 @@ def report(
     out: Annotated[
         Path | None, typer.Option("--out", help="HTML file (default FOLDER/report.html).")
     ] = None,
-    rollout_share: Annotated[
-        float, typer.Option("--rollout-share", help=checks.ROLLOUT_SHARE_HELP)
-    ] = DEFAULT_ROLLOUT_SHARE,
+    rollout_share: checks.RolloutShare = DEFAULT_ROLLOUT_SHARE,
 ) -> None:
     """Render a run folder into an HTML page with PNG plots (step times, q/m, timelines,
     response lengths, capture rates); every rollout speedup with the training step's."""

@@ -30,12 +30,6 @@ from tailsieve.runtime.rollout_run import (
 )
 
 
-def register(app: typer.Typer) -> None:
-    """Add ``launch`` and ``rollout`` to ``app``."""
-    app.command("launch")(launch)
-    app.command("rollout")(rollout)
-
-
 def _ints(text: str | None) -> tuple[int, ...] | None:
     if not text:
         return None

@@ -20,10 +20,6 @@ _STALL = StallSettings()  # the defaults the stall flags show
 LIVE_POLICIES = ", ".join(p.value for p in SessionPolicy if p is not SessionPolicy.ORACLE)
 
 
-def register(app: typer.Typer) -> None:
-    app.command("serve")(serve)
-
-
 def serve(
     endpoints: str = typer.Option(
         None, "--endpoints", help="The servers' base URLs, comma-separated "

@@ -24,11 +24,6 @@ _POLICY_HELP = (
 )
 
 
-def register(app: typer.Typer) -> None:
-    """Add ``simulate`` to ``app``."""
-    app.command("simulate")(simulate)
-
-
 def simulate(
     workload: str = typer.Option("paper-math", "--workload", help="Preset (paper-math, aime-r1), "
                                  "'aime' (real AIME trace, resampled), 'smollm2-math' (real "
@@ -103,9 +98,7 @@ def simulate(
     out: Annotated[
         Path | None, typer.Option("--out", help="Write simulate.json into this folder.")
     ] = None,
-    rollout_share: Annotated[
-        float, typer.Option("--rollout-share", help=checks.ROLLOUT_SHARE_HELP)
-    ] = DEFAULT_ROLLOUT_SHARE,
+    rollout_share: checks.RolloutShare = DEFAULT_ROLLOUT_SHARE,
 ) -> None:
     """Simulate policies on the same prompts and lengths; report steady step time, speedup
     over uniform routing (and the training step's at --rollout-share), controller trajectory,

@@ -32,9 +32,11 @@ trace_app = typer.Typer(
 )
 
 
-def register(app: typer.Typer) -> None:
-    """Add the ``trace`` sub-app to ``app``."""
-    app.add_typer(trace_app, name="trace")
+def _show(title: str, stats: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(stats, indent=2))
+    else:
+        _print_kv(title, stats)
 
 
 def _print_kv(title: str, rows: dict[str, Any]) -> None:
@@ -133,10 +135,7 @@ def synth(
         "split_half_tail_auc",
     )
     flat = {"out": str(out), "preset": preset_name, **{k: summary[k] for k in keep if k in summary}}
-    if as_json:
-        print(json.dumps(flat, indent=2))
-    else:
-        _print_kv(f"synthetic trace ({preset_name})", flat)
+    _show(f"synthetic trace ({preset_name})", flat, as_json)
 
 
 @trace_app.command("transform")

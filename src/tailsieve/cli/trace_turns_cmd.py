@@ -4,34 +4,18 @@ lives in ``workload.turn_io``, ``workload.turn_stats`` and ``workload.agentic_pr
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from tailsieve.cli import checks
-from tailsieve.cli.trace_cmd import _print_kv, trace_app
+from tailsieve.cli.trace_cmd import _show
 from tailsieve.errors import ConfigError
 from tailsieve.workload.agentic_presets import AGENTIC_PRESETS, agentic_preset
 from tailsieve.workload.io import trace_suffix
 from tailsieve.workload.turn_io import read_turn_trace, write_turn_trace
 from tailsieve.workload.turn_stats import turn_trace_stats
-
-
-def register(app: typer.Typer) -> None:
-    """Add ``turns`` and ``agentic`` to the ``trace`` sub-app (``app`` is the root, which
-    already holds it)."""
-    del app
-    trace_app.command("turns")(turns)
-    trace_app.command("agentic")(agentic)
-
-
-def _show(title: str, stats: dict[str, Any], as_json: bool) -> None:
-    if as_json:
-        print(json.dumps(stats, indent=2))
-    else:
-        _print_kv(title, stats)
 
 
 def turns(

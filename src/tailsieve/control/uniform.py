@@ -15,7 +15,7 @@ class UniformController(Controller):
     ``spread=False`` (``uniform``, the paper's baseline): groups kept whole, dealt round-robin.
     ``spread=True`` (``uniform-requests``): single responses dealt round-robin, response ``j`` of
     the step (groups in order) on replica ``j mod R``, the placement of the simulator's
-    ``uniform-requests`` policy (``tailsieve.policy.uniform_requests``) and of a per-request
+    ``uniform-requests`` policy (``tailsieve.policy.uniform``) and of a per-request
     load balancer.
     """
 

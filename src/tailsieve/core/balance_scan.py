@@ -87,13 +87,6 @@ def plateau_len(
     return bisect.bisect_left(grp, True, key=fails)
 
 
-def _star(cands: list[tuple[Hashable, int]], a: float | None, base: float, k_top: float,
-          k_d: float) -> int:
-    if a is None or k_top + k_d <= 0:
-        return len(cands)
-    return bisect.bisect_left(cands, (a - base) / (k_top + k_d), key=_CONTEXT)
-
-
 def best_for(
     best: Best | None, cands: list[tuple[Hashable, int]], a: float | None, base: float,
     c_top: float, k_top: float, ld: ReplicaLoad, d: int, horizon_s: float, seam_s: float,

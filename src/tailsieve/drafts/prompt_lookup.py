@@ -16,8 +16,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-VLLM_DEFAULT_LOOKUP = 5  # vLLM sets both bounds to 5 when neither is given
-
 
 @dataclass(frozen=True, slots=True)
 class NgramConfig:

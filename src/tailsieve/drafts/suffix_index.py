@@ -63,10 +63,6 @@ class SuffixIndex:
     def __len__(self) -> int:
         return len(self._seqs)
 
-    def sequence(self, seq_id: Hashable) -> tuple[int, ...]:
-        """The tokens stored under ``seq_id``."""
-        return tuple(self._seqs[seq_id])
-
     def count(self, substring: Sequence[int]) -> int:
         """Occurrences of ``substring`` (length <= ``max_depth``) in the stored sequences."""
         return self._count.get(tuple(substring), 0)

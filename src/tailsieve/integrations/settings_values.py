@@ -1,11 +1,15 @@
 """Values of the verl and slime settings sections, read as a YAML file or a command line leaves
-them (``true``/``"false"``, ``null``/``"None"``), each with a one-line error naming its key."""
+them (``true``/``"false"``, ``null``/``"None"``), each with a one-line error naming its key;
+and what the two integrations share: the policies they run and the sampling they ask for."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from tailsieve.errors import ConfigError
+from tailsieve.runtime.backends import SamplingParams
+
+POLICIES = ("tailsieve", "tailsieve-fixed", "uniform", "uniform-requests")  # what they can run
 
 _TRUE = ("true", "1", "yes", "on")
 _FALSE = ("false", "0", "no", "off")
@@ -42,3 +46,12 @@ def with_seam(controller: dict[str, Any], seam_s: float | None, key: str) -> dic
         raise ConfigError(f"{key}={seam_s} and the controller's seam_s={controller['seam_s']} "
                           "disagree; set one")
     return {**controller, "seam_s": seam_s}
+
+
+def sampling(max_tokens: int, temperature: float, top_p: float, top_k: int,
+             **more: Any) -> SamplingParams:
+    """Every request's sampling in the trainers' conventions (``top_p`` 1 and ``top_k`` -1 are
+    off), with the sampled tokens' log-probabilities."""
+    return SamplingParams(max_tokens=max_tokens, temperature=temperature,
+                          top_p=top_p if 0.0 < top_p < 1.0 else None,
+                          top_k=top_k if top_k > 0 else None, logprobs=0, **more)

@@ -81,7 +81,7 @@ class ReplicaConfig:
         """A replica running ``throughput``; ``"profile"`` takes the value the profile carries
         (``max_num_seqs``, ``kv_capacity_tokens``; None where it has none) and, for
         ``recompute_s_per_token``, the compute-bound prefill cost of a derived profile
-        (``prefill_s_per_token_of``; 0 for a table without provenance). ``None`` switches a
+        (``prefill_model_of``; 0 for a table without provenance). ``None`` switches a
         cap off. The first prefill of a request costs ``prefill_s`` + ``prefill_s_per_token``
         per prompt token (0 by default: the step model is decode-only; ``"profile"`` charges
         the profile's prefill model, attention term included). A recompute or a continuation's
@@ -116,8 +116,3 @@ def prefill_model_of(throughput: ThroughputModel) -> PrefillModel:
     except (KeyError, TypeError, ValueError):
         return PrefillModel(0.0)
     return PrefillModel(flops / peak if peak > 0 and flops > 0 else 0.0)
-
-
-def prefill_s_per_token_of(throughput: ThroughputModel) -> float:
-    """Seconds per prefilled token of a profile (the linear part of ``prefill_model_of``)."""
-    return prefill_model_of(throughput).s_per_token

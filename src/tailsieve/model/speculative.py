@@ -11,7 +11,6 @@ emitted token per request as that divided by ``E``.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from enum import Enum
@@ -114,18 +113,6 @@ class SpecConfig:
         except ValueError:
             raise ConfigError(f"speculative config {text!r}: depth must be an integer") from None
         return cls(method=method, num_speculative_tokens=depth, acceptance_rate=acc)
-
-    def to_vllm_json(self) -> str | None:
-        """The ``--speculative-config`` JSON vLLM takes at launch (None when disabled)."""
-        if not self.enabled:
-            return None
-        cfg: dict[str, object] = {
-            "method": self.method.value,
-            "num_speculative_tokens": self.num_speculative_tokens,
-        }
-        if self.model:
-            cfg["model"] = self.model
-        return json.dumps(cfg)
 
     def label(self) -> str:
         return "none" if not self.enabled else f"{self.method.value}:{self.num_speculative_tokens}"

@@ -56,7 +56,6 @@ from tailsieve.oracle.topk import topk_sweep
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
-DEFAULT_WEIGHTS: tuple[float, ...] = (0.3, 0.4, 0.45, 0.5, 0.55, 0.6, 0.7)  # former coarse grid
 # Lagrangian weights 0.5 +- offset, most useful first. With the context term nearly every
 # state's bound peaks within 1e-2 of 0.5 (the cost of balancing the replicas is small next to
 # the total), so a fine grid there prunes orders of magnitude more than a coarse one.

@@ -11,8 +11,7 @@ from tailsieve.policy.registry import (
 from tailsieve.policy.routing import Routing
 from tailsieve.policy.seer_oracle import SeerOraclePolicy
 from tailsieve.policy.streamrl_oracle import StreamRLOraclePolicy
-from tailsieve.policy.uniform import UniformPolicy
-from tailsieve.policy.uniform_oracle import UniformOraclePolicy
+from tailsieve.policy.uniform import UniformOraclePolicy, UniformPolicy
 
 __all__ = [
     "PolicyName",

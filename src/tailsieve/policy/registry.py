@@ -12,9 +12,7 @@ from tailsieve.policy.base import RoutingPolicy
 from tailsieve.policy.colocate_tokens import ColocateTokensPolicy
 from tailsieve.policy.seer_oracle import SeerOraclePolicy
 from tailsieve.policy.streamrl_oracle import StreamRLOraclePolicy
-from tailsieve.policy.uniform import UniformPolicy
-from tailsieve.policy.uniform_oracle import UniformOraclePolicy
-from tailsieve.policy.uniform_requests import UniformRequestsPolicy
+from tailsieve.policy.uniform import UniformOraclePolicy, UniformPolicy, UniformRequestsPolicy
 
 PolicyFactory = Callable[[], RoutingPolicy]
 

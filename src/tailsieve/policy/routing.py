@@ -37,10 +37,6 @@ class Routing:
     def num_groups(self) -> int:
         return len(self.replicas)
 
-    def replica_of(self, group: int, sample: int) -> int:
-        """Replica of one response."""
-        return int(self.replicas[group][sample])
-
     def replica_lengths(self, groups: Sequence[npt.ArrayLike]) -> list[FloatArray]:
         """Response lengths (tokens) routed to each replica."""
         self._check_shape(groups)

@@ -38,6 +38,7 @@ from typing import Any
 from tailsieve.errors import ConfigError, ReplicaError
 from tailsieve.record.math_problems import check_answer
 from tailsieve.record.seeds import MAX_SEED, SEED_RULE, check_distinct, draw_run_seed, group_seed
+from tailsieve.record.turn_recorder import write_info
 from tailsieve.runtime import event_loop
 from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
 from tailsieve.runtime.lean_http import LeanTransport
@@ -127,11 +128,8 @@ class Recording:
     def write(self, path: str | Path) -> Path:
         """Write the trace (format by suffix) and ``<path>.info.json`` beside it; returns the
         info file's path."""
-        p = Path(path)
-        write_trace(self.trace, p)
-        info_path = p.with_name(p.name + ".info.json")
-        info_path.write_text(json.dumps(self.info, indent=2) + "\n")
-        return info_path
+        write_trace(self.trace, path)
+        return write_info(path, self.info)
 
 
 @dataclass(slots=True)

@@ -186,11 +186,16 @@ class TurnRecording:
     def write(self, path: str | Path) -> Path:
         """Write the trace (format by suffix) and ``<path>.info.json`` beside it; returns the
         info file's path."""
-        p = Path(path)
-        write_turn_trace(self.turns, p)
-        info_path = p.with_name(p.name + ".info.json")
-        info_path.write_text(json.dumps(self.info, indent=2) + "\n")
-        return info_path
+        write_turn_trace(self.turns, path)
+        return write_info(path, self.info)
+
+
+def write_info(path: str | Path, info: dict[str, Any]) -> Path:
+    """Write ``info`` as ``<path>.info.json`` beside the trace at ``path``; returns its path."""
+    p = Path(path)
+    info_path = p.with_name(p.name + ".info.json")
+    info_path.write_text(json.dumps(info, indent=2) + "\n")
+    return info_path
 
 
 def package_relative(path: str | Path) -> str:

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 
 from tailsieve.core.timeline import StepTimeline
 from tailsieve.report.run_data import RunData
+from tailsieve.sim.plots import q_m_figure, steps_figure
+from tailsieve.workload.plots import finish, pyplot, save
+
+plt = pyplot()
 
 POOL_COLORS = {"tail": "#d62728", "bulk": "#1f77b4"}
 
@@ -20,42 +22,16 @@ POOL_COLORS = {"tail": "#d62728", "bulk": "#1f77b4"}
 def step_times(run: RunData, path: Path) -> Path | None:
     """Step time of every policy over steps; the y axis starts at zero."""
     fig = step_times_figure(run)
-    return None if fig is None else _save(fig, path)
+    return None if fig is None else save(fig, path, dpi=110)
 
 
-def step_times_figure(run: RunData) -> plt.Figure | None:
-    if not run.steps:
-        return None
-    fig, ax = plt.subplots(figsize=(8, 4))
-    for pol, recs in run.steps.items():
-        xs = [r["step"] for r in recs if not r.get("is_flush")]
-        ys = [r["makespan_s"] for r in recs if not r.get("is_flush")]
-        ax.plot(xs, ys, marker="o", ms=3, label=pol)
-    ax.set_xlabel("step")
-    ax.set_ylabel("step time (s)")
-    ax.set_ylim(bottom=0)
-    ax.set_title("Step time per policy (axis from zero)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
-    return fig
+def step_times_figure(run: RunData) -> Figure | None:
+    return steps_figure(run.steps)
 
 
 def q_m_trajectories(run: RunData, path: Path) -> Path | None:
-    pols = {p: r for p, r in run.steps.items() if any(x.get("q", 0) or x.get("m", 0) for x in r)}
-    if not pols:
-        return None
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.6))
-    for pol, recs in pols.items():
-        xs = [r["step"] for r in recs]
-        a1.step(xs, [r.get("q", 0) for r in recs], where="post", label=pol)
-        a2.step(xs, [r.get("m", 0) for r in recs], where="post", label=pol)
-    a1.set_title("q: tail groups")
-    a2.set_title("m: tail replicas")
-    for a in (a1, a2):
-        a.set_xlabel("step")
-        a.grid(alpha=0.3)
-        a.legend(fontsize=8)
-    return _save(fig, path)
+    fig = q_m_figure(run.steps)
+    return None if fig is None else save(fig, path, dpi=110)
 
 
 def predicted_vs_observed(run: RunData, path: Path) -> Path | None:
@@ -78,15 +54,11 @@ def predicted_vs_observed(run: RunData, path: Path) -> Path | None:
             pred = [d[f"predicted_{key}_s"] for _, d in rows]
             ax.plot(xs, obs, "o-", color=color, ms=3, label=f"{label} observed")
             ax.plot(xs, pred, "x--", color=color, ms=4, label=f"{label} predicted")
-        ax.set_xlabel("step")
-        ax.set_ylabel("seconds")
-        ax.set_title(f"{pol}: predicted vs observed pool times")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    return _save(fig, path)
+        finish(ax, "step", "seconds", f"{pol}: predicted vs observed pool times", fontsize=7)
+    return save(fig, path, dpi=110)
 
 
-def _draw_timeline(ax: plt.Axes, tl: StepTimeline, title: str) -> None:
+def _draw_timeline(ax: Axes, tl: StepTimeline, title: str) -> None:
     for r in range(tl.num_replicas):
         bars = sorted((b for b in tl.bars if r in b.on_replicas), key=lambda b: b.end_s)
         for k, b in enumerate(bars):
@@ -123,7 +95,7 @@ def timeline(tl: StepTimeline, path: Path, title: str = "") -> Path:
     _draw_timeline(
         ax, tl, title or f"Step {tl.step}: q={tl.q}, m={tl.m} (hatched = aborted at cutoff)"
     )
-    return _save(fig, path)
+    return save(fig, path, dpi=110)
 
 
 def timelines_side_by_side(timelines: dict[str, StepTimeline], path: Path) -> Path | None:
@@ -138,7 +110,7 @@ def timelines_side_by_side(timelines: dict[str, StepTimeline], path: Path) -> Pa
     for ax, (pol, tl) in zip(axes[0], timelines.items(), strict=True):
         spread = " (groups spread over replicas)" if any(b.replicas for b in tl.bars) else ""
         _draw_timeline(ax, tl, f"{pol}: step {tl.step}, q={tl.q}, m={tl.m}{spread}")
-    return _save(fig, path)
+    return save(fig, path, dpi=110)
 
 
 def length_distributions(run: RunData, path: Path) -> Path | None:
@@ -149,12 +121,8 @@ def length_distributions(run: RunData, path: Path) -> Path | None:
         xs = np.sort(np.asarray(lens))
         if xs.size:
             ax.plot(xs, np.arange(1, xs.size + 1) / xs.size, label=f"{pol} (n={xs.size})")
-    ax.set_xlabel("response tokens")
-    ax.set_ylabel("CDF")
-    ax.set_title("Delivered response-length distribution")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    return _save(fig, path)
+    finish(ax, "response tokens", "CDF", "Delivered response-length distribution")
+    return save(fig, path, dpi=110)
 
 
 def capture_rates(run: RunData, path: Path) -> Path | None:
@@ -165,17 +133,7 @@ def capture_rates(run: RunData, path: Path) -> Path | None:
     for k, v in cap.items():
         if k != "rho" and "capture" in k and len(v) == len(cap["rho"]):
             ax.plot([100 * r for r in cap["rho"]], [100 * x for x in v], marker="o", label=k)
-    ax.set_xlabel("cutoff rho (%)")
-    ax.set_ylabel("long-tail groups captured (%)")
     ax.set_ylim(0, 105)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    ax.set_title("Partial-rollout capture rate")
-    return _save(fig, path)
+    finish(ax, "cutoff rho (%)", "long-tail groups captured (%)", "Partial-rollout capture rate")
+    return save(fig, path, dpi=110)
 
-
-def _save(fig: plt.Figure, path: Path) -> Path:
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path

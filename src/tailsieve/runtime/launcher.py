@@ -123,7 +123,8 @@ class ReplicaProcess:
     pool: str  # tail | bulk
 
 
-def _tail(path: str, n: int = 30) -> str:
+def log_tail(path: str, n: int = 30) -> str:
+    """The last ``n`` lines of a server's log (``<no log>`` when it cannot be read)."""
     try:
         return "\n".join(Path(path).read_text(errors="replace").splitlines()[-n:])
     except OSError:
@@ -131,30 +132,27 @@ def _tail(path: str, n: int = 30) -> str:
 
 
 def stop_pids(pids: list[int], grace_s: float = 20.0) -> None:
-    """SIGTERM each process group, then SIGKILL what is left after ``grace_s``."""
+    """SIGTERM each process group, then SIGKILL the groups still alive after ``grace_s``."""
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     alive = list(pids)
     while alive and time.monotonic() < deadline:
-        alive = [p for p in alive if _alive(p)]
-        time.sleep(0.2)
+        alive = [p for p in alive if _group_alive(p)]
+        if alive:
+            time.sleep(0.1)
     for pid in alive:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)
 
 
-def _alive(pid: int) -> bool:
+def _group_alive(pid: int) -> bool:
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)  # reap the leader when it is our child
     try:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        if done == pid:
-            return False
-    except ChildProcessError:
-        pass  # not our child: fall back to signal 0
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        os.killpg(pid, 0)
+    except (ProcessLookupError, PermissionError):
         return False
     return True
 
@@ -224,7 +222,7 @@ class VllmFleet:
                         raise ReplicaError(
                             f"vLLM replica {rep.index} (pid {rep.pid}, port {rep.port}) exited "
                             f"with code {proc.returncode}; last log lines of {rep.log_file}:\n"
-                            f"{_tail(rep.log_file)}"
+                            f"{log_tail(rep.log_file)}"
                         )
                     try:
                         status, _ = await t.get(rep.endpoint + "/health", 2.0)
@@ -236,7 +234,7 @@ class VllmFleet:
                         raise ReplicaError(
                             f"vLLM replica {rep.index} (port {rep.port}) not healthy after "
                             f"{self.config.health_timeout_s:.0f} s; last log lines of "
-                            f"{rep.log_file}:\n{_tail(rep.log_file)}"
+                            f"{rep.log_file}:\n{log_tail(rep.log_file)}"
                         )
                     await asyncio.sleep(0.5)
         except BaseException:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,21 @@ def read_prompt_set(name_or_path: str | Path) -> PromptSet:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not UTF-8 text") from None
+    prompts, answers = parse_prompts(text, path)
+    return PromptSet(tuple(prompts), answers, str(path))
+
+
+def _malformed(where: str, line: int, exc: json.JSONDecodeError) -> ConfigError:
+    return ConfigError(f"{where}:{line}: malformed JSON ({exc.msg}, column {exc.colno})")
+
+
+def parse_prompts(
+    text: str, path: str | Path, bad_json: Callable[[str, int, json.JSONDecodeError],
+                                                    ConfigError] = _malformed, label: str = "",
+) -> tuple[list[PromptInput], dict[str, float]]:
+    """The prompts of a prompt file's ``text`` and the answers of those that have one; every
+    error names ``path:line`` (``bad_json`` words a line that is not JSON; ``label``, default
+    the path, names the file in "no prompts")."""
     prompts: list[PromptInput] = []
     answers: dict[str, float] = {}
     first: dict[str, int] = {}
@@ -65,11 +81,14 @@ def read_prompt_set(name_or_path: str | Path) -> PromptSet:
         try:
             row = json.loads(raw)
         except json.JSONDecodeError as exc:
-            raise ConfigError(f"{where}: malformed JSON ({exc.msg}, column {exc.colno})") from None
+            raise bad_json(str(path), ln, exc) from None
         if not isinstance(row, dict):
-            raise ConfigError(f"{where}: expected a JSON object, got {row!r:.40}")
+            raise ConfigError(f"{where}: expected a JSON object, got {type(row).__name__}")
         try:
             prompt = PromptInput.from_dict(row, where)
+        except ConfigError as exc:
+            msg = str(exc)
+            raise ConfigError(msg if msg.startswith(where) else f"{where}: {msg}") from None
         except (TypeError, ValueError, AttributeError) as exc:
             raise ConfigError(f"{where}: bad prompt fields ({exc})") from None
         if prompt.prompt_id in first:
@@ -81,8 +100,8 @@ def read_prompt_set(name_or_path: str | Path) -> PromptSet:
             answers[prompt.prompt_id] = _answer(row["answer"], where)
         prompts.append(prompt)
     if not prompts:
-        raise ConfigError(f"{path}: no prompts (the file has no non-blank line)")
-    return PromptSet(tuple(prompts), answers, str(path))
+        raise ConfigError(f"{label or path}: no prompts (the file has no non-blank line)")
+    return prompts, answers
 
 
 def _answer(value: Any, where: str) -> float:

@@ -91,14 +91,13 @@ class SimulationResult:
     def plot(self, folder: Path) -> list[Path]:
         """Write PNG plots into ``folder``: step times, the controller's trajectory, and each
         protocol run's timeline; returns their paths."""
-        from tailsieve.sim.plots import plot_controller, plot_step_times, plot_timeline
+        from tailsieve.sim.plots import plot_timeline, q_m_figure, steps_figure
+        from tailsieve.workload.plots import save
 
         folder.mkdir(parents=True, exist_ok=True)
-        policy_runs = {name: r.run for name, r in self.runs.items()}
-        paths = [
-            plot_step_times(policy_runs, folder / "step_times.png"),
-            plot_controller(policy_runs, folder / "controller.png"),
-        ]
+        steps = {name: [rec.to_dict() for rec in r.run.records] for name, r in self.runs.items()}
+        figures = {"step_times": steps_figure(steps), "controller": q_m_figure(steps, empty=True)}
+        paths = [save(fig, folder / f"{name}.png") for name, fig in figures.items() if fig]
         for name, r in self.runs.items():
             if r.timeline is not None:
                 paths.append(plot_timeline(r.timeline, int(self.settings["replicas"]), name,

@@ -149,10 +149,6 @@ class PolicyRun:
         return max((r.decision_s for r in self.records), default=0.0)
 
     @property
-    def mean_decision_s(self) -> float:
-        return float(np.mean([r.decision_s for r in self.records])) if self.records else 0.0
-
-    @property
     def fluid_bound_steps_s(self) -> list[float]:
         """The fluid perfect-balance bound of each regular step's delivered batch."""
         return [r.fluid_bound_s for r in self.regular]

@@ -1,9 +1,11 @@
-"""Matplotlib figures for the ``trace`` commands (Agg backend, written to a file)."""
+"""Matplotlib figures for the ``trace`` commands (Agg backend, written to a file), and the
+helpers every plot module of the package shares (``pyplot``, ``finish``, ``save``)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -12,7 +14,8 @@ from tailsieve.workload.capture import CaptureResult
 from tailsieve.workload.trace import Trace
 
 
-def _plt():  # type: ignore[no-untyped-def]
+def pyplot():  # type: ignore[no-untyped-def]
+    """``matplotlib.pyplot`` on the Agg backend (no display needed)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -21,9 +24,29 @@ def _plt():  # type: ignore[no-untyped-def]
     return plt
 
 
+def finish(ax: Any, xlabel: str, ylabel: str, title: str = "", legend: bool = True,
+           **legend_kw: Any) -> None:
+    """Label ``ax``, draw its grid and (``legend``) its legend at font size 8."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    ax.grid(alpha=0.3)
+    if legend:
+        ax.legend(**{"fontsize": 8, **legend_kw})
+
+
+def save(fig: Any, path: str | Path, dpi: int = 120) -> Path:
+    """Lay out ``fig``, write it to ``path``, close it; returns the path."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    pyplot().close(fig)
+    return Path(path)
+
+
 def plot_length_cdf(trace: Trace, path: str | Path) -> None:
     """Empirical CDF of response lengths with P50/P90 marked."""
-    plt = _plt()
+    plt = pyplot()
     lens = np.sort(trace.response_tokens)
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.plot(lens, np.arange(1, lens.size + 1) / lens.size, lw=1.5)
@@ -31,19 +54,15 @@ def plot_length_cdf(trace: Trace, path: str | Path) -> None:
         v = float(np.percentile(lens, q))
         ax.axvline(v, ls="--", lw=0.8, color="gray")
         ax.text(v, 0.02 + q / 200, f" P{q} {v:,.0f}", fontsize=8)
-    ax.set_xlabel("response length (tokens)")
-    ax.set_ylabel("fraction of responses")
-    ax.set_title(f"Length CDF: {Path(trace.source).name} ({trace.num_rows:,} responses)")
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    finish(ax, "response length (tokens)", "fraction of responses",
+           f"Length CDF: {Path(trace.source).name} ({trace.num_rows:,} responses)", legend=False)
+    save(fig, path)
 
 
 def plot_rank_persistence(trace: Trace, path: str | Path, top_fraction: float = 0.1) -> None:
     """Per-prompt rank (by mean length) at every step; prompts in the top ``top_fraction`` at
     the first step are highlighted."""
-    plt = _plt()
+    plt = pyplot()
     steps = trace.steps.tolist()
     ranks = np.full((trace.num_prompts, len(steps)), np.nan)
     for j, s in enumerate(steps):
@@ -63,14 +82,12 @@ def plot_rank_persistence(trace: Trace, path: str | Path, top_fraction: float = 
     ax.set_xlabel("step (checkpoint)")
     ax.set_ylabel("length rank (fraction, 0 = longest)")
     ax.set_title(f"Prompt length ranks across steps (red: top {top_fraction:.0%} at first step)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save(fig, path)
 
 
 def plot_capture(results: Sequence[CaptureResult], path: str | Path, title: str = "") -> None:
     """Capture rate vs rho (same round, cross step, random baseline), like paper Figure 3."""
-    plt = _plt()
+    plt = pyplot()
     x = np.arange(len(results))
     w = 0.27
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -87,6 +104,4 @@ def plot_capture(results: Sequence[CaptureResult], path: str | Path, title: str 
     ax.set_ylabel("capture of ground-truth long-tail groups")
     ax.set_title(title or "Partial-rollout long-tail capture")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save(fig, path)

@@ -138,11 +138,6 @@ class SyntheticWorkload:
         """The generation cap."""
         return self.params.max_tokens
 
-    @property
-    def prompt_effects_log(self) -> FloatArray:
-        """Per-prompt log-length effects ``a_i`` (copy)."""
-        return self._effects.copy()
-
     def prompt_ids(self) -> tuple[str, ...]:
         """``synth-00000`` ... in order."""
         return self._names

@@ -39,9 +39,6 @@ BoolArray = npt.NDArray[np.bool_]
 ObjArray = npt.NDArray[np.object_]
 
 REQUIRED_COLUMNS: tuple[str, ...] = ("prompt_id", "sample", "response_tokens")
-OPTIONAL_COLUMNS: tuple[str, ...] = (
-    "step", "prompt_tokens", "finish_reason", "correct", "replica", *LIST_COLUMNS
-)
 ALL_COLUMNS: tuple[str, ...] = (
     "prompt_id",
     "step",
@@ -53,7 +50,6 @@ ALL_COLUMNS: tuple[str, ...] = (
     "replica",
     *LIST_COLUMNS,
 )
-EXTRA_COLUMNS: tuple[str, ...] = ALL_COLUMNS[4:]  # optional columns after the key and length
 
 
 def _int_array(values: Any) -> IntArray:
@@ -195,14 +191,8 @@ class Trace:
         n = self.prompt_codes.size
         if n == 0:
             raise TraceError(f"{self.source}: trace has no rows")
-        cols: list[tuple[str, IntArray | None]] = [
-            ("step", self.step),
-            ("sample", self.sample),
-            ("response_tokens", self.response_tokens),
-            ("prompt_tokens", self.prompt_tokens),
-            ("replica", self.replica),
-        ]
-        for name, arr in cols:
+        for name in ("step", "sample", "response_tokens", "prompt_tokens", "replica"):
+            arr: IntArray | None = getattr(self, name)
             if arr is None:
                 continue
             if arr.size != n:
@@ -258,15 +248,9 @@ class Trace:
 
     def columns(self) -> dict[str, Any]:
         """Present columns by name (schema order), as numpy arrays."""
-        out: dict[str, Any] = {
-            "prompt_id": self.prompt_id_array(),
-            "step": self.step,
-            "sample": self.sample,
-            "response_tokens": self.response_tokens,
-        }
-        for name in EXTRA_COLUMNS:
-            val = getattr(self, name)
-            if val is not None:
+        out: dict[str, Any] = {"prompt_id": self.prompt_id_array()}
+        for name in ALL_COLUMNS[1:]:
+            if (val := getattr(self, name)) is not None:
                 out[name] = val
         return out
 
@@ -286,18 +270,14 @@ class Trace:
         used = np.unique(codes)
         remap = np.full(len(self.prompt_names), -1, dtype=np.int64)
         remap[used] = np.arange(used.size)
+        cols: dict[str, Any] = {
+            c: None if (v := getattr(self, c)) is None else v[m] for c in ALL_COLUMNS[1:]
+        }
         return replace(
             self,
             prompt_names=tuple(self.prompt_names[int(c)] for c in used),
             prompt_codes=remap[codes],
-            step=self.step[m],
-            sample=self.sample[m],
-            response_tokens=self.response_tokens[m],
-            prompt_tokens=None if self.prompt_tokens is None else self.prompt_tokens[m],
-            finish_reason=None if self.finish_reason is None else self.finish_reason[m],
-            correct=None if self.correct is None else self.correct[m],
-            replica=None if self.replica is None else self.replica[m],
-            **self._lists_where(m),
+            **cols,
         )
 
     def with_lengths(self, response_tokens: npt.ArrayLike) -> Trace:
@@ -308,11 +288,6 @@ class Trace:
             raise TraceError(f"{self.source}: new lengths have shape {arr.shape}")
         no_lists: dict[str, Any] = dict.fromkeys(LIST_COLUMNS)
         return replace(self, response_tokens=arr, **no_lists)
-
-    def _lists_where(self, mask: npt.NDArray[Any]) -> dict[str, Any]:
-        """The list columns restricted to ``mask`` (absent ones None)."""
-        return {c: None if getattr(self, c) is None else getattr(self, c)[mask]
-                for c in LIST_COLUMNS}
 
     def cell_index(self) -> tuple[IntArray, IntArray, IntArray]:
         """``(cell_prompt, cell_step, row_cell)``: distinct (prompt, step) cells, and each row's

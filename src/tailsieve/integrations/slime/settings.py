@@ -27,11 +27,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tailsieve.errors import ConfigError
-from tailsieve.integrations.settings_values import flag, optional, with_seam
-from tailsieve.runtime.backends import Backend, SamplingParams
+from tailsieve.integrations.settings_values import POLICIES, flag, optional, sampling, with_seam
+from tailsieve.runtime.backends import Backend
 from tailsieve.runtime.rollout import RolloutConfig
-
-POLICIES = ("tailsieve", "tailsieve-fixed", "uniform", "uniform-requests")
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,13 +115,9 @@ class SlimeSettings:
             group_size=self.group_size,
             policy=self.policy,
             backend=Backend.SGLANG,
-            sampling=SamplingParams(
-                max_tokens=self.max_new_tokens,
-                temperature=self.temperature,
-                top_p=self.top_p if 0.0 < self.top_p < 1.0 else None,
-                top_k=self.top_k if self.top_k > 0 else None,
+            sampling=sampling(
+                self.max_new_tokens, self.temperature, self.top_p, self.top_k,
                 stop=self.stop or None,
-                logprobs=0,
                 extra={"no_stop_trim": True, "spaces_between_special_tokens": False},
             ),
             profile=self.profile,

@@ -29,11 +29,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tailsieve.errors import ConfigError
-from tailsieve.integrations.settings_values import flag, optional, with_seam
+from tailsieve.integrations.settings_values import POLICIES, flag, optional, sampling, with_seam
 from tailsieve.runtime.backends import Backend, SamplingParams
 from tailsieve.runtime.rollout import RolloutConfig
 
-POLICIES = ("tailsieve", "tailsieve-fixed", "uniform", "uniform-requests")
 KEYS = (
     "num_groups",
     "policy",
@@ -143,13 +142,9 @@ class VerlSettings:
     def sampling(self, temperature: float | None = None) -> SamplingParams:
         """Sampling of every request: verl's temperature/top_p/top_k, response_length tokens,
         and the sampled tokens' log-probabilities (verl's ``rollout_log_probs``)."""
-        return SamplingParams(
-            max_tokens=self.response_length,
-            temperature=self.temperature if temperature is None else temperature,
-            top_p=self.top_p if 0.0 < self.top_p < 1.0 else None,
-            top_k=self.top_k if self.top_k > 0 else None,
-            logprobs=0,
-        )
+        return sampling(self.response_length,
+                        self.temperature if temperature is None else temperature, self.top_p,
+                        self.top_k)
 
     def rollout_config(
         self, model: str, num_groups: int | None = None, group_size: int | None = None, **kw: Any

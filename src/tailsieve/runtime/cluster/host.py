@@ -26,6 +26,7 @@ from typing import Any
 
 from tailsieve.errors import ReplicaError
 from tailsieve.runtime.cluster.spec import ServerSpec
+from tailsieve.runtime.launcher import log_tail, stop_pids
 
 _PR_SET_PDEATHSIG = 1
 SERVER_EXIT_CODE = 75  # the actor's exit status when its server died (Ray then restarts it)
@@ -57,19 +58,7 @@ def healthy(url: str, timeout_s: float = 2.0) -> bool:
 
 def stop_group(pid: int, grace_s: float = 15.0) -> None:
     """SIGTERM the process group of ``pid``, SIGKILL it after ``grace_s``."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pid, 0)
-        except (ProcessLookupError, PermissionError):
-            return
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, os.WNOHANG)
-        time.sleep(0.1)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
+    stop_pids([pid], grace_s)
 
 
 class ServerHost:
@@ -118,7 +107,7 @@ class ServerHost:
                 stop_group(self.proc.pid, 2.0)
                 raise ReplicaError(
                     f"replica {self.spec.index} ({self.spec.engine}, {self.url}) {why}; "
-                    f"log {self.log_file}:\n{_tail(self.log_file)}"
+                    f"log {self.log_file}:\n{log_tail(self.log_file, 20)}"
                 )
             time.sleep(0.25)
 
@@ -154,10 +143,3 @@ class ServerHost:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=5)
         return self.proc.pid
-
-
-def _tail(path: str, n: int = 20) -> str:
-    try:
-        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-n:])
-    except OSError:
-        return "<no log>"

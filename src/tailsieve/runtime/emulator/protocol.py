@@ -67,14 +67,16 @@ class GenRequest:
     priority: int = 0  # vLLM's per-request priority (lower first; --scheduling-policy priority)
 
 
-def _opt_int(body: dict[str, Any], key: str, lo: int | None = None) -> int | None:
+def _opt_int(body: dict[str, Any], key: str, lo: int | None = None,
+             prefix: str = "") -> int | None:
+    """``body[key]`` as an integer (None when absent); ``prefix`` names its object in errors."""
     v = body.get(key)
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, int):
-        raise BadRequest(f"'{key}' must be an integer, got {v!r}")
+        raise BadRequest(f"'{prefix}{key}' must be an integer, got {v!r}")
     if lo is not None and v < lo:
-        raise BadRequest(f"'{key}' must be >= {lo}, got {v}")
+        raise BadRequest(f"'{prefix}{key}' must be >= {lo}, got {v}")
     return v
 
 

@@ -205,42 +205,50 @@ class EmulatorServer:
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         return await self._generate(request, "chat")
 
-    async def _generate(self, request: web.Request, kind: P.Kind) -> web.StreamResponse:
-        try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return self._error("request body is not valid JSON", "BadRequestError", 400)
-        try:
-            req = P.parse_request(body, kind, self.config.model_name, self.config.max_model_len)
-        except P.BadRequest as exc:
-            return self._error(str(exc), exc.err_type, exc.status, exc.param)
-        if req.priority != 0 and self.config.scheduling_policy != "priority":
-            return self._error(f"Got priority {req.priority} but Priority scheduling is not "
-                               "enabled.", "BadRequestError", 400)  # vLLM's answer
+    def _fault(self) -> web.Response | None:
+        """An injected 500 (``error_rate``), or None."""
         if self.config.error_rate > 0 and self._rng.random() < self.config.error_rate:
-            return self._error(
-                f"injected fault (error_rate={self.config.error_rate:g})",
-                "InternalServerError",
-                500,
-            )
-        rid = ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex
-        lengths = self._lengths(req)
+            return self._error(f"injected fault (error_rate={self.config.error_rate:g})",
+                               "InternalServerError", 500)
+        return None
+
+    def _start_all(self, req: P.GenRequest, rid: str, lengths: list[tuple[int, str]]
+                   ) -> tuple[list[str], list[asyncio.Future[Completion]], list[int]]:
+        """Submit every sequence of ``req``: their ids, futures and prompt tokens found cached."""
         seq_ids = [f"{rid}-{i}" for i in range(len(lengths))]
         futs: list[asyncio.Future[Completion]] = []
         now = time.monotonic()
         for i, (sid, (k, reason)) in enumerate(zip(seq_ids, lengths, strict=True)):
             self._meta[sid] = (reason, now)
             futs.append(self._submit(sid, k, req.prompt_ids[i // req.n], req.priority))
-        hits = [self._seq_cached.pop(sid, 0) for sid in seq_ids]  # one lookup per sequence
+        return seq_ids, futs, [self._seq_cached.pop(sid, 0) for sid in seq_ids]
+
+    def _abort_unfinished(self, seq_ids: list[str], futs: list[asyncio.Future[Completion]]) -> None:
+        for sid, fut in zip(seq_ids, futs, strict=True):
+            if not fut.done() or fut.cancelled():  # gather() cancels them on disconnect
+                self._abort(sid)
+
+    async def _generate(self, request: web.Request, kind: P.Kind) -> web.StreamResponse:
+        try:
+            req = P.parse_request(await _json(request), kind, self.config.model_name,
+                                  self.config.max_model_len)
+        except P.BadRequest as exc:
+            return self._error(str(exc), exc.err_type, exc.status, exc.param)
+        if req.priority != 0 and self.config.scheduling_policy != "priority":
+            return self._error(f"Got priority {req.priority} but Priority scheduling is not "
+                               "enabled.", "BadRequestError", 400)  # vLLM's answer
+        if (fault := self._fault()) is not None:
+            return fault
+        rid = ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex
+        lengths = self._lengths(req)
+        seq_ids, futs, hits = self._start_all(req, rid, lengths)
         cached = sum(hits[:: req.n]) if self.config.prompt_tokens_details else None
         try:
             if req.stream:
                 return await self._stream(request, req, rid, seq_ids, futs, lengths, cached)
             await asyncio.gather(*futs)
         finally:
-            for sid, fut in zip(seq_ids, futs, strict=True):
-                if not fut.done() or fut.cancelled():  # gather() cancels them on disconnect
-                    self._abort(sid)
+            self._abort_unfinished(seq_ids, futs)
         choices = [
             P.choice(req, i, k, reason, list(req.prompt_ids[i // req.n]))
             for i, (k, reason) in enumerate(lengths)
@@ -309,24 +317,15 @@ class EmulatorServer:
 
     async def _sglang_generate(self, request: web.Request) -> web.StreamResponse:
         try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return self._error("request body is not valid JSON", "BadRequestError", 400)
-        try:
-            req, rid = SG.parse_generate(body, self.config.max_model_len)
+            req, rid = SG.parse_generate(await _json(request), self.config.max_model_len)
         except P.BadRequest as exc:
             return self._error(str(exc), exc.err_type, exc.status, exc.param)
-        if self.config.error_rate > 0 and self._rng.random() < self.config.error_rate:
-            return self._error("injected fault", "InternalServerError", 500)
+        if (fault := self._fault()) is not None:
+            return fault
         rid = rid or uuid.uuid4().hex
         lengths = self._lengths(req)
-        seq_ids = [f"{rid}-{i}" for i in range(len(lengths))]
         now = time.monotonic()
-        futs: list[asyncio.Future[Completion]] = []
-        for sid, (k, reason) in zip(seq_ids, lengths, strict=True):
-            self._meta[sid] = (reason, now)
-            futs.append(self._submit(sid, k, req.prompt_ids[0]))
-        hits = [self._seq_cached.pop(sid, 0) for sid in seq_ids]
+        seq_ids, futs, hits = self._start_all(req, rid, lengths)
         aborted = self._sglang_aborts.setdefault(rid, asyncio.Event())
         resp: web.StreamResponse | None = None
         try:
@@ -363,9 +362,7 @@ class EmulatorServer:
                     waiter.cancel()
         finally:
             self._sglang_aborts.pop(rid, None)
-            for sid, fut in zip(seq_ids, futs, strict=True):
-                if not fut.done() or fut.cancelled():
-                    self._abort(sid)
+            self._abort_unfinished(seq_ids, futs)
         if resp is not None:
             await resp.write(b"data: [DONE]\n\n")
             await resp.write_eof()
@@ -374,9 +371,9 @@ class EmulatorServer:
 
     async def _sglang_abort(self, request: web.Request) -> web.Response:
         try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return self._error("request body is not valid JSON", "BadRequestError", 400)
+            body = await _json(request)
+        except P.BadRequest as exc:
+            return self._error(str(exc), "BadRequestError", 400)
         self.num_abort_requests += 1
         rid = str(body.get("rid"))
         for key, ev in self._sglang_aborts.items():
@@ -388,10 +385,7 @@ class EmulatorServer:
         """vLLM's ``POST /tokenize``: ``{prompt}`` or ``{messages}`` (the chat template applied)
         -> ``{tokens, count, max_model_len}``, the ids the generation endpoints give them."""
         try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return self._error("request body is not valid JSON", "BadRequestError", 400)
-        try:
+            body = await _json(request)
             if not isinstance(body, dict):
                 raise P.BadRequest("request body must be a JSON object")
             ids = P.tokenize_ids(body)
@@ -427,6 +421,14 @@ class EmulatorServer:
 
     async def _metrics(self, request: web.Request) -> web.Response:
         return web.Response(body=self.metrics.render(), headers={"Content-Type": CONTENT_TYPE})
+
+
+async def _json(request: web.Request) -> Any:
+    """The request's JSON body; ``P.BadRequest`` when it is not JSON."""
+    try:
+        return await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise P.BadRequest("request body is not valid JSON") from None
 
 
 def _sse(obj: dict[str, Any]) -> bytes:

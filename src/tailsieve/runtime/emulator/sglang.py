@@ -20,6 +20,7 @@ from tailsieve.runtime.emulator.protocol import (
     FILLER_TOKEN_ID,
     BadRequest,
     GenRequest,
+    _opt_int,
     _prompt_ids,
 )
 
@@ -28,12 +29,7 @@ EOS_TOKEN_ID = 2  # reported in finish_reason.matched for a "stop" finish
 
 
 def _int(sp: dict[str, Any], key: str, lo: int) -> int | None:
-    v = sp.get(key)
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-        raise BadRequest(f"sampling_params.{key} must be an integer >= {lo}, got {v!r}")
-    return v
+    return _opt_int(sp, key, lo, "sampling_params.")
 
 
 def parse_generate(body: Any, max_model_len: int) -> tuple[GenRequest, str | None]:
