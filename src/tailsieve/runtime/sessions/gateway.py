@@ -372,8 +372,6 @@ class SessionGateway:
                 rt.piece_on = None
                 self.profile.piece_ended(timed, self.now(), None if out is None or fault
                                          else len(out.token_ids))
-            if fault is not None and (out is None or not out.token_ids):
-                out = rt.streamed_output()  # what its sink already has: kept, not redone
             if out is not None and (fault is None or out.token_ids):
                 self.tally.piece(replica, piece, out, rt.expect_hit)
                 rt.add(replica, piece, out)  # a faulted piece's streamed tokens are kept
