@@ -31,7 +31,7 @@ from tailsieve.runtime.attempt import (
     RequestFailedError,
     _all_or_first_error,
 )
-from tailsieve.runtime.backends import PromptInput, Response
+from tailsieve.runtime.backends import PromptInput, Response, SamplingParams
 from tailsieve.runtime.chain import Piece, ResponseChain, check_continuable
 from tailsieve.runtime.faults import ReplicaDownError, RequestError, refused
 from tailsieve.runtime.running_index import RunningIndex
@@ -166,16 +166,17 @@ class ChainedAttempt:
         parts = await _all_or_first_error([self._chain(i) for i in range(len(self.chains))])
         return [r for part in parts for r in part]
 
-    def _request(self, i: int, cap: int) -> PieceRequest:
-        """The next piece of response ``i``: its prompt (text for a first piece whose ids are
-        unknown) plus every token generated so far."""
+    def _response_sampling(self, i: int) -> SamplingParams:
+        """Response ``i``'s sampling: its seed is the prompt's (else the config's) plus ``i``."""
+        seed = self._cfg.sampling.seed if self._prompt.seed is None else self._prompt.seed
+        return self._sampling if seed is None else replace(self._sampling, seed=seed + i)
+
+    def _request(self, i: int, cap: int, sp: SamplingParams) -> PieceRequest:
+        """The next piece of response ``i`` (sampled under ``sp``): its prompt (text for a
+        first piece whose ids are unknown) plus every token generated so far."""
         chain = self.chains[i]
-        sp = self._sampling
         if "min_tokens" in sp.extra:
             sp = chain.piece_sampling(sp, self._cfg.piece_tokens)
-        seed = self._cfg.sampling.seed if self._prompt.seed is None else self._prompt.seed
-        if seed is not None:
-            sp = replace(sp, seed=seed + i)
         rid = f"{self._tag}-{i}-{self._num_pieces[i]}"
         self._num_pieces[i] += 1
         if chain.pieces or chain.prompt_ids is not None:
@@ -213,13 +214,14 @@ class ChainedAttempt:
             chain.max_tokens = self._forced(pid, i)
         relocated = False  # the last piece ended in a fault (its next replica is no move)
         empty_aborts = 0
+        sampling = self._response_sampling(i)
         clock = asyncio.get_running_loop().time
         while not chain.done:
             replica = self.where[i][0]
             target = self._target(replica)
             base = self._runner.endpoints[target]
             cap = chain.piece_cap(self._cfg.piece_tokens)
-            piece = self._request(i, cap)
+            piece = self._request(i, cap, sampling)
             prev = self._piece_replica.get(i)
             if prev is not None and prev != replica and not relocated:
                 self.num_moved_pieces += 1
