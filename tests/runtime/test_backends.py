@@ -54,6 +54,8 @@ def test_stream_interval_rides_on_streamed_vllm_requests_only() -> None:
         ExecutorConfig(backend=Backend.SGLANG, stream=True, stream_interval=16)
     with pytest.raises(ConfigError, match="stream_interval must be >= 1"):
         ExecutorConfig(stream=True, stream_interval=0)
+    with pytest.raises(ConfigError, match="continuation with stream=True needs the vllm"):
+        ExecutorConfig(backend=Backend.SGLANG, stream=True, continuation=True)
     cfg = RolloutConfig(num_groups=1, stream=True, stream_interval=64).executor_config()
     assert cfg.stream_interval == 64
 

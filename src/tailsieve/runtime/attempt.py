@@ -69,6 +69,9 @@ class ExecutorConfig:
             raise ConfigError(f"piece_tokens must be >= 1, got {self.piece_tokens}")
         if self.piece_tokens is not None and not self.continuation:
             raise ConfigError("piece_tokens needs continuation=True")
+        if self.continuation and self.stream and self.backend is not Backend.VLLM:
+            raise ConfigError("continuation with stream=True needs the vllm backend (SGLang "
+                              "pieces are interrupted by /abort_request without it)")
         if self.stream_interval is not None:
             if self.stream_interval < 1:
                 raise ConfigError(f"stream_interval must be >= 1, got {self.stream_interval}")

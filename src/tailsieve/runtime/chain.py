@@ -91,15 +91,6 @@ class Piece:
         """This piece without its ids' JSON (a finished response never sends it back)."""
         return replace(self, ids_json=None)
 
-    @classmethod
-    def of(cls, r: Response, replica: int = -1) -> Piece:
-        if r.token_ids is None:
-            raise ChainError(
-                "a piece came back without token ids: continuation needs them "
-                "(vLLM: return_token_ids; SGLang: output_ids)"
-            )
-        return cls(r.token_ids, r.text, r.finish_reason, r.logprobs, r.text_offsets, replica)
-
 
 @dataclass(slots=True)
 class ResponseChain:

@@ -51,6 +51,7 @@ from tailsieve.runtime.lean_http import LeanTransport
 from tailsieve.runtime.rebalancer import LiveRebalancer, LiveResponse, MoveTally
 from tailsieve.runtime.running_index import RunningIndex
 from tailsieve.runtime.served_model import resolve_served_model, transport_getter
+from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
 from tailsieve.runtime.stall_watch import StallWatch
 from tailsieve.runtime.step_state import GroupRun, StepProgress, StepResult, build_result
 from tailsieve.runtime.transport import ReplicaDownError, Transport, probe_health
@@ -142,6 +143,9 @@ class LiveExecutor:
         # for the stall watch where ``balance_costs`` does not (the rollout sets its model)
         self.stalls = StallWatch(config.stall, self._cost_of, lambda: asyncio.get_running_loop(
             ).time())  # hung replicas (``runtime.stall_watch``): their requests are faults
+        self.runner: HttpPieceRunner | None = None  # continuation: the engine client pieces
+        # go through (built for the config of the step that needs it)
+        self._runner_config: ExecutorConfig | None = None
 
     @property
     def num_replicas(self) -> int:
@@ -178,6 +182,8 @@ class LiveExecutor:
         moved = [i for i, (u, v) in enumerate(zip(self.health.urls, urls, strict=True)) if u != v]
         for i in moved:
             self.health.move(i, urls[i])
+            if self.runner is not None:
+                self.runner.endpoints[i] = urls[i]
         return moved
 
     async def probe(self, only_unhealthy: bool = True) -> tuple[bool, ...]:
@@ -215,6 +221,21 @@ class LiveExecutor:
     async def aclose(self) -> None:
         await self.health.aclose()
         await self._transport.aclose()
+
+    def piece_runner(self) -> HttpPieceRunner:
+        """The engine client continuation pieces go through: the session gateway's
+        ``HttpPieceRunner`` over this executor's transport, under its config (timeouts,
+        retries, streaming), addressed by executor replica."""
+        cfg = self.config
+        if self.runner is None or self._runner_config is not cfg:
+            self.runner = HttpPieceRunner(
+                self.health.urls, cfg.backend, cfg.model, transport=self._transport,
+                request_timeout_s=cfg.request_timeout_s, max_retries=cfg.max_retries,
+                backoff_s=cfg.backoff_s, backoff_max_s=cfg.backoff_max_s,
+                health_timeout_s=cfg.health_timeout_s, stream=cfg.stream,
+                stream_interval=cfg.stream_interval)
+            self._runner_config = cfg
+        return self.runner
 
     async def resolve_model(self) -> str:
         """The served model name requests carry: ``config.model``, or when it is None the one
@@ -325,7 +346,7 @@ class LiveExecutor:
             self.last_moves = run.rebalancer.tally if run.rebalancer else MoveTally()
             self.last_trace = run.rebalancer.trace if run.rebalancer else BalanceTrace()
             self.last_balance_error = run.balance_error
-            effective = sum(a.stats.num_moved_pieces for a in run.attempts.values())
+            effective = sum(a.num_moved_pieces for a in run.attempts.values())
             self.last_moves.num_effective = self.last_trace.num_effective = effective
             # the attempts (their relocation closures hold the run) and the index are cycles
             # through the run: let reference counting free them now, not the collector later
@@ -517,8 +538,8 @@ class LiveExecutor:
             return self._relocate(run, g, sample, replica, url, exc)
 
         att = ChainedAttempt(
-            self._transport, where, run.config or self.config, prompt, chains, self._forced,
-            g.progress, relocate, self.stalls,
+            self.piece_runner(), where, run.config or self.config, prompt, chains,
+            self._forced, g.progress, relocate, self.stalls, run.active,
         )
         old = run.attempts.get(pid)
         if run.index is not None:

@@ -26,8 +26,8 @@ prefix it carried at its last move, so a response cannot ping-pong without advan
 of a vLLM unstreamed piece takes effect at the piece's end (nothing is dropped; the response
 counts on its destination from the move on, and is no candidate until its piece ends, as in the
 simulator); on SGLang the aborted piece returns its partial
-output (an abort that does not answer within ``chain_attempt.ABORT_WAIT_S`` drops the piece:
-counted in ``ChainStats.num_lost_pieces``).
+output (the runner's ``interrupt``; an abort the server never answers leaves the piece to its
+end or to the stall watch).
 
 Prefix cache as the balancer sees it: a group's prompt is cached on the replicas it was dealt;
 a response that left a replica leaves its prefix (prompt + generated so far) cached there.

@@ -26,11 +26,14 @@ import logging
 import math
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from tailsieve.errors import ConfigError
 from tailsieve.model.replica_config import ReplicaConfig
-from tailsieve.runtime.faults import ReplicaStalledError
+from tailsieve.runtime.faults import ReplicaDownError, ReplicaStalledError
+
+if TYPE_CHECKING:
+    from tailsieve.runtime.sessions.pieces import PieceOutput, PieceRequest, PieceRunner
 
 log = logging.getLogger(__name__)
 
@@ -206,3 +209,41 @@ class StallWatch:
         """A cancel of ``task`` that reached the watched piece ``key`` was the watch's own stop
         (and no other cancel is pending): the caller reads it as a stall. Ends the piece."""
         return self.end(key) and task.uncancel() == 0
+
+    async def piece(self, runner: PieceRunner, replica: int, piece: PieceRequest,
+                    where: Hashable | None = None,
+                    ) -> tuple[PieceOutput | None, ReplicaDownError | None]:
+        """Run ``piece`` on ``replica`` through ``runner`` in this task, watched (``where``:
+        the replica as this watch names it; default ``replica``): its output (a streamed
+        piece's partial one when it was cut or stopped, else None on a fault) and the replica
+        fault that ended it (``runtime.faults``); any other error is raised. Stopped, a piece
+        the runner streams is cut where it stands (``HttpPieceRunner.cut``: a hung replica
+        sends nothing more; its tokens are kept), another one's wait cancelled."""
+        key = piece.request_id
+        name = replica if where is None else where
+        task = asyncio.current_task()
+        assert task is not None
+        streamed = getattr(runner, "generated_tokens", None)
+        cut = getattr(runner, "cut", None)
+
+        def stop() -> None:
+            if cut is not None and streamed is not None and streamed(key) is not None:
+                cut(key)
+            else:
+                task.cancel()
+
+        self.start(key, name, len(piece.prompt_ids), piece.max_tokens, stop,
+                   (lambda: streamed(key)) if streamed is not None else None)
+        try:
+            out = await runner.run_piece(replica, piece)
+        except asyncio.CancelledError:
+            if self.stopped(key, task):
+                return None, self.error(name)
+            raise
+        except ReplicaDownError as exc:
+            self.end(key)
+            return exc.partial, exc
+        except BaseException:
+            self.end(key)
+            raise
+        return out, self.error(name) if self.end(key) else None

@@ -229,3 +229,84 @@ async def test_a_pieces_priority_reaches_vllm(stack: AsyncExitStack) -> None:
         await runner.run_piece(1, piece)
     plain = PieceRequest((1, 2, 3), SamplingParams(max_tokens=4), 4, "p-1")
     assert len((await runner.run_piece(1, plain)).token_ids) >= 1
+
+
+class _Wire:
+    """A replica behind ``Transport``: records every body; ``/generate`` and streams hold
+    until cancelled; completions answer at once (echoing the prompt's ids)."""
+
+    def __init__(self) -> None:
+        self.bodies: list[tuple[str, Any]] = []
+        self.streaming = asyncio.Event()
+
+    async def post_json(self, url: str, payload: Any, timeout_s: float | None) -> Any:
+        self.bodies.append((url, payload))
+        if url.endswith("/generate"):
+            await asyncio.Event().wait()
+        if url.endswith("/abort_request"):
+            return {}
+        n = int(payload["max_tokens"])
+        return {"choices": [{"index": 0, "text": "x" * n, "finish_reason": "length",
+                             "token_ids": list(range(n)), "prompt_token_ids": [5, 6]}]}
+
+    async def stream_json(self, url: str, payload: Any, timeout_s: float | None,
+                          ) -> AsyncIterator[Any]:
+        self.bodies.append((url, payload))
+        for t in (7, 8, 9):  # mid-character: no text yet
+            yield {"choices": [{"index": 0, "text": "", "token_ids": [t]}]}
+        self.streaming.set()
+        await asyncio.Event().wait()
+
+    async def get(self, url: str, timeout_s: float | None) -> tuple[int, str]:
+        return 200, ""
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def test_a_text_first_piece_and_a_forced_one() -> None:
+    """A first piece whose prompt is text is sent as text and comes back with the ids the
+    server tokenized it to; a forced piece (replay) asks for exactly its cap."""
+    wire = _Wire()
+    runner = HttpPieceRunner(["http://r0"], Backend.VLLM, "m", transport=wire)
+    sp = SamplingParams(max_tokens=100)
+    out = await runner.run_piece(0, PieceRequest((), sp, 4, "a-0", prompt_text="hi",
+                                                 forced=True))
+    body = wire.bodies[-1][1]
+    assert body["prompt"] == "hi" and body["max_tokens"] == 4
+    assert body["ignore_eos"] is True and body["min_tokens"] == 4
+    assert out.prompt_ids == (5, 6) and out.token_ids == (0, 1, 2, 3)
+    with pytest.raises(ConfigError, match="empty prompt"):
+        PieceRequest((), sp, 4, "a-1")
+
+
+async def test_cut_ends_a_streamed_piece_where_it_stands() -> None:
+    """``cut`` (a stall, a single-turn move) ends a streamed piece at once with every token
+    it streamed, even inside a character, where ``interrupt`` waits for whole text."""
+    wire = _Wire()
+    runner = HttpPieceRunner(["http://r0"], Backend.VLLM, "m", transport=wire, stream=True)
+    task = asyncio.ensure_future(runner.run_piece(0, PieceRequest(
+        (1, 2), SamplingParams(max_tokens=100), 50, "s-0")))
+    await wire.streaming.wait()
+    assert runner.generated_tokens("s-0") == 3
+    runner.interrupt(0, "s-0")  # not at a text boundary: still running
+    await asyncio.sleep(0.01)
+    assert not task.done()
+    runner.cut("s-0")
+    out = await task
+    assert out.token_ids == (7, 8, 9) and out.finish_reason == "abort"
+
+
+async def test_a_cancelled_sglang_piece_is_aborted_by_id() -> None:
+    wire = _Wire()
+    runner = HttpPieceRunner(["http://r0"], Backend.SGLANG, transport=wire)
+    task = asyncio.ensure_future(runner.run_piece(0, PieceRequest(
+        (1, 2), SamplingParams(max_tokens=100), 50, "g-0")))
+    while not wire.bodies:
+        await asyncio.sleep(0)
+    task.cancel()
+    await asyncio.wait({task})
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert ("http://r0/abort_request", {"rid": "g-0"}) in wire.bodies
+    await runner.aclose()

@@ -38,6 +38,12 @@ class DetailRunner:
     def interrupt(self, replica: int, request_id: str) -> None:
         self.runner.interrupt(replica, request_id)
 
+    def generated_tokens(self, request_id: str) -> int | None:
+        return self.runner.generated_tokens(request_id)
+
+    def cut(self, request_id: str) -> None:
+        self.runner.cut(request_id)
+
     async def run_piece(self, replica: int, piece: PieceRequest) -> PieceOutput:
         chunks = _ChunkDetails() if piece.sink is not None else None
         if chunks is not None and piece.sink is not None:

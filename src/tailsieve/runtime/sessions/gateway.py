@@ -372,8 +372,6 @@ class SessionGateway:
                 rt.piece_on = None
                 self.profile.piece_ended(timed, self.now(), None if out is None or fault
                                          else len(out.token_ids))
-            if fault is not None and (out is None or not out.token_ids):
-                out = rt.streamed_output()  # what its sink already has: kept, not redone
             if out is not None and (fault is None or out.token_ids):
                 self.tally.piece(replica, piece, out, rt.expect_hit)
                 rt.add(replica, piece, out)  # a faulted piece's streamed tokens are kept
@@ -391,36 +389,10 @@ class SessionGateway:
 
     async def _piece(self, replica: int, piece: PieceRequest,
                      ) -> tuple[PieceOutput | None, ReplicaDownError | None]:
-        """Run one piece under the stall watch: its output (a streamed piece's partial one
-        when it was cut or stopped, else None on a fault) and the replica fault that ended it
-        (``runtime.faults``); any other error is raised."""
-        key = piece.request_id
-        task = asyncio.current_task()
-        assert task is not None
-        streamed = self.interrupter.generated_tokens if self.interrupter is not None else None
-
-        def stop() -> None:  # a streamed piece is interrupted (its tokens kept), else cancelled
-            if self.interrupter is not None and streamed is not None and streamed(key) is not None:
-                self.interrupter.interrupt(replica, key)
-            else:
-                task.cancel()
-
-        self.stalls.start(key, replica, len(piece.prompt_ids), piece.max_tokens, stop,
-                          (lambda: streamed(key)) if streamed is not None else None)
+        """Run one piece under the stall watch (``StallWatch.piece``): its output and the
+        replica fault that ended it."""
         self._watch_stalls()
-        try:
-            out = await self.runner.run_piece(replica, piece)
-        except asyncio.CancelledError:
-            if self.stalls.stopped(key, task):
-                return None, self.stalls.error(replica)
-            raise
-        except ReplicaDownError as exc:
-            self.stalls.end(key)
-            return exc.partial, exc
-        except BaseException:
-            self.stalls.end(key)
-            raise
-        return out, self.stalls.error(replica) if self.stalls.end(key) else None
+        return await self.stalls.piece(self.runner, replica, piece)
 
     def _watch_stalls(self) -> None:
         if self._stall_task is None:

@@ -135,9 +135,20 @@ class HttpPieceRunner:
             else:
                 live.task.cancel()
         elif self.backend is Backend.SGLANG:
-            task = asyncio.create_task(self._abort(live.replica, request_id))
-            self._aborts.add(task)
-            task.add_done_callback(self._aborts.discard)
+            self._abort_later(live.replica, request_id)
+
+    def cut(self, request_id: str) -> None:
+        """End the streamed piece ``request_id`` now, wherever its text stands (a stalled
+        replica sends no further token): its ``run_piece`` returns what came, finish reason
+        "abort". Ignored for a piece not streamed or not running."""
+        live = self._live.get(request_id)
+        if live is not None and live.task is not None:
+            live.task.cancel()
+
+    def _abort_later(self, replica: int, request_id: str) -> None:
+        task = asyncio.ensure_future(self._abort(replica, request_id))
+        self._aborts.add(task)
+        task.add_done_callback(self._aborts.discard)
 
     def generated_tokens(self, request_id: str) -> int | None:
         """Tokens the running piece has streamed so far (None: not streamed, or not running)."""
@@ -158,8 +169,14 @@ class HttpPieceRunner:
                 if streamed:
                     return await self._streamed(url, body, live, where, piece)
                 raw = await self._t.post_json(url, body, self._timeout_s)
-                resp = parse_response(self.backend, raw, 1, where, allow_abort=True)[0]
+                resp = parse_response(self.backend, raw, 1, where, allow_abort=True,
+                                      keep_json=True)[0]
                 return _output(resp, raw, self.backend, self._detail)
+            except asyncio.CancelledError:
+                if self.backend is Backend.SGLANG:  # it notices a closed connection only at
+                    # its next disconnect check: abort the piece by id too (in the background)
+                    self._abort_later(replica, piece.request_id)
+                raise
             except RequestError as exc:
                 got = live.streamed
                 if piece.sink is not None and got is not None and got.ids:
@@ -190,6 +207,8 @@ class HttpPieceRunner:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
+            elif not task.cancelled():
+                task.exception()  # read (also when this call is cancelled meanwhile)
         if task.cancelled() or got.closed:
             return got.output(interrupted=True)
         try:
@@ -254,10 +273,13 @@ class HttpPieceRunner:
         if piece.prompt_json is not None and not isinstance(ids, EncodedIds):
             ids = EncodedIds(ids, piece.prompt_json)
         model = await self._model() if self.backend is Backend.VLLM else ""
-        body = build_request(self.backend, model, PromptInput(piece.request_id, token_ids=ids),
-                             piece.sampling, 1, seed=piece.sampling.seed,
-                             return_token_ids=True, max_tokens=piece.max_tokens,
-                             stream=stream, stream_interval=self.stream_interval)
+        prompt = (PromptInput(piece.request_id, text=piece.prompt_text) if not ids
+                  else PromptInput(piece.request_id, token_ids=ids))
+        body = build_request(self.backend, model, prompt, piece.sampling, 1,
+                             forced_tokens=piece.max_tokens if piece.forced else None,
+                             seed=piece.sampling.seed, return_token_ids=True,
+                             max_tokens=piece.max_tokens, stream=stream,
+                             stream_interval=self.stream_interval)
         if self.backend is Backend.SGLANG:
             body["rid"] = piece.request_id
         elif piece.priority is not None:
@@ -286,11 +308,13 @@ def _output(resp: Response, raw: Any, backend: Backend,
         raise RequestError("a piece came back without token ids (vLLM: return_token_ids; "
                            "SGLang: output_ids)")
     reason = resp.finish_reason if resp.finish_reason in FINISH_REASONS else "abort"
+    pids = resp.prompt_token_ids
     return PieceOutput(
-        token_ids=tuple(resp.token_ids), finish_reason=reason, text=resp.text,
+        token_ids=resp.token_ids, finish_reason=reason, text=resp.text,
         logprobs=resp.logprobs, text_offsets=resp.text_offsets,
         num_cached_tokens=_cached_tokens(raw, backend),
         detail=detail(raw) if detail is not None else None,
+        prompt_ids=tuple(pids) if pids else None,
     )
 
 

@@ -49,6 +49,7 @@ class PieceRequest:
     """One piece to generate."""
 
     prompt_ids: tuple[int, ...]  # the turn's prompt plus the tokens earlier pieces generated
+    # (empty only for a first piece sent as ``prompt_text``)
     sampling: SamplingParams  # the turn's sampling (its ``max_tokens`` is the turn's cap)
     max_tokens: int  # the most tokens this piece may generate
     request_id: str  # unique per piece (SGLang's ``rid``; logs)
@@ -59,9 +60,12 @@ class PieceRequest:
     # the turn's caller's keywords for the engine, passed with each piece (verl's ``generate``)
     priority: int | None = None  # vLLM's request priority (lower first; the server needs
     # ``--scheduling-policy priority``); None: not sent
+    prompt_text: str | None = None  # a first piece whose prompt is text: the server
+    # tokenizes it and echoes its ids (``PieceOutput.prompt_ids``)
+    forced: bool = False  # replay: generate exactly ``max_tokens`` (EOS ignored)
 
     def __post_init__(self) -> None:
-        if not self.prompt_ids:
+        if not self.prompt_ids and not self.prompt_text:
             raise ConfigError(f"piece {self.request_id!r}: empty prompt")
         if self.max_tokens < 1:
             raise ConfigError(f"piece {self.request_id!r}: max_tokens must be >= 1, "
@@ -87,6 +91,8 @@ class PieceOutput:
     detail: Any = field(default=None, compare=False, repr=False)  # what the engine said
     # beyond the tokens, for a front door's answer: the HTTP runner's server answer (JSON),
     # verl's ``TokenOutput``; rides the chain to ``TurnResult.chain``
+    prompt_ids: tuple[int, ...] | None = field(default=None, compare=False, repr=False)  # the
+    # prompt's ids as the server echoed them (a ``prompt_text`` piece's; None: not echoed)
 
     def __post_init__(self) -> None:
         if self.finish_reason not in FINISH_REASONS:

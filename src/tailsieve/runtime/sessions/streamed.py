@@ -41,6 +41,7 @@ class StreamedPiece:
     num_chars: int = 0
     reason: str = ""  # the finish reason, once it came
     cached_tokens: int | None = None
+    prompt_ids: tuple[int, ...] | None = None  # the prompt's ids, where the server echoed them
     sink: TokenSink | None = None
     sglang: bool = False  # chunks are SGLang's ``/generate`` outputs
     at_boundary: bool = True  # the tokens so far end where their text is whole
@@ -99,7 +100,11 @@ class StreamedPiece:
             got = details.get("cached_tokens")
             if isinstance(got, int) and not isinstance(got, bool):
                 self.cached_tokens = got
+        if self.prompt_ids is None and chunk.get("prompt_token_ids"):  # vLLM's chat chunks
+            self.prompt_ids = tuple(int(t) for t in chunk["prompt_token_ids"])
         for ch in chunk.get("choices") or ():
+            if self.prompt_ids is None and ch.get("prompt_token_ids"):
+                self.prompt_ids = tuple(int(t) for t in ch["prompt_token_ids"])
             text = ch.get("text") or ""
             toks = tuple(int(t) for t in ch.get("token_ids") or ())
             lp = ch.get("logprobs") or {}
@@ -154,7 +159,7 @@ class StreamedPiece:
             token_ids=tuple(self.ids), finish_reason=reason, text="".join(self.texts),
             logprobs=tuple(self.logprobs) if self.logprobs and len(self.logprobs) == n else None,
             text_offsets=tuple(self.offsets) if len(self.offsets) == n else None,
-            num_cached_tokens=self.cached_tokens)
+            num_cached_tokens=self.cached_tokens, prompt_ids=self.prompt_ids)
 
 
 def finished(piece: StreamedPiece, where: str) -> None:

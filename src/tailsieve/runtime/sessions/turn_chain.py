@@ -18,7 +18,6 @@ from tailsieve.runtime.backends import PromptInput, SamplingParams, with_encoded
 from tailsieve.runtime.chain import Piece, ResponseChain
 from tailsieve.runtime.sessions.pieces import PieceOutput, PieceRequest, TokenDelta
 from tailsieve.runtime.sessions.result import PieceSpan, TurnResult
-from tailsieve.runtime.sessions.streamed import StreamedPiece
 
 TurnSink = Callable[[int, TokenDelta], None]  # (index of the first token in the turn's output,
 # the tokens)
@@ -121,15 +120,6 @@ class RunningTurn:
         start = self.chain.num_generated + self.streamed_tokens
         self.streamed_tokens += len(d.token_ids)
         self.sink(start, d)
-
-    def streamed_output(self) -> PieceOutput | None:
-        """What the running piece streamed before it failed (None: nothing), to keep."""
-        if not self.streamed_tokens or self.streaming is None:
-            return None
-        got = StreamedPiece()
-        for d in self.streaming:
-            got.take(d)
-        return got.output(interrupted=True)
 
     def _next_id(self) -> str:
         self.piece_id = f"{self.turn_id}-{len(self.spans)}"
