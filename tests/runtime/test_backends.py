@@ -56,6 +56,9 @@ def test_stream_interval_rides_on_streamed_vllm_requests_only() -> None:
         ExecutorConfig(stream=True, stream_interval=0)
     with pytest.raises(ConfigError, match="continuation with stream=True needs the vllm"):
         ExecutorConfig(backend=Backend.SGLANG, stream=True, continuation=True)
+    sglang = RolloutConfig(num_groups=1, backend="sglang", stream=True)  # moves on by default
+    assert not sglang.moves_active and "SGLang" in (sglang.moves_off_reason or "")
+    assert not sglang.executor_config().continuation
     cfg = RolloutConfig(num_groups=1, stream=True, stream_interval=64).executor_config()
     assert cfg.stream_interval == 64
 

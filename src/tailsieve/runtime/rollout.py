@@ -111,7 +111,9 @@ class RolloutConfig:
         object.__setattr__(self, "backend", Backend(self.backend))
         check_profile(self.profile)
         blocked = sampling_off_reason(self.backend, self.sampling) or (
-            "continuation=False" if self.continuation is False else None)
+            "continuation=False" if self.continuation is False else None) or (
+            "stream=True on SGLang: a streamed piece there cannot be cut and continued"
+            if self.stream and self.backend is Backend.SGLANG else None)
         move = MoveSettings(self.moves, self.policy, self.piece_tokens, stall=self.stall,
                             blocked=blocked)
         if self.continuation is None:
