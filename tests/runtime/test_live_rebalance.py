@@ -7,17 +7,20 @@ import asyncio
 import dataclasses
 import warnings
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_continuation import URLS, assert_exact, ccfg, lengths_fn
 from test_live_executor import prompts_for
 
 from tailsieve.core.balancer import BalanceSettings
+from tailsieve.core.drain import DrainSettings
 from tailsieve.core.plan import GroupAssignment, StepPlan
 from tailsieve.core.pool import Pool
 from tailsieve.core.protocol import validate_outcome
 from tailsieve.model.replica_config import ReplicaConfig
 from tailsieve.model.throughput import ThroughputModel
+from tailsieve.runtime import rebalancer
 from tailsieve.runtime.backends import PromptInput, SamplingParams
 from tailsieve.runtime.executor import LiveExecutor
 from tailsieve.runtime.rollout import RolloutConfig, TailSieveRollout
@@ -180,3 +183,35 @@ def test_an_unmovable_response_counts_in_the_load_but_never_moves() -> None:
     assert free and held  # the pile is shed either way
     assert ("g", 0) not in {m.key for m in held}
     assert len(held) == len(free)  # the held response still counts in replica 0's load
+
+
+async def test_the_drain_asks_the_lpt_rule_live_and_still_delivers_each_group_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Once the plan's drain has begun (here: from the start), the live rebalancer's checks
+    ask ``core.drain_plan.drain_decisions`` (the simulator's LPT rule) instead of the balancer;
+    the step still delivers every group once, token-exact."""
+    asked: list[int] = []
+    real = rebalancer.drain_decisions
+
+    def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
+        asked.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(rebalancer, "drain_decisions", counting)
+    length_of = lengths_fn(TABLE)
+    for start, expect in ((1.0, True), (0.0, False)):
+        asked.clear()
+        stub = StubTransport(length_of, seconds_per_token=0.0005)
+        drain = DrainSettings(lpt=True, start_fraction=start, lengths=tuple(TABLE.values()))
+        plan = dataclasses.replace(piled_plan(IDS, None),
+                                   balance=dataclasses.replace(BALANCE, drain=drain))
+        ex = LiveExecutor(URLS, ccfg(piece_tokens=32, stream=False), transport=stub,
+                          balance_costs=COSTS)
+        res = await ex.run(plan, prompts_for(plan))
+        validate_outcome(plan, res.outcome)
+        assert sorted(d.prompt_id for d in res.outcome.delivered) == sorted(IDS)
+        assert_exact(res, length_of, stub, text=True)
+        assert bool(asked) is expect
+        if expect:
+            assert ex.last_moves.num_moves >= 1  # the LPT rule moved work off the piled replica

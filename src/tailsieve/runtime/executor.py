@@ -414,6 +414,7 @@ class LiveExecutor:
             self, run.plan.balance, [costs[i] for i in active],
             lambda: [self._ok(run, r) for r in range(len(active))], lambda: self._now(run),
         )
+        run.rebalancer.num_launched = len(run.plan.assignments) * run.plan.group_size
         if run.index is not None:
             run.index.on_complete = run.rebalancer.poke  # a check at each response completion
             run.index.on_moved = run.rebalancer.took_effect  # recorded in its trace

@@ -44,6 +44,8 @@ from typing import NamedTuple, Protocol
 from tailsieve.core.balance_check import plan_check
 from tailsieve.core.balance_trace import DEFERRED, MADE, REFUSED, BalanceTrace, MoveRecord
 from tailsieve.core.balancer import BalanceSettings, Move, ReplicaLoad, Running
+from tailsieve.core.drain import RemainingModel
+from tailsieve.core.drain_plan import drain_decisions
 from tailsieve.model.replica_config import ReplicaConfig
 from tailsieve.runtime.progress_clock import ProgressClock
 from tailsieve.runtime.running_index import Entry, RunningIndex
@@ -119,6 +121,9 @@ class LiveRebalancer:
     trace: BalanceTrace = field(default_factory=BalanceTrace)  # every check's inputs, decision
     _open: tuple[float, list[ReplicaLoad], float] | None = None  # the check being made
     _planned: list[MoveRecord] = field(default_factory=list)  # its moves and decisions so far
+    num_launched: int = 0  # responses the step launched (the drain's yardstick; 0: the most
+    # seen running at once)
+    _remaining: RemainingModel | None = None  # the drain's expected remaining work, built once
 
     def took_effect(self, key: tuple[str, int]) -> None:
         """A moved response's next piece began on its destination (``RunningIndex.on_moved``):
@@ -267,9 +272,22 @@ class LiveRebalancer:
         s = self.settings
         self._open = (now, loads, s.horizon_at(now))
         self._planned = []
+        running = len(self._index.entries)
+        self.num_launched = max(self.num_launched, running)
+        if s.drain is not None and s.drain.drains(running, self.num_launched):
+            if self._remaining is None:
+                self._remaining = s.drain.remaining_model()
+            return drain_decisions(loads, s, self._prompt_tokens, self.cached_tokens,
+                                   self._remaining)
         return plan_check(loads, s.horizon_at(now), s.seam_s, s.max_moves_per_check,
                           s.max_moves_per_decision, cached=self.cached_tokens,
                           cached_on=self.cached_on)
+
+    def _prompt_tokens(self, key: Hashable) -> int:
+        """The prompt tokens of running response ``key`` (the drain's remaining work is its
+        context less these)."""
+        x = self._index.get(key)  # type: ignore[arg-type]
+        return x.prompt_tokens if x is not None else 0
 
     def _make(self, moves: list[Move]) -> int:
         made = 0
