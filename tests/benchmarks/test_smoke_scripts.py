@@ -190,7 +190,7 @@ def test_bench_balancer(tmp_path: Path) -> None:
 def test_bench_agentic(tmp_path: Path) -> None:
     with repo_unchanged():
         assert importlib.import_module("bench_agentic").main(
-            ["--out", str(tmp_path), "--smoke"]) == 0
+            ["--out", str(tmp_path), "--smoke", "--workers", "2"]) == 0
     data = json.loads((tmp_path / "agentic.json").read_text())
     (cell,) = data["cells"]
     assert cell["preset"] == "search-agent" and cell["replicas"] == 2
