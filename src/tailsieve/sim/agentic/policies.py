@@ -66,6 +66,8 @@ POLICIES: dict[str, PolicySpec] = {p.name: p for p in (
                remaining=True, priority="remaining", kv_share=1.0),
     PolicySpec("tailsieve-nogroup", SessionPolicy.TAILSIEVE, midturn=True, gate=True,
                kv_share=1.0, group_price=False),
+    PolicySpec("tailsieve-nokv-nogroup", SessionPolicy.TAILSIEVE, midturn=True, gate=True,
+               group_price=False),
     PolicySpec("affinity-margin-priority", SessionPolicy.MARGIN, priority="remaining"),
     PolicySpec("length-informed-nokv", SessionPolicy.LENGTH_INFORMED, midturn=True),
     PolicySpec("length-informed-priority", SessionPolicy.LENGTH_INFORMED, midturn=True,
