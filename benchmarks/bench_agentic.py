@@ -63,6 +63,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--presets", type=_csv, default=list(AGENTIC_PRESETS))
     ap.add_argument("--policies", type=_csv, default=list(DEFAULT_POLICIES))
     ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--first-seed", type=int, default=0,
+                    help="seeds first-seed .. first-seed + seeds - 1 (held-out runs)")
     ap.add_argument("--groups", type=int, default=64)
     ap.add_argument("--group-size", type=int, default=8)
     ap.add_argument("--warmup-steps", type=int, default=2)
@@ -93,7 +95,8 @@ def run_cell(args: argparse.Namespace, profile: str, preset: str, r: int) -> dic
         return dict(json.loads(path.read_text()))
     t0, c0 = time.perf_counter(), time.process_time()
     cell = simulate_agentic(preset, r, args.policies, args.seeds, profile, args.groups,
-                            args.group_size, args.warmup_steps, args.measured_steps)
+                            args.group_size, args.warmup_steps, args.measured_steps,
+                            first_seed=args.first_seed)
     cell["wall_s"] = time.perf_counter() - t0
     cell["cpu_s"] = time.process_time() - c0
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -175,7 +178,8 @@ def render(args: argparse.Namespace, cells: list[dict[str, Any]]) -> str:
     out = ["# Agentic rollouts (simulated)", "",
            f"Command: `{cmd}` (this run: profiles {', '.join(args.profiles)}; R = "
            f"{', '.join(map(str, args.replicas))}; presets {', '.join(args.presets)})", "",
-           f"{args.groups} groups x {args.group_size}, {args.seeds} seeds, "
+           f"{args.groups} groups x {args.group_size}, {args.seeds} seeds from "
+           f"{args.first_seed}, "
            f"{args.warmup_steps} warm-up + {args.measured_steps} measured steps; speedup = "
            "paired T_verl-sticky / T_policy with a 95% Student-t interval over seeds. The "
            "bound is T_verl-sticky over the step's lower bound (no router passes it); gap "
