@@ -6,7 +6,8 @@ every preset of ``workload.agentic_presets``, 64 groups x 8, 5 seeds, 2 warm-up 
 measured step, the policies of ``sim.agentic.policies.DEFAULT_POLICIES``; ``--smoke``: a
 tiny run). Each cell (profile x preset x R) is written to ``cells/<cell>.json`` as it
 finishes and reused when the command is run again (``--force`` recomputes), then
-``agentic.json`` and ``agentic.md`` gather them.
+``agentic.json`` and ``agentic.md`` gather them. ``--workers N`` runs N cells at once (one
+process each), the small R first.
 
 Per cell, ``sim.agentic.compare.compare_policies``: every policy of a seed runs the same
 trajectories; the speedup of a policy is, per seed, the mean over the measured steps of
@@ -28,6 +29,7 @@ import argparse
 import json
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +63,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--presets", type=_csv, default=list(AGENTIC_PRESETS))
     ap.add_argument("--policies", type=_csv, default=list(DEFAULT_POLICIES))
     ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--first-seed", type=int, default=0,
+                    help="seeds first-seed .. first-seed + seeds - 1 (held-out runs)")
     ap.add_argument("--groups", type=int, default=64)
     ap.add_argument("--group-size", type=int, default=8)
     ap.add_argument("--warmup-steps", type=int, default=2)
@@ -68,8 +72,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--gate-steps", type=int, default=16,
                     help="steps of the balance-gate run (search-agent, first profile, R = 8)")
     ap.add_argument("--force", action="store_true", help="recompute cells already written")
+    ap.add_argument("--workers", type=int, default=1,
+                    help="cells run at once, one process each (the small R first)")
     ap.add_argument("--smoke", action="store_true", help="a tiny run (tests)")
     args = ap.parse_args(argv)
+    if args.workers < 1:
+        ap.error(f"--workers must be >= 1, got {args.workers}")
     if args.smoke:
         args.profiles, args.replicas = args.profiles[:1], [2]
         args.presets, args.seeds, args.groups, args.group_size = ["search-agent"], 2, 4, 2
@@ -87,7 +95,8 @@ def run_cell(args: argparse.Namespace, profile: str, preset: str, r: int) -> dic
         return dict(json.loads(path.read_text()))
     t0, c0 = time.perf_counter(), time.process_time()
     cell = simulate_agentic(preset, r, args.policies, args.seeds, profile, args.groups,
-                            args.group_size, args.warmup_steps, args.measured_steps)
+                            args.group_size, args.warmup_steps, args.measured_steps,
+                            first_seed=args.first_seed)
     cell["wall_s"] = time.perf_counter() - t0
     cell["cpu_s"] = time.process_time() - c0
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -169,7 +178,8 @@ def render(args: argparse.Namespace, cells: list[dict[str, Any]]) -> str:
     out = ["# Agentic rollouts (simulated)", "",
            f"Command: `{cmd}` (this run: profiles {', '.join(args.profiles)}; R = "
            f"{', '.join(map(str, args.replicas))}; presets {', '.join(args.presets)})", "",
-           f"{args.groups} groups x {args.group_size}, {args.seeds} seeds, "
+           f"{args.groups} groups x {args.group_size}, {args.seeds} seeds from "
+           f"{args.first_seed}, "
            f"{args.warmup_steps} warm-up + {args.measured_steps} measured steps; speedup = "
            "paired T_verl-sticky / T_policy with a 95% Student-t interval over seeds. The "
            "bound is T_verl-sticky over the step's lower bound (no router passes it); gap "
@@ -192,18 +202,29 @@ def render(args: argparse.Namespace, cells: list[dict[str, Any]]) -> str:
     return "\n".join(out) + "\n"
 
 
+def _report(key: tuple[str, str, int], cell: dict[str, Any]) -> dict[str, Any]:
+    print(f"{cell_name(*key)}: tailsieve "
+          f"{cell['policies'].get('tailsieve', {}).get('speedup', float('nan')):.3f}"
+          f" ({cell.get('cpu_s', 0):.0f} s cpu)", file=sys.stderr, flush=True)
+    return cell
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    cells = []
-    for profile in args.profiles:
-        for preset in args.presets:
-            for r in args.replicas:
-                cell = run_cell(args, profile, preset, r)
-                cells.append(cell)
-                print(f"{cell_name(profile, preset, r)}: tailsieve "
-                      f"{cell['policies'].get('tailsieve', {}).get('speedup', float('nan')):.3f}"
-                      f" ({cell.get('cpu_s', 0):.0f} s cpu)", file=sys.stderr, flush=True)
+    keys = [(profile, preset, r) for profile in args.profiles for preset in args.presets
+            for r in args.replicas]
+    done: dict[tuple[str, str, int], dict[str, Any]] = {}
+    if args.workers == 1:
+        for key in keys:
+            done[key] = _report(key, run_cell(args, *key))
+    else:
+        with ProcessPoolExecutor(args.workers) as pool:
+            futures = {pool.submit(run_cell, args, *key): key
+                       for key in sorted(keys, key=lambda k: (k[2], keys.index(k)))}
+            for fut in as_completed(futures):
+                done[futures[fut]] = _report(futures[fut], fut.result())
+    cells = [done[key] for key in keys]
     args.gate = gate_run(args)
     (args.out / "agentic.json").write_text(json.dumps(
         {"args": {k: portable_path(v) if isinstance(v, Path) else v for k, v in vars(args).items()

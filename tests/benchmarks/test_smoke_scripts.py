@@ -203,10 +203,11 @@ def test_bench_drain(tmp_path: Path) -> None:
 def test_bench_agentic(tmp_path: Path) -> None:
     with repo_unchanged():
         assert importlib.import_module("bench_agentic").main(
-            ["--out", str(tmp_path), "--smoke"]) == 0
+            ["--out", str(tmp_path), "--smoke", "--workers", "2", "--first-seed", "3"]) == 0
     data = json.loads((tmp_path / "agentic.json").read_text())
     (cell,) = data["cells"]
     assert cell["preset"] == "search-agent" and cell["replicas"] == 2
+    assert cell["first_seed"] == 3 and "seeds from 3" in (tmp_path / "agentic.md").read_text()
     assert cell["policies"]["verl-sticky"]["speedup"] == 1.0
     assert {"tailsieve", "length-informed", "cache-aware", "verl-rebalance",
             "group-colocate"} <= set(cell["policies"])

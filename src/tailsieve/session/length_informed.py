@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Sequence
 
 from tailsieve.session.decision import TurnDecision
+from tailsieve.session.group_price import GroupPlacements
 from tailsieve.session.priced import place_turn
 from tailsieve.session.replica_view import ReplicaView
 from tailsieve.session.router_base import SessionPolicy
@@ -31,12 +32,16 @@ class LengthInformed:
     def __init__(self, remaining: Remaining, settings: SessionSettings) -> None:
         self._remaining = remaining
         self.settings = settings
+        self._groups = GroupPlacements()
 
     def choose(self, turn: TurnRequest, views: Sequence[ReplicaView],
                elapsed_s: float) -> TurnDecision:
         left = float(self._remaining(turn.session_id, turn.turn_index))
         after = float(self._remaining(turn.session_id, turn.turn_index + 1))
-        return place_turn(turn, views, self.settings, elapsed_s, max(left - after, 1.0), left)
+        decision = place_turn(turn, views, self.settings, elapsed_s, max(left - after, 1.0),
+                              left, self._groups.siblings(turn.group_id))
+        self._groups.placed(turn.session_id, turn.group_id, decision.replica)
+        return decision
 
     def forget(self, session_id: Hashable) -> None:
-        return None
+        self._groups.ended(session_id)

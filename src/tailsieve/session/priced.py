@@ -18,7 +18,9 @@ output while it decodes. Then, with ``h`` the session's home and ``P_r`` the pre
 prompt's uncached part on ``r``:
 
 - **first turn** (or a dead or unknown home): the replica minimizing ``A_r(with the turn) +
-  P_r``;
+  P_r + G_r``, ``G_r`` the tail the session's group siblings already on ``r`` stack there
+  (``session.group_price``: co-locate where the prompt's prefill saved outweighs it, else
+  spread);
 - **later turn**: the move pays only while the session lives, so here ``H`` is at most its
   expected remaining decode time, ``max(t, 1)`` turns of the expected output at home's pace
   for a session at turn ``t`` (a session that ran ``t`` turns is expected to run about as
@@ -33,12 +35,13 @@ prompt's uncached part on ``r``:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from tailsieve.errors import ReplicaError
 from tailsieve.session.decision import TurnDecision
+from tailsieve.session.group_price import stack_s
 from tailsieve.session.pricing import Loads
 from tailsieve.session.replica_view import ReplicaView, ViewTable
 from tailsieve.session.settings import SessionSettings
@@ -49,13 +52,16 @@ __all__ = ["place_turn"]
 
 def place_turn(turn: TurnRequest, views: Sequence[ReplicaView], settings: SessionSettings,
                elapsed_s: float, expected_turn_tokens: float | None = None,
-               remaining_tokens: float | None = None) -> TurnDecision:
+               remaining_tokens: float | None = None,
+               siblings: Mapping[int, int] | None = None) -> TurnDecision:
     """Where ``turn`` runs (see the module docstring). ``views``: every replica (unhealthy
     ones are never chosen); ``elapsed_s``: seconds since the step began;
     ``expected_turn_tokens``: the mean output of the turns observed so far (None or 0:
     ``settings.turn_tokens``). ``remaining_tokens`` is for the simulator's length-knowing
     oracle only (routers never know it): the tokens the session will still generate, this
-    turn on, used instead of the estimate of its remaining life."""
+    turn on, used instead of the estimate of its remaining life. ``siblings``: replica ->
+    running trajectories of the turn's group there (priced at a first turn with
+    ``settings.group_price``)."""
     healthy = [v for v in views if v.healthy]
     if not healthy:
         raise ReplicaError(f"no healthy replica for turn {turn.turn_index} of session "
@@ -72,7 +78,10 @@ def place_turn(turn: TurnRequest, views: Sequence[ReplicaView], settings: Sessio
         loads.c[home] = max(loads.c[home] - w * (turn.context_tokens - turn.new_tokens), 0.0)
     without, with_ = loads.costs(turn.context_tokens + out / 2.0)
     if home is None:
-        return _place(turn, healthy, loads, without, with_, settings.horizon_at(elapsed_s))
+        stack = (_stack(healthy, loads, siblings, settings, elapsed_s, len(views))
+                 if settings.group_price and siblings else None)
+        return _place(turn, healthy, loads, without, with_, settings.horizon_at(elapsed_s),
+                      stack)
     h = healthy[home]
     stay = TurnDecision(h.replica, False, turn.uncached_on(h.replica), 0.0, "stay")
     if not settings.moves or len(healthy) < 2:
@@ -109,15 +118,25 @@ def place_turn(turn: TurnRequest, views: Sequence[ReplicaView], settings: Sessio
     return TurnDecision(dst, True, turn.uncached_on(dst), best[0], "move", best[2], best[3])
 
 
+def _stack(healthy: list[ReplicaView], loads: Loads, siblings: Mapping[int, int],
+           settings: SessionSettings, elapsed_s: float, num_replicas: int) -> np.ndarray:
+    """``G_r``: the tail the group's siblings already on each healthy replica stack there."""
+    n = np.array([float(siblings.get(v.replica, 0)) for v in healthy])
+    return stack_s(n, loads.b + 1.0, settings.horizon_at(elapsed_s), num_replicas,
+                   settings.group_share, settings.work_cv)
+
+
 def _place(turn: TurnRequest, healthy: list[ReplicaView], loads: Loads, without: np.ndarray,
-           with_: np.ndarray, horizon: float) -> TurnDecision:
+           with_: np.ndarray, horizon: float, stack: np.ndarray | None = None) -> TurnDecision:
     """A first turn (or one whose home is dead or unknown): the replica of least predicted
-    time with the turn, its prefill included."""
+    time with the turn, its prefill and its group's stacked tail (``stack``) included."""
     top = max(float(without.max()), float(with_.min()))
     scale = horizon / top if top > 0 else 0.0
     cached = np.array([float(turn.cached_tokens.get(v.replica, 0)) for v in healthy])
     prefill = loads.prefill(turn.context_tokens, cached)
     score = scale * with_ + loads.backlog_s + prefill
+    if stack is not None:
+        score = score + stack
     best = int(np.argmin(score))  # ties: the first (views in replica order)
     r = healthy[best].replica
     reason = "first" if turn.home is None else "home-down"

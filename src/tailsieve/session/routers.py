@@ -20,6 +20,7 @@ from tailsieve.errors import ConfigError
 from tailsieve.session.cache_aware import CacheAware
 from tailsieve.session.colocate import GroupColocate
 from tailsieve.session.decision import TurnDecision
+from tailsieve.session.group_price import GroupPlacements
 from tailsieve.session.length_informed import LengthInformed
 from tailsieve.session.priced import place_turn
 from tailsieve.session.rebalance import VerlRebalance
@@ -51,6 +52,7 @@ class TailSieveRouter:
         self._expected = expected_turn_tokens  # e.g. ``lambda: book.expected_turn_tokens``
         self._remaining = remaining_work  # the step's estimate of each session's remaining
         # output (``session.remaining``): prices a move over the session's expected life
+        self._groups = GroupPlacements()  # where each group's siblings run (its own record)
 
     def choose(self, turn: TurnRequest, views: Sequence[ReplicaView],
                elapsed_s: float) -> TurnDecision:
@@ -59,10 +61,13 @@ class TailSieveRouter:
         if self._remaining is not None and turn.turn_index > 0:
             self._remaining.start(turn.session_id, turn.group_id)
             left = self._remaining.tokens_left(turn.session_id)
-        return place_turn(turn, views, self.settings, elapsed_s, expected, left)
+        decision = place_turn(turn, views, self.settings, elapsed_s, expected, left,
+                              self._groups.siblings(turn.group_id))
+        self._groups.placed(turn.session_id, turn.group_id, decision.replica)
+        return decision
 
     def forget(self, session_id: Hashable) -> None:
-        return None
+        self._groups.ended(session_id)
 
 
 def parse_policy(policy: SessionPolicy | str) -> SessionPolicy:

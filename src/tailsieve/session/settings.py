@@ -23,14 +23,20 @@ class SessionSettings:
     tool_wait_weight: float = 1.0  # weight of a session in a tool call in its replica's
     # expected load (it comes back to its home when the tool returns)
     moves: bool = True  # False: sessions stay home (first turns are still placed by price)
+    group_price: bool = True  # a first turn pays the tail its group's siblings stack on a
+    # replica (``session.group_price``); False: only the prefill the cache saves is priced
+    group_share: float = 0.5  # share of a trajectory's work variance its group explains
+    work_cv: float = 1.0  # coefficient of variation of a trajectory's work
 
     def __post_init__(self) -> None:
         for name in ("move_margin", "seam_s", "horizon_s", "expected_step_s", "turn_tokens",
-                     "tool_wait_weight"):
+                     "tool_wait_weight", "work_cv"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
                     or v < 0:
                 raise ConfigError(f"session {name} must be a finite number >= 0, got {v!r}")
+        if not 0 <= self.group_share <= 1:
+            raise ConfigError(f"session group_share must be in [0, 1], got {self.group_share!r}")
         if self.turn_tokens <= 0:
             raise ConfigError(f"session turn_tokens must be > 0, got {self.turn_tokens}")
 

@@ -37,6 +37,16 @@ def test_one_session_on_one_replica_hits_its_prefix() -> None:
     assert stats.step_s >= 3.0 + solo * 0.999
 
 
+def test_siblings_on_one_replica_prefill_their_prompt_once() -> None:
+    """A group's prompt is cached once its first trajectory's prefill ran (vLLM's prefix
+    caching): a sibling sent to the same replica after it finds the whole prompt there."""
+    trajs = [_traj(0, s, 3000, [(50, 0, 0)]) for s in range(3)]
+    stats = simulate_step(trajs, [CFG], make_router("verl-sticky"))
+    assert stats.cached_tokens == 2 * 3000 and stats.prefilled_tokens == 3000
+    spread = simulate_step(trajs, [CFG] * 3, make_router("sticky-least-loaded"))
+    assert spread.cached_tokens == 0 and spread.prefilled_tokens == 3 * 3000
+
+
 def test_tool_waits_hold_no_decode_slot() -> None:
     """While one session waits on a long tool, another decodes alone (tau(1))."""
     a = _traj(0, 0, 100, [(10, 100.0, 10), (10, 0, 0)])

@@ -16,7 +16,7 @@ def simulate_agentic(preset: str, replicas: int, policies: Sequence[str] = DEFAU
                      seeds: int = 5, profile: str = "qwen3-4b-h100", groups: int = 64,
                      group_size: int = 8, warmup_steps: int = 2,
                      measured_steps: int = 2,
-                     slowdowns: Sequence[float] = ()) -> dict[str, Any]:
+                     slowdowns: Sequence[float] = (), first_seed: int = 0) -> dict[str, Any]:
     """Compare ``policies`` on ``preset`` (``workload.agentic_presets``) with ``replicas``
     replicas of ``profile``, paired over ``seeds`` seeds: a JSON-ready dict with each
     policy's summary (speedup over verl's default with its 95% interval, step time, prefix-
@@ -25,9 +25,11 @@ def simulate_agentic(preset: str, replicas: int, policies: Sequence[str] = DEFAU
     the share of the gap between verl's step and the bound that TailSieve and the best other
     router close, and whether the workload is routing-bound (the bound gains more than
     ``ROUTING_BOUND_GAIN`` over verl's default). ``slowdowns[r]``: replica ``r`` runs that
-    many times slower (a straggler; ``AgenticSetup.slowdowns``)."""
+    many times slower (a straggler; ``AgenticSetup.slowdowns``); the seeds are
+    ``first_seed .. first_seed + seeds - 1``."""
     setup = AgenticSetup(preset, replicas, profile, groups, group_size, warmup_steps,
-                         measured_steps, tuple(range(seeds)), slowdowns=tuple(slowdowns))
+                         measured_steps, tuple(range(first_seed, first_seed + seeds)),
+                         slowdowns=tuple(slowdowns))
     results = compare_policies(setup, policies)
     rows = {p: r.summary() for p, r in results.items()}
     bound = ceiling(setup, results[BASELINE]).summary()
@@ -35,7 +37,7 @@ def simulate_agentic(preset: str, replicas: int, policies: Sequence[str] = DEFAU
     ts = rows.get("tailsieve", {}).get("speedup")
     return {
         "preset": preset, "replicas": replicas, "profile": profile, "num_groups": groups,
-        "group_size": group_size, "seeds": seeds, "warmup_steps": warmup_steps,
+        "group_size": group_size, "seeds": seeds, "first_seed": first_seed, "warmup_steps": warmup_steps,
         "measured_steps": measured_steps, "slowdowns": list(slowdowns), "policies": rows,
         "bound": bound,
         "best_other": best,

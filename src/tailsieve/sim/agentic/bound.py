@@ -7,7 +7,8 @@ whose trajectories of one group (one ``prompt_id``) share their prompt (checked)
 it:
 
 - **A trajectory's own path.** Turn ``t`` of a trajectory waits at least for its own prefill:
-  the prompt at turn 0 (no cache holds anything yet), afterwards at least the tool's new
+  the prompt at turn 0 (no cache holds anything yet; a sibling's prefill of the shared prompt
+  stalls the replica they share as long), afterwards at least the tool's new
   tokens ``T_{t-1}`` (the most a cache can hold is the previous turn's context and output).
   It then decodes ``O_t`` tokens no faster than alone: a decode iteration at batch ``b``
   holding ``C`` context tokens takes ``tau(b) + k C >= tau_min + k c`` for a request of
@@ -23,7 +24,9 @@ it:
   replica-seconds. With ``a = 0`` this is the peak-throughput bound ``1 / max_b (b / tau(b))``;
   with a KV budget, long contexts (few fit at once, so batches stay small) cost far more.
   The work of a trajectory that must happen after time ``s`` is at least the work of its
-  critical path beyond position ``s`` (no request runs ahead of its own path), so
+  critical path beyond position ``s`` (no request runs ahead of its own path; a group's
+  shared prompt is prefilled once, by its first trajectory, since a replica's cache holds it
+  for the siblings sent after), so
   ``T >= s + W_after(s) / R`` for every ``s``; at ``s = 0`` it is the total work.
 
 The bound is the largest of the critical paths and of ``s + W_after(s) / R`` over a grid of
@@ -140,6 +143,8 @@ class _Segments:
     decode: npt.NDArray[np.bool_]  # a decode segment (else a prefill)
     context: FloatArray  # decode: the turn's context at its start, tokens
     tokens: FloatArray  # decode: the turn's output tokens
+    work: FloatArray  # prefill: the share of it that is replica work (0: a sibling's
+    # shared prompt, counted once for its group)
 
 
 def _paths(trajs: Sequence[Trajectory], fast: _Fastest) -> tuple[FloatArray, _Segments]:
@@ -150,10 +155,14 @@ def _paths(trajs: Sequence[Trajectory], fast: _Fastest) -> tuple[FloatArray, _Se
     out_l: list[float] = []
     tools: list[float] = []
     owner: list[int] = []
+    shared: list[float] = []
+    seen: set[object] = set()
     for i, tr in enumerate(trajs):
         ctx = float(tr.prompt_tokens)
         for t, u in enumerate(tr.turns):
             new = ctx if t == 0 else float(tr.turns[t - 1].tool_output_tokens)
+            shared.append(0.0 if t == 0 and tr.prompt_id in seen else 1.0)
+            seen.add(tr.prompt_id)
             pre_tok.append(new)
             pre_at.append(ctx - new)
             ctx_l.append(ctx)
@@ -176,7 +185,7 @@ def _paths(trajs: Sequence[Trajectory], fast: _Fastest) -> tuple[FloatArray, _Se
     kind = np.tile(np.array([0, 1, 2]), len(owner))
     keep = kind < 2
     return paths, _Segments(starts[keep], steps[keep], kind[keep] == 1,
-                            np.repeat(c, 2), np.repeat(o, 2))
+                            np.repeat(c, 2), np.repeat(o, 2), np.repeat(np.array(shared), 2))
 
 
 def _remaining(seg: _Segments, fast: _Fastest,
@@ -184,7 +193,7 @@ def _remaining(seg: _Segments, fast: _Fastest,
     """At each position ``s``: the prefill seconds, the decode context integral (token x
     context) and the decode tokens of every path beyond ``s``."""
     e = np.clip(s[:, None] - seg.start_s[None, :], 0.0, seg.dur_s[None, :])
-    pre = np.where(seg.decode, 0.0, seg.dur_s - e).sum(axis=1)
+    pre = np.where(seg.decode, 0.0, (seg.dur_s - e) * seg.work).sum(axis=1)
     c, o = seg.context, seg.tokens
     base = fast.tau_min + fast.k * c
     x = np.minimum(2.0 * e / (base + np.sqrt(base * base + 2.0 * fast.k * e)), o)

@@ -37,6 +37,8 @@ class PolicySpec:
     priority: str = "off"  # engine priority: "off", "remaining" (estimated), "oracle"
     kv_share: float | None = None  # admit sessions by KV room (``session.admission.KvAdmission``):
     # the share of a replica's KV budget its resident sessions may reserve; None: off
+    group_price: bool = True  # (TailSieve) a first turn pays the tail its group's siblings
+    # stack on a replica (``session.group_price``); False: only the prefill saved is priced
 
 
 POLICIES: dict[str, PolicySpec] = {p.name: p for p in (
@@ -62,6 +64,10 @@ POLICIES: dict[str, PolicySpec] = {p.name: p for p in (
                priority="remaining"),
     PolicySpec("tailsieve-levers", SessionPolicy.TAILSIEVE, midturn=True, gate=True,
                remaining=True, priority="remaining", kv_share=1.0),
+    PolicySpec("tailsieve-nogroup", SessionPolicy.TAILSIEVE, midturn=True, gate=True,
+               kv_share=1.0, group_price=False),
+    PolicySpec("tailsieve-nokv-nogroup", SessionPolicy.TAILSIEVE, midturn=True, gate=True,
+               group_price=False),
     PolicySpec("affinity-margin-priority", SessionPolicy.MARGIN, priority="remaining"),
     PolicySpec("length-informed-nokv", SessionPolicy.LENGTH_INFORMED, midturn=True),
     PolicySpec("length-informed-priority", SessionPolicy.LENGTH_INFORMED, midturn=True,

@@ -76,7 +76,8 @@ def _one_step(trajs: Sequence[Trajectory], configs: Sequence[ReplicaConfig], spe
     many tokens (None: no admission)."""
     rng = np.random.default_rng([seed, step, 7])
     settings = replace(opts.settings, moves=moves and spec.boundary_moves,
-                       expected_step_s=expected_step_s)
+                       expected_step_s=expected_step_s,
+                       group_price=opts.settings.group_price and spec.group_price)
     step_opts = replace(opts.step, midturn=spec.midturn and moves,
                         balance=replace(opts.step.balance, expected_step_s=expected_step_s),
                         priority=spec.priority if spec.priority != "off" else opts.step.priority,

@@ -267,6 +267,11 @@ class TurnStepSim:
         out = self.piece_cap(self.trajs[i].turns[self.turn[i]].output_tokens)
         self.reps.submit(r, (i, 0), out, turn.context_tokens, cached, False, t,
                          self.priority(i))
+        if turn.turn_index == 0:  # the group's prompt is cached once prefilled (vLLM's
+            tr = self.trajs[i]  # prefix caching): siblings sent here after it hit it
+            self.reps.cache.insert(r, i, tr.prompt_id, tr.prompt_tokens, tr.prompt_tokens)
+            self.reps.cache.release(r, i)
+            self.reps.fit_cache(r)
 
     def end_turn(self, i: int, r: int, t: float) -> None:
         tr, k = self.trajs[i], self.turn[i]
