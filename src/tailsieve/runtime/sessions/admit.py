@@ -29,13 +29,16 @@ reports, the KV it measures in use, its preemptions); the KV size also prices ``
 A replica whose metrics cannot be read, or a runner that cannot read any, leaves the
 decision to the book's model (logged once).
 
-No future length is read. Waiting sessions re-check every ``POLL_S`` real seconds (a lapse
-frees room without an event).
+No future length is read. The first waiting session re-checks every ``POLL_S`` real seconds
+(a lapse frees room without an event); those behind it wait for their turn without a timer
+(a hundred sessions polling each cost the event loop a share of a core, which the
+simulator does not model).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
@@ -202,10 +205,13 @@ class LiveAdmission:
             while self.kv is not None and not (self._queue[0] == sid
                                                and self.room(turn, healthy)):
                 ev.clear()
-                try:
-                    await asyncio.wait_for(ev.wait(), POLL_S)
-                except TimeoutError:
-                    self.lapse(now(), horizon_s())
+                if self._queue[0] != sid:  # behind another: woken when it leaves the queue
+                    await ev.wait()
+                    continue
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(POLL_S):
+                        await ev.wait()
+                self.lapse(now(), horizon_s())
         finally:
             self._queue.remove(sid)
             del self._wake[sid]
