@@ -95,6 +95,7 @@ def kv_bound(shape: StepShape, configs: Sequence[ReplicaConfig], margin: float =
                                           0.0)
     return gains >= margin * losses
 
+
 @dataclass(frozen=True, slots=True)
 class KvReading:
     """What a replica's engine said of its KV at one reading (its ``/metrics``)."""
