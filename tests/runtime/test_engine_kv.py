@@ -37,6 +37,8 @@ def test_reads_the_older_gauge_and_the_preemption_counter() -> None:
             '# TYPE vllm:num_preemptions counter\n'
             'vllm:num_preemptions_total{model_name="m"} 7.0\n')
     assert parse_kv_reading(text) == KvReading(0.25, 7, None)
+    rounded = text.replace("0.25", "-1.6e-16")  # a running sum's rounding: empty
+    assert parse_kv_reading(rounded) == KvReading(0.0, 7, None)
 
 
 def test_engines_behind_one_server_weighted_by_their_size() -> None:

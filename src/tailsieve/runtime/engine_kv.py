@@ -78,7 +78,7 @@ def parse_kv_reading(text: str, where: str = "/metrics") -> KvReading:
     if not usage:
         raise RequestError(f"{where}: no KV usage gauge ({' or '.join(USAGE_METRICS)})")
     values = list(usage.values())
-    if not all(math.isfinite(v) and 0.0 <= v <= 1.0 + 1e-9 for v in values) \
+    if not all(math.isfinite(v) and -1e-9 <= v <= 1.0 + 1e-9 for v in values) \
             or not math.isfinite(preempted) or preempted < 0:
         raise RequestError(f"{where}: KV usage {values} or preemptions {preempted} out of "
                            "range")
@@ -87,7 +87,7 @@ def parse_kv_reading(text: str, where: str = "/metrics") -> KvReading:
         share = sum(u * size[e] for e, u in usage.items()) / capacity
     else:
         share, capacity = sum(values) / len(values), None
-    return KvReading(min(share, 1.0), int(preempted), capacity)
+    return KvReading(min(max(share, 0.0), 1.0), int(preempted), capacity)
 
 
 def _size_tokens(labels: dict[str, str]) -> int | None:

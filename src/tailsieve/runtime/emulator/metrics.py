@@ -90,6 +90,7 @@ class _EngineCollector(Collector):
         cap = d.engine.config.max_num_seqs
         by_seqs = d.num_running / cap if cap else 0.0
         usage = d.engine.kv_tokens() / kv_cap if kv_cap else by_seqs
+        usage = min(max(usage, 0.0), 1.0)  # the running sums' rounding, never below 0
         yield self._gauge(
             "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", usage
         )
