@@ -82,7 +82,7 @@ def parse_kv_reading(text: str, where: str = "/metrics") -> KvReading:
             or not math.isfinite(preempted) or preempted < 0:
         raise RequestError(f"{where}: KV usage {values} or preemptions {preempted} out of "
                            "range")
-    capacity = sum(size.values()) if size and set(size) >= set(usage) else None
+    capacity = sum(size[e] for e in usage) if set(size) >= set(usage) else None
     if capacity:
         share = sum(u * size[e] for e, u in usage.items()) / capacity
     else:
@@ -151,7 +151,8 @@ class KvPoller:
     async def _one(self, replica: int) -> KvReading | None:
         where = f"replica {replica} /metrics"
         try:
-            text = await asyncio.wait_for(self._read(replica, self.timeout_s), self.timeout_s)
+            async with asyncio.timeout(self.timeout_s):
+                text = await self._read(replica, self.timeout_s)
             reading = parse_kv_reading(text, where)
         except (ReplicaError, OSError, TimeoutError) as exc:
             why = str(from_exception(where, exc))
