@@ -26,7 +26,10 @@ gateway's cost model alike) a KV budget of ``N`` tokens (a copy of the profile w
 ``--out``), for KV-bound cells that fit a small machine; the policy ``tailsieve-nokv`` is
 TailSieve with admission off (``GatewayConfig.kv_admission="off"``, the simulator's
 ``tailsieve-nokv``). Each row also gives the live sessions that waited for room and the
-emulators' preemptions per step.
+emulators' preemptions per step. ``cpu_share``: the CPU seconds this one process (emulators,
+gateway and replay share its event loop) spent per real second of the step: near 1, the loop
+is saturated, and the live step stretches beyond the model's (raise ``--time-scale``).
+``kv_readings``: the replicas whose KV the gateway read from their ``/metrics`` at the step's end.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import argparse
 import asyncio
 import json
 import statistics
+import time
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -135,7 +139,9 @@ async def live_step(args: argparse.Namespace, ro: AgenticRollout,
     h0 = sum(sv.prefix_cache.hit_tokens for sv in servers)
     p0 = sum(sv.driver.engine.num_preemptions for sv in servers)
     w0 = ro.gateway.admission.num_waited
+    cpu0, wall0 = time.process_time(), time.monotonic()
     batch = await ro.run(replay.prompts(), replay.tool, replay.sampling)
+    cpu_s, wall_s = time.process_time() - cpu0, time.monotonic() - wall0
     check_turns(batch.turn_trace().trajectories, trajs)
     q = sum(sv.prefix_cache.query_tokens for sv in servers) - q0
     h = sum(sv.prefix_cache.hit_tokens for sv in servers) - h0
@@ -145,7 +151,9 @@ async def live_step(args: argparse.Namespace, ro: AgenticRollout,
             "moves_at_boundary": st.moves_at_boundary, "moves_mid_turn": st.moves_mid_turn,
             "reprefill_tokens": st.reprefill_tokens, "loadavg": loadavg(),
             "preemptions": sum(sv.driver.engine.num_preemptions for sv in servers) - p0,
-            "waited": ro.gateway.admission.num_waited - w0}
+            "waited": ro.gateway.admission.num_waited - w0,
+            "cpu_share": cpu_s / wall_s if wall_s > 0 else 0.0,
+            "kv_readings": sum(r is not None for r in ro.gateway.admission.readings)}
 
 
 def loadavg() -> str:

@@ -293,6 +293,10 @@ def test_bench_agentic_emulated_kv(tmp_path: Path) -> None:
     assert json.loads(Path(res["profile"]).read_text())["kv_capacity_tokens"] == 30000
     for d in res["policies"].values():
         assert d["preemptions"] >= 0 and d["waited"] >= 0
+        assert all(r["cpu_share"] > 0.0 for r in d["steps"])
+    # the gateway that may admit reads both engines' KV; with admission off it reads none
+    assert [r["kv_readings"] for r in res["policies"]["tailsieve"]["steps"]] == [2, 2]
+    assert [r["kv_readings"] for r in res["policies"]["tailsieve-nokv"]["steps"]] == [0, 0]
 
 
 def test_bench_straggler(tmp_path: Path) -> None:

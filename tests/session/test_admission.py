@@ -11,7 +11,13 @@ from hypothesis import strategies as st
 from tailsieve.errors import ConfigError
 from tailsieve.model.profiles import builtin_profile
 from tailsieve.model.replica_config import ReplicaConfig
-from tailsieve.session.admission import AdmissionSettings, KvAdmission, StepShape, kv_bound
+from tailsieve.session.admission import (
+    AdmissionSettings,
+    KvAdmission,
+    KvReading,
+    StepShape,
+    kv_bound,
+)
 
 PROFILE_4B, PROFILE_30B = "qwen3-4b-h100", "qwen3-30b-a3b-h100-tp2"
 
@@ -105,3 +111,66 @@ def test_bad_settings_are_refused() -> None:
         KvAdmission([])
     with pytest.raises(ConfigError, match="no replica"):
         KvAdmission([10]).admit("s", 3, 1)
+
+
+def test_the_engines_measured_usage_takes_room_the_reservations_leave() -> None:
+    adm = KvAdmission([100, 100], AdmissionSettings(1.0, expected_context_tokens=20))
+    adm.admit("a", 0, 20)
+    adm.admit("b", 1, 20)
+    assert adm.with_room(20) == [0, 1]  # by the reservations: 20 of 100 each
+    adm.measure(0, KvReading(0.9, 0))  # another client's requests fill replica 0
+    assert adm.with_room(20) == [1]
+    adm.measure(0, KvReading(0.1, 0))  # less than reserved: the reservations decide
+    assert adm.with_room(20) == [0, 1] and adm.with_room(81) == []
+    adm.measure(0, None)  # unreadable: the reservations alone
+    assert adm.with_room(80) == [0, 1]
+
+
+def test_a_preempting_replica_takes_no_new_session_until_a_reading_shows_none() -> None:
+    adm = KvAdmission([100, 100])
+    adm.measure(0, KvReading(0.0, 3))  # a first reading: nothing to compare with
+    assert adm.with_room(10) == [0, 1]
+    adm.measure(0, KvReading(0.2, 5))  # preempted since its last reading
+    assert adm.with_room(10) == [1]  # not even while empty
+    adm.measure(0, KvReading(0.2, 5))
+    assert adm.with_room(10) == [0, 1]
+
+
+def test_the_engines_kv_size_replaces_the_books() -> None:
+    adm = KvAdmission([100, None], AdmissionSettings(0.5))
+    adm.admit("a", 0, 10)
+    adm.admit("b", 1, 10)
+    assert adm.with_room(60) == [1]  # replica 1: no budget known
+    adm.measure(0, KvReading(0.0, 0, capacity_tokens=400))
+    adm.measure(1, KvReading(0.0, 0, capacity_tokens=100))
+    assert adm.budget == [200, 50] and adm.with_room(60) == [0]
+    adm.measure(0, KvReading(0.5, 0))  # no size in this reading: the book's 100
+    assert adm.budget[0] == 50 and adm.measured[0] == 50
+    adm.measure(1, None)
+    assert adm.budget[1] == float("inf")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 1), st.integers(1, 60)), max_size=8),
+       st.floats(0.0, 1.0), st.integers(0, 3), st.integers(1, 120))
+def test_a_reading_without_a_size_never_opens_room(
+        residents: list[tuple[int, int]], usage: float, preempted: int, ctx: int) -> None:
+    """Measured usage and preemptions only take room away: without a KV size in the reading,
+    a replica with room by the engine's account had room by the reservations alone."""
+    adm = KvAdmission([100, 100])
+    for i, (r, c) in enumerate(residents):
+        adm.admit(i, r, c)
+    book = adm.with_room(ctx)
+    adm.measure(0, KvReading(0.0, 0))
+    adm.measure(0, KvReading(usage, preempted))
+    assert set(adm.with_room(ctx)) <= set(book)
+    assert (0 in adm.with_room(ctx)) <= (preempted == 0)
+
+
+def test_a_reading_must_be_a_share() -> None:
+    for bad in (dict(usage=1.5, num_preemptions=0), dict(usage=0.5, num_preemptions=-1),
+                dict(usage=0.5, num_preemptions=0, capacity_tokens=0)):
+        with pytest.raises(ConfigError):
+            KvReading(**bad)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError):
+        KvAdmission([100]).measure(1, KvReading(0.0, 0))

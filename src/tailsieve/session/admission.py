@@ -19,6 +19,14 @@ trajectories are drawn alike); before any step has ended it is the session's own
 the first step admits by what it sees. A session that moves (a priced move at a turn
 boundary) takes its reservation along. No future length is read.
 
+The engine's own account of its KV (``KvReading``: vLLM's ``vllm:kv_cache_usage_perc``,
+``vllm:num_preemptions_total`` and its KV size, read live by ``runtime.engine_kv``) corrects
+the reservations where it says more (``KvAdmission.measure``): a replica's KV budget is the
+engine's where it reports one; the KV it holds is at least what the engine measures in use
+(work the book cannot see: another client's requests, a model of the context that falls
+short); and a replica that preempted since its previous reading takes no new session until a
+reading shows none. A replica without a reading is admitted to by the reservations alone.
+
 It is worth it only where the step is KV-bound and the re-prefills it saves clearly outweigh
 the batch it costs (``kv_bound``, priced from the previous step's shape and the replicas'
 cost model); elsewhere the engines hold the sessions as they come, or the lost batch costs
@@ -35,7 +43,7 @@ from tailsieve.errors import ConfigError
 from tailsieve.model.replica_config import ReplicaConfig
 from tailsieve.model.throughput import ThroughputModel
 
-__all__ = ["AdmissionSettings", "KvAdmission", "StepShape", "kv_bound"]
+__all__ = ["AdmissionSettings", "KvAdmission", "KvReading", "StepShape", "kv_bound"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +95,24 @@ def kv_bound(shape: StepShape, configs: Sequence[ReplicaConfig], margin: float =
                                           0.0)
     return gains >= margin * losses
 
+
+@dataclass(frozen=True, slots=True)
+class KvReading:
+    """What a replica's engine said of its KV at one reading (its ``/metrics``)."""
+
+    usage: float  # share of the KV cache held by requests, 0..1 (vllm:kv_cache_usage_perc)
+    num_preemptions: int  # requests preempted so far, cumulative (vllm:num_preemptions_total)
+    capacity_tokens: int | None = None  # the engine's KV size, tokens (None: not reported)
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.usage) and 0.0 <= self.usage <= 1.0 + 1e-9):
+            raise ConfigError(f"KV usage must be a share in [0, 1], got {self.usage!r}")
+        if self.num_preemptions < 0:
+            raise ConfigError(f"num_preemptions must be >= 0, got {self.num_preemptions}")
+        if self.capacity_tokens is not None and self.capacity_tokens < 1:
+            raise ConfigError(f"capacity_tokens must be >= 1, got {self.capacity_tokens}")
+
+
 @dataclass(frozen=True, slots=True)
 class AdmissionSettings:
     """The knobs of ``KvAdmission``."""
@@ -113,20 +139,46 @@ class KvAdmission:
             raise ConfigError("admission needs at least one replica")
         self.settings = settings or AdmissionSettings()
         share = self.settings.kv_share
+        self._capacity = list(kv_capacity_tokens)  # the book's (a reading may replace one)
         self.budget = [math.inf if c is None else share * c for c in kv_capacity_tokens]
         self.reserved = [0.0] * len(kv_capacity_tokens)
         self.num_resident = [0] * len(kv_capacity_tokens)
+        self.measured = [0.0] * len(kv_capacity_tokens)  # tokens the engine says it holds
+        self.pressed = [False] * len(kv_capacity_tokens)  # preempted since its last reading
+        self._readings: list[KvReading | None] = [None] * len(kv_capacity_tokens)
         self._where: dict[Hashable, tuple[int, float]] = {}  # session -> (replica, reserved)
 
     def need(self, context_tokens: float) -> float:
         """Tokens a session of ``context_tokens`` reserves."""
         return max(float(context_tokens), self.settings.expected_context_tokens)
 
+    def measure(self, replica: int, reading: KvReading | None) -> None:
+        """``replica``'s engine reported ``reading`` (None: it cannot be read; the
+        reservations alone decide there until it can). Each reading sets the replica's
+        budget (the engine's KV size where it gives one, else the book's), the KV it
+        measures in use and whether it preempted since the reading before."""
+        if not 0 <= replica < len(self.budget):
+            raise ConfigError(f"no replica {replica} (replicas 0..{len(self.budget) - 1})")
+        last, self._readings[replica] = self._readings[replica], reading
+        cap = self._capacity[replica]
+        if reading is not None and reading.capacity_tokens is not None:
+            cap = reading.capacity_tokens
+        self.budget[replica] = math.inf if cap is None else self.settings.kv_share * cap
+        self.measured[replica] = 0.0 if reading is None or cap is None else reading.usage * cap
+        self.pressed[replica] = (reading is not None and last is not None
+                                 and reading.num_preemptions > last.num_preemptions)
+
     def fits(self, replica: int, context_tokens: float) -> bool:
-        """Whether a new session of ``context_tokens`` may become resident on ``replica``
-        (an empty replica always takes one)."""
-        return (self.num_resident[replica] == 0
-                or self.reserved[replica] + self.need(context_tokens) <= self.budget[replica])
+        """Whether a new session of ``context_tokens`` may become resident on ``replica``:
+        never while it is preempting; an empty replica whose engine holds nothing always
+        takes one; else the KV held (the reservations, or what the engine measures where
+        that is more) leaves room for it."""
+        if self.pressed[replica]:
+            return False
+        if self.num_resident[replica] == 0 and self.measured[replica] <= 0:
+            return True
+        held = max(self.reserved[replica], self.measured[replica])
+        return held + self.need(context_tokens) <= self.budget[replica]
 
     def with_room(self, context_tokens: float) -> list[int]:
         """The replicas where a new session of ``context_tokens`` fits."""

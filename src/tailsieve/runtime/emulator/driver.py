@@ -93,8 +93,10 @@ class EngineDriver:
             if delay is None:
                 await self._wake.wait()
                 continue
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), delay * self.time_scale)
+            with contextlib.suppress(TimeoutError):  # asyncio.timeout, not wait_for: a
+                # cancel that lands as the wait ends is never swallowed (aclose would hang)
+                async with asyncio.timeout(delay * self.time_scale):
+                    await self._wake.wait()
 
     # ----- sequences -----------------------------------------------------------------
     def submit(

@@ -48,6 +48,7 @@ class _EngineCollector(Collector):
         self._prefix_cache = prefix_cache
         self._labels = {"model_name": model_name, "engine": "0"}
         self._success = success
+        self._block_tokens = prefix_cache.block_tokens if prefix_cache is not None else 16
 
     def _gauge(self, name: str, doc: str, value: float) -> GaugeMetricFamily:
         g = GaugeMetricFamily(name, doc, labels=list(self._labels))
@@ -58,6 +59,19 @@ class _EngineCollector(Collector):
         c = CounterMetricFamily(name, doc, labels=list(self._labels))
         c.add_metric(list(self._labels.values()), value)
         return c
+
+    def _cache_config(self, kv_tokens: int) -> GaugeMetricFamily:
+        """``vllm:cache_config_info`` (1.0, the cache's settings as labels), with the labels
+        that give the KV size: ``block_size``, ``num_gpu_blocks`` and ``kv_cache_size_tokens``
+        (this replica's ``kv_capacity_tokens``)."""
+        block = self._block_tokens
+        info = {"block_size": str(block), "num_gpu_blocks": str(kv_tokens // block),
+                "kv_cache_size_tokens": str(kv_tokens),
+                "enable_prefix_caching": str(self._prefix_cache is not None)}
+        g = GaugeMetricFamily("vllm:cache_config_info", "Information of the LLMEngine "
+                              "CacheConfig", labels=[*info, *self._labels])
+        g.add_metric([*info.values(), *self._labels.values()], 1.0)
+        return g
 
     def collect(self) -> Iterator[Metric]:
         d = self._driver
@@ -76,6 +90,7 @@ class _EngineCollector(Collector):
         cap = d.engine.config.max_num_seqs
         by_seqs = d.num_running / cap if cap else 0.0
         usage = d.engine.kv_tokens() / kv_cap if kv_cap else by_seqs
+        usage = min(max(usage, 0.0), 1.0)  # the running sums' rounding, never below 0
         yield self._gauge(
             "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", usage
         )
@@ -83,6 +98,8 @@ class _EngineCollector(Collector):
             "vllm:num_preemptions", "Cumulative number of preemption from the engine.",
             d.engine.num_preemptions,
         )
+        if kv_cap:  # vLLM's engine info gauge: its KV size among the labels
+            yield self._cache_config(kv_cap)
         yield self._counter(
             "vllm:prompt_tokens", "Number of prefill tokens processed.", d.stats.prompt_tokens
         )

@@ -22,20 +22,37 @@ KV-bound enough for admission to pay. ``LiveAdmission`` applies both at the gate
 - a session whose context fits no replica is admitted alone on an empty one
   (``KvAdmission.fits``): nothing waits for ever.
 
-No future length is read. Waiting sessions re-check every ``POLL_S`` real seconds (a lapse
-frees room without an event).
+The engines' own account of their KV (``runtime.engine_kv.KvPoller``, every
+``GatewayConfig.kv_metrics_interval_s`` real seconds, while admission may be on: ``start``)
+comes in through ``measure`` and goes to ``KvAdmission.measure`` (the KV size the engine
+reports, the KV it measures in use, its preemptions); the KV size also prices ``kv_bound``.
+A replica whose metrics cannot be read, or a runner that cannot read any, leaves the
+decision to the book's model (logged once).
+
+No future length is read. The first waiting session re-checks every ``POLL_S`` real seconds
+(a lapse frees room without an event); those behind it wait for their turn without a timer
+(a hundred sessions polling each cost the event loop a share of a core, which the
+simulator does not model).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tailsieve.errors import ConfigError
 from tailsieve.model.replica_config import ReplicaConfig
-from tailsieve.session.admission import AdmissionSettings, KvAdmission, StepShape, kv_bound
+from tailsieve.runtime.engine_kv import KvPoller
+from tailsieve.session.admission import (
+    AdmissionSettings,
+    KvAdmission,
+    KvReading,
+    StepShape,
+    kv_bound,
+)
 from tailsieve.session.turn import TurnRequest
 
 __all__ = ["KV_ADMISSION_MODES", "LiveAdmission", "check_mode"]
@@ -92,6 +109,40 @@ class LiveAdmission:
         self.num_waited = 0  # sessions that waited for room
         self.num_lapsed = 0  # reservations freed by the tool-wait horizon
         self.num_steps_on = 0
+        self.readings: list[KvReading | None] = [None] * num_replicas  # the engines' latest
+        self.poller: KvPoller | None = None
+
+    @property
+    def may_admit(self) -> bool:
+        """Whether admission can be on at all (mode ``on``, or ``auto`` for the policy)."""
+        return self.mode == "on" or (self.mode == "auto" and self.auto)
+
+    def start(self, runner: object, interval_s: float | None) -> None:
+        """Read the engines' KV through ``runner`` every ``interval_s`` real seconds (None:
+        never; the book's model alone), where admission may be on (call in the event loop)."""
+        if interval_s is None or not self.may_admit or self.poller is not None:
+            return
+        self.poller = KvPoller.of(runner, self.num_replicas, self.measure, interval_s)
+        if self.poller is not None:
+            self.poller.start()
+
+    async def aclose(self) -> None:
+        if self.poller is not None:
+            await self.poller.aclose()
+            self.poller = None
+
+    def measure(self, replica: int, reading: KvReading | None) -> None:
+        """``replica``'s engine reported ``reading`` (None: it cannot be read)."""
+        self.readings[replica] = reading
+        if self.kv is not None:
+            self.kv.measure(replica, reading)
+            self._pump()
+
+    def measured_configs(self, configs: Sequence[ReplicaConfig]) -> list[ReplicaConfig]:
+        """``configs`` with each replica's KV size the engine's where it reported one."""
+        return [c if r is None or r.capacity_tokens is None
+                else replace(c, kv_capacity_tokens=r.capacity_tokens)
+                for c, r in zip(configs, self.readings, strict=True)]
 
     @property
     def active(self) -> bool:
@@ -108,6 +159,7 @@ class LiveAdmission:
         if shape is not None:
             self.shape = shape
             self._window = _Window(len(self._live))
+        configs = self.measured_configs(configs)
         on = self.mode == "on" or (self.mode == "auto" and self.auto and self.shape is not None
                                    and kv_bound(self.shape, configs))
         if not on:
@@ -123,6 +175,8 @@ class LiveAdmission:
                 r = old.resident(sid)
                 if r is not None:
                     self.kv.admit(sid, r, live.context_tokens)
+        for r, reading in enumerate(self.readings):
+            self.kv.measure(r, reading)
         self.num_steps_on += 1
         return True
 
@@ -151,10 +205,13 @@ class LiveAdmission:
             while self.kv is not None and not (self._queue[0] == sid
                                                and self.room(turn, healthy)):
                 ev.clear()
-                try:
-                    await asyncio.wait_for(ev.wait(), POLL_S)
-                except TimeoutError:
-                    self.lapse(now(), horizon_s())
+                if self._queue[0] != sid:  # behind another: woken when it leaves the queue
+                    await ev.wait()
+                    continue
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(POLL_S):
+                        await ev.wait()
+                self.lapse(now(), horizon_s())
         finally:
             self._queue.remove(sid)
             del self._wake[sid]

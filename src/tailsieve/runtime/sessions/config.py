@@ -62,6 +62,9 @@ class GatewayConfig:
     kv_admission: str = "auto"  # admit new sessions by KV room (``runtime.sessions.admit``):
     # "auto" where ``session.admission.kv_bound`` says the last step was KV-bound (the
     # ``tailsieve`` policy), "on" always, "off" never
+    kv_metrics_interval_s: float | None = 0.5  # while admission may be on, read each engine's
+    # KV (``/metrics``: its size, the KV in use, preemptions; ``runtime.engine_kv``) this
+    # often, real seconds; None: never (the book's model of the KV alone)
     move: MoveSettings = field(init=False, repr=False, compare=False)  # the move settings
     # above, in the one form every front door shares (``runtime.moves``)
 
@@ -76,6 +79,10 @@ class GatewayConfig:
             if not (math.isfinite(v) and v > 0):
                 raise ConfigError(f"{name} must be a finite number > 0, got {v!r}")
         check_mode(self.kv_admission)
+        v = self.kv_metrics_interval_s
+        if v is not None and not (math.isfinite(v) and v > 0):
+            raise ConfigError(f"kv_metrics_interval_s must be a finite number > 0 or None, "
+                              f"got {v!r}")
         if self.max_empty_aborts < 1:
             raise ConfigError(f"max_empty_aborts must be >= 1, got {self.max_empty_aborts}")
         if not self.profile or not self.fallback_profile:

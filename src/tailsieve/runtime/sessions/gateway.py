@@ -144,6 +144,7 @@ class SessionGateway:
 
     async def __aenter__(self) -> SessionGateway:
         self.now()
+        self.admission.start(self.runner, self.config.kv_metrics_interval_s)  # engines' KV
         why = self.config.moves_off_reason
         if why is None:
             self._task = asyncio.create_task(self._rebalance(), name="session-rebalancer")
@@ -168,6 +169,7 @@ class SessionGateway:
                 await self._stall_task
             self._stall_task = None
         await self.health.aclose()
+        await self.admission.aclose()
         if self._owns_runner and isinstance(self.runner, HttpPieceRunner):
             await self.runner.aclose()
 

@@ -39,6 +39,7 @@ from tailsieve.runtime.backends import (
     build_request,
     parse_response,
 )
+from tailsieve.runtime.faults import check_status
 from tailsieve.runtime.lean_http import LeanTransport
 from tailsieve.runtime.sessions.pieces import FINISH_REASONS, PieceOutput, PieceRequest
 from tailsieve.runtime.sessions.streamed import StreamedPiece, finished
@@ -232,6 +233,14 @@ class HttpPieceRunner:
     async def probe(self, replica: int) -> bool:
         """``GET /health`` answers 200 within the health timeout."""
         return not await probe_health(self._t, self._base(replica), self._health_timeout_s)
+
+    async def metrics(self, replica: int, timeout_s: float) -> str:
+        """``GET /metrics`` (the engine's Prometheus text; ``runtime.engine_kv``) within
+        ``timeout_s``; a fault as ``runtime.faults`` says."""
+        url = self._base(replica) + "/metrics"
+        status, body = await self._t.get(url, timeout_s)
+        check_status(url, status, body)
+        return body
 
     async def tokenize(self, text: str, replica: int = 0) -> tuple[int, ...]:
         """``text`` as ``replica``'s tokenizer gives it, without special tokens (vLLM's
