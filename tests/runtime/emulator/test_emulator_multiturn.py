@@ -5,6 +5,7 @@ decoding, and ``/metrics`` reports the cache under vLLM's own names."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import aiohttp
@@ -124,6 +125,23 @@ async def test_the_prefix_cache_holds_what_the_kv_budget_holds(
         before = srv.prefix_cache.hit_tokens
         await complete(session, srv.url, PROMPT + first + OBSERVATION, 5)
     assert srv.prefix_cache.hit_tokens - before < cached_blocks(len(PROMPT) + len(first))
+
+
+async def test_running_requests_take_their_kv_from_the_prefix_cache(
+    make_server: ServerFactory, session: aiohttp.ClientSession
+) -> None:
+    """As vLLM (and the simulator's ``fit_cache``): a block freed by a finished request stays
+    cached only until a running request needs it, so while one holds most of the budget the
+    cache keeps what is left, least recently used out first."""
+    async with make_server(PROFILE, time_scale=0.05, kv_capacity_tokens=1024) as srv:
+        await complete(session, srv.url, PROMPT, 20)
+        assert len(srv.prefix_cache) == (len(PROMPT) + 20) // BLOCK  # 7 blocks
+        big = asyncio.create_task(complete(session, srv.url, list(range(7000, 7960)), 40))
+        while srv.driver.engine.num_running == 0:
+            await asyncio.sleep(0.001)
+        held = len(srv.prefix_cache)  # 960 of 1024 tokens running: 4 blocks left
+        await big
+    assert held <= (1024 - 960) // BLOCK < (len(PROMPT) + 20) // BLOCK
 
 
 async def test_a_text_prompt_is_not_looked_up(

@@ -46,6 +46,7 @@ class EngineDriver:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._t0 = 0.0
+        self.on_sync: Callable[[], None] | None = None  # after every advance and submission
 
     # ----- lifecycle ---------------------------------------------------------------
     async def start(self) -> None:
@@ -83,6 +84,8 @@ class EngineDriver:
                 self._on_complete(c)
         if done:
             self._wake.set()
+        if self.on_sync is not None:
+            self.on_sync()
 
     async def _run(self) -> None:
         while True:
@@ -124,6 +127,8 @@ class EngineDriver:
         self._futures[seq_id] = fut
         self.stats.prompt_tokens += prompt_tokens - cached_tokens
         self.stats.cached_prompt_tokens += cached_tokens
+        if self.on_sync is not None:
+            self.on_sync()
         self._wake.set()
         return fut
 

@@ -4,7 +4,9 @@ A prompt's leading full blocks of ``block_tokens`` token ids are identified by a
 (each block's hash covers every token before it). ``lookup`` returns how many leading prompt
 tokens are cached; ``insert`` adds the blocks of a sequence (its prompt plus the tokens it
 generated, so a response continued on the same replica finds its whole prefix cached).
-Least recently used blocks are evicted beyond ``max_blocks``. Pure: no I/O, no clock.
+Least recently used blocks are evicted beyond ``max_blocks``, which ``fit`` lowers and raises as
+running requests take and free KV blocks (vLLM keeps a freed block cached until a running
+request needs it). Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
@@ -45,6 +47,13 @@ class PrefixCache:
         self.hit_tokens += n
         self.query_tokens += len(ids)
         return n
+
+    def fit(self, max_blocks: int) -> None:
+        """Hold at most ``max_blocks`` (at least one): what the running requests leave of the
+        KV budget; the least recently used go first."""
+        self.max_blocks = max(1, max_blocks)
+        while len(self._blocks) > self.max_blocks:
+            self._blocks.popitem(last=False)
 
     def insert(self, ids: Sequence[int]) -> None:
         """Cache the full blocks of ``ids``."""

@@ -50,6 +50,8 @@ class EmulatorServer:
         self.driver = EngineDriver(config.replica_config(), config.time_scale, self._on_complete,
                                    config.scheduling_policy == "priority")
         self.prefix_cache = _prefix_cache(config)
+        if config.kv_capacity_tokens is not None:
+            self.driver.on_sync = self._fit_cache
         self.metrics = EmulatorMetrics(self.driver, config.model_name, self.prefix_cache)
         self._rng = np.random.default_rng([config.seed, 0])  # injected errors + lengths
         self._meta: dict[str, tuple[str, float]] = {}  # seq id -> (finish reason, submitted)
@@ -158,6 +160,14 @@ class EmulatorServer:
         ids = self._seq_prompt.pop(seq_id, None)
         if ids is not None:
             self.prefix_cache.insert(ids + (P.FILLER_TOKEN_ID,) * num_generated)
+
+    def _fit_cache(self) -> None:
+        """The prefix cache holds what the running requests leave of the KV budget (as the
+        simulator's ``fit_cache``)."""
+        kv = self.config.kv_capacity_tokens
+        assert kv is not None
+        free = kv - self.driver.engine.kv_tokens()
+        self.prefix_cache.fit(int(free) // self.prefix_cache.block_tokens)
 
     def _submit(self, sid: str, k: int, prompt_ids: tuple[int, ...],
                 priority: int = 0) -> asyncio.Future[Completion]:
@@ -446,7 +456,8 @@ async def run_emulator(
 
 def _prefix_cache(config: EmulatorConfig) -> PrefixCache:
     """A replica's prefix cache: as many blocks as its KV budget holds (vLLM keeps cached
-    blocks in the KV cache until it needs them), unbounded without a budget."""
+    blocks in the KV cache until it needs them; ``EmulatorServer._fit_cache`` then shrinks it
+    to what the running requests leave), unbounded without a budget."""
     kv = config.kv_capacity_tokens
     if kv is None:
         return PrefixCache()
