@@ -72,6 +72,7 @@ from tailsieve.session.turn import TurnRequest
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+SPEED_PIECES = 16  # timed pieces per replica before a uniform fleet runs its turns whole
 
 
 class SessionGateway:
@@ -216,7 +217,7 @@ class SessionGateway:
         predicts for it without moves (the same yardstick every step). Feeds the gate;
         returns its note when its decision flips ("" otherwise)."""
         self._last_step_s = max(observed_s, 0.0)
-        self._refit()  # between steps, off the pieces' path (the next begin_step's is cheap)
+        self._refit_soon()  # between steps, off the pieces' path (the next begin_step's cheap)
         if self.config.moves_off_reason is not None or self._crash is not None:
             return ""
         if not (predicted_s > 0 and observed_s > 0):
@@ -347,15 +348,19 @@ class SessionGateway:
     def _pieces_pay(self, replica: int) -> bool:
         """Whether a turn placed on ``replica`` now may move mid-turn (and so, where the
         runner cannot interrupt a piece, runs in pieces, each end one more request and seam).
-        With the default piece cap and the ``auto`` profile: only while its fit is not trusted
-        yet, or where the fleet is not uniform: a replica priced at its own speed (a
-        straggler), one out of service, or ``replica`` running ahead of the least loaded by
-        more than ``max(2, a quarter of the mean)`` turns. On a uniform, balanced fleet no move
-        is expected to pay, and a turn runs whole."""
-        if (self.config.piece_tokens is not None or self.interrupter is not None
-                or not self.profile.fitted):
+        With the default piece cap and the ``auto`` profile: only until every replica's own
+        speed is fitted (``SPEED_PIECES`` timed pieces per replica), or where the fleet is not
+        uniform: a replica priced at its own speed (a straggler), one out of service, or
+        ``replica`` running ahead of the least loaded by more than ``max(2, a quarter of the
+        mean)`` turns. On a uniform, balanced fleet no move is expected to pay, and a turn
+        runs whole."""
+        prof = self.profile
+        if self.config.piece_tokens is not None or self.interrupter is not None:
             return True
-        if any(f != 1.0 for f in self.profile.speed_factors(self.num_replicas)):
+        if (len(prof.speeds) < self.num_replicas
+                or prof.num_observations < SPEED_PIECES * self.num_replicas):
+            return True  # the replicas' speeds are not known yet
+        if any(f != 1.0 for f in prof.speed_factors(self.num_replicas)):
             return True
         if not all(self._healthy):
             return True
@@ -484,6 +489,14 @@ class SessionGateway:
         the ``auto`` profile's fit once trusted."""
         assert isinstance(replica, int)
         return self.book.configs[replica]
+
+    def _refit_soon(self) -> None:
+        """Refit once the caller's current callback is done (e.g. the step's last answer
+        written: a refit takes tens to hundreds of ms of CPU), or now without a running loop."""
+        try:
+            asyncio.get_running_loop().call_soon(self._refit)
+        except RuntimeError:
+            self._refit()
 
     def _refit(self, due_only: bool = False) -> None:
         """With ``auto``: price with the latest trusted fit of the pieces timed so far and
