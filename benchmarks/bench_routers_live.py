@@ -172,6 +172,10 @@ def summary(rows: list[dict[str, Any]], target: float) -> dict[str, Any]:
             "wall_s": mean_ci(walls[n]),
             "router_cpu_s": round(float(np.mean([r["router_cpu_s"] for r in mine
                                                  if r["router"] == n])), 3),
+            **({"proxy": {k: round(float(np.mean([r["proxy"].get(k, 0) for r in mine
+                                                   if r["router"] == n])), 1)
+                          for k in PROXY_COUNTERS}}
+               if all("proxy" in r for r in mine if r["router"] == n) else {}),
             "tokens_per_replica": [round(float(t)) for t in tokens[n]],
             "token_share_per_replica": [round(float(t / tokens[n].sum()), 3)
                                         for t in tokens[n]]} for n in names}}
@@ -195,7 +199,8 @@ def markdown(summ: dict[str, Any], slowdown: float) -> str:
         lines += [f"**{scenario}**" + (f" (replica 3 is {slowdown:g}x slower)"
                                        if scenario.endswith("straggler") else ""), "",
                   "| router | wall time (95% CI) | its wall / TailSieve's | tokens per replica "
-                  "(share) |", "|---|---|---|---|"]
+                  "(share) | router CPU per run | pieces / turns (moves) |",
+                  "|---|---|---|---|---|---|"]
         ts = cell["routers"].get("tailsieve", {}).get("wall_s", {}).get("mean")
         for name, r in cell["routers"].items():
             w = r["wall_s"]
@@ -203,7 +208,11 @@ def markdown(summ: dict[str, Any], slowdown: float) -> str:
             share = " / ".join(f"{t / 1000:.1f}k ({s:.0%})" for t, s in
                                zip(r["tokens_per_replica"], r["token_share_per_replica"],
                                    strict=True))
-            lines.append(f"| {name} | {w['mean']:.1f} s ± {w['ci95']:.1f} | {vs} | {share} |")
+            px = r.get("proxy")
+            pieces = (f"{px['pieces']:.0f} / {px['turns']:.0f} ({px['moves']:.0f})"
+                      if px else "")
+            lines.append(f"| {name} | {w['mean']:.2f} s ± {w['ci95']:.2f} | {vs} | {share} | "
+                         f"{r['router_cpu_s']:.2f} s | {pieces} |")
         if "ratio_to_best" in cell:
             rb = cell["ratio_to_best"]
             lines += ["", f"TailSieve against the best other ({cell['best_other']}): "
