@@ -25,6 +25,14 @@ REPO = Path(__file__).resolve().parents[1]
 DEFAULT_VENV = REPO / ".venv-routers"
 ROUTERS = ("tailsieve", "round-robin", "smg-cache_aware", "smg-consistent_hashing",
            "vllm-router-cache_aware", "vllm-router-sticky_least_loaded")
+TAILSIEVE_VARIANTS = {  # ablations of ``tailsieve`` (named with --routers; not run by default)
+    "tailsieve-no-moves": ("--no-moves",),  # placement only: each turn one piece, never moved
+    "tailsieve-whole-pieces": ("--piece-tokens", "1000000"),  # moves on, a turn one piece
+    "tailsieve-always-pieces": ("--piece-tokens", "512"),  # pieces even on a uniform fleet
+}
+DIAGNOSTIC = (*TAILSIEVE_VARIANTS, "smg-round_robin")  # smg-round_robin: the HTTP path of a
+# Rust router against ``round-robin`` (the same choices through ``tailsieve serve``)
+KNOWN = (*ROUTERS, *DIAGNOSTIC)
 EXTERNAL = {"smg": "smg", "vllm-router": "vllm-router"}  # router family -> executable
 SERVE = Path(__file__).resolve().parent / "live_serve.py"  # tailsieve serve, timers scaled
 
@@ -39,11 +47,12 @@ class RouterSpec:
 
     @classmethod
     def parse(cls, name: str) -> RouterSpec:
-        if name not in ROUTERS:
-            raise ValueError(f"unknown router {name!r}; known: {', '.join(ROUTERS)}")
-        if name in ("tailsieve", "round-robin"):
-            return cls(name, "tailsieve", "tailsieve" if name == "tailsieve" else
-                       "turn-round-robin")
+        if name not in KNOWN:
+            raise ValueError(f"unknown router {name!r}; known: {', '.join(KNOWN)}")
+        if name == "tailsieve" or name in TAILSIEVE_VARIANTS:
+            return cls(name, "tailsieve", "tailsieve")
+        if name == "round-robin":
+            return cls(name, "tailsieve", "turn-round-robin")
         family, _, policy = name.rpartition("-")
         return cls(name, family, policy)
 
@@ -73,8 +82,9 @@ def command(spec: RouterSpec, urls: list[str], port: int, venv: Path,
         cmd = [sys.executable, str(SERVE), f"{time_scale:g}", "serve", "--endpoints",
                ",".join(urls),
                "--host", "127.0.0.1", "--port", str(port), "--policy", spec.policy]
-        if spec.name == "tailsieve":
-            return [*cmd, "--profile", "auto", "--fallback-profile", fallback_profile]
+        if spec.policy == "tailsieve":
+            return [*cmd, "--profile", "auto", "--fallback-profile", fallback_profile,
+                    *TAILSIEVE_VARIANTS.get(spec.name, ())]
         return [*cmd, "--no-moves", "--profile", fallback_profile]
     exe = str(venv / "bin" / EXTERNAL[spec.family])
     head = [exe, "launch"] if spec.family == "smg" else [exe]

@@ -115,6 +115,9 @@ class Client:
         self.run_tag = f"r{id_base}"  # session keys unique to the run (routers stay up)
         self._rng = np.random.default_rng(id_base)
         self.num_tokens = 0
+        self.t0 = 0.0
+        self.timeline: list[tuple[float, float, int]] = []  # per request: sent, answered
+        # (seconds after the run's start), tokens
 
     def fresh(self, n: int) -> list[int]:
         return [int(x) for x in self._rng.integers(1000, ID_LIMIT, size=n)]
@@ -125,6 +128,7 @@ class Client:
         body = {"model": MODEL, "prompt": as_text(prompt), "max_tokens": max_tokens,
                 "ignore_eos": True, "temperature": 1.0}
         headers = {"X-Session-ID": key, "X-SMG-Routing-Key": key} if key else {}
+        sent = time.perf_counter() - self.t0
         async with self.http.post(self.url + "/v1/completions", json=body,
                                   headers=headers) as r:
             text = await r.text()
@@ -135,11 +139,12 @@ class Client:
         if n != max_tokens:
             raise RuntimeError(f"{key or 'request'}: {n} tokens, asked {max_tokens}")
         self.num_tokens += n
+        self.timeline.append((sent, time.perf_counter() - self.t0, n))
         return n
 
     async def single(self, step: SingleTurn) -> float:
         prompts = [self.fresh(n) for n in step.prompt_tokens]
-        t0 = time.perf_counter()
+        self.t0 = t0 = time.perf_counter()
         await asyncio.gather(*(self.complete(prompts[g], n)
                                for g, outs in enumerate(step.output_tokens) for n in outs))
         return time.perf_counter() - t0
@@ -155,6 +160,6 @@ class Client:
 
     async def agentic(self, step: Agentic) -> float:
         prompts = [self.fresh(n) for n in step.prompt_tokens]
-        t0 = time.perf_counter()
+        self.t0 = t0 = time.perf_counter()
         await asyncio.gather(*(self._session(s, prompts[s.group]) for s in step.sessions))
         return time.perf_counter() - t0

@@ -13,7 +13,8 @@ from smoke_helpers import repo_unchanged
 
 TINY = ["--requests", "8", "--sessions", "4", "--group-size", "2", "--min-turns", "2",
         "--max-turns", "2", "--median-tokens", "16", "--turn-median-tokens", "8",
-        "--max-tokens", "64", "--tool-s", "0.05", "--time-scale", "0.05", "--repeats", "2"]
+        "--max-tokens", "64", "--tool-s", "0.05", "--time-scale", "0.05", "--repeats", "2",
+        "--warmup", "1"]
 
 
 def test_bench_routers_live(tmp_path: Path) -> None:
@@ -27,11 +28,18 @@ def test_bench_routers_live(tmp_path: Path) -> None:
     assert data["routers"] == ["tailsieve", "round-robin"]
     assert "setup_routers.sh" in data["skipped"]["smg-cache_aware"]
     order = [(r["scenario"], r["repeat"], r["router"]) for r in data["runs"]]
-    assert order[:4] == [("single", 0, "tailsieve"), ("single", 0, "round-robin"),
-                         ("single", 1, "tailsieve"), ("single", 1, "round-robin")]  # ABAB
+    assert order[:6] == [("single", -1, "tailsieve"), ("single", -1, "round-robin"),
+                         ("single", 0, "round-robin"), ("single", 0, "tailsieve"),
+                         ("single", 1, "tailsieve"), ("single", 1, "round-robin")]  # rotated
+    assert data["warmup"] == 1
     assert {s for s, _, _ in order} == {"single", "agentic-straggler"}
     for r in data["runs"]:  # every token the client got was served by a replica
         assert sum(r["tokens_per_replica"]) >= r["tokens_client"] > 0
+        assert r["router_cpu_s"] >= 0
+        assert (r["router"] == "tailsieve") == ("proxy" in r) or r["router"] == "round-robin"
+    ts = [r for r in data["runs"] if r["router"] == "tailsieve"]
+    assert all(r["proxy"]["turns"] > 0 and r["proxy"]["pieces"] >= r["proxy"]["turns"]
+               for r in ts)
     for cell in data["summary"].values():
         assert cell["best_other"] == "round-robin"
         assert cell["ratio_to_best"]["n"] == 2
@@ -51,3 +59,20 @@ def test_router_names_and_commands() -> None:
     assert cmd[cmd.index("--host") + 1] == "127.0.0.1"
     rr = live.command(live.RouterSpec.parse("round-robin"), ["http://a"], 9000, Path("/v"), "p")
     assert "--no-moves" in rr and rr[rr.index("--policy") + 1] == "turn-round-robin"
+
+
+def test_tailsieve_ablations_are_never_the_best_other() -> None:
+    live = importlib.import_module("live_routers")
+    spec = live.RouterSpec.parse("tailsieve-always-pieces")
+    assert (spec.family, spec.policy) == ("tailsieve", "tailsieve")
+    cmd = live.command(spec, ["http://a"], 9000, Path("/v"), "p")
+    assert cmd[cmd.index("--piece-tokens") + 1] == "512"
+    bench = importlib.import_module("bench_routers_live")
+    rows = [{"scenario": "single", "repeat": rep, "router": name, "wall_s": wall,
+             "tokens_per_replica": [1, 1], "router_cpu_s": 0.1}
+            for rep in (-1, 0, 1)
+            for name, wall in (("tailsieve", 2.0), ("tailsieve-no-moves", 1.0),
+                               ("round-robin", 3.0 if rep >= 0 else 0.5))]
+    cell = bench.summary(rows, 1.2)["single"]
+    assert cell["best_other"] == "round-robin"  # not the faster ablation
+    assert cell["ratio_to_best"]["mean"] == 1.5 and cell["ratio_to_best"]["n"] == 2  # no warm-up

@@ -68,7 +68,9 @@ def serve(
         "behind the balance gate); --no-moves keeps sessions home."),
     piece_tokens: int = typer.Option(
         None, "--piece-tokens",
-        help=f"Tokens per piece while turns may move (default {PIECE_TOKENS})."),
+        help=f"Tokens per piece while turns may move (default {PIECE_TOKENS}; then, with "
+        "--profile auto, a turn is cut only where a move may pay: no trusted fit yet, a slower "
+        "server, one out of service or far ahead. Given, every movable turn is cut)."),
     kv_admission: str = typer.Option(
         "auto", "--kv-admission", help="Admit new sessions by KV room (a session waits at "
         "the proxy until a server's resident sessions leave room for its context): auto "

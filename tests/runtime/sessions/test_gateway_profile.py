@@ -15,7 +15,7 @@ import pytest
 from tailsieve.model.profiles import load_profile
 from tailsieve.runtime.emulator import EmulatorConfig, EmulatorServer
 from tailsieve.runtime.sessions import GatewayConfig, SessionGateway, StubModel, StubPieceRunner
-from tailsieve.runtime.sessions.profile import GatewayProfile
+from tailsieve.runtime.sessions.profile import REFIT_MIN_PIECES, GatewayProfile
 from tailsieve.session.priced import place_turn
 from tailsieve.session.settings import SessionSettings
 
@@ -111,3 +111,50 @@ async def test_a_slowed_emulated_replica_is_priced_slower_and_avoided() -> None:
         turns = [gw.book.request(f"new{i}", None, 300) for i in range(4)]
         placed = [place_turn(t, views, SessionSettings(), 0.0).replica for t in turns]
         assert 2 not in placed
+
+
+def test_a_refit_within_a_step_waits_for_enough_new_pieces() -> None:
+    prof = GatewayProfile("auto", "cpu")
+    assert prof.online is not None and not prof.refit_due
+    for i in range(REFIT_MIN_PIECES - 1):
+        prof.piece_ended(prof.piece_started(0, float(i), 100, 64), i + 0.5, 64)
+    assert not prof.refit_due
+    prof.piece_ended(prof.piece_started(1, 9.0, 100, 64), 9.5, 64)
+    assert prof.refit_due
+    prof.refit()  # between steps: always, and the count starts again
+    assert prof.num_new == 0 and not prof.refit_due
+    prof.piece_ended(prof.piece_started(0, 10.0, 100, 64), 10.5, 64)
+    assert prof.refit(due_only=True) is None and prof.num_new == 1  # not due: skipped
+
+
+def _fitted_gateway(runner: StubPieceRunner) -> SessionGateway:
+    """A gateway whose ``auto`` fit is trusted, every replica at the shared speed."""
+    gw = SessionGateway(2, runner, GatewayConfig(), clock=lambda: 0.0)
+    assert gw.profile.online is not None
+    rng = np.random.default_rng(3)
+    t = 0.0
+    for r in ("0", "1"):
+        t = run_replica(gw.profile.online.ledger, rng, tau, 2e-7, replica=r, t0=t + 1.0)
+    gw.begin_step()
+    assert gw.profile.fitted and gw.profile.speed_factors(2) == (1.0, 1.0)
+    return gw
+
+
+async def test_a_turn_runs_whole_on_a_uniform_fitted_fleet_and_in_pieces_by_a_straggler(
+) -> None:
+    """Pieces (each end one more request) only where a move may pay: on a fitted fleet of
+    one speed, balanced, a turn is one piece; once a replica is priced slower, or with the
+    piece cap given, it is cut at the cap again."""
+    runner = StubPieceRunner(2, NEVER_EOS)
+    gw = _fitted_gateway(runner)
+    async with gw:
+        out = await gw.generate("a", None, prompt(1), {}, max_tokens=1500)
+        assert len(out.token_ids) == 1500 and len(runner.calls) == 1
+        gw.profile.speeds = {1: 3.0}  # replica 1 priced 3x slower: moves may pay
+        await gw.generate("b", None, prompt(2), {}, max_tokens=1500)
+        assert len(runner.calls) == 1 + 3  # 512 + 512 + 476
+    capped = StubPieceRunner(2, NEVER_EOS)
+    gw = SessionGateway(2, capped, GatewayConfig(piece_tokens=512), clock=lambda: 0.0)
+    async with gw:
+        await gw.generate("c", None, prompt(3), {}, max_tokens=1500)
+        assert len(capped.calls) == 3  # a cap given is kept, fit or not

@@ -72,6 +72,7 @@ from tailsieve.session.turn import TurnRequest
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+SPEED_PIECES = 16  # timed pieces per replica before a uniform fleet runs its turns whole
 
 
 class SessionGateway:
@@ -218,6 +219,7 @@ class SessionGateway:
         predicts for it without moves (the same yardstick every step). Feeds the gate;
         returns its note when its decision flips ("" otherwise)."""
         self._last_step_s = max(observed_s, 0.0)
+        self._refit_soon()  # between steps, off the pieces' path (the next begin_step's cheap)
         if self.config.moves_off_reason is not None or self._crash is not None:
             return ""
         if not (predicted_s > 0 and observed_s > 0):
@@ -277,6 +279,7 @@ class SessionGateway:
         decision = await self.place(req)
         moves = self.mid_turn_moves and not penalties_of(sp)
         streamed = on_tokens is not None and self.streamer is not None
+        moves = moves and (streamed or self._pieces_pay(decision.replica))
         rt = RunningTurn.start(session_id, f"{session_id}-t{k}", ids, sp, decision.replica,
                                self._piece_tokens(moves, streamed),
                                len(ids) - decision.prefill_tokens, moves)
@@ -343,6 +346,28 @@ class SessionGateway:
             d = self.parts.fallback(req, views, self._healthy, why)
         adm.placed(req.session_id, d.replica, req.context_tokens)
         return d
+
+    def _pieces_pay(self, replica: int) -> bool:
+        """Whether a turn placed on ``replica`` now may move mid-turn (and so, where the
+        runner cannot interrupt a piece, runs in pieces, each end one more request and seam).
+        With the default piece cap and the ``auto`` profile: only until every replica's own
+        speed is fitted (``SPEED_PIECES`` timed pieces per replica), or where the fleet is not
+        uniform: a replica priced at its own speed (a straggler), one out of service, or
+        ``replica`` running ahead of the least loaded by more than ``max(2, a quarter of the
+        mean)`` turns. On a uniform, balanced fleet no move is expected to pay, and a turn
+        runs whole."""
+        prof = self.profile
+        if self.config.piece_tokens is not None or self.interrupter is not None:
+            return True
+        if (len(prof.speeds) < self.num_replicas
+                or prof.num_observations < SPEED_PIECES * self.num_replicas):
+            return True  # the replicas' speeds are not known yet
+        if any(f != 1.0 for f in prof.speed_factors(self.num_replicas)):
+            return True
+        if not all(self._healthy):
+            return True
+        load = [v.num_in_flight for v in self.book.views(self.now())]
+        return load[replica] > min(load) + max(2.0, 0.25 * sum(load) / len(load))
 
     def _piece_tokens(self, moves: bool, streamed: bool = False) -> int | None:
         """The piece cap of a turn that may move mid-turn (``moves``): with a runner that
@@ -439,10 +464,19 @@ class SessionGateway:
         assert isinstance(replica, int)
         return self.book.configs[replica]
 
-    def _refit(self) -> None:
+    def _refit_soon(self) -> None:
+        """Refit once the caller's current callback is done (e.g. the step's last answer
+        written: a refit takes tens to hundreds of ms of CPU), or now without a running loop."""
+        try:
+            asyncio.get_running_loop().call_soon(self._refit)
+        except RuntimeError:
+            self._refit()
+
+    def _refit(self, due_only: bool = False) -> None:
         """With ``auto``: price with the latest trusted fit of the pieces timed so far and
-        each replica's own speed factor (at each step start and each mid-turn check)."""
-        fitted = self.profile.refit()
+        each replica's own speed factor (at each step's start and end, and at a mid-turn
+        check, ``due_only``, once enough pieces are new: ``GatewayProfile.refit_due``)."""
+        fitted = self.profile.refit(due_only)
         if fitted is not None:
             self.book.set_throughput(fitted, self.profile.speed_factors(self.num_replicas))
             log.info("session gateway: the auto profile's fit of %d timed pieces prices "
@@ -453,7 +487,7 @@ class SessionGateway:
         piece has come: the tokens it streamed, else one token per predicted decode
         iteration of its replica since it was sent, at most its cap (an unstreamed piece
         reports its tokens only at its end; lengths are not predicted)."""
-        self._refit()
+        self._refit(due_only=True)
         views = self.book.views(now_s)
         streamed = self.interrupter.generated_tokens if self.interrupter is not None else None
         for rt in self._turns.values():

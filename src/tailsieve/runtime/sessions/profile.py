@@ -11,6 +11,12 @@ fallback profile (``auto:NAME``, or ``GatewayConfig.fallback_profile`` for a bar
 and beside it each replica's own speed factor (``speeds``: ``model.replica_speeds``, the shared
 curve its prior until it has pieces of its own), so that a straggler is priced as one.
 Runners of any kind feed it alike (HTTP, verl's Ray handles, stubs): no transport is wrapped.
+
+A refit over the kept observations costs tens to hundreds of milliseconds of CPU, and it runs
+on the event loop that relays every piece. Between steps that is free; within one
+(``refit(due_only=True)``, the mid-turn checks) it runs only once ``REFIT_SHARE`` of the kept
+observations (at least ``REFIT_MIN_PIECES``) ended since the last one, so a young fit, and a
+straggler's first pieces, are taken in at once, and a full one about once per step.
 """
 
 from __future__ import annotations
@@ -19,6 +25,9 @@ from tailsieve.model.online_fit import FitSettings
 from tailsieve.model.online_profile import OnlineProfile
 from tailsieve.model.profiles import load_profile, parse_profile
 from tailsieve.model.throughput import ThroughputModel
+
+REFIT_SHARE = 0.25  # a refit within a step waits until this share of the kept pieces is new
+REFIT_MIN_PIECES = 8  # ... and at least this many
 
 
 class GatewayProfile:
@@ -33,6 +42,7 @@ class GatewayProfile:
         self.model: ThroughputModel = load_profile(self.fallback_name)
         self.online = OnlineProfile(self.model, settings) if auto else None
         self.speeds: dict[int, float] = {}  # replica -> speed factor (none: 1)
+        self.num_new = 0  # pieces ended since the last refit
 
     @property
     def fitted(self) -> bool:
@@ -62,12 +72,24 @@ class GatewayProfile:
             return
         tokens = None if num_tokens is None else [num_tokens]
         self.online.request_ended(piece_id, t_s, tokens, num_tokens is not None)
+        self.num_new += 1
 
-    def refit(self) -> ThroughputModel | None:
-        """Refit on the pieces timed since the last call; the model to price with when it
-        or a replica's speed factor changed (else None)."""
+    @property
+    def refit_due(self) -> bool:
+        """Whether enough pieces ended since the last refit for one within a step (see the
+        module docstring)."""
         if self.online is None:
+            return False
+        return self.num_new >= max(REFIT_MIN_PIECES,
+                                   REFIT_SHARE * self.online.num_observations)
+
+    def refit(self, due_only: bool = False) -> ThroughputModel | None:
+        """Refit on the pieces timed since the last call (``due_only``: only when
+        ``refit_due``); the model to price with when it or a replica's speed factor changed
+        (else None)."""
+        if self.online is None or (due_only and not self.refit_due):
             return None
+        self.num_new = 0
         model = self.online.current()
         speeds = {int(r): f for r, f in self.online.speeds().items()}
         if model is self.model and speeds == self.speeds:
