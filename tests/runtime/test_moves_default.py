@@ -40,7 +40,11 @@ def test_defaults_move_on_backends_that_continue(backend: Backend) -> None:
     plain = RolloutConfig(num_groups=4, backend=backend, moves=False)
     assert not plain.chat_as_tokens and plain.executor_config().backend is backend
     streamed = RolloutConfig(num_groups=4, backend=backend, stream=True)
-    assert streamed.moves_active and streamed.piece_tokens is None
+    if backend is Backend.SGLANG:  # a streamed SGLang piece cannot be cut and continued
+        assert not streamed.moves_active and "SGLang" in (streamed.moves_off_reason or "")
+        assert not streamed.executor_config().continuation
+    else:
+        assert streamed.moves_active and streamed.piece_tokens is None
 
 
 def test_no_moves_means_no_continuation_and_plain_requests() -> None:
