@@ -183,3 +183,10 @@ def test_finish_time_with_or_without_one_response_matches_the_closed_form(
         rest = pairs[:j] + pairs[j + 1:]
         assert f.without(*pairs[j]) == pytest.approx(
             finish_time_s(rest, TAUS.__getitem__, K), rel=1e-9, abs=1e-12)
+
+
+def test_the_drain_never_begins_with_nothing_running() -> None:
+    """At start_fraction 0 the drain would begin once nothing runs: nothing is left to move."""
+    d = DrainSettings(lpt=True, start_fraction=0.0)
+    assert not d.drains(0, 100) and not d.drains(1, 100)
+    assert DrainSettings(lpt=True, start_fraction=1.0).drains(100, 100)

@@ -55,8 +55,9 @@ class DrainSettings:
             raise ConfigError("response lengths must be >= 0")
 
     def drains(self, num_running: int, num_launched: int) -> bool:
-        """Whether the drain has begun: at most ``start_fraction`` of ``num_launched`` run."""
-        return self.lpt and num_running <= self.start_fraction * num_launched
+        """Whether the drain has begun: some response runs, and at most ``start_fraction`` of
+        ``num_launched`` do (with none running there is nothing to decide)."""
+        return self.lpt and 0 < num_running <= self.start_fraction * num_launched
 
     def remaining_model(self) -> RemainingModel:
         return RemainingModel(self.lengths)
