@@ -210,6 +210,39 @@ def test_whole_turns_go_verbatim_to_one_server() -> None:
     assert sum(whole.values()) == 2 and any("multimodal" in k for k in whole)
 
 
+def test_a_whole_turn_whose_server_dies_starts_again_on_the_other() -> None:
+    """A whole turn (multimodal) on a server that dies: the server is taken out and verl's
+    call goes again, unchanged, to the other."""
+    srv = servers(2)
+    for s in srv.values():
+        s.token_s = 0.002
+    r = router(srv, YAML)
+
+    async def go() -> Any:
+        sid, h = await r.acquire_server("mm")
+        call = {"request_id": "x", "prompt_ids": [4, 4], "sampling_params": {},
+                "image_data": ["img"]}
+        task = asyncio.ensure_future(r.generate_turn(h.session, **call))
+        while not any(s.calls for s in srv.values()):
+            await asyncio.sleep(0.001)
+        next(s for s in srv.values() if s.calls).dead = True
+        out = await task
+        await r.release_server(sid)
+        return out
+
+    out = run(go)
+    first, second = (next(s for s in srv.values() if s.dead),
+                     next(s for s in srv.values() if not s.dead))
+    assert out.token_ids == toy_generate([4, 4], 40)
+    assert len(first.calls) == 1 and len(second.calls) == 1
+    assert second.calls[0]["image_data"] == ["img"] and second.calls[0]["request_id"] == "x"
+    st = run(r.get_status)
+    assert sum(st["whole_turns"].values()) == 1
+    reps = {r["server"]: r for r in st["gateway"]["replicas"]}
+    assert [srv[k].dead for k in reps if not reps[k]["healthy"]] == [True]
+    assert st["gateway"]["num_running"] == 0 and all(r["num_running"] == 0 for r in reps.values())
+
+
 def test_full_determinism_routes_by_verl_s_hash_rule() -> None:
     srv = servers(3, full_determinism=True)
     r = router(srv, YAML)

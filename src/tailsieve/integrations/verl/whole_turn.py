@@ -46,9 +46,6 @@ async def run_whole(gw: SessionGateway, handles: list[Any | None], key: str,
                     raise  # the server answered: verl sees its error, as without the router
                 log.warning("tailsieve router: slot %d failed under a whole turn (%s); "
                             "starting it again elsewhere", replica, exc)
-                gw.health.down(replica, exc)
-                await gw.health.wait_any(gw.config.no_replica_timeout_s)
-                replica = gw.parts.least_loaded(gw.book.views(gw.now()), gw.healthy())
-                gw.book.move_turn(key, replica, gw.now())
+                replica = await gw.fail_over(key, replica, exc)
     finally:
         gw.turn_ended(key, len(out.token_ids) if out is not None else 0, replica)

@@ -405,8 +405,7 @@ class SessionGateway:
                 if rt.on_piece is not None:
                     rt.on_piece(rt.spans[-1], out)
             if fault is not None:
-                self.health.down(replica, fault)
-                await self._relocate(rt)
+                await self._relocate(rt, replica, fault)
                 continue
             if rt.empty_aborts >= self.config.max_empty_aborts:
                 raise ReplicaError(f"turn {rt.turn_id}: {rt.empty_aborts} pieces in a row "
@@ -443,17 +442,23 @@ class SessionGateway:
         if isinstance(replica, int):
             self.health.down(replica, exc)
 
-    async def _relocate(self, rt: RunningTurn) -> None:
+    async def fail_over(self, session_id: Hashable, replica: int, exc: BaseException) -> int:
+        """``replica`` failed under the session's turn (also one the caller runs, e.g. verl's
+        whole turns): out until a probe answers; the turn goes to the least loaded healthy."""
+        self.health.down(replica, exc)
+        await self.health.wait_any(self.config.no_replica_timeout_s)
+        dst = self.parts.least_loaded(self.book.views(self.now()), self._healthy)
+        self.book.move_turn(session_id, dst, self.now())
+        return dst
+
+    async def _relocate(self, rt: RunningTurn, replica: int, fault: ReplicaDownError) -> None:
         """The turn's replica failed: continue on a healthy one from the last seam (or from
         the prompt when the turn cannot be continued)."""
-        await self.health.wait_any(self.config.no_replica_timeout_s)
         if not self.config.continuation or penalties_of(rt.sampling):
             rt.restart()
-        views = self.book.views(self.now())
-        dst = self.parts.least_loaded(views, self._healthy)
-        rt.replica = dst
+        rt.replica = rt.booked = await self.fail_over(rt.session_id, replica, fault)
         rt.num_relocations += 1
-        rt.expect_hit = self.book.cached(rt.session_id, dst)
+        rt.expect_hit = self.book.cached(rt.session_id, rt.replica)
         self.tally.relocated(rt.prefix_tokens - rt.expect_hit)
 
     # -- mid-turn moves ----------------------------------------------------------------------
