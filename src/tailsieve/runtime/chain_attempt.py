@@ -32,7 +32,7 @@ from tailsieve.runtime.attempt import (
     _all_or_first_error,
 )
 from tailsieve.runtime.backends import PromptInput, Response, SamplingParams
-from tailsieve.runtime.chain import Piece, ResponseChain, check_continuable
+from tailsieve.runtime.chain import ResponseChain, check_continuable
 from tailsieve.runtime.faults import ReplicaDownError, RequestError, refused
 from tailsieve.runtime.running_index import RunningIndex
 from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
@@ -287,9 +287,7 @@ class ChainedAttempt:
     def _add(self, chain: ResponseChain, out: PieceOutput, replica: int, cap: int) -> None:
         """Take a piece's output into the chain (an interrupted one as "moved": the response
         continues from its last token)."""
-        reason = "moved" if out.finish_reason == "abort" else out.finish_reason
-        chain.add(Piece(out.token_ids, out.text or "", reason, out.logprobs, out.text_offsets,
-                        replica), cap)
+        chain.add(out.piece(replica), cap)
 
     async def _run_piece(self, target: int, base: str, piece: PieceRequest,
                          ) -> tuple[PieceOutput | None, ReplicaDownError | None]:

@@ -133,8 +133,7 @@ class SampleTrace:
             self.spans.pop()
             self.pieces.pop()
         self.spans.append(span)
-        self.pieces.append(Piece(out.token_ids, out.text or "", out.finish_reason, out.logprobs,
-                                 out.text_offsets, span.replica, detail=out.detail))
+        self.pieces.append(out.piece(span.replica))
 
     def keep_streamed(self, live: LiveTokens) -> None:
         """A sample ended early (aborted): the tokens it streamed past its last piece are

@@ -24,6 +24,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from tailsieve.errors import ConfigError
 from tailsieve.runtime.backends import SamplingParams
+from tailsieve.runtime.chain import Piece
 
 FINISH_REASONS = ("stop", "length", "abort")
 _SAMPLING_FIELDS = tuple(f.name for f in fields(SamplingParams) if f.name != "extra")
@@ -100,6 +101,13 @@ class PieceOutput:
                               f"got {self.finish_reason!r}")
         if self.logprobs is not None and len(self.logprobs) != len(self.token_ids):
             raise ConfigError(f"{len(self.logprobs)} logprobs for {len(self.token_ids)} tokens")
+
+    def piece(self, replica: int) -> Piece:
+        """This output as a piece of its response's chain, generated on ``replica``; one the
+        server aborted is "moved" (the response goes on from its last token)."""
+        reason = "moved" if self.finish_reason == "abort" else self.finish_reason
+        return Piece(self.token_ids, self.text or "", reason, self.logprobs, self.text_offsets,
+                     replica, detail=self.detail)
 
 
 @runtime_checkable

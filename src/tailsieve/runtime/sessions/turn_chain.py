@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tailsieve.runtime.backends import PromptInput, SamplingParams, with_encoded_ids
-from tailsieve.runtime.chain import Piece, ResponseChain
+from tailsieve.runtime.chain import ResponseChain
 from tailsieve.runtime.sessions.pieces import PieceOutput, PieceRequest, TokenDelta
 from tailsieve.runtime.sessions.result import PieceSpan, TurnResult
 
@@ -129,15 +129,13 @@ class RunningTurn:
         """Take a piece's output into the chain. A piece the server aborted keeps its tokens
         and the turn continues from there."""
         self._stream_rest(out)
-        reason = "moved" if out.finish_reason == "abort" else out.finish_reason
         self.has_text = self.has_text and out.text is not None
         start = self.chain.num_generated
-        self.chain.add(Piece(out.token_ids, out.text or "", reason, out.logprobs,
-                             out.text_offsets, replica, detail=out.detail), piece.max_tokens)
+        self.chain.add(out.piece(replica), piece.max_tokens)
         self.spans.append(PieceSpan(replica, start, start + len(out.token_ids),
                                     out.num_cached_tokens))
-        self.empty_aborts = (self.empty_aborts + 1 if reason == "moved" and not out.token_ids
-                             and not self.interrupted else 0)
+        self.empty_aborts = (self.empty_aborts + 1 if out.finish_reason == "abort"
+                             and not out.token_ids and not self.interrupted else 0)
         self.interrupted = False
         self.expect_hit = len(piece.prompt_ids) + len(out.token_ids)  # if it stays here
 
