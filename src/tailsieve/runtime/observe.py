@@ -16,6 +16,7 @@ from rich.live import Live
 from rich.table import Table
 
 from tailsieve.core.outcome import WasteSplit
+from tailsieve.runtime.observe_moves import MovesCollector
 from tailsieve.runtime.step_state import StepProgress
 
 
@@ -125,14 +126,8 @@ class RuntimeMetrics:
         self.healthy = Gauge(
             "tailsieve_replica_healthy", "1 when the replica is in service", ["replica"], registry=r
         )
-        self.moves_active = Gauge(
-            "tailsieve_moves_active", "1 when running responses may move between replicas",
-            registry=r,
-        )
-        self.moves_off = Gauge(
-            "tailsieve_moves_off", "1 for the reason moves are off (label reason)", ["reason"],
-            registry=r,
-        )
+        self.moves = MovesCollector()  # observe_moves' two families
+        r.register(self.moves)
         self.profile_fitted = Gauge(
             "tailsieve_profile_fitted", "1 when the auto profile's online fit is in use",
             registry=r,
@@ -165,10 +160,7 @@ class RuntimeMetrics:
 
     def record_moves(self, off_reason: str | None) -> None:
         """Whether moves run, and why not (``RolloutConfig.moves_off_reason``)."""
-        self.moves_active.set(0.0 if off_reason else 1.0)
-        self.moves_off.clear()
-        if off_reason:
-            self.moves_off.labels(reason=off_reason).set(1.0)
+        self.moves.off_reason = off_reason
 
     def record_profile(self, fitted: bool, num_observations: int, rel_error: float) -> None:
         """The ``auto`` profile's state after a step."""

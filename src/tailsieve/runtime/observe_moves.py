@@ -8,6 +8,7 @@ do). The live runtime, the verl and slime adapters and the proxy expose the same
 from __future__ import annotations
 
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 MOVES_ACTIVE = "tailsieve_moves_active"
 MOVES_OFF = "tailsieve_moves_off"
@@ -22,3 +23,12 @@ def moves_families(off_reason: str | None) -> list[GaugeMetricFamily]:
     if off_reason:
         off.add_metric([off_reason], 1.0)
     return [active, off]
+
+
+class MovesCollector(Collector):
+    """The two families for a registry, over ``off_reason`` as last set."""
+
+    off_reason: str | None = None
+
+    def collect(self) -> list[GaugeMetricFamily]:
+        return moves_families(self.off_reason)
