@@ -113,6 +113,25 @@ def test_rollout_with_prompt_file(fleet: EmulatorFleet, tmp_path: Path) -> None:
     assert json.loads((out / "summary.json").read_text())["num_delivered_groups"] == 6
 
 
+def test_moves_off_is_said_once(fleet: EmulatorFleet, tmp_path: Path,
+                                capsys: pytest.CaptureFixture[str],
+                                caplog: pytest.LogCaptureFixture) -> None:
+    """Moves blocked (here by --no-continuation): the rollout's one warning says why; the CLI
+    adds no second line of its own."""
+    pf = tmp_path / "prompts.jsonl"
+    pf.write_text("".join(json.dumps({"prompt_id": f"p{i}", "prompt": "q"}) + "\n"
+                          for i in range(4)))
+    rc = main(["rollout", "--endpoints", ",".join(fleet.urls), "--prompts", str(pf),
+               "--groups", "2", "--group-size", "2", "--steps", "1", "--model", MODEL,
+               "--max-tokens", "10", "--no-continuation", "--no-progress",
+               "--out", str(tmp_path / "o")])
+    assert rc == 0
+    said = [r for r in caplog.records if "moves are off" in r.getMessage()]
+    assert [(r.levelname, r.getMessage()) for r in said] == [
+        ("WARNING", "TailSieve: moves are off: continuation=False")]
+    assert "moves are off" not in capsys.readouterr().err
+
+
 def test_rollout_needs_a_prompt_source(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["rollout", "--endpoints", "http://127.0.0.1:9"]) == 2
     assert "--prompts" in capsys.readouterr().err

@@ -19,7 +19,6 @@ from tailsieve.runtime.cluster.spec import EngineGroup
 from tailsieve.runtime.cluster.state import StateFileAddresses
 from tailsieve.runtime.launch_run import serve_local, stop_launched
 from tailsieve.runtime.launcher import LaunchConfig
-from tailsieve.runtime.moves import MOVING_POLICY
 from tailsieve.runtime.replay import ReplayLengths
 from tailsieve.runtime.rollout import LIVE_PROFILE, RolloutConfig
 from tailsieve.runtime.rollout_run import (
@@ -234,8 +233,6 @@ def rollout(
         checks.output_file(log_file, "--log-file")
     if metrics_port is not None:
         checks.tcp_port(metrics_port, "--metrics-port")
-    if cfg.moves and cfg.policy == MOVING_POLICY and not cfg.moves_active:
-        typer.echo(f"note: moves are off: {cfg.moves_off_reason}", err=True)
     run = RolloutRun(steps, flush, progress, metrics_port, log_file)
     provider = StateFileAddresses(state) if state is not None else None
     summary = event_loop.run(  # uvloop when installed (tailsieve[fast]): less router CPU
