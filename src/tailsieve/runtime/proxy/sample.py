@@ -175,8 +175,8 @@ class SampleTrace:
             lps, cached = result.logprobs, result.num_cached_tokens
             stop_reason = _stop_reason(chain, result, stop)
         n = len(ids)
-        strs = _token_strs(chain) if want_logprobs else None
-        tops = _tops(chain) if want_logprobs else None
+        strs = _per_token(chain, "token_strs") if want_logprobs else None
+        tops = _per_token(chain, "tops") if want_logprobs else None
         return SampleOutput(
             prompt_index=prompt_index, index=index, prompt_ids=self.prompt_ids, token_ids=ids,
             text=text, finish_reason=reason, stop_reason=stop_reason,
@@ -192,20 +192,21 @@ def _detail(p: Piece) -> PieceDetail | None:
     return p.detail if isinstance(p.detail, PieceDetail) else None
 
 
-def _token_strs(chain: Sequence[Piece]) -> list[str] | None:
-    """Each token's text: the server's strings, else cut from the text at its offsets."""
-    out: list[str] = []
+def _per_token(chain: Sequence[Piece], name: str) -> list[Any] | None:
+    """Each token's ``name`` of its piece's ``PieceDetail`` (``token_strs``: where the server
+    gave none, cut from the text at its offsets); None when a piece with tokens has none."""
+    out: list[Any] = []
     for p in chain:
-        d = _detail(p)
-        if d is not None and d.token_strs is not None and len(d.token_strs) == len(p.token_ids):
-            out.extend(d.token_strs)
-            continue
-        offs = p.text_offsets
-        if offs is None or len(offs) != len(p.token_ids):
-            if p.token_ids:
+        d, n, offs = _detail(p), len(p.token_ids), p.text_offsets
+        got = getattr(d, name) if d is not None else None
+        if (got is None or len(got) != n) and name == "token_strs" and n and offs is not None \
+                and len(offs) == n:
+            got = token_texts(p.text, offs)
+        if got is None or len(got) != n:
+            if n:
                 return None
             continue
-        out.extend(token_texts(p.text, offs))
+        out.extend(got)
     return out
 
 
@@ -214,18 +215,6 @@ def token_texts(text: str, offs: Sequence[int]) -> list[str]:
     first = offs[0] if offs else 0
     ends = [*offs[1:], first + len(text)]
     return [text[a - first:b - first] for a, b in zip(offs, ends, strict=True)]
-
-
-def _tops(chain: Sequence[Piece]) -> list[Any] | None:
-    out: list[Any] = []
-    for p in chain:
-        d = _detail(p)
-        if d is None or d.tops is None or len(d.tops) != len(p.token_ids):
-            if p.token_ids:
-                return None
-            continue
-        out.extend(d.tops)
-    return out
 
 
 def _stop_reason(chain: Sequence[Piece], result: TurnResult,
