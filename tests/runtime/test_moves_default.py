@@ -15,13 +15,31 @@ from tailsieve.cli.main import main
 from tailsieve.errors import ConfigError
 from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
 from tailsieve.runtime.emulator import EmulatorConfig, EmulatorFleet, EmulatorServer
-from tailsieve.runtime.moves import PIECE_TOKENS
+from tailsieve.runtime.moves import PIECE_TOKENS, MoveSettings
 from tailsieve.runtime.observe import StepMetrics
 from tailsieve.runtime.replay import ReplayLengths
 from tailsieve.runtime.rollout import RolloutConfig, TailSieveRollout
+from tailsieve.runtime.sessions import GatewayConfig, SessionGateway, StubPieceRunner
 from tailsieve.runtime.stub import StubTransport
 
 MODEL = "tailsieve-emulated"
+
+
+def test_one_piece_cap_rule_for_the_step_and_the_gateway() -> None:
+    """Pieces of PIECE_TOKENS where a move waits for a piece's end, one piece where the
+    runner ends it at once, the given cap always: for the step and the gateway alike."""
+    assert MoveSettings().piece_cap(False) == PIECE_TOKENS
+    assert MoveSettings().piece_cap(True) is None
+    assert MoveSettings(piece_tokens=64).piece_cap(True) == 64
+    assert RolloutConfig(num_groups=1).piece_tokens == PIECE_TOKENS  # unstreamed vLLM
+    assert RolloutConfig(num_groups=1, backend=Backend.SGLANG).piece_tokens is None
+    assert RolloutConfig(num_groups=1, stream=True).piece_tokens is None
+    gw = SessionGateway(2, StubPieceRunner(2), GatewayConfig())
+    assert gw._piece_tokens(True) == PIECE_TOKENS and gw._piece_tokens(False) is None
+    gw = SessionGateway(2, StubPieceRunner(2), GatewayConfig(piece_tokens=64))
+    assert gw._piece_tokens(True) == 64 and gw._piece_tokens(True, streamed=True) is None
+    gw = SessionGateway(2, StubPieceRunner(2, interrupts=True), GatewayConfig())
+    assert gw._piece_tokens(True) is None  # a move ends the running piece at once
 
 
 @pytest.mark.parametrize("backend", [Backend.VLLM, Backend.SGLANG, Backend.VLLM_CHAT])

@@ -38,7 +38,7 @@ class MoveSettings:
     """How running responses move. ``moves`` is the user's switch, ``policy`` the router's;
     ``blocked`` says what else keeps them off (the engine's or the sampling's: see
     ``sampling_off_reason``; None: nothing). ``piece_tokens`` caps a movable response's pieces
-    (None: ``PIECE_TOKENS`` where pieces are needed); ``gate``: the balance gate may turn moves
+    (None: ``piece_cap``'s rule); ``gate``: the balance gate may turn moves
     off where they are measured not to pay; ``stall``: when a replica counts as hung."""
 
     moves: bool = True
@@ -68,10 +68,11 @@ class MoveSettings:
         """Whether running responses move (``moves`` on and nothing in the way)."""
         return self.off_reason is None
 
-    @property
-    def piece_cap(self) -> int:
-        """The piece cap of a response that may move."""
-        return self.piece_tokens if self.piece_tokens is not None else PIECE_TOKENS
+    def piece_cap(self, interrupts: bool) -> int | None:
+        """The piece cap of a response that may move: ``piece_tokens``, else ``PIECE_TOKENS``
+        where a move waits for the running piece's end, else None (one piece, which a move
+        ends at once: the runner ``interrupts`` it)."""
+        return self.piece_tokens if self.piece_tokens is not None or interrupts else PIECE_TOKENS
 
 
 __all__ = ["CONTINUABLE_BACKENDS", "MOVING_POLICY", "PIECE_TOKENS", "MoveSettings",

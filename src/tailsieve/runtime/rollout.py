@@ -130,10 +130,9 @@ class RolloutConfig:
                 f"piece_tokens={self.piece_tokens} needs continuation (moves on, or "
                 f"continuation=True); moves are off: {move.off_reason}"
             )
-        if (move.on and self.piece_tokens is None and not self.stream
-                and self.backend is not Backend.SGLANG):
-            # a move of an unstreamed vLLM piece waits for the piece's end: bound the pieces
-            move = replace(move, piece_tokens=move.piece_cap)
+        interrupts = self.stream or self.backend is Backend.SGLANG  # a move ends a piece at once
+        if move.on:
+            move = replace(move, piece_tokens=move.piece_cap(interrupts))
             object.__setattr__(self, "piece_tokens", move.piece_tokens)
         object.__setattr__(self, "move", move)
 

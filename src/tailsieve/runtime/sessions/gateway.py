@@ -370,14 +370,13 @@ class SessionGateway:
         return load[replica] > min(load) + max(2.0, 0.25 * sum(load) / len(load))
 
     def _piece_tokens(self, moves: bool, streamed: bool = False) -> int | None:
-        """The piece cap of a turn that may move mid-turn (``moves``): with a runner that
-        interrupts pieces, one piece unless ``piece_tokens`` is given; else the configured
-        cap. A turn that does not move, or is streamed (``streamed``: to its sink, by a
-        runner that interrupts streamed pieces), runs as one piece."""
-        if not moves or streamed or (self.interrupter is not None
-                                     and self.config.piece_tokens is None):
+        """The piece cap of a turn that may move mid-turn (``moves``; ``MoveSettings.piece_cap``:
+        one piece where the runner interrupts pieces, unless ``piece_tokens`` is given). A turn
+        that does not move, or is streamed (``streamed``: to its sink, by a runner that
+        interrupts streamed pieces), runs as one piece."""
+        if not moves or streamed:
             return None
-        return self.config.move.piece_cap
+        return self.config.move.piece_cap(self.interrupter is not None)
 
     # -- running a turn ------------------------------------------------------------------------
 
