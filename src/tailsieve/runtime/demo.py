@@ -56,7 +56,7 @@ class DemoConfig:
     backend: Backend = Backend.SGLANG  # the emulated replicas' API the router speaks (sglang:
     # a move aborts the running request, which returns its partial output; vllm: unstreamed
     # pieces of ``piece_tokens``, a move waits for the piece's end)
-    piece_tokens: int = 512  # moves on the vllm backend: max tokens per piece
+    piece_tokens: int | None = None  # moves on vllm: tokens per piece (None: moves.PIECE_TOKENS)
 
     def __post_init__(self) -> None:
         if self.replicas < 2:
