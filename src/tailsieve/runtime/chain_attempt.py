@@ -253,7 +253,7 @@ class ChainedAttempt:
                     and (fault is not None or out.finish_reason == "abort")):
                 dropped, kept = len(out.token_ids), False  # cannot be continued: starts again
             if out is not None and kept:
-                self._add(chain, out, replica, cap)
+                chain.add(out.piece(replica), cap)  # an interrupted one as "moved"
                 if fault is None:
                     self.progress.timed_tokens += len(out.token_ids)
                     self.progress.timed_s += ended - started
@@ -283,11 +283,6 @@ class ChainedAttempt:
         self.progress.finished_tokens += final.num_tokens
         self.progress.live_tokens.pop(i, None)
         return [final]
-
-    def _add(self, chain: ResponseChain, out: PieceOutput, replica: int, cap: int) -> None:
-        """Take a piece's output into the chain (an interrupted one as "moved": the response
-        continues from its last token)."""
-        chain.add(out.piece(replica), cap)
 
     async def _run_piece(self, target: int, base: str, piece: PieceRequest,
                          ) -> tuple[PieceOutput | None, ReplicaDownError | None]:
