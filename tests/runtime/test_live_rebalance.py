@@ -24,7 +24,7 @@ from tailsieve.runtime import rebalancer
 from tailsieve.runtime.backends import PromptInput, SamplingParams
 from tailsieve.runtime.executor import LiveExecutor
 from tailsieve.runtime.rollout import RolloutConfig, TailSieveRollout
-from tailsieve.runtime.stub import StubTransport, token_at
+from tailsieve.runtime.stub import PROMPT_BASE, StubTransport, token_at
 
 warnings.filterwarnings("ignore", message="per-request seeds")
 
@@ -215,3 +215,43 @@ async def test_the_drain_asks_the_lpt_rule_live_and_still_delivers_each_group_on
         assert bool(asked) is expect
         if expect:
             assert ex.last_moves.num_moves >= 1  # the LPT rule moved work off the piled replica
+
+
+class _PriorityLog(StubTransport):
+    """The stub, recording each request's ``priority`` (None: not sent) and the tokens its
+    prompt carries beyond the prompt's own (what the response generated before the piece)."""
+
+    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(*args, **kwargs)
+        self.sent: list[tuple[int | None, int]] = []
+
+    async def post_json(self, url, payload, timeout_s):  # type: ignore[no-untyped-def]
+        prompt = payload.get("prompt")
+        done = (sum(t < PROMPT_BASE for t in prompt) if isinstance(prompt, list | tuple)
+                else 0)  # the stub's prompt ids are PROMPT_BASE + ord(character)
+        self.sent.append((payload.get("priority"), done))
+        return await super().post_json(url, payload, timeout_s)
+
+
+async def test_drain_priority_is_sent_with_each_piece_by_tokens_generated() -> None:
+    """With the plan's drain priority on, every piece carries the engine priority of its
+    response's tokens so far (``engine_priority``: 0 fresh, one level lower per bucket), as
+    the simulator submits them; off (the default), no piece carries one (a server without
+    ``--scheduling-policy priority`` refuses a priority other than 0)."""
+    length_of = lengths_fn(TABLE)
+    for on in (True, False):
+        stub = _PriorityLog(length_of, seconds_per_token=0.0005)
+        drain = DrainSettings(lpt=False, priority=on, priority_bucket_tokens=64,
+                              lengths=tuple(TABLE.values()))
+        plan = dataclasses.replace(piled_plan(IDS, None),
+                                   balance=dataclasses.replace(BALANCE, drain=drain))
+        ex = LiveExecutor(URLS, ccfg(piece_tokens=32, stream=False), transport=stub,
+                          balance_costs=COSTS)
+        res = await ex.run(plan, prompts_for(plan))
+        assert_exact(res, length_of, stub, text=True)
+        assert len(stub.sent) > len(IDS) * plan.group_size  # continuations were sent
+        if on:
+            assert all(p == -(done // 64) for p, done in stub.sent)
+            assert min(p for p, _ in stub.sent) <= -3  # 200+ tokens in: level -3 or lower
+        else:
+            assert all(p is None for p, _ in stub.sent)
