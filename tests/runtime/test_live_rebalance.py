@@ -255,3 +255,36 @@ async def test_drain_priority_is_sent_with_each_piece_by_tokens_generated() -> N
             assert min(p for p, _ in stub.sent) <= -3  # 200+ tokens in: level -3 or lower
         else:
             assert all(p is None for p, _ in stub.sent)
+
+
+def test_a_drain_check_lists_every_running_response_in_slices_of_replicas() -> None:
+    """The drain reads every running response (not only the costliest replicas'): the live
+    rebalancer lists them ``LIST_REPLICAS`` replicas per slice of reading the loads, before
+    its first decision, and the planner finds each listed with its prompt tokens."""
+    from tailsieve.runtime.running_index import RunningIndex
+
+    idx = RunningIndex()
+    num = rebalancer.LIST_REPLICAS + 4
+    for r in range(num):
+        for j in range(3 if r else 12):  # replica 0 piled: the drain moves work off it
+            idx.add((f"p{r}", j), r, 100 + 1000 * j, 100, (r,))
+
+    class _Mover:
+        def running_index(self) -> RunningIndex:
+            return idx
+
+        def running_responses(self) -> list[rebalancer.LiveResponse]:
+            return []
+
+        def move(self, prompt_id: str, sample: int, to_replica: int) -> bool:
+            idx.set_replica((prompt_id, sample), to_replica)
+            return True
+
+    drain = DrainSettings(start_fraction=1.0, lengths=(200, 500, 3000, 16_000) * 10)
+    rb = rebalancer.LiveRebalancer(
+        _Mover(), dataclasses.replace(BALANCE, drain=drain), [COSTS] * num,
+        lambda: [True] * num, lambda: 1.0)
+    made = asyncio.run(rb.check_async())
+    assert len(rb.tally.loads_cpu_s) == 1 + 2  # the index read, then two listing slices
+    assert set(rb._prompts) == set(idx.entries) and set(rb._prompts.values()) == {100}
+    assert made >= 1 and rb.tally.num_moves == made
