@@ -4,6 +4,7 @@ moves, and every group is still delivered exactly once, whole, each response tok
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import warnings
 
@@ -18,10 +19,12 @@ from tailsieve.core.drain import DrainSettings
 from tailsieve.core.plan import GroupAssignment, StepPlan
 from tailsieve.core.pool import Pool
 from tailsieve.core.protocol import validate_outcome
+from tailsieve.errors import StepFailedError
 from tailsieve.model.replica_config import ReplicaConfig
 from tailsieve.model.throughput import ThroughputModel
 from tailsieve.runtime import rebalancer
 from tailsieve.runtime.backends import PromptInput, SamplingParams
+from tailsieve.runtime.emulator import EmulatorConfig, EmulatorServer
 from tailsieve.runtime.executor import LiveExecutor
 from tailsieve.runtime.rollout import RolloutConfig, TailSieveRollout
 from tailsieve.runtime.stub import PROMPT_BASE, StubTransport, token_at
@@ -288,3 +291,34 @@ def test_a_drain_check_lists_every_running_response_in_slices_of_replicas() -> N
     assert len(rb.tally.loads_cpu_s) == 1 + 2  # the index read, then two listing slices
     assert set(rb._prompts) == set(idx.entries) and set(rb._prompts.values()) == {100}
     assert made >= 1 and rb.tally.num_moves == made
+
+
+async def _emulated_priority_step(policy: str) -> tuple[int, ...]:
+    """A piled step with drain priority on (16 tokens a level, pieces of 16) against three
+    in-process emulated vLLM replicas under ``--scheduling-policy policy``; the delivered
+    response lengths."""
+    ecfg = dataclasses.replace(
+        EmulatorConfig.from_profile("cpu", time_scale=0.002, model_name="m"),
+        scheduling_policy=policy)
+    drain = DrainSettings(lpt=False, priority=True, priority_bucket_tokens=16,
+                          lengths=(100,) * 8)
+    plan = dataclasses.replace(piled_plan(IDS, None),
+                               balance=dataclasses.replace(BALANCE, drain=drain))
+    async with contextlib.AsyncExitStack() as stack:
+        servers = [await stack.enter_async_context(EmulatorServer(ecfg)) for _ in range(3)]
+        ex = LiveExecutor([s.url for s in servers], ccfg(piece_tokens=16, stream=False),
+                          balance_costs=COSTS)
+        stack.push_async_callback(ex.aclose)
+        res = await ex.run(plan, prompts_for(plan))
+    validate_outcome(plan, res.outcome)
+    return tuple(n for g in res.outcome.delivered for n in g.response_tokens)
+
+
+async def test_drain_priority_reaches_emulated_vllm_over_http() -> None:
+    """Over HTTP: a priority-policy server runs the step (continuations carry levels below
+    0), and an FCFS one refuses it (vLLM's HTTP 400 for a priority other than 0), so the
+    field is on the wire."""
+    lengths = await _emulated_priority_step("priority")
+    assert len(lengths) == len(IDS) * 2 and max(lengths) > 32  # pieces at levels -1, -2, ...
+    with pytest.raises(StepFailedError, match=r"[Pp]riority"):
+        await _emulated_priority_step("fcfs")
