@@ -90,9 +90,10 @@ def iter_drain(
     first, so that both expect to finish sooner than it does now by more than the move costs
     (prefill of the uncached prefix + seam), make the best such move. A response moves at
     most once per call; a replica that does not accept moves receives none. Every replica's
-    finish time is computed at once (``_finish_times``, vectorised); a replica's responses
-    are listed for the planner only once it is the top or a destination; each move then costs
-    O(b + D log b) for ``b`` responses on the top replica (``_Finish``)."""
+    finish time is computed at once (``_finish_times``, vectorised); a replica's planner
+    sums (``_Finish``) are built only once it is the top or a destination, and a response
+    whose move cannot gain the seam, or more than the best move found, is not priced; each
+    move then costs O(b + D log b) for ``b`` responses on the top replica."""
     runs = [ld.running() if ld.num_running else [] for ld in loads]
     flat = list(chain.from_iterable(runs))
     rem = np.asarray(remaining(flat) if flat else [], dtype=float)
