@@ -30,7 +30,8 @@ def test_expected_remaining_is_the_conditional_mean_over_longer_lengths() -> Non
     assert m.expected(0) == pytest.approx(4.0)
     assert m.expected(20) == 20.0  # past every sample: as long again as it has run
     assert RemainingModel([]).expected(0) == 1.0
-    assert m.expected_many([2.5, 0, 20]) == [m.expected(2.5), m.expected(0), 20.0]
+    assert m.expected_many([2.5, 0, 20]).tolist() == [m.expected(2.5), m.expected(0), 20.0]
+    assert RemainingModel([]).expected_many([0, 3]).tolist() == [1.0, 3.0]
 
 
 def test_on_a_heavy_tail_the_longer_running_response_is_expected_to_run_longer() -> None:
@@ -190,3 +191,25 @@ def test_the_drain_never_begins_with_nothing_running() -> None:
     d = DrainSettings(lpt=True, start_fraction=0.0)
     assert not d.drains(0, 100) and not d.drains(1, 100)
     assert DrainSettings(lpt=True, start_fraction=1.0).drains(100, 100)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.integers(0, 20_000), st.integers(1, 5000)), max_size=6),
+                min_size=1, max_size=5), st.lists(st.booleans(), min_size=5, max_size=5))
+def test_every_replicas_finish_time_at_once_is_the_one_replica_sum_to_the_bit(
+        per_replica: list[list[tuple[int, int]]], other_model: list[bool]) -> None:
+    """``_finish_times`` (vectorised, all replicas at once, cost models mixed) against
+    ``_Finish`` (one replica, the planner's own sums): the same floats, so the drain makes the
+    same moves whichever computed a replica's time."""
+    from tailsieve.core.drain_plan import _Finish, _finish_times
+
+    taus2 = [2.0 * t for t in TAUS]
+    loads = [ReplicaLoad.of(r, [((r, j), x) for j, (x, _) in enumerate(items)],
+                            taus2.__getitem__ if other_model[r] else TAUS.__getitem__,
+                            K * (1 + r), PER_TOKEN) for r, items in enumerate(per_replica)]
+    flat = [(float(x), float(rem)) for items in per_replica for x, rem in items]
+    got = _finish_times(loads, [len(items) for items in per_replica],
+                        np.asarray([x for x, _ in flat]), np.asarray([r for _, r in flat]))
+    want = [_Finish(ld, [(j, float(x), float(rem)) for j, (x, rem) in enumerate(items)]).time_s
+            for ld, items in zip(loads, per_replica, strict=True)]
+    assert got == want

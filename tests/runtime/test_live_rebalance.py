@@ -4,6 +4,7 @@ moves, and every group is still delivered exactly once, whole, each response tok
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import warnings
 
@@ -18,13 +19,15 @@ from tailsieve.core.drain import DrainSettings
 from tailsieve.core.plan import GroupAssignment, StepPlan
 from tailsieve.core.pool import Pool
 from tailsieve.core.protocol import validate_outcome
+from tailsieve.errors import StepFailedError
 from tailsieve.model.replica_config import ReplicaConfig
 from tailsieve.model.throughput import ThroughputModel
 from tailsieve.runtime import rebalancer
 from tailsieve.runtime.backends import PromptInput, SamplingParams
+from tailsieve.runtime.emulator import EmulatorConfig, EmulatorServer
 from tailsieve.runtime.executor import LiveExecutor
 from tailsieve.runtime.rollout import RolloutConfig, TailSieveRollout
-from tailsieve.runtime.stub import StubTransport, token_at
+from tailsieve.runtime.stub import PROMPT_BASE, StubTransport, token_at
 
 warnings.filterwarnings("ignore", message="per-request seeds")
 
@@ -215,3 +218,107 @@ async def test_the_drain_asks_the_lpt_rule_live_and_still_delivers_each_group_on
         assert bool(asked) is expect
         if expect:
             assert ex.last_moves.num_moves >= 1  # the LPT rule moved work off the piled replica
+
+
+class _PriorityLog(StubTransport):
+    """The stub, recording each request's ``priority`` (None: not sent) and the tokens its
+    prompt carries beyond the prompt's own (what the response generated before the piece)."""
+
+    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(*args, **kwargs)
+        self.sent: list[tuple[int | None, int]] = []
+
+    async def post_json(self, url, payload, timeout_s):  # type: ignore[no-untyped-def]
+        prompt = payload.get("prompt")
+        done = (sum(t < PROMPT_BASE for t in prompt) if isinstance(prompt, list | tuple)
+                else 0)  # the stub's prompt ids are PROMPT_BASE + ord(character)
+        self.sent.append((payload.get("priority"), done))
+        return await super().post_json(url, payload, timeout_s)
+
+
+async def test_drain_priority_is_sent_with_each_piece_by_tokens_generated() -> None:
+    """With the plan's drain priority on, every piece carries the engine priority of its
+    response's tokens so far (``engine_priority``: 0 fresh, one level lower per bucket), as
+    the simulator submits them; off (the default), no piece carries one (a server without
+    ``--scheduling-policy priority`` refuses a priority other than 0)."""
+    length_of = lengths_fn(TABLE)
+    for on in (True, False):
+        stub = _PriorityLog(length_of, seconds_per_token=0.0005)
+        drain = DrainSettings(lpt=False, priority=on, priority_bucket_tokens=64,
+                              lengths=tuple(TABLE.values()))
+        plan = dataclasses.replace(piled_plan(IDS, None),
+                                   balance=dataclasses.replace(BALANCE, drain=drain))
+        ex = LiveExecutor(URLS, ccfg(piece_tokens=32, stream=False), transport=stub,
+                          balance_costs=COSTS)
+        res = await ex.run(plan, prompts_for(plan))
+        assert_exact(res, length_of, stub, text=True)
+        assert len(stub.sent) > len(IDS) * plan.group_size  # continuations were sent
+        if on:
+            assert all(p == -(done // 64) for p, done in stub.sent)
+            assert min(p for p, _ in stub.sent) <= -3  # 200+ tokens in: level -3 or lower
+        else:
+            assert all(p is None for p, _ in stub.sent)
+
+
+def test_a_drain_check_lists_every_running_response_in_slices_of_replicas() -> None:
+    """The drain reads every running response (not only the costliest replicas'): the live
+    rebalancer lists them ``LIST_REPLICAS`` replicas per slice of reading the loads, before
+    its first decision, and the planner finds each listed with its prompt tokens."""
+    from tailsieve.runtime.running_index import RunningIndex
+
+    idx = RunningIndex()
+    num = rebalancer.LIST_REPLICAS + 4
+    for r in range(num):
+        for j in range(3 if r else 12):  # replica 0 piled: the drain moves work off it
+            idx.add((f"p{r}", j), r, 100 + 1000 * j, 100, (r,))
+
+    class _Mover:
+        def running_index(self) -> RunningIndex:
+            return idx
+
+        def running_responses(self) -> list[rebalancer.LiveResponse]:
+            return []
+
+        def move(self, prompt_id: str, sample: int, to_replica: int) -> bool:
+            idx.set_replica((prompt_id, sample), to_replica)
+            return True
+
+    drain = DrainSettings(start_fraction=1.0, lengths=(200, 500, 3000, 16_000) * 10)
+    rb = rebalancer.LiveRebalancer(
+        _Mover(), dataclasses.replace(BALANCE, drain=drain), [COSTS] * num,
+        lambda: [True] * num, lambda: 1.0)
+    made = asyncio.run(rb.check_async())
+    assert len(rb.tally.loads_cpu_s) == 1 + 2  # the index read, then two listing slices
+    assert set(rb._prompts) == set(idx.entries) and set(rb._prompts.values()) == {100}
+    assert made >= 1 and rb.tally.num_moves == made
+
+
+async def _emulated_priority_step(policy: str) -> tuple[int, ...]:
+    """A piled step with drain priority on (16 tokens a level, pieces of 16) against three
+    in-process emulated vLLM replicas under ``--scheduling-policy policy``; the delivered
+    response lengths."""
+    ecfg = dataclasses.replace(
+        EmulatorConfig.from_profile("cpu", time_scale=0.002, model_name="m"),
+        scheduling_policy=policy)
+    drain = DrainSettings(lpt=False, priority=True, priority_bucket_tokens=16,
+                          lengths=(100,) * 8)
+    plan = dataclasses.replace(piled_plan(IDS, None),
+                               balance=dataclasses.replace(BALANCE, drain=drain))
+    async with contextlib.AsyncExitStack() as stack:
+        servers = [await stack.enter_async_context(EmulatorServer(ecfg)) for _ in range(3)]
+        ex = LiveExecutor([s.url for s in servers], ccfg(piece_tokens=16, stream=False),
+                          balance_costs=COSTS)
+        stack.push_async_callback(ex.aclose)
+        res = await ex.run(plan, prompts_for(plan))
+    validate_outcome(plan, res.outcome)
+    return tuple(n for g in res.outcome.delivered for n in g.response_tokens)
+
+
+async def test_drain_priority_reaches_emulated_vllm_over_http() -> None:
+    """Over HTTP: a priority-policy server runs the step (continuations carry levels below
+    0), and an FCFS one refuses it (vLLM's HTTP 400 for a priority other than 0), so the
+    field is on the wire."""
+    lengths = await _emulated_priority_step("priority")
+    assert len(lengths) == len(IDS) * 2 and max(lengths) > 32  # pieces at levels -1, -2, ...
+    with pytest.raises(StepFailedError, match=r"[Pp]riority"):
+        await _emulated_priority_step("fcfs")

@@ -7,8 +7,11 @@ Moves are ``core.balancer.Move`` s, made exactly as the balancer's are (the simu
 from __future__ import annotations
 
 import bisect
+import heapq
 from collections.abc import Callable, Hashable, Iterator, Sequence
-from itertools import islice
+from itertools import accumulate, chain, islice
+
+import numpy as np
 
 from tailsieve.core.balancer import BalanceSettings, Move
 from tailsieve.core.drain import RemainingModel
@@ -16,7 +19,7 @@ from tailsieve.core.replica_load import ReplicaLoad
 
 __all__ = ["Remaining", "drain_decisions", "finish_time_s", "iter_drain", "plan_drain"]
 
-Remaining = Callable[[Sequence[tuple[Hashable, int]]], Sequence[float]]
+Remaining = Callable[[Sequence[tuple[Hashable, int]]], "Sequence[float] | np.ndarray"]
 """``running (key, context) pairs -> each one's expected remaining tokens``."""
 
 
@@ -37,8 +40,9 @@ def drain_decisions(
     if model is None:
         model = settings.drain.remaining_model()
 
-    def remaining(running: Sequence[tuple[Hashable, int]]) -> list[float]:
-        return model.expected_many([x - prompt_tokens(key) for key, x in running])
+    def remaining(running: Sequence[tuple[Hashable, int]]) -> np.ndarray:
+        return model.expected_many(np.fromiter(
+            (x - prompt_tokens(key) for key, x in running), float, len(running)))
 
     per = max(1, settings.max_moves_per_decision)
     moves = iter_drain(loads, remaining, settings.seam_s, cached)
@@ -81,49 +85,99 @@ def iter_drain(
 ) -> Iterator[Move]:
     """LPT moves in the drain: while the replica of the longest expected finish time
     (``finish_time_s``; ``remaining(running)``: each running ``(key, context)``'s expected
-    remaining tokens) can hand one of its
+    remaining tokens, asked once for every replica's together) can hand one of its
     responses to one of the ``num_destinations`` replicas of its pool expected to finish
     first, so that both expect to finish sooner than it does now by more than the move costs
     (prefill of the uncached prefix + seam), make the best such move. A response moves at
-    most once per call; a replica that does not accept moves receives none. Each move costs
-    O(b + D log b) for ``b`` responses on the top replica (``_Finish``)."""
-    reps = []
-    for ld in loads:
-        run = ld.running() if ld.num_running else []
-        reps.append(_Finish(ld, [(key, float(x), float(r)) for (key, x), r in
-                                 zip(run, remaining(run) if run else [], strict=True)]))
+    most once per call; a replica that does not accept moves receives none. Every replica's
+    finish time is computed at once (``_finish_times``, vectorised); a replica's planner
+    sums (``_Finish``) are built only once it is the top or a destination, and a response
+    whose move cannot gain the seam, or more than the best move found, is not priced; each
+    move then costs O(b + D log b) for ``b`` responses on the top replica."""
+    runs = [ld.running() if ld.num_running else [] for ld in loads]
+    flat = list(chain.from_iterable(runs))
+    rem = np.asarray(remaining(flat) if flat else [], dtype=float)
+    ctx = np.asarray([x for _, x in flat], dtype=float)
+    times = _finish_times(loads, [len(run) for run in runs], ctx, rem)
+    starts = list(accumulate((len(run) for run in runs), initial=0))
+    reps: list[_Finish | None] = [None] * len(loads)
+
+    def rep(r: int) -> _Finish:
+        f = reps[r]
+        if f is None:
+            lo, hi = starts[r], starts[r + 1]
+            f = reps[r] = _Finish(loads[r], list(zip(
+                (k for k, _ in runs[r]), ctx[lo:hi].tolist(), rem[lo:hi].tolist(),
+                strict=True)), times[r])
+        return f
+
     moved: set[Hashable] = set()
     while True:
-        top = max(range(len(loads)), key=lambda r: reps[r].time_s)
-        t_top = reps[top].time_s
+        top = max(range(len(loads)), key=times.__getitem__)
+        t_top = times[top]
         if t_top <= 0:
             break
-        dests = sorted((d for d in range(len(loads)) if d != top and loads[d].accepts
-                        and loads[d].pool == loads[top].pool),
-                       key=lambda r: reps[r].time_s)[:num_destinations]
+        dests = heapq.nsmallest(num_destinations, (
+            d for d in range(len(loads)) if d != top and loads[d].accepts
+            and loads[d].pool == loads[top].pool), key=times.__getitem__)
         best: tuple[float, int, int, float, int] | None = None  # gain, j, dst, new dst, uncached
-        for j, (key, x, rem) in enumerate(reps[top].items):
+        f_top = rep(top)
+        for j, (key, x, r_) in enumerate(f_top.items):
             if key in moved:
                 continue
-            t_rest = reps[top].without(x, rem)
+            t_rest = f_top.without(x, r_)
+            if t_top - t_rest <= seam_s or (best is not None and t_top - t_rest <= best[0]):
+                continue  # no move of it gains more than the seam, nor more than the best
             for d in dests:
                 ld = loads[d]
                 hit = 0 if cached is None else min(int(x), cached(key, ld.replica))
                 uncached = int(x) - hit
                 price = seam_s + ld.prefill_s + ld.prefill_s_per_token * uncached
-                t_d = reps[d].with_(x, rem) + price
+                t_d = rep(d).with_(x, r_) + price
                 gain = t_top - max(t_rest, t_d)
                 if gain > price and (best is None or gain > best[0]):
                     best = (gain, j, d, t_d, uncached)
         if best is None:
             break
         gain, j, d, _, uncached = best
-        item = reps[top].items.pop(j)
-        reps[top].update()
-        reps[d].items.append(item)
-        reps[d].update()
+        item = f_top.items.pop(j)
+        times[top] = f_top.update()
+        f_d = rep(d)
+        f_d.items.append(item)
+        times[d] = f_d.update()
         moved.add(item[0])
         yield Move(item[0], loads[top].replica, loads[d].replica, int(item[1]), uncached, gain)
+
+
+def _finish_times(loads: Sequence[ReplicaLoad], sizes: Sequence[int], ctx: np.ndarray,
+                  rem: np.ndarray) -> list[float]:
+    """``finish_time_s`` of every replica at once: ``sizes[r]`` consecutive entries of
+    ``ctx`` / ``rem`` (context, expected remaining tokens) are replica ``r``'s. The same sums
+    in the same order as ``_Finish.update`` (so the same floats): ranked by remaining tokens,
+    descending, within each replica; each rank's weight read from a table of ``tau`` per
+    distinct cost model."""
+    num = len(loads)
+    if not len(rem):
+        return [0.0] * num
+    rep = np.repeat(np.arange(num), sizes)
+    order = np.lexsort((-rem, rep))
+    first = np.repeat(np.asarray(list(accumulate(sizes, initial=0))[:-1]), sizes)
+    rank = np.arange(len(rem)) - first  # 0-based rank within its replica (rep is sorted)
+    most: dict[int, tuple[Callable[[int], float], int]] = {}  # id(tau) -> (tau, largest b)
+    for ld, b in zip(loads, sizes, strict=True):
+        most[id(ld.tau)] = (ld.tau, max(b, most.get(id(ld.tau), (ld.tau, 0))[1]))
+    dts, at, start = [], {}, 0
+    for key, (tau, b) in most.items():
+        dts.append(np.diff(np.asarray([0.0] + [tau(j) for j in range(1, b + 1)])))
+        at[key] = start
+        start += b
+    offset = np.repeat(np.asarray([at[id(ld.tau)] for ld in loads]), sizes)
+    w = np.concatenate(dts)[offset + rank]
+    r_sorted = rem[order]
+    decode = np.bincount(rep, weights=r_sorted * w, minlength=num)
+    k = np.asarray([ld.context_s_per_token for ld in loads])
+    hold = k * np.bincount(rep, weights=ctx * rem + rem * rem / 2.0, minlength=num)
+    return (decode + hold).tolist()
 
 
 class _Finish:
@@ -136,21 +190,26 @@ class _Finish:
     __slots__ = ("_ready", "ctx", "dt", "items", "k", "neg", "pre", "suf_dn", "suf_up", "tau",
                  "time_s")
 
-    def __init__(self, ld: ReplicaLoad, items: list[tuple[Hashable, float, float]]) -> None:
+    def __init__(self, ld: ReplicaLoad, items: list[tuple[Hashable, float, float]],
+                 time_s: float | None = None) -> None:
         self.tau, self.k, self.items = ld.tau, ld.context_s_per_token, items
-        self.update()
+        self.update(time_s)
 
-    def update(self) -> None:
-        """The finish time of ``items`` (the sums ``without`` / ``with_`` read: when asked)."""
-        tau = self.tau
-        t, prev = 0.0, 0.0
-        for j, r in enumerate(sorted((r for _, _, r in self.items), reverse=True), 1):
-            tj = tau(j)
-            t += r * (tj - prev)
-            prev = tj
+    def update(self, time_s: float | None = None) -> float:
+        """The finish time of ``items`` (``time_s``: already known, as ``_finish_times``
+        computes it), returned; the sums ``without`` / ``with_`` read are made when asked."""
         self.ctx = self.k * sum(x * r + r * r / 2.0 for _, x, r in self.items)
-        self.time_s = t + self.ctx
+        if time_s is None:
+            tau = self.tau
+            t, prev = 0.0, 0.0
+            for j, r in enumerate(sorted((r for _, _, r in self.items), reverse=True), 1):
+                tj = tau(j)
+                t += r * (tj - prev)
+                prev = tj
+            time_s = t + self.ctx
+        self.time_s = time_s
         self._ready = False
+        return self.time_s
 
     def _sums(self) -> None:
         rs = sorted((r for _, _, r in self.items), reverse=True)

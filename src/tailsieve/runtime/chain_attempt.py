@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
+from tailsieve.core.drain import engine_priority
 from tailsieve.runtime.attempt import (
     AttemptProgress,
     ExecutorConfig,
@@ -62,8 +63,11 @@ class ChainedAttempt:
         relocate: Relocate,
         stalls: StallWatch | None = None,
         targets: Sequence[int] | None = None,
+        priority_bucket_tokens: int | None = None,
     ) -> None:
         check_continuable(config.sampling)
+        self._priority_bucket = priority_bucket_tokens  # each piece's engine priority by the
+        # tokens its response generated so far (core.drain.engine_priority); None: not sent
         self._runner = runner
         self._stalls = stalls  # hung replicas: a piece without progress is a fault
         self._targets = targets
@@ -190,7 +194,9 @@ class ChainedAttempt:
             prompt_ids=ids, sampling=sp, max_tokens=cap, request_id=rid,
             prompt_json=getattr(ids, "json", None), prompt_text=text,
             forced=self._forced is not None,
-            sink=self._sink(i) if self._cfg.stream else None)
+            sink=self._sink(i) if self._cfg.stream else None,
+            priority=None if self._priority_bucket is None
+            else engine_priority(chain.num_generated, self._priority_bucket))
 
     def _sink(self, i: int) -> Callable[[TokenDelta], None]:
         """Streaming: counts what the running piece of response ``i`` streamed."""

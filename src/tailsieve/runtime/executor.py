@@ -405,6 +405,15 @@ class LiveExecutor:
         """Whether a step of ``plan`` runs the live rebalancer."""
         return plan.balance is not None and self.config.continuation and bool(self.balance_costs)
 
+    def _priority_bucket(self, plan: StepPlan) -> int | None:
+        """Tokens per engine priority level of a step's pieces when its plan's drain asks for
+        priority (``core.drain``: the server needs ``--scheduling-policy priority``), else
+        None: no priority sent."""
+        drain = plan.balance.drain if plan.balance is not None else None
+        if drain is None or not drain.priority or not self._balances(plan):
+            return None
+        return drain.priority_bucket_tokens
+
     def _start_rebalancer(self, run: _Run, active: list[int]) -> asyncio.Task[None] | None:
         if not self._balances(run.plan):
             return None
@@ -541,6 +550,7 @@ class LiveExecutor:
         att = ChainedAttempt(
             self.piece_runner(), where, run.config or self.config, prompt, chains,
             self._forced, g.progress, relocate, self.stalls, run.active,
+            priority_bucket_tokens=self._priority_bucket(run.plan),
         )
         old = run.attempts.get(pid)
         if run.index is not None:

@@ -50,6 +50,8 @@ from tailsieve.model.replica_config import ReplicaConfig
 from tailsieve.runtime.progress_clock import ProgressClock
 from tailsieve.runtime.running_index import Entry, RunningIndex
 
+LIST_REPLICAS = 16  # a drain check lists the running responses of this many replicas per slice
+
 
 class LiveResponse(NamedTuple):
     """One running response as the executor knows it (a named tuple: a check reads one per
@@ -123,7 +125,16 @@ class LiveRebalancer:
     _planned: list[MoveRecord] = field(default_factory=list)  # its moves and decisions so far
     num_launched: int = 0  # responses the step launched (the drain's yardstick; 0: the most
     # seen running at once)
-    _remaining: RemainingModel | None = None  # the drain's expected remaining work, built once
+    _remaining: RemainingModel | None = None  # the drain's expected remaining work (built with
+    # the rebalancer: a check does not pay for it)
+    _listing: list[ReplicaLoad] = field(default_factory=list)  # a drain check's replicas whose
+    # responses are still to be listed (``_list_slices``)
+    _prompts: dict[Hashable, int] = field(default_factory=dict)  # their prompt tokens, as listed
+
+    def __post_init__(self) -> None:
+        drain = self.settings.drain
+        if drain is not None and drain.lpt:  # built now, not inside the drain's first check
+            self._remaining = drain.remaining_model()
 
     def took_effect(self, key: tuple[str, int]) -> None:
         """A moved response's next piece began on its destination (``RunningIndex.on_moved``):
@@ -222,6 +233,8 @@ class LiveRebalancer:
         t0 = t = time.process_time()
         decisions = self._decisions()
         t = self._timed(t, self.tally.loads_cpu_s)
+        for _ in self._list_slices():
+            t = self._timed(t, self.tally.loads_cpu_s)
         for decision in decisions:
             made += self._make(decision)
             t = self._timed(t, self.tally.decision_cpu_s)
@@ -239,6 +252,11 @@ class LiveRebalancer:
         took = self._timed(t, self.tally.loads_cpu_s) - t
         try:  # the step's end may cancel it between decisions: the check is still recorded
             await asyncio.sleep(0)
+            t = time.process_time()
+            for _ in self._list_slices():
+                took += self._timed(t, self.tally.loads_cpu_s) - t
+                await asyncio.sleep(0)
+                t = time.process_time()
             for decision in decisions:
                 t = time.process_time()
                 made += self._make(decision)
@@ -248,6 +266,20 @@ class LiveRebalancer:
             self.tally.check_cpu_s.append(took)
             self._close_record(made)
         return made
+
+    def _list_slices(self) -> Iterator[None]:
+        """A drain check reads every running response (``core.drain_plan``), not only the
+        costliest replicas': list them ``LIST_REPLICAS`` replicas at a time, one slice of
+        reading the loads each (the planner then finds them listed)."""
+        todo, self._listing = self._listing, []
+        entries, prompts = self._index.entries, self._prompts
+        for i in range(0, len(todo), LIST_REPLICAS):
+            for ld in todo[i:i + LIST_REPLICAS]:
+                if ld.num_running:
+                    for key, _ in ld.running():
+                        e = entries.get(key)  # type: ignore[call-overload]
+                        prompts[key] = e.prompt_tokens if e is not None else 0
+            yield
 
     def _close_record(self, made: int) -> None:
         """The check is over: record what it saw and decided in ``trace``."""
@@ -275,9 +307,9 @@ class LiveRebalancer:
         running = len(self._index.entries)
         self.num_launched = max(self.num_launched, running)
         if s.drain is not None and s.drain.drains(running, self.num_launched):
-            if self._remaining is None:
-                self._remaining = s.drain.remaining_model()
-            return drain_decisions(loads, s, self._prompt_tokens, self.cached_tokens,
+            self._listing = loads
+            self._prompts = _Prompts(self._prompt_tokens)
+            return drain_decisions(loads, s, self._prompts.__getitem__, self.cached_tokens,
                                    self._remaining)
         return plan_check(loads, s.horizon_at(now), s.seam_s, s.max_moves_per_check,
                           s.max_moves_per_decision, cached=self.cached_tokens,
@@ -348,6 +380,18 @@ def index_of(responses: Sequence[LiveResponse], now_s: float) -> RunningIndex:
             on, age_s, cap = x.piece
             idx.piece_started(key, None, on, now_s - age_s, cap)
     return idx
+
+
+class _Prompts(dict[Hashable, int]):
+    """Prompt tokens of the responses a drain check listed (a plain lookup each, the hot path
+    of its first decision); any other is asked of ``read``."""
+
+    def __init__(self, read: Callable[[Hashable], int]) -> None:
+        super().__init__()
+        self._read = read
+
+    def __missing__(self, key: Hashable) -> int:
+        return self._read(key)
 
 
 def _bound_elsewhere(e: Entry | None) -> bool:
