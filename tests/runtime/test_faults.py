@@ -24,6 +24,7 @@ from tailsieve.runtime.faults import (
     from_exception,
     refused,
 )
+from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
 from tailsieve.runtime.sessions.streamed import StreamedPiece, finished
 from tailsieve.runtime.stall_watch import StallSettings, StallWatch, piece_time_s
 from tailsieve.runtime.transport import JSON
@@ -116,7 +117,8 @@ async def test_single_turn_attempt_reads_a_dead_workers_stream_as_replica_down(
     every choice and no finish reason, accepted as finished for an "unknown" reason)."""
     t = _ErrorStream(chunks)
     cfg = ExecutorConfig(model="m", stream=True, sampling=SamplingParams(max_tokens=4))
-    att = GroupAttempt(t, "http://r0", cfg, PromptInput("p", token_ids=(1, 2)), 1, None,
+    runner = HttpPieceRunner(["http://r0"], model="m", transport=t, stream=True)
+    att = GroupAttempt(runner, [0], cfg, PromptInput("p", token_ids=(1, 2)), None,
                        AttemptProgress())
     with pytest.raises(ReplicaDownError):
         await att.run()

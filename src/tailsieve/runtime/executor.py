@@ -42,7 +42,7 @@ from tailsieve.runtime.attempt import (
     GroupAttempt,
     RequestFailedError,
 )
-from tailsieve.runtime.backends import PromptInput, Response, with_encoded_ids
+from tailsieve.runtime.backends import Backend, PromptInput, Response, with_encoded_ids
 from tailsieve.runtime.chain import SEED_WARNING, ResponseChain, check_continuable
 from tailsieve.runtime.chain_attempt import ChainedAttempt
 from tailsieve.runtime.chat_tokens import tokenize_all
@@ -223,17 +223,19 @@ class LiveExecutor:
         await self._transport.aclose()
 
     def piece_runner(self) -> HttpPieceRunner:
-        """The engine client continuation pieces go through: the session gateway's
-        ``HttpPieceRunner`` over this executor's transport, under its config (timeouts,
-        retries, streaming), addressed by executor replica."""
+        """The engine client every request goes through (whole responses and continuation
+        pieces): the session gateway's ``HttpPieceRunner`` over this executor's transport,
+        under its config (timeouts, retries, streaming), addressed by executor replica."""
         cfg = self.config
         if self.runner is None or self._runner_config is not cfg:
             self.runner = HttpPieceRunner(
                 self.health.urls, cfg.backend, cfg.model, transport=self._transport,
                 request_timeout_s=cfg.request_timeout_s, max_retries=cfg.max_retries,
                 backoff_s=cfg.backoff_s, backoff_max_s=cfg.backoff_max_s,
-                health_timeout_s=cfg.health_timeout_s, stream=cfg.stream,
-                stream_interval=cfg.stream_interval)
+                health_timeout_s=cfg.health_timeout_s,
+                stream=cfg.stream and cfg.backend is not Backend.SGLANG,  # (SGLang: a sink)
+                stream_interval=cfg.stream_interval,
+                return_token_ids=cfg.return_token_ids or cfg.continuation)
             self._runner_config = cfg
         return self.runner
 
@@ -509,16 +511,9 @@ class LiveExecutor:
             return
         where = g.replicas or (g.replica,)
         urls = tuple(self._url(run, r) for r in where)
-        attempt = GroupAttempt(
-            self._transport,
-            list(urls) if g.replicas else urls[0],
-            self.config,
-            prompt,
-            run.plan.group_size,
-            self._forced,
-            g.progress,
-            self.stalls,
-        )
+        targets = [run.active[r] for r in g.replicas or where * run.plan.group_size]
+        attempt = GroupAttempt(self.piece_runner(), targets, self.config, prompt, self._forced,
+                               g.progress, self.stalls)
         g.task = asyncio.create_task(
             self._wrap(run, attempt, g.assignment.prompt_id, g.attempt, where, urls)
         )
