@@ -22,10 +22,12 @@ from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from tailsieve.errors import ConfigError
+from tailsieve.model.online_profile import OnlineProfile
 from tailsieve.runtime.backends import Backend, PromptInput, Response, SamplingParams
 from tailsieve.runtime.faults import ReplicaDownError, RequestError, refused
 from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
 from tailsieve.runtime.sessions.pieces import PieceOutput, PieceRequest, TokenDelta, TokenSink
+from tailsieve.runtime.sessions.profile import record_piece, time_piece
 from tailsieve.runtime.stall_watch import StallSettings, StallWatch
 
 ForcedLength = Callable[[str, int], int]  # (prompt_id, sample) -> forced generated tokens
@@ -141,9 +143,11 @@ class GroupAttempt:
         forced_length: ForcedLength | None,
         progress: AttemptProgress,
         stalls: StallWatch | None = None,
+        timings: OnlineProfile | None = None,
     ) -> None:
         self._runner = runner
         self._stalls = stalls  # hung replicas: a request without progress is a fault
+        self._timings = timings  # the ``auto`` profile's fit, fed each request's timing
         self._targets = list(targets)
         self._cfg = config
         self._prompt = prompt
@@ -196,13 +200,16 @@ class GroupAttempt:
         self, sample: int, n: int, forced: int | None, seed: int | None
     ) -> list[Response]:
         target = self._targets[sample]
-        url = self._runner.endpoints[target] + self._cfg.backend.path
+        base = self._runner.endpoints[target]
+        url = base + self._cfg.backend.path
         where = f"{url} prompt {self._prompt.prompt_id!r} sample {sample}"
         piece = self._piece(sample, n, forced, seed)
         clock = asyncio.get_running_loop().time
         self.progress.streaming = self._cfg.stream
         sent_s = clock()
         self.progress.started_s.update(dict.fromkeys(range(sample, sample + n), sent_s))
+        timings, outs = self._timings, None
+        timed = time_piece(timings, base, sent_s, piece) if timings is not None else 0
         try:
             outs = await self._watched(target, url, piece, sample)
         except ReplicaDownError as exc:
@@ -214,6 +221,9 @@ class GroupAttempt:
         except RequestError as exc:
             raise RequestFailedError(f"{where}: {exc}", status=exc.status,
                                      sample=sample) from exc
+        finally:
+            if timings is not None:
+                record_piece(timings, timed, sent_s, clock(), outs)
         if any(o.finish_reason == "abort" for o in outs):  # never a finished response
             raise RequestFailedError(f"{where}: the server ended a response without a finish "
                                      "reason, or aborted it", sample=sample)

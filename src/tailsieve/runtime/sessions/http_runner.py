@@ -335,25 +335,29 @@ def _output(resp: Response, raw: Any, backend: Backend,
                            "SGLang: output_ids)")
     reason = resp.finish_reason if resp.finish_reason in FINISH_REASONS else "abort"
     pids = resp.prompt_token_ids
+    prompt, cached = _prompt_counts(raw, backend)
     return PieceOutput(
         token_ids=resp.token_ids or (), finish_reason=reason, text=resp.text,
         num_tokens=None if resp.token_ids is not None else resp.num_tokens,
         logprobs=resp.logprobs, text_offsets=resp.text_offsets,
-        num_cached_tokens=_cached_tokens(raw, backend),
+        num_cached_tokens=cached, num_prompt_tokens=prompt,
         detail=detail(raw) if detail is not None else None,
         prompt_ids=tuple(pids) if pids else None,
     )
 
 
-def _cached_tokens(raw: Any, backend: Backend) -> int | None:
-    """Prompt tokens the server reports it found cached, or None."""
+def _prompt_counts(raw: Any, backend: Backend) -> tuple[int | None, int | None]:
+    """Prompt tokens the server counted, and those it reports it found cached (None: not
+    said)."""
     try:
         if backend is Backend.SGLANG:
-            item = raw[0] if isinstance(raw, list) else raw
-            val = item["meta_info"].get("cached_tokens")
+            item = (raw[0] if isinstance(raw, list) else raw)["meta_info"]
+            vals = item.get("prompt_tokens"), item.get("cached_tokens")
         else:
-            details = (raw.get("usage") or {}).get("prompt_tokens_details") or {}
-            val = details.get("cached_tokens")
+            usage = raw.get("usage") or {}
+            details = usage.get("prompt_tokens_details") or {}
+            vals = usage.get("prompt_tokens"), details.get("cached_tokens")
     except (KeyError, TypeError, AttributeError, IndexError):
-        return None
-    return int(val) if isinstance(val, int) and not isinstance(val, bool) else None
+        return None, None
+    p, c = (int(v) if isinstance(v, int) and not isinstance(v, bool) else None for v in vals)
+    return p, c

@@ -93,6 +93,8 @@ class PieceOutput:
     text_offsets: tuple[int, ...] | None = None  # start of each token's text in ``text``
     num_cached_tokens: int | None = None  # prompt tokens the server found cached (None: not
     # reported)
+    num_prompt_tokens: int | None = None  # prompt tokens as the server counted them (None:
+    # not reported)
     detail: Any = field(default=None, compare=False, repr=False)  # what the engine said
     # beyond the tokens, for a front door's answer: the HTTP runner's server answer (JSON),
     # verl's ``TokenOutput``; rides the chain to ``TurnResult.chain``

@@ -45,6 +45,7 @@ class StreamedPiece:
     num_chars: int = 0
     reason: str = ""  # the finish reason, once it came
     cached_tokens: int | None = None
+    prompt_tokens: int | None = None  # as the server counted them (``usage``, ``meta_info``)
     prompt_ids: tuple[int, ...] | None = None  # the prompt's ids, where the server echoed them
     sink: TokenSink | None = None
     sglang: bool = False  # chunks are SGLang's ``/generate`` outputs
@@ -114,6 +115,8 @@ class StreamedPiece:
                 self.cached_tokens = got
             if isinstance(usage.get("completion_tokens"), int):
                 self.usage_tokens = usage["completion_tokens"]
+            if isinstance(usage.get("prompt_tokens"), int):
+                self.prompt_tokens = usage["prompt_tokens"]
         if self.prompt_ids is None and chunk.get("prompt_token_ids"):  # vLLM's chat chunks
             self.prompt_ids = tuple(int(t) for t in chunk["prompt_token_ids"])
         for ch in chunk.get("choices") or ():
@@ -124,8 +127,8 @@ class StreamedPiece:
             delta = ch.get("delta")  # chat completions
             text = ch.get("text") or "" if delta is None else delta.get("content") or ""
             raw = ch.get("token_ids")
-            if raw is None and (text or not ch.get("finish_reason")):
-                self.num_unseen += 1
+            if raw is None and (text or not (ch.get("finish_reason") or "role" in (delta or {}))):
+                self.num_unseen += 1  # (a chat stream's first chunk only names the role)
             toks = tuple(int(t) for t in raw or ())
             lp = ch.get("logprobs") or {}
             vals = lp.get("token_logprobs") if isinstance(lp, dict) else None
@@ -171,6 +174,8 @@ class StreamedPiece:
         cached = meta.get("cached_tokens")
         if isinstance(cached, int) and not isinstance(cached, bool):
             self.cached_tokens = cached
+        if isinstance(meta.get("prompt_tokens"), int):
+            self.prompt_tokens = meta["prompt_tokens"]
         fr = meta.get("finish_reason")
         if fr:
             self.reason = str(fr.get("type") if isinstance(fr, dict) else fr)
@@ -186,7 +191,7 @@ class StreamedPiece:
             reason = "abort"
         n = len(self.ids)
         marks = list(self.marks)
-        unseen = self.num_unseen
+        unseen = 0 if n else self.num_unseen  # ids came: they are the count
         if unseen and self.usage_tokens is not None and not n and self.num_samples == 1:
             unseen = self.usage_tokens
             marks[-1:] = [unseen]
@@ -195,7 +200,7 @@ class StreamedPiece:
             logprobs=tuple(self.logprobs) if self.logprobs and len(self.logprobs) == n else None,
             text_offsets=tuple(self.offsets) if len(self.offsets) == n else None,
             num_cached_tokens=self.cached_tokens, prompt_ids=self.prompt_ids,
-            num_tokens=n + unseen if unseen else None, chunk_times_s=tuple(self.times_s),
+            num_prompt_tokens=self.prompt_tokens, num_tokens=n + unseen if unseen else None, chunk_times_s=tuple(self.times_s),
             chunk_tokens=tuple(marks))
 
 
