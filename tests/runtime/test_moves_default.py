@@ -8,6 +8,7 @@ import contextlib
 import json
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -209,7 +210,12 @@ async def test_chat_prompts_are_tokenized_by_the_server_and_a_failure_is_named()
     from tailsieve.errors import ReplicaError
     from tailsieve.runtime.emulator.protocol import _chat_ids
     from tailsieve.runtime.executor import ExecutorConfig, LiveExecutor
+    from tailsieve.runtime.faults import RequestError
     from tailsieve.runtime.stub import StubTransport
+
+    class NoTokenize(StubTransport):
+        async def post_json(self, url: str, payload: Any, timeout_s: float | None) -> Any:
+            raise RequestError(f"{url}: HTTP 404", status=404, retryable=False)
 
     msgs = ({"role": "user", "content": "What is 2 + 3?"},)
     prompts = {"a": PromptInput("a", messages=msgs), "b": PromptInput("b", token_ids=(5,))}
@@ -221,7 +227,7 @@ async def test_chat_prompts_are_tokenized_by_the_server_and_a_failure_is_named()
             await ex.aclose()
     assert got["a"].messages is None and got["a"].token_ids == _chat_ids(list(msgs))[0]
     assert got["b"].token_ids == (5,)
-    ex = LiveExecutor(["http://r0"], ExecutorConfig(model=MODEL),  # answers no "tokens"
-                      transport=StubTransport(lambda p, i: 4))
+    ex = LiveExecutor(["http://r0"], ExecutorConfig(model=MODEL),
+                      transport=NoTokenize(lambda p, i: 4))
     with pytest.raises(ReplicaError, match="tokenize chat prompt 'a'"):
         await ex.chat_as_tokens(prompts)
