@@ -249,10 +249,11 @@ class GroupAttempt:
 
 
 def _response(out: PieceOutput) -> Response:
-    """A whole response's one piece as the response."""
+    """A whole response's one piece as the response (its ids without the server's JSON of
+    them, which only a continued piece sends back)."""
     return Response(
         text=out.text or "", num_tokens=out.num_generated, finish_reason=out.finish_reason,
-        token_ids=out.token_ids if out.num_tokens is None else None, logprobs=out.logprobs,
+        token_ids=tuple(out.token_ids) if out.num_tokens is None else None, logprobs=out.logprobs,
         text_offsets=out.text_offsets, prompt_token_ids=out.prompt_ids,
         chunk_times_s=out.chunk_times_s or None, chunk_tokens=out.chunk_tokens or None)
 
