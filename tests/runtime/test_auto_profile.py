@@ -1,21 +1,22 @@
-"""The live glue of ``profile="auto"``: requests are timed through the transport, the probe
+"""The live glue of ``profile="auto"``: every request of a step is timed into the fit, the probe
 runs at start without a fallback, and every step hands the latest fit to the controller and
 to the move pricing."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 import pytest
 
 from tailsieve.errors import ConfigError, ProfileError, ReplicaError
 from tailsieve.model.online_profile import OnlineProfile
-from tailsieve.runtime.answer_counts import StreamCount, answer_tokens
 from tailsieve.runtime.auto_probe import ProbeSettings
-from tailsieve.runtime.auto_profile import AutoProfile, ObservingTransport
+from tailsieve.runtime.auto_profile import AutoProfile
 from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
 from tailsieve.runtime.rollout import RolloutConfig, TailSieveRollout
+from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
+from tailsieve.runtime.sessions.pieces import PieceOutput, PieceRequest
+from tailsieve.runtime.sessions.profile import record_piece, time_piece
 from tailsieve.runtime.stub import StubFault, StubTransport
 
 URLS = ["http://r0", "http://r1"]
@@ -26,73 +27,49 @@ def stub(seconds_per_token: float = 0.0005) -> StubTransport:
                          seconds_per_token=seconds_per_token, batch_slowdown=0.05)
 
 
-def test_answer_tokens_of_every_answer_shape() -> None:
-    assert answer_tokens({"choices": [{"token_ids": [1, 2, 3]}, {"token_ids": [4]}],
-                          "usage": {"prompt_tokens": 9}}) == ((3, 1), 9)
-    assert answer_tokens({"choices": [{"text": "x"}], "usage": {"completion_tokens": 12}}) == (
-        (12,), None)
-    assert answer_tokens({"choices": [{"logprobs": {"content": [{}, {}]}}]}) == ((2,), None)
-    assert answer_tokens({"meta_info": {"completion_tokens": 5, "prompt_tokens": 3}}) == (
-        (5,), 3)
-    assert answer_tokens([{"meta_info": {"completion_tokens": 5}},
-                          {"meta_info": {"completion_tokens": 8}}]) == ((5, 8), None)
-    assert answer_tokens({"error": "x"}) == (None, None)
-    assert answer_tokens("not json") == (None, None)
+def runner(inner: StubTransport, stream: bool = False) -> HttpPieceRunner:
+    return HttpPieceRunner(URLS, model="stub", transport=inner, stream=stream)
 
 
-def test_stream_count_reads_chunks_usage_and_cache_hits() -> None:
-    c = StreamCount(1)
-    assert not c.add({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
-    assert c.add({"choices": [{"index": 0, "token_ids": [1, 2]}]})
-    assert c.add({"choices": [{"index": 0, "text": "a"}]})
-    assert c.tokens() == (3,)
-    c.add({"choices": [], "usage": {"completion_tokens": 4, "prompt_tokens": 100,
-                                    "prompt_tokens_details": {"cached_tokens": 64}}})
-    assert c.tokens() == (4,) and c.uncached() == 36
-    s = StreamCount(1)
-    s.add({"meta_info": {"completion_tokens": 3, "prompt_tokens": 50, "cached_tokens": 10}})
-    s.add({"meta_info": {"completion_tokens": 7}})
-    assert s.tokens() == (7,) and s.uncached() == 40
+def piece(prompt: str, tokens: int, **kw: object) -> PieceRequest:
+    return PieceRequest((), SamplingParams(max_tokens=tokens), tokens, f"{prompt}-x",
+                        prompt_text=prompt, forced=True, **kw)  # type: ignore[arg-type]
 
 
-async def test_the_transport_records_generation_requests_only() -> None:
-    inner = stub()
+def test_record_piece_reads_counts_cache_hits_and_the_first_token() -> None:
     prof = OnlineProfile()
-    tr = ObservingTransport(inner, prof)
-    body = {"model": "m", "prompt": "p0", "max_tokens": 40, "ignore_eos": True}
-    out = await asyncio.gather(*(tr.post_json("http://r0/v1/completions", body, None)
-                                 for _ in range(3)))
-    assert all(len(o["choices"][0]["token_ids"]) == 40 for o in out)  # passed through
-    assert await tr.get("http://r0/health", 1.0) == (200, "")
-    obs = prof.ledger.harvest()
-    assert len(obs) == 3 and all(o.tokens == 40 and o.replica == "http://r0" for o in obs)
-    assert max(max(o.batch) for o in obs) == 3.0
-    chunks = [c async for c in tr.stream_json("http://r1/v1/completions",
-                                              {**body, "max_tokens": 20}, None)]
-    assert chunks
-    (streamed,) = prof.ledger.harvest()
-    assert streamed.tokens == 20 and streamed.replica == "http://r1"
-
-
-async def test_a_cancelled_request_is_recorded_as_such() -> None:
-    prof = OnlineProfile()
-    tr = ObservingTransport(stub(), prof)
-    task = asyncio.ensure_future(tr.post_json(
-        "http://r0/v1/completions", {"prompt": "p1", "max_tokens": 2000, "ignore_eos": True},
-        None))
-    await asyncio.sleep(0.05)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    req = piece("p" * 40, 8, num_samples=2)
+    pid = time_piece(prof, "http://r0", 1.0, req)
+    outs = [PieceOutput((1, 2, 3), "stop", num_prompt_tokens=100, num_cached_tokens=64,
+                        chunk_times_s=(0.0, 0.25), chunk_tokens=(0, 3)),
+            PieceOutput((), "length", num_tokens=5)]
+    record_piece(prof, pid, 1.0, 2.0, outs)
+    (obs,) = prof.ledger.harvest()
+    assert (obs.tokens, obs.prompt_tokens, obs.replica) == (5, 100, "http://r0")  # longest
+    assert [(o.prompt_tokens, o.ttft_s) for o in prof._prefill] == [(36, 0.25)]  # uncached
+    failed = time_piece(prof, "http://r1", 3.0, piece("p", 8))
+    record_piece(prof, failed, 3.0, 3.5, None)  # failed: it ran, nothing to fit
     assert prof.ledger.num_in_flight == 0 and prof.ledger.harvest() == []
+
+
+@pytest.mark.parametrize(("stream", "moves"), [(False, True), (True, True), (True, False)])
+async def test_every_request_of_a_step_is_timed_into_the_fit(stream: bool, moves: bool) -> None:
+    """Chained pieces and whole responses alike, as the session gateway times its pieces."""
+    inner = stub()
+    async with TailSieveRollout(URLS, config(profile="auto:cpu", stream=stream, moves=moves),
+                                transport=inner) as ro:
+        assert ro.auto is not None and ro.executor.timings is ro.auto.online
+        await run(ro, 1)
+        assert ro.auto.online.num_seen >= len(inner.log.completed) > 0
+        assert ro.auto.online.ledger.num_in_flight == 0
+        assert set(ro.auto.online.speeds()) <= set(URLS)
 
 
 async def test_the_probe_times_lockstep_rounds_without_recording_them() -> None:
     inner = stub(seconds_per_token=0.003)
     auto = AutoProfile(probe=ProbeSettings(tokens=32, max_batch=8, prefill_repeats=1))
-    tr = auto.wrap(inner)
     assert auto.needs_probe
-    measured = await auto.probe(tr, URLS, Backend.VLLM, "stub", load=8)
+    measured = await auto.probe(runner(inner), [0, 1], load=8)
     assert not auto.needs_probe
     hellos = [s for s in inner.log.started if s[1] == "hello"]
     assert len(hellos) >= 2 * 2 * (1 + 3 + 8)  # replicas x (short, full) x batch sizes
@@ -111,12 +88,12 @@ async def test_the_probe_leaves_out_a_failing_replica_and_fails_when_all_do() ->
     inner = stub()
     inner.faults["http://r1"] = StubFault(num_http_400=10_000)
     auto = AutoProfile(probe=ProbeSettings(tokens=16, max_batch=4, prefill_repeats=0))
-    measured = await auto.probe(auto.wrap(inner), URLS, Backend.VLLM, "stub", load=4)
+    measured = await auto.probe(runner(inner), [0, 1], load=4)
     assert measured.provenance["replicas"] == ["http://r0"]
     inner.faults["http://r0"] = StubFault(num_http_400=10_000)
     again = AutoProfile(probe=ProbeSettings(tokens=16, max_batch=4, prefill_repeats=0))
     with pytest.raises(ReplicaError, match="auto:NAME"):
-        await again.probe(again.wrap(inner), URLS, Backend.VLLM, "stub", load=4)
+        await again.probe(runner(inner), [0, 1], load=4)
 
 
 def config(**kw: object) -> RolloutConfig:

@@ -24,6 +24,7 @@ from tailsieve.runtime.faults import (
     from_exception,
     refused,
 )
+from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
 from tailsieve.runtime.sessions.streamed import StreamedPiece, finished
 from tailsieve.runtime.stall_watch import StallSettings, StallWatch, piece_time_s
 from tailsieve.runtime.transport import JSON
@@ -116,11 +117,33 @@ async def test_single_turn_attempt_reads_a_dead_workers_stream_as_replica_down(
     every choice and no finish reason, accepted as finished for an "unknown" reason)."""
     t = _ErrorStream(chunks)
     cfg = ExecutorConfig(model="m", stream=True, sampling=SamplingParams(max_tokens=4))
-    att = GroupAttempt(t, "http://r0", cfg, PromptInput("p", token_ids=(1, 2)), 1, None,
+    runner = HttpPieceRunner(["http://r0"], model="m", transport=t, stream=True)
+    att = GroupAttempt(runner, [0], cfg, PromptInput("p", token_ids=(1, 2)), None,
                        AttemptProgress())
     with pytest.raises(ReplicaDownError):
         await att.run()
     assert t.num_posts == 1  # not retried on the same server
+
+
+class _NoReason(_ErrorStream):
+    """A server that answers a whole (non-streamed) response without a finish reason."""
+
+    async def post_json(self, url: str, payload: JSON, timeout_s: float | None) -> Any:
+        self.num_posts += 1
+        return {"choices": [{"index": 0, "text": "a", "token_ids": [1], "finish_reason": None}]}
+
+
+async def test_a_whole_response_without_a_finish_reason_is_a_replica_fault() -> None:
+    """Not a finished response and not a step failure: the executor regenerates the group
+    elsewhere, as it does for a stream cut before its end."""
+    t = _NoReason([])
+    cfg = ExecutorConfig(model="m", stream=False, sampling=SamplingParams(max_tokens=4))
+    runner = HttpPieceRunner(["http://r0"], model="m", transport=t, stream=False)
+    att = GroupAttempt(runner, [0], cfg, PromptInput("p", token_ids=(1, 2)), None,
+                       AttemptProgress())
+    with pytest.raises(ReplicaDownError, match="without a finish reason"):
+        await att.run()
+    assert t.num_posts == 1 and att.down_sample == 0
 
 
 class _Clock:

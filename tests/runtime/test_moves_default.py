@@ -8,6 +8,7 @@ import contextlib
 import json
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -225,19 +226,26 @@ async def test_chat_prompts_are_tokenized_by_the_server_and_a_failure_is_named()
     """``/tokenize`` gives a chat prompt the ids the chat endpoint would generate from; a
     server that cannot tokenize is named in one line."""
     from tailsieve.errors import ReplicaError
-    from tailsieve.runtime.chat_tokens import tokenize_messages
     from tailsieve.runtime.emulator.protocol import _chat_ids
-    from tailsieve.runtime.lean_http import LeanTransport
+    from tailsieve.runtime.executor import ExecutorConfig, LiveExecutor
+    from tailsieve.runtime.faults import RequestError
+    from tailsieve.runtime.stub import StubTransport
+
+    class NoTokenize(StubTransport):
+        async def post_json(self, url: str, payload: Any, timeout_s: float | None) -> Any:
+            raise RequestError(f"{url}: HTTP 404", status=404, retryable=False)
 
     msgs = ({"role": "user", "content": "What is 2 + 3?"},)
-    t = LeanTransport()
-    try:
-        async with EmulatorServer(EmulatorConfig.from_profile("cpu", model_name=MODEL)) as s:
-            got = await tokenize_messages(t, s.url, MODEL, PromptInput("a", messages=msgs))
-            assert got.messages is None and got.token_ids == _chat_ids(list(msgs))[0]
-            same = await tokenize_messages(t, s.url, MODEL, PromptInput("b", token_ids=(5,)))
-            assert same.token_ids == (5,)
-        with pytest.raises(ReplicaError, match="tokenize chat prompt 'a'"):
-            await tokenize_messages(t, s.url, MODEL, PromptInput("a", messages=msgs))
-    finally:
-        await t.aclose()
+    prompts = {"a": PromptInput("a", messages=msgs), "b": PromptInput("b", token_ids=(5,))}
+    async with EmulatorServer(EmulatorConfig.from_profile("cpu", model_name=MODEL)) as s:
+        ex = LiveExecutor([s.url], ExecutorConfig(model=MODEL))
+        try:
+            got = await ex.chat_as_tokens(prompts)
+        finally:
+            await ex.aclose()
+    assert got["a"].messages is None and got["a"].token_ids == _chat_ids(list(msgs))[0]
+    assert got["b"].token_ids == (5,)
+    ex = LiveExecutor(["http://r0"], ExecutorConfig(model=MODEL),
+                      transport=NoTokenize(lambda p, i: 4))
+    with pytest.raises(ReplicaError, match="tokenize chat prompt 'a'"):
+        await ex.chat_as_tokens(prompts)

@@ -228,8 +228,7 @@ async def test_a_pair_of_rounds_measuring_no_time_is_measured_again(
 
     rounds: list[int] = []
 
-    async def fake_round(session: Any, st: Any, model: str, b: int, tokens: int,
-                         ) -> tuple[list[float], int]:
+    async def fake_round(runner: Any, st: Any, b: int, tokens: int) -> tuple[list[float], int]:
         rounds.append(tokens)
         pair = (len(rounds) - 1) // 2
         short = tokens < 200
@@ -240,9 +239,9 @@ async def test_a_pair_of_rounds_measuring_no_time_is_measured_again(
     st = [ProfileSettings(endpoint="http://x", tokens=200, repeats=1)]
     if noisy_pairs > profiler.EXTRA_PAIRS:
         with pytest.raises(ProfileError, match="too noisy"):
-            await profiler.measure_batch_lockstep(None, st, ["m"], 2)  # type: ignore[arg-type]
+            await profiler.measure_batch_lockstep([None], st, 2)  # type: ignore[list-item]
         assert len(rounds) == 2 * (1 + profiler.EXTRA_PAIRS)
         return
-    (m,) = await profiler.measure_batch_lockstep(None, st, ["m"], 2)  # type: ignore[arg-type]
+    (m,) = await profiler.measure_batch_lockstep([None], st, 2)  # type: ignore[list-item]
     assert m.step_s > 0
     assert len(rounds) >= 2 * (noisy_pairs + 1)  # measured until the median came out positive

@@ -1,37 +1,35 @@
-"""One attempt of one group: its HTTP requests, retries and progress.
+"""One attempt of one group whose responses are generated whole, and its progress.
 
 A group is sent either as one request with ``n = group_size`` or as ``group_size`` single
 requests (``split_groups``, the default; always for a spread group, whose responses go to
 several replicas): then the executor knows, at an abort, how many
 responses had finished and how many tokens they hold, and in replay mode each response gets its
-own forced length. What an answer means is ``runtime.faults``'s: request errors (HTTP 5xx,
-malformed JSON) are retried here with exponential backoff; a replica fault (``ReplicaDownError``:
-unreachable, its engine died, a stream cut or the engine's error message, a stall) is not
-retried here: the executor regenerates the whole group elsewhere.
+own forced length. Each request is a piece through the engine client every path uses
+(``runtime.sessions.http_runner.HttpPieceRunner``: the wire formats, streaming, retries of
+request errors and SGLang's aborts); ``n > 1`` stays a request of its own there
+(``run_samples``), as the server then shares the prompt's prefill among the responses. A replica
+fault (``ReplicaDownError``, ``runtime.faults``: unreachable, its engine died, a stream cut or
+the engine's error message, a stall) is not retried: the executor regenerates the whole group
+elsewhere, and so is a response the server ended without a finish reason (or aborted), as a
+stream cut before its end is.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from tailsieve.errors import ConfigError
-from tailsieve.runtime.backends import (
-    Backend,
-    PromptInput,
-    Response,
-    SamplingParams,
-    build_request,
-    parse_response,
-)
-from tailsieve.runtime.faults import ReplicaDownError, RequestError, check_finished, refused
+from tailsieve.model.online_profile import OnlineProfile
+from tailsieve.runtime.backends import Backend, PromptInput, Response, SamplingParams
+from tailsieve.runtime.faults import ReplicaDownError, RequestError, refused
+from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
+from tailsieve.runtime.sessions.pieces import PieceOutput, PieceRequest, TokenDelta, TokenSink
+from tailsieve.runtime.sessions.profile import record_piece, time_piece
 from tailsieve.runtime.stall_watch import StallSettings, StallWatch
-from tailsieve.runtime.transport import JSON, Transport
 
 ForcedLength = Callable[[str, int], int]  # (prompt_id, sample) -> forced generated tokens
 
@@ -132,41 +130,39 @@ class AttemptProgress:
 
 
 class GroupAttempt:
-    """Runs the requests of one group attempt against one replica URL, or (a spread group) one
-    URL per response. ``down_sample`` names the response whose replica went down."""
+    """Runs one group attempt through the engine client (``runner``): each response as one
+    piece on runner replica ``targets[i]``, or (``split_groups=False``, every response on one
+    replica) the whole group as one request with ``n``. ``down_sample`` names the response
+    whose replica went down."""
 
     def __init__(
         self,
-        transport: Transport,
-        base_url: str | Sequence[str],
+        runner: HttpPieceRunner,
+        targets: Sequence[int],
         config: ExecutorConfig,
         prompt: PromptInput,
-        group_size: int,
         forced_length: ForcedLength | None,
         progress: AttemptProgress,
         stalls: StallWatch | None = None,
+        timings: OnlineProfile | None = None,
     ) -> None:
-        self._t = transport
+        self._runner = runner
         self._stalls = stalls  # hung replicas: a request without progress is a fault
-        bases = [base_url] * group_size if isinstance(base_url, str) else list(base_url)
-        if len(bases) != group_size:
-            raise ConfigError(f"{len(bases)} replica URLs for a group of {group_size}")
-        self._urls = [b.rstrip("/") + config.backend.path for b in bases]
-        self._url = self._urls[0]
+        self._timings = timings  # the ``auto`` profile's fit, fed each request's timing
+        self._targets = list(targets)
         self._cfg = config
         self._prompt = prompt
-        self._n = group_size
+        self._n = len(self._targets)
         self._forced = forced_length
         self.progress = progress
-        self._aborts: set[asyncio.Future[None]] = set()  # SGLang /abort_request in flight
         self.down_sample = 0  # response whose replica raised ``ReplicaDownError``
 
     async def run(self) -> list[Response]:
-        """All ``group_size`` responses in sample order; raises ``ReplicaDownError`` or
+        """All responses in sample order; raises ``ReplicaDownError`` or
         ``RequestFailedError``. Cancelling it cancels (closes) every open request."""
         cfg, pid = self._cfg, self._prompt.prompt_id
         seed = cfg.sampling.seed if self._prompt.seed is None else self._prompt.seed
-        if not cfg.split_groups and len(set(self._urls)) == 1:
+        if not cfg.split_groups and len(set(self._targets)) == 1:
             forced = max(self._forced(pid, i) for i in range(self._n)) if self._forced else None
             return await self._one(0, self._n, forced, seed)
         calls = [
@@ -181,163 +177,87 @@ class GroupAttempt:
         parts = await _all_or_first_error(calls)
         return [r for part in parts for r in part]
 
+    def _piece(self, sample: int, n: int, forced: int | None, seed: int | None) -> PieceRequest:
+        p, sp = self._prompt, self._cfg.sampling
+        return PieceRequest(
+            prompt_ids=p.token_ids or (), sampling=replace(sp, seed=seed),
+            max_tokens=sp.max_tokens if forced is None else forced,
+            request_id=f"{p.prompt_id}-{sample}-{uuid.uuid4().hex}",
+            prompt_json=getattr(p.token_ids, "json", None), prompt_text=p.text,
+            forced=forced is not None, messages=p.messages, num_samples=n,
+            sink=self._sink(sample) if self._cfg.stream else None)
+
+    def _sink(self, sample: int) -> TokenSink:
+        """Streaming: counts what each response of the request streamed."""
+        live = self.progress.live_tokens
+
+        def took(d: TokenDelta) -> None:
+            i = sample + d.sample
+            live[i] = live.get(i, 0) + (len(d.token_ids) or 1)
+
+        return took
+
     async def _one(
         self, sample: int, n: int, forced: int | None, seed: int | None
     ) -> list[Response]:
-        if self._cfg.model is None:
-            raise ConfigError("no served model name: LiveExecutor.resolve_model() sets it")
-        body = build_request(
-            self._cfg.backend,
-            self._cfg.model,
-            self._prompt,
-            self._cfg.sampling,
-            n,
-            forced_tokens=forced,
-            seed=seed,
-            stream=self._cfg.stream,
-            return_token_ids=self._cfg.return_token_ids,
-            stream_interval=self._cfg.stream_interval,
-        )
-        url = self._urls[sample]
+        target = self._targets[sample]
+        base = self._runner.endpoints[target]
+        url = base + self._cfg.backend.path
         where = f"{url} prompt {self._prompt.prompt_id!r} sample {sample}"
-        retry = 0
+        piece = self._piece(sample, n, forced, seed)
         clock = asyncio.get_running_loop().time
         self.progress.streaming = self._cfg.stream
-        while True:
-            sent_s = clock()
-            self.progress.started_s.update(dict.fromkeys(range(sample, sample + n), sent_s))
-            if self._cfg.backend is Backend.SGLANG:
-                body["rid"] = uuid.uuid4().hex  # per-request abort (POST /abort_request)
-            try:
-                out = await self._watched(url, body, sample, n, where, forced)
-                break
-            except asyncio.CancelledError:
-                if self._cfg.backend is Backend.SGLANG:  # shielded: the step's clean-up may
-                    # cancel this coroutine again before the abort is sent
-                    task = asyncio.ensure_future(self._abort_sglang(url, str(body["rid"])))
-                    self._aborts.add(task)
-                    task.add_done_callback(self._aborts.discard)
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await asyncio.shield(task)
-                raise
-            except ReplicaDownError as exc:
-                self.down_sample = sample
-                if refused(exc):  # the server was gone before these requests: none generated
-                    for s in [s for s, u in enumerate(self._urls) if u == url]:
-                        self.progress.started_s.pop(s, None)
-                raise
-            except RequestError as exc:
-                if not exc.retryable or retry >= self._cfg.max_retries:
-                    raise RequestFailedError(
-                        f"{where}: {exc} (after {retry} retries)", status=exc.status,
-                        sample=sample,
-                    ) from exc
-                delay = min(self._cfg.backoff_max_s, self._cfg.backoff_s * 2**retry)
-                retry += 1
-                await asyncio.sleep(delay)
+        sent_s = clock()
+        self.progress.started_s.update(dict.fromkeys(range(sample, sample + n), sent_s))
+        timings, outs = self._timings, None
+        timed = time_piece(timings, base, sent_s, piece) if timings is not None else 0
+        try:
+            outs = await self._watched(target, url, piece, sample)
+        except ReplicaDownError as exc:
+            self.down_sample = sample
+            if refused(exc):  # the server was gone before these requests: none generated
+                for s in [s for s, t in enumerate(self._targets) if t == target]:
+                    self.progress.started_s.pop(s, None)
+            raise
+        except RequestError as exc:
+            raise RequestFailedError(f"{where}: {exc}", status=exc.status,
+                                     sample=sample) from exc
+        finally:
+            if timings is not None:
+                record_piece(timings, timed, sent_s, clock(), outs)
+        if any(o.finish_reason == "abort" for o in outs):  # never a finished response
+            self.down_sample = sample
+            raise ReplicaDownError(f"{where}: the server ended a response without a finish "
+                                   "reason, or aborted it")
         done_s = clock()
-        for i, r in enumerate(out):
+        for i, o in enumerate(outs):
             self.progress.live_tokens.pop(sample + i, None)
             self.progress.timed_s += done_s - self.progress.started_s.pop(sample + i, sent_s)
-            self.progress.timed_tokens += r.num_tokens
+            self.progress.timed_tokens += o.num_generated
             self.progress.num_finished += 1
-            self.progress.finished_tokens += r.num_tokens
-        return out
+            self.progress.finished_tokens += o.num_generated
+        return [_response(o) for o in outs]
 
-    async def _watched(self, url: str, body: JSON, sample: int, n: int, where: str,
-                       forced: int | None) -> list[Response]:
+    async def _watched(self, target: int, url: str, piece: PieceRequest,
+                       sample: int) -> list[PieceOutput]:
         """One request, under the stall watch when there is one."""
-        if self._cfg.stream:
-            call = self._streamed(url, body, sample, n, where)
-        else:
-            call = self._posted(url, body, n, where)
+        call = self._runner.run_samples(target, piece)
         if self._stalls is None:
             return await call
-        cap = forced if forced is not None else self._cfg.sampling.max_tokens
-        prompt_tokens = len(self._prompt.token_ids or ())
         live = self.progress.live_tokens
         return await self._stalls.watched(
-            (id(self), sample), url, prompt_tokens, cap, call,
+            (id(self), sample), url, len(self._prompt.token_ids or ()), piece.max_tokens, call,
             (lambda: live.get(sample)) if self._cfg.stream else None)
 
-    async def _posted(self, url: str, body: JSON, n: int, where: str) -> list[Response]:
-        raw = await self._t.post_json(url, body, self._cfg.request_timeout_s)
-        return parse_response(self._cfg.backend, raw, n, where)
 
-    async def _abort_sglang(self, url: str, rid: str) -> None:
-        """SGLang notices a closed connection only at its next 4 s disconnect check: abort the
-        request by id right away (best effort; the closed connection remains the fallback)."""
-        abort_url = url.removesuffix(Backend.SGLANG.path) + "/abort_request"
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(self._t.post_json(abort_url, {"rid": rid}, 2.0), 2.0)
-
-    async def _streamed(
-        self, url: str, body: JSON, sample: int, n: int, where: str
-    ) -> list[Response]:
-        texts: dict[int, list[str]] = {}
-        ids: dict[int, list[int]] = {}
-        counts: dict[int, int] = {}
-        reasons: dict[int, str] = {}
-        times: dict[int, list[float]] = {}  # per choice: chunk arrival, s after the send
-        marks: dict[int, list[int]] = {}  # per choice: tokens after each chunk
-        prompt_ids: list[int] | None = None
-        sg = self._cfg.backend is Backend.SGLANG
-        t0 = time.perf_counter()  # the loop clock may tick in ms (uvloop): too coarse here
-        async for chunk in self._t.stream_json(url, body, self._cfg.request_timeout_s):
-            now_s = round(time.perf_counter() - t0, 6)
-            if prompt_ids is None:  # vLLM: in the first chunk (chat) or its first choice
-                prompt_ids = chunk.get("prompt_token_ids") or next(
-                    (c["prompt_token_ids"] for c in chunk.get("choices") or ()
-                     if c.get("prompt_token_ids")), None)  # fmt: skip
-            for idx, text, tok, cnt, reason in _chunk_items(chunk, sg):
-                if sg:  # SGLang chunks are cumulative
-                    texts[idx] = [text]
-                    counts[idx] = cnt
-                else:
-                    texts.setdefault(idx, []).append(text)
-                    if tok is not None:
-                        ids.setdefault(idx, []).extend(tok)
-                    step = len(tok) if tok is not None else int(bool(text) or not reason)
-                    counts[idx] = counts.get(idx, 0) + step
-                if reason:
-                    reasons[idx] = reason
-                times.setdefault(idx, []).append(now_s)
-                marks.setdefault(idx, []).append(counts[idx])
-                self.progress.live_tokens[sample + idx] = counts[idx]
-            usage = chunk.get("usage") or {}
-            if n == 1 and not sg and usage.get("completion_tokens") is not None and counts:
-                counts[0] = int(usage["completion_tokens"])
-                marks[0][-1] = counts[0]
-        check_finished(where, reasons, range(n))
-        return [
-            Response(
-                text="".join(texts[i]),
-                num_tokens=counts[i],
-                finish_reason=reasons[i],
-                token_ids=tuple(ids[i]) if i in ids else None,
-                prompt_token_ids=None if prompt_ids is None else tuple(map(int, prompt_ids)),
-                chunk_times_s=tuple(times[i]),
-                chunk_tokens=tuple(marks[i]),
-            )
-            for i in range(n)
-        ]
-
-
-def _chunk_items(chunk: JSON, sglang: bool) -> list[tuple[int, str, list[int] | None, int, str]]:
-    if sglang:
-        meta = chunk.get("meta_info", {})
-        fr = meta.get("finish_reason")
-        reason = fr.get("type", "") if isinstance(fr, dict) else str(fr or "")
-        cnt = int(meta.get("completion_tokens", 0))
-        return [(int(chunk.get("index", 0)), chunk.get("text", ""), None, cnt, reason)]
-    items: list[tuple[int, str, list[int] | None, int, str]] = []
-    for ch in chunk.get("choices") or []:
-        delta = ch.get("delta")
-        text = (delta or {}).get("content") or "" if delta is not None else ch.get("text") or ""
-        raw = ch.get("token_ids")
-        toks = [int(t) for t in raw] if raw is not None else None
-        items.append((int(ch.get("index", 0)), text, toks, 0, ch.get("finish_reason") or ""))
-    return items
+def _response(out: PieceOutput) -> Response:
+    """A whole response's one piece as the response (its ids without the server's JSON of
+    them, which only a continued piece sends back)."""
+    return Response(
+        text=out.text or "", num_tokens=out.num_generated, finish_reason=out.finish_reason,
+        token_ids=tuple(out.token_ids) if out.num_tokens is None else None, logprobs=out.logprobs,
+        text_offsets=out.text_offsets, prompt_token_ids=out.prompt_ids,
+        chunk_times_s=out.chunk_times_s or None, chunk_tokens=out.chunk_tokens or None)
 
 
 async def _all_or_first_error(

@@ -9,7 +9,7 @@ which cancels what does not grow with the length (HTTP, the spread of arrivals, 
 prompts' prefill). Averaged over the replicas, running maximum over ``b``. Prefill: one-token
 requests with prompts of distinct words (no prefix-cache hit) of two lengths; the slope of their
 times over the prompt tokens the server counted (``model.online_fit.fit_prefill``). Through the
-given ``Transport`` (a stub in tests).
+engine client every request goes through (``HttpPieceRunner``; over a stub transport in tests).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import math
 import statistics
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -26,9 +27,9 @@ from tailsieve.errors import ConfigError, ReplicaError
 from tailsieve.model.decode_observations import PrefillObservation
 from tailsieve.model.online_fit import fit_prefill
 from tailsieve.model.throughput import ThroughputModel
-from tailsieve.runtime.answer_counts import answer_tokens
-from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams, build_request
-from tailsieve.runtime.transport import Transport
+from tailsieve.runtime.backends import SamplingParams
+from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
+from tailsieve.runtime.sessions.pieces import PieceRequest
 
 WORDS = ("time", "river", "stone", "light", "paper", "green", "seven", "market", "winter",
          "garden", "number", "yellow", "signal", "forest", "silver", "engine")
@@ -57,23 +58,23 @@ class ProbeSettings:
         return tuple(sorted({1, round(math.sqrt(top)), top}))
 
 
-async def probe_replicas(transport: Transport, urls: Sequence[str], backend: Backend,
-                         model: str, load: int, settings: ProbeSettings | None = None,
-                         ) -> ThroughputModel:
-    """The replicas' mean decode curve and prefill rate (see the module docstring). A replica
-    that fails is left out; all failing is a ``ReplicaError``."""
+async def probe_replicas(runner: HttpPieceRunner, replicas: Sequence[int], load: int,
+                         settings: ProbeSettings | None = None) -> ThroughputModel:
+    """The mean decode curve and prefill rate of ``runner``'s ``replicas`` (see the module
+    docstring). A replica that fails is left out; all failing is a ``ReplicaError``."""
     st = settings or ProbeSettings()
-    alive = list(urls)
+    alive = list(replicas)
     short = max(2, st.tokens // 4)
     pairs: list[tuple[int, float]] = []
     for b in st.batch_sizes(load):
         for _ in range(1 + st.extra_pairs):
-            ends_short = await _lockstep(transport, alive, backend, model, b, short, st)
-            ends_full = await _lockstep(transport, alive, backend, model, b, st.tokens, st)
+            ends_short = await _lockstep(runner, alive, b, short, st)
+            ends_full = await _lockstep(runner, alive, b, st.tokens, st)
             alive = [u for u in alive if u in ends_short and u in ends_full]
             if not alive:
-                raise ReplicaError(f"auto profile: the probe failed on every replica "
-                                   f"({', '.join(urls)}); name a fallback (auto:NAME)")
+                raise ReplicaError(f"auto profile: the probe failed on every replica ("
+                                   f"{', '.join(runner.endpoints[r] for r in replicas)}); "
+                                   "name a fallback (auto:NAME)")
             taus = [(statistics.median(ends_full[u]) - statistics.median(ends_short[u]))
                     / (st.tokens - short) for u in alive]
             if min(taus) > 0:
@@ -87,56 +88,57 @@ async def probe_replicas(transport: Transport, urls: Sequence[str], backend: Bac
     for b, t in pairs:
         top = max(top, t)
         curve.append((b, top))
-    prefill = fit_prefill(await _prefills(transport, alive, backend, model, st))
+    prefill = fit_prefill(await _prefills(runner, alive, st))
     out = ThroughputModel.from_pairs(curve, name="auto-probe", source=(
         f"short lockstep probe of {len(alive)} replica(s): rounds of {short} and {st.tokens} "
         f"tokens at batch sizes {', '.join(str(b) for b, _ in pairs)}"))
     return ThroughputModel(points=out.points, name=out.name, source=out.source,
-                           provenance={"kind": "probe", "replicas": list(alive)},
+                           provenance={"kind": "probe",
+                                       "replicas": [runner.endpoints[r] for r in alive]},
                            prefill=prefill)
 
 
-async def _lockstep(transport: Transport, urls: list[str], backend: Backend, model: str,
-                    b: int, tokens: int, st: ProbeSettings) -> dict[str, list[float]]:
+async def _lockstep(runner: HttpPieceRunner, replicas: list[int], b: int, tokens: int,
+                    st: ProbeSettings) -> dict[int, list[float]]:
     """``b`` requests of exactly ``tokens`` on every replica at once: each replica that
     answered them all -> their end times after the round began."""
     loop = asyncio.get_running_loop()
     t0 = loop.time()
 
-    async def one(url: str) -> list[float]:
-        got = await asyncio.gather(*(_timed(transport, url, backend, model, "hello", tokens,
-                                            st.timeout_s) for _ in range(b)))
+    async def one(r: int) -> list[float]:
+        got = await asyncio.gather(*(_timed(runner, r, "hello", tokens, st.timeout_s)
+                                     for _ in range(b)))
         return [t0_s + s - t0 for s, _, t0_s in got]
 
-    got = await asyncio.gather(*(one(u) for u in urls), return_exceptions=True)
-    return {u: g for u, g in zip(urls, got, strict=True) if not isinstance(g, BaseException)}
+    got = await asyncio.gather(*(one(r) for r in replicas), return_exceptions=True)
+    return {r: g for r, g in zip(replicas, got, strict=True)
+            if not isinstance(g, BaseException)}
 
 
-async def _prefills(transport: Transport, urls: list[str], backend: Backend, model: str,
+async def _prefills(runner: HttpPieceRunner, replicas: list[int],
                     st: ProbeSettings) -> list[PrefillObservation]:
     rng = np.random.default_rng(0)
     out: list[PrefillObservation] = []
     for _ in range(st.prefill_repeats):
         for words in st.prefill_words:
             got = await asyncio.gather(
-                *(_timed(transport, u, backend, model, _distinct_text(rng, words), 1,
-                         st.timeout_s) for u in urls), return_exceptions=True)
+                *(_timed(runner, r, _distinct_text(rng, words), 1, st.timeout_s)
+                  for r in replicas), return_exceptions=True)
             out.extend(PrefillObservation(p, s) for g in got if not isinstance(g, BaseException)
                        for s, p, _ in [g] if p > 0 and s > 0)
     return out
 
 
-async def _timed(transport: Transport, url: str, backend: Backend, model: str, text: str,
-                 tokens: int, timeout_s: float) -> tuple[float, int, float]:
+async def _timed(runner: HttpPieceRunner, replica: int, text: str, tokens: int,
+                 timeout_s: float) -> tuple[float, int, float]:
     """One request for exactly ``tokens`` tokens: its seconds, the prompt tokens the server
     counted (0: not said) and when it was sent."""
-    body = build_request(backend, model, PromptInput("probe", text=text),
-                         SamplingParams(max_tokens=tokens), 1, forced_tokens=tokens)
+    piece = PieceRequest((), SamplingParams(max_tokens=tokens), tokens,
+                         f"probe-{uuid.uuid4().hex}", prompt_text=text, forced=True)
     loop = asyncio.get_running_loop()
     t0 = loop.time()
-    out = await transport.post_json(url.rstrip("/") + backend.path, body, timeout_s)
-    _, prompt = answer_tokens(out)
-    return loop.time() - t0, prompt or 0, t0
+    out = await asyncio.wait_for(runner.run_piece(replica, piece), timeout_s)
+    return loop.time() - t0, out.num_prompt_tokens or 0, t0
 
 
 def _distinct_text(rng: np.random.Generator, words: int) -> str:

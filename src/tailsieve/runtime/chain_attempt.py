@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from tailsieve.core.drain import engine_priority
+from tailsieve.model.online_profile import OnlineProfile
 from tailsieve.runtime.attempt import (
     AttemptProgress,
     ExecutorConfig,
@@ -38,6 +39,7 @@ from tailsieve.runtime.faults import ReplicaDownError, RequestError, refused
 from tailsieve.runtime.running_index import RunningIndex
 from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
 from tailsieve.runtime.sessions.pieces import PieceOutput, PieceRequest, TokenDelta
+from tailsieve.runtime.sessions.profile import record_piece, time_piece
 from tailsieve.runtime.stall_watch import StallWatch
 
 MAX_EMPTY_ABORTS = 8  # pieces in a row the server aborted with no token, no move asked
@@ -64,12 +66,14 @@ class ChainedAttempt:
         stalls: StallWatch | None = None,
         targets: Sequence[int] | None = None,
         priority_bucket_tokens: int | None = None,
+        timings: OnlineProfile | None = None,
     ) -> None:
         check_continuable(config.sampling)
         self._priority_bucket = priority_bucket_tokens  # each piece's engine priority by the
         # tokens its response generated so far (core.drain.engine_priority); None: not sent
         self._runner = runner
         self._stalls = stalls  # hung replicas: a piece without progress is a fault
+        self._timings = timings  # the ``auto`` profile's fit, fed each piece's timing
         self._targets = targets
         self.where = list(where)
         self._cfg = config
@@ -242,9 +246,14 @@ class ChainedAttempt:
             if self._index is not None and not self._cfg.stream:
                 self._index.piece_started((pid, i), self, replica, started - self._t0,
                                           _piece_cap(self._cfg, chain))
+            timings, out, fault = self._timings, None, None
+            timed = time_piece(timings, base, started, piece) if timings is not None else 0
             try:
                 out, fault = await self._run_piece(target, base, piece)
             finally:
+                if timings is not None:
+                    record_piece(timings, timed, started, clock(),
+                                 [out] if out is not None and fault is None else None)
                 self._rids.pop(i, None)
                 self._streamed.pop(i, None)
                 self.progress.started_s.pop(i, None)

@@ -5,7 +5,7 @@ with the lengths the model chooses itself.
 It starts the servers (or uses running ones), measures their decode curve in lockstep for the
 controllers' throughput model (``runtime.profiler``), and runs every policy on the same shipped
 math word problems (chat prompts; with moves they go as the server's token ids,
-``runtime.chat_tokens``), interleaved step by step, at temperature 1 with natural EOS. Unlike
+``LiveExecutor.chat_as_tokens``), interleaved step by step, at temperature 1 with natural EOS. Unlike
 the emulated demo, the policies do not replay the same lengths: each samples its own responses
 to the same prompts, so a paired step ratio also holds sampling noise, and a few steps on two
 CPU servers say more about the mechanics (moves, cutoffs, exactly-once) than about the speedup.

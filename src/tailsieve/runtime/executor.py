@@ -32,7 +32,8 @@ from tailsieve.core.balance_trace import BalanceTrace
 from tailsieve.core.outcome import StepOutcome
 from tailsieve.core.plan import GroupAssignment, StepPlan
 from tailsieve.core.pool import Pool
-from tailsieve.errors import ConfigError, ProtocolError, StepFailedError
+from tailsieve.errors import ConfigError, ProtocolError, ReplicaError, StepFailedError
+from tailsieve.model.online_profile import OnlineProfile
 from tailsieve.model.profiles import builtin_profile
 from tailsieve.model.replica_config import ReplicaConfig
 from tailsieve.runtime.attempt import (
@@ -42,10 +43,9 @@ from tailsieve.runtime.attempt import (
     GroupAttempt,
     RequestFailedError,
 )
-from tailsieve.runtime.backends import PromptInput, Response, with_encoded_ids
+from tailsieve.runtime.backends import Backend, PromptInput, Response, with_encoded_ids
 from tailsieve.runtime.chain import SEED_WARNING, ResponseChain, check_continuable
 from tailsieve.runtime.chain_attempt import ChainedAttempt
-from tailsieve.runtime.chat_tokens import tokenize_all
 from tailsieve.runtime.health import ReplicaHealth, ReplicaState
 from tailsieve.runtime.lean_http import LeanTransport
 from tailsieve.runtime.rebalancer import LiveRebalancer, LiveResponse, MoveTally
@@ -146,6 +146,8 @@ class LiveExecutor:
         self.runner: HttpPieceRunner | None = None  # continuation: the engine client pieces
         # go through (built for the config of the step that needs it)
         self._runner_config: ExecutorConfig | None = None
+        self.timings: OnlineProfile | None = None  # profile "auto": fed every request's and
+        # piece's timing (``runtime.sessions.profile.record_piece``; the rollout sets it)
 
     @property
     def num_replicas(self) -> int:
@@ -223,17 +225,19 @@ class LiveExecutor:
         await self._transport.aclose()
 
     def piece_runner(self) -> HttpPieceRunner:
-        """The engine client continuation pieces go through: the session gateway's
-        ``HttpPieceRunner`` over this executor's transport, under its config (timeouts,
-        retries, streaming), addressed by executor replica."""
+        """The engine client every request goes through (whole responses and continuation
+        pieces): the session gateway's ``HttpPieceRunner`` over this executor's transport,
+        under its config (timeouts, retries, streaming), addressed by executor replica."""
         cfg = self.config
         if self.runner is None or self._runner_config is not cfg:
             self.runner = HttpPieceRunner(
                 self.health.urls, cfg.backend, cfg.model, transport=self._transport,
                 request_timeout_s=cfg.request_timeout_s, max_retries=cfg.max_retries,
                 backoff_s=cfg.backoff_s, backoff_max_s=cfg.backoff_max_s,
-                health_timeout_s=cfg.health_timeout_s, stream=cfg.stream,
-                stream_interval=cfg.stream_interval)
+                health_timeout_s=cfg.health_timeout_s,
+                stream=cfg.stream and cfg.backend is not Backend.SGLANG,  # (SGLang: a sink)
+                stream_interval=cfg.stream_interval,
+                return_token_ids=cfg.return_token_ids or cfg.continuation)
             self._runner_config = cfg
         return self.runner
 
@@ -255,16 +259,33 @@ class LiveExecutor:
 
     async def chat_as_tokens(self, prompts: Mapping[str, PromptInput]) -> dict[str, PromptInput]:
         """``prompts`` with every chat prompt replaced by the token ids a healthy replica's
-        ``/tokenize`` gives its messages (``runtime.chat_tokens``)."""
+        ``/tokenize`` gives its messages under the model's chat template, with the generation
+        prompt (``HttpPieceRunner.tokenize_chat``), so that a chat rollout can move its
+        responses: a move continues a response as a token-id prompt, which vLLM's chat API
+        does not take, while the chat endpoint only applies the template and then generates as
+        the completions endpoint does. What is sampled is the same; the responses come back in
+        the completions form."""
         if all(p.messages is None for p in prompts.values()):
             return dict(prompts)
         if not any(self.healthy):
             await self.probe()
-        urls = [u for u, ok in zip(self.health.urls, self.health.healthy, strict=True) if ok]
-        if not urls:
+        if not self.healthy_indices:
             raise StepFailedError("no healthy replica to tokenize the chat prompts")
-        model = await self.resolve_model()
-        out = await tokenize_all(self._transport, urls[0], model, list(prompts.values()))
+        await self.resolve_model()
+        runner, replica = self.piece_runner(), self.healthy_indices[0]
+
+        async def one(p: PromptInput) -> PromptInput:
+            if p.messages is None:
+                return p
+            try:
+                ids = await runner.tokenize_chat(p.messages, replica)
+            except ReplicaError as exc:
+                raise ReplicaError(f"{runner.endpoints[replica]}: cannot tokenize chat prompt "
+                                   f"{p.prompt_id!r} ({exc}); moves need the chat template "
+                                   "applied by the server") from None
+            return replace(p, messages=None, token_ids=ids)
+
+        out = await asyncio.gather(*(one(p) for p in prompts.values()))
         return {p.prompt_id: p for p in out}
 
     async def run(
@@ -518,16 +539,9 @@ class LiveExecutor:
             return
         where = g.replicas or (g.replica,)
         urls = tuple(self._url(run, r) for r in where)
-        attempt = GroupAttempt(
-            self._transport,
-            list(urls) if g.replicas else urls[0],
-            self.config,
-            prompt,
-            run.plan.group_size,
-            self._forced,
-            g.progress,
-            self.stalls,
-        )
+        targets = [run.active[r] for r in g.replicas or where * run.plan.group_size]
+        attempt = GroupAttempt(self.piece_runner(), targets, self.config, prompt, self._forced,
+                               g.progress, self.stalls, self.timings)
         g.task = asyncio.create_task(
             self._wrap(run, attempt, g.assignment.prompt_id, g.attempt, where, urls)
         )
@@ -549,7 +563,7 @@ class LiveExecutor:
 
         att = ChainedAttempt(
             self.piece_runner(), where, run.config or self.config, prompt, chains,
-            self._forced, g.progress, relocate, self.stalls, run.active,
+            self._forced, g.progress, relocate, self.stalls, run.active, timings=self.timings,
             priority_bucket_tokens=self._priority_bucket(run.plan),
         )
         old = run.attempts.get(pid)

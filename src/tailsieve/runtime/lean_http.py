@@ -70,7 +70,7 @@ class LeanTransport(AiohttpTransport):
         if not body.strip():
             return None  # e.g. SGLang's /abort_request answers 200 with no body
         try:
-            return ids_json.loads(body, isinstance(payload.get("prompt"), EncodedIds))
+            return ids_json.loads(body, _encoded_key(payload) is not None)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise RequestError(f"{url}: malformed JSON: {body[:200]!r}") from exc
 
@@ -116,19 +116,21 @@ class LeanTransport(AiohttpTransport):
 
 
 def _encode(payload: JSON) -> bytes:
-    """Compact JSON; a continued piece's prompt ids (``EncodedIds``: vLLM's ``prompt``, SGLang's
-    ``input_ids``) are spliced in pre-encoded."""
-    for key in _ID_KEYS:
-        ids = payload.get(key)
-        if isinstance(ids, EncodedIds):
-            break
-    else:
+    """Compact JSON; token ids already encoded (``EncodedIds``: a continued piece's prompt,
+    whatever the engine's key for it) are spliced in as they are."""
+    key = _encoded_key(payload)
+    if key is None:
         return _compact(payload).encode()
     rest = _compact({k: v for k, v in payload.items() if k != key})
-    return (rest[:-1] + ("," if len(rest) > 2 else "") + f'"{key}":' + ids.json + "}").encode()
+    return (rest[:-1] + ("," if len(rest) > 2 else "") + f'"{key}":' + payload[key].json
+            + "}").encode()
 
 
-_ID_KEYS = ("prompt", "input_ids")
+def _encoded_key(payload: JSON) -> str | None:
+    """The key of the payload's pre-encoded token ids (``EncodedIds``), if any."""
+    return next((k for k, v in payload.items() if isinstance(v, EncodedIds)), None)
+
+
 _compact = json.JSONEncoder(separators=(",", ":")).encode  # one encoder, not one per request
 
 

@@ -16,7 +16,7 @@ MOVING_POLICY = "tailsieve"  # the one policy that moves running responses (the 
 PIECE_TOKENS = 512  # default piece cap where moves need pieces (vLLM unstreamed, sessions): the
 # best of 128-8,192 in the simulator (qwen3-4b-h100, paper-math, R = 8, 50 ms seams, deferred)
 CONTINUABLE_BACKENDS = (Backend.VLLM, Backend.VLLM_CHAT, Backend.SGLANG)  # a response can be
-# sent on as token ids (vllm-chat: its prompts are tokenized by the server, runtime.chat_tokens)
+# sent on as token ids (vllm-chat: its prompts are tokenized by the server, LiveExecutor.chat_as_tokens)
 
 
 def sampling_off_reason(backend: Backend, sampling: SamplingParams) -> str | None:

@@ -28,17 +28,22 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-import aiohttp
 import numpy as np
 
 from tailsieve.errors import ConfigError, ProfileError, ReplicaError
 from tailsieve.model.throughput import ThroughputModel
-from tailsieve.runtime.served_model import resolve_served_model
+from tailsieve.runtime.backends import SamplingParams
+from tailsieve.runtime.faults import ReplicaDownError
+from tailsieve.runtime.served_model import resolve_served_model, transport_getter
+from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
+from tailsieve.runtime.sessions.pieces import PieceRequest
+from tailsieve.runtime.transport import AiohttpTransport, Transport
 
 DEFAULT_BATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
 SHORT_FRACTION = 0.25  # the short round asks for this fraction of the tokens
@@ -122,61 +127,38 @@ def _row(m: BatchMeasurement) -> dict[str, Any]:
     }
 
 
-async def detect_model(session: aiohttp.ClientSession, endpoint: str) -> str:
+async def detect_model(transport: Transport, endpoint: str) -> str:
     """The one model served at ``endpoint`` (``runtime.served_model``: GET /v1/models, else
     SGLang's /get_model_info); several models are a ``ConfigError`` listing them."""
-
-    async def get(url: str) -> tuple[int, str]:
-        try:
-            async with session.get(url) as resp:
-                return resp.status, await resp.text()
-        except (aiohttp.ClientError, OSError) as exc:
-            raise ReplicaError(f"cannot reach {url}: {exc}") from None
-
-    return await resolve_served_model(get, [endpoint])
-
-
-async def _one_request(
-    session: aiohttp.ClientSession, endpoint: str, model: str, prompt: str, tokens: int, t0: float
-) -> tuple[float, int]:
-    """One request for exactly ``tokens`` tokens; its end time after ``t0`` and the prompt
-    tokens the server counted."""
-    body = {
-        "model": model,
-        "prompt": prompt,
-        "max_tokens": tokens,
-        "ignore_eos": True,
-        "temperature": 0.0,
-    }
-    url = f"{endpoint}/v1/completions"
     try:
-        async with session.post(url, json=body) as resp:
-            if resp.status != 200:
-                raise ReplicaError(f"POST {url}: HTTP {resp.status}: {(await resp.text())[:300]}")
-            out = await resp.json()
-    except (aiohttp.ClientError, OSError) as exc:
-        raise ReplicaError(f"POST {url}: {exc}") from None
+        return await resolve_served_model(transport_getter(transport.get), [endpoint])
+    except ReplicaDownError as exc:
+        raise ReplicaError(f"cannot reach {endpoint}: {exc}") from None
+
+
+async def _one_request(runner: HttpPieceRunner, prompt: str, tokens: int,
+                       t0: float) -> tuple[float, int]:
+    """One request for exactly ``tokens`` tokens (through the engine client every request goes
+    through); its end time after ``t0`` and the prompt tokens the server counted."""
+    piece = PieceRequest((), SamplingParams(max_tokens=tokens, temperature=0.0), tokens,
+                         f"profile-{uuid.uuid4().hex}", prompt_text=prompt, forced=True)
+    out = await runner.run_piece(0, piece)
     end = time.monotonic() - t0
-    got = out.get("usage", {}).get("completion_tokens") if isinstance(out, dict) else None
-    if got != tokens:
+    if out.num_generated != tokens:
         raise ReplicaError(
-            f"{endpoint}: asked for exactly {tokens} tokens (ignore_eos) but usage says {got}; "
-            "is the prompt + max_tokens above the server's max_model_len?"
+            f"{runner.endpoints[0]}: asked for exactly {tokens} tokens (ignore_eos) but got "
+            f"{out.num_generated}; is the prompt + max_tokens above the server's max_model_len?"
         )
-    prompt_tokens = out.get("usage", {}).get("prompt_tokens", 0)
-    return end, int(prompt_tokens) if isinstance(prompt_tokens, int) else 0
+    return end, out.num_prompt_tokens or 0
 
 
 async def _round(
-    session: aiohttp.ClientSession, settings: ProfileSettings, model: str, b: int, tokens: int
+    runner: HttpPieceRunner, settings: ProfileSettings, b: int, tokens: int
 ) -> tuple[list[float], int]:
     """``b`` concurrent requests of ``tokens``; their sorted end times and the largest prompt
     token count the server reported."""
     t0 = time.monotonic()
-    coros = [
-        _one_request(session, settings.endpoint, model, settings.prompt, tokens, t0)
-        for _ in range(b)
-    ]
+    coros = [_one_request(runner, settings.prompt, tokens, t0) for _ in range(b)]
     try:
         ends = await asyncio.wait_for(asyncio.gather(*coros), settings.timeout_s)
     except TimeoutError:
@@ -187,15 +169,15 @@ async def _round(
 
 
 async def measure_batch_lockstep(
-    session: aiohttp.ClientSession,
+    runners: Sequence[HttpPieceRunner],
     settings: Sequence[ProfileSettings],
-    models: Sequence[str],
     b: int,
 ) -> list[BatchMeasurement]:
     """``tau(b)`` of every endpoint from short and full rounds of ``b`` concurrent requests
     (the median over ``repeats`` pairs of rounds). Every round starts on all endpoints together
     and the next waits for all to finish, so each is measured while the others run the same
-    batch (the load of a rollout step on shared hardware); one endpoint is the plain case."""
+    batch (the load of a rollout step on shared hardware); one endpoint is the plain case.
+    ``runners[i]`` sends ``settings[i]``'s requests."""
     first = settings[0]
     full = first.tokens
     short = max(1, round(full * SHORT_FRACTION))
@@ -206,10 +188,10 @@ async def measure_batch_lockstep(
         if k >= first.repeats and all(_step(prs, span) > 0 for prs in pairs):
             break  # a pause during a short round can make the difference <= 0: measure again
         shorts = await asyncio.gather(
-            *(_round(session, st, mdl, b, short) for st, mdl in zip(settings, models, strict=True))
+            *(_round(r, st, b, short) for r, st in zip(runners, settings, strict=True))
         )
         fulls = await asyncio.gather(
-            *(_round(session, st, mdl, b, full) for st, mdl in zip(settings, models, strict=True))
+            *(_round(r, st, b, full) for r, st in zip(runners, settings, strict=True))
         )
         for i in range(len(settings)):
             pairs[i].append((shorts[i][0], fulls[i][0]))
@@ -318,30 +300,30 @@ async def profile_endpoints(
     if len(set(endpoints)) != len(endpoints):
         raise ConfigError(f"an endpoint is listed twice: {endpoints}")
     settings = [replace(st, endpoint=ep) for st, ep in zip(settings, endpoints, strict=True)]
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
-    # a fresh connection per request: servers close idle keep-alive connections (uvicorn: 5 s)
-    # and reusing one they just closed fails with "Server disconnected"
-    connector = aiohttp.TCPConnector(limit=0, force_close=True)
-    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
-        models = [st.model or await detect_model(session, st.endpoint) for st in settings]
-        for st, mdl in zip(settings, models, strict=True):
+    transport = AiohttpTransport()  # no retries: a failed request fails the sweep
+    try:
+        models = [st.model or await detect_model(transport, st.endpoint) for st in settings]
+        runners = [HttpPieceRunner([st.endpoint], model=mdl, transport=transport,
+                                   request_timeout_s=None, max_retries=0,
+                                   return_token_ids=False)
+                   for st, mdl in zip(settings, models, strict=True)]
+        for st, runner in zip(settings, runners, strict=True):
             if st.warmup:
-                await _one_request(session, st.endpoint, mdl, st.prompt, 8, time.monotonic())
-        per_b = [
-            await measure_batch_lockstep(session, settings, models, b) for b in first.batch_sizes
-        ]
+                await _one_request(runner, st.prompt, 8, time.monotonic())
+        per_b = [await measure_batch_lockstep(runners, settings, b) for b in first.batch_sizes]
         per_ctx = [
             await measure_batch_lockstep(
-                session, [replace(st, prompt=long_prompt(n)) for st in settings], models,
+                runners, [replace(st, prompt=long_prompt(n)) for st in settings],
                 first.context_batch)
             for n in first.context_lengths
         ]
         if per_ctx:  # the base prompt at the same batch anchors the fit
             base = (per_b[first.batch_sizes.index(first.context_batch)]
                     if first.context_batch in first.batch_sizes
-                    else await measure_batch_lockstep(session, settings, models,
-                                                      first.context_batch))
+                    else await measure_batch_lockstep(runners, settings, first.context_batch))
             per_ctx.insert(0, base)
+    finally:
+        await transport.aclose()
     date = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     bs = ",".join(str(b) for b in first.batch_sizes)
     together = (

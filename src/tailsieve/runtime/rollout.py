@@ -41,7 +41,6 @@ from tailsieve.runtime.attempt import ExecutorConfig, ForcedLength
 from tailsieve.runtime.auto_profile import AutoProfile
 from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
 from tailsieve.runtime.executor import LiveExecutor
-from tailsieve.runtime.lean_http import LeanTransport
 from tailsieve.runtime.moves import MOVING_POLICY, MoveSettings, sampling_off_reason
 from tailsieve.runtime.observe import RuntimeMetrics, StepLog, StepMetrics, waste_fields
 from tailsieve.runtime.stall_watch import StallSettings
@@ -69,7 +68,7 @@ class RolloutConfig:
     settings, ``runtime.moves``) (logged once when the rollout is
     made, and the runtime's ``/metrics`` gauge ``tailsieve_moves_off{reason=...}``). With
     moves on, ``vllm-chat`` prompts are sent as the token ids the server's ``/tokenize`` gives
-    their messages, on the completions API (``runtime.chat_tokens``; the same template, the
+    their messages, on the completions API (``LiveExecutor.chat_as_tokens``; the same template, the
     same sampling).
 
     ``profile="auto"`` (the default): the controller's cost model is fitted online from the
@@ -226,8 +225,6 @@ class TailSieveRollout:
         _, fixed = parse_profile(config.profile)
         if config.fits_profile:
             self.auto = AutoProfile(fixed)
-            transport = self.auto.wrap(transport or LeanTransport())
-        self._transport = transport  # the executor's (observed with "auto")
         profile = (load_profile(fixed) if fixed is not None else builtin_profile("cpu"))
         # (with "auto" and no fallback the "cpu" curve only stands in until the probe)
         self.profile: ThroughputModel = profile  # the controller's model now
@@ -249,6 +246,7 @@ class TailSieveRollout:
             balance_costs=ReplicaConfig.from_profile(profile) if config.moves_active else None,
         )
         self.executor.stall_cost = ReplicaConfig.from_profile(profile)
+        self.executor.timings = self.auto.online if self.auto is not None else None
         self.metrics = metrics
         self.step_log = step_log
         _log_moves_off(config)
@@ -267,27 +265,25 @@ class TailSieveRollout:
             raise ReplicaError(f"no replica answers /health ({reasons})")
         self._set_active()
         try:
-            model = await self.executor.resolve_model()
+            await self.executor.resolve_model()
             if self.auto is not None and self.auto.needs_probe:
-                await self._probe(model)
+                await self._probe()
         except BaseException:
             await self.aclose()
             raise
         return self
 
-    async def _probe(self, model: str) -> None:
+    async def _probe(self) -> None:
         """``profile="auto"`` without a fallback: lockstep rounds on the healthy replicas
         (``runtime.auto_probe``); their curve is the model until the fit is ready."""
         assert self.auto is not None
-        urls = [self.executor.replicas[i].url for i in self._active]
         cfg = self.config
-        load = math.ceil(cfg.num_groups * cfg.group_size / max(len(urls), 1))
+        load = math.ceil(cfg.num_groups * cfg.group_size / max(len(self._active), 1))
         t0 = time.perf_counter()
-        assert self._transport is not None
-        got = await self.auto.probe(self._transport, urls, cfg.executor_config().backend,
-                                    model, load)
+        got = await self.auto.probe(self.executor.piece_runner(), self._active, load)
         self._refresh_profile()
-        logger.info("TailSieve auto profile: probed %d replica(s) in %.1f s: %s", len(urls),
+        logger.info("TailSieve auto profile: probed %d replica(s) in %.1f s: %s",
+                    len(self._active),
                     time.perf_counter() - t0, ", ".join(
                         f"tau({p.batch_size}) = {p.step_s * 1e3:.3g} ms" for p in got.points))
 

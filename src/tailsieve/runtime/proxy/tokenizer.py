@@ -1,7 +1,7 @@
 """Prompts as token ids, from the servers' own ``POST /tokenize``.
 
 A turn is sent to the servers as token ids so that it can be continued anywhere (see
-``runtime.chat_tokens``): a text prompt is tokenized as vLLM's completions endpoint would
+``LiveExecutor.chat_as_tokens``): a text prompt is tokenized as vLLM's completions endpoint would
 (``add_special_tokens`` as the request says, default true), chat messages under the model's
 chat template with the request's template options (vLLM's chat endpoint applies the same
 template, then generates as the completions endpoint does). ``HttpTokenizer`` asks a healthy

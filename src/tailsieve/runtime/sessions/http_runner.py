@@ -1,5 +1,10 @@
 """``HttpPieceRunner``: pieces over HTTP, to vLLM's ``/v1/completions`` or SGLang's ``/generate``.
 
+The one engine client of every execution path: the session gateway's pieces, the single-turn
+step's chained pieces and its whole responses (a whole response is a piece with no cap below its
+``max_tokens``; a chat prompt goes to vLLM's ``/v1/chat/completions``, backend ``vllm-chat``;
+``run_samples`` sends a group as one request with ``n`` responses).
+
 A piece's prompt is token ids (vLLM: ``prompt`` as a list of ids; SGLang: ``input_ids``), so a
 turn continues on any replica exactly from its last seam. Requests go through a
 ``runtime.transport.Transport`` (``LeanTransport`` by default, a stub in tests); request errors
@@ -27,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tailsieve.errors import ConfigError
@@ -61,6 +66,7 @@ class _Live:
 
     replica: int
     streamed: StreamedPiece | None = None
+    samples: list[StreamedPiece] = field(default_factory=list)  # each response's (``n``)
     task: asyncio.Future[None] | None = None  # the stream's reader (cancelled: interrupted)
 
 
@@ -70,7 +76,8 @@ class HttpPieceRunner:
     ``stream``: vLLM pieces are streamed (so that a move can interrupt one), every
     ``stream_interval`` tokens (vLLM's per-request ``stream_interval``; None: every token);
     ``detail``: reads what a caller needs off a piece's server answer into its
-    ``PieceOutput.detail`` (None: nothing kept)."""
+    ``PieceOutput.detail`` (None: nothing kept); ``return_token_ids=False``: vLLM answers
+    counts only (``PieceOutput.num_tokens``; whole responses, never continued)."""
 
     def __init__(
         self,
@@ -86,12 +93,10 @@ class HttpPieceRunner:
         stream: bool = False,
         stream_interval: int | None = None,
         detail: Callable[[Any], Any] | None = None,
+        return_token_ids: bool = True,
     ) -> None:
         self.backend = Backend(backend)
-        if self.backend is Backend.VLLM_CHAT:
-            raise ConfigError("pieces go to /v1/completions as token ids: use backend 'vllm' "
-                              "(tokenize chat prompts first, e.g. runtime.chat_tokens)")
-        if stream and self.backend is not Backend.VLLM:
+        if stream and self.backend is Backend.SGLANG:
             raise ConfigError("stream=True streams vLLM pieces; SGLang pieces are interrupted "
                               "by /abort_request without it")
         if stream_interval is not None and (not stream or stream_interval < 1):
@@ -113,6 +118,7 @@ class HttpPieceRunner:
         self._live: dict[str, _Live] = {}
         self._aborts: set[asyncio.Task[None]] = set()
         self._detail = detail
+        self.return_token_ids = return_token_ids
 
     @property
     def interrupts(self) -> bool:
@@ -158,6 +164,11 @@ class HttpPieceRunner:
 
     async def run_piece(self, replica: int, piece: PieceRequest) -> PieceOutput:
         """Generate ``piece`` on ``replica`` (see the module docstring for errors)."""
+        return (await self.run_samples(replica, piece))[0]
+
+    async def run_samples(self, replica: int, piece: PieceRequest) -> list[PieceOutput]:
+        """The ``piece.num_samples`` responses of one request, in sample order (a group sent
+        as one request with ``n``); otherwise as ``run_piece``."""
         base = self._base(replica)
         url = base + self.backend.path
         streamed = self.stream or piece.sink is not None
@@ -170,18 +181,19 @@ class HttpPieceRunner:
                 if streamed:
                     return await self._streamed(url, body, live, where, piece)
                 raw = await self._t.post_json(url, body, self._timeout_s)
-                resp = parse_response(self.backend, raw, 1, where, allow_abort=True,
-                                      keep_json=True)[0]
-                return _output(resp, raw, self.backend, self._detail)
+                resps = parse_response(self.backend, raw, piece.num_samples, where,
+                                       allow_abort=True, keep_json=True)
+                return [_output(r, raw, self.backend, self._detail, self.return_token_ids)
+                        for r in resps]
             except asyncio.CancelledError:
                 if self.backend is Backend.SGLANG:  # it notices a closed connection only at
                     # its next disconnect check: abort the piece by id too (in the background)
                     self._abort_later(replica, piece.request_id)
                 raise
             except RequestError as exc:
-                got = live.streamed
-                if piece.sink is not None and got is not None and got.ids:
-                    return got.output(interrupted=True)  # its sink has these: keep them
+                got = live.samples
+                if piece.sink is not None and any(g.ids for g in got):
+                    return [g.output(interrupted=True) for g in got]  # its sink has these
                 if not exc.retryable or retry >= self._max_retries:
                     raise RequestError(f"{where}: {exc} (after {retry} retries)",
                                        status=exc.status, retryable=False) from exc
@@ -191,14 +203,17 @@ class HttpPieceRunner:
                 self._live.pop(piece.request_id, None)
 
     async def _streamed(self, url: str, body: JSON, live: _Live, where: str,
-                        piece: PieceRequest) -> PieceOutput:
+                        piece: PieceRequest) -> list[PieceOutput]:
         """One streamed piece; interrupted (its reader cancelled), the tokens so far."""
-        got = live.streamed = StreamedPiece(sink=piece.sink,
-                                            sglang=self.backend is Backend.SGLANG)
+        n = piece.num_samples
+        live.samples = [StreamedPiece(sink=piece.sink, sglang=self.backend is Backend.SGLANG,
+                                      index=i, num_samples=n) for i in range(n)]
+        got = live.streamed = live.samples[0]
 
         async def read() -> None:
             async for chunk in self._t.stream_json(url, body, self._timeout_s):
-                got.add(chunk, where)
+                for one in live.samples:
+                    one.add(chunk, where)
 
         task = live.task = asyncio.ensure_future(read())
         try:
@@ -211,14 +226,15 @@ class HttpPieceRunner:
             elif not task.cancelled():
                 task.exception()  # read (also when this call is cancelled meanwhile)
         if task.cancelled() or got.closed:
-            return got.output(interrupted=True)
+            return [one.output(interrupted=True) for one in live.samples]
         try:
             task.result()
-            finished(got, where)
+            for one in live.samples:
+                finished(one, where)
         except ReplicaDownError as exc:  # a cut stream: what came is kept (runtime.faults)
             exc.partial = got.output(interrupted=True)
             raise
-        return got.output()
+        return [one.output() for one in live.samples]
 
     async def _abort(self, replica: int, request_id: str) -> None:
         """SGLang: ``/abort_request`` for the piece, again while it still runs."""
@@ -246,7 +262,7 @@ class HttpPieceRunner:
         """``text`` as ``replica``'s tokenizer gives it, without special tokens (vLLM's
         ``POST /tokenize``)."""
         body: JSON = {"prompt": text, "add_special_tokens": False}
-        if self.backend is Backend.VLLM:
+        if self.backend is not Backend.SGLANG:
             body["model"] = await self._model()
         return await self._tokens(replica, body)
 
@@ -255,7 +271,7 @@ class HttpPieceRunner:
         """Chat ``messages`` as the token ids ``replica`` gives them under the model's chat
         template, with the generation prompt (vLLM's ``POST /tokenize``)."""
         body: JSON = {"messages": [dict(m) for m in messages], "add_generation_prompt": True}
-        if self.backend is Backend.VLLM:
+        if self.backend is not Backend.SGLANG:
             body["model"] = await self._model()
         return await self._tokens(replica, body)
 
@@ -281,12 +297,13 @@ class HttpPieceRunner:
         ids: tuple[int, ...] = piece.prompt_ids
         if piece.prompt_json is not None and not isinstance(ids, EncodedIds):
             ids = EncodedIds(ids, piece.prompt_json)
-        model = await self._model() if self.backend is Backend.VLLM else ""
-        prompt = (PromptInput(piece.request_id, text=piece.prompt_text) if not ids
-                  else PromptInput(piece.request_id, token_ids=ids))
-        body = build_request(self.backend, model, prompt, piece.sampling, 1,
+        model = await self._model() if self.backend is not Backend.SGLANG else ""
+        prompt = (PromptInput(piece.request_id, token_ids=ids) if ids
+                  else PromptInput(piece.request_id, messages=piece.messages) if piece.messages
+                  else PromptInput(piece.request_id, text=piece.prompt_text))
+        body = build_request(self.backend, model, prompt, piece.sampling, piece.num_samples,
                              forced_tokens=piece.max_tokens if piece.forced else None,
-                             seed=piece.sampling.seed, return_token_ids=True,
+                             seed=piece.sampling.seed, return_token_ids=self.return_token_ids,
                              max_tokens=piece.max_tokens, stream=stream,
                              stream_interval=self.stream_interval)
         if self.backend is Backend.SGLANG:
@@ -310,32 +327,37 @@ class HttpPieceRunner:
 
 
 def _output(resp: Response, raw: Any, backend: Backend,
-            detail: Callable[[Any], Any] | None) -> PieceOutput:
+            detail: Callable[[Any], Any] | None, need_ids: bool = True) -> PieceOutput:
     """A parsed response as a piece's output (a server-specific finish reason such as vLLM's
     "abort" or SGLang's is read as "abort")."""
-    if resp.token_ids is None:
+    if resp.token_ids is None and need_ids:
         raise RequestError("a piece came back without token ids (vLLM: return_token_ids; "
                            "SGLang: output_ids)")
     reason = resp.finish_reason if resp.finish_reason in FINISH_REASONS else "abort"
     pids = resp.prompt_token_ids
+    prompt, cached = _prompt_counts(raw, backend)
     return PieceOutput(
-        token_ids=resp.token_ids, finish_reason=reason, text=resp.text,
+        token_ids=resp.token_ids or (), finish_reason=reason, text=resp.text,
+        num_tokens=None if resp.token_ids is not None else resp.num_tokens,
         logprobs=resp.logprobs, text_offsets=resp.text_offsets,
-        num_cached_tokens=_cached_tokens(raw, backend),
+        num_cached_tokens=cached, num_prompt_tokens=prompt,
         detail=detail(raw) if detail is not None else None,
         prompt_ids=tuple(pids) if pids else None,
     )
 
 
-def _cached_tokens(raw: Any, backend: Backend) -> int | None:
-    """Prompt tokens the server reports it found cached, or None."""
+def _prompt_counts(raw: Any, backend: Backend) -> tuple[int | None, int | None]:
+    """Prompt tokens the server counted, and those it reports it found cached (None: not
+    said)."""
     try:
         if backend is Backend.SGLANG:
-            item = raw[0] if isinstance(raw, list) else raw
-            val = item["meta_info"].get("cached_tokens")
+            item = (raw[0] if isinstance(raw, list) else raw)["meta_info"]
+            vals = item.get("prompt_tokens"), item.get("cached_tokens")
         else:
-            details = (raw.get("usage") or {}).get("prompt_tokens_details") or {}
-            val = details.get("cached_tokens")
+            usage = raw.get("usage") or {}
+            details = usage.get("prompt_tokens_details") or {}
+            vals = usage.get("prompt_tokens"), details.get("cached_tokens")
     except (KeyError, TypeError, AttributeError, IndexError):
-        return None
-    return int(val) if isinstance(val, int) and not isinstance(val, bool) else None
+        return None, None
+    p, c = (int(v) if isinstance(v, int) and not isinstance(v, bool) else None for v in vals)
+    return p, c

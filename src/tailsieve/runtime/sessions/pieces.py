@@ -40,6 +40,7 @@ class TokenDelta:
     text_offsets: tuple[int, ...] | None = None  # start of each token's text in ``text``
     detail: Any = None  # what the runner adds about these tokens (the engine's chunk; the
     # piece's ``PieceOutput.detail`` when the piece came whole)
+    sample: int = 0  # the request's response they belong to (``PieceRequest.num_samples``)
 
 
 TokenSink = Callable[[TokenDelta], None]
@@ -64,13 +65,17 @@ class PieceRequest:
     prompt_text: str | None = None  # a first piece whose prompt is text: the server
     # tokenizes it and echoes its ids (``PieceOutput.prompt_ids``)
     forced: bool = False  # replay: generate exactly ``max_tokens`` (EOS ignored)
+    messages: tuple[dict[str, str], ...] | None = None  # a chat prompt (backend vllm-chat)
+    num_samples: int = 1  # responses of the one request (``HttpPieceRunner.run_samples``)
 
     def __post_init__(self) -> None:
-        if not self.prompt_ids and not self.prompt_text:
+        if not self.prompt_ids and not self.prompt_text and not self.messages:
             raise ConfigError(f"piece {self.request_id!r}: empty prompt")
         if self.max_tokens < 1:
             raise ConfigError(f"piece {self.request_id!r}: max_tokens must be >= 1, "
                               f"got {self.max_tokens}")
+        if self.num_samples < 1:
+            raise ConfigError(f"piece {self.request_id!r}: num_samples must be >= 1")
 
     def sampling_dict(self) -> dict[str, Any]:
         """This piece's sampling as vLLM's sampling-parameter dict (``max_tokens`` = the
@@ -89,11 +94,18 @@ class PieceOutput:
     text_offsets: tuple[int, ...] | None = None  # start of each token's text in ``text``
     num_cached_tokens: int | None = None  # prompt tokens the server found cached (None: not
     # reported)
+    num_prompt_tokens: int | None = None  # prompt tokens as the server counted them (None:
+    # not reported)
     detail: Any = field(default=None, compare=False, repr=False)  # what the engine said
     # beyond the tokens, for a front door's answer: the HTTP runner's server answer (JSON),
     # verl's ``TokenOutput``; rides the chain to ``TurnResult.chain``
     prompt_ids: tuple[int, ...] | None = field(default=None, compare=False, repr=False)  # the
     # prompt's ids as the server echoed them (a ``prompt_text`` piece's; None: not echoed)
+    num_tokens: int | None = None  # generated tokens as the server counted them where it did
+    # not return their ids (``token_ids`` empty); None: ``len(token_ids)``
+    chunk_times_s: tuple[float, ...] | None = None  # streamed: each chunk's arrival, seconds
+    # after the request was sent (its last try)
+    chunk_tokens: tuple[int, ...] | None = None  # streamed: tokens generated after each chunk
 
     def __post_init__(self) -> None:
         if self.finish_reason not in FINISH_REASONS:
@@ -108,6 +120,11 @@ class PieceOutput:
         reason = "moved" if self.finish_reason == "abort" else self.finish_reason
         return Piece(self.token_ids, self.text or "", reason, self.logprobs, self.text_offsets,
                      replica, detail=self.detail)
+
+    @property
+    def num_generated(self) -> int:
+        """Tokens the piece generated (their ids returned or not)."""
+        return len(self.token_ids) if self.num_tokens is None else self.num_tokens
 
 
 @runtime_checkable

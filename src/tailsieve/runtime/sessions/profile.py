@@ -11,6 +11,10 @@ fallback profile (``auto:NAME``, or ``GatewayConfig.fallback_profile`` for a bar
 and beside it each replica's own speed factor (``speeds``: ``model.replica_speeds``, the shared
 curve its prior until it has pieces of its own), so that a straggler is priced as one.
 Runners of any kind feed it alike (HTTP, verl's Ray handles, stubs): no transport is wrapped.
+The single-turn step's ``auto`` profile is fed from its pieces the same way (``time_piece``,
+``record_piece``: what an engine answer says beyond the tokens, the prompt tokens the server
+counted and, streamed, the time to its first token of the prompt tokens it did not find cached,
+is read off the piece's ``PieceOutput``).
 
 A refit over the kept observations costs tens to hundreds of milliseconds of CPU, and it runs
 on the event loop that relays every piece. Between steps that is free; within one
@@ -21,13 +25,17 @@ straggler's first pieces, are taken in at once, and a full one about once per st
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from tailsieve.model.online_fit import FitSettings
 from tailsieve.model.online_profile import OnlineProfile
 from tailsieve.model.profiles import load_profile, parse_profile
 from tailsieve.model.throughput import ThroughputModel
+from tailsieve.runtime.sessions.pieces import PieceOutput, PieceRequest
 
 REFIT_SHARE = 0.25  # a refit within a step waits until this share of the kept pieces is new
 REFIT_MIN_PIECES = 8  # ... and at least this many
+CHARS_PER_TOKEN = 4  # prompt tokens of a text prompt until the server's count comes back
 
 
 class GatewayProfile:
@@ -100,3 +108,26 @@ class GatewayProfile:
     def speed_factors(self, num_replicas: int) -> tuple[float, ...]:
         """Every replica's speed factor (1 where none is fitted)."""
         return tuple(self.speeds.get(r, 1.0) for r in range(num_replicas))
+
+
+def time_piece(online: OnlineProfile, replica: str, sent_s: float, piece: PieceRequest) -> int:
+    """``piece`` was sent to ``replica`` at ``sent_s``; the id goes to ``record_piece``."""
+    text = piece.prompt_text or "".join(m.get("content", "") for m in piece.messages or ())
+    prompt = len(piece.prompt_ids) or len(text) // CHARS_PER_TOKEN + 1
+    return online.request_started(replica, sent_s, prompt, piece.num_samples, piece.max_tokens)
+
+
+def record_piece(online: OnlineProfile, piece_id: int, sent_s: float, ended_s: float,
+                 outs: Sequence[PieceOutput] | None) -> None:
+    """The piece ``piece_id`` (``time_piece``) ended at ``ended_s``: ``outs`` its responses
+    (None: it failed or was cancelled; it still ran on its replica)."""
+    if not outs:
+        online.request_ended(piece_id, ended_s, None, False)
+        return
+    o = outs[0]
+    prompt, cached = o.num_prompt_tokens, o.num_cached_tokens
+    uncached = None if prompt is None or cached is None else max(prompt - cached, 0)
+    first_s = next((sent_s + t for t, k in zip(o.chunk_times_s or (), o.chunk_tokens or (),
+                                               strict=False) if k > 0), None)
+    online.request_ended(piece_id, ended_s, [x.num_generated for x in outs], True, prompt,
+                         first_s, sent_s, uncached)

@@ -7,7 +7,10 @@ logprobs when asked; the last choice chunk its finish reason, the usage chunk (`
 A token's text offset is known where it came in a chunk of its own (every token streamed, the
 default ``stream_interval``), else from the chunk's logprobs. SGLang's streamed ``/generate``
 (``sglang=True``) sends the output so far in each chunk (token ids and text cumulative; with
-``--incremental-streaming-output``, each chunk's own): what is new is taken.
+``--incremental-streaming-output``, each chunk's own): what is new is taken. A request with
+several responses (``n``) is read as one ``StreamedPiece`` per response (``index``). Each chunk's
+arrival and the tokens so far are kept (``PieceOutput.chunk_times_s``, ``chunk_tokens``); a
+choice streamed without token ids (``return_token_ids`` off) counts a token per chunk, or the server's ``usage`` count where the request had one response.
 
 A piece with a ``TokenSink`` hands each chunk's new tokens to it as they come (``TokenDelta``):
 what a streamed answer relays, while the piece itself still ends as one ``PieceOutput``.
@@ -22,6 +25,7 @@ token so far, else at the next one; what comes after is not taken.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -41,9 +45,18 @@ class StreamedPiece:
     num_chars: int = 0
     reason: str = ""  # the finish reason, once it came
     cached_tokens: int | None = None
+    prompt_tokens: int | None = None  # as the server counted them (``usage``, ``meta_info``)
     prompt_ids: tuple[int, ...] | None = None  # the prompt's ids, where the server echoed them
     sink: TokenSink | None = None
     sglang: bool = False  # chunks are SGLang's ``/generate`` outputs
+    index: int = 0  # the response of the request read here (the others' choices are skipped)
+    t0_s: float = field(default_factory=time.perf_counter)  # when the request was sent
+    # (the loop clock may tick in ms (uvloop): too coarse for chunk times)
+    times_s: list[float] = field(default_factory=list)  # arrival of each chunk, s after t0_s
+    marks: list[int] = field(default_factory=list)  # tokens so far after each chunk
+    num_unseen: int = 0  # tokens streamed without their ids (one per chunk with text)
+    usage_tokens: int | None = None  # generated tokens of the whole request (``usage``)
+    num_samples: int = 1  # responses of the request (more than one: ``usage`` counts them all)
     at_boundary: bool = True  # the tokens so far end where their text is whole
     closed: bool = False  # ended (``stop_at_boundary``): later chunks are not taken
     _on_boundary: Callable[[], object] | None = None
@@ -100,13 +113,23 @@ class StreamedPiece:
             got = details.get("cached_tokens")
             if isinstance(got, int) and not isinstance(got, bool):
                 self.cached_tokens = got
+            if isinstance(usage.get("completion_tokens"), int):
+                self.usage_tokens = usage["completion_tokens"]
+            if isinstance(usage.get("prompt_tokens"), int):
+                self.prompt_tokens = usage["prompt_tokens"]
         if self.prompt_ids is None and chunk.get("prompt_token_ids"):  # vLLM's chat chunks
             self.prompt_ids = tuple(int(t) for t in chunk["prompt_token_ids"])
         for ch in chunk.get("choices") or ():
+            if int(ch.get("index", 0)) != self.index:
+                continue
             if self.prompt_ids is None and ch.get("prompt_token_ids"):
                 self.prompt_ids = tuple(int(t) for t in ch["prompt_token_ids"])
-            text = ch.get("text") or ""
-            toks = tuple(int(t) for t in ch.get("token_ids") or ())
+            delta = ch.get("delta")  # chat completions
+            text = ch.get("text") or "" if delta is None else delta.get("content") or ""
+            raw = ch.get("token_ids")
+            if raw is None and (text or not (ch.get("finish_reason") or "role" in (delta or {}))):
+                self.num_unseen += 1  # (a chat stream's first chunk only names the role)
+            toks = tuple(int(t) for t in raw or ())
             lp = ch.get("logprobs") or {}
             vals = lp.get("token_logprobs") if isinstance(lp, dict) else None
             lps = tuple(float(v) for v in vals if v is not None) if vals else None
@@ -116,11 +139,18 @@ class StreamedPiece:
                 rel = (0,)
             elif offs and len(offs) == len(toks):
                 rel = tuple(int(o) - int(offs[0]) for o in offs)
-            self.take(TokenDelta(toks, text, lps, rel, chunk))
+            self.take(TokenDelta(toks, text, lps, rel, chunk, self.index))
             if ch.get("finish_reason"):
                 self.reason = str(ch["finish_reason"])
+            self._mark()
+
+    def _mark(self) -> None:
+        self.times_s.append(round(time.perf_counter() - self.t0_s, 6))
+        self.marks.append(len(self.ids) + self.num_unseen)
 
     def _add_sglang(self, chunk: JSON) -> None:
+        if int(chunk.get("index", 0)) != self.index:
+            return
         meta = chunk.get("meta_info") or {}
         have = len(self.ids)
         ids = [int(t) for t in chunk.get("output_ids") or ()]
@@ -139,14 +169,19 @@ class StreamedPiece:
             vals = lp[have:] if whole and len(lp) == len(ids) else lp
             if len(vals) == len(new):
                 lps = tuple(float(v[0]) for v in vals)
-        self.take(TokenDelta(new, text, lps, (0,) if len(new) == 1 else None, chunk),
-                  bool(text) or not known)
+        self.take(TokenDelta(new, text, lps, (0,) if len(new) == 1 else None, chunk,
+                             self.index), bool(text) or not known)
         cached = meta.get("cached_tokens")
         if isinstance(cached, int) and not isinstance(cached, bool):
             self.cached_tokens = cached
+        if isinstance(meta.get("prompt_tokens"), int):
+            self.prompt_tokens = meta["prompt_tokens"]
         fr = meta.get("finish_reason")
         if fr:
             self.reason = str(fr.get("type") if isinstance(fr, dict) else fr)
+        if not ids and isinstance(total, int):  # no ids streamed: the server's count
+            self.num_unseen = total - len(self.ids)
+        self._mark()
 
     def output(self, interrupted: bool = False) -> PieceOutput:
         """The piece as delivered: finish reason "abort" when it was interrupted before its
@@ -155,11 +190,18 @@ class StreamedPiece:
         if reason not in FINISH_REASONS:
             reason = "abort"
         n = len(self.ids)
+        marks = list(self.marks)
+        unseen = 0 if n else self.num_unseen  # ids came: they are the count
+        if unseen and self.usage_tokens is not None and not n and self.num_samples == 1:
+            unseen = self.usage_tokens
+            marks[-1:] = [unseen]
         return PieceOutput(
             token_ids=tuple(self.ids), finish_reason=reason, text="".join(self.texts),
             logprobs=tuple(self.logprobs) if self.logprobs and len(self.logprobs) == n else None,
             text_offsets=tuple(self.offsets) if len(self.offsets) == n else None,
-            num_cached_tokens=self.cached_tokens, prompt_ids=self.prompt_ids)
+            num_cached_tokens=self.cached_tokens, prompt_ids=self.prompt_ids,
+            num_prompt_tokens=self.prompt_tokens, num_tokens=n + unseen if unseen else None, chunk_times_s=tuple(self.times_s),
+            chunk_tokens=tuple(marks))
 
 
 def finished(piece: StreamedPiece, where: str) -> None:

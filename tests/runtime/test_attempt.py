@@ -1,0 +1,78 @@
+"""Whole responses (``runtime.attempt.GroupAttempt``) go through the one engine client
+(``HttpPieceRunner``): a group as one request with ``n`` (streamed or not), chat prompts, counts
+without token ids, and the chunk timings a streamed response keeps, against the emulator's
+vLLM and SGLang wire formats."""
+
+from __future__ import annotations
+
+import pytest
+
+from tailsieve.runtime.attempt import AttemptProgress, ExecutorConfig, GroupAttempt
+from tailsieve.runtime.backends import Backend, PromptInput, Response, SamplingParams
+from tailsieve.runtime.emulator import EmulatorConfig, EmulatorServer
+from tailsieve.runtime.executor import LiveExecutor
+from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
+from tailsieve.runtime.sessions.pieces import PieceRequest
+
+MODEL = "tailsieve-emulated"
+CHAT = ({"role": "user", "content": "What is 2 + 3?"},)
+
+
+async def _group(url: str, prompt: PromptInput, n: int, **kw: object) -> list[Response]:
+    cfg = ExecutorConfig(model=MODEL, sampling=SamplingParams(max_tokens=24, seed=3),
+                         **kw)  # type: ignore[arg-type]
+    ex = LiveExecutor([url], cfg)
+    try:
+        att = GroupAttempt(ex.piece_runner(), [0] * n, cfg, prompt, None, AttemptProgress())
+        return await att.run()
+    finally:
+        await ex.aclose()
+
+
+@pytest.mark.parametrize("backend", [Backend.VLLM, Backend.VLLM_CHAT, Backend.SGLANG])
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("split", [True, False])
+async def test_a_group_comes_back_whole_on_every_dialect(backend: Backend, stream: bool,
+                                                         split: bool) -> None:
+    prompt = (PromptInput("c", messages=CHAT) if backend is Backend.VLLM_CHAT
+              else PromptInput("t", text="hello there"))
+    async with EmulatorServer(EmulatorConfig.from_profile("cpu", model_name=MODEL,
+                                                          time_scale=0.01)) as s:
+        got = await _group(s.url, prompt, 3, backend=backend, stream=stream,
+                           split_groups=split)
+    assert len(got) == 3
+    for r in got:
+        assert r.finish_reason in ("stop", "length") and 0 < r.num_tokens <= 24
+        if r.token_ids is not None:
+            assert len(r.token_ids) == r.num_tokens
+        if stream:  # each chunk's arrival and the tokens so far, ending at the count
+            assert r.chunk_times_s is not None and r.chunk_tokens is not None
+            assert len(r.chunk_times_s) == len(r.chunk_tokens)
+            assert list(r.chunk_times_s) == sorted(r.chunk_times_s)
+            assert r.chunk_tokens[-1] == r.num_tokens
+        else:
+            assert r.chunk_times_s is None
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_counts_without_token_ids_come_from_the_server(stream: bool) -> None:
+    async with EmulatorServer(EmulatorConfig.from_profile("cpu", model_name=MODEL,
+                                                          time_scale=0.01)) as s:
+        got = await _group(s.url, PromptInput("t", text="hi"), 2, stream=stream,
+                           return_token_ids=False)
+    assert all(r.token_ids is None and 0 < r.num_tokens <= 24 for r in got)
+
+
+async def test_run_samples_gives_each_response_of_one_request() -> None:
+    async with EmulatorServer(EmulatorConfig.from_profile("cpu", model_name=MODEL,
+                                                          time_scale=0.01)) as s:
+        runner = HttpPieceRunner([s.url], model=MODEL, stream=True)
+        try:
+            piece = PieceRequest((1, 2, 3), SamplingParams(max_tokens=8), 8, "r", forced=True,
+                                 num_samples=4)
+            outs = await runner.run_samples(0, piece)
+        finally:
+            await runner.aclose()
+    assert [o.num_generated for o in outs] == [8] * 4
+    assert all(o.finish_reason == "length" and o.chunk_tokens and o.chunk_tokens[-1] == 8
+               for o in outs)
