@@ -20,8 +20,8 @@ from tailsieve.runtime.moves import PIECE_TOKENS, MoveSettings
 from tailsieve.runtime.observe import StepMetrics
 from tailsieve.runtime.replay import ReplayLengths
 from tailsieve.runtime.rollout import RolloutConfig, TailSieveRollout
-from tailsieve.runtime.sessions import GatewayConfig, SessionGateway, StubPieceRunner
-from tailsieve.runtime.stub import StubTransport
+from tailsieve.runtime.sessions import GatewayConfig, SessionGateway
+from tailsieve.runtime.stub import StubPieceRunner, StubTransport
 
 MODEL = "tailsieve-emulated"
 

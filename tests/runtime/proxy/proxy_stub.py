@@ -8,7 +8,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from tailsieve.runtime.proxy import ProxyConfig, RoutingProxy, ServedModel
-from tailsieve.runtime.sessions import GatewayConfig, StubModel, StubPieceRunner
+from tailsieve.runtime.sessions import GatewayConfig
+from tailsieve.runtime.stub import StubModel, StubPieceRunner
 
 STUB_MODEL = "stub"
 STUB_LEN = 4096

@@ -14,7 +14,8 @@ import aiohttp
 import pytest
 from proxy_stub import STUB_MODEL, expected, long_prompt, stub_proxy, stub_text
 
-from tailsieve.runtime.sessions import PieceOutput, PieceRequest, StubPieceRunner
+from tailsieve.runtime.sessions import PieceOutput, PieceRequest
+from tailsieve.runtime.stub import StubPieceRunner
 from tailsieve.runtime.transport import RequestError
 
 

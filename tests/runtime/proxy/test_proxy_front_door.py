@@ -17,7 +17,7 @@ from proxy_stub import STUB_LEN, char_ids, long_prompt, stub_proxy
 from tailsieve.errors import ConfigError
 from tailsieve.runtime.proxy import ProxyConfig, RoutingProxy
 from tailsieve.runtime.proxy.guard import json_too_deep
-from tailsieve.runtime.sessions import StubPieceRunner
+from tailsieve.runtime.stub import StubPieceRunner
 
 TOKEN = "s3cret-admin-token"
 

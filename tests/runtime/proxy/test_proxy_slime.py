@@ -19,7 +19,7 @@ import aiohttp
 import pytest
 from proxy_stub import char_ids, expected, long_prompt, stub_logprob, stub_proxy, stub_text
 
-from tailsieve.runtime.sessions import StubPieceRunner
+from tailsieve.runtime.stub import StubPieceRunner
 
 
 def slime_sampling(max_new_tokens: int) -> dict[str, Any]:

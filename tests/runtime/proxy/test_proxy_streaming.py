@@ -22,8 +22,9 @@ from proxy_wire import Wire, check_chain
 from tailsieve.runtime.backends import Backend
 from tailsieve.runtime.emulator import EmulatorConfig, EmulatorServer
 from tailsieve.runtime.proxy import ProxyConfig, RoutingProxy
-from tailsieve.runtime.sessions import GatewayConfig, StubPieceRunner
+from tailsieve.runtime.sessions import GatewayConfig
 from tailsieve.runtime.sessions.pieces import PieceOutput, PieceRequest, TokenDelta
+from tailsieve.runtime.stub import StubPieceRunner
 
 PROFILE = "qwen3-4b-h100"
 MODEL = "tailsieve-emulated"
@@ -234,7 +235,7 @@ class StreamingStub(StubPieceRunner):
     async def run_piece(self, replica: int, piece: PieceRequest) -> PieceOutput:
         if piece.sink is None:
             return await super().run_piece(replica, piece)
-        ids, reason = self.model.generate(piece.prompt_ids, piece.max_tokens)
+        ids, reason = self.stub.model.generate(piece.prompt_ids, piece.max_tokens)
         stop = self.stops[piece.request_id] = asyncio.Event()
         got: list[int] = []
         for t in ids:

@@ -21,11 +21,10 @@ from tailsieve.runtime.sessions import (
     AgenticConfig,
     AgenticRollout,
     GatewayConfig,
-    StubModel,
-    StubPieceRunner,
     ToolCall,
     ToolResult,
 )
+from tailsieve.runtime.stub import StubModel, StubPieceRunner
 from tailsieve.session.routers import SessionPolicy
 
 POLICIES = [p.value for p in SessionPolicy if p is not SessionPolicy.ORACLE]
@@ -83,7 +82,7 @@ async def agentic_scenario(policy: str, num_replicas: int, num_prompts: int, gro
             assert len(tr.turns) == turns_wanted(p.token_ids)
             assert tr.ending == ("max_turns" if len(tr.turns) == 4 else "done")
             for rec in tr.turns:  # token-exact: the one-go generation of what was sent
-                want = runner.model.generate(rec.prompt_ids, 60)[0]
+                want = runner.stub.model.generate(rec.prompt_ids, 60)[0]
                 assert list(rec.output.token_ids) == want
             assert len(tr.loss_mask) == len(tr.token_ids) - len(tr.prompt_ids)
     st_ = batch.stats

@@ -15,9 +15,10 @@ from hypothesis import strategies as st
 
 from tailsieve.core.balancer import BalanceSettings
 from tailsieve.errors import ConfigError
-from tailsieve.runtime.sessions import GatewayConfig, SessionGateway, StubModel, StubPieceRunner
+from tailsieve.runtime.sessions import GatewayConfig, SessionGateway
 from tailsieve.runtime.sessions.admit import LiveAdmission
 from tailsieve.runtime.sessions.parts import GatewayParts, replica_configs
+from tailsieve.runtime.stub import StubModel, StubPieceRunner
 from tailsieve.session.admission import StepShape
 from tailsieve.session.book import SessionBook
 from tailsieve.session.cache_model import PrefixCacheModel
@@ -91,7 +92,7 @@ async def scenario(num_replicas: int, kv_tokens: int, sessions: list[tuple[int, 
             adm.lapse(gw.now(), gw.book.tool_waits.horizon_s)
     assert len(delivered) == sum(n for _, n, _ in sessions)
     for key, ids in delivered.items():
-        assert list(ids) == runner.model.generate(prompts[key], 60)[0]
+        assert list(ids) == runner.stub.model.generate(prompts[key], 60)[0]
     assert sum(len(c.output_ids) for c in runner.calls) == sum(map(len, delivered.values()))
     assert adm.num_waiting == 0 and adm.kv is not None and adm.kv.reserved == [0.0] * num_replicas
     st_ = gw.stats()

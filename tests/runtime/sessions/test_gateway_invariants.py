@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tailsieve.core.balancer import BalanceSettings
-from tailsieve.runtime.sessions import GatewayConfig, SessionGateway, StubModel, StubPieceRunner
+from tailsieve.runtime.sessions import GatewayConfig, SessionGateway
+from tailsieve.runtime.stub import StubModel, StubPieceRunner
 from tailsieve.session.routers import SessionPolicy
 
 POLICIES = [p.value for p in SessionPolicy if p is not SessionPolicy.ORACLE]
@@ -57,9 +58,9 @@ async def scenario(num_replicas: int, num_sessions: int, num_turns: int,
         chaos_task.cancel()
     assert len(delivered) == num_sessions * num_turns
     for key, ids in delivered.items():
-        assert list(ids) == runner.model.generate(prompts[key], 90)[0]
-    # a killed piece returns nothing and an interrupted one what it generated, so what was
-    # generated is exactly what was delivered
+        assert list(ids) == runner.stub.model.generate(prompts[key], 90)[0]
+    # a killed piece returns what it streamed (nothing unstreamed) and an interrupted one what
+    # it generated, so what was generated is exactly what was delivered
     assert sum(len(c.output_ids) for c in runner.calls) == sum(map(len, delivered.values()))
     st_ = gw.stats()
     assert st_.num_turns == len(delivered) and st_.num_running == 0 and st_.num_failed_turns == 0

@@ -13,8 +13,9 @@ import pytest
 from tailsieve.model.profiles import builtin_profile
 from tailsieve.model.replica_config import ReplicaConfig
 from tailsieve.runtime.emulator import EmulatorConfig, EmulatorServer
-from tailsieve.runtime.sessions import GatewayConfig, SessionGateway, StubModel, StubPieceRunner
+from tailsieve.runtime.sessions import GatewayConfig, PieceOutput, PieceRequest, SessionGateway
 from tailsieve.runtime.sessions.admit import LiveAdmission
+from tailsieve.runtime.stub import StubModel, StubPieceRunner
 from tailsieve.session.admission import KvReading
 from tailsieve.session.turn import TurnRequest
 
@@ -98,9 +99,17 @@ def test_the_engines_kv_size_prices_kv_bound() -> None:
 
 def test_a_runner_without_metrics_leaves_the_books_model(caplog: pytest.LogCaptureFixture
                                                         ) -> None:
+    class NoMetrics:
+        """A runner that only runs pieces (no ``metrics``)."""
+
+        def __init__(self) -> None:
+            self.inner = StubPieceRunner(1, StubModel())
+
+        async def run_piece(self, replica: int, piece: PieceRequest) -> PieceOutput:
+            return await self.inner.run_piece(replica, piece)
+
     async def go() -> bool:
-        runner = StubPieceRunner(1, StubModel())
-        async with SessionGateway(1, runner, GatewayConfig(kv_admission="on")) as gw:
+        async with SessionGateway(1, NoMetrics(), GatewayConfig(kv_admission="on")) as gw:
             return gw.admission.poller is None
 
     with caplog.at_level(logging.INFO, logger="tailsieve.runtime.engine_kv"):

@@ -14,8 +14,9 @@ import pytest
 
 from tailsieve.model.profiles import load_profile
 from tailsieve.runtime.emulator import EmulatorConfig, EmulatorServer
-from tailsieve.runtime.sessions import GatewayConfig, SessionGateway, StubModel, StubPieceRunner
+from tailsieve.runtime.sessions import GatewayConfig, SessionGateway
 from tailsieve.runtime.sessions.profile import REFIT_MIN_PIECES, GatewayProfile
+from tailsieve.runtime.stub import StubModel, StubPieceRunner
 from tailsieve.session.priced import place_turn
 from tailsieve.session.settings import SessionSettings
 

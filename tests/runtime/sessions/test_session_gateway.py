@@ -20,10 +20,9 @@ from tailsieve.runtime.sessions import (
     PieceOutput,
     PieceRequest,
     SessionGateway,
-    StubModel,
-    StubPieceRunner,
     TurnResult,
 )
+from tailsieve.runtime.stub import StubModel, StubPieceRunner
 
 NEVER_EOS = StubModel(eos_every=10**9)
 SLOW_CHECKS = BalanceSettings(interval_s=3600.0, horizon_s=30.0, seam_s=0.0)
@@ -34,24 +33,23 @@ def prompt(i: int, n: int = 40) -> list[int]:
 
 
 def expected(runner: StubPieceRunner, ids: Sequence[int], max_tokens: int) -> list[int]:
-    return runner.model.generate(ids, max_tokens)[0]
+    return runner.stub.model.generate(ids, max_tokens)[0]
 
 
 def assert_exact(runner: StubPieceRunner, ids: Sequence[int], max_tokens: int,
                  out: TurnResult) -> None:
     """The turn is the one-go generation, and every piece was sent the prompt plus exactly
     the tokens before it."""
-    want, reason = runner.model.generate(ids, max_tokens)
+    want, reason = runner.stub.model.generate(ids, max_tokens)
     assert list(out.token_ids) == want and out.finish_reason == reason
     if out.logprobs is not None:  # asked for: the pieces' logprobs in order
         assert out.logprobs == tuple(-((t % 7) + 1) / 10 for t in want)
     assert out.text == "".join(f"<{t}>" for t in want)
     assert [p.start for p in out.pieces] == [0, *(p.end for p in out.pieces[:-1])]
     assert out.pieces[-1].end == len(want)
-    sent = {c.request_id: c for c in runner.calls if not c.failed}
-    for k, span in enumerate(out.pieces):
-        call = next(c for rid, c in sent.items() if rid.endswith(f"-{k}")
-                    and list(c.prompt_ids) == [*ids, *want[:span.start]])
+    sent = [c for c in runner.calls if not c.failed]
+    for span in out.pieces:
+        call = next(c for c in sent if list(c.prompt_ids) == [*ids, *want[:span.start]])
         assert call.replica == span.replica
 
 

@@ -13,7 +13,6 @@ from tailsieve.runtime.sessions.pieces import (
     sampling_from_dict,
 )
 from tailsieve.runtime.sessions.result import GatewayStats, PieceSpan, ReplicaStat, TurnResult
-from tailsieve.runtime.sessions.stub_runner import StubModel, StubPieceRunner
 from tailsieve.runtime.sessions.trajectory import (
     AgentGroup,
     AgenticBatch,
@@ -39,8 +38,6 @@ __all__ = [
     "PieceSpan",
     "ReplicaStat",
     "SessionGateway",
-    "StubModel",
-    "StubPieceRunner",
     "ToolCall",
     "ToolFn",
     "ToolResult",

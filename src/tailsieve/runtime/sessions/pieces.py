@@ -5,7 +5,7 @@ turn's prompt plus every token the earlier pieces generated, and the remaining t
 A ``PieceRunner`` sends one such piece to one replica and returns what it generated; the
 gateway decides where each piece goes and joins them. ``HttpPieceRunner`` speaks vLLM's
 ``/v1/completions`` (token-id prompts) and SGLang's ``/generate`` (``input_ids``); the verl
-router adds a runner over Ray handles; tests use ``StubPieceRunner``.
+router adds a runner over Ray handles; tests use ``runtime.stub.StubPieceRunner``.
 
 A piece may carry a ``sink`` (a streamed answer's): a runner that streams (``PieceStreamer``)
 hands it each chunk's tokens as they come (``TokenDelta``), and still returns the whole piece.
