@@ -5,7 +5,8 @@ Run: ``PYTHONPATH=src python benchmarks/bench_agentic.py --out benchmarks/result
 every preset of ``workload.agentic_presets``, 64 groups x 8, 5 seeds, 2 warm-up + 1
 measured step, the policies of ``sim.agentic.policies.DEFAULT_POLICIES``; ``--smoke``: a
 tiny run). Each cell (profile x preset x R) is written to ``cells/<cell>.json`` as it
-finishes and reused when the command is run again (``--force`` recomputes), then
+finishes and reused when the command is run again (``--force`` recomputes; ``--update P,Q``
+reruns only those policies in the cells written and merges them in), then
 ``agentic.json`` and ``agentic.md`` gather them. ``--workers N`` runs N cells at once (one
 process each), the small R first.
 
@@ -37,8 +38,14 @@ from outdir import default_out
 
 from tailsieve.sim.agentic.api import simulate_agentic
 from tailsieve.sim.agentic.compare import AgenticSetup, replica_configs, setup_steps
-from tailsieve.sim.agentic.policies import DEFAULT_POLICIES, policy_spec
-from tailsieve.sim.agentic.report import format_speedup, over_best_other, policy_table
+from tailsieve.sim.agentic.policies import BASELINE, DEFAULT_POLICIES, policy_spec
+from tailsieve.sim.agentic.report import (
+    best_other,
+    format_speedup,
+    gap_share,
+    over_best_other,
+    policy_table,
+)
 from tailsieve.sim.agentic.run import simulate_policy
 from tailsieve.sim.speedup_stats import t_interval
 from tailsieve.workload.agentic_presets import AGENTIC_PRESETS
@@ -72,6 +79,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--gate-steps", type=int, default=16,
                     help="steps of the balance-gate run (search-agent, first profile, R = 8)")
     ap.add_argument("--force", action="store_true", help="recompute cells already written")
+    ap.add_argument("--update", type=_csv, default=[],
+                    help="rerun only these policies in cells already written (with verl's "
+                         "default, which must come out the same) and merge them in")
     ap.add_argument("--workers", type=int, default=1,
                     help="cells run at once, one process each (the small R first)")
     ap.add_argument("--smoke", action="store_true", help="a tiny run (tests)")
@@ -91,17 +101,36 @@ def cell_name(profile: str, preset: str, replicas: int) -> str:
 
 def run_cell(args: argparse.Namespace, profile: str, preset: str, r: int) -> dict[str, Any]:
     path = args.out / "cells" / f"{cell_name(profile, preset, r)}.json"
-    if path.exists() and not args.force:
-        return dict(json.loads(path.read_text()))
+    old = dict(json.loads(path.read_text())) if path.exists() else None
+    if old is not None and not args.force and not args.update:
+        return old
     t0, c0 = time.perf_counter(), time.process_time()
-    cell = simulate_agentic(preset, r, args.policies, args.seeds, profile, args.groups,
-                            args.group_size, args.warmup_steps, args.measured_steps,
-                            first_seed=args.first_seed)
+    update = old is not None and not args.force
+    cell = simulate_agentic(preset, r, args.update if update else args.policies, args.seeds,
+                            profile, args.groups, args.group_size, args.warmup_steps,
+                            args.measured_steps, first_seed=args.first_seed)
+    if update:
+        assert old is not None
+        cell = merge_cell(old, cell)
     cell["wall_s"] = time.perf_counter() - t0
     cell["cpu_s"] = time.process_time() - c0
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(cell, indent=1))
     return cell
+
+
+def merge_cell(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """``old`` with ``new``'s policies rerun in it (``--update``), its best other router and
+    gap shares recomputed; verl's default must have run the same steps in both."""
+    if old["policies"][BASELINE]["step_s"] != new["policies"][BASELINE]["step_s"]:
+        raise SystemExit(f"{old['preset']} R = {old['replicas']}: verl's default differs from "
+                         "the cell's; rerun it with --force")
+    rows = {**old["policies"], **new["policies"]}
+    best = best_other(rows)
+    bound = old["bound"]["speedup"]
+    return {**old, "policies": rows, "best_other": best,
+            "tailsieve_gap_share": gap_share(rows.get("tailsieve", {}).get("speedup"), bound),
+            "best_other_gap_share": gap_share(rows[best]["speedup"], bound) if best else None}
 
 
 def gate_run(args: argparse.Namespace) -> dict[str, Any]:

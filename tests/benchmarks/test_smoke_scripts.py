@@ -216,6 +216,17 @@ def test_bench_agentic(tmp_path: Path) -> None:
     assert "| search-agent | 2 |" in md and "| tailsieve |" in md
     assert (tmp_path / "cells" / "qwen3-4b-h100_search-agent_r2.json").exists()
     assert len(data["gate"]["moves_on"]) == 4 and "## The balance gate" in md
+    path = tmp_path / "cells" / "qwen3-4b-h100_search-agent_r2.json"
+    cell["policies"]["tailsieve"]["speedup"] = -1.0  # --update must replace this row alone
+    path.write_text(json.dumps(cell))
+    with repo_unchanged():
+        assert importlib.import_module("bench_agentic").main(
+            ["--out", str(tmp_path), "--smoke", "--first-seed", "3",
+             "--update", "tailsieve"]) == 0
+    (again,) = json.loads((tmp_path / "agentic.json").read_text())["cells"]
+    assert again["policies"]["tailsieve"]["speedup"] > 0
+    assert again["policies"]["cache-aware"] == cell["policies"]["cache-aware"]
+    assert again["best_other"] == cell["best_other"]
 
 
 def test_bench_faults(tmp_path: Path) -> None:

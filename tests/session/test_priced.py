@@ -51,7 +51,8 @@ def test_moves_off_a_crowded_home_to_an_idle_replica(config: ReplicaConfig) -> N
     d = place_turn(_turn(8000, 300, home=0), views, SessionSettings(expected_step_s=600), 30.0)
     assert d.replica == 1 and d.moved and d.reason == "move"
     assert d.saving_s >= 2.0 * d.move_prefill_s
-    assert d.predicted_gain_s == pytest.approx(d.saving_s - d.move_prefill_s)
+    assert d.predicted_gain_s == pytest.approx(d.saving_s - d.move_prefill_s
+                                               - SessionSettings().seam_s)
     assert d.prefill_tokens == 8000
 
 
@@ -69,6 +70,20 @@ def test_margin_zero_moves_when_margin_two_does_not(config: ReplicaConfig) -> No
              for m in (0.0, 2.0) for h in (2.0, 5.0, 10.0, 20.0, 40.0, 80.0)]
     assert moves.count(True) > 0
     assert sum(moves[:6]) >= sum(moves[6:])
+
+
+def test_default_seam_keeps_a_short_turn_home_on_a_slightly_heavier_replica(
+        config: ReplicaConfig) -> None:
+    """A search turn (2.5K tokens) whose home runs 68 sessions against another's 60: the
+    predicted saving is one session's share of home's pace (about 0.1 s, as large as against
+    an idle replica), which the default seam does not let through; without it, it moves."""
+    turn = _turn(2500, 540, home=0)
+    for other in (60, 0):
+        views = [view(config, 0, 68, 2000), view(config, 1, other, 2000)]
+        bare = place_turn(turn, views, SessionSettings(seam_s=0.0), 5.0, 150.0)
+        assert bare.moved and bare.saving_s < 0.1
+        assert place_turn(turn, views, SessionSettings(), 5.0, 150.0).reason == "stay"
+    assert SessionSettings().seam_s == 0.1
 
 
 def test_moves_off_switch(config: ReplicaConfig) -> None:
@@ -148,7 +163,7 @@ def test_a_move_always_pays_margin_times_its_prefill(
                  - home_cfg.prefill_cost_s(turn.uncached_on(turn.home),  # type: ignore[arg-type]
                                            turn.cached_on(turn.home)))  # type: ignore[arg-type]
         assert d.move_prefill_s == pytest.approx(extra, rel=1e-9, abs=1e-12)
-        assert d.saving_s >= margin * d.move_prefill_s - 1e-12
+        assert d.saving_s >= margin * d.move_prefill_s + s.seam_s - 1e-12
         assert d.predicted_gain_s > 0
     elif d.reason == "stay":
         assert home_ok and d.replica == turn.home and not d.moved
