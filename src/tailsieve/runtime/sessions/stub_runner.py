@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tailsieve.errors import ConfigError
 from tailsieve.runtime.emulator.prefix_cache import PrefixCache
@@ -150,7 +150,12 @@ class StubPieceRunner:
         return not self.replicas[replica].dead
 
     async def run_piece(self, replica: int, piece: PieceRequest) -> PieceOutput:
+        """A text prompt (``prompt_text``) is read as its characters' code points and echoed
+        (``PieceOutput.prompt_ids``), as a server's own tokenizer would."""
         rep = self.replicas[replica]
+        prompt = piece.prompt_ids or tuple(ord(c) for c in piece.prompt_text or "")
+        piece = replace(piece, prompt_ids=prompt)
+        echo = prompt if piece.prompt_text is not None else None
         if rep.dead:
             self.calls.append(StubCall(replica, piece.request_id, piece.prompt_ids,
                                        piece.max_tokens, failed=True))
@@ -183,7 +188,8 @@ class StubPieceRunner:
                                    piece.max_tokens, tuple(ids)))
         lps = tuple(-((t % 7) + 1) / 10 for t in ids) if self.logprobs else None
         return PieceOutput(tuple(ids), reason, text="".join(f"<{t}>" for t in ids),
-                           logprobs=lps, text_offsets=_offsets(ids), num_cached_tokens=cached)
+                           logprobs=lps, text_offsets=_offsets(ids), num_cached_tokens=cached,
+                           prompt_ids=echo)
 
     async def aclose(self) -> None:
         return None
