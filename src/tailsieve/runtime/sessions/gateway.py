@@ -493,11 +493,15 @@ class SessionGateway:
                      "placements and moves from now on", self.profile.num_observations)
 
     def _estimate_progress(self, now_s: float) -> None:
-        """Before a check: refit the ``auto`` profile, then tell the book how far each running
+        """Before a check: refit the ``auto`` profile where a refit is due and can change the
+        step (a running turn may move; else only once the fit's pieces have all turned over:
+        on a uniform fleet whose turns run whole, the tens of ms of a refit would only take
+        CPU from the pieces' relay), then tell the book how far each running
         piece has come: the tokens it streamed, else one token per predicted decode
         iteration of its replica since it was sent, at most its cap (an unstreamed piece
         reports its tokens only at its end; lengths are not predicted)."""
-        self._refit(due_only=True)
+        if self.profile.turned_over or any(rt.moves for rt in self._turns.values()):
+            self._refit(due_only=True)
         views = self.book.views(now_s)
         streamed = self.interrupter.generated_tokens if self.interrupter is not None else None
         for rt in self._turns.values():
