@@ -210,9 +210,9 @@ class SessionGateway:
         feeds the gate from its own windows of turns rather than steps (the proxy's
         ``PaceWindows``)."""
         self._step_balanced = not self.config.gate or balanced
-        if isinstance(self.router, TailSieveRouter):
-            self.router.settings = replace(
-                self.router.settings, moves=self.parts.settings.moves and self._step_balanced)
+        moves = self.parts.settings.moves and self._step_balanced
+        if isinstance(self.router, TailSieveRouter) and self.router.settings.moves != moves:
+            self.router.settings = replace(self.router.settings, moves=moves)  # once a change
 
     def end_step(self, observed_s: float, predicted_s: float) -> str:
         """A step ended after ``observed_s``; ``predicted_s``: what the caller's yardstick
