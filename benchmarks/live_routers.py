@@ -29,6 +29,7 @@ TAILSIEVE_VARIANTS = {  # ablations of ``tailsieve`` (named with --routers; not 
     "tailsieve-no-moves": ("--no-moves",),  # placement only: each turn one piece, never moved
     "tailsieve-whole-pieces": ("--piece-tokens", "1000000"),  # moves on, a turn one piece
     "tailsieve-always-pieces": ("--piece-tokens", "512"),  # pieces even on a uniform fleet
+    "tailsieve-tokenize": ("--tokenize-prompts",),  # text prompts to /tokenize first
 }
 DIAGNOSTIC = (*TAILSIEVE_VARIANTS, "smg-round_robin")  # smg-round_robin: the HTTP path of a
 # Rust router against ``round-robin`` (the same choices through ``tailsieve serve``)

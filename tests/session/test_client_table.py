@@ -24,6 +24,20 @@ def test_a_key_s_next_turn_takes_the_slot_of_its_context() -> None:
     assert not na.first and not nb.first
 
 
+def test_the_prompt_is_needed_only_to_choose_among_free_slots() -> None:
+    t = ClientSessions()
+    assert not t.needs_prompt(None) and not t.needs_prompt("k")
+    a = t.acquire("k", None, (1, 2), 0.0)
+    b = t.acquire("k", None, (1, 2), 0.0)
+    assert not t.needs_prompt("k")  # both run: a new turn opens a slot
+    t.release(a, (1, 2, 3), 1.0)
+    assert not t.needs_prompt("k")  # one free: any prompt takes it
+    t.release(b, (1, 2, 4), 1.0)
+    assert t.needs_prompt("k")  # two free: the prompt's prefix picks
+    t.finish("k")
+    assert not t.needs_prompt("k")
+
+
 def test_without_a_key_each_request_is_a_session_ended_with_it() -> None:
     t = ClientSessions()
     a = t.acquire(None, None, (1,), 0.0)

@@ -160,7 +160,9 @@ class StubTransport:
     def _start(self, url: str, payload: JSON) -> tuple[_Replica, StubCall, list[int], str]:
         """A ``model`` request's replica, its call and what it generates."""
         rep = self.replicas[self._base(url)]
-        call = StubCall(rep.index, tuple(payload["prompt"]), int(payload["max_tokens"]))
+        raw = payload["prompt"]
+        prompt = tuple(ord(c) for c in raw) if isinstance(raw, str) else tuple(raw)
+        call = StubCall(rep.index, prompt, int(payload["max_tokens"]))
         if rep.dead:
             self.calls.append(replace(call, failed=True))
             raise ReplicaDownError(f"{url}: connection refused")
@@ -201,7 +203,9 @@ class StubTransport:
             self.calls.append(replace(call, failed=True))
             raise
         usage = self._usage(rep, replace(call, output_ids=tuple(ids)), cached, len(ids))
-        return {"choices": [self._choice(ids, finish_reason=reason)], "usage": usage}
+        echo = ({"prompt_token_ids": list(call.prompt_ids)}
+                if isinstance(payload["prompt"], str) else {})  # a text prompt's ids, as vLLM's
+        return {"choices": [self._choice(ids, finish_reason=reason, **echo)], "usage": usage}
 
     async def _model_stream(self, url: str, payload: JSON) -> AsyncIterator[JSON]:
         rep, call, ids, reason = self._start(url, payload)

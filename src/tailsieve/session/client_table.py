@@ -83,6 +83,17 @@ class ClientSessions:
     def num_running(self) -> int:
         return len(self._slots) - len(self._idle)
 
+    def needs_prompt(self, key: str | None) -> bool:
+        """Whether ``acquire`` for ``key`` reads the prompt: more than one of its slots is
+        free, and the prompt's shared prefix picks one (else any prompt takes the same)."""
+        if key is None:
+            return False
+        free = 0
+        for sid in self._keys.get(key, ()):
+            s = self._slots[sid]
+            free += not s.running and not s.finished
+        return free > 1
+
     def acquire(self, key: str | None, group: Hashable | None, prompt_ids: Sequence[int],
                 now_s: float) -> Lease:
         """The session a turn with ``prompt_ids`` runs in (marked running)."""

@@ -159,3 +159,25 @@ async def test_a_turn_runs_whole_on_a_uniform_fitted_fleet_and_in_pieces_by_a_st
     async with gw:
         await gw.generate("c", None, prompt(3), {}, max_tokens=1500)
         assert len(capped.calls) == 3  # a cap given is kept, fit or not
+
+
+async def test_a_check_refits_within_a_step_only_where_it_can_change_the_step() -> None:
+    """On a uniform fitted fleet whose turns run whole, a due refit waits (it could move
+    nothing, and costs the relay's CPU) until every kept piece is new."""
+    gw = _fitted_gateway(StubPieceRunner(2, NEVER_EOS))
+    prof = gw.profile
+    kept = prof.num_observations
+    t = 100.0
+    async with gw:
+        while not prof.refit_due:
+            prof.piece_ended(prof.piece_started(0, t, 100, 64), t + 0.5, 64)
+            t += 1.0
+        assert not prof.turned_over
+        gw.rebalancer.check()
+        assert prof.num_new > 0  # not refitted: no running turn may move
+        while not prof.turned_over:
+            prof.piece_ended(prof.piece_started(1, t, 100, 64), t + 0.5, 64)
+            t += 1.0
+        assert prof.num_new >= kept
+        gw.rebalancer.check()
+        assert prof.num_new == 0  # a full turnover refits all the same

@@ -64,6 +64,34 @@ async def test_a_turn_is_the_chain_of_its_pieces() -> None:
     assert st.num_turns == 1 and st.num_pieces == 4 and st.num_running == 0
 
 
+class _NoEcho(StubPieceRunner):
+    """A server that tokenizes a text prompt but does not echo its ids."""
+
+    async def run_piece(self, replica: int, piece: PieceRequest) -> PieceOutput:
+        return replace(await super().run_piece(replica, piece), prompt_ids=None)
+
+
+async def test_a_text_prompt_goes_first_and_its_echoed_ids_carry_the_turn_on() -> None:
+    runner = StubPieceRunner(2, NEVER_EOS)
+    text = "".join(chr(t) for t in prompt(3))
+    async with SessionGateway(2, runner, GatewayConfig(piece_tokens=16)) as gw:
+        out = await gw.generate("s", "g", (), {"temperature": 1.0, "logprobs": 0},
+                                max_tokens=40, prompt_text=text, text_tokens=7)
+        assert out.prompt_ids == tuple(prompt(3)) and len(out.pieces) == 3
+        assert_exact(runner, prompt(3), 40, out)  # the later pieces carry the echoed ids
+        one = await gw.generate("t", "g", (), SamplingParams(max_tokens=10), prompt_text=text)
+        assert len(one.pieces) == 1 and one.prompt_ids == tuple(prompt(3))
+        with pytest.raises(ConfigError, match="not both"):
+            await gw.generate("u", "g", prompt(1), SamplingParams(max_tokens=4),
+                              prompt_text=text)
+    deaf = _NoEcho(2, NEVER_EOS)
+    async with SessionGateway(2, deaf, GatewayConfig(piece_tokens=16)) as gw:
+        whole = await gw.generate("s", "g", (), SamplingParams(max_tokens=16), prompt_text=text)
+        assert len(whole.token_ids) == 16 and whole.prompt_ids is None
+        with pytest.raises(ConfigError, match="did not echo"):  # a ChainError
+            await gw.generate("t", "g", (), SamplingParams(max_tokens=40), prompt_text=text)
+
+
 async def test_later_turns_extend_the_context_and_stay_where_it_is_cached() -> None:
     runner = StubPieceRunner(3, StubModel(eos_every=13))
     cfg = GatewayConfig(policy="verl-sticky", piece_tokens=8)

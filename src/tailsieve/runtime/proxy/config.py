@@ -41,6 +41,8 @@ class ProxyConfig:
     session_ttl_s: float = DEFAULT_TTL_S  # a session key idle this long is forgotten
     gate_window_turns: int = 256  # turns per window of the balance gate (``PaceWindows``)
     tokenize_timeout_s: float = 60.0  # a /tokenize call to a server
+    text_prompts: bool = True  # a plain-text completions prompt goes to its server as text
+    # (tokenized there, its ids echoed), not first to /tokenize: one round trip less
     ready_timeout_s: float = 600.0  # a request waits this long for the servers to register
     admin_token: str | None = field(default=None, repr=False)  # admin calls on the data
     # listener need it (``Authorization: Bearer``); None: they go to the admin listener only

@@ -156,7 +156,7 @@ class RoutingProxy:
             self.gateway = gw
             self.service = ProxyService(gw, tokenizer, served, cfg.backend,
                                         ClientSessions(cfg.session_ttl_s),
-                                        cfg.gate_window_turns)
+                                        cfg.gate_window_turns, cfg.text_prompts)
             self.service.start_expiry()
             self.ready.set()
             log.info("proxy: serving %s over %d servers", served.name, len(self.endpoints))

@@ -1,6 +1,8 @@
 """The proxy's core: a client request run as sessions' turns at the ``SessionGateway``.
 
-``ProxyService.start`` tokenizes the request's prompts (``Tokenizer``), gives each of its
+``ProxyService.start`` tokenizes the request's prompts (``Tokenizer``; with ``text_prompts``,
+a plain-text completions prompt is instead sent to its server as text, which tokenizes it and
+echoes its ids: ``TextPrompts``), gives each of its
 ``n x prompts`` samples a session (``ClientSessions``: sticky by the client's key) and runs each
 as one turn (``SessionGateway.generate``: placed, pieced, moved, healed). The ``RequestRun`` it
 returns collects the samples' tokens as they stream in (``LiveTokens``: a streamed request's
@@ -38,7 +40,13 @@ from tailsieve.runtime.proxy.api_error import (
     not_found_model,
     unavailable,
 )
-from tailsieve.runtime.proxy.request import ProxyRequest, default_max, fit_context
+from tailsieve.runtime.proxy.request import (
+    Api,
+    PromptSpec,
+    ProxyRequest,
+    default_max,
+    fit_context,
+)
 from tailsieve.runtime.proxy.sample import LiveTokens, SampleOutput, SampleTrace
 from tailsieve.runtime.proxy.tokenizer import Tokenizer
 from tailsieve.runtime.sessions.gateway import SessionGateway
@@ -61,12 +69,47 @@ class ServedModel:
     card: Mapping[str, Any] | None = None  # the servers' /v1/models answer, as they gave it
 
 
-class RequestRun:
-    """One request's samples at the gateway (``ProxyService.start`` makes it)."""
+class TextPrompts:
+    """Which prompts go to the servers as text, and how long such a prompt is estimated to be
+    before its ids come back: its characters over the characters per token of the text prompts
+    echoed so far (``CHARS_PER_TOKEN`` before any)."""
 
-    def __init__(self, req: ProxyRequest, prompt_ids: list[tuple[int, ...]]) -> None:
+    CHARS_PER_TOKEN = 4.0
+
+    def __init__(self, on: bool, backend: Backend) -> None:
+        self.on = on and backend is Backend.VLLM
+        self.num_chars = 0
+        self.num_tokens = 0
+
+    def text_of(self, req: ProxyRequest, p: PromptSpec) -> str | None:
+        """``p``'s text where the server's completions endpoint tokenizes it as ``/tokenize``
+        would (plain text, special tokens added, answered whole), else None."""
+        tok = p.tokenize
+        if not self.on or req.api is not Api.COMPLETIONS or req.stream or tok is None:
+            return None
+        text = tok.get("prompt")
+        if not isinstance(text, str) or not text or set(tok) - {"prompt", "add_special_tokens"}:
+            return None
+        return text if tok.get("add_special_tokens", True) is True else None
+
+    def estimate(self, text: str) -> int:
+        per = self.num_chars / self.num_tokens if self.num_tokens else self.CHARS_PER_TOKEN
+        return max(1, round(len(text) / per))
+
+    def echoed(self, text: str, ids: tuple[int, ...]) -> None:
+        self.num_chars += len(text)
+        self.num_tokens += len(ids)
+
+
+class RequestRun:
+    """One request's samples at the gateway (``ProxyService.start`` makes it). A prompt sent
+    as text (``texts``) has no ids (``prompt_ids`` empty) until its server echoes them."""
+
+    def __init__(self, req: ProxyRequest, prompt_ids: list[tuple[int, ...]],
+                 texts: list[str | None] | None = None) -> None:
         self.req = req
         self.prompt_ids = prompt_ids
+        self.texts = texts or [None] * len(prompt_ids)
         self.traces = [SampleTrace(prompt_ids[i // req.n]) for i in range(req.num_samples)]
         self.lives = [LiveTokens() for _ in range(req.num_samples)]
         self.outputs: list[SampleOutput | None] = [None] * req.num_samples
@@ -110,13 +153,14 @@ class ProxyService:
 
     def __init__(self, gateway: SessionGateway, tokenizer: Tokenizer, served: ServedModel,
                  backend: Backend = Backend.VLLM, table: ClientSessions | None = None,
-                 gate_window_turns: int = 256) -> None:
+                 gate_window_turns: int = 256, text_prompts: bool = True) -> None:
         self.gateway = gateway
         self.tokenizer = tokenizer
         self.served = served
         self.backend = Backend(backend)
         self.table = table or ClientSessions()
         self.windows = PaceWindows(gateway.gate, gate_window_turns)
+        self.text = TextPrompts(text_prompts, self.backend)
         self.runs: set[RequestRun] = set()
         self.on_piece: PieceHook | None = None  # told of every piece (tests move turns here)
         self.num_requests = 0
@@ -159,11 +203,14 @@ class ProxyService:
         """Tokenize ``req``'s prompts and start its samples (``ApiError`` before any starts:
         a bad request, an unknown model, a prompt the servers refuse, no server)."""
         self.check_model(req.model)
-        ids = [p.token_ids if p.token_ids is not None else await self.tokenizer.tokenize(
-            p.tokenize or {}) for p in req.prompts]
+        texts = [None if self.table.needs_prompt(key) else self.text.text_of(req, p)
+                 for p in req.prompts]
+        ids = [p.token_ids if p.token_ids is not None else () if t is not None else
+               await self.tokenizer.tokenize(p.tokenize or {})
+               for p, t in zip(req.prompts, texts, strict=True)]
         samplings = [self._sampling(req, len(ids[i // req.n]), i % req.n)
-                     for i in range(req.num_samples)]
-        run = RequestRun(req, ids)
+                     for i in range(req.num_samples)]  # a text prompt: its server cuts
+        run = RequestRun(req, ids, texts)
         if not any(not r.done for r in self.runs):
             self.gateway.begin_step()
         self.runs.add(run)
@@ -202,6 +249,21 @@ class ProxyService:
             self.gateway.end_session(sid)
         return len(ended)
 
+    def _echoed(self, run: RequestRun, i: int, text: str, result: TurnResult,
+                ) -> tuple[int, ...]:
+        """Sample ``i``'s text prompt as ids, as its server echoed them (the request's, the
+        sample's trace's; learned for the next estimates)."""
+        ids = result.prompt_ids
+        if not ids:
+            raise bad_gateway("a server answered a text prompt without echoing its token ids "
+                              "(return_token_ids): start the proxy with --tokenize-prompts")
+        p = i // run.req.n
+        if not run.prompt_ids[p]:
+            run.prompt_ids[p] = ids
+        run.traces[i].prompt_ids = ids
+        self.text.echoed(text, ids)
+        return ids
+
     def _sampling(self, req: ProxyRequest, prompt_len: int, k: int) -> dict[str, Any]:
         sp: dict[str, Any] = dict(req.sampling)
         mml = self.served.max_model_len
@@ -219,10 +281,15 @@ class ProxyService:
     async def _sample(self, run: RequestRun, i: int, lease: Lease, sp: dict[str, Any]) -> None:
         trace, live = run.traces[i], run.lives[i]
         prompt = trace.prompt_ids
+        text = run.texts[i // run.req.n]
         result: TurnResult | None = None
         context: tuple[int, ...] | None = None
 
         def on_piece(span: PieceSpan, out: PieceOutput) -> None:
+            if not trace.prompt_ids and out.prompt_ids:  # a text prompt's, echoed
+                trace.prompt_ids = out.prompt_ids
+                if not run.prompt_ids[i // run.req.n]:
+                    run.prompt_ids[i // run.req.n] = out.prompt_ids
             trace.add(span, out)
             if self.on_piece is not None:
                 self.on_piece(lease.session_id, span)
@@ -236,16 +303,21 @@ class ProxyService:
         self.gateway.set_step_balanced(self.windows.balanced)
         t0 = time.monotonic()
         try:
+            num_prompt = len(prompt) if text is None else self.text.estimate(text)
             result = await self.gateway.generate(
                 lease.session_id, lease.group_id, prompt, sp,
-                prompt_tokens=len(prompt) if lease.first else None, on_piece=on_piece,
-                on_tokens=on_tokens if run.req.stream else None)
+                prompt_tokens=num_prompt if lease.first else None, on_piece=on_piece,
+                on_tokens=on_tokens if run.req.stream else None, prompt_text=text,
+                text_tokens=num_prompt)
+            if text is not None:
+                prompt = self._echoed(run, i, text, result)
             context = prompt + result.token_ids
         except asyncio.CancelledError:
             if not run.aborted:
                 raise
             trace.keep_streamed(live)
-            context = prompt + tuple(trace.token_ids())
+            context = (trace.prompt_ids + tuple(trace.token_ids()) if trace.prompt_ids
+                       else None)
             self.num_aborted_samples += 1
         except Exception as exc:  # every failure becomes the request's HTTP error
             run.fail(api_error(exc))

@@ -210,9 +210,9 @@ class SessionGateway:
         feeds the gate from its own windows of turns rather than steps (the proxy's
         ``PaceWindows``)."""
         self._step_balanced = not self.config.gate or balanced
-        if isinstance(self.router, TailSieveRouter):
-            self.router.settings = replace(
-                self.router.settings, moves=self.parts.settings.moves and self._step_balanced)
+        moves = self.parts.settings.moves and self._step_balanced
+        if isinstance(self.router, TailSieveRouter) and self.router.settings.moves != moves:
+            self.router.settings = replace(self.router.settings, moves=moves)  # once a change
 
     def end_step(self, observed_s: float, predicted_s: float) -> str:
         """A step ended after ``observed_s``; ``predicted_s``: what the caller's yardstick
@@ -256,6 +256,8 @@ class SessionGateway:
         on_piece: Callable[[PieceSpan, PieceOutput], None] | None = None,
         on_tokens: TurnSink | None = None,
         engine_args: Mapping[str, Any] | None = None,
+        prompt_text: str | None = None,
+        text_tokens: int = 1,
     ) -> TurnResult:
         """Generate one turn of ``session_id``: ``prompt_ids`` is its whole prompt (the
         context so far plus the new tokens); ``prompt_tokens``: the group's shared prompt
@@ -263,26 +265,33 @@ class SessionGateway:
         with each piece as it ends (e.g. to stream it on; the returned ``TurnResult`` is the
         authority: a stop string spanning a seam cuts it shorter than its pieces);
         ``on_tokens`` with the turn's tokens as they come (see the module docstring);
-        ``engine_args`` go with every piece to the runner (``PieceRequest.engine_args``). Raises
+        ``engine_args`` go with every piece to the runner (``PieceRequest.engine_args``).
+        ``prompt_text`` instead of ``prompt_ids`` (empty): a prompt not tokenized yet, sent as
+        text (the server tokenizes it and echoes its ids: ``TurnResult.prompt_ids``), placed
+        as ``text_tokens`` long (an estimate). Raises
         ``RequestError`` when a server answers badly beyond retries, ``ReplicaError`` when no
         replica is healthy within ``no_replica_timeout_s``."""
         sp = sampling if isinstance(sampling, SamplingParams) else sampling_from_dict(sampling)
         if max_tokens is not None:
             sp = replace(sp, max_tokens=max_tokens)
         ids = tuple(map(int, prompt_ids))
-        if not ids:
+        if not ids and not prompt_text:
             raise ConfigError(f"session {session_id!r}: empty prompt")
+        if ids and prompt_text is not None:
+            raise ConfigError(f"session {session_id!r}: give prompt_ids or prompt_text, not both")
+        num_prompt = len(ids) if ids else max(1, text_tokens)
         if session_id in self._turns:
             raise ConfigError(f"session {session_id!r} already has a turn running")
         k = self._num_turns[session_id] = self._num_turns.get(session_id, 0) + 1
-        req = self.book.request(session_id, group_id, len(ids), prompt_tokens, sp.max_tokens)
+        req = self.book.request(session_id, group_id, num_prompt, prompt_tokens, sp.max_tokens)
         decision = await self.place(req)
         moves = self.mid_turn_moves and not penalties_of(sp)
         streamed = on_tokens is not None and self.streamer is not None
         moves = moves and (streamed or self._pieces_pay(decision.replica))
         rt = RunningTurn.start(session_id, f"{session_id}-t{k}", ids, sp, decision.replica,
                                self._piece_tokens(moves, streamed),
-                               len(ids) - decision.prefill_tokens, moves)
+                               num_prompt - decision.prefill_tokens, moves, prompt_text,
+                               num_prompt)
         rt.on_piece = on_piece
         rt.sink = on_tokens
         rt.engine_args = engine_args
@@ -389,7 +398,8 @@ class SessionGateway:
             piece = rt.next_piece()
             rt.piece_on, rt.piece_started_s = replica, self.now()
             timed = self.profile.piece_started(replica, rt.piece_started_s,
-                                               len(piece.prompt_ids), piece.max_tokens)
+                                               len(piece.prompt_ids) or rt.prompt_tokens,
+                                               piece.max_tokens)
             out: PieceOutput | None = None
             fault: ReplicaDownError | None = None
             try:
@@ -487,11 +497,15 @@ class SessionGateway:
                      "placements and moves from now on", self.profile.num_observations)
 
     def _estimate_progress(self, now_s: float) -> None:
-        """Before a check: refit the ``auto`` profile, then tell the book how far each running
+        """Before a check: refit the ``auto`` profile where a refit is due and can change the
+        step (a running turn may move; else only once the fit's pieces have all turned over:
+        on a uniform fleet whose turns run whole, the tens of ms of a refit would only take
+        CPU from the pieces' relay), then tell the book how far each running
         piece has come: the tokens it streamed, else one token per predicted decode
         iteration of its replica since it was sent, at most its cap (an unstreamed piece
         reports its tokens only at its end; lengths are not predicted)."""
-        self._refit(due_only=True)
+        if self.profile.turned_over or any(rt.moves for rt in self._turns.values()):
+            self._refit(due_only=True)
         views = self.book.views(now_s)
         streamed = self.interrupter.generated_tokens if self.interrupter is not None else None
         for rt in self._turns.values():

@@ -20,7 +20,9 @@ A refit over the kept observations costs tens to hundreds of milliseconds of CPU
 on the event loop that relays every piece. Between steps that is free; within one
 (``refit(due_only=True)``, the mid-turn checks) it runs only once ``REFIT_SHARE`` of the kept
 observations (at least ``REFIT_MIN_PIECES``) ended since the last one, so a young fit, and a
-straggler's first pieces, are taken in at once, and a full one about once per step.
+straggler's first pieces, are taken in at once, and a full one about once per step; and only
+where it can change the step (``SessionGateway``: a running turn may move), else once every
+kept observation is new (``turned_over``: a gateway that never idles between steps).
 """
 
 from __future__ import annotations
@@ -90,6 +92,12 @@ class GatewayProfile:
             return False
         return self.num_new >= max(REFIT_MIN_PIECES,
                                    REFIT_SHARE * self.online.num_observations)
+
+    @property
+    def turned_over(self) -> bool:
+        """Whether as many pieces ended since the last refit as the fit keeps."""
+        return self.online is not None and self.num_new >= max(
+            REFIT_MIN_PIECES, self.online.num_observations)
 
     def refit(self, due_only: bool = False) -> ThroughputModel | None:
         """Refit on the pieces timed since the last call (``due_only``: only when

@@ -36,6 +36,8 @@ class TurnResult:
     prefill_tokens: int  # context tokens the router expected to prefill at the placement
     num_relocations: int = 0  # pieces continued elsewhere after a replica fault
     chain: tuple[Piece, ...] = field(default=(), repr=False)
+    prompt_ids: tuple[int, ...] | None = field(default=None, repr=False)  # the turn's prompt
+    # as ids (a text prompt's as its server echoed them; None: not echoed)
 
     @property
     def num_cached_tokens(self) -> int | None:

@@ -5,7 +5,10 @@ the last piece's finish reason, a stop string across a seam cut where the server
 cut it, ``min_tokens`` carried over); this module only builds each piece's request from the
 chain and takes its output back. A turn with a ``sink`` (a streamed answer) hands it every
 token once, in order, with its index in the turn's output: as its piece streams them where the
-runner streams, else at the piece's end; a piece cut short keeps what it streamed.
+runner streams, else at the piece's end; a piece cut short keeps what it streamed. A turn
+started from text (``prompt_text``: a prompt no one has tokenized yet) sends its first piece
+as text; the server tokenizes it and echoes its ids (``PieceOutput.prompt_ids``), which the
+chain keeps for the pieces after it (and the ``TurnResult``).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tailsieve.runtime.backends import PromptInput, SamplingParams, with_encoded_ids
-from tailsieve.runtime.chain import ResponseChain
+from tailsieve.runtime.chain import ChainError, ResponseChain
 from tailsieve.runtime.sessions.pieces import PieceOutput, PieceRequest, TokenDelta
 from tailsieve.runtime.sessions.result import PieceSpan, TurnResult
 
@@ -29,7 +32,8 @@ class RunningTurn:
 
     session_id: Hashable
     turn_id: str  # names its pieces' request ids
-    prompt: PromptInput  # the turn's whole prompt (context + new tokens) as token ids
+    prompt: PromptInput  # the turn's whole prompt (context + new tokens) as token ids, or
+    # as text until a server echoed its ids
     sampling: SamplingParams  # as sent (logprobs=0 added when stop strings need offsets)
     chain: ResponseChain
     replica: int  # where its next piece goes (a move changes it)
@@ -52,26 +56,39 @@ class RunningTurn:
     streaming: list[TokenDelta] | None = None  # what the running piece streamed to ``sink``
     streamed_tokens: int = 0  # tokens in ``streaming``
     engine_args: Mapping[str, Any] | None = None  # passed with every piece (``PieceRequest``)
+    text_tokens: int = 0  # a text prompt's estimated length, tokens, until its ids are known
 
     @classmethod
     def start(cls, session_id: Hashable, turn_id: str, prompt_ids: tuple[int, ...],
               sampling: SamplingParams, replica: int, piece_tokens: int | None,
-              expect_hit: int = 0, moves: bool | None = None) -> RunningTurn:
-        """``moves``: it may move mid-turn (default: when it runs in pieces)."""
+              expect_hit: int = 0, moves: bool | None = None, prompt_text: str | None = None,
+              text_tokens: int = 0) -> RunningTurn:
+        """``moves``: it may move mid-turn (default: when it runs in pieces). With
+        ``prompt_text`` (and no ``prompt_ids``) the prompt goes as text, ``text_tokens`` long
+        by estimate."""
         want = sampling.logprobs is not None
         if sampling.stop and not want:  # a stop string across a seam needs text offsets
             sampling = replace(sampling, logprobs=0)
-        prompt = with_encoded_ids(PromptInput(turn_id, token_ids=tuple(prompt_ids)))
+        if prompt_ids or prompt_text is None:
+            prompt = with_encoded_ids(PromptInput(turn_id, token_ids=tuple(prompt_ids)))
+        else:
+            prompt = PromptInput(turn_id, text=prompt_text)
         chain = ResponseChain(max_tokens=sampling.max_tokens, prompt_ids=prompt.token_ids,
                               stop=tuple(sampling.stop or ()))
         movable = piece_tokens is not None if moves is None else moves
         return cls(session_id, turn_id, prompt, sampling, chain, replica, piece_tokens, movable,
-                   want, expect_hit=expect_hit, booked=replica)
+                   want, expect_hit=expect_hit, booked=replica, text_tokens=text_tokens)
+
+    @property
+    def prompt_tokens(self) -> int:
+        """The prompt's length: its ids', or the text's estimate until they are known."""
+        ids = self.chain.prompt_ids
+        return len(ids) if ids is not None else self.text_tokens
 
     @property
     def prefix_tokens(self) -> int:
         """The prompt plus the tokens generated so far (what a continuation carries)."""
-        return len(self.prompt.token_ids or ()) + self.chain.num_generated
+        return self.prompt_tokens + self.chain.num_generated
 
     @property
     def waiting_on_move(self) -> bool:
@@ -95,16 +112,26 @@ class RunningTurn:
         self.hold_pieces = len(self.spans) + (running if interrupted else running + 1)
 
     def next_piece(self) -> PieceRequest:
-        """The request of the next piece (the prompt plus every token generated so far)."""
+        """The request of the next piece (the prompt plus every token generated so far; the
+        prompt's text while no server has echoed its ids, which needs nothing generated)."""
         chain = self.chain
-        prompt = chain.next_prompt(self.prompt)
-        ids = prompt.token_ids
-        assert ids is not None
+        text = None
+        if chain.prompt_ids is None:
+            if chain.num_generated:
+                raise ChainError(f"turn {self.turn_id!r}: the server did not echo the text "
+                                 "prompt's token ids, so the turn cannot be continued")
+            ids: tuple[int, ...] = ()
+            text = self.prompt.text
+        else:
+            next_ids = chain.next_prompt(self.prompt).token_ids
+            assert next_ids is not None
+            ids = next_ids
         self.streaming, self.streamed_tokens = None, 0
         if self.sink is not None:
             self.streaming = []
         return PieceRequest(
             prompt_ids=ids,
+            prompt_text=text,
             sampling=chain.piece_sampling(self.sampling, self.piece_tokens),
             max_tokens=chain.piece_cap(self.piece_tokens),
             request_id=self._next_id(),
@@ -127,7 +154,10 @@ class RunningTurn:
 
     def add(self, replica: int, piece: PieceRequest, out: PieceOutput) -> None:
         """Take a piece's output into the chain. A piece the server aborted keeps its tokens
-        and the turn continues from there."""
+        and the turn continues from there. A text prompt's echoed ids become the prompt's."""
+        if self.chain.prompt_ids is None and out.prompt_ids:
+            self.prompt = with_encoded_ids(PromptInput(self.turn_id, token_ids=out.prompt_ids))
+            self.chain.prompt_ids = self.prompt.token_ids
         self._stream_rest(out)
         self.has_text = self.has_text and out.text is not None
         start = self.chain.num_generated
@@ -137,7 +167,7 @@ class RunningTurn:
         self.empty_aborts = (self.empty_aborts + 1 if out.finish_reason == "abort"
                              and not out.token_ids and not self.interrupted else 0)
         self.interrupted = False
-        self.expect_hit = len(piece.prompt_ids) + len(out.token_ids)  # if it stays here
+        self.expect_hit = self.prompt_tokens + start + len(out.token_ids)  # if it stays here
 
     def _stream_rest(self, out: PieceOutput) -> None:
         """Hand the sink the piece's tokens it did not stream (all of them where the runner
@@ -181,4 +211,5 @@ class RunningTurn:
             prefill_tokens=prefill_tokens,
             num_relocations=self.num_relocations,
             chain=tuple(self.chain.pieces),
+            prompt_ids=self.chain.prompt_ids,
         )
