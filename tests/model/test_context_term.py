@@ -16,13 +16,13 @@ from tailsieve.model.replica_engine import ReplicaConfig, ReplicaEngine
 from tailsieve.model.replica_time import (
     all_admit_completion_times,
     all_admit_time,
+    capacity_cannot_bind,
     marginal_cost,
     replica_completion_times,
     segmented_completion_times,
 )
 from tailsieve.model.speculative import SpecConfig
 from tailsieve.model.throughput import ThroughputModel
-from tailsieve.sim.replicas import PoolConfigs
 
 K = 3e-6  # seconds per decode step per token of context
 CPU = builtin_profile("cpu")
@@ -131,9 +131,10 @@ def test_context_term_is_validated_saved_scaled_and_spec_applied(tmp_path: Path)
 
 
 def test_context_term_keeps_the_closed_form_but_capacity_leaves_it() -> None:
-    assert PoolConfigs.from_specs(ReplicaConfig(CPU)).closed_form
-    assert PoolConfigs.from_specs(ReplicaConfig(CPU_K)).closed_form
-    assert not PoolConfigs.from_specs(ReplicaConfig(CPU_K, kv_capacity_tokens=10**6)).closed_form
+    lengths = [300, 200, 100]
+    assert capacity_cannot_bind(lengths, ReplicaConfig(CPU))
+    assert capacity_cannot_bind(lengths, ReplicaConfig(CPU_K))
+    assert not capacity_cannot_bind(lengths, ReplicaConfig(CPU_K, kv_capacity_tokens=100))
 
 
 @settings(max_examples=60, deadline=None)
