@@ -19,7 +19,7 @@ from tailsieve.model.replica_time import (
     capacity_cannot_bind,
     marginal_cost,
     replica_completion_times,
-    segmented_completion_times,
+    sorted_segment_completion_times,
 )
 from tailsieve.model.speculative import SpecConfig
 from tailsieve.model.throughput import ThroughputModel
@@ -62,8 +62,10 @@ def test_closed_form_equals_event_engine(lengths: list[int]) -> None:
     assert closed == pytest.approx(engine_times(lengths, ReplicaConfig(CPU_K)), rel=1e-9, abs=1e-12)
     expect = float(closed.max()) if lengths else 0.0
     assert all_admit_time(lengths, CPU_K) == pytest.approx(expect, rel=1e-9, abs=1e-12)
-    seg = segmented_completion_times(lengths, np.zeros(len(lengths), dtype=np.int64), CPU_K)
-    assert seg == pytest.approx(closed, rel=1e-9, abs=1e-12)
+    order = np.argsort(lengths, kind="stable")
+    asc = np.asarray(lengths, dtype=np.float64)[order]
+    seg = sorted_segment_completion_times(asc, np.zeros(len(lengths), dtype=np.int64), CPU_K)
+    assert seg == pytest.approx(closed[order], rel=1e-9, abs=1e-12)
 
 
 def test_term_adds_k_sum_of_squares_over_two() -> None:
