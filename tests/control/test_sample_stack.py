@@ -1,5 +1,5 @@
 """The controller's vectorised prediction equals placing and simulating each remembered step on
-its own (``StepSample.pool_times``), with and without spread dealing, cutoff stand-ins and
+its own (``sample_refs.pool_times``), with and without spread dealing, cutoff stand-ins and
 prompt-token context."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sample_refs import pool_times
 
 from tailsieve.control.predictor import PoolTimePredictor, StepSample, StepWork
 from tailsieve.model.profiles import load_profile
@@ -26,12 +27,12 @@ def reference(s: StepSample, q: int, m: int, num_groups: int, num_replicas: int,
     if q_eff:
         slot = np.full(g, -1, dtype=np.int64)
         slot[tail_idx] = np.arange(q_eff)
-        tail = float(s.pool_times(slot, m_eff, MODEL, spread=spread)[0].max())
+        tail = float(pool_times(s, slot, m_eff, MODEL, spread=spread)[0].max())
     in_tail = np.zeros(g, dtype=bool)
     in_tail[tail_idx] = True
     slot = np.full(g, -1, dtype=np.int64)
     slot[~in_tail] = np.arange(g - q_eff)
-    times, slots = s.pool_times(slot, num_replicas - m_eff, MODEL, extra=q_eff, spread=spread)
+    times, slots = pool_times(s, slot, num_replicas - m_eff, MODEL, extra=q_eff, spread=spread)
     return tail, float(times[slots < g - q_eff].max())
 
 

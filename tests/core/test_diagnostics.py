@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 
+from plan_helpers import Placement, build_plan
 from tailsieve.core.diagnostics import PredictedPoolTimes, diagnose_step
 from tailsieve.core.outcome import GroupResult, StepOutcome
 from tailsieve.core.plan import GroupAssignment, StepPlan
@@ -15,7 +16,6 @@ from tailsieve.errors import ConfigError
 from tailsieve.model.replica_engine import ReplicaConfig
 from tailsieve.model.throughput import ThroughputModel
 from tailsieve.sim.executor import SimExecutor
-from tailsieve.sim.plans import Placement, build_plan
 from tailsieve.sim.replicas import PoolConfigs
 
 FLAT = ThroughputModel.from_pairs([(1, 1.0), (8, 1.0)], name="flat")

@@ -2,11 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tailsieve.drafts.prompt_lookup import NgramConfig, NgramMatcher, naive_ngram_propose
+from tailsieve.drafts.prompt_lookup import NgramConfig, NgramMatcher
+
+
+def naive_ngram_propose(tokens: Sequence[int], num_speculative_tokens: int,
+                        config: NgramConfig) -> tuple[int, ...]:
+    """Reference: vLLM's prompt-lookup rule by brute force."""
+    n = len(tokens)
+    for size in range(min(config.prompt_lookup_max, n), config.prompt_lookup_min - 1, -1):
+        pattern = list(tokens[n - size:])
+        for i in range(0, n - size):
+            if list(tokens[i:i + size]) == pattern:
+                return tuple(tokens[i + size:i + size + num_speculative_tokens])
+    return ()
+
 
 
 @settings(max_examples=200, deadline=None)

@@ -16,13 +16,13 @@ from tailsieve.model.replica_engine import ReplicaConfig, ReplicaEngine
 from tailsieve.model.replica_time import (
     all_admit_completion_times,
     all_admit_time,
+    capacity_cannot_bind,
     marginal_cost,
     replica_completion_times,
-    segmented_completion_times,
+    sorted_segment_completion_times,
 )
 from tailsieve.model.speculative import SpecConfig
 from tailsieve.model.throughput import ThroughputModel
-from tailsieve.sim.replicas import PoolConfigs
 
 K = 3e-6  # seconds per decode step per token of context
 CPU = builtin_profile("cpu")
@@ -62,8 +62,10 @@ def test_closed_form_equals_event_engine(lengths: list[int]) -> None:
     assert closed == pytest.approx(engine_times(lengths, ReplicaConfig(CPU_K)), rel=1e-9, abs=1e-12)
     expect = float(closed.max()) if lengths else 0.0
     assert all_admit_time(lengths, CPU_K) == pytest.approx(expect, rel=1e-9, abs=1e-12)
-    seg = segmented_completion_times(lengths, np.zeros(len(lengths), dtype=np.int64), CPU_K)
-    assert seg == pytest.approx(closed, rel=1e-9, abs=1e-12)
+    order = np.argsort(lengths, kind="stable")
+    asc = np.asarray(lengths, dtype=np.float64)[order]
+    seg = sorted_segment_completion_times(asc, np.zeros(len(lengths), dtype=np.int64), CPU_K)
+    assert seg == pytest.approx(closed[order], rel=1e-9, abs=1e-12)
 
 
 def test_term_adds_k_sum_of_squares_over_two() -> None:
@@ -131,9 +133,10 @@ def test_context_term_is_validated_saved_scaled_and_spec_applied(tmp_path: Path)
 
 
 def test_context_term_keeps_the_closed_form_but_capacity_leaves_it() -> None:
-    assert PoolConfigs.from_specs(ReplicaConfig(CPU)).closed_form
-    assert PoolConfigs.from_specs(ReplicaConfig(CPU_K)).closed_form
-    assert not PoolConfigs.from_specs(ReplicaConfig(CPU_K, kv_capacity_tokens=10**6)).closed_form
+    lengths = [300, 200, 100]
+    assert capacity_cannot_bind(lengths, ReplicaConfig(CPU))
+    assert capacity_cannot_bind(lengths, ReplicaConfig(CPU_K))
+    assert not capacity_cannot_bind(lengths, ReplicaConfig(CPU_K, kv_capacity_tokens=100))
 
 
 @settings(max_examples=60, deadline=None)

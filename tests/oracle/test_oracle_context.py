@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from milp_reference import milp_makespan
-from oracle_refs import brute_force_makespan
+from oracle_refs import brute_force_makespan, lagrangian_bounds, min_remaining_work
 
 from tailsieve.model.profiles import load_profile
 from tailsieve.model.replica_engine import ReplicaConfig
@@ -18,7 +18,7 @@ from tailsieve.model.replica_time import all_admit_time, context_costs, replica_
 from tailsieve.model.throughput import ThroughputModel
 from tailsieve.oracle import makespan_lower_bound, solve_two_replicas, topk_sweep
 from tailsieve.oracle.pareto_dp import SPLIT_WEIGHTS
-from tailsieve.oracle.split_bound import CountSplitBound, lagrangian_bounds, min_remaining_work
+from tailsieve.oracle.split_bound import CountSplitBound
 from tailsieve.oracle.summary import summarize
 
 QWEN = load_profile("qwen3-4b-h100")

@@ -7,10 +7,11 @@ import itertools
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from oracle_refs import lagrangian_bounds, min_remaining_work
 
 from tailsieve.model.profiles import load_profile
 from tailsieve.oracle.pareto_dp import SPLIT_WEIGHTS
-from tailsieve.oracle.split_bound import CountSplitBound, lagrangian_bounds, min_remaining_work
+from tailsieve.oracle.split_bound import CountSplitBound
 
 MODELS = [load_profile("cpu"), load_profile("illustrative-flat")]
 

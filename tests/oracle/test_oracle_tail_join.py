@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from oracle_refs import brute_force_makespan
+from oracle_refs import brute_force_makespan, lagrangian_bounds, min_remaining_work
 
 from tailsieve.model.profiles import load_profile
 from tailsieve.model.replica_time import context_costs
 from tailsieve.oracle import solve_two_replicas
 from tailsieve.oracle.pareto_dp import lagrangian_weights
 from tailsieve.oracle.pareto_front import pareto_indices
-from tailsieve.oracle.split_bound import LagrangianBound, lagrangian_bounds, min_remaining_work
+from tailsieve.oracle.split_bound import LagrangianBound
 from tailsieve.oracle.tail_join import join_front, tail_front
 
 QWEN = load_profile("qwen3-4b-h100")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from plan_helpers import Placement, build_plan
 from tailsieve.core.plan import StepPlan
 from tailsieve.core.pool import Pool
-from tailsieve.sim.plans import Placement, build_plan
 
 
 def random_plan(rng: np.random.Generator, num_replicas: int, group_size: int, num_groups: int,

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from random_plans import random_plan
 
+from plan_helpers import Placement, build_plan
 from tailsieve.core.plan import StepPlan
 from tailsieve.core.pool import Pool
 from tailsieve.errors import ProtocolError
@@ -18,7 +19,6 @@ from tailsieve.model.replica_engine import ReplicaConfig
 from tailsieve.model.speculative import SpecConfig
 from tailsieve.model.throughput import ThroughputModel
 from tailsieve.sim.executor import SimExecutor
-from tailsieve.sim.plans import Placement, build_plan
 from tailsieve.sim.replicas import PoolConfigs
 
 # tau(b) = b seconds: easy to compute by hand.

@@ -3,6 +3,7 @@ decision after pricing, and when it took effect."""
 
 from __future__ import annotations
 
+from plan_helpers import Placement, build_plan
 from tailsieve.core.balance_drafts import DraftPricing
 from tailsieve.core.balance_trace import DEFERRED, MADE, SKIPPED, BalanceTrace
 from tailsieve.core.balancer import BalanceSettings
@@ -11,7 +12,6 @@ from tailsieve.model.profiles import load_profile
 from tailsieve.model.replica_engine import ReplicaConfig
 from tailsieve.sim.layout import RequestLayout
 from tailsieve.sim.movepath import PieceSettings, simulate_with_moves
-from tailsieve.sim.plans import Placement, build_plan
 
 CFG = ReplicaConfig.from_profile(load_profile("qwen3-4b-h100"), max_num_seqs=None,
                                  kv_capacity_tokens=None)

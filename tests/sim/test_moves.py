@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from random_plans import random_plan
 
+from plan_helpers import Placement, build_plan
 from tailsieve.core.balance_check import plan_check
 from tailsieve.core.balance_trace import BalanceTrace
 from tailsieve.core.balancer import BalanceSettings
@@ -22,7 +23,6 @@ from tailsieve.model.replica_engine import ReplicaConfig
 from tailsieve.sim.executor import SimExecutor
 from tailsieve.sim.layout import RequestLayout
 from tailsieve.sim.movepath import PieceSettings, simulate_with_moves
-from tailsieve.sim.plans import Placement, build_plan
 from tailsieve.sim.replicas import PoolConfigs
 
 MODEL = load_profile("qwen3-4b-h100")

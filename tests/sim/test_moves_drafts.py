@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from plan_helpers import Placement, build_plan
 from tailsieve.core.balance_drafts import DraftPricing
 from tailsieve.core.balancer import BalanceSettings
 from tailsieve.model.acceptance import LITERATURE, AcceptanceCurve
@@ -9,7 +10,6 @@ from tailsieve.model.profiles import load_profile
 from tailsieve.model.replica_engine import ReplicaConfig
 from tailsieve.sim.layout import RequestLayout
 from tailsieve.sim.movepath import simulate_with_moves
-from tailsieve.sim.plans import Placement, build_plan
 
 CFG = ReplicaConfig.from_profile(load_profile("qwen3-4b-h100"), max_num_seqs=None,
                                  kv_capacity_tokens=None)

@@ -10,9 +10,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from tailsieve.model.replica_time import sorted_segment_completion_times
-from tailsieve.model.throughput import ThroughputModel
-
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -145,22 +142,3 @@ class StepSample:
                 if self.aborted else np.full(extra * n, RUNNING_TOKENS)
             self._extras[extra] = ex
         return ex
-
-    def pool_times(
-        self,
-        slot_of_group: IntArray,
-        num_replicas: int,
-        model: ThroughputModel,
-        extra: int = 0,
-        spread: bool = False,
-    ) -> tuple[FloatArray, IntArray]:
-        """Completion time and slot of every request placed by ``placement``, both sorted by
-        (replica, length)."""
-        length, rep, slot, prompt = self.placement(slot_of_group, num_replicas, extra, spread)
-        running = length >= RUNNING_TOKENS
-        if running.any():  # same completions, no huge phase times (see ``SampleStack``)
-            length = np.where(running, length[~running].max(initial=0.0) + 1.0, length)
-        order = np.lexsort((length, rep))
-        sorted_prompt = None if prompt is None else prompt[order]
-        times = sorted_segment_completion_times(length[order], rep[order], model, sorted_prompt)
-        return times, slot[order]

@@ -65,14 +65,3 @@ class NgramMatcher:
                 return tuple(seq[begin:begin + num_speculative_tokens])
         return ()
 
-
-def naive_ngram_propose(tokens: Sequence[int], num_speculative_tokens: int,
-                        config: NgramConfig) -> tuple[int, ...]:
-    """Reference: the same rule by brute force (for tests)."""
-    n = len(tokens)
-    for size in range(min(config.prompt_lookup_max, n), config.prompt_lookup_min - 1, -1):
-        pattern = list(tokens[n - size:])
-        for i in range(0, n - size):
-            if list(tokens[i:i + size]) == pattern:
-                return tuple(tokens[i + size:i + size + num_speculative_tokens])
-    return ()

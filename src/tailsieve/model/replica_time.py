@@ -182,32 +182,18 @@ def replica_time(
     return float(times.max()) if times.size else 0.0
 
 
-def segmented_completion_times(
-    lengths: npt.ArrayLike, replica_ids: npt.ArrayLike, model: ThroughputModel
-) -> FloatArray:
-    """All-admit completion times (input order) of requests on several replicas at once.
-
-    ``replica_ids[i]`` is the replica of request ``i``; every replica starts all its requests
-    at time 0. One vectorised pass, equal to ``all_admit_completion_times`` per replica.
-    """
-    arr = np.asarray(lengths, dtype=np.float64)
-    rep = np.asarray(replica_ids, dtype=np.int64)
-    if arr.size == 0:
-        return np.zeros(0)
-    order = np.lexsort((arr, rep))
-    out = np.empty(arr.size)
-    out[order] = sorted_segment_completion_times(arr[order], rep[order], model)
-    return out
-
-
 def sorted_segment_completion_times(
     sorted_lengths: FloatArray,
     sorted_replicas: npt.NDArray[np.integer],
     model: ThroughputModel,
     sorted_prompts: FloatArray | None = None,
 ) -> FloatArray:
-    """Like ``segmented_completion_times`` for input already sorted by (replica, length);
-    ``sorted_prompts`` (same order) count as context under the context term."""
+    """All-admit completion times of requests on several replicas at once, for input sorted by
+    (replica, length) and in that order.
+
+    ``sorted_replicas[i]`` is the replica of request ``i``; every replica starts all its
+    requests at time 0. One vectorised pass, equal to ``all_admit_completion_times`` per
+    replica; ``sorted_prompts`` (same order) count as context under the context term."""
     n = sorted_lengths.size
     if n == 0:
         return np.zeros(0)

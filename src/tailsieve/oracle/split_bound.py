@@ -1,6 +1,6 @@
 """Lower bounds for the exact DP (``pareto_dp.py``).
 
-``min_remaining_work`` / ``lagrangian_bounds``: the cheap Lagrangian bound (see below).
+``LagrangianBound``: the cheap Lagrangian bound (see below).
 ``CountSplitBound``: a stronger bound that conditions on how many remaining requests go to A.
 
 For a state after ``k`` of ``n`` requests (sorted descending) with ``a`` on replica A and
@@ -107,46 +107,8 @@ def _split_work(ls: FloatArray, marg: FloatArray, w: float, ctx: FloatArray) -> 
     return out
 
 
-def min_remaining_work(
-    ls: FloatArray, marg: FloatArray, weight: float = 0.5, ctx: FloatArray | None = None
-) -> list[FloatArray]:
-    """``W[k][a]``: least weighted work ``weight * X + (1 - weight) * Y`` (seconds) of placing
-    requests ``k..n-1`` (sorted descending), where ``X`` is what they add to a replica already
-    holding ``a`` requests and ``Y`` what they add to the other (holding ``k - a``). Exact by
-    backward recursion. For any completion, ``max(T_A + X, T_B + Y) >= weight * (T_A + X) +
-    (1 - weight) * (T_B + Y) >= weight * T_A + (1 - weight) * T_B + W[k][a]``."""
-    n = ls.size
-    c = np.zeros(n) if ctx is None else ctx
-    out: list[FloatArray] = [np.zeros(0)] * (n + 1)
-    nxt = np.zeros(n + 1)
-    out[n] = nxt
-    for k in range(n - 1, -1, -1):
-        a = np.arange(k + 1)
-        cur = np.minimum(
-            weight * (ls[k] * marg[a] + c[k]) + nxt[a + 1],
-            (1.0 - weight) * (ls[k] * marg[k - a] + c[k]) + nxt[a],
-        )
-        out[k] = cur
-        nxt = cur
-    return out
-
-
-def lagrangian_bounds(
-    k: int,
-    a: IntArray,
-    ta: FloatArray,
-    tb: FloatArray,
-    tables: list[tuple[float, list[FloatArray]]],
-) -> FloatArray:
-    """Best Lagrangian bound over the weight grid (weights 0 and 1 give ``T_B`` and ``T_A``)."""
-    lb = np.maximum(ta, tb)
-    for weight, table in tables:
-        lb = np.maximum(lb, weight * ta + (1.0 - weight) * tb + table[k][a])
-    return lb
-
-
 class LagrangianBound:
-    """``lagrangian_bounds`` over a whole weight grid at once: the tables of every weight are
+    """The Lagrangian bound over a whole weight grid at once: the tables of every weight are
     stacked per ``k`` (shape ``(weights, k + 1)``), built by one backward recursion. Memory:
     ``len(weights) * n^2 / 2`` floats."""
 

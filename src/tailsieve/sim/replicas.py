@@ -50,19 +50,6 @@ class PoolConfigs:
     def for_replica(self, replica: int, tail_replicas: Sequence[int]) -> ReplicaConfig:
         return self.tail if replica in tail_replicas else self.bulk
 
-    @property
-    def closed_form(self) -> bool:
-        """True when neither pool has a running cap, a prefill cost or a KV capacity, so every
-        plan takes the vectorised fast path (the context term is in the closed form). With
-        them the executor still takes it for plans where nothing can queue or overflow."""
-        return all(
-            c.max_num_seqs is None
-            and c.prefill_s == 0
-            and c.prefill_s_per_token == 0
-            and c.kv_capacity_tokens is None
-            for c in (self.bulk, self.tail)
-        )
-
     def lower_bound_s(self, lengths: Sequence[int] | np.ndarray, num_replicas: int) -> float:
         """DESIGN section 3 lower bound of one batch on ``num_replicas`` replicas, with each
         term taken on the pool that makes it smaller (``oracle.bounds.makespan_lower_bound``:

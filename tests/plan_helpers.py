@@ -1,4 +1,4 @@
-"""Building ``StepPlan`` objects for one-shot routings (baselines) and hand-made test cases."""
+"""Building ``StepPlan`` objects for hand-made test cases (the simulator's and the core's tests)."""
 
 from __future__ import annotations
 
