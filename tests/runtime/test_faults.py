@@ -25,6 +25,7 @@ from tailsieve.runtime.faults import (
     refused,
 )
 from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
+from tailsieve.runtime.sessions.pieces import piece_reason
 from tailsieve.runtime.sessions.streamed import StreamedPiece, finished
 from tailsieve.runtime.stall_watch import StallSettings, StallWatch, piece_time_s
 from tailsieve.runtime.transport import JSON
@@ -144,6 +145,30 @@ async def test_a_whole_response_without_a_finish_reason_is_a_replica_fault() -> 
     with pytest.raises(ReplicaDownError, match="without a finish reason"):
         await att.run()
     assert t.num_posts == 1 and att.down_sample == 0
+
+
+class _ToolCalls(_ErrorStream):
+    """A chat server that ends a whole response by its own choice (a tool call)."""
+
+    async def post_json(self, url: str, payload: JSON, timeout_s: float | None) -> Any:
+        self.num_posts += 1
+        return {"choices": [{"index": 0, "text": "a", "token_ids": [1],
+                             "finish_reason": "tool_calls"}]}
+
+
+async def test_a_chat_servers_own_end_is_a_finished_response_not_a_fault() -> None:
+    """"tool_calls" / "content_filter" end the response: it is delivered as stopped (a fault
+    would take every replica out in turn, each ending it the same way)."""
+    t = _ToolCalls([])
+    cfg = ExecutorConfig(model="m", stream=False, sampling=SamplingParams(max_tokens=4))
+    runner = HttpPieceRunner(["http://r0"], model="m", transport=t, stream=False)
+    att = GroupAttempt(runner, [0], cfg, PromptInput("p", token_ids=(1, 2)), None,
+                       AttemptProgress())
+    (resp,) = await att.run()
+    assert resp.finish_reason == "stop" and resp.token_ids == (1,) and t.num_posts == 1
+    assert [piece_reason(r) for r in ("stop", "length", "content_filter", "abort", None,
+                                      "unknown")] == ["stop", "length", "stop", "abort",
+                                                      "abort", "abort"]
 
 
 class _Clock:

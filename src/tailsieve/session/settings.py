@@ -17,9 +17,7 @@ class SessionSettings:
     move_margin: float = 2.0  # move only if the predicted saving > margin x the move's extra
     # prefill (and its seam)
     seam_s: float = 0.1  # fixed cost of leaving home at a boundary, s: a move must save this
-    # much more than its prefill (search-agent: moves predicted to save less lost ~1%, 0.981x ->
-    # 0.989x of the best other router at 4B R = 8, 0.988x -> 0.998x at 30B R = 32; SWE moves
-    # save seconds, unaffected; docs/agentic-rollouts.md)
+    # much more than its prefill (docs/agentic-rollouts.md, "The seam on leaving home")
     horizon_s: float = 30.0  # expected remaining step time when there is no estimate, s
     expected_step_s: float = 0.0  # the controller's step-time estimate (0: unknown)
     turn_tokens: float = 512.0  # expected output tokens of a turn until some are observed

@@ -339,3 +339,9 @@ async def test_the_result_carries_each_piece_s_detail_and_engine_args_reach_ever
     assert [p.detail for p in out.chain] == [("s-t1-0", 16), ("s-t1-1", 16), ("s-t1-2", 16),
                                              ("s-t1-3", 2)]
     assert [t for p in out.chain for t in p.token_ids] == list(out.token_ids)
+
+
+def test_a_gateway_over_http_refuses_the_chat_backend_up_front() -> None:
+    """A continued piece is token ids on /v1/completions: a chat gateway would fail every one."""
+    with pytest.raises(ConfigError, match="backend 'vllm'"):
+        SessionGateway.over_http(["http://127.0.0.1:9"], backend="vllm-chat")

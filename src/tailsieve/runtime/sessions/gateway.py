@@ -134,6 +134,9 @@ class SessionGateway:
         """A gateway over vLLM / SGLang servers at ``endpoints`` (an ``HttpPieceRunner``
         with the config's request timeout and streaming, closed with the gateway)."""
         cfg = config or GatewayConfig()
+        if Backend(backend) is Backend.VLLM_CHAT:
+            raise ConfigError("a session's pieces go to /v1/completions as token ids: use "
+                              "backend 'vllm' (its chat template applied by the caller)")
         runner = HttpPieceRunner(endpoints, backend, model, transport,
                                  request_timeout_s=cfg.request_timeout_s, stream=cfg.stream,
                                  stream_interval=cfg.stream_interval)

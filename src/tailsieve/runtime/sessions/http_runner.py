@@ -46,7 +46,7 @@ from tailsieve.runtime.backends import (
 )
 from tailsieve.runtime.faults import check_status
 from tailsieve.runtime.lean_http import LeanTransport
-from tailsieve.runtime.sessions.pieces import FINISH_REASONS, PieceOutput, PieceRequest
+from tailsieve.runtime.sessions.pieces import PieceOutput, PieceRequest, piece_reason
 from tailsieve.runtime.sessions.streamed import StreamedPiece, finished
 from tailsieve.runtime.transport import (
     JSON,
@@ -328,12 +328,11 @@ class HttpPieceRunner:
 
 def _output(resp: Response, raw: Any, backend: Backend,
             detail: Callable[[Any], Any] | None, need_ids: bool = True) -> PieceOutput:
-    """A parsed response as a piece's output (a server-specific finish reason such as vLLM's
-    "abort" or SGLang's is read as "abort")."""
+    """A parsed response as a piece's output (its finish reason read by ``piece_reason``)."""
     if resp.token_ids is None and need_ids:
         raise RequestError("a piece came back without token ids (vLLM: return_token_ids; "
-                           "SGLang: output_ids)")
-    reason = resp.finish_reason if resp.finish_reason in FINISH_REASONS else "abort"
+                           "SGLang: output_ids)", retryable=False)
+    reason = piece_reason(resp.finish_reason)
     pids = resp.prompt_token_ids
     prompt, cached = _prompt_counts(raw, backend)
     return PieceOutput(

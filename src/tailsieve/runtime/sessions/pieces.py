@@ -27,6 +27,16 @@ from tailsieve.runtime.backends import SamplingParams
 from tailsieve.runtime.chain import Piece
 
 FINISH_REASONS = ("stop", "length", "abort")
+ENDED_REASONS = ("tool_calls", "function_call", "content_filter")  # a chat server ended the
+# response by its own choice: a finished response, as "stop"
+
+
+def piece_reason(reason: str | None) -> str:
+    """A server's finish reason as a piece's: one of ``FINISH_REASONS``; a chat server's own end
+    (``ENDED_REASONS``) is "stop"; any other (vLLM's or SGLang's abort, none) is "abort"."""
+    if reason in FINISH_REASONS:
+        return str(reason)
+    return "stop" if reason in ENDED_REASONS else "abort"
 _SAMPLING_FIELDS = tuple(f.name for f in fields(SamplingParams) if f.name != "extra")
 
 

@@ -19,10 +19,11 @@ is read off the piece's ``PieceOutput``).
 A refit over the kept observations costs tens to hundreds of milliseconds of CPU, and it runs
 on the event loop that relays every piece. Between steps that is free; within one
 (``refit(due_only=True)``, the mid-turn checks) it runs only once ``REFIT_SHARE`` of the kept
-observations (at least ``REFIT_MIN_PIECES``) ended since the last one, so a young fit, and a
-straggler's first pieces, are taken in at once, and a full one about once per step; and only
-where it can change the step (``SessionGateway``: a running turn may move), else once every
-kept observation is new (``turned_over``: a gateway that never idles between steps).
+observations (at least ``REFIT_MIN_PIECES``) ended since the last one, and only where it can
+change the step (``SessionGateway``: a running turn may move), else once every kept
+observation is new (``turned_over``: a gateway that never idles between steps). A straggler
+that appears mid-step on a fleet whose turns all run whole is therefore priced for new turns
+only at the next refit (between steps, or at the turnover).
 """
 
 from __future__ import annotations

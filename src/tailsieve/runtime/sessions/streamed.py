@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tailsieve.runtime.faults import RequestError, check_finished
-from tailsieve.runtime.sessions.pieces import FINISH_REASONS, PieceOutput, TokenDelta, TokenSink
+from tailsieve.runtime.sessions.pieces import PieceOutput, TokenDelta, TokenSink, piece_reason
 from tailsieve.runtime.transport import JSON
 
 
@@ -185,10 +185,8 @@ class StreamedPiece:
 
     def output(self, interrupted: bool = False) -> PieceOutput:
         """The piece as delivered: finish reason "abort" when it was interrupted before its
-        end (a server-specific reason is read as "abort" too)."""
-        reason = "abort" if interrupted and not self.reason else self.reason
-        if reason not in FINISH_REASONS:
-            reason = "abort"
+        end (the server's own reason read by ``piece_reason``)."""
+        reason = "abort" if interrupted and not self.reason else piece_reason(self.reason)
         n = len(self.ids)
         marks = list(self.marks)
         unseen = 0 if n else self.num_unseen  # ids came: they are the count
@@ -200,7 +198,9 @@ class StreamedPiece:
             logprobs=tuple(self.logprobs) if self.logprobs and len(self.logprobs) == n else None,
             text_offsets=tuple(self.offsets) if len(self.offsets) == n else None,
             num_cached_tokens=self.cached_tokens, prompt_ids=self.prompt_ids,
-            num_prompt_tokens=self.prompt_tokens, num_tokens=n + unseen if unseen else None, chunk_times_s=tuple(self.times_s),
+            num_prompt_tokens=self.prompt_tokens,
+            num_tokens=n + unseen if unseen else None,
+            chunk_times_s=tuple(self.times_s),
             chunk_tokens=tuple(marks))
 
 
