@@ -60,8 +60,19 @@ class Wire(LeanTransport):
             else:
                 ch = raw["choices"][0]
                 lps = (ch["logprobs"] or {}).get("token_logprobs") or []
-                out.append((list(payload["prompt"]), list(ch["token_ids"]), ch["text"], lps))
+                out.append((_prompt_ids(payload["prompt"], ch), list(ch["token_ids"]),
+                            ch["text"], lps))
         return out
+
+
+def _prompt_ids(prompt: Any, choice: JSON) -> list[int]:
+    """The ids a piece's server generated after: the ids sent, or for a prompt sent as text
+    (the proxy's first piece) the ids the server echoed, which it must then have asked for."""
+    if isinstance(prompt, str):
+        echoed = choice.get("prompt_token_ids")
+        assert echoed, "a text prompt was sent without asking the server to echo its ids"
+        return list(echoed)
+    return list(prompt)
 
 
 async def _recorded(it: AsyncIterator[JSON], got: list[JSON]) -> AsyncIterator[JSON]:
