@@ -95,7 +95,10 @@ async def test_live_rebalancer_moves_on_real_vllm_and_delivers_exactly_once(
     lps = {text_of[pid]: [r.logprobs for r in res.groups[pid].responses] for pid in ids}
     segments = check_chains(log, responses, MAX_TOKENS, lps)  # exact: the router's guarantees
     spliced = sum(len(s) > 1 for v in segments.values() for s in v)
-    if not stream or tally.moved_tokens:  # pieces of 8, or a response moved mid-generation
+    kept_twice = sum(sum(bool(p.token_ids) for p in c.pieces) > 1
+                     for chains in ex.chains.values() for c in chains)  # fmt: skip
+    assert spliced == kept_twice  # the wire shows every response the router joined from pieces
+    if not stream:  # pieces of 8: every response is joined from several
         assert spliced >= 1
     divergences = []
     for pid in ids:
