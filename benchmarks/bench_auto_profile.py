@@ -141,8 +141,8 @@ async def amain(args: argparse.Namespace, endpoints: list[str], kind: str,
     t0 = time.perf_counter()
     async with TailSieveRollout(endpoints, cfg) as ro:
         start_s = time.perf_counter() - t0  # health, model, and the probe (auto)
-        assert ro.auto is not None
-        online = ro.auto.online
+        online = ro.live.online
+        assert online is not None
         rows.append(_row("probe" if args.fallback is None else "start", 0.0, ro, online, grid))
         models.append(ro.profile)
         used = 0

@@ -9,14 +9,12 @@ import logging
 import pytest
 
 from tailsieve.errors import ConfigError, ProfileError, ReplicaError
-from tailsieve.model.online_profile import OnlineProfile
-from tailsieve.runtime.auto_probe import ProbeSettings
-from tailsieve.runtime.auto_profile import AutoProfile
 from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
 from tailsieve.runtime.rollout import RolloutConfig, TailSieveRollout
+from tailsieve.runtime.sessions.auto_probe import ProbeSettings
 from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
 from tailsieve.runtime.sessions.pieces import PieceOutput, PieceRequest
-from tailsieve.runtime.sessions.profile import record_piece, time_piece
+from tailsieve.runtime.sessions.profile import LiveProfile
 from tailsieve.runtime.stub import StubFault, StubTransport
 
 URLS = ["http://r0", "http://r1"]
@@ -37,19 +35,22 @@ def piece(prompt: str, tokens: int, **kw: object) -> PieceRequest:
 
 
 def test_record_piece_reads_counts_cache_hits_and_the_first_token() -> None:
-    prof = OnlineProfile()
+    live = LiveProfile("auto")
+    prof = live.online
+    assert prof is not None and live.needs_probe
     req = piece("p" * 40, 8, num_samples=2)
-    pid = time_piece(prof, "http://r0", 1.0, req)
+    pid = live.time_piece("http://r0", 1.0, req)
     outs = [PieceOutput((1, 2, 3), "stop", num_prompt_tokens=100, num_cached_tokens=64,
                         chunk_times_s=(0.0, 0.25), chunk_tokens=(0, 3)),
             PieceOutput((), "length", num_tokens=5)]
-    record_piece(prof, pid, 1.0, 2.0, outs)
+    live.record_piece(pid, 1.0, 2.0, outs)
     (obs,) = prof.ledger.harvest()
     assert (obs.tokens, obs.prompt_tokens, obs.replica) == (5, 100, "http://r0")  # longest
     assert [(o.prompt_tokens, o.ttft_s) for o in prof._prefill] == [(36, 0.25)]  # uncached
-    failed = time_piece(prof, "http://r1", 3.0, piece("p", 8))
-    record_piece(prof, failed, 3.0, 3.5, None)  # failed: it ran, nothing to fit
+    failed = live.time_piece("http://r1", 3.0, piece("p", 8))
+    live.record_piece(failed, 3.0, 3.5, None)  # failed: it ran, nothing to fit
     assert prof.ledger.num_in_flight == 0 and prof.ledger.harvest() == []
+    assert live.num_new == 2  # both ended: they count towards a refit
 
 
 @pytest.mark.parametrize(("stream", "moves"), [(False, True), (True, True), (True, False)])
@@ -58,18 +59,20 @@ async def test_every_request_of_a_step_is_timed_into_the_fit(stream: bool, moves
     inner = stub()
     async with TailSieveRollout(URLS, config(profile="auto:cpu", stream=stream, moves=moves),
                                 transport=inner) as ro:
-        assert ro.auto is not None and ro.executor.timings is ro.auto.online
+        online = ro.live.online
+        assert online is not None and ro.executor.timings is ro.live
         await run(ro, 1)
-        assert ro.auto.online.num_seen >= len(inner.log.completed) > 0
-        assert ro.auto.online.ledger.num_in_flight == 0
-        assert set(ro.auto.online.speeds()) <= set(URLS)
+        assert online.num_seen >= len(inner.log.completed) > 0
+        assert online.ledger.num_in_flight == 0
+        assert set(online.speeds()) <= set(URLS)
 
 
 async def test_the_probe_times_lockstep_rounds_without_recording_them() -> None:
     inner = stub(seconds_per_token=0.003)
-    auto = AutoProfile(probe=ProbeSettings(tokens=32, max_batch=8, prefill_repeats=1))
-    assert auto.needs_probe
-    measured = await auto.probe(runner(inner), [0, 1], load=8)
+    auto = LiveProfile("auto")
+    assert auto.needs_probe and auto.online is not None
+    measured = await auto.probe(runner(inner), [0, 1], load=8,
+                                settings=ProbeSettings(tokens=32, max_batch=8, prefill_repeats=1))
     assert not auto.needs_probe
     hellos = [s for s in inner.log.started if s[1] == "hello"]
     assert len(hellos) >= 2 * 2 * (1 + 3 + 8)  # replicas x (short, full) x batch sizes
@@ -78,8 +81,9 @@ async def test_the_probe_times_lockstep_rounds_without_recording_them() -> None:
     assert measured.tau(1) == pytest.approx(0.003, rel=0.3)
     assert measured.tau(8) > measured.tau(1)
     assert measured.provenance["kind"] == "probe"
-    assert auto.current() is measured  # the fallback until the rollout's pieces fit
-    assert auto.online.ledger.harvest() == []  # its requests are not observations
+    assert auto.online.ledger.num_replicas == 0  # its requests are not observations
+    assert auto.refit() is measured and auto.model is measured  # until the pieces fit
+    assert not auto.fitted
     assert ProbeSettings().batch_sizes(64) == (1, 8, 64)
     assert ProbeSettings(max_batch=16).batch_sizes(100) == (1, 4, 16)
 
@@ -87,13 +91,14 @@ async def test_the_probe_times_lockstep_rounds_without_recording_them() -> None:
 async def test_the_probe_leaves_out_a_failing_replica_and_fails_when_all_do() -> None:
     inner = stub()
     inner.faults["http://r1"] = StubFault(num_http_400=10_000)
-    auto = AutoProfile(probe=ProbeSettings(tokens=16, max_batch=4, prefill_repeats=0))
-    measured = await auto.probe(runner(inner), [0, 1], load=4)
+    settings = ProbeSettings(tokens=16, max_batch=4, prefill_repeats=0)
+    measured = await LiveProfile("auto").probe(runner(inner), [0, 1], 4, settings)
     assert measured.provenance["replicas"] == ["http://r0"]
     inner.faults["http://r0"] = StubFault(num_http_400=10_000)
-    again = AutoProfile(probe=ProbeSettings(tokens=16, max_batch=4, prefill_repeats=0))
+    again = LiveProfile("auto")
     with pytest.raises(ReplicaError, match="auto:NAME"):
-        await again.probe(runner(inner), [0, 1], load=4)
+        await again.probe(runner(inner), [0, 1], 4, settings)
+    assert again.needs_probe
 
 
 def config(**kw: object) -> RolloutConfig:
@@ -113,13 +118,13 @@ async def test_auto_is_the_default_and_refits_every_step() -> None:
     inner = stub()
     assert RolloutConfig(num_groups=1).profile == "auto"
     async with TailSieveRollout(URLS, config(), transport=inner) as ro:
-        assert ro.auto is not None
+        assert ro.live.online is not None
         assert any(s[1] == "hello" for s in inner.log.started)  # probed at start
         probed = ro.profile
         assert probed.provenance["kind"] == "probe"
         await run(ro, 2)
         assert ro.profile is not probed
-        assert ro.auto.online.num_seen > 0
+        assert ro.live.num_observations > 0 and ro.live.fitted
         pred = ro.protocol.controller.predictor  # type: ignore[attr-defined]
         assert pred.tail_model is ro.profile and pred.bulk_model is ro.profile
         costs = ro.executor.balance_costs
@@ -136,10 +141,12 @@ async def test_a_named_fallback_replaces_the_probe() -> None:
 
 async def test_fixed_profiles_and_model_free_policies_fit_nothing() -> None:
     async with TailSieveRollout(URLS, config(profile="qwen3-4b-h100"), transport=stub()) as ro:
-        assert ro.auto is None and ro.profile.name == "qwen3-4b-h100"
+        assert ro.live.online is None and ro.profile.name == "qwen3-4b-h100"
     inner = stub()
     async with TailSieveRollout(URLS, config(policy="uniform"), transport=inner) as ro:
-        assert ro.auto is None
+        assert ro.live.online is None and ro.profile.name == "cpu"
+        await run(ro, 1)
+        assert ro.live.refit() is None and ro.live.num_observations == 0
         assert not any(s[1] == "hello" for s in inner.log.started)
 
 

@@ -23,12 +23,11 @@ from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from tailsieve.errors import ConfigError
-from tailsieve.model.online_profile import OnlineProfile
 from tailsieve.runtime.backends import Backend, PromptInput, Response, SamplingParams
 from tailsieve.runtime.faults import ReplicaDownError, RequestError, refused
 from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
 from tailsieve.runtime.sessions.pieces import PieceOutput, PieceRequest, TokenDelta, TokenSink
-from tailsieve.runtime.sessions.profile import record_piece, time_piece
+from tailsieve.runtime.sessions.profile import LiveProfile
 from tailsieve.runtime.stall_watch import StallSettings, StallWatch
 
 ForcedLength = Callable[[str, int], int]  # (prompt_id, sample) -> forced generated tokens
@@ -144,7 +143,7 @@ class GroupAttempt:
         forced_length: ForcedLength | None,
         progress: AttemptProgress,
         stalls: StallWatch | None = None,
-        timings: OnlineProfile | None = None,
+        timings: LiveProfile | None = None,
     ) -> None:
         self._runner = runner
         self._stalls = stalls  # hung replicas: a request without progress is a fault
@@ -210,7 +209,7 @@ class GroupAttempt:
         sent_s = clock()
         self.progress.started_s.update(dict.fromkeys(range(sample, sample + n), sent_s))
         timings, outs = self._timings, None
-        timed = time_piece(timings, base, sent_s, piece) if timings is not None else 0
+        timed = timings.time_piece(base, sent_s, piece) if timings is not None else None
         try:
             outs = await self._watched(target, url, piece, sample)
         except ReplicaDownError as exc:
@@ -224,7 +223,7 @@ class GroupAttempt:
                                      sample=sample) from exc
         finally:
             if timings is not None:
-                record_piece(timings, timed, sent_s, clock(), outs)
+                timings.record_piece(timed, sent_s, clock(), outs)
         if any(o.finish_reason == "abort" for o in outs):  # never a finished response
             self.down_sample = sample
             raise ReplicaDownError(f"{where}: the server ended a response without a finish "

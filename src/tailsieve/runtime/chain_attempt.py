@@ -24,7 +24,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from tailsieve.core.drain import engine_priority
-from tailsieve.model.online_profile import OnlineProfile
 from tailsieve.runtime.attempt import (
     AttemptProgress,
     ExecutorConfig,
@@ -39,7 +38,7 @@ from tailsieve.runtime.faults import ReplicaDownError, RequestError, refused
 from tailsieve.runtime.running_index import RunningIndex
 from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
 from tailsieve.runtime.sessions.pieces import PieceOutput, PieceRequest, TokenDelta
-from tailsieve.runtime.sessions.profile import record_piece, time_piece
+from tailsieve.runtime.sessions.profile import LiveProfile
 from tailsieve.runtime.stall_watch import StallWatch
 
 MAX_EMPTY_ABORTS = 8  # pieces in a row the server aborted with no token, no move asked
@@ -66,7 +65,7 @@ class ChainedAttempt:
         stalls: StallWatch | None = None,
         targets: Sequence[int] | None = None,
         priority_bucket_tokens: int | None = None,
-        timings: OnlineProfile | None = None,
+        timings: LiveProfile | None = None,
     ) -> None:
         check_continuable(config.sampling)
         self._priority_bucket = priority_bucket_tokens  # each piece's engine priority by the
@@ -247,13 +246,13 @@ class ChainedAttempt:
                 self._index.piece_started((pid, i), self, replica, started - self._t0,
                                           _piece_cap(self._cfg, chain))
             timings, out, fault = self._timings, None, None
-            timed = time_piece(timings, base, started, piece) if timings is not None else 0
+            timed = timings.time_piece(base, started, piece) if timings is not None else None
             try:
                 out, fault = await self._run_piece(target, base, piece)
             finally:
                 if timings is not None:
-                    record_piece(timings, timed, started, clock(),
-                                 [out] if out is not None and fault is None else None)
+                    timings.record_piece(timed, started, clock(),
+                                         [out] if out is not None and fault is None else None)
                 self._rids.pop(i, None)
                 self._streamed.pop(i, None)
                 self.progress.started_s.pop(i, None)

@@ -33,7 +33,6 @@ from tailsieve.core.outcome import StepOutcome
 from tailsieve.core.plan import GroupAssignment, StepPlan
 from tailsieve.core.pool import Pool
 from tailsieve.errors import ConfigError, ProtocolError, ReplicaError, StepFailedError
-from tailsieve.model.online_profile import OnlineProfile
 from tailsieve.model.profiles import builtin_profile
 from tailsieve.model.replica_config import ReplicaConfig
 from tailsieve.runtime.attempt import (
@@ -52,6 +51,7 @@ from tailsieve.runtime.rebalancer import LiveRebalancer, LiveResponse, MoveTally
 from tailsieve.runtime.running_index import RunningIndex
 from tailsieve.runtime.served_model import resolve_served_model, transport_getter
 from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
+from tailsieve.runtime.sessions.profile import LiveProfile
 from tailsieve.runtime.stall_watch import StallWatch
 from tailsieve.runtime.step_state import GroupRun, StepProgress, StepResult, build_result
 from tailsieve.runtime.transport import ReplicaDownError, Transport, probe_health
@@ -146,8 +146,8 @@ class LiveExecutor:
         self.runner: HttpPieceRunner | None = None  # continuation: the engine client pieces
         # go through (built for the config of the step that needs it)
         self._runner_config: ExecutorConfig | None = None
-        self.timings: OnlineProfile | None = None  # profile "auto": fed every request's and
-        # piece's timing (``runtime.sessions.profile.record_piece``; the rollout sets it)
+        self.timings: LiveProfile | None = None  # the cost model, with "auto" fed every
+        # request's and piece's timing (``LiveProfile.record_piece``; the rollout sets it)
 
     @property
     def num_replicas(self) -> int:

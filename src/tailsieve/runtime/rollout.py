@@ -34,15 +34,15 @@ from tailsieve.core.protocol import ProtocolConfig, RolloutProtocol
 from tailsieve.core.stream import PromptStream
 from tailsieve.core.timeline import StepTimeline
 from tailsieve.errors import ConfigError, ReplicaError
-from tailsieve.model.profiles import builtin_profile, check_profile, load_profile, parse_profile
+from tailsieve.model.profiles import check_profile, parse_profile
 from tailsieve.model.replica_config import ReplicaConfig
 from tailsieve.model.throughput import ThroughputModel
 from tailsieve.runtime.attempt import ExecutorConfig, ForcedLength
-from tailsieve.runtime.auto_profile import AutoProfile
 from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
 from tailsieve.runtime.executor import LiveExecutor
 from tailsieve.runtime.moves import MOVING_POLICY, MoveSettings, sampling_off_reason
 from tailsieve.runtime.observe import RuntimeMetrics, StepLog, StepMetrics, waste_fields
+from tailsieve.runtime.sessions.profile import STAND_IN, LiveProfile
 from tailsieve.runtime.stall_watch import StallSettings
 from tailsieve.runtime.step_state import GroupResponses, StepProgress
 from tailsieve.runtime.transport import Transport
@@ -51,7 +51,7 @@ PromptLike = PromptInput | dict[str, Any]
 logger = logging.getLogger(__name__)
 MODEL_POLICIES = ("tailsieve", "tailsieve-fixed")  # policies whose controller uses the profile
 LIVE_PROFILE = "auto"  # default cost model of a live rollout (RolloutConfig, the CLI): fitted
-# online from the rollout's own timings (``runtime.auto_profile``)
+# online from the rollout's own timings (``runtime.sessions.profile``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,14 +221,9 @@ class TailSieveRollout:
             group_size=config.group_size,
             **config.controller,
         )
-        self.auto: AutoProfile | None = None  # profile "auto": the online fit
-        _, fixed = parse_profile(config.profile)
-        if config.fits_profile:
-            self.auto = AutoProfile(fixed)
-        profile = (load_profile(fixed) if fixed is not None else builtin_profile("cpu"))
-        # (with "auto" and no fallback the "cpu" curve only stands in until the probe)
-        self.profile: ThroughputModel = profile  # the controller's model now
-        self._speeds: dict[str, float] = {}  # replica URL -> its fitted speed factor
+        fixed = parse_profile(config.profile)[1] or STAND_IN  # a model-free policy fits none
+        self.live = LiveProfile(config.profile if config.fits_profile else fixed)
+        profile = self.live.model  # the controller's until a refit of the steps' pieces
         controller = make_controller(config.policy, ccfg, profile, moves=config.moves_active)
         self.protocol = RolloutProtocol(
             ProtocolConfig(
@@ -246,7 +241,7 @@ class TailSieveRollout:
             balance_costs=ReplicaConfig.from_profile(profile) if config.moves_active else None,
         )
         self.executor.stall_cost = ReplicaConfig.from_profile(profile)
-        self.executor.timings = self.auto.online if self.auto is not None else None
+        self.executor.timings = self.live
         self.metrics = metrics
         self.step_log = step_log
         _log_moves_off(config)
@@ -266,7 +261,7 @@ class TailSieveRollout:
         self._set_active()
         try:
             await self.executor.resolve_model()
-            if self.auto is not None and self.auto.needs_probe:
+            if self.live.needs_probe:
                 await self._probe()
         except BaseException:
             await self.aclose()
@@ -275,12 +270,11 @@ class TailSieveRollout:
 
     async def _probe(self) -> None:
         """``profile="auto"`` without a fallback: lockstep rounds on the healthy replicas
-        (``runtime.auto_probe``); their curve is the model until the fit is ready."""
-        assert self.auto is not None
+        (``runtime.sessions.auto_probe``); their curve is the model until the fit is ready."""
         cfg = self.config
         load = math.ceil(cfg.num_groups * cfg.group_size / max(len(self._active), 1))
         t0 = time.perf_counter()
-        got = await self.auto.probe(self.executor.piece_runner(), self._active, load)
+        got = await self.live.probe(self.executor.piece_runner(), self._active, load)
         self._refresh_profile()
         logger.info("TailSieve auto profile: probed %d replica(s) in %.1f s: %s",
                     len(self._active),
@@ -290,26 +284,20 @@ class TailSieveRollout:
     def _refresh_profile(self) -> None:
         """Profile ``auto``: hand the latest fit (or the fallback) to the controller and to
         the live rebalancer's move pricing."""
-        if self.auto is None:
-            return
-        model = self.auto.current()
-        speeds = self.auto.online.speeds()
-        if model is self.profile and speeds == self._speeds:
-            return
-        self._speeds = speeds
-        self._use_profile(model)
+        model = self.live.refit()
+        if model is not None:
+            self._use_profile(model)
 
     def _use_profile(self, model: ThroughputModel) -> None:
         """The controller plans with ``model``; the live rebalancer prices each replica at
-        its own fitted speed (``OnlineProfile.speeds``, keyed by the replica's URL), so
+        its own fitted speed (``LiveProfile.speeds``, keyed by the replica's URL), so
         responses move off a straggler."""
-        self.profile = model
         self.protocol.controller.set_throughput(model)
         self.executor.stall_cost = ReplicaConfig.from_profile(model)  # hung-replica limits
         if self.executor.balance_costs is not None:
             cfg = ReplicaConfig.from_profile(model)
-            self.executor.balance_costs = [cfg.scaled(self._speeds.get(r.url, 1.0))
-                                           for r in self.executor.replicas]
+            self.executor.balance_costs = [cfg.scaled(f) for f in self.live.speed_factors(
+                r.url for r in self.executor.replicas)]
 
     async def __aexit__(
         self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
@@ -318,6 +306,11 @@ class TailSieveRollout:
 
     async def aclose(self) -> None:
         await self.executor.aclose()
+
+    @property
+    def profile(self) -> ThroughputModel:
+        """The cost model the controller plans with now."""
+        return self.live.model
 
     @property
     def num_pending(self) -> int:
@@ -456,10 +449,10 @@ class TailSieveRollout:
         )
         if self.metrics is not None:
             self.metrics.record(metrics, self.executor.healthy)
-            if self.auto is not None:
-                q = self.auto.online.quality
-                self.metrics.record_profile(self.auto.online.ready, self.auto.online.
-                                            num_observations, q.rel_rmse if q else 0.0)
+            if (online := self.live.online) is not None:
+                q = online.quality
+                self.metrics.record_profile(online.ready, online.num_observations,
+                                            q.rel_rmse if q else 0.0)
         if self.step_log is not None:
             self.step_log.write(metrics)
         groups = tuple(
@@ -485,7 +478,7 @@ class TailSieveRollout:
             "pending": [_prompt_dict(p) for p in self._pending],
             "carried": [_prompt_dict(p) for p in self._carried.values()],
         }
-        if self.auto is not None:
+        if self.live.online is not None:
             out["profile"] = self.profile.to_dict()
         return out
 
@@ -493,10 +486,9 @@ class TailSieveRollout:
         """Restore ``state_dict``. With ``profile="auto"`` the saved model is used (and no
         probe is needed) until the resumed rollout's own pieces fit a new one."""
         saved = state.get("profile")
-        if self.auto is not None and saved is not None:
+        if self.live.online is not None and saved is not None:
             model = ThroughputModel.from_dict(saved, where="rollout state: profile")
-            self.auto.online.fallback = model
-            self.auto.probed = True
+            self.live.restore(model)
             self._use_profile(model)  # before the controller's state (measured against it)
         self.protocol.load_state_dict(state["protocol"])
         self._pending = deque(PromptInput.from_dict(d, "state") for d in state["pending"])

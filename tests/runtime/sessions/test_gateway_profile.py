@@ -13,9 +13,11 @@ import numpy as np
 import pytest
 
 from tailsieve.model.profiles import load_profile
+from tailsieve.runtime.backends import SamplingParams
 from tailsieve.runtime.emulator import EmulatorConfig, EmulatorServer
 from tailsieve.runtime.sessions import GatewayConfig, SessionGateway
-from tailsieve.runtime.sessions.profile import REFIT_MIN_PIECES, GatewayProfile
+from tailsieve.runtime.sessions.pieces import PieceOutput, PieceRequest
+from tailsieve.runtime.sessions.profile import REFIT_MIN_PIECES, LiveProfile
 from tailsieve.runtime.stub import StubModel, StubPieceRunner
 from tailsieve.session.priced import place_turn
 from tailsieve.session.settings import SessionSettings
@@ -32,6 +34,13 @@ def tau(b: float) -> float:
 
 def prompt(i: int, n: int = 40) -> list[int]:
     return [10 * i + j for j in range(n)]
+
+
+def timed(prof: LiveProfile, replica: int, t_s: float) -> None:
+    """One piece of 100 prompt and 64 generated tokens on ``replica``, sent at ``t_s``."""
+    piece = PieceRequest(tuple(range(100)), SamplingParams(max_tokens=64), 64, "x")
+    prof.record_piece(prof.time_piece(replica, t_s, piece), t_s, t_s + 0.5,
+                      [PieceOutput(tuple(range(64)), "length")])
 
 
 async def test_every_piece_is_timed_and_a_failed_one_recorded_as_failed() -> None:
@@ -54,6 +63,30 @@ async def test_every_piece_is_timed_and_a_failed_one_recorded_as_failed() -> Non
         assert any(not r.complete for r in recs)  # the pieces the kill failed
 
 
+async def test_the_fit_gets_the_servers_prompt_counts_cache_hits_and_first_tokens() -> None:
+    """A text prompt is timed at the tokens the server counted (not the caller's estimate),
+    and a streamed piece's first token is a time to first token of the prompt tokens the
+    server did not find cached."""
+    runner = StubPieceRunner(1, NEVER_EOS, seconds_per_token=0.002, interrupts=True)
+    async with SessionGateway(1, runner, GatewayConfig()) as gw:
+        online = gw.profile.online
+        assert online is not None
+        text = "x" * 200  # the stub's server counts one token per character
+        out = await gw.generate("s", None, [], {}, max_tokens=16, prompt_text=text,
+                                text_tokens=7)
+        (rec,) = [r for rs in online.ledger._replicas.values() for r in rs]
+        assert rec.complete and rec.prompt_tokens == len(text) != 7
+        nxt = [*runner.calls[0].prompt_ids, *out.token_ids, *range(1000, 1030)]
+        await gw.generate("s", None, nxt, {}, max_tokens=16)
+    first, second = runner.calls
+    assert (len(first.prompt_ids), len(second.prompt_ids)) == (200, len(nxt))
+    block = runner.replicas[0].cache.block_tokens
+    cached = (len(first.prompt_ids) + len(first.output_ids)) // block * block  # whole blocks
+    prefill = [o.prompt_tokens for o in online._prefill]
+    assert prefill == [200, len(nxt) - cached]  # the second turn's new tokens only
+    assert all(o.ttft_s > 0 for o in online._prefill)
+
+
 def test_a_trusted_fit_prices_the_next_step() -> None:
     runner = StubPieceRunner(2, NEVER_EOS)
     gw = SessionGateway(2, runner, GatewayConfig(), clock=lambda: 0.0)
@@ -74,12 +107,11 @@ def test_a_trusted_fit_prices_the_next_step() -> None:
 
 
 def test_a_named_profile_stays_fixed() -> None:
-    prof = GatewayProfile("qwen3-4b-h100", "cpu")
+    prof = LiveProfile("qwen3-4b-h100", "cpu")
     assert prof.online is None and prof.in_use == "qwen3-4b-h100"
-    assert prof.piece_started(0, 0.0, 10, 100) is None
-    prof.piece_ended(None, 1.0, 50)
-    assert prof.refit() is None and prof.num_observations == 0
-    named = GatewayProfile("auto:qwen3-4b-h100", "cpu")
+    timed(prof, 0, 0.0)
+    assert prof.refit() is None and prof.num_observations == 0 and not prof.needs_probe
+    named = LiveProfile("auto:qwen3-4b-h100", "cpu")
     assert named.online is not None and named.in_use == "qwen3-4b-h100"
     assert named.model.provenance == load_profile("qwen3-4b-h100").provenance
 
@@ -103,7 +135,7 @@ async def test_a_slowed_emulated_replica_is_priced_slower_and_avoided() -> None:
                                                max_tokens=96 + 32 * (i % 4))
                                    for i in range(3 * (2 + 3 * wave))))
         gw.begin_step()
-        speeds = gw.profile.speed_factors(3)
+        speeds = gw.profile.speed_factors(range(3))
         assert speeds[2] > 2.0 and max(speeds[:2]) < 1.3, speeds
         fast, slow = gw.book.configs[0], gw.book.configs[2]
         assert slow.throughput.tau(4) > 2.0 * fast.throughput.tau(4)
@@ -115,16 +147,16 @@ async def test_a_slowed_emulated_replica_is_priced_slower_and_avoided() -> None:
 
 
 def test_a_refit_within_a_step_waits_for_enough_new_pieces() -> None:
-    prof = GatewayProfile("auto", "cpu")
-    assert prof.online is not None and not prof.refit_due
+    prof = LiveProfile("auto", "cpu")
+    assert prof.online is not None and not prof.refit_due and not prof.needs_probe
     for i in range(REFIT_MIN_PIECES - 1):
-        prof.piece_ended(prof.piece_started(0, float(i), 100, 64), i + 0.5, 64)
+        timed(prof, 0, float(i))
     assert not prof.refit_due
-    prof.piece_ended(prof.piece_started(1, 9.0, 100, 64), 9.5, 64)
+    timed(prof, 1, 9.0)
     assert prof.refit_due
     prof.refit()  # between steps: always, and the count starts again
     assert prof.num_new == 0 and not prof.refit_due
-    prof.piece_ended(prof.piece_started(0, 10.0, 100, 64), 10.5, 64)
+    timed(prof, 0, 10.0)
     assert prof.refit(due_only=True) is None and prof.num_new == 1  # not due: skipped
 
 
@@ -137,7 +169,7 @@ def _fitted_gateway(runner: StubPieceRunner) -> SessionGateway:
     for r in ("0", "1"):
         t = run_replica(gw.profile.online.ledger, rng, tau, 2e-7, replica=r, t0=t + 1.0)
     gw.begin_step()
-    assert gw.profile.fitted and gw.profile.speed_factors(2) == (1.0, 1.0)
+    assert gw.profile.fitted and gw.profile.speed_factors(range(2)) == (1.0, 1.0)
     return gw
 
 
@@ -151,7 +183,7 @@ async def test_a_turn_runs_whole_on_a_uniform_fitted_fleet_and_in_pieces_by_a_st
     async with gw:
         out = await gw.generate("a", None, prompt(1), {}, max_tokens=1500)
         assert len(out.token_ids) == 1500 and len(runner.calls) == 1
-        gw.profile.speeds = {1: 3.0}  # replica 1 priced 3x slower: moves may pay
+        gw.profile.speeds = {"1": 3.0}  # replica 1 priced 3x slower: moves may pay
         await gw.generate("b", None, prompt(2), {}, max_tokens=1500)
         assert len(runner.calls) == 1 + 3  # 512 + 512 + 476
     capped = StubPieceRunner(2, NEVER_EOS)
@@ -170,13 +202,13 @@ async def test_a_check_refits_within_a_step_only_where_it_can_change_the_step() 
     t = 100.0
     async with gw:
         while not prof.refit_due:
-            prof.piece_ended(prof.piece_started(0, t, 100, 64), t + 0.5, 64)
+            timed(prof, 0, t)
             t += 1.0
         assert not prof.turned_over
         gw.rebalancer.check()
         assert prof.num_new > 0  # not refitted: no running turn may move
         while not prof.turned_over:
-            prof.piece_ended(prof.piece_started(1, t, 100, 64), t + 0.5, 64)
+            timed(prof, 1, t)
             t += 1.0
         assert prof.num_new >= kept
         gw.rebalancer.check()

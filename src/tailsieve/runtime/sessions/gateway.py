@@ -60,7 +60,7 @@ from tailsieve.runtime.sessions.pieces import (
     PieceStreamer,
     sampling_from_dict,
 )
-from tailsieve.runtime.sessions.profile import GatewayProfile
+from tailsieve.runtime.sessions.profile import LiveProfile
 from tailsieve.runtime.sessions.result import GatewayStats, PieceSpan, TurnResult
 from tailsieve.runtime.sessions.tally import Tally
 from tailsieve.runtime.sessions.turn_chain import RunningTurn, TurnSink
@@ -107,7 +107,7 @@ class SessionGateway:
         self._num_turns: dict[Hashable, int] = {}  # session -> turns started
         self.tally = Tally(num_replicas)
         self.gate = BalanceGate()
-        self.profile = GatewayProfile(self.config.profile, self.config.fallback_profile)
+        self.profile = LiveProfile(self.config.profile, self.config.fallback_profile)
         self._step_balanced = True
         self._last_step_s = 0.0  # the last step's time (0: none yet)
         self._crash: str | None = None
@@ -374,7 +374,7 @@ class SessionGateway:
         if (len(prof.speeds) < self.num_replicas
                 or prof.num_observations < SPEED_PIECES * self.num_replicas):
             return True  # the replicas' speeds are not known yet
-        if any(f != 1.0 for f in prof.speed_factors(self.num_replicas)):
+        if any(f != 1.0 for f in prof.speed_factors(range(self.num_replicas))):
             return True
         if not all(self._healthy):
             return True
@@ -400,17 +400,15 @@ class SessionGateway:
                 rt.booked = replica
             piece = rt.next_piece()
             rt.piece_on, rt.piece_started_s = replica, self.now()
-            timed = self.profile.piece_started(replica, rt.piece_started_s,
-                                               len(piece.prompt_ids) or rt.prompt_tokens,
-                                               piece.max_tokens)
+            timed = self.profile.time_piece(replica, rt.piece_started_s, piece)
             out: PieceOutput | None = None
             fault: ReplicaDownError | None = None
             try:
                 out, fault = await self._piece(replica, piece)
             finally:
                 rt.piece_on = None
-                self.profile.piece_ended(timed, self.now(), None if out is None or fault
-                                         else len(out.token_ids))
+                self.profile.record_piece(timed, rt.piece_started_s, self.now(),
+                                          None if out is None or fault else [out])
             if out is not None and (fault is None or out.token_ids):
                 self.tally.piece(replica, piece, out, rt.expect_hit)
                 rt.add(replica, piece, out)  # a faulted piece's streamed tokens are kept
@@ -492,10 +490,10 @@ class SessionGateway:
     def _refit(self, due_only: bool = False) -> None:
         """With ``auto``: price with the latest trusted fit of the pieces timed so far and
         each replica's own speed factor (at each step's start and end, and at a mid-turn
-        check, ``due_only``, once enough pieces are new: ``GatewayProfile.refit_due``)."""
+        check, ``due_only``, once enough pieces are new: ``LiveProfile.refit_due``)."""
         fitted = self.profile.refit(due_only)
         if fitted is not None:
-            self.book.set_throughput(fitted, self.profile.speed_factors(self.num_replicas))
+            self.book.set_throughput(fitted, self.profile.speed_factors(range(self.num_replicas)))
             log.info("session gateway: the auto profile's fit of %d timed pieces prices "
                      "placements and moves from now on", self.profile.num_observations)
 
