@@ -48,6 +48,7 @@ from tailsieve.runtime.faults import check_status
 from tailsieve.runtime.lean_http import LeanTransport
 from tailsieve.runtime.sessions.pieces import PieceOutput, PieceRequest, piece_reason
 from tailsieve.runtime.sessions.streamed import StreamedPiece, finished
+from tailsieve.runtime.tasks import cancel_and_wait
 from tailsieve.runtime.transport import (
     JSON,
     ReplicaDownError,
@@ -284,8 +285,7 @@ class HttpPieceRunner:
         return tuple(tokens)
 
     async def aclose(self) -> None:
-        for task in list(self._aborts):
-            task.cancel()
+        await cancel_and_wait(*self._aborts)
         await self._t.aclose()
 
     def _base(self, replica: int) -> str:
