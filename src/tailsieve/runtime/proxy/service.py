@@ -49,7 +49,7 @@ from tailsieve.runtime.proxy.request import (
 from tailsieve.runtime.proxy.sample import LiveTokens, SampleOutput, SampleTrace
 from tailsieve.runtime.proxy.tokenizer import Tokenizer
 from tailsieve.runtime.sessions.gateway import SessionGateway
-from tailsieve.runtime.sessions.pieces import PieceOutput, TokenDelta
+from tailsieve.runtime.sessions.pieces import CHARS_PER_TOKEN, PieceOutput, TokenDelta
 from tailsieve.runtime.sessions.result import PieceSpan, TurnResult
 from tailsieve.runtime.tasks import BackgroundTask
 from tailsieve.runtime.transport import RequestError
@@ -74,8 +74,6 @@ class TextPrompts:
     before its ids come back: its characters over the characters per token of the text prompts
     echoed so far (``CHARS_PER_TOKEN`` before any)."""
 
-    CHARS_PER_TOKEN = 4.0
-
     def __init__(self, on: bool, backend: Backend) -> None:
         self.on = on and backend is Backend.VLLM
         self.num_chars = 0
@@ -93,7 +91,7 @@ class TextPrompts:
         return text if tok.get("add_special_tokens", True) is True else None
 
     def estimate(self, text: str) -> int:
-        per = self.num_chars / self.num_tokens if self.num_tokens else self.CHARS_PER_TOKEN
+        per = self.num_chars / self.num_tokens if self.num_tokens else CHARS_PER_TOKEN
         return max(1, round(len(text) / per))
 
     def echoed(self, text: str, ids: tuple[int, ...]) -> None:
