@@ -284,13 +284,21 @@ def test_a_drain_check_lists_every_running_response_in_slices_of_replicas() -> N
             return True
 
     drain = DrainSettings(start_fraction=1.0, lengths=(200, 500, 3000, 16_000) * 10)
-    rb = rebalancer.LiveRebalancer(
-        _Mover(), dataclasses.replace(BALANCE, drain=drain), [COSTS] * num,
-        lambda: [True] * num, lambda: 1.0)
+
+    def make() -> rebalancer.LiveRebalancer:
+        return rebalancer.LiveRebalancer(
+            _Mover(), dataclasses.replace(BALANCE, drain=drain), [COSTS] * num,
+            lambda: [True] * num, lambda: 1.0)
+
+    rb = make()
+    rb.num_launched = len(idx.entries)  # all still running: the drain has begun
     made = asyncio.run(rb.check_async())
     assert len(rb.tally.loads_cpu_s) == 1 + 2  # the index read, then two listing slices
     assert set(rb._prompts) == set(idx.entries) and set(rb._prompts.values()) == {100}
     assert made >= 1 and rb.tally.num_moves == made
+    unset = make()  # no launch count (the executor sets it): no drain to begin
+    asyncio.run(unset.check_async())
+    assert not unset._prompts and len(unset.tally.loads_cpu_s) == 1
 
 
 async def _emulated_priority_step(policy: str) -> tuple[int, ...]:

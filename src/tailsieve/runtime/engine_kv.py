@@ -24,7 +24,6 @@ says once per replica (and once more when its metrics come back). Nothing here d
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 from collections.abc import Awaitable, Callable
@@ -34,6 +33,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tailsieve.errors import ConfigError, ReplicaError
 from tailsieve.runtime.faults import RequestError, from_exception
+from tailsieve.runtime.tasks import BackgroundTask
 from tailsieve.session.admission import KvReading
 
 log = logging.getLogger(__name__)
@@ -127,7 +127,7 @@ class KvPoller:
         self.readings: list[KvReading | None] = [None] * num_replicas
         self.unread: dict[int, str] = {}  # replica -> why its metrics cannot be read
         self.num_polls = 0
-        self._task: asyncio.Task[None] | None = None
+        self._task = BackgroundTask("kv-poller")
 
     @classmethod
     def of(cls, runner: object, num_replicas: int, sink: Sink,
@@ -173,13 +173,8 @@ class KvPoller:
 
     def start(self) -> None:
         """Poll in the background (in the running event loop) until ``aclose``."""
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="kv-poller")
+        self._task.start(self._run)
 
     async def aclose(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._task.aclose()
 

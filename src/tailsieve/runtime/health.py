@@ -6,13 +6,13 @@ to service."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from tailsieve.errors import ReplicaError
+from tailsieve.runtime.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -139,12 +139,7 @@ class ReplicaHealth:
 
     async def aclose(self) -> None:
         """Stop the probes (``watch`` starts them again)."""
-        tasks = list(self._probes.values())
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
+        await cancel_and_wait(*self._probes.values())
         self._probes.clear()
 
 

@@ -123,8 +123,8 @@ class LiveRebalancer:
     trace: BalanceTrace = field(default_factory=BalanceTrace)  # every check's inputs, decision
     _open: tuple[float, list[ReplicaLoad], float] | None = None  # the check being made
     _planned: list[MoveRecord] = field(default_factory=list)  # its moves and decisions so far
-    num_launched: int = 0  # responses the step launched (the drain's yardstick; 0: the most
-    # seen running at once)
+    num_launched: int = 0  # responses the step launched (the drain's yardstick; the executor
+    # sets it; 0: no drain)
     _remaining: RemainingModel | None = None  # the drain's expected remaining work (built with
     # the rebalancer: a check does not pay for it)
     _listing: list[ReplicaLoad] = field(default_factory=list)  # a drain check's replicas whose
@@ -305,7 +305,6 @@ class LiveRebalancer:
         self._open = (now, loads, s.horizon_at(now))
         self._planned = []
         running = len(self._index.entries)
-        self.num_launched = max(self.num_launched, running)
         if s.drain is not None and s.drain.drains(running, self.num_launched):
             self._listing = loads
             self._prompts = _Prompts(self._prompt_tokens)

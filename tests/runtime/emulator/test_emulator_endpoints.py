@@ -181,4 +181,4 @@ async def test_port_in_use_is_an_error(fast_server: EmulatorServer, make_server:
     server.port = fast_server.port
     with pytest.raises(OSError):
         await server.start()
-    assert server.driver._task is None  # nothing left running
+    assert server.driver._task.task is None  # nothing left running

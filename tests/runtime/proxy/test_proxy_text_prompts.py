@@ -17,6 +17,7 @@ from tailsieve.runtime.proxy import RoutingProxy
 from tailsieve.runtime.proxy.openai_api import parse_completions
 from tailsieve.runtime.proxy.request import Api, PromptSpec
 from tailsieve.runtime.proxy.service import TextPrompts
+from tailsieve.runtime.sessions.pieces import CHARS_PER_TOKEN
 
 
 def _calls(proxy: RoutingProxy) -> list[dict[str, Any]]:
@@ -97,7 +98,7 @@ def test_which_prompts_go_as_text_and_the_learned_estimate() -> None:
     tp = TextPrompts(True, Backend.VLLM)
     req = parse_completions({"prompt": "abcdefgh", "max_tokens": 4})
     assert tp.text_of(req, req.prompts[0]) == "abcdefgh"
-    assert tp.estimate("abcdefgh") == 2  # 4 characters a token before any echo
+    assert tp.estimate("x" * 3 * CHARS_PER_TOKEN) == 3  # the shared ratio before any echo
     tp.echoed("abcdefgh", tuple(range(8)))
     assert tp.estimate("abcdefghijkl") == 12  # then as the echoed prompts had it
     for body in ({"prompt": "x", "stream": True},

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tailsieve.model.replica_engine import Completion, ReplicaConfig, ReplicaEngine
+from tailsieve.runtime.tasks import BackgroundTask
 
 
 @dataclass(slots=True)
@@ -44,24 +45,19 @@ class EngineDriver:
         self._on_complete = on_complete
         self._futures: dict[str, asyncio.Future[Completion]] = {}
         self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._task = BackgroundTask("emulator-engine")
         self._t0 = 0.0
         self.on_sync: Callable[[], None] | None = None  # after every advance and submission
 
     # ----- lifecycle ---------------------------------------------------------------
     async def start(self) -> None:
-        if self._task is not None:
-            return
-        self._t0 = asyncio.get_running_loop().time()
-        self._task = asyncio.create_task(self._run(), name="emulator-engine")
+        if self._task.task is None:
+            self._t0 = asyncio.get_running_loop().time()
+            self._task.start(self._run)
 
     async def aclose(self) -> None:
         """Stop the scheduler and fail every pending sequence with ``CancelledError``."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._task.aclose()
         for fut in self._futures.values():
             if not fut.done():
                 fut.cancel()

@@ -9,7 +9,6 @@ sequences (the app runs with ``handler_cancellation=True``, so aiohttp cancels t
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import math
 import os
@@ -30,6 +29,7 @@ from tailsieve.runtime.emulator.config import CRASH_EXIT_CODE, EmulatorConfig
 from tailsieve.runtime.emulator.driver import EngineDriver
 from tailsieve.runtime.emulator.metrics import CONTENT_TYPE, EmulatorMetrics
 from tailsieve.runtime.emulator.prefix_cache import PrefixCache
+from tailsieve.runtime.tasks import BackgroundTask
 
 MIN_POLL_S = 0.001  # shortest wait between streamed chunk writes, real seconds
 SHUTDOWN_TIMEOUT_S = 1.0  # grace for in-flight handlers on aclose, real seconds
@@ -62,7 +62,7 @@ class EmulatorServer:
         self.num_abort_requests = 0  # POST /abort_request calls received
         self._runner: web.AppRunner | None = None
         self._site: web.TCPSite | None = None
-        self._crash_task: asyncio.Task[None] | None = None
+        self._crash = BackgroundTask("emulator-crash")
 
     @property
     def url(self) -> str:
@@ -94,16 +94,13 @@ class EmulatorServer:
             await self.aclose()
             raise
         self.port = int(self._runner.addresses[0][1])
-        if self.config.crash_after_s is not None:
-            self._crash_task = asyncio.create_task(self._crash_later(self.config.crash_after_s))
+        after_s = self.config.crash_after_s
+        if after_s is not None:
+            self._crash.start(lambda: self._crash_later(after_s))
         return self.url
 
     async def aclose(self) -> None:
-        if self._crash_task is not None:
-            self._crash_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._crash_task
-            self._crash_task = None
+        await self._crash.aclose()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = self._site = None

@@ -33,7 +33,6 @@ from typing import Any
 from aiohttp import web
 
 from tailsieve.errors import ConfigError
-from tailsieve.runtime.backends import Backend
 from tailsieve.runtime.lean_http import LeanTransport
 from tailsieve.runtime.proxy.api_error import ApiError, bad_request, unavailable
 from tailsieve.runtime.proxy.config import ProxyConfig
@@ -143,16 +142,15 @@ class RoutingProxy:
                 runner = DetailRunner(HttpPieceRunner(
                     self.endpoints, cfg.backend, served.name, self.transport,
                     request_timeout_s=cfg.gateway.request_timeout_s,
-                    detail=read_detail(cfg.backend)))
+                    tokenize_timeout_s=cfg.tokenize_timeout_s, detail=read_detail(cfg.backend)))
             assert served is not None
             gw = SessionGateway(len(self.endpoints), runner, cfg.gateway)
             await gw.__aenter__()
             if isinstance(runner, HealthProbe):
                 await _first_probe(gw, runner)
-            if tokenizer is None:
-                model = served.name if cfg.backend is Backend.VLLM else None
-                tokenizer = HttpTokenizer(self.endpoints, self.transport, model, gw.healthy,
-                                          cfg.tokenize_timeout_s)
+            if tokenizer is None:  # given with the runner, or made with it here
+                assert isinstance(runner, DetailRunner)
+                tokenizer = HttpTokenizer(runner.runner, gw.healthy)
             self.gateway = gw
             self.service = ProxyService(gw, tokenizer, served, cfg.backend,
                                         ClientSessions(cfg.session_ttl_s),

@@ -22,7 +22,6 @@ gate's measure, so moves switch off where they are measured slower and back on.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Hashable, Mapping
@@ -50,8 +49,9 @@ from tailsieve.runtime.proxy.request import (
 from tailsieve.runtime.proxy.sample import LiveTokens, SampleOutput, SampleTrace
 from tailsieve.runtime.proxy.tokenizer import Tokenizer
 from tailsieve.runtime.sessions.gateway import SessionGateway
-from tailsieve.runtime.sessions.pieces import PieceOutput, TokenDelta
+from tailsieve.runtime.sessions.pieces import CHARS_PER_TOKEN, PieceOutput, TokenDelta
 from tailsieve.runtime.sessions.result import PieceSpan, TurnResult
+from tailsieve.runtime.tasks import BackgroundTask
 from tailsieve.runtime.transport import RequestError
 from tailsieve.session.client_table import ClientSessions, Lease
 
@@ -74,8 +74,6 @@ class TextPrompts:
     before its ids come back: its characters over the characters per token of the text prompts
     echoed so far (``CHARS_PER_TOKEN`` before any)."""
 
-    CHARS_PER_TOKEN = 4.0
-
     def __init__(self, on: bool, backend: Backend) -> None:
         self.on = on and backend is Backend.VLLM
         self.num_chars = 0
@@ -93,7 +91,7 @@ class TextPrompts:
         return text if tok.get("add_special_tokens", True) is True else None
 
     def estimate(self, text: str) -> int:
-        per = self.num_chars / self.num_tokens if self.num_tokens else self.CHARS_PER_TOKEN
+        per = self.num_chars / self.num_tokens if self.num_tokens else CHARS_PER_TOKEN
         return max(1, round(len(text) / per))
 
     def echoed(self, text: str, ids: tuple[int, ...]) -> None:
@@ -165,23 +163,18 @@ class ProxyService:
         self.on_piece: PieceHook | None = None  # told of every piece (tests move turns here)
         self.num_requests = 0
         self.num_aborted_samples = 0
-        self._expiry: asyncio.Task[None] | None = None
+        self._expiry = BackgroundTask("proxy-session-expiry")
 
     # -- lifecycle -----------------------------------------------------------------------
 
     def start_expiry(self) -> None:
         """Forget session keys idle for the table's ``ttl_s`` (checked every ttl / 8)."""
-        if self._expiry is None:
-            self._expiry = asyncio.create_task(self._expire_loop(), name="proxy-session-expiry")
+        self._expiry.start(self._expire_loop)
 
     async def aclose(self) -> None:
         for run in list(self.runs):
             run.cancel()
-        if self._expiry is not None:
-            self._expiry.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._expiry
-            self._expiry = None
+        await self._expiry.aclose()
 
     async def _expire_loop(self) -> None:
         while True:

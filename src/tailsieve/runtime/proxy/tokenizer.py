@@ -5,8 +5,9 @@ A turn is sent to the servers as token ids so that it can be continued anywhere 
 (``add_special_tokens`` as the request says, default true), chat messages under the model's
 chat template with the request's template options (vLLM's chat endpoint applies the same
 template, then generates as the completions endpoint does). ``HttpTokenizer`` asks a healthy
-server, the next one on a fault; a server's 4xx (a prompt too long, a bad message) becomes the
-client's HTTP 400 with the server's message.
+server through the engine client (``HttpPieceRunner.tokenize`` / ``tokenize_chat``), the next
+one on a fault; a server's 4xx (a prompt too long, a bad message) becomes the client's HTTP 400
+with the server's message.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from tailsieve.runtime.proxy.api_error import ApiError, bad_gateway, bad_request, unavailable
-from tailsieve.runtime.transport import ReplicaDownError, RequestError, Transport
+from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
+from tailsieve.runtime.transport import ReplicaDownError, RequestError
 
 
 class Tokenizer(Protocol):
@@ -30,58 +32,51 @@ class Tokenizer(Protocol):
 
 
 class HttpTokenizer:
-    """``Tokenizer`` over the servers' ``/tokenize`` (``healthy()``: which may be asked)."""
+    """``Tokenizer`` over ``runner``'s servers (``healthy()``: which may be asked)."""
 
-    def __init__(self, endpoints: Sequence[str], transport: Transport, model: str | None,
-                 healthy: Callable[[], Sequence[bool]], timeout_s: float = 60.0) -> None:
-        self.endpoints = list(endpoints)
-        self._t = transport
-        self.model = model
+    def __init__(self, runner: HttpPieceRunner, healthy: Callable[[], Sequence[bool]]) -> None:
+        self.runner = runner
         self._healthy = healthy
-        self._timeout_s = timeout_s
         self._next = itertools.count()
 
     async def tokenize(self, body: Mapping[str, Any]) -> tuple[int, ...]:
-        req = dict(body)
-        if self.model is not None:
-            req["model"] = self.model
         ok = self._healthy()
-        n = len(self.endpoints)
+        n = len(self.runner.endpoints)
         start = next(self._next)
         errors: list[str] = []
         for k in range(n):
             r = (start + k) % n
             if not ok[r]:
                 continue
-            url = self.endpoints[r] + "/tokenize"
             try:
-                out = await self._t.post_json(url, req, self._timeout_s)
+                tokens = await self._ask(r, body)
             except ReplicaDownError as exc:
                 errors.append(str(exc))
                 continue
             except RequestError as exc:
                 if exc.status in (404, 405):
-                    raise bad_gateway(f"{url} has no /tokenize: send the prompt as token ids "
-                                      "(input_ids, or a completions prompt of ids)") from None
+                    raise bad_gateway(f"{self.runner.endpoints[r]} has no /tokenize: send the "
+                                      "prompt as token ids (input_ids, or a completions prompt "
+                                      "of ids)") from None
                 if exc.status is not None and 400 <= exc.status < 500:
                     raise ApiError(f"the server refused the prompt: {_server_message(exc)}",
                                    exc.status) from None
                 errors.append(str(exc))
                 continue
-            return _tokens(url, out)
+            if not tokens:
+                raise bad_request("the prompt tokenizes to no tokens", "prompt")
+            return tokens
         if not errors:
             raise unavailable("no healthy server to tokenize the prompt")
         raise bad_gateway("tokenizing the prompt failed on every healthy server: "
                           + "; ".join(errors))
 
-
-def _tokens(url: str, out: Any) -> tuple[int, ...]:
-    tokens = out.get("tokens") if isinstance(out, dict) else None
-    if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
-        raise bad_gateway(f"{url} answered without a 'tokens' list")
-    if not tokens:
-        raise bad_request("the prompt tokenizes to no tokens", "prompt")
-    return tuple(tokens)
+    async def _ask(self, replica: int, body: Mapping[str, Any]) -> tuple[int, ...]:
+        if "messages" in body:
+            options = {k: v for k, v in body.items() if k != "messages"}
+            return await self.runner.tokenize_chat(body["messages"], replica, options)
+        return await self.runner.tokenize(body["prompt"], replica,
+                                          body.get("add_special_tokens", True))
 
 
 def _server_message(exc: RequestError) -> str:

@@ -34,7 +34,6 @@ silently and never fails a turn.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from dataclasses import replace
@@ -65,6 +64,7 @@ from tailsieve.runtime.sessions.result import GatewayStats, PieceSpan, TurnResul
 from tailsieve.runtime.sessions.tally import Tally
 from tailsieve.runtime.sessions.turn_chain import RunningTurn, TurnSink
 from tailsieve.runtime.stall_watch import StallWatch
+from tailsieve.runtime.tasks import BackgroundTask
 from tailsieve.runtime.transport import ReplicaDownError, Transport
 from tailsieve.session.routers import SessionPolicy, TailSieveRouter
 from tailsieve.session.turn import TurnRequest
@@ -111,9 +111,9 @@ class SessionGateway:
         self._step_balanced = True
         self._last_step_s = 0.0  # the last step's time (0: none yet)
         self._crash: str | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._task = BackgroundTask("session-rebalancer")
         self.stalls = StallWatch(self.config.stall, self._cost_of, self.now)  # hung replicas
-        self._stall_task: asyncio.Task[None] | None = None
+        self._stall_task = BackgroundTask("stall-watch")
         self._owns_runner = False  # ``over_http``: the runner is closed with the gateway
         self.interrupter = (runner if isinstance(runner, PieceInterrupter) and runner.interrupts
                             else None)  # moves take effect at once
@@ -151,7 +151,7 @@ class SessionGateway:
         self.admission.start(self.runner, self.config.kv_metrics_interval_s)  # engines' KV
         why = self.config.moves_off_reason
         if why is None:
-            self._task = asyncio.create_task(self._rebalance(), name="session-rebalancer")
+            self._task.start(self._rebalance)
         else:
             log.info("session gateway: running turns do not move: %s", why)
         return self
@@ -162,16 +162,8 @@ class SessionGateway:
     async def aclose(self) -> None:
         """Stop the rebalancer and the probes (the runner is the caller's to close, but for
         ``over_http``'s)."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-        if self._stall_task is not None:
-            self._stall_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._stall_task
-            self._stall_task = None
+        await self._task.aclose()
+        await self._stall_task.aclose()
         await self.health.aclose()
         await self.admission.aclose()
         if self._owns_runner and isinstance(self.runner, HttpPieceRunner):
@@ -431,9 +423,7 @@ class SessionGateway:
         return await self.stalls.piece(self.runner, replica, piece)
 
     def _watch_stalls(self) -> None:
-        if self._stall_task is None:
-            self._stall_task = asyncio.create_task(self.stalls.run(self._stalled,
-                                                                   self._answers))
+        self._stall_task.start(lambda: self.stalls.run(self._stalled, self._answers))
 
     async def watched(self, key: Hashable, replica: int, prompt_tokens: int, max_tokens: int,
                       call: Awaitable[T]) -> T:

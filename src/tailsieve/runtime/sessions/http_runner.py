@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +48,7 @@ from tailsieve.runtime.faults import check_status
 from tailsieve.runtime.lean_http import LeanTransport
 from tailsieve.runtime.sessions.pieces import PieceOutput, PieceRequest, piece_reason
 from tailsieve.runtime.sessions.streamed import StreamedPiece, finished
+from tailsieve.runtime.tasks import cancel_and_wait
 from tailsieve.runtime.transport import (
     JSON,
     ReplicaDownError,
@@ -77,7 +78,8 @@ class HttpPieceRunner:
     ``stream_interval`` tokens (vLLM's per-request ``stream_interval``; None: every token);
     ``detail``: reads what a caller needs off a piece's server answer into its
     ``PieceOutput.detail`` (None: nothing kept); ``return_token_ids=False``: vLLM answers
-    counts only (``PieceOutput.num_tokens``; whole responses, never continued)."""
+    counts only (``PieceOutput.num_tokens``; whole responses, never continued);
+    ``tokenize_timeout_s``: a ``/tokenize`` call's limit (None: ``health_timeout_s``)."""
 
     def __init__(
         self,
@@ -90,6 +92,7 @@ class HttpPieceRunner:
         backoff_s: float = 0.25,
         backoff_max_s: float = 8.0,
         health_timeout_s: float = 5.0,
+        tokenize_timeout_s: float | None = None,
         stream: bool = False,
         stream_interval: int | None = None,
         detail: Callable[[Any], Any] | None = None,
@@ -112,6 +115,7 @@ class HttpPieceRunner:
         self._max_retries = max_retries
         self._backoff_s, self._backoff_max_s = backoff_s, backoff_max_s
         self._health_timeout_s = health_timeout_s
+        self._tokenize_timeout_s = tokenize_timeout_s or health_timeout_s
         self._model_lock = asyncio.Lock()
         self.stream = stream
         self.stream_interval = stream_interval
@@ -258,34 +262,34 @@ class HttpPieceRunner:
         check_status(url, status, body)
         return body
 
-    async def tokenize(self, text: str, replica: int = 0) -> tuple[int, ...]:
-        """``text`` as ``replica``'s tokenizer gives it, without special tokens (vLLM's
-        ``POST /tokenize``)."""
-        body: JSON = {"prompt": text, "add_special_tokens": False}
-        if self.backend is not Backend.SGLANG:
-            body["model"] = await self._model()
-        return await self._tokens(replica, body)
+    async def tokenize(self, text: str, replica: int = 0,
+                       add_special_tokens: bool = False) -> tuple[int, ...]:
+        """``text`` as ``replica``'s tokenizer gives it, with special tokens only if asked
+        (vLLM's ``POST /tokenize``)."""
+        return await self._tokens(replica, {"prompt": text,
+                                            "add_special_tokens": add_special_tokens})
 
-    async def tokenize_chat(self, messages: Sequence[dict[str, str]],
-                            replica: int = 0) -> tuple[int, ...]:
+    async def tokenize_chat(self, messages: Sequence[Mapping[str, Any]], replica: int = 0,
+                            options: Mapping[str, Any] | None = None) -> tuple[int, ...]:
         """Chat ``messages`` as the token ids ``replica`` gives them under the model's chat
-        template, with the generation prompt (vLLM's ``POST /tokenize``)."""
-        body: JSON = {"messages": [dict(m) for m in messages], "add_generation_prompt": True}
-        if self.backend is not Backend.SGLANG:
-            body["model"] = await self._model()
-        return await self._tokens(replica, body)
+        template, with the generation prompt (vLLM's ``POST /tokenize``); ``options``: the
+        request's other chat fields (``chat_template_kwargs``, ``add_generation_prompt``...)."""
+        return await self._tokens(replica, {"messages": [dict(m) for m in messages],
+                                            "add_generation_prompt": True, **(options or {})})
 
     async def _tokens(self, replica: int, body: JSON) -> tuple[int, ...]:
+        """The ids ``/tokenize`` answers ``body`` with; a fault as ``runtime.faults`` says."""
+        if self.backend is not Backend.SGLANG:
+            body["model"] = await self._model()
         url = self._base(replica) + "/tokenize"
-        out = await self._t.post_json(url, body, self._health_timeout_s)
+        out = await self._t.post_json(url, body, self._tokenize_timeout_s)
         tokens = out.get("tokens") if isinstance(out, dict) else None
         if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
             raise RequestError(f"{url}: /tokenize answered without a 'tokens' list")
         return tuple(tokens)
 
     async def aclose(self) -> None:
-        for task in list(self._aborts):
-            task.cancel()
+        await cancel_and_wait(*self._aborts)
         await self._t.aclose()
 
     def _base(self, replica: int) -> str:

@@ -29,6 +29,7 @@ from tailsieve.runtime.chain import Piece
 FINISH_REASONS = ("stop", "length", "abort")
 ENDED_REASONS = ("tool_calls", "function_call", "content_filter")  # a chat server ended the
 # response by its own choice: a finished response, as "stop"
+CHARS_PER_TOKEN = 4  # a text prompt's characters per token until its server's count is known
 
 
 def piece_reason(reason: str | None) -> str:

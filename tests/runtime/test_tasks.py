@@ -1,0 +1,56 @@
+"""``runtime.tasks``: a background task starts once, stops on ``aclose`` (which waits for its
+end) and may start again; an error it crashed with is raised at close, a cancel is not."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tailsieve.runtime.tasks import BackgroundTask, cancel_and_wait
+
+
+async def test_a_background_task_starts_once_and_stops_at_close() -> None:
+    started: list[int] = []
+    cleaned: list[int] = []
+
+    async def loop() -> None:
+        started.append(1)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await asyncio.sleep(0)  # its clean-up may await: close waits for it
+            cleaned.append(1)
+
+    bg = BackgroundTask("loop")
+    bg.start(loop)
+    bg.start(loop)  # running already: no second one
+    await asyncio.sleep(0)
+    assert started == [1] and bg.task is not None and bg.task.get_name() == "loop"
+    await bg.aclose()
+    assert cleaned == [1] and bg.task is None
+    await bg.aclose()  # closed: nothing to do
+    bg.start(loop)  # and it starts again
+    await asyncio.sleep(0)
+    assert started == [1, 1]
+    await bg.aclose()
+    assert cleaned == [1, 1]
+
+
+async def test_a_crashed_task_raises_its_error_at_close() -> None:
+    async def crash() -> None:
+        raise ValueError("the loop broke")
+
+    bg = BackgroundTask("crash")
+    bg.start(crash)
+    await asyncio.sleep(0)
+    with pytest.raises(ValueError, match="the loop broke"):
+        await bg.aclose()
+
+
+async def test_cancel_and_wait_stops_every_task_and_skips_none() -> None:
+    tasks = [asyncio.create_task(asyncio.sleep(60)) for _ in range(3)]
+    done = asyncio.create_task(asyncio.sleep(0))
+    await done
+    await cancel_and_wait(None, *tasks, done)
+    assert all(t.cancelled() for t in tasks) and not done.cancelled()
