@@ -46,11 +46,10 @@ from tailsieve.model.profiles import builtin_profile, load_profile, parse_profil
 from tailsieve.model.throughput import ThroughputModel
 from tailsieve.runtime.sessions.auto_probe import ProbeSettings, probe_replicas
 from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
-from tailsieve.runtime.sessions.pieces import PieceOutput, PieceRequest
+from tailsieve.runtime.sessions.pieces import CHARS_PER_TOKEN, PieceOutput, PieceRequest
 
 REFIT_SHARE = 0.25  # a refit within a step waits until this share of the kept pieces is new
 REFIT_MIN_PIECES = 8  # ... and at least this many
-CHARS_PER_TOKEN = 4  # prompt tokens of a text prompt until the server's count comes back
 STAND_IN = "cpu"  # prices a bare ``auto`` without a fallback until its probe
 
 
