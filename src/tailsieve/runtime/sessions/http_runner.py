@@ -42,6 +42,7 @@ from tailsieve.runtime.backends import (
     EncodedIds,
     PromptInput,
     Response,
+    SamplingParams,
     build_request,
     parse_response,
 )
@@ -246,6 +247,23 @@ class HttpPieceRunner:
             await asyncio.sleep(ABORT_RETRY_S)
             if request_id not in self._live:
                 return
+
+    async def refuses_priority(self, replica: int) -> str:
+        """Why ``replica`` refuses a piece that carries a priority ("" when it takes one): one
+        request of one token with priority -1. vLLM without ``--scheduling-policy priority``
+        answers HTTP 400, mid-step otherwise; SGLang pieces carry no priority (its default
+        order is the other way round: a higher value first)."""
+        if self.backend is Backend.SGLANG:
+            return "SGLang pieces carry no priority"
+        piece = PieceRequest((), SamplingParams(max_tokens=1, temperature=0.0), 1,
+                             f"priority-check-{replica}", prompt_text="Hello", priority=-1)
+        try:
+            await self.run_piece(replica, piece)
+        except RequestError as exc:
+            if exc.status is not None and 400 <= exc.status < 500:
+                return str(exc)
+            raise
+        return ""
 
     async def probe(self, replica: int) -> bool:
         """``GET /health`` answers 200 within the health timeout."""
