@@ -10,8 +10,9 @@ turn continues on any replica exactly from its last seam. Requests go through a
 ``runtime.transport.Transport`` (``LeanTransport`` by default, a stub in tests); request errors
 (HTTP 5xx, malformed JSON) are retried with exponential backoff, then raised; HTTP 4xx is not
 retried, nor SGLang's abort of a request it refuses (``runtime.faults.engine_abort``: the
-server's message, e.g. an input longer than the context, ends the piece); a replica fault (``runtime.faults``: unreachable, its engine died, a stream cut or
-ending in the engine's error message) raises ``ReplicaDownError`` at once, carrying what a
+server's message, e.g. an input longer than the context, ends the piece); a replica fault
+(``runtime.faults``: unreachable, its engine died, a stream cut or ending in the engine's
+error message) raises ``ReplicaDownError`` at once, carrying what a
 streamed piece delivered before it (``partial``). The server's count of cached
 prompt tokens is read where it reports one (vLLM with ``--enable-prompt-tokens-details``:
 ``usage.prompt_tokens_details.cached_tokens``; SGLang: ``meta_info.cached_tokens``).
