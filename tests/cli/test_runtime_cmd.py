@@ -228,3 +228,35 @@ def test_rollout_defaults_never_reject_a_valid_run(
     assert main(args) == 0
     steps = [json.loads(x) for x in (out / "steps.jsonl").read_text().splitlines()]
     assert all(s["num_groups"] == 1 for s in steps if not s["is_flush"])
+
+
+def test_drain_priority_is_checked_on_every_server_before_the_first_step(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--drain-priority: an FCFS vLLM server (it answers a priority with HTTP 400) is named
+    before any step runs or any output is written; servers with --scheduling-policy priority
+    run the rollout."""
+    mixed = EmulatorFleet.start(
+        2, profile="cpu", time_scale=0.01, model_name=MODEL,
+        overrides=[{}, {"scheduling_policy": "priority"}],
+    )
+    try:
+        out = tmp_path / "o"
+        assert main(_replay_args(mixed.urls, out, "--groups", "2", "--drain-priority")) == 2
+        err = capsys.readouterr().err
+        assert "--scheduling-policy priority" in err and mixed.urls[0] in err
+        assert mixed.urls[1] not in err and not out.exists()
+        assert main(_replay_args(mixed.urls[1:], out, "--groups", "2",
+                                 "--drain-priority")) == 0
+        assert json.loads((out / "summary.json").read_text())["num_delivered_groups"] >= 2
+    finally:
+        mixed.close()
+
+
+@pytest.mark.parametrize("extra", [["--backend", "sglang"], ["--no-moves"]])
+def test_drain_priority_without_vllm_moves_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str]
+) -> None:
+    args = _replay_args(["http://127.0.0.1:9"], tmp_path / "o", "--drain-priority", *extra)
+    assert main(args) == 2
+    assert "--drain-priority" in capsys.readouterr().err

@@ -20,6 +20,7 @@ from tailsieve.runtime.faults import (
     check_chunk,
     check_finished,
     check_status,
+    engine_abort,
     engine_error,
     from_exception,
     refused,
@@ -293,3 +294,116 @@ async def test_a_suspect_that_answers_its_probe_is_slow_not_hung() -> None:
     assert stopped == ["b"] and told == [1] and sorted(set(probed)) == [0, 1]
     assert watch.suspects() == []  # replica 0 was spared: a new limit from its probe
     assert not watch.end("a") and watch.end("b")
+
+
+TOO_LONG = ("The input (5000 tokens) is longer than the model's context length (4096 "
+            "tokens).")
+REFUSED = {"type": "abort", "message": TOO_LONG, "status_code": 400,
+           "err_type": "BadRequestError"}  # SGLang's FINISH_ABORT of a request it refuses
+ASKED = {"type": "abort", "message": "Aborted"}  # what its /abort_request ends a request with
+
+
+def _sglang_item(ids: list[int], reason: JSON) -> JSON:
+    return {"text": "x" * len(ids), "output_ids": ids,
+            "meta_info": {"completion_tokens": len(ids), "prompt_tokens": 2,
+                          "finish_reason": reason}}
+
+
+class _Sglang:
+    """SGLang replicas behind ``Transport``: ``/generate`` answers ``reasons[prompt]`` (the
+    prompt is its text) whole or as one streamed chunk; an ``/abort_request`` ends a request
+    held in ``hold`` as SGLang does ("Aborted", what it generated so far)."""
+
+    def __init__(self, reasons: dict[str, JSON], hold: bool = False) -> None:
+        self.reasons = reasons
+        self.hold = hold
+        self.aborted = asyncio.Event()
+        self.posts: list[str] = []
+
+    def _answer(self, payload: JSON) -> JSON:
+        reason = self.reasons.get(payload.get("text", ""), {"type": "stop"})
+        n = 0 if reason.get("type") == "abort" else 3
+        return _sglang_item(list(range(1, n + 1)), reason)
+
+    async def post_json(self, url: str, payload: JSON, timeout_s: float | None) -> Any:
+        self.posts.append(url)
+        if url.endswith("/abort_request"):
+            self.aborted.set()
+            return None
+        if self.hold:
+            await self.aborted.wait()
+            return _sglang_item([7, 8], ASKED)
+        return self._answer(payload)
+
+    async def stream_json(self, url: str, payload: JSON, timeout_s: float | None) -> Any:
+        self.posts.append(url)
+        yield self._answer(payload)
+
+    async def get(self, url: str, timeout_s: float | None) -> tuple[int, str]:
+        return 200, ""
+
+    async def aclose(self) -> None:
+        pass
+
+
+def test_sglangs_abort_of_a_request_it_refuses_is_a_request_error() -> None:
+    with pytest.raises(RequestError, match="context length") as err:
+        engine_abort("u", REFUSED)
+    assert err.value.status == 400 and not err.value.retryable
+    with pytest.raises(ReplicaDownError):  # overloaded / going away, as an HTTP 503
+        engine_abort("u", {**REFUSED, "status_code": 503})
+    for passes in (ASKED, {"type": "abort"}, {"type": "stop"}, "abort", None):
+        engine_abort("u", passes)
+    with pytest.raises(RequestError, match="refused the request: bad") as err:  # its front end
+        check_chunk("http://r0/generate", {"error": {"message": "bad"}})
+    assert not isinstance(err.value, ReplicaDownError) and not err.value.retryable
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_step_whose_response_sglang_refuses_fails_with_its_message(
+        stream: bool) -> None:
+    """Before: the abort read as a replica fault, the group went to each replica in turn and
+    the step failed with "no healthy replica left", the server's message lost."""
+    from tailsieve.core.plan import GroupAssignment, StepPlan
+    from tailsieve.core.pool import Pool
+    from tailsieve.errors import StepFailedError
+    from tailsieve.runtime.backends import Backend
+    from tailsieve.runtime.executor import LiveExecutor
+
+    plan = StepPlan(step=1, num_replicas=2, group_size=2, num_required=2, q=0, m=0,
+                    num_extra=0, tail_replicas=(), bulk_replicas=(0, 1),
+                    assignments=(GroupAssignment("ok", Pool.BULK, 0, True, 0),
+                                 GroupAssignment("long", Pool.BULK, 1, True, 0)),
+                    num_fresh_to_deliver=0, fresh_prompt_ids=(), is_warmup=False,
+                    is_flush=False)
+    prompts = {p: PromptInput(p, text=p) for p in ("ok", "long")}
+    t = _Sglang({"long": REFUSED})
+    cfg = ExecutorConfig(model="m", backend=Backend.SGLANG, stream=stream, backoff_s=0.001,
+                         sampling=SamplingParams(max_tokens=8))
+    ex = LiveExecutor(["http://r0", "http://r1"], cfg, transport=t)
+    try:
+        with pytest.raises(StepFailedError, match=r"replica 1 .*HTTP 400.*context length"):
+            await ex.run(plan, prompts)
+        assert all(ex.health.healthy)  # no replica taken out
+        assert t.posts.count("http://r1/generate") <= 2  # its two responses, not retried
+    finally:
+        await ex.aclose()
+
+
+async def test_an_abort_the_router_asked_for_still_ends_the_piece_early() -> None:
+    """A piece SGLang aborts at our /abort_request (a move) returns what it generated, as
+    before: "Aborted" carries no status."""
+    from tailsieve.runtime.backends import Backend
+    from tailsieve.runtime.sessions.pieces import PieceRequest
+
+    t = _Sglang({}, hold=True)
+    runner = HttpPieceRunner(["http://r0"], Backend.SGLANG, transport=t)
+    task = asyncio.ensure_future(runner.run_piece(0, PieceRequest(
+        (1, 2), SamplingParams(max_tokens=50), 50, "g-0")))
+    while not t.posts:
+        await asyncio.sleep(0)
+    runner.interrupt(0, "g-0")
+    out = await task
+    assert out.finish_reason == "abort" and out.token_ids == (7, 8)
+    assert out.piece(0).finish_reason == "moved"
+    await runner.aclose()

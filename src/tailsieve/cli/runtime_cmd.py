@@ -195,6 +195,13 @@ def rollout(
     seam_s: float = typer.Option(
         None, "--seam-s", help="Moves: cost of one move beyond its prefill (seconds)."
     ),
+    drain_priority: bool = typer.Option(
+        False, "--drain-priority",
+        help="Moves: each piece of a balanced step carries an engine priority by its tokens so "
+        "far (the responses that ran longest first; docs/balancer.md#the-drain). vLLM only, "
+        "and every server must run with --scheduling-policy priority: checked with one "
+        "1-token request per replica before the first step.",
+    ),
     request_timeout: float = typer.Option(3600.0, "--request-timeout"),
     q0: int = typer.Option(None, "--q0"),
     m0: int = typer.Option(None, "--m0"),
@@ -218,7 +225,10 @@ def rollout(
         )
     source, where = _prompt_source(prompts, replay, replay_trace)
     check_profile(profile)
-    ctrl = {k: v for k, v in (("q0", q0), ("m0", m0), ("seam_s", seam_s)) if v is not None}
+    ctrl: dict[str, object] = {k: v for k, v in (("q0", q0), ("m0", m0), ("seam_s", seam_s))
+                               if v is not None}
+    if drain_priority:
+        ctrl["drain_priority"] = True
     cfg = RolloutConfig(
         num_groups=groups, group_size=group_size, policy=policy, backend=backend, model=model,
         sampling=SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed),

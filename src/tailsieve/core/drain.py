@@ -12,11 +12,13 @@ responses still run and how many tokens each has generated), never a future leng
   that shorten the longest such time by more than they cost, greedily, so that the
   longest-expected responses end up on the least-loaded replicas.
 - **Engine priority** (``engine_priority``): a piece is submitted with
-  ``priority = -(tokens generated so far // bucket)`` (vLLM's and SGLang's priority
-  scheduling: lower runs earlier), so on a replica that queues or preempts, the responses that
-  have run longest are neither queued nor preempted behind fresh or short work. It needs the
-  server flag ``--scheduling-policy priority`` (vLLM); where nothing queues and nothing is
-  preempted it changes nothing.
+  ``priority = -(tokens generated so far // bucket)`` (vLLM's priority scheduling: lower runs
+  earlier), so on a replica that queues or preempts, the responses that have run longest are
+  neither queued nor preempted behind fresh or short work. It needs the vLLM server flag
+  ``--scheduling-policy priority`` (``tailsieve rollout --drain-priority`` checks it before
+  the first step); where nothing queues and nothing is preempted it changes nothing. SGLang
+  orders the other way by default (``--enable-priority-scheduling``: a higher value first,
+  unless ``--schedule-low-priority-values-first``), so its pieces carry no priority.
 
 ``DrainSettings`` rides on ``core.balancer.BalanceSettings`` (the controller fills in the
 length sample), so the simulator and the live runtime read the same decision.
@@ -66,7 +68,7 @@ class DrainSettings:
 
 
 def engine_priority(generated_tokens: int, bucket_tokens: int = 512) -> int:
-    """The priority a piece is submitted with: lower runs earlier (vLLM, SGLang), one level
+    """The priority a piece is submitted with: lower runs earlier (vLLM's order), one level
     per ``bucket_tokens`` generated, so the responses that have run longest come first; a
     fresh response gets 0."""
     return -(max(0, int(generated_tokens)) // bucket_tokens)

@@ -10,8 +10,10 @@ request errors and SGLang's aborts); ``n > 1`` stays a request of its own there
 (``run_samples``), as the server then shares the prompt's prefill among the responses. A replica
 fault (``ReplicaDownError``, ``runtime.faults``: unreachable, its engine died, a stream cut or
 the engine's error message, a stall) is not retried: the executor regenerates the whole group
-elsewhere, and so is a response the server ended without a finish reason (or aborted), as a
-stream cut before its end is.
+elsewhere, and so is a response the server ended without a finish reason (or aborted without
+a status: an ``/abort_request``), as a stream cut before its end is. SGLang's abort of a request
+it refuses (a status and its message, ``runtime.faults.engine_abort``) fails the response
+with that message and takes no replica out.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from enum import Enum
 from typing import Any
 
 from tailsieve.errors import ConfigError
+from tailsieve.runtime.faults import engine_abort
 from tailsieve.runtime.transport import JSON, RequestError
 
 
@@ -284,11 +285,11 @@ def parse_response(
 ) -> list[Response]:
     """Responses of one non-streaming request, in sample order. Raises ``RequestError`` on a
     body that does not have the expected shape (counts as malformed, retried). SGLang:
-    ``allow_abort`` returns an aborted request's partial output (finish reason "abort").
-    ``keep_json``: token ids decoded by ``ids_json`` keep their JSON text (``EncodedIds``)."""
+    ``allow_abort`` returns an aborted request's partial output (finish reason "abort"); an
+    abort for a reason of the request raises as ``faults.engine_abort`` says. ``keep_json``: token ids decoded by ``ids_json`` keep their JSON text (``EncodedIds``)."""
     try:
         if backend is Backend.SGLANG:
-            out = _parse_sglang(body, allow_abort, keep_json)
+            out = _parse_sglang(body, where, allow_abort, keep_json)
         else:
             out = _parse_openai(backend, body, num_samples, keep_json)
     except (KeyError, TypeError, ValueError, IndexError) as exc:
@@ -360,13 +361,14 @@ def _parse_openai(backend: Backend, body: Any, n: int, keep_json: bool = False) 
 
 
 def _parse_sglang(
-    body: Any, allow_abort: bool = False, keep_json: bool = False
+    body: Any, where: str, allow_abort: bool = False, keep_json: bool = False
 ) -> list[Response]:
     items = body if isinstance(body, list) else [body]
     out: list[Response] = []
     for it in items:
         meta = it["meta_info"]
         fr = meta.get("finish_reason")
+        engine_abort(where, fr)
         reason = fr.get("type", "unknown") if isinstance(fr, dict) else str(fr or "unknown")
         if reason == "abort" and not allow_abort:  # aborted by someone else: never delivered
             raise ValueError(f"request aborted by the server: {fr}")

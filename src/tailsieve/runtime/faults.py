@@ -12,8 +12,17 @@ answer means the same thing everywhere:
   ends before every response said why it finished (cut: never a finished response), and a
   replica that makes no progress for longer than its cost model says it should
   (``ReplicaStalledError``, found by ``runtime.stall_watch``);
-- ``RequestError``: the replica answered, but badly (HTTP 4xx/5xx, malformed JSON). Retried
-  with backoff where ``retryable`` (HTTP 4xx is not: a client bug retrying cannot fix).
+- ``RequestError``: the replica answered, but badly (HTTP 4xx/5xx, malformed JSON, SGLang's
+  abort of a request for a reason of the request, ``engine_abort``). Retried with backoff where
+  ``retryable`` (HTTP 4xx is not: a client bug retrying cannot fix).
+
+SGLang ends a request it refuses with ``finish_reason: {"type": "abort", "message",
+"status_code", "err_type"}`` (its scheduler's ``FINISH_ABORT``: 400 for an input longer than
+the context) and a stream it refuses up front with an error chunk (its front end's
+``ValueError``): both are the request's fault, named by the server's message, and no replica
+is taken out for them. An abort without a status is an ``/abort_request`` (SGLang says
+"Aborted" or "Abort in waiting queue"): the router's own move, interrupt or cancel, or
+someone else's abort, read as before (a piece that ends early).
 """
 
 from __future__ import annotations
@@ -89,10 +98,31 @@ def engine_error(chunk: Mapping[str, Any]) -> str | None:
 
 
 def check_chunk(url: str, chunk: Mapping[str, Any]) -> None:
-    """A streamed chunk that is the engine's error message: the replica is down."""
+    """A streamed chunk that is the engine's error message: the replica is down (vLLM's front
+    end ends the stream so when its worker died); on SGLang's ``/generate`` it is the front
+    end refusing the request (its ``ValueError``, e.g. the input is longer than the context):
+    a ``RequestError``, not retried."""
     msg = engine_error(chunk)
-    if msg is not None:
-        raise ReplicaDownError(f"{url}: the stream ended with the engine's error: {msg[:300]}")
+    if msg is None:
+        return
+    if url.endswith("/generate"):
+        raise RequestError(f"{url}: the server refused the request: {msg[:300]}", status=400,
+                           retryable=False)
+    raise ReplicaDownError(f"{url}: the stream ended with the engine's error: {msg[:300]}")
+
+
+def engine_abort(where: str, finish_reason: Any) -> None:
+    """SGLang's abort of a request for a reason of its own, carrying a status
+    (``{"type": "abort", "message", "status_code"}``): read as that HTTP status with the
+    server's message (``check_status``: 400 a ``RequestError`` not retried, 503 the replica
+    down). Any other finish reason, and an abort without a status (an ``/abort_request``),
+    passes."""
+    if not isinstance(finish_reason, Mapping) or finish_reason.get("type") != "abort":
+        return
+    status = finish_reason.get("status_code")
+    if isinstance(status, int) and status >= 400:
+        msg = finish_reason.get("message") or "no message"
+        check_status(where, status, f"the server aborted the request: {msg}")
 
 
 def check_finished(where: str, reasons: Mapping[int, str], indices: Collection[int]) -> None:

@@ -18,6 +18,7 @@ in the queue, and are part of ``state_dict``).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import math
@@ -134,6 +135,17 @@ class RolloutConfig:
             move = replace(move, piece_tokens=move.piece_cap(interrupts))
             object.__setattr__(self, "piece_tokens", move.piece_tokens)
         object.__setattr__(self, "move", move)
+        if self.drain_priority and (self.backend is Backend.SGLANG or not move.on):
+            raise ConfigError(
+                "drain priority (--drain-priority) is sent with the pieces of a balanced step "
+                "to vLLM servers started with --scheduling-policy priority; "
+                + ("SGLang pieces carry none" if self.backend is Backend.SGLANG
+                   else f"moves are off: {move.off_reason}"))
+
+    @property
+    def drain_priority(self) -> bool:
+        """Whether the balanced steps' pieces carry an engine priority (``core.drain``)."""
+        return bool(self.controller.get("drain_priority"))
 
     @property
     def moves_off_reason(self) -> str | None:
@@ -261,12 +273,27 @@ class TailSieveRollout:
         self._set_active()
         try:
             await self.executor.resolve_model()
+            if self.config.drain_priority:
+                await self._check_priority()
             if self.live.needs_probe:
                 await self._probe()
         except BaseException:
             await self.aclose()
             raise
         return self
+
+    async def _check_priority(self) -> None:
+        """Drain priority on: every healthy replica must take a request priority, asked once
+        each before the first step (one request of one token per replica), so that a server
+        without ``--scheduling-policy priority`` is named now rather than failing a step."""
+        runner = self.executor.piece_runner()
+        why = await asyncio.gather(*(runner.refuses_priority(r) for r in self._active))
+        refused = [w for w in why if w]  # each names its server
+        if refused:
+            raise ConfigError(
+                "drain priority (--drain-priority) needs every vLLM server started with "
+                "--scheduling-policy priority (or run without --drain-priority); refused by "
+                + "; ".join(refused))
 
     async def _probe(self) -> None:
         """``profile="auto"`` without a fallback: lockstep rounds on the healthy replicas

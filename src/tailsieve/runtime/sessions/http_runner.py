@@ -9,8 +9,10 @@ A piece's prompt is token ids (vLLM: ``prompt`` as a list of ids; SGLang: ``inpu
 turn continues on any replica exactly from its last seam. Requests go through a
 ``runtime.transport.Transport`` (``LeanTransport`` by default, a stub in tests); request errors
 (HTTP 5xx, malformed JSON) are retried with exponential backoff, then raised; HTTP 4xx is not
-retried; a replica fault (``runtime.faults``: unreachable, its engine died, a stream cut or
-ending in the engine's error message) raises ``ReplicaDownError`` at once, carrying what a
+retried, nor SGLang's abort of a request it refuses (``runtime.faults.engine_abort``: the
+server's message, e.g. an input longer than the context, ends the piece); a replica fault
+(``runtime.faults``: unreachable, its engine died, a stream cut or ending in the engine's
+error message) raises ``ReplicaDownError`` at once, carrying what a
 streamed piece delivered before it (``partial``). The server's count of cached
 prompt tokens is read where it reports one (vLLM with ``--enable-prompt-tokens-details``:
 ``usage.prompt_tokens_details.cached_tokens``; SGLang: ``meta_info.cached_tokens``).
@@ -41,6 +43,7 @@ from tailsieve.runtime.backends import (
     EncodedIds,
     PromptInput,
     Response,
+    SamplingParams,
     build_request,
     parse_response,
 )
@@ -249,6 +252,23 @@ class HttpPieceRunner:
             await asyncio.sleep(ABORT_RETRY_S)
             if request_id not in self._live:
                 return
+
+    async def refuses_priority(self, replica: int) -> str:
+        """Why ``replica`` refuses a piece that carries a priority ("" when it takes one): one
+        request of one token with priority -1. vLLM without ``--scheduling-policy priority``
+        answers HTTP 400, mid-step otherwise; SGLang pieces carry no priority (its default
+        order is the other way round: a higher value first)."""
+        if self.backend is Backend.SGLANG:
+            return "SGLang pieces carry no priority"
+        piece = PieceRequest((), SamplingParams(max_tokens=1, temperature=0.0), 1,
+                             f"priority-check-{replica}", prompt_text="Hello", priority=-1)
+        try:
+            await self.run_piece(replica, piece)
+        except RequestError as exc:
+            if exc.status is not None and 400 <= exc.status < 500:
+                return str(exc)
+            raise
+        return ""
 
     async def probe(self, replica: int) -> bool:
         """``GET /health`` answers 200 within the health timeout."""

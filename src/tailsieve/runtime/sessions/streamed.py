@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tailsieve.runtime.faults import RequestError, check_finished
+from tailsieve.runtime.faults import RequestError, check_finished, engine_abort
 from tailsieve.runtime.sessions.pieces import PieceOutput, TokenDelta, TokenSink, piece_reason
 from tailsieve.runtime.transport import JSON
 
@@ -68,6 +68,7 @@ class StreamedPiece:
             return
         try:
             if self.sglang:
+                engine_abort(where, (chunk.get("meta_info") or {}).get("finish_reason"))
                 self._add_sglang(chunk)
             else:
                 self._add(chunk)
