@@ -54,3 +54,29 @@ async def test_cancel_and_wait_stops_every_task_and_skips_none() -> None:
     await done
     await cancel_and_wait(None, *tasks, done)
     assert all(t.cancelled() for t in tasks) and not done.cancelled()
+
+
+async def test_a_crash_waits_for_the_others_and_the_task_may_start_again() -> None:
+    cleaned: list[int] = []
+
+    async def crash() -> None:
+        raise ValueError("the loop broke")
+
+    async def slow_cleanup() -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await asyncio.sleep(0.01)
+            cleaned.append(1)
+
+    first, second = asyncio.create_task(crash()), asyncio.create_task(slow_cleanup())
+    await asyncio.sleep(0)
+    with pytest.raises(ValueError, match="the loop broke"):
+        await cancel_and_wait(first, second)
+    assert cleaned == [1] and second.done()  # the crash did not cut the wait short
+    bg = BackgroundTask("crash")
+    bg.start(crash)
+    await asyncio.sleep(0)
+    with pytest.raises(ValueError):
+        await bg.aclose()
+    assert bg.task is None  # a crashed loop may be started again

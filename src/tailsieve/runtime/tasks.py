@@ -5,19 +5,22 @@ raises it from the wait, so a crashed loop is not lost at close."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 
 async def cancel_and_wait(*tasks: asyncio.Future[Any] | None) -> None:
-    """Cancel ``tasks`` (None: none), then wait for each to end."""
+    """Cancel ``tasks`` (None: none), then wait for all of them to end; the first error other
+    than the cancel is raised once all have ended. A cancel of the caller itself still
+    propagates."""
     live = [t for t in tasks if t is not None]
     for t in live:
         t.cancel()
-    for t in live:
-        with contextlib.suppress(asyncio.CancelledError):
-            await t
+    results = await asyncio.gather(*live, return_exceptions=True)
+    errors = [r for r in results
+              if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError)]
+    if errors:
+        raise errors[0]
 
 
 class BackgroundTask:
@@ -34,5 +37,7 @@ class BackgroundTask:
 
     async def aclose(self) -> None:
         """Cancel it and wait for its end (if it runs); ``start`` may run it again."""
-        await cancel_and_wait(self.task)
-        self.task = None
+        try:
+            await cancel_and_wait(self.task)
+        finally:
+            self.task = None

@@ -392,7 +392,7 @@ class SessionGateway:
                 rt.booked = replica
             piece = rt.next_piece()
             rt.piece_on, rt.piece_started_s = replica, self.now()
-            timed = self.profile.time_piece(replica, rt.piece_started_s, piece)
+            timed = self.profile.time_piece(replica, rt.piece_started_s, piece, rt.prompt_tokens)
             out: PieceOutput | None = None
             fault: ReplicaDownError | None = None
             try:

@@ -256,10 +256,7 @@ class HttpPieceRunner:
     async def refuses_priority(self, replica: int) -> str:
         """Why ``replica`` refuses a piece that carries a priority ("" when it takes one): one
         request of one token with priority -1. vLLM without ``--scheduling-policy priority``
-        answers HTTP 400, mid-step otherwise; SGLang pieces carry no priority (its default
-        order is the other way round: a higher value first)."""
-        if self.backend is Backend.SGLANG:
-            return "SGLang pieces carry no priority"
+        answers HTTP 400, mid-step otherwise (vLLM only: SGLang pieces carry no priority)."""
         piece = PieceRequest((), SamplingParams(max_tokens=1, temperature=0.0), 1,
                              f"priority-check-{replica}", prompt_text="Hello", priority=-1)
         try:

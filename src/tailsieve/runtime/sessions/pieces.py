@@ -32,6 +32,11 @@ ENDED_REASONS = ("tool_calls", "function_call", "content_filter")  # a chat serv
 CHARS_PER_TOKEN = 4  # a text prompt's characters per token until its server's count is known
 
 
+def text_tokens(text: str, chars_per_token: float = CHARS_PER_TOKEN) -> int:
+    """A text prompt's tokens, estimated from its characters until its server counts them."""
+    return max(1, round(len(text) / chars_per_token))
+
+
 def piece_reason(reason: str | None) -> str:
     """A server's finish reason as a piece's: one of ``FINISH_REASONS``; a chat server's own end
     (``ENDED_REASONS``) is "stop"; any other (vLLM's or SGLang's abort, none) is "abort"."""

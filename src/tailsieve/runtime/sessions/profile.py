@@ -46,7 +46,7 @@ from tailsieve.model.profiles import builtin_profile, load_profile, parse_profil
 from tailsieve.model.throughput import ThroughputModel
 from tailsieve.runtime.sessions.auto_probe import ProbeSettings, probe_replicas
 from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
-from tailsieve.runtime.sessions.pieces import CHARS_PER_TOKEN, PieceOutput, PieceRequest
+from tailsieve.runtime.sessions.pieces import PieceOutput, PieceRequest, text_tokens
 
 REFIT_SHARE = 0.25  # a refit within a step waits until this share of the kept pieces is new
 REFIT_MIN_PIECES = 8  # ... and at least this many
@@ -91,13 +91,15 @@ class LiveProfile:
         """Timed pieces the fit has taken in (0 without ``auto``)."""
         return 0 if self.online is None else self.online.num_seen
 
-    def time_piece(self, replica: Hashable, sent_s: float, piece: PieceRequest) -> int | None:
+    def time_piece(self, replica: Hashable, sent_s: float, piece: PieceRequest,
+                   prompt_tokens: int | None = None) -> int | None:
         """``piece`` was sent to ``replica`` at ``sent_s``; the id goes to ``record_piece``
-        (None: nothing is fitted)."""
+        (None: nothing is fitted). A text piece's prompt counts ``prompt_tokens`` (the caller's
+        estimate; None: ``text_tokens``) until the server's count comes back."""
         if self.online is None:
             return None
         text = piece.prompt_text or "".join(m.get("content", "") for m in piece.messages or ())
-        prompt = len(piece.prompt_ids) or len(text) // CHARS_PER_TOKEN + 1
+        prompt = len(piece.prompt_ids) or prompt_tokens or text_tokens(text)
         return self.online.request_started(str(replica), sent_s, prompt, piece.num_samples,
                                            piece.max_tokens)
 
