@@ -3,18 +3,22 @@
 Helpers of ``core.balancer.plan_moves`` (pure, no I/O). Destinations that share a pool and
 a cost model (context, prefill and per-token prefill rates) form a group kept sorted by
 ``base`` (``tau(b + 1) + k C``, the destination's cost with one more response); a move
-changes the base of two replicas only, so the groups are updated, not rebuilt.
+changes the base of two replicas only, so the groups are updated, not rebuilt. Beside them:
+a destination's filter value (``dest_bound``) and where, and how much, the top's responses
+have cached (``HitsOn``, ``most_cached``).
 """
 
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from operator import itemgetter
 
 from tailsieve.core.replica_load import ReplicaLoad
 
-__all__ = ["Groups", "best_for", "plateau_len"]
+__all__ = ["Best", "Groups", "HitsOn", "best_for", "dest_bound", "most_cached", "no_hits",
+           "plateau_len"]
 
 Best = tuple[float, int, int, int]  # (net gain, index in the top's sorted list, dst, uncached)
 _CONTEXT = itemgetter(1)
@@ -135,3 +139,63 @@ def best_for(
             mine[0] < best[0] or (mine[0] == best[0] and d > best[2]))):
         return best, plain
     return mine, plain
+
+
+def no_hits(key: Hashable) -> Mapping[int, int]:
+    """``cached_on`` where nothing is cached."""
+    return {}
+
+
+def most_cached(cands: list[tuple[Hashable, int]],
+                hit_on: Callable[[Hashable], Mapping[int, int]] | None) -> float:
+    """The most tokens a cached prefix takes off any of ``cands``' prefills, anywhere."""
+    if not isinstance(hit_on, HitsOn):
+        return math.inf
+    most, fill = hit_on.most_of, hit_on.fill
+    m = 0  # from the longest context down: none shorter than ``m`` can raise it
+    for key, x in reversed(cands):
+        if x <= m:
+            break
+        h = most[key] if key in most else fill(key)[1]
+        if h > m:
+            m = min(h, x)
+    return float(m)
+
+
+class HitsOn:
+    """``cached_on`` by destination index, asked once per key in a check."""
+
+    def __init__(self, loads: Sequence[ReplicaLoad],
+                 cached_on: Callable[[Hashable], Mapping[int, int]]) -> None:
+        self.index_of = {ld.replica: d for d, ld in enumerate(loads)}
+        self.same = all(r == d for r, d in self.index_of.items())  # replica numbers = indices
+        self.cached_on = cached_on
+        self.hits: dict[Hashable, Mapping[int, int]] = {}
+        self.most_of: dict[Hashable, int] = {}  # the most tokens of a key cached anywhere
+
+    def fill(self, key: Hashable) -> tuple[Mapping[int, int], int]:
+        """Ask ``cached_on`` about ``key`` (once)."""
+        hits = self.cached_on(key)
+        if not self.same:
+            index_of = self.index_of
+            hits = {index_of[r]: n for r, n in hits.items() if r in index_of}
+        most = self.most_of[key] = max(hits.values(), default=0)
+        self.hits[key] = hits
+        return hits, most
+
+    def __call__(self, key: Hashable) -> Mapping[int, int]:
+        got = self.hits.get(key)
+        return self.fill(key)[0] if got is None else got
+
+
+def dest_bound(a: float | None, bd: float, c_top: float, k_top: float, k_d: float,
+               horizon_s: float, seam_s: float, prefill_s: float) -> float:
+    """The filter value of a destination of base ``bd``: the gain at the best new top cost
+    any response could reach, with nothing to prefill (no move to it gains more)."""
+    if a is None:
+        ideal = bd
+    elif k_top + k_d > 0:
+        ideal = max(bd, (a * k_d + bd * k_top) / (k_top + k_d))
+    else:
+        ideal = max(a, bd)
+    return horizon_s * (c_top - ideal) / c_top - seam_s - prefill_s

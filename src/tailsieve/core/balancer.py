@@ -44,12 +44,24 @@ from dataclasses import dataclass
 from itertools import islice
 from operator import itemgetter
 
-from tailsieve.core.balance_scan import Groups, best_for, plateau_len
+from tailsieve.core.balance_scan import (
+    Best,
+    Groups,
+    HitsOn,
+    best_for,
+    dest_bound,
+    most_cached,
+    no_hits,
+    plateau_len,
+)
 from tailsieve.core.drain import DrainSettings
 from tailsieve.core.replica_load import ReplicaLoad, Running
 from tailsieve.errors import ConfigError
 
 __all__ = ["BalanceSettings", "Move", "ReplicaLoad", "Running", "iter_moves", "plan_moves"]
+
+_INDEX = itemgetter(1)
+
 
 @dataclass(frozen=True, slots=True)
 class BalanceSettings:
@@ -121,166 +133,185 @@ def iter_moves(
     asked for. So a caller may take a few, make them, and ask for more, provided the loads
     (and what their ``running`` return) and ``cached`` / ``cached_on`` for the responses not
     yet moved stay as they were (``core.balance_check``)."""
-    nr = len(loads)
-    if nr < 2 or horizon_s <= 0:
+    if len(loads) < 2 or horizon_s <= 0:
         return
-    b = [ld.num_running for ld in loads]
-    ctx = [float(ld.context_tokens) for ld in loads]
-    ks = [ld.context_s_per_token for ld in loads]
-    taus = [ld.tau for ld in loads]
-    cost = [t(n) + k * c if n > 0 else 0.0 for t, n, k, c in zip(taus, b, ks, ctx, strict=True)]
-    groups = Groups(loads, b, ctx, taus, ks)
-    # no negative rate: a destination's bound (the filter value) is never below its moves'
-    # gains and falls as its base grows within a group, so a scan by base can stop early
-    prunable = min(ks) >= 0 and min([ld.prefill_s_per_token for ld in loads]) >= 0
-    # key -> the destinations (indices) where it may have a cached prefix (None: unknown)
-    hit_on: Callable[[Hashable], Mapping[int, int]] | None = None
-    if cached is None:
-        hit_on = _no_hits
-    elif cached_on is not None:
-        hit_on = _HitsOn(loads, cached_on)
-    sorted_run: dict[int, list[tuple[Hashable, int]]] = {}  # replica -> by context, stable
-    most_hit: dict[int, float] = {}  # replica -> most cached tokens of its responses anywhere
-    while True:
+    state = _Planner.of(loads, horizon_s, seam_s, cached, cached_on)
+    while (top := state.top()) is not None:
+        best = state.best_move(top)
+        if best is None:
+            return
+        yield state.make(top, best)
+
+
+@dataclass(slots=True)
+class _Top:
+    """The costliest replica, the one a move leaves, as one move's search reads it."""
+
+    index: int
+    cost: float  # c_top: its decode iteration cost, seconds
+    k: float  # its context_s_per_token
+    without: float | None  # its cost without one response (``A``; None: it runs only one)
+    cands: list[tuple[Hashable, int]]  # its movable responses, by context (stable)
+    scale: float  # the size of a gain's rounding (the slack below which a gain is lower)
+    prune: float | None  # ``scale`` where the scan may stop early, else None
+    pool: int
+
+
+@dataclass(slots=True)
+class _Planner:
+    """One call's state: each replica's count, context and cost as the moves made so far
+    leave them, the destination groups by base, and what the call has learnt per replica."""
+
+    loads: Sequence[ReplicaLoad]
+    horizon_s: float
+    seam_s: float
+    cached: Callable[[Hashable, int], int] | None
+    hit_on: Callable[[Hashable], Mapping[int, int]] | None  # key -> the destinations
+    # (indices) where it may have a cached prefix (None: unknown)
+    prunable: bool  # no negative rate: a destination's bound (the filter value) is never
+    # below its moves' gains and falls as its base grows within a group, so a scan by base
+    # can stop early
+    b: list[int]
+    ctx: list[float]
+    ks: list[float]
+    taus: list[Callable[[int], float]]
+    cost: list[float]
+    groups: Groups
+    sorted_run: dict[int, list[tuple[Hashable, int]]]  # replica -> by context, stable
+    most_hit: dict[int, float]  # replica -> most cached tokens of its responses anywhere
+
+    @classmethod
+    def of(cls, loads: Sequence[ReplicaLoad], horizon_s: float, seam_s: float,
+           cached: Callable[[Hashable, int], int] | None,
+           cached_on: Callable[[Hashable], Mapping[int, int]] | None) -> _Planner:
+        b = [ld.num_running for ld in loads]
+        ctx = [float(ld.context_tokens) for ld in loads]
+        ks = [ld.context_s_per_token for ld in loads]
+        taus = [ld.tau for ld in loads]
+        cost = [t(n) + k * c if n > 0 else 0.0 for t, n, k, c in zip(taus, b, ks, ctx,
+                                                                      strict=True)]
+        groups = Groups(loads, b, ctx, taus, ks)
+        prunable = min(ks) >= 0 and min([ld.prefill_s_per_token for ld in loads]) >= 0
+        hit_on: Callable[[Hashable], Mapping[int, int]] | None = None
+        if cached is None:
+            hit_on = no_hits
+        elif cached_on is not None:
+            hit_on = HitsOn(loads, cached_on)
+        return cls(loads, horizon_s, seam_s, cached, hit_on, prunable, b, ctx, ks, taus, cost,
+                   groups, {}, {})
+
+    def top(self) -> _Top | None:
+        """The costliest replica, or None where it has no response it may shed."""
+        cost, b = self.cost, self.b
         c_top = max(cost)
         top = cost.index(c_top)
         if b[top] < 1 or c_top <= 0:
-            break
-        lt = loads[top]
-        k_top = ks[top]
-        a = lt.tau(b[top] - 1) + k_top * ctx[top] if b[top] > 1 else None  # top without x
-        cands = sorted_run.get(top)
+            return None
+        lt = self.loads[top]
+        k_top = self.ks[top]
+        a = lt.tau(b[top] - 1) + k_top * self.ctx[top] if b[top] > 1 else None
+        cands = self.sorted_run.get(top)
         if cands is None:
-            cands = sorted_run[top] = sorted(lt.running(), key=_INDEX)
+            cands = self.sorted_run[top] = sorted(lt.running(), key=_INDEX)
         if not cands:
-            break
-        scale = horizon_s * (1.0 + abs(a or 0.0) / c_top) + seam_s  # of rounding in a gain
-        best: tuple[float, int, int, int] | None = None  # (net gain, index, dst, uncached)
-        for grp in groups.by_pool.get(lt.pool, ()):
-            reps: list[int] = []  # of the plateau, the destinations to evaluate
-            start = 0
-            if grp and prunable and a is not None and hit_on is not None:
-                start = plateau_len(grp, cands, a, c_top, k_top, loads[grp[0][1]], horizon_s,
-                                    seam_s)
-            if start:
-                lead = min(map(_INDEX, grp[:start]))  # the lowest-numbered of the plateau
-                if lead == top:
-                    lead = min((d for _, d in grp[:start] if d != top), default=-1)
-                if lead >= 0:
-                    assert hit_on is not None
-                    last = grp[start - 1]
-                    hit = {d for key in {cands[0][0], cands[-1][0]} for d in hit_on(key)
-                           if d != top and 0 <= d < nr and groups.of[d] is grp
-                           and (groups.base[d], d) <= last}
-                    reps = sorted(hit | {lead}) if hit else [lead]
+            return None
+        scale = self.horizon_s * (1.0 + abs(a or 0.0) / c_top) + self.seam_s
+        return _Top(top, c_top, k_top, a, cands, scale, scale if self.prunable else None,
+                    lt.pool)
+
+    def best_move(self, top: _Top) -> Best | None:
+        """The best move off ``top`` (None: no move gains): in each group of destinations of
+        its pool, the plateau's few, then the rest by base until none could gain more."""
+        best: Best | None = None
+        for grp in self.groups.by_pool.get(top.pool, ()):
+            start, reps = self._plateau(top, grp)
             for d in reps:
-                best, _ = best_for(best, cands, a, groups.base[d], c_top, k_top, loads[d], d,
-                                   horizon_s, seam_s, cached, hit_on, scale if prunable else None)
-            plain = None  # the last destination's best gain were nothing cached
-            for bd, d in grp[start:]:
-                if d == top:
-                    continue
-                if bd >= c_top:
+                best, _ = best_for(best, top.cands, top.without, self.groups.base[d], top.cost,
+                                   top.k, self.loads[d], d, self.horizon_s, self.seam_s,
+                                   self.cached, self.hit_on, top.prune)
+            best = self._scan(top, grp[start:], best)
+        return best
+
+    def _plateau(self, top: _Top, grp: list[tuple[float, int]]) -> tuple[int, list[int]]:
+        """How many of ``grp``'s leading destinations give one same gain without a cached
+        prefix (``plateau_len``), and of them those to weigh: the lowest-numbered one and
+        those where the smallest or the largest candidate has a cached prefix."""
+        if not (grp and self.prunable and top.without is not None and self.hit_on is not None):
+            return 0, []
+        start = plateau_len(grp, top.cands, top.without, top.cost, top.k,
+                            self.loads[grp[0][1]], self.horizon_s, self.seam_s)
+        if not start:
+            return 0, []
+        lead = min(map(_INDEX, grp[:start]))
+        if lead == top.index:
+            lead = min((d for _, d in grp[:start] if d != top.index), default=-1)
+        if lead < 0:
+            return start, []
+        last, of, base, hit_on = grp[start - 1], self.groups.of, self.groups.base, self.hit_on
+        hit = {d for key in {top.cands[0][0], top.cands[-1][0]} for d in hit_on(key)
+               if d != top.index and 0 <= d < len(self.loads) and of[d] is grp
+               and (base[d], d) <= last}
+        return start, sorted(hit | {lead}) if hit else [lead]
+
+    def _scan(self, top: _Top, dests: list[tuple[float, int]], best: Best | None) -> Best | None:
+        """The better of ``best`` and the moves to ``dests`` (a group's destinations by base),
+        stopping where no destination further on could gain more."""
+        loads, ks, prunable, cached, hit_on = (self.loads, self.ks, self.prunable, self.cached,
+                                               self.hit_on)
+        c_top, a, k_top, cands, scale = top.cost, top.without, top.k, top.cands, top.scale
+        horizon_s, seam_s = self.horizon_s, self.seam_s
+        plain = None  # the last destination's best gain were nothing cached
+        for bd, d in dests:
+            if d == top.index:
+                continue
+            if bd >= c_top:
+                break
+            ld = loads[d]
+            bound = dest_bound(a, bd, c_top, k_top, ks[d], horizon_s, seam_s, ld.prefill_s)
+            if not bound > 0:
+                if prunable:
                     break
-                ld = loads[d]
-                bound = _bound(a, bd, c_top, k_top, ks[d], horizon_s, seam_s, ld.prefill_s)
-                if not bound > 0:
-                    if prunable:
-                        break
-                    continue
-                slack = 1e-9 * (scale + abs(best[0] if best else 0.0) + abs(ld.prefill_s))
-                if prunable and best is not None and bound < best[0] - slack:
-                    break
-                if prunable and plain is not None:
-                    # no move to a destination of larger base than the last one gains more
-                    # than the last one's plain gain plus the most a cached prefix can save
-                    if plain == -math.inf:
-                        break  # no response could move to the last one
-                    floor = max(best[0] if best else 0.0, 0.0) - slack
-                    rate = ld.prefill_s_per_token
-                    if cached is None:
-                        most = 0.0
-                    elif plain + rate * cands[-1][1] < floor:
-                        break  # not even a whole context cached would do
-                    else:
-                        if top not in most_hit:
-                            most_hit[top] = _most_hit(cands, hit_on)
-                        most = most_hit[top]
-                    if plain + rate * most < floor:
-                        break
-                best, plain = best_for(best, cands, a, bd, c_top, k_top, ld, d, horizon_s,
-                                       seam_s, cached, hit_on, scale if prunable else None)
-        if best is None:
-            break
+                continue
+            slack = 1e-9 * (scale + abs(best[0] if best else 0.0) + abs(ld.prefill_s))
+            if prunable and best is not None and bound < best[0] - slack:
+                break
+            if prunable and plain is not None and self._out_of_reach(top, plain, ld, best,
+                                                                     slack):
+                break
+            best, plain = best_for(best, cands, a, bd, c_top, k_top, ld, d, horizon_s, seam_s,
+                                   cached, hit_on, top.prune)
+        return best
+
+    def _out_of_reach(self, top: _Top, plain: float, ld: ReplicaLoad, best: Best | None,
+                      slack: float) -> bool:
+        """No move to a destination of larger base than the last one weighed gains more than
+        that one's plain gain (nothing cached) plus the most a cached prefix can save: whether
+        that stays below ``best`` (and 0)."""
+        if plain == -math.inf:
+            return True  # no response could move to the last one
+        floor = max(best[0] if best else 0.0, 0.0) - slack
+        rate = ld.prefill_s_per_token
+        if self.cached is None:
+            most = 0.0
+        elif plain + rate * top.cands[-1][1] < floor:
+            return True  # not even a whole context cached would do
+        else:
+            if top.index not in self.most_hit:
+                self.most_hit[top.index] = most_cached(top.cands, self.hit_on)
+            most = self.most_hit[top.index]
+        return plain + rate * most < floor
+
+    def make(self, top: _Top, best: Best) -> Move:
+        """Make move ``best`` off ``top``: the counts, costs and groups after it."""
         net, j, d, uncached = best
-        key, x = cands.pop(j)
-        b[top] -= 1
-        ctx[top] -= x
+        key, x = top.cands.pop(j)
+        b, ctx, taus, ks, t = self.b, self.ctx, self.taus, self.ks, top.index
+        b[t] -= 1
+        ctx[t] -= x
         b[d] += 1
         ctx[d] += x
-        for r in (top, d):
-            cost[r] = taus[r](b[r]) + ks[r] * ctx[r] if b[r] > 0 else 0.0
-            groups.update(r, taus[r](b[r] + 1) + ks[r] * ctx[r])
-        yield Move(key, lt.replica, loads[d].replica, x, uncached, net)
+        for r in (t, d):
+            self.cost[r] = taus[r](b[r]) + ks[r] * ctx[r] if b[r] > 0 else 0.0
+            self.groups.update(r, taus[r](b[r] + 1) + ks[r] * ctx[r])
+        return Move(key, self.loads[t].replica, self.loads[d].replica, x, uncached, net)
 
-
-_INDEX = itemgetter(1)
-
-
-def _no_hits(key: Hashable) -> Mapping[int, int]:
-    return {}
-
-
-def _most_hit(cands: list[tuple[Hashable, int]],
-              hit_on: Callable[[Hashable], Mapping[int, int]] | None) -> float:
-    """The most tokens a cached prefix takes off any of ``cands``' prefills, anywhere."""
-    if not isinstance(hit_on, _HitsOn):
-        return math.inf
-    most, fill = hit_on.most_of, hit_on.fill
-    m = 0  # from the longest context down: none shorter than ``m`` can raise it
-    for key, x in reversed(cands):
-        if x <= m:
-            break
-        h = most[key] if key in most else fill(key)[1]
-        if h > m:
-            m = min(h, x)
-    return float(m)
-
-
-class _HitsOn:
-    """``cached_on`` by destination index, asked once per key in a check."""
-
-    def __init__(self, loads: Sequence[ReplicaLoad],
-                 cached_on: Callable[[Hashable], Mapping[int, int]]) -> None:
-        self.index_of = {ld.replica: d for d, ld in enumerate(loads)}
-        self.same = all(r == d for r, d in self.index_of.items())  # replica numbers = indices
-        self.cached_on = cached_on
-        self.hits: dict[Hashable, Mapping[int, int]] = {}
-        self.most_of: dict[Hashable, int] = {}  # the most tokens of a key cached anywhere
-
-    def fill(self, key: Hashable) -> tuple[Mapping[int, int], int]:
-        """Ask ``cached_on`` about ``key`` (once)."""
-        hits = self.cached_on(key)
-        if not self.same:
-            index_of = self.index_of
-            hits = {index_of[r]: n for r, n in hits.items() if r in index_of}
-        most = self.most_of[key] = max(hits.values(), default=0)
-        self.hits[key] = hits
-        return hits, most
-
-    def __call__(self, key: Hashable) -> Mapping[int, int]:
-        got = self.hits.get(key)
-        return self.fill(key)[0] if got is None else got
-
-
-def _bound(a: float | None, bd: float, c_top: float, k_top: float, k_d: float,
-           horizon_s: float, seam_s: float, prefill_s: float) -> float:
-    """The filter value of a destination of base ``bd``: the gain at the best new top cost
-    any response could reach, with nothing to prefill (no move to it gains more)."""
-    if a is None:
-        ideal = bd
-    elif k_top + k_d > 0:
-        ideal = max(bd, (a * k_d + bd * k_top) / (k_top + k_d))
-    else:
-        ideal = max(a, bd)
-    return horizon_s * (c_top - ideal) / c_top - seam_s - prefill_s
