@@ -7,6 +7,8 @@ aborted (their tasks cancelled, which closes their HTTP connections). Tail and p
 always waited for. A replica fault (refused, died, timed out) takes the replica out and
 regenerates its in-flight groups from scratch on a healthy replica (same pool first). A group is
 delivered only from one complete attempt; nothing of an aborted or failed attempt is delivered.
+A step's own state (its groups, the cutoff, where a displaced group goes) is ``runtime.step_run``;
+here the attempts are launched and their ends (``Event``) handled.
 
 Replica lifecycle (``runtime.health``): a replica taken out is probed (``GET /health``) in the
 background every ``probe_interval_s`` while a step runs, and by ``probe`` between steps; a 200 re-admits it (mid-step it can
@@ -26,12 +28,11 @@ import asyncio
 import logging
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from tailsieve.core.balance_trace import BalanceTrace
 from tailsieve.core.outcome import StepOutcome
-from tailsieve.core.plan import GroupAssignment, StepPlan
-from tailsieve.core.pool import Pool
+from tailsieve.core.plan import StepPlan
 from tailsieve.errors import ConfigError, ProtocolError, ReplicaError, StepFailedError
 from tailsieve.model.profiles import builtin_profile
 from tailsieve.model.replica_config import ReplicaConfig
@@ -42,7 +43,7 @@ from tailsieve.runtime.attempt import (
     GroupAttempt,
     RequestFailedError,
 )
-from tailsieve.runtime.backends import Backend, PromptInput, Response, with_encoded_ids
+from tailsieve.runtime.backends import Backend, PromptInput, with_encoded_ids
 from tailsieve.runtime.chain import SEED_WARNING, ResponseChain, check_continuable
 from tailsieve.runtime.chain_attempt import ChainedAttempt
 from tailsieve.runtime.health import ReplicaHealth, ReplicaState
@@ -53,42 +54,12 @@ from tailsieve.runtime.served_model import resolve_served_model, transport_gette
 from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
 from tailsieve.runtime.sessions.profile import LiveProfile
 from tailsieve.runtime.stall_watch import StallWatch
-from tailsieve.runtime.step_state import GroupRun, StepProgress, StepResult, build_result
+from tailsieve.runtime.step_run import Event, StepRun
+from tailsieve.runtime.step_state import GroupRun, StepProgress, StepResult
 from tailsieve.runtime.transport import ReplicaDownError, Transport, probe_health
 from tailsieve.runtime.waste import WasteCounter
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class _Event:
-    kind: str  # "done" | "down" | "fail"
-    prompt_id: str
-    attempt: int
-    replica: int
-    url: str  # the replica's address when the attempt started
-    responses: tuple[Response, ...] = ()
-    error: BaseException | None = None
-
-
-@dataclass(slots=True)
-class _Run:
-    plan: StepPlan
-    t0: float
-    queue: asyncio.Queue[_Event]
-    active: list[int]  # plan replica index -> executor replica
-    groups: dict[str, GroupRun] = field(default_factory=dict)
-    cut_s: float | None = None
-    num_fresh_done: int = 0
-    discarded: list[tuple[str, AttemptProgress, float]] = field(default_factory=list)  # faults
-    num_regenerated: int = 0
-    busy_until_s: list[float] = field(default_factory=list)
-    chains: dict[str, list[ResponseChain]] = field(default_factory=dict)  # continuation mode
-    attempts: dict[str, ChainedAttempt] = field(default_factory=dict)
-    rebalancer: LiveRebalancer | None = None
-    balance_error: str | None = None  # the rebalancer's crash in this step (moves then off)
-    index: RunningIndex | None = None  # the running responses by replica (re-balancing)
-    config: ExecutorConfig | None = None  # this step's attempts' config (None: the executor's)
 
 
 class LiveExecutor:
@@ -127,7 +98,7 @@ class LiveExecutor:
         self._on_progress = on_progress
         self._addresses = addresses
         self.waste = WasteCounter(config.sampling.max_tokens, forced_length)  # runtime.waste
-        self._run: _Run | None = None  # the step running now
+        self._run: StepRun | None = None  # the step running now
         self.num_relocations = 0  # continuation: responses continued elsewhere after a fault
         self.num_moves = 0  # continuation: responses moved by ``move``
         self.chains: dict[str, list[ResponseChain]] = {}  # continuation: the last step's chains
@@ -297,6 +268,34 @@ class LiveExecutor:
         """Run one step; return the outcome plus the delivered responses. ``replicas[j]`` is
         the executor replica that serves the plan's replica ``j`` (default: all, in order);
         the outcome's replica indices are the plan's."""
+        active = self._check_step(plan, prompts, replicas)
+        if not any(self.health.healthy[i] for i in active):
+            await self.probe()  # one may have recovered since it was taken out
+        if not any(self.health.healthy[i] for i in active):
+            raise StepFailedError(f"step {plan.step}: no healthy replica")
+        await self.resolve_model()
+        run = self._begin(plan, active)
+        relocations_before = self.num_relocations
+        background = self._watchers()
+        try:
+            self._launch_all(run, prompts)
+            balancer = self._start_rebalancer(run, active)
+            if balancer is not None:
+                background.append(balancer)
+            while not run.finished():
+                ev = await run.queue.get()
+                self._handle(run, ev, prompts)
+                if ev.kind == "done" and run.rebalancer is not None:
+                    run.rebalancer.poke()
+                self._report(run)
+        finally:
+            await self._end(run, background)
+        return run.result(self.waste, self.num_relocations - relocations_before)
+
+    def _check_step(self, plan: StepPlan, prompts: Mapping[str, PromptInput],
+                    replicas: Sequence[int] | None) -> list[int]:
+        """The executor replicas serving ``plan``'s (checked), and the plan checked against
+        them and ``prompts``."""
         active = list(range(self.num_replicas)) if replicas is None else list(replicas)
         if plan.num_replicas != len(active):
             raise ConfigError(f"plan is for {plan.num_replicas} replicas, got {len(active)}")
@@ -307,20 +306,17 @@ class LiveExecutor:
         missing = [a.prompt_id for a in plan.assignments if a.prompt_id not in prompts]
         if missing:
             raise ConfigError(f"step {plan.step}: no prompt for ids {missing[:5]}")
-        fresh = [a for a in plan.assignments if plan.is_abortable(a)]
-        if plan.num_fresh_to_deliver > len(fresh):
+        num_fresh = sum(1 for a in plan.assignments if plan.is_abortable(a))
+        if plan.num_fresh_to_deliver > num_fresh:
             raise ProtocolError(
-                f"step {plan.step}: cutoff {plan.num_fresh_to_deliver} > {len(fresh)} fresh groups"
+                f"step {plan.step}: cutoff {plan.num_fresh_to_deliver} > {num_fresh} fresh groups"
             )
-        if not any(self.health.healthy[i] for i in active):
-            await self.probe()  # one may have recovered since it was taken out
-        if not any(self.health.healthy[i] for i in active):
-            raise StepFailedError(f"step {plan.step}: no healthy replica")
-        await self.resolve_model()
-        loop = asyncio.get_running_loop()
-        run = _Run(plan=plan, t0=loop.time(), queue=asyncio.Queue(), active=active)
-        relocations_before = self.num_relocations
-        run.busy_until_s = [0.0] * len(active)
+        return active
+
+    def _begin(self, plan: StepPlan, active: list[int]) -> StepRun:
+        """The step's state, now the running one; its replicas out of service probed."""
+        run = StepRun(plan=plan, t0=asyncio.get_running_loop().time(), queue=asyncio.Queue(),
+                      active=active, health=self.health)
         if self._balances(plan):
             run.index = RunningIndex(frozenset(plan.tail_replicas))
         elif self.balance_costs and self.config.piece_tokens is not None:
@@ -333,72 +329,50 @@ class LiveExecutor:
         for i in active:
             if not self.health.healthy[i]:
                 self.health.watch(i)  # probed until it answers (the step's end stops that)
-        tasks_extra: list[asyncio.Task[None]] = [
-            asyncio.create_task(self.stalls.run(lambda _r, _e: None, self._answers))]  # each
-        # stopped request is read as a fault by its own attempt
+        return run
+
+    def _watchers(self) -> list[asyncio.Task[None]]:
+        """The step's watchers: hung replicas (each stopped request is read as a fault by its
+        own attempt) and, with ``addresses``, replicas that moved."""
+        tasks = [asyncio.create_task(self.stalls.run(lambda _r, _e: None, self._answers))]
         if self._addresses is not None:
-            tasks_extra.append(asyncio.create_task(self._follow_addresses()))
-        try:
-            for a in sorted(plan.assignments, key=lambda a: (a.order, a.replica)):
-                g = GroupRun(assignment=a, replica=a.replica, replicas=a.replicas)
-                run.groups[a.prompt_id] = g
-                for r in sorted(a.all_replicas):
-                    if not self._ok(run, r):
-                        self._move(run, g, r)
-                self._launch(run, g, prompts)
-            if plan.num_fresh_to_deliver == 0 and fresh:
-                self._cut(run)
-            balancer = self._start_rebalancer(run, active)
-            if balancer is not None:
-                tasks_extra.append(balancer)
-            while not self._finished(run):
-                ev = await run.queue.get()
-                self._handle(run, ev, prompts)
-                if ev.kind == "done" and run.rebalancer is not None:
-                    run.rebalancer.poke()
-                self._report(run)
-        finally:
-            tasks = [g.task for g in run.groups.values() if g.task is not None]
-            for t in (*tasks, *tasks_extra):
-                t.cancel()
-            await asyncio.gather(*tasks, *tasks_extra, return_exceptions=True)
-            await self.health.aclose()
-            self._run = None
-            self.last_moves = run.rebalancer.tally if run.rebalancer else MoveTally()
-            self.last_trace = run.rebalancer.trace if run.rebalancer else BalanceTrace()
-            self.last_balance_error = run.balance_error
-            effective = sum(a.num_moved_pieces for a in run.attempts.values())
-            self.last_moves.num_effective = self.last_trace.num_effective = effective
-            # the attempts (their relocation closures hold the run) and the index are cycles
-            # through the run: let reference counting free them now, not the collector later
-            run.attempts.clear()
-            run.index = run.rebalancer = None
-            for g in run.groups.values():
-                g.task = None
-        return build_result(
-            run.plan,
-            run.groups,
-            run.cut_s,
-            run.discarded,
-            run.num_regenerated,
-            run.busy_until_s,
-            self.waste,
-            run.t0,
-            self.num_relocations - relocations_before,
-        )
+            tasks.append(asyncio.create_task(self._follow_addresses()))
+        return tasks
 
-    # -- internals ---------------------------------------------------------------------------
+    def _launch_all(self, run: StepRun, prompts: Mapping[str, PromptInput]) -> None:
+        """Start every group in dispatch order (a group dealt to a replica out of service
+        starts elsewhere); a plan that delivers no fresh group cuts them at once."""
+        plan = run.plan
+        for a in sorted(plan.assignments, key=lambda a: (a.order, a.replica)):
+            g = GroupRun(assignment=a, replica=a.replica, replicas=a.replicas)
+            run.groups[a.prompt_id] = g
+            for r in sorted(a.all_replicas):
+                if not run.ok(r):
+                    run.place_off(g, r)
+            self._launch(run, g, prompts)
+        if plan.num_fresh_to_deliver == 0 and any(plan.is_abortable(a)
+                                                  for a in plan.assignments):
+            run.cut()
 
-    def _now(self, run: _Run) -> float:
-        return asyncio.get_running_loop().time() - run.t0
-
-    def _url(self, run: _Run, replica: int) -> str:
-        """The address of plan replica ``replica``."""
-        return self.health.urls[run.active[replica]]
-
-    def _ok(self, run: _Run, replica: int) -> bool:
-        """Whether plan replica ``replica`` is in service."""
-        return self.health.healthy[run.active[replica]]
+    async def _end(self, run: StepRun, background: list[asyncio.Task[None]]) -> None:
+        """Stop what still runs of the step and keep its record of moves."""
+        tasks = [g.task for g in run.groups.values() if g.task is not None]
+        for t in (*tasks, *background):
+            t.cancel()
+        await asyncio.gather(*tasks, *background, return_exceptions=True)
+        await self.health.aclose()
+        self._run = None
+        self.last_moves = run.rebalancer.tally if run.rebalancer else MoveTally()
+        self.last_trace = run.rebalancer.trace if run.rebalancer else BalanceTrace()
+        self.last_balance_error = run.balance_error
+        effective = sum(a.num_moved_pieces for a in run.attempts.values())
+        self.last_moves.num_effective = self.last_trace.num_effective = effective
+        # the attempts (their relocation closures hold the run) and the index are cycles
+        # through the run: let reference counting free them now, not the collector later
+        run.attempts.clear()
+        run.index = run.rebalancer = None
+        for g in run.groups.values():
+            g.task = None
 
     def move(self, prompt_id: str, sample: int, to_replica: int) -> bool:
         """Continue response ``sample`` of group ``prompt_id`` on plan replica ``to_replica``
@@ -415,10 +389,9 @@ class LiveExecutor:
         att = run.attempts.get(prompt_id)
         if g is None or att is None or g.status != "running":
             return False
-        if not att.move(sample, to_replica, self._url(run, to_replica)):
+        if not att.move(sample, to_replica, run.url(to_replica)):
             return False
-        g.replicas = tuple(to_replica if j == sample else r for j, r in enumerate(g.replicas))
-        g.replica = g.replicas[0]
+        run.reseat(g, sample, to_replica)
         self.num_moves += 1
         return True
 
@@ -435,14 +408,14 @@ class LiveExecutor:
             return None
         return drain.priority_bucket_tokens
 
-    def _start_rebalancer(self, run: _Run, active: list[int]) -> asyncio.Task[None] | None:
+    def _start_rebalancer(self, run: StepRun, active: list[int]) -> asyncio.Task[None] | None:
         if not self._balances(run.plan):
             return None
         costs = self.balance_costs
         assert costs is not None and run.plan.balance is not None
         run.rebalancer = self.rebalancer_class(
             self, run.plan.balance, [costs[i] for i in active],
-            lambda: [self._ok(run, r) for r in range(len(active))], lambda: self._now(run),
+            lambda: [run.ok(r) for r in range(len(active))], lambda: run.now(),
         )
         run.rebalancer.num_launched = len(run.plan.assignments) * run.plan.group_size
         if run.index is not None:
@@ -452,7 +425,7 @@ class LiveExecutor:
         task.add_done_callback(lambda t: self._balance_crashed(run, t))
         return task
 
-    def _balance_crashed(self, run: _Run, task: asyncio.Task[None]) -> None:
+    def _balance_crashed(self, run: StepRun, task: asyncio.Task[None]) -> None:
         """The rebalancer's loop ended. Not by the step's end (a cancel): it crashed. Log it
         once and keep it for the step's record; no check runs again in this step, so moves
         are off, and what it moved stays moved (each move is whole)."""
@@ -476,39 +449,13 @@ class LiveExecutor:
         run = self._run
         return run.index if run is not None else None
 
-    @staticmethod
-    def _unindex(run: _Run, g: GroupRun) -> None:
-        """Group ``g`` stopped running (done or cut): its responses leave the index."""
-        att = run.attempts.get(g.assignment.prompt_id)
-        if run.index is not None and att is not None:
-            run.index.drop_owner(att)
-
     def running_responses(self, at_s: float | None = None) -> list[LiveResponse]:
         """Continuation mode, during ``run``: every response still generating, where it runs
         (plan replica) and the context tokens known (prompt + generated up to its last seam
         + what its running piece streamed); running pieces' ages as of ``at_s`` (seconds on
         the step's clock; default now)."""
         run = self._run
-        if run is None:
-            return []
-        tails = set(run.plan.tail_replicas)
-        now = asyncio.get_running_loop().time() if at_s is None else run.t0 + at_s
-        out = []
-        for pid, att in run.attempts.items():
-            g = run.groups[pid]
-            if g.status != "running":
-                continue
-            dealt = tuple(sorted(g.assignment.all_replicas))
-            where = att.where
-            for i, chain in enumerate(att.chains):
-                if chain.final is not None:
-                    continue
-                rep = where[i][0]
-                p = att.prompt_tokens(i)
-                ctx = p + chain.num_generated + att.streamed_tokens(i)
-                out.append(LiveResponse(pid, i, rep, ctx, p, dealt, int(rep in tails),
-                                        att.running_piece(i, now)))
-        return out
+        return [] if run is None else run.running_responses(at_s)
 
     def generated(self, prompt_id: str) -> list[tuple[int, ...]]:
         """Continuation mode: the token ids each response of a running group has generated
@@ -518,27 +465,26 @@ class LiveExecutor:
         return [c.generated_ids for c in chains]
 
     def _relocate(
-        self, run: _Run, g: GroupRun, sample: int, replica: int, url: str, exc: BaseException
+        self, run: StepRun, g: GroupRun, sample: int, replica: int, url: str, exc: BaseException
     ) -> tuple[int, str]:
         """A response's piece failed with ``ReplicaDownError``: take the replica out (unless it
         moved address since) and name where the response continues."""
-        if self._url(run, replica) == url.rstrip("/") and self._ok(run, replica):
+        if run.url(replica) == url.rstrip("/") and run.ok(replica):
             self.health.down(run.active[replica], exc)
-            run.busy_until_s[replica] = max(run.busy_until_s[replica], self._now(run))
-        new = replica if self._ok(run, replica) else self._pick(run, g.assignment)
-        g.replicas = tuple(new if j == sample else r for j, r in enumerate(g.replicas))
-        g.replica = g.replicas[0]
+            run.busy_until((replica,), run.now())
+        new = replica if run.ok(replica) else run.pick(g.assignment)
+        run.reseat(g, sample, new)
         self.num_relocations += 1
-        return new, self._url(run, new)
+        return new, run.url(new)
 
-    def _launch(self, run: _Run, g: GroupRun, prompts: Mapping[str, PromptInput]) -> None:
+    def _launch(self, run: StepRun, g: GroupRun, prompts: Mapping[str, PromptInput]) -> None:
         g.progress = AttemptProgress()
         prompt = with_encoded_ids(prompts[g.assignment.prompt_id])
         if self.config.continuation:
             self._launch_chains(run, g, prompt)
             return
         where = g.replicas or (g.replica,)
-        urls = tuple(self._url(run, r) for r in where)
+        urls = tuple(run.url(r) for r in where)
         targets = [run.active[r] for r in g.replicas or where * run.plan.group_size]
         attempt = GroupAttempt(self.piece_runner(), targets, self.config, prompt, self._forced,
                                g.progress, self.stalls, self.timings)
@@ -546,7 +492,7 @@ class LiveExecutor:
             self._wrap(run, attempt, g.assignment.prompt_id, g.attempt, where, urls)
         )
 
-    def _launch_chains(self, run: _Run, g: GroupRun, prompt: PromptInput) -> None:
+    def _launch_chains(self, run: StepRun, g: GroupRun, prompt: PromptInput) -> None:
         n = run.plan.group_size
         if not g.replicas:
             g.replicas = (g.replica,) * n
@@ -556,7 +502,7 @@ class LiveExecutor:
             pid, [ResponseChain(sp.max_tokens, prompt.token_ids, stop=sp.stop or ()) for _ in
                   range(n)]
         )
-        where = [(r, self._url(run, r)) for r in g.replicas]
+        where = [(r, run.url(r)) for r in g.replicas]
 
         def relocate(sample: int, replica: int, url: str, exc: BaseException) -> tuple[int, str]:
             return self._relocate(run, g, sample, replica, url, exc)
@@ -577,7 +523,7 @@ class LiveExecutor:
 
     async def _wrap(
         self,
-        run: _Run,
+        run: StepRun,
         att: GroupAttempt | ChainedAttempt,
         pid: str,
         k: int,
@@ -589,29 +535,23 @@ class LiveExecutor:
             out = await att.run()
         except ReplicaDownError as exc:
             i = att.down_sample if len(where) > 1 else 0
-            run.queue.put_nowait(_Event("down", pid, k, where[i], urls[i], error=exc))
+            run.queue.put_nowait(Event("down", pid, k, where[i], urls[i], error=exc))
         except Exception as exc:
             failed = exc.sample if isinstance(exc, RequestFailedError) else 0
             i = failed if len(where) > 1 else 0  # the replica that answered the request
-            run.queue.put_nowait(_Event("fail", pid, k, where[i], urls[i], error=exc))
+            run.queue.put_nowait(Event("fail", pid, k, where[i], urls[i], error=exc))
         else:
-            run.queue.put_nowait(_Event("done", pid, k, replica, url, responses=tuple(out)))
+            run.queue.put_nowait(Event("done", pid, k, replica, url, responses=tuple(out)))
 
-    def _handle(self, run: _Run, ev: _Event, prompts: Mapping[str, PromptInput]) -> None:
+    def _handle(self, run: StepRun, ev: Event, prompts: Mapping[str, PromptInput]) -> None:
+        """One attempt's end: a group done, a replica fault (its groups start again
+        elsewhere) or a failed request (the step fails). A stale attempt's is ignored."""
         g = run.groups[ev.prompt_id]
         if g.status != "running" or g.attempt != ev.attempt:
             return  # stale: the attempt was aborted or replaced
-        now = self._now(run)
         if ev.kind == "done":
-            g.status, g.completion_s, g.responses = "done", now, ev.responses
-            self._unindex(run, g)
-            for r in {g.replica, *g.replicas}:
-                run.busy_until_s[r] = max(run.busy_until_s[r], now)
-            if run.plan.is_abortable(g.assignment):
-                run.num_fresh_done += 1
-                if run.num_fresh_done == run.plan.num_fresh_to_deliver:
-                    self._cut(run)
-        elif ev.kind == "down" and ev.url != self._url(run, ev.replica):
+            run.done(g, ev.responses)
+        elif ev.kind == "down" and ev.url != run.url(ev.replica):
             # the replica moved since this attempt began (its old server is gone): regenerate
             # the group where it was placed (the replica answers at its new address), but the
             # replica is not at fault
@@ -627,17 +567,16 @@ class LiveExecutor:
             ) from ev.error
 
     def _replica_down(
-        self, run: _Run, replica: int, exc: BaseException, prompts: Mapping[str, PromptInput]
+        self, run: StepRun, replica: int, exc: BaseException, prompts: Mapping[str, PromptInput]
     ) -> None:
         self.health.down(run.active[replica], exc)
-        now = self._now(run)
-        run.busy_until_s[replica] = max(run.busy_until_s[replica], now)
+        run.busy_until((replica,), run.now())
         victims = [g for g in run.groups.values() if g.status == "running" and g.runs_on(replica)]
         self._regenerate(run, victims, prompts, dead=replica)
 
     def _regenerate(
         self,
-        run: _Run,
+        run: StepRun,
         victims: list[GroupRun],
         prompts: Mapping[str, PromptInput],
         dead: int | None = None,
@@ -647,68 +586,18 @@ class LiveExecutor:
         for g in victims:
             if g.task is not None:
                 g.task.cancel()
-            run.discarded.append((g.assignment.prompt_id, g.progress, run.t0 + self._now(run)))
+            run.discarded.append((g.assignment.prompt_id, g.progress, run.t0 + run.now()))
             if dead is not None:
-                self._move(run, g, dead)
+                run.place_off(g, dead)
             g.attempt += 1
             run.num_regenerated += 1
             self._launch(run, g, prompts)
 
-    def _move(self, run: _Run, g: GroupRun, dead: int) -> None:
-        """Re-place the responses a group had on replica ``dead`` onto a healthy one."""
-        new = self._pick(run, g.assignment)
-        if g.replicas:
-            g.replicas = tuple(new if r == dead else r for r in g.replicas)
-            g.replica = g.replicas[0]
-        else:
-            g.replica = new
-
-    def _pick(self, run: _Run, a: GroupAssignment) -> int:
-        """A healthy replica for a displaced group: same pool first, fewest running groups."""
-        pool = run.plan.tail_replicas if a.pool is Pool.TAIL else run.plan.bulk_replicas
-        healthy = [i for i in range(len(run.active)) if self._ok(run, i)]
-        if not healthy:
-            reasons = "; ".join(f"{self._url(run, i)}: {self.health.last_error[run.active[i]]}"
-                                for i in range(len(run.active)))
-            raise StepFailedError(
-                f"step {run.plan.step}: no healthy replica left for prompt "
-                f"{a.prompt_id!r} ({reasons})"
-            )
-        same = [i for i in healthy if i in pool] or healthy
-        load = {i: 0 for i in same}
-        for g in run.groups.values():
-            if g.status == "running":
-                for r in g.replicas or (g.replica,):
-                    if r in load:
-                        load[r] += 1
-        return min(same, key=lambda i: (load[i], i))
-
-    def _cut(self, run: _Run) -> None:
-        run.cut_s = self._now(run)
-        for g in run.groups.values():
-            if g.status == "running" and run.plan.is_abortable(g.assignment):
-                if g.task is not None:
-                    g.task.cancel()
-                g.status = "aborted"
-                g.completion_s = run.cut_s
-                self._unindex(run, g)
-                for r in {g.replica, *g.replicas}:
-                    run.busy_until_s[r] = max(run.busy_until_s[r], run.cut_s)
-
-    def _finished(self, run: _Run) -> bool:
-        if run.num_fresh_done < run.plan.num_fresh_to_deliver:
-            return False
-        return all(
-            g.status == "done"
-            for g in run.groups.values()
-            if not run.plan.is_abortable(g.assignment)
-        )
-
-    def _report(self, run: _Run) -> None:
+    def _report(self, run: StepRun) -> None:
         if self._on_progress is None:
             return
         self._on_progress(
-            StepProgress.of(run.plan, run.groups, run.cut_s, self._now(run), self.healthy)
+            StepProgress.of(run.plan, run.groups, run.cut_s, run.now(), self.healthy)
         )
 
 

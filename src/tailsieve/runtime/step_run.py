@@ -1,0 +1,191 @@
+"""One step of the live executor while it runs: its groups, where they run, the events their
+attempts send, and the step's own bookkeeping (the cutoff, a displaced group's new replica,
+whether the step is done). ``runtime.executor`` launches the attempts and handles the events.
+
+Replica indices here are the plan's; ``active[j]`` is the executor replica serving plan
+replica ``j`` (its health, in ``runtime.health``, is the executor's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Literal
+
+from tailsieve.core.plan import GroupAssignment, StepPlan
+from tailsieve.core.pool import Pool
+from tailsieve.errors import StepFailedError
+from tailsieve.runtime.attempt import AttemptProgress, ExecutorConfig
+from tailsieve.runtime.backends import Response
+from tailsieve.runtime.chain import ResponseChain
+from tailsieve.runtime.chain_attempt import ChainedAttempt
+from tailsieve.runtime.health import ReplicaHealth
+from tailsieve.runtime.rebalancer import LiveRebalancer, LiveResponse
+from tailsieve.runtime.running_index import RunningIndex
+from tailsieve.runtime.step_state import GroupRun, StepResult, build_result
+from tailsieve.runtime.waste import WasteCounter
+
+__all__ = ["Event", "StepRun"]
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """How a group's attempt ended: ``done`` with its responses; ``down``, its replica failed
+    (a fault: the group continues elsewhere); ``fail``, a request failed (the step fails)."""
+
+    kind: Literal["done", "down", "fail"]
+    prompt_id: str
+    attempt: int
+    replica: int
+    url: str  # the replica's address when the attempt started
+    responses: tuple[Response, ...] = ()
+    error: BaseException | None = None
+
+
+@dataclass(slots=True)
+class StepRun:
+    """The state of the step running now (``LiveExecutor.run``)."""
+
+    plan: StepPlan
+    t0: float  # the event loop's time at the step's start
+    queue: asyncio.Queue[Event]
+    active: list[int]  # plan replica index -> executor replica
+    health: ReplicaHealth  # the executor's replicas
+    groups: dict[str, GroupRun] = field(default_factory=dict)
+    cut_s: float | None = None
+    num_fresh_done: int = 0
+    discarded: list[tuple[str, AttemptProgress, float]] = field(default_factory=list)  # faults
+    num_regenerated: int = 0
+    busy_until_s: list[float] = field(init=False)  # plan replica -> its last work, seconds
+    chains: dict[str, list[ResponseChain]] = field(default_factory=dict)  # continuation mode
+    attempts: dict[str, ChainedAttempt] = field(default_factory=dict)
+    rebalancer: LiveRebalancer | None = None
+    balance_error: str | None = None  # the rebalancer's crash in this step (moves then off)
+    index: RunningIndex | None = None  # the running responses by replica (re-balancing)
+    config: ExecutorConfig | None = None  # this step's attempts' config (None: the executor's)
+
+    def __post_init__(self) -> None:
+        self.busy_until_s = [0.0] * len(self.active)
+
+    def now(self) -> float:
+        """Seconds since the step started."""
+        return asyncio.get_running_loop().time() - self.t0
+
+    def url(self, replica: int) -> str:
+        """The address of plan replica ``replica``."""
+        return self.health.urls[self.active[replica]]
+
+    def ok(self, replica: int) -> bool:
+        """Whether plan replica ``replica`` is in service."""
+        return self.health.healthy[self.active[replica]]
+
+    def busy_until(self, replicas: set[int] | tuple[int, ...], t_s: float) -> None:
+        """``replicas`` were busy at least until ``t_s``."""
+        for r in replicas:
+            self.busy_until_s[r] = max(self.busy_until_s[r], t_s)
+
+    def unindex(self, g: GroupRun) -> None:
+        """Group ``g`` stopped running (done or cut): its responses leave the index."""
+        att = self.attempts.get(g.assignment.prompt_id)
+        if self.index is not None and att is not None:
+            self.index.drop_owner(att)
+
+    def place_off(self, g: GroupRun, dead: int) -> None:
+        """Re-place the responses a group had on replica ``dead`` onto a healthy one."""
+        new = self.pick(g.assignment)
+        if g.replicas:
+            g.replicas = tuple(new if r == dead else r for r in g.replicas)
+            g.replica = g.replicas[0]
+        else:
+            g.replica = new
+
+    def reseat(self, g: GroupRun, sample: int, replica: int) -> None:
+        """Response ``sample`` of group ``g`` continues on ``replica``."""
+        g.replicas = tuple(replica if j == sample else r for j, r in enumerate(g.replicas))
+        g.replica = g.replicas[0]
+
+    def pick(self, a: GroupAssignment) -> int:
+        """A healthy replica for a displaced group: same pool first, fewest running groups."""
+        plan = self.plan
+        pool = plan.tail_replicas if a.pool is Pool.TAIL else plan.bulk_replicas
+        healthy = [i for i in range(len(self.active)) if self.ok(i)]
+        if not healthy:
+            reasons = "; ".join(f"{self.url(i)}: {self.health.last_error[self.active[i]]}"
+                                for i in range(len(self.active)))
+            raise StepFailedError(
+                f"step {plan.step}: no healthy replica left for prompt "
+                f"{a.prompt_id!r} ({reasons})"
+            )
+        same = [i for i in healthy if i in pool] or healthy
+        load = {i: 0 for i in same}
+        for g in self.groups.values():
+            if g.status == "running":
+                for r in g.replicas or (g.replica,):
+                    if r in load:
+                        load[r] += 1
+        return min(same, key=lambda i: (load[i], i))
+
+    def done(self, g: GroupRun, responses: tuple[Response, ...]) -> None:
+        """Group ``g`` completed with ``responses``; the fresh cutoff falls when it was the
+        last fresh group the batch needs."""
+        now = self.now()
+        g.status, g.completion_s, g.responses = "done", now, responses
+        self.unindex(g)
+        self.busy_until({g.replica, *g.replicas}, now)
+        if self.plan.is_abortable(g.assignment):
+            self.num_fresh_done += 1
+            if self.num_fresh_done == self.plan.num_fresh_to_deliver:
+                self.cut()
+
+    def cut(self) -> None:
+        """The fresh cutoff: every fresh group still running is aborted."""
+        self.cut_s = self.now()
+        for g in self.groups.values():
+            if g.status == "running" and self.plan.is_abortable(g.assignment):
+                if g.task is not None:
+                    g.task.cancel()
+                g.status = "aborted"
+                g.completion_s = self.cut_s
+                self.unindex(g)
+                self.busy_until({g.replica, *g.replicas}, self.cut_s)
+
+    def finished(self) -> bool:
+        """The batch is complete: the fresh groups it needs and every group always waited
+        for are done."""
+        if self.num_fresh_done < self.plan.num_fresh_to_deliver:
+            return False
+        return all(
+            g.status == "done"
+            for g in self.groups.values()
+            if not self.plan.is_abortable(g.assignment)
+        )
+
+    def running_responses(self, at_s: float | None = None) -> list[LiveResponse]:
+        """Continuation mode: every response still generating, where it runs (plan replica)
+        and the context tokens known (prompt + generated up to its last seam + what its
+        running piece streamed); running pieces' ages as of ``at_s`` (seconds on the step's
+        clock; default now)."""
+        tails = set(self.plan.tail_replicas)
+        now = asyncio.get_running_loop().time() if at_s is None else self.t0 + at_s
+        out = []
+        for pid, att in self.attempts.items():
+            g = self.groups[pid]
+            if g.status != "running":
+                continue
+            dealt = tuple(sorted(g.assignment.all_replicas))
+            where = att.where
+            for i, chain in enumerate(att.chains):
+                if chain.final is not None:
+                    continue
+                rep = where[i][0]
+                p = att.prompt_tokens(i)
+                ctx = p + chain.num_generated + att.streamed_tokens(i)
+                out.append(LiveResponse(pid, i, rep, ctx, p, dealt, int(rep in tails),
+                                        att.running_piece(i, now)))
+        return out
+
+    def result(self, waste: WasteCounter, num_relocations: int) -> StepResult:
+        """The step's outcome and delivered responses."""
+        return build_result(self.plan, self.groups, self.cut_s, self.discarded,
+                            self.num_regenerated, self.busy_until_s, waste, self.t0,
+                            num_relocations)
