@@ -24,6 +24,7 @@ proxy serves: one that does not answer starts out of service until it does, so `
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import time
@@ -299,6 +300,7 @@ async def serve(config: ProxyConfig, host: str = "127.0.0.1", port: int = 8800,
         url = proxy.url
         if announce is not None:
             announce(describe(proxy, url))
+        gc.freeze()  # what startup made lives as long as the proxy: out of the collector's scans
         await stop.wait()
 
 

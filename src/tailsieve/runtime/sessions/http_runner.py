@@ -362,7 +362,7 @@ def _output(resp: Response, raw: Any, backend: Backend,
         logprobs=resp.logprobs, text_offsets=resp.text_offsets,
         num_cached_tokens=cached, num_prompt_tokens=prompt,
         detail=detail(raw) if detail is not None else None,
-        prompt_ids=tuple(pids) if pids else None,
+        prompt_ids=pids or None,  # as parsed: ``EncodedIds`` keep the server's JSON of them
     )
 
 
