@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
+from itertools import islice
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ from hypothesis import strategies as st
 
 from tailsieve.core.balancer import BalanceSettings
 from tailsieve.core.drain import DrainSettings, RemainingModel, engine_priority
-from tailsieve.core.drain_plan import drain_decisions, finish_time_s, plan_drain
+from tailsieve.core.drain_plan import drain_decisions, finish_time_s, iter_drain
 from tailsieve.core.replica_load import ReplicaLoad
 from tailsieve.errors import ConfigError
 from tailsieve.model.profiles import load_profile
@@ -85,8 +86,8 @@ def test_the_longest_expected_response_goes_to_the_replica_expected_to_finish_fi
     model = RemainingModel([500] * 90 + [16_000] * 10)
     loads = [_load(0, [((0, 0), prompt + 8000)] + [((i, 0), prompt + 300) for i in range(1, 5)]),
              _load(1, [((9, 0), prompt + 300)] * 1)]
-    moves = plan_drain(loads, lambda run: [model.expected(x - prompt) for _, x in run],
-                       seam_s=0.05)
+    moves = list(iter_drain(loads, lambda run: [model.expected(x - prompt) for _, x in run],
+                            seam_s=0.05))
     assert moves and moves[0].key == (0, 0) and (moves[0].src, moves[0].dst) == (0, 1)
     assert moves[0].predicted_gain_s > 0
 
@@ -118,7 +119,7 @@ def test_drain_moves_never_raise_the_longest_expected_finish(
 
     where = {k: ld.replica for ld in loads for k, _ in ld.running()}
     before = worst(where)
-    moves = plan_drain(loads, remaining, seam_s=0.05, max_moves=max_moves)
+    moves = list(islice(iter_drain(loads, remaining, seam_s=0.05), max_moves))
     assert len(moves) <= max_moves
     assert len({m.key for m in moves}) == len(moves)
     for m in moves:
@@ -148,7 +149,7 @@ def test_priority_keeps_the_long_running_continuation_from_being_preempted() -> 
 
 
 def test_drain_decisions_read_expected_remaining_from_context_less_prompt() -> None:
-    """What every executor asks in the drain: ``plan_drain`` over ``settings.drain``'s
+    """What every executor asks in the drain: ``iter_drain`` over ``settings.drain``'s
     sample, each response's tokens so far being its context less its prompt, in decisions
     of at most ``max_moves_per_decision`` moves, every one full but the last."""
 
@@ -160,7 +161,7 @@ def test_drain_decisions_read_expected_remaining_from_context_less_prompt() -> N
              _load(1, []), _load(2, [])]
     model = RemainingModel(lengths)
     decisions = list(drain_decisions(loads, settings, lambda key: prompt))
-    want = plan_drain(loads, lambda run: [model.expected(x - prompt) for _, x in run], 0.05)
+    want = list(iter_drain(loads, lambda run: [model.expected(x - prompt) for _, x in run], 0.05))
     assert len(want) >= 2
     assert [mv for d in decisions for mv in d] == want
     assert all(len(d) == 1 for d in decisions[:-1]) and len(decisions[-1]) <= 1

@@ -17,7 +17,7 @@ from tailsieve.core.balancer import BalanceSettings, Move
 from tailsieve.core.drain import RemainingModel
 from tailsieve.core.replica_load import ReplicaLoad
 
-__all__ = ["Remaining", "drain_decisions", "finish_time_s", "iter_drain", "plan_drain"]
+__all__ = ["Remaining", "drain_decisions", "finish_time_s", "iter_drain"]
 
 Remaining = Callable[[Sequence[tuple[Hashable, int]]], "Sequence[float] | np.ndarray"]
 """``running (key, context) pairs -> each one's expected remaining tokens``."""
@@ -32,7 +32,7 @@ def drain_decisions(
     """A check's moves once the drain has begun (``DrainSettings.drains``; the caller asks
     for these instead of ``core.balance_check.plan_check``'s), in decisions of at most
     ``settings.max_moves_per_decision`` moves under the same contract as ``plan_check``'s
-    (every one full but the last; the loads unchanged between two): ``plan_drain``'s moves,
+    (every one full but the last; the loads unchanged between two): ``iter_drain``'s moves,
     each running response's expected remaining tokens read from its context less
     ``prompt_tokens(key)`` over ``settings.drain``'s length sample (``model``: built from it
     once, by a caller that checks often)."""
@@ -68,15 +68,6 @@ def finish_time_s(items: Sequence[tuple[float, float]], tau: Callable[[int], flo
         t += r * (tj - prev)
         prev = tj
     return t + k * sum(x * r + r * r / 2.0 for x, r in items)
-
-
-def plan_drain(
-    loads: Sequence[ReplicaLoad], remaining: Remaining, seam_s: float, max_moves: int = 64, cached: Callable[[Hashable, int], int] | None = None,
-    num_destinations: int = 3,
-) -> list[Move]:
-    """The first ``max_moves`` moves of ``iter_drain`` (see there)."""
-    return list(islice(iter_drain(loads, remaining, seam_s, cached, num_destinations),
-                       max(0, max_moves)))
 
 
 def iter_drain(
