@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from itertools import islice
 
 import numpy as np
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from tailsieve.core.balancer import BalanceSettings
 from tailsieve.core.drain import DrainSettings, RemainingModel, engine_priority
-from tailsieve.core.drain_plan import drain_decisions, finish_time_s, iter_drain
+from tailsieve.core.drain_plan import drain_decisions, iter_drain
 from tailsieve.core.replica_load import ReplicaLoad
 from tailsieve.errors import ConfigError
 from tailsieve.model.profiles import load_profile
@@ -23,6 +23,21 @@ CFG = ReplicaConfig.from_profile(load_profile("qwen3-4b-h100"), max_num_seqs=Non
 TAUS = CFG.throughput.taus(256).tolist()
 K = CFG.throughput.context_s_per_token
 PER_TOKEN = CFG.recompute_cost_s(1) - CFG.prefill_s
+
+
+def finish_time_s(items: Sequence[tuple[float, float]], tau: Callable[[int], float],
+                  k: float) -> float:
+    """The reference: seconds until the last of ``items`` (``(context tokens, remaining
+    tokens)``) finishes when all run together on one replica: ``sum_j r_(j) (tau(j) -
+    tau(j-1))`` over the remaining lengths in descending order, plus the context term ``k
+    sum_i (x_i r_i + r_i^2 / 2)``."""
+    rems = sorted((r for _, r in items), reverse=True)
+    t, prev = 0.0, 0.0
+    for j, r in enumerate(rems, 1):
+        tj = tau(j)
+        t += r * (tj - prev)
+        prev = tj
+    return t + k * sum(x * r + r * r / 2.0 for x, r in items)
 
 
 def test_expected_remaining_is_the_conditional_mean_over_longer_lengths() -> None:

@@ -8,7 +8,7 @@ responses still run and how many tokens each has generated), never a future leng
 - **LPT order in the drain** (``core.drain_plan.iter_drain``): each running response's *expected remaining*
   tokens, ``E[L - a | L > a]`` for a response ``a`` tokens in, from the lengths of recent
   steps' finished responses (``RemainingModel``); each replica's expected time to finish
-  its responses (``core.drain_plan.finish_time_s``: the all-admit closed form, context term included); moves
+  its responses (``core.drain_plan._finish_times``: the all-admit closed form, context term included); moves
   that shorten the longest such time by more than they cost, greedily, so that the
   longest-expected responses end up on the least-loaded replicas.
 - **Engine priority** (``engine_priority``): a piece is submitted with
