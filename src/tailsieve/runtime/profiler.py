@@ -273,11 +273,6 @@ def build_model(measurements: list[BatchMeasurement], name: str, source: str,
     return replace(base, context_s_per_token=context_s_per_token, provenance=prov)
 
 
-async def profile_endpoint(settings: ProfileSettings, name: str | None = None) -> ProfileResult:
-    """Run the whole sweep against ``settings.endpoint``."""
-    return (await profile_endpoints([settings], [name]))[0]
-
-
 async def profile_endpoints(
     settings: Sequence[ProfileSettings], names: Sequence[str | None] | None = None
 ) -> list[ProfileResult]:

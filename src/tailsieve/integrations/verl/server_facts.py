@@ -43,7 +43,6 @@ class ServerFacts:
     ignore_eos: bool = False  # the servers' default
     repetition_penalty: float = 1.0  # the servers' default
     full_determinism: bool = False  # seeds per replica: routing must not depend on timing
-    routing_replay: bool = False  # enable_rollout_routing_replay (routed_experts returned)
     eos_token_ids: frozenset[int] | None = None  # None: unknown
     reserve_tokens: int = 0  # SGLang keeps one token of the context free
 
@@ -89,7 +88,6 @@ def facts_from_rollout_config(cfg: Any, eos: frozenset[int] | None) -> ServerFac
         ignore_eos=bool(get("ignore_eos", False)),
         repetition_penalty=float(get("repetition_penalty", 1.0) or 1.0),
         full_determinism=bool(get("full_determinism", False)),
-        routing_replay=bool(get("enable_rollout_routing_replay", False)),
         eos_token_ids=eos,
         reserve_tokens=1 if str(get("name", "")) == "sglang" else 0,
     )
