@@ -37,9 +37,9 @@ from typing import Any
 import numpy as np
 from outdir import default_out
 
-from tailsieve.control.base import Controller
 from tailsieve.control.factory import make_controller
 from tailsieve.core.balancer import BalanceSettings, ReplicaLoad
+from tailsieve.core.controller import Controller
 from tailsieve.model.profiles import load_profile
 from tailsieve.model.replica_engine import ReplicaConfig
 from tailsieve.model.speculative import SpecConfig

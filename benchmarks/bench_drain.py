@@ -32,8 +32,8 @@ import numpy as np
 from bench_balancer import CASES, Case, pools_for
 from outdir import default_out
 
-from tailsieve.control.base import Controller
 from tailsieve.control.factory import make_controller
+from tailsieve.core.controller import Controller
 from tailsieve.sim.driver import ControllerFactory, SimSettings, epoch_prompt_ids, run_policies
 from tailsieve.sim.replicas import PoolConfigs
 from tailsieve.sim.speedup_stats import STEADY_FROM, seed_speedup, t_interval

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from outdir import default_out
 
-from tailsieve.control.base import Controller, ControlTargets
+from tailsieve.core.controller import Controller, ControlTargets
 from tailsieve.core.outcome import StepOutcome
 from tailsieve.core.plan import StepPlan
 from tailsieve.model.profiles import DEFAULT_PROFILE, load_profile

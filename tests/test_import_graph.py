@@ -65,13 +65,25 @@ def _imported(node: ast.Import | ast.ImportFrom, module: str, is_package: bool,
             yield name
 
 
+def _parse(path: Path, tries: int = 3) -> ast.Module:
+    """``ast.parse``, again on CPython 3.11's spurious "AST constructor recursion depth
+    mismatch" ``SystemError`` (python/cpython#106905: the parse itself is sound)."""
+    for k in range(tries):
+        try:
+            return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        except SystemError:
+            if k == tries - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
 def import_graph(src: Path = SRC) -> dict[str, set[str]]:
     """Module -> the package's modules it imports (every import statement in its file)."""
     files = module_files(src)
     known = set(files)
     graph: dict[str, set[str]] = {}
     for module, path in files.items():
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        tree = _parse(path)
         is_package = path.name == "__init__.py"
         graph[module] = {
             target for node in ast.walk(tree) if isinstance(node, ast.Import | ast.ImportFrom)

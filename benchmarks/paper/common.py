@@ -19,8 +19,8 @@ matplotlib.use("Agg")
 
 import numpy as np
 
-from tailsieve.control.base import Controller
 from tailsieve.control.static import StaticController
+from tailsieve.core.controller import Controller
 from tailsieve.model.profiles import DEFAULT_PROFILE, load_profile
 from tailsieve.model.replica_engine import ReplicaConfig
 from tailsieve.model.speculative import SpecConfig

@@ -29,9 +29,9 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from tailsieve.control.base import Controller
 from tailsieve.control.hierarchical import HierarchicalController
 from tailsieve.control.static import StaticController
+from tailsieve.core.controller import Controller
 from tailsieve.model.profiles import load_profile
 from tailsieve.model.replica_engine import ReplicaConfig
 from tailsieve.sim.driver import SimSettings

@@ -11,6 +11,7 @@ from pathlib import Path
 import aiohttp
 
 from tailsieve.runtime.emulator import EmulatorFleet
+from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -70,10 +71,15 @@ class Servers:
 
 
 async def served_model(url: str) -> tuple[str, int]:
-    """Served model id and ``max_model_len`` of a server."""
-    async with aiohttp.ClientSession() as s, s.get(url + "/v1/models") as r:
-        d = (await r.json())["data"][0]
-    return str(d["id"]), int(d.get("max_model_len") or 1024)
+    """Served model id and ``max_model_len`` of a server (the engine client's model card)."""
+    runner = HttpPieceRunner([url], health_timeout_s=30.0)
+    try:
+        card = await runner.model_card(0)
+    finally:
+        await runner.aclose()
+    if card is None:
+        raise RuntimeError(f"{url} lists no model")
+    return card.name, card.max_model_len or 1024
 
 
 async def prompt_tokens(url: str, model: str, texts: list[str]) -> dict[str, int] | None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
+from itertools import islice
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ from hypothesis import strategies as st
 
 from tailsieve.core.balancer import BalanceSettings
 from tailsieve.core.drain import DrainSettings, RemainingModel, engine_priority
-from tailsieve.core.drain_plan import drain_decisions, finish_time_s, plan_drain
+from tailsieve.core.drain_plan import drain_decisions, iter_drain
 from tailsieve.core.replica_load import ReplicaLoad
 from tailsieve.errors import ConfigError
 from tailsieve.model.profiles import load_profile
@@ -22,6 +23,21 @@ CFG = ReplicaConfig.from_profile(load_profile("qwen3-4b-h100"), max_num_seqs=Non
 TAUS = CFG.throughput.taus(256).tolist()
 K = CFG.throughput.context_s_per_token
 PER_TOKEN = CFG.recompute_cost_s(1) - CFG.prefill_s
+
+
+def finish_time_s(items: Sequence[tuple[float, float]], tau: Callable[[int], float],
+                  k: float) -> float:
+    """The reference: seconds until the last of ``items`` (``(context tokens, remaining
+    tokens)``) finishes when all run together on one replica: ``sum_j r_(j) (tau(j) -
+    tau(j-1))`` over the remaining lengths in descending order, plus the context term ``k
+    sum_i (x_i r_i + r_i^2 / 2)``."""
+    rems = sorted((r for _, r in items), reverse=True)
+    t, prev = 0.0, 0.0
+    for j, r in enumerate(rems, 1):
+        tj = tau(j)
+        t += r * (tj - prev)
+        prev = tj
+    return t + k * sum(x * r + r * r / 2.0 for x, r in items)
 
 
 def test_expected_remaining_is_the_conditional_mean_over_longer_lengths() -> None:
@@ -85,8 +101,8 @@ def test_the_longest_expected_response_goes_to_the_replica_expected_to_finish_fi
     model = RemainingModel([500] * 90 + [16_000] * 10)
     loads = [_load(0, [((0, 0), prompt + 8000)] + [((i, 0), prompt + 300) for i in range(1, 5)]),
              _load(1, [((9, 0), prompt + 300)] * 1)]
-    moves = plan_drain(loads, lambda run: [model.expected(x - prompt) for _, x in run],
-                       seam_s=0.05)
+    moves = list(iter_drain(loads, lambda run: [model.expected(x - prompt) for _, x in run],
+                            seam_s=0.05))
     assert moves and moves[0].key == (0, 0) and (moves[0].src, moves[0].dst) == (0, 1)
     assert moves[0].predicted_gain_s > 0
 
@@ -118,7 +134,7 @@ def test_drain_moves_never_raise_the_longest_expected_finish(
 
     where = {k: ld.replica for ld in loads for k, _ in ld.running()}
     before = worst(where)
-    moves = plan_drain(loads, remaining, seam_s=0.05, max_moves=max_moves)
+    moves = list(islice(iter_drain(loads, remaining, seam_s=0.05), max_moves))
     assert len(moves) <= max_moves
     assert len({m.key for m in moves}) == len(moves)
     for m in moves:
@@ -148,7 +164,7 @@ def test_priority_keeps_the_long_running_continuation_from_being_preempted() -> 
 
 
 def test_drain_decisions_read_expected_remaining_from_context_less_prompt() -> None:
-    """What every executor asks in the drain: ``plan_drain`` over ``settings.drain``'s
+    """What every executor asks in the drain: ``iter_drain`` over ``settings.drain``'s
     sample, each response's tokens so far being its context less its prompt, in decisions
     of at most ``max_moves_per_decision`` moves, every one full but the last."""
 
@@ -160,7 +176,7 @@ def test_drain_decisions_read_expected_remaining_from_context_less_prompt() -> N
              _load(1, []), _load(2, [])]
     model = RemainingModel(lengths)
     decisions = list(drain_decisions(loads, settings, lambda key: prompt))
-    want = plan_drain(loads, lambda run: [model.expected(x - prompt) for _, x in run], 0.05)
+    want = list(iter_drain(loads, lambda run: [model.expected(x - prompt) for _, x in run], 0.05))
     assert len(want) >= 2
     assert [mv for d in decisions for mv in d] == want
     assert all(len(d) == 1 for d in decisions[:-1]) and len(decisions[-1]) <= 1

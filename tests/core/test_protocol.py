@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tailsieve.control.base import Controller, ControlTargets
+from tailsieve.core.controller import Controller, ControlTargets
 from tailsieve.core.outcome import AbortedGroup, GroupResult, StepOutcome
 from tailsieve.core.plan import StepPlan
 from tailsieve.core.pool import Pool

@@ -13,7 +13,6 @@ from tailsieve.core.training_step import (
     check_rollout_share,
     measured_rollout_share,
     step_speedup,
-    step_speedup_words,
 )
 from tailsieve.errors import ConfigError
 
@@ -76,7 +75,3 @@ def test_measured_share() -> None:
     for bad in ((0.0, 10.0), (11.0, 10.0), (1.0, 0.0), (math.nan, 1.0), ("x", 1.0), (None, 1)):
         assert measured_rollout_share(*bad) is None  # type: ignore[arg-type]
 
-
-def test_words() -> None:
-    assert step_speedup_words(1.1, 0.7) == "1.100x rollout = 1.068x training step at rollout " \
-                                           "share 0.70"

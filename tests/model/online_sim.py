@@ -9,7 +9,14 @@ from collections.abc import Callable
 
 import numpy as np
 
-from tailsieve.model.decode_observations import DecodeLedger
+from tailsieve.model.decode_observations import DecodeLedger, PieceObservation
+
+
+def lockstep_observation(tokens: int, duration_s: float, batch: float,
+                         context_tokens: float = 0.0) -> PieceObservation:
+    """A request that ran its whole window at one batch and context (a lockstep probe)."""
+    return PieceObservation(tokens, duration_s, (duration_s,), (float(batch),),
+                            (float(context_tokens),))
 
 
 def run_replica(

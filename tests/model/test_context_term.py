@@ -17,7 +17,7 @@ from tailsieve.model.replica_time import (
     all_admit_completion_times,
     all_admit_time,
     capacity_cannot_bind,
-    marginal_cost,
+    context_cost,
     replica_completion_times,
     sorted_segment_completion_times,
 )
@@ -79,7 +79,9 @@ def test_term_adds_k_sum_of_squares_over_two() -> None:
 def test_marginal_cost_identity_with_context(lengths: list[int], extra: int) -> None:
     shorter = min([extra, *lengths])
     gain = all_admit_time([*lengths, shorter], CPU_K) - all_admit_time(lengths, CPU_K)
-    assert gain == pytest.approx(marginal_cost(shorter, len(lengths), CPU_K), rel=1e-9)
+    n = len(lengths)  # the shorter one adds one step per token at n + 1, plus its context
+    marginal = shorter * (CPU_K.tau(n + 1) - CPU_K.tau(n)) + float(context_cost([shorter], CPU_K))
+    assert gain == pytest.approx(marginal, rel=1e-9)
 
 
 @settings(max_examples=15, deadline=None)

@@ -12,7 +12,6 @@ from tailsieve.model.replica_engine import ReplicaConfig, ReplicaEngine
 from tailsieve.model.replica_time import (
     all_admit_completion_times,
     all_admit_time,
-    marginal_cost,
     replica_completion_times,
     replica_time,
 )
@@ -66,9 +65,9 @@ def test_marginal_cost_identity(lengths: list[int], extra: int) -> None:
     shorter = min([extra, *lengths])  # shorter than (or equal to) everything already there
     before = all_admit_time(lengths, CPU)
     after = all_admit_time([*lengths, shorter], CPU)
-    assert after - before == pytest.approx(
-        marginal_cost(shorter, len(lengths), CPU), rel=1e-9, abs=1e-12
-    )
+    n = len(lengths)  # the shorter one adds one step per token at batch n + 1
+    marginal = shorter * (CPU.tau(n + 1) - CPU.tau(n))
+    assert after - before == pytest.approx(marginal, rel=1e-9, abs=1e-12)
 
 
 @settings(max_examples=40, deadline=None)

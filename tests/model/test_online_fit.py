@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from online_sim import run_replica
+from online_sim import lockstep_observation, run_replica
 
 from tailsieve.errors import ProfileError
 from tailsieve.model.decode_observations import DecodeLedger, PieceObservation, PrefillObservation
@@ -95,7 +95,7 @@ def test_the_curve_is_monotone_and_positive() -> None:
                           st.floats(0, 5e4)), min_size=1, max_size=30))
 def test_any_valid_observations_give_a_valid_model(rows: list[tuple[int, float, int, float]],
                                                    ) -> None:
-    obs = [PieceObservation.constant(g, t, b, c) for g, t, b, c in rows]
+    obs = [lockstep_observation(g, t, b, c) for g, t, b, c in rows]
     fit = fit_decode(obs)
     m = fit.model()  # ThroughputModel validates: positive, non-decreasing
     assert m.tau(1) > 0 and fit.context_s_per_token >= 0 and fit.overhead_s >= 0
@@ -104,7 +104,7 @@ def test_any_valid_observations_give_a_valid_model(rows: list[tuple[int, float, 
 
 def test_k_is_held_at_the_prior_when_contexts_are_short() -> None:
     # a lockstep probe: batch and context rise together, contexts of tens of tokens
-    obs = [PieceObservation.constant(g, 0.01 + g * (tau_true(b) + 1e-6 * b * (g / 2)), b,
+    obs = [lockstep_observation(g, 0.01 + g * (tau_true(b) + 1e-6 * b * (g / 2)), b,
                                      b * g / 2) for b in (1, 6, 32) for g in (12, 48)
            for _ in range(4)]
     assert fit_decode(obs, context_prior_s_per_token=0.0).context_s_per_token == 0.0
@@ -114,10 +114,10 @@ def test_k_is_held_at_the_prior_when_contexts_are_short() -> None:
 
 
 def test_ready_needs_enough_varied_pieces() -> None:
-    one_level = [PieceObservation.constant(100, 0.5, 8) for _ in range(40)]
+    one_level = [lockstep_observation(100, 0.5, 8) for _ in range(40)]
     q = fit_decode(one_level).quality
     assert not q.ready and "batch size" in q.reason
-    few = [PieceObservation.constant(100, 0.3 + 0.01 * b, b) for b in (1, 8, 32)]
+    few = [lockstep_observation(100, 0.3 + 0.01 * b, b) for b in (1, 8, 32)]
     q = fit_decode(few).quality
     assert not q.ready and "timed pieces" in q.reason
 
@@ -126,11 +126,11 @@ def test_nonsense_is_refused_clearly() -> None:
     with pytest.raises(ProfileError, match="no timed piece"):
         fit_decode([])
     with pytest.raises(ProfileError, match="duration_s must be a positive"):
-        PieceObservation.constant(10, -1.0, 4)
+        lockstep_observation(10, -1.0, 4)
     with pytest.raises(ProfileError, match="duration_s must be a positive"):
-        PieceObservation.constant(10, float("nan"), 4)
+        lockstep_observation(10, float("nan"), 4)
     with pytest.raises(ProfileError, match="tokens must be a positive integer"):
-        PieceObservation.constant(0, 1.0, 4)
+        lockstep_observation(0, 1.0, 4)
     with pytest.raises(ProfileError, match="batch must be >= 1"):
         PieceObservation(10, 1.0, (1.0,), (0.0,), (0.0,))
     with pytest.raises(ProfileError, match="stretches last"):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from online_sim import run_replica
+from online_sim import lockstep_observation, run_replica
 
 from tailsieve.errors import ProfileError
-from tailsieve.model.decode_observations import PieceObservation, PrefillObservation
+from tailsieve.model.decode_observations import PrefillObservation
 from tailsieve.model.online_profile import OnlineProfile
 from tailsieve.model.profiles import check_profile, load_profile, parse_profile
 
@@ -37,7 +37,7 @@ def test_without_a_fallback_the_best_fit_so_far() -> None:
     prof = OnlineProfile()
     with pytest.raises(ProfileError, match="nothing timed yet"):
         prof.current()
-    prof.add([PieceObservation.constant(100, 0.5, 4)])
+    prof.add([lockstep_observation(100, 0.5, 4)])
     model = prof.current()  # not ready, but the only model there is
     assert not prof.ready and model.provenance["kind"] == "online-fit"
 
@@ -65,7 +65,7 @@ def test_streamed_first_tokens_feed_the_prefill_fit() -> None:
 
 def test_the_window_keeps_the_latest_observations() -> None:
     prof = OnlineProfile(max_observations=5)
-    prof.add(PieceObservation.constant(10 + i, 1.0, 2) for i in range(8))
+    prof.add(lockstep_observation(10 + i, 1.0, 2) for i in range(8))
     assert prof.num_observations == 5 and prof.num_seen == 8
     assert [o.tokens for o in prof.observations] == [13, 14, 15, 16, 17]
     with pytest.raises(ProfileError, match="expected PieceObservation"):
@@ -94,7 +94,7 @@ def test_a_refit_that_is_not_ready_keeps_the_last_ready_one() -> None:
     good = prof.current()
     assert prof.ready
     rng = np.random.default_rng(1)  # pieces whose times have nothing to do with their work
-    prof.add(PieceObservation.constant(int(g), float(t), float(b)) for g, t, b in zip(
+    prof.add(lockstep_observation(int(g), float(t), float(b)) for g, t, b in zip(
         rng.integers(10, 500, 200), rng.uniform(0.1, 30.0, 200), rng.integers(1, 64, 200),
         strict=True))
     assert prof.current() is good

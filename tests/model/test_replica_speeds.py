@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from online_sim import run_replica
+from online_sim import lockstep_observation, run_replica
 
 from tailsieve.errors import ProfileError
 from tailsieve.model.decode_observations import PieceObservation
@@ -26,7 +26,7 @@ def curve(factor: float = 1.0) -> ThroughputModel:
 
 
 def piece(tokens: int, duration_s: float, batch: float, replica: str) -> PieceObservation:
-    return replace(PieceObservation.constant(tokens, duration_s, batch), replica=replica)
+    return replace(lockstep_observation(tokens, duration_s, batch), replica=replica)
 
 
 def fleet(slow: dict[str, float], seed: int = 0) -> OnlineProfile:

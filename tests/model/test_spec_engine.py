@@ -24,7 +24,6 @@ def test_speculation_pays_at_low_batch_and_not_at_high_batch(name: str) -> None:
     eng = SpecEngine(LITERATURE[name])
     low, high = eng.speedup(BASE, [1, 1024])
     assert low > 1.0 > high
-    assert 1 < eng.pays_below(BASE) <= 1024
 
 
 def test_tlt_preset_reproduces_its_two_points_on_the_4b_profile() -> None:

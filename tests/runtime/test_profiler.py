@@ -21,7 +21,6 @@ from tailsieve.runtime.profiler import (
     build_model,
     fit_context,
     mean_profile,
-    profile_endpoint,
     profile_endpoints,
 )
 
@@ -47,7 +46,7 @@ async def test_profile_recovers_cpu_curve() -> None:
     for _ in range(ATTEMPTS):
         async with run_emulator(EmulatorConfig(throughput=CPU, time_scale=1.0)) as url:
             settings = ProfileSettings(url, batch_sizes=(1, 4, 16, 32), tokens=150)
-            result = await profile_endpoint(settings, name="emu")
+            (result,) = await profile_endpoints([settings], ["emu"])
         if close_to_cpu(result.model):
             break
     assert result.model.name == "emu"
@@ -61,7 +60,8 @@ async def test_profile_scaled_emulator_gives_scaled_curve() -> None:
     cfg = EmulatorConfig(throughput=CPU, time_scale=0.5, slowdown=2.0)  # net 1x, other path
     for _ in range(ATTEMPTS):
         async with run_emulator(cfg) as url:
-            result = await profile_endpoint(ProfileSettings(url, batch_sizes=(1, 8), tokens=100))
+            settings = ProfileSettings(url, batch_sizes=(1, 8), tokens=100)
+            (result,) = await profile_endpoints([settings])
         if close_to_cpu(result.model):
             break
     for m in result.measurements:
@@ -94,14 +94,14 @@ def test_bad_settings(kwargs: dict[str, Any]) -> None:
 
 async def test_unreachable_endpoint() -> None:
     with pytest.raises(ReplicaError, match="cannot reach"):
-        await profile_endpoint(ProfileSettings("http://127.0.0.1:9", batch_sizes=(1,)))
+        await profile_endpoints([ProfileSettings("http://127.0.0.1:9", batch_sizes=(1,))])
 
 
 async def test_server_rejecting_request_is_reported() -> None:
     async with run_emulator(EmulatorConfig(throughput=CPU, time_scale=0.01,
                                            max_model_len=100)) as url:
         with pytest.raises(ReplicaError, match="HTTP 400"):
-            await profile_endpoint(ProfileSettings(url, batch_sizes=(1,), tokens=200))
+            await profile_endpoints([ProfileSettings(url, batch_sizes=(1,), tokens=200)])
 
 
 @pytest.mark.slow
@@ -200,7 +200,7 @@ async def test_profile_fits_context_term_of_the_emulator() -> None:
         async with run_emulator(EmulatorConfig(throughput=curve, time_scale=1.0)) as url:
             settings = ProfileSettings(url, batch_sizes=(1, 8), tokens=100,
                                        context_lengths=(300, 900), context_batch=8)
-            result = await profile_endpoint(settings, name="emu-k")
+            (result,) = await profile_endpoints([settings], ["emu-k"])
         ok = result.model.context_s_per_token == pytest.approx(k, rel=0.25) and close_to_cpu(
             result.model)
         if ok:

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tailsieve.control.base import Controller, ControlTargets
+from tailsieve.core.controller import Controller, ControlTargets
 from tailsieve.core.outcome import StepOutcome
 from tailsieve.core.plan import StepPlan
 from tailsieve.errors import ConfigError

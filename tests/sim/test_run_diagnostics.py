@@ -9,8 +9,8 @@ import zlib
 import numpy as np
 import pytest
 
-from tailsieve.control.base import Controller
 from tailsieve.control.hierarchical import HierarchicalController
+from tailsieve.core.controller import Controller
 from tailsieve.model.profiles import load_profile
 from tailsieve.model.replica_engine import ReplicaConfig
 from tailsieve.sim.driver import (

@@ -5,11 +5,11 @@ from __future__ import annotations
 import dataclasses
 from enum import Enum
 
-from tailsieve.control.base import Controller
 from tailsieve.control.config import ControllerConfig
 from tailsieve.control.hierarchical import HierarchicalController
 from tailsieve.control.static import StaticController
 from tailsieve.control.uniform import UniformController
+from tailsieve.core.controller import Controller
 from tailsieve.errors import ConfigError
 from tailsieve.model.throughput import ThroughputModel
 

@@ -6,12 +6,12 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from tailsieve.control.balance_gate import BalanceGate, GateState
-from tailsieve.control.base import Controller, ControlTargets
 from tailsieve.control.config import ControllerConfig
 from tailsieve.control.inner_loop import InnerDecision, InnerLoop
 from tailsieve.control.outer_loop import OuterLoop
 from tailsieve.control.predictor import PoolPrediction, PoolTimePredictor, StepWork
 from tailsieve.core.balancer import BalanceSettings
+from tailsieve.core.controller import Controller, ControlTargets
 from tailsieve.core.diagnostics import PredictedPoolTimes
 from tailsieve.core.drain import DrainSettings
 from tailsieve.core.outcome import StepOutcome

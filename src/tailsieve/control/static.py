@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tailsieve.control.base import Controller, ControlTargets
+from tailsieve.core.controller import Controller, ControlTargets
 from tailsieve.core.outcome import StepOutcome
 from tailsieve.core.plan import StepPlan
 from tailsieve.errors import ConfigError

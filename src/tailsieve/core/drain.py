@@ -5,10 +5,10 @@ one that is, nobody knows; but a response that has run longest is, on a heavy-ta
 distribution, the likeliest to run longest still. Two levers read only that evidence (which
 responses still run and how many tokens each has generated), never a future length:
 
-- **LPT order in the drain** (``core.drain_plan.plan_drain``): each running response's *expected remaining*
+- **LPT order in the drain** (``core.drain_plan.iter_drain``): each running response's *expected remaining*
   tokens, ``E[L - a | L > a]`` for a response ``a`` tokens in, from the lengths of recent
   steps' finished responses (``RemainingModel``); each replica's expected time to finish
-  its responses (``core.drain_plan.finish_time_s``: the all-admit closed form, context term included); moves
+  its responses (``core.drain_plan._finish_times``: the all-admit closed form, context term included); moves
   that shorten the longest such time by more than they cost, greedily, so that the
   longest-expected responses end up on the least-loaded replicas.
 - **Engine priority** (``engine_priority``): a piece is submitted with
@@ -42,7 +42,7 @@ __all__ = ["DrainSettings", "RemainingModel", "engine_priority"]
 class DrainSettings:
     """Which drain levers a balanced step uses (``core.drain``)."""
 
-    lpt: bool = True  # LPT moves once the drain begins (plan_drain instead of the balancer)
+    lpt: bool = True  # LPT moves once the drain begins (iter_drain instead of the balancer)
     priority: bool = False  # engine priority by tokens generated (needs the priority policy)
     start_fraction: float = 0.25  # the drain begins once at most this share of the step's
     # responses still run

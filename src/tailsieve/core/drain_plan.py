@@ -17,7 +17,7 @@ from tailsieve.core.balancer import BalanceSettings, Move
 from tailsieve.core.drain import RemainingModel
 from tailsieve.core.replica_load import ReplicaLoad
 
-__all__ = ["Remaining", "drain_decisions", "finish_time_s", "iter_drain", "plan_drain"]
+__all__ = ["Remaining", "drain_decisions", "iter_drain"]
 
 Remaining = Callable[[Sequence[tuple[Hashable, int]]], "Sequence[float] | np.ndarray"]
 """``running (key, context) pairs -> each one's expected remaining tokens``."""
@@ -32,7 +32,7 @@ def drain_decisions(
     """A check's moves once the drain has begun (``DrainSettings.drains``; the caller asks
     for these instead of ``core.balance_check.plan_check``'s), in decisions of at most
     ``settings.max_moves_per_decision`` moves under the same contract as ``plan_check``'s
-    (every one full but the last; the loads unchanged between two): ``plan_drain``'s moves,
+    (every one full but the last; the loads unchanged between two): ``iter_drain``'s moves,
     each running response's expected remaining tokens read from its context less
     ``prompt_tokens(key)`` over ``settings.drain``'s length sample (``model``: built from it
     once, by a caller that checks often)."""
@@ -55,42 +55,18 @@ def drain_decisions(
             return
 
 
-def finish_time_s(items: Sequence[tuple[float, float]], tau: Callable[[int], float],
-                  k: float) -> float:
-    """Seconds until the last of ``items`` (``(context tokens, remaining tokens)``) finishes
-    when all run together on one replica: ``sum_j r_(j) (tau(j) - tau(j-1))`` over the
-    remaining lengths in descending order, plus the context term ``k sum_i (x_i r_i +
-    r_i^2 / 2)``."""
-    rems = sorted((r for _, r in items), reverse=True)
-    t, prev = 0.0, 0.0
-    for j, r in enumerate(rems, 1):
-        tj = tau(j)
-        t += r * (tj - prev)
-        prev = tj
-    return t + k * sum(x * r + r * r / 2.0 for x, r in items)
-
-
-def plan_drain(
-    loads: Sequence[ReplicaLoad], remaining: Remaining, seam_s: float, max_moves: int = 64, cached: Callable[[Hashable, int], int] | None = None,
-    num_destinations: int = 3,
-) -> list[Move]:
-    """The first ``max_moves`` moves of ``iter_drain`` (see there)."""
-    return list(islice(iter_drain(loads, remaining, seam_s, cached, num_destinations),
-                       max(0, max_moves)))
-
-
 def iter_drain(
     loads: Sequence[ReplicaLoad], remaining: Remaining, seam_s: float,
     cached: Callable[[Hashable, int], int] | None = None, num_destinations: int = 3,
 ) -> Iterator[Move]:
     """LPT moves in the drain: while the replica of the longest expected finish time
-    (``finish_time_s``; ``remaining(running)``: each running ``(key, context)``'s expected
+    (``_finish_times``; ``remaining(running)``: each running ``(key, context)``'s expected
     remaining tokens, asked once for every replica's together) can hand one of its
     responses to one of the ``num_destinations`` replicas of its pool expected to finish
     first, so that both expect to finish sooner than it does now by more than the move costs
     (prefill of the uncached prefix + seam), make the best such move. A response moves at
     most once per call; a replica that does not accept moves receives none. Every replica's
-    finish time is computed at once (``_finish_times``, vectorised); a replica's planner
+    finish time is computed at once (vectorised); a replica's planner
     sums (``_Finish``) are built only once it is the top or a destination, and a response
     whose move cannot gain the seam, or more than the best move found, is not priced; each
     move then costs O(b + D log b) for ``b`` responses on the top replica."""
@@ -151,8 +127,11 @@ def iter_drain(
 
 def _finish_times(loads: Sequence[ReplicaLoad], sizes: Sequence[int], ctx: np.ndarray,
                   rem: np.ndarray) -> list[float]:
-    """``finish_time_s`` of every replica at once: ``sizes[r]`` consecutive entries of
-    ``ctx`` / ``rem`` (context, expected remaining tokens) are replica ``r``'s. The same sums
+    """Every replica's expected finish time: seconds until the last of its responses
+    (context ``x_i``, remaining ``r_i`` tokens) finishes when all run together, ``sum_j r_(j)
+    (tau(j) - tau(j-1))`` over the remaining lengths in descending order plus the context term
+    ``k sum_i (x_i r_i + r_i^2 / 2)``. ``sizes[r]`` consecutive entries of ``ctx`` / ``rem``
+    (context, expected remaining tokens) are replica ``r``'s. The same sums
     in the same order as ``_Finish.update`` (so the same floats): ranked by remaining tokens,
     descending, within each replica; each rank's weight read from a table of ``tau`` per
     distinct cost model."""
@@ -182,7 +161,7 @@ def _finish_times(loads: Sequence[ReplicaLoad], sizes: Sequence[int], ctx: np.nd
 
 class _Finish:
     """One replica's responses ``(key, context, expected remaining)`` and its expected finish
-    time (``finish_time_s``), with that time without one of them or with one more in O(1) /
+    time (as ``_finish_times``), with that time without one of them or with one more in O(1) /
     O(log b) from prefix sums over the remaining tokens in descending order: rank ``i``
     (0-based) weighs ``dt[i + 1] = tau(i + 1) - tau(i)``, so removing rank ``p`` shifts the
     ranks below it up one weight and inserting at rank ``q`` shifts them down one."""

@@ -16,7 +16,7 @@ import math
 from tailsieve.errors import ConfigError
 
 __all__ = ["DEFAULT_ROLLOUT_SHARE", "check_rollout_share", "measured_rollout_share",
-           "step_speedup", "step_speedup_words"]
+           "step_speedup"]
 
 DEFAULT_ROLLOUT_SHARE = 0.7
 """The rollout's share of a training step that reports assume unless told otherwise."""
@@ -54,10 +54,3 @@ def measured_rollout_share(rollout_s: float, step_s: float) -> float | None:
     if not (math.isfinite(g) and math.isfinite(t) and 0.0 < g <= t):
         return None
     return g / t
-
-
-def step_speedup_words(rollout_speedup: float, rollout_share: float) -> str:
-    """``1.100x rollout = 1.067x training step at rollout share 0.70``."""
-    step = step_speedup(rollout_speedup, rollout_share)
-    return (f"{rollout_speedup:.3f}x rollout = {step:.3f}x training step at rollout share "
-            f"{rollout_share:.2f}")

@@ -79,13 +79,6 @@ class PieceObservation:
             raise ProfileError(f"observation: prompt_tokens must be >= 0, got "
                                f"{self.prompt_tokens}")
 
-    @classmethod
-    def constant(cls, tokens: int, duration_s: float, batch: float, context_tokens: float = 0.0,
-                 prompt_tokens: int = 0) -> PieceObservation:
-        """A request that ran its whole window at one batch and context (a lockstep probe)."""
-        return cls(tokens, duration_s, (duration_s,), (float(batch),), (float(context_tokens),),
-                   prompt_tokens)
-
 
 @dataclass(frozen=True, slots=True)
 class PrefillObservation:

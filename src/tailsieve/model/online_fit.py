@@ -88,7 +88,6 @@ class FitQuality:
     batch_max: float  # largest
     batch_levels: int  # distinct batch sizes (rounded to powers of two) with data
     rel_rmse: float  # root-mean-square relative error of the fitted pieces' times
-    steps_per_knot: tuple[tuple[int, float], ...]  # (knot, decode steps observed near it)
     ready: bool  # enough, varied and well explained: use it
     reason: str  # why not ready ("" when ready)
 
@@ -314,7 +313,6 @@ def _quality(data: _Data, knots: Sequence[int], pred: FloatArray, num_trimmed: i
         num_observations=n, num_trimmed=num_trimmed, num_tokens=int(data.tokens.sum()),
         batch_min=float(data.batch.min()), batch_max=float(data.batch.max()),
         batch_levels=levels, rel_rmse=rel_rmse,
-        steps_per_knot=tuple((int(b), float(s)) for b, s in zip(knots, per_knot, strict=True)),
         ready=not reason, reason=reason,
     )
 

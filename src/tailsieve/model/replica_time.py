@@ -67,12 +67,6 @@ def context_costs(
     return np.asarray(k * out, dtype=np.float64)
 
 
-def marginal_cost(length: float, num_running: int, model: ThroughputModel) -> float:
-    """Extra replica time from adding a request shorter than the ``num_running`` already there."""
-    step = model.tau(num_running + 1) - model.tau(num_running)
-    return float(length) * step + context_cost([length], model)
-
-
 def all_admit_completion_times(
     lengths: npt.ArrayLike, model: ThroughputModel, prompt_tokens: npt.ArrayLike | None = None
 ) -> FloatArray:

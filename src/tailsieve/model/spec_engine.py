@@ -77,13 +77,6 @@ class SpecEngine:
         return np.asarray(base.tau_array(bb) * self.curve.tau(k)
                           / self.verify_step_s(base, bb, k), dtype=np.float64)
 
-    def pays_below(self, base: ThroughputModel, k: float = 1.0, max_batch: int = 1024) -> int:
-        """Break-even concurrency: the smallest batch at which speculation no longer pays
-        (``max_batch + 1`` when it pays up to ``max_batch``; 1 when it never pays)."""
-        b = np.arange(1, max_batch + 1, dtype=np.float64)
-        loses = np.nonzero(self.speedup(base, b, k) <= 1.0)[0]
-        return int(loses[0]) + 1 if loses.size else max_batch + 1
-
     def _per_token(self, base: ThroughputModel, k: float, max_batch: int,
                    dealt: int | None) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
         """Per batch ``1..max_batch``: seconds per emitted token speculating and plain (both at

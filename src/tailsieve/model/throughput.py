@@ -97,16 +97,6 @@ class ThroughputModel:
         pts = tuple(ThroughputPoint(int(b), float(s)) for b, s in pairs)
         return cls(points=pts, name=name, source=source)
 
-    @classmethod
-    def from_tokens_per_s(
-        cls, pairs: list[tuple[int, float]], name: str = "custom", source: str = ""
-    ) -> ThroughputModel:
-        """Build from per-request decode speeds ``[(batch_size, tokens_per_s), ...]``."""
-        for b, v in pairs:
-            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
-                raise ProfileError(f"{name}: point b={b}: tokens/s must be positive, got {v!r}")
-        return cls.from_pairs([(b, 1.0 / v) for b, v in pairs], name=name, source=source)
-
     @property
     def max_measured_batch(self) -> int:
         return int(self._b[-1])
@@ -148,10 +138,6 @@ class ThroughputModel:
     def tokens_per_s(self, b: float) -> float:
         """Per-request decode speed ``v(b) = 1 / tau(b)``."""
         return 1.0 / self.tau(b)
-
-    def aggregate_tokens_per_s(self, b: float) -> float:
-        """Replica throughput ``b / tau(b)``."""
-        return b / self.tau(b)
 
     def peak_aggregate_tokens_per_s(self, max_batch: int | None = None) -> float:
         """``max_b b / tau(b)`` over ``1..max_batch`` (default: the measured range)."""

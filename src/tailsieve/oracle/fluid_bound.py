@@ -53,7 +53,6 @@ class FluidBound:
 
     bound_s: float  # the fluid perfect-balance bound, seconds
     level: int  # the level x whose term attains it (-1: a response alone, max_i E_i(L_i))
-    alone_s: float  # max_i E_i(L_i): the slowest response alone at batch 1
     spread_s: float  # the x = 0 term: all work spread evenly over the replicas
 
 
@@ -83,7 +82,7 @@ def fluid_bound(
     keep = lens > 0
     lens, prompts = lens[keep], prompts[keep]
     if lens.size == 0:
-        return FluidBound(0.0, 0, 0.0, 0.0)
+        return FluidBound(0.0, 0, 0.0)
     if np.any(prompts < 0):
         raise ConfigError("prompt tokens must be >= 0")
     k = model.context_s_per_token
@@ -112,8 +111,8 @@ def fluid_bound(
     x = int(np.argmax(terms))
     best = float(terms[x])
     if alone >= best:
-        return FluidBound(alone, -1, alone, float(terms[0]))
-    return FluidBound(best, x, alone, float(terms[0]))
+        return FluidBound(alone, -1, float(terms[0]))
+    return FluidBound(best, x, float(terms[0]))
 
 
 def fluid_bound_s(

@@ -29,7 +29,7 @@ from typing import Any
 
 from tailsieve.errors import ConfigError, ReplicaError
 from tailsieve.runtime.spec_flags import PoolSpeculation
-from tailsieve.runtime.transport import AiohttpTransport, ReplicaDownError
+from tailsieve.runtime.transport import AiohttpTransport, probe_health
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,12 +224,8 @@ class VllmFleet:
                             f"with code {proc.returncode}; last log lines of {rep.log_file}:\n"
                             f"{log_tail(rep.log_file)}"
                         )
-                    try:
-                        status, _ = await t.get(rep.endpoint + "/health", 2.0)
-                        if status == 200:
-                            break
-                    except ReplicaDownError:
-                        pass
+                    if not await probe_health(t, rep.endpoint, 2.0):
+                        break
                     if time.monotonic() > deadline:
                         raise ReplicaError(
                             f"vLLM replica {rep.index} (port {rep.port}) not healthy after "

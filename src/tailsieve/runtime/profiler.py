@@ -40,8 +40,7 @@ from tailsieve.errors import ConfigError, ProfileError, ReplicaError
 from tailsieve.model.throughput import ThroughputModel
 from tailsieve.runtime.backends import SamplingParams
 from tailsieve.runtime.faults import ReplicaDownError
-from tailsieve.runtime.served_model import resolve_served_model, transport_getter
-from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
+from tailsieve.runtime.sessions.http_runner import HttpPieceRunner, resolve_served_model
 from tailsieve.runtime.sessions.pieces import PieceRequest
 from tailsieve.runtime.transport import AiohttpTransport, Transport
 
@@ -128,10 +127,11 @@ def _row(m: BatchMeasurement) -> dict[str, Any]:
 
 
 async def detect_model(transport: Transport, endpoint: str) -> str:
-    """The one model served at ``endpoint`` (``runtime.served_model``: GET /v1/models, else
-    SGLang's /get_model_info); several models are a ``ConfigError`` listing them."""
+    """The one model served at ``endpoint`` (``HttpPieceRunner.resolve_model``: GET
+    /v1/models, else SGLang's /get_model_info); several models are a ``ConfigError`` listing
+    them."""
     try:
-        return await resolve_served_model(transport_getter(transport.get), [endpoint])
+        return await resolve_served_model([endpoint], transport=transport)
     except ReplicaDownError as exc:
         raise ReplicaError(f"cannot reach {endpoint}: {exc}") from None
 
@@ -271,11 +271,6 @@ def build_model(measurements: list[BatchMeasurement], name: str, source: str,
                        "k_s_per_token": context_s_per_token,
                        "form": "tau(b, C) = a0 + c_s * b + k * C (least squares over the points)"}
     return replace(base, context_s_per_token=context_s_per_token, provenance=prov)
-
-
-async def profile_endpoint(settings: ProfileSettings, name: str | None = None) -> ProfileResult:
-    """Run the whole sweep against ``settings.endpoint``."""
-    return (await profile_endpoints([settings], [name]))[0]
 
 
 async def profile_endpoints(

@@ -15,7 +15,6 @@ from tailsieve.runtime.attempt import ExecutorConfig
 from tailsieve.runtime.backends import Backend, PromptInput
 from tailsieve.runtime.health import ReplicaHealth, ReplicaState
 from tailsieve.runtime.lean_http import LeanTransport
-from tailsieve.runtime.served_model import resolve_served_model, transport_getter
 from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
 from tailsieve.runtime.transport import Transport, probe_health
 
@@ -128,17 +127,13 @@ class ReplicaSet:
 
     async def resolve_model(self) -> str:
         """The served model name requests carry: ``config.model``, or when it is None the one
-        model the healthy replicas serve (``runtime.served_model``; several = ``ConfigError``).
-        Resolved once; the config is updated with it."""
+        model the healthy replicas serve (``HttpPieceRunner.resolve_model``; several =
+        ``ConfigError``). Resolved once; the config is updated with it."""
         if self.config.model is not None:
             return self.config.model
         h = self.health
-        urls = [u for u, ok in zip(h.urls, h.healthy, strict=True) if ok] or list(h.urls)
-        name = await resolve_served_model(
-            transport_getter(self._transport.get, self.config.health_timeout_s),
-            urls,
-            self.config.backend,
-        )
+        name = await self.piece_runner().resolve_model(
+            [i for i, ok in enumerate(h.healthy) if ok] or range(len(h.urls)))
         self.config = replace(self.config, model=name)
         return name
 

@@ -27,10 +27,9 @@ from tailsieve.control.budget import PromptBudget, prompts_needed
 from tailsieve.control.config import ControllerConfig
 from tailsieve.errors import ConfigError
 from tailsieve.runtime.backends import Backend, PromptInput
-from tailsieve.runtime.lean_http import LeanTransport
 from tailsieve.runtime.observe import ProgressDisplay, RuntimeMetrics, StepLog, StepMetrics
 from tailsieve.runtime.rollout import RolloutBatch, RolloutConfig, TailSieveRollout
-from tailsieve.runtime.served_model import check_served_model, transport_getter
+from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
 from tailsieve.runtime.transport import Transport
 
 
@@ -85,12 +84,12 @@ async def check_model(
     asked over ``transport`` (default: a new one, closed after)."""
     if model is None:
         return
-    t = transport or LeanTransport()
+    runner = HttpPieceRunner(urls, backend, transport=transport, health_timeout_s=10.0)
     try:
-        await check_served_model(transport_getter(t.get), list(urls), model, backend)
+        await runner.check_model(model)
     finally:
         if transport is None:
-            await t.aclose()
+            await runner.aclose()
 
 
 async def run_rollout(

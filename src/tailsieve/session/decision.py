@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 from tailsieve.errors import ConfigError
 
 __all__ = ["REASONS", "TurnDecision"]
 
-Reason = Literal["first", "stay", "move", "home-down"]
 REASONS: tuple[str, ...] = ("first", "stay", "move", "home-down")
 
 

@@ -22,9 +22,9 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from tailsieve.control.base import Controller
 from tailsieve.control.config import ControllerConfig
 from tailsieve.control.factory import make_controller
+from tailsieve.core.controller import Controller
 from tailsieve.core.diagnostics import PredictedPoolTimes, diagnose_step
 from tailsieve.core.outcome import StepOutcome
 from tailsieve.core.plan import StepPlan

@@ -38,10 +38,10 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from tailsieve.control.base import Controller
 from tailsieve.control.colocate import ColocationChoice, choose_colocation, k_spread
 from tailsieve.control.factory import make_controller
 from tailsieve.core.balance_drafts import DraftFactor, DraftPricing
+from tailsieve.core.controller import Controller
 from tailsieve.model.acceptance import AcceptanceCurve
 from tailsieve.model.replica_engine import ReplicaConfig
 from tailsieve.model.spec_engine import SpecEngine

@@ -28,12 +28,11 @@ from tailsieve.sim.records import PolicyRun
 from tailsieve.sim.steady import STEADY_FROM, STEADY_STEPS, ratios_by_step
 
 __all__ = [
-    "CI_LEVEL", "CI_METHOD", "STEADY_FROM", "STEADY_STEPS", "SpeedupStat", "last_steps_speedup",
+    "CI_METHOD", "STEADY_FROM", "STEADY_STEPS", "SpeedupStat", "last_steps_speedup",
     "paired_step_ratios", "ratios_by_step", "seed_speedup", "speedup_stat", "speedup_table",
     "t_interval", "t_quantile_975",
 ]
 
-CI_LEVEL = 0.95
 CI_METHOD = "95% Student-t interval over per-seed means"
 
 # two-sided 97.5% quantiles of Student's t for 1..30 degrees of freedom

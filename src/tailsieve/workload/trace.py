@@ -115,24 +115,9 @@ class Trace:
         names = {p: i for i, p in enumerate(dict.fromkeys(ids))}
         codes = np.fromiter(map(names.__getitem__, ids), dtype=np.int64, count=len(ids))
         return cls.from_coded(
-            tuple(names),
-            codes,
-            response_tokens,
-            sample,
-            step,
-            prompt_tokens,
-            finish_reason,
-            correct,
-            source,
-            line_of,
-            replica,
-            token_ids,
-            chunk_times_s,
-            chunk_tokens,
-            turn_output_tokens,
-            turn_tool_s,
-            turn_tool_output_tokens,
-        )
+            tuple(names), codes, response_tokens, sample, step, prompt_tokens, finish_reason,
+            correct, source, line_of, replica, token_ids, chunk_times_s, chunk_tokens,
+            turn_output_tokens, turn_tool_s, turn_tool_output_tokens)
 
     @classmethod
     def from_coded(

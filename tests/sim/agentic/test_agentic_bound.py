@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from agentic_helpers import simulate_step
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,7 +25,6 @@ from tailsieve.session.turn import TurnRequest
 from tailsieve.sim.agentic.bound import step_lower_bound
 from tailsieve.sim.agentic.policies import POLICIES, policy_spec
 from tailsieve.sim.agentic.run import simulate_policy
-from tailsieve.sim.agentic.step import simulate_step
 from tailsieve.workload.turns import Trajectory, Turn
 
 CFG = ReplicaConfig.from_profile(builtin_profile("qwen3-4b-h100"), prefill_s_per_token="profile")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from agentic_helpers import simulate_step
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -15,7 +16,7 @@ from tailsieve.model.replica_config import ReplicaConfig
 from tailsieve.session.routers import make_router
 from tailsieve.sim.agentic.policies import POLICIES, policy_spec
 from tailsieve.sim.agentic.run import simulate_policy, yardstick_s
-from tailsieve.sim.agentic.step import StepOptions, TurnStepSim, simulate_step
+from tailsieve.sim.agentic.step import StepOptions, TurnStepSim
 from tailsieve.workload.turns import Trajectory, Turn
 
 CFG = ReplicaConfig.from_profile(builtin_profile("qwen3-4b-h100"), prefill_s_per_token="profile")

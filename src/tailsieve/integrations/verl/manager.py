@@ -22,7 +22,6 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-import aiohttp
 from verl import DataProto
 from verl.experimental.agent_loop.agent_loop import AgentLoopManager
 from verl.utils.ray_utils import auto_await
@@ -41,6 +40,7 @@ from tailsieve.integrations.verl.settings import VerlSettings
 from tailsieve.integrations.verl.trainer import WholeOnFirstSlice
 from tailsieve.runtime.backends import Backend, PromptInput
 from tailsieve.runtime.rollout import RolloutBatch, TailSieveRollout
+from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
 
 logger = logging.getLogger(__name__)
 STATE_VERSION = 1
@@ -114,13 +114,11 @@ class TailSieveAgentLoopManager(AgentLoopManager):
             return self.settings.model
         if self.settings.backend is Backend.SGLANG:
             return "default"  # SGLang's /generate takes no model name
-        url = self.endpoints[0] + "/v1/models"
+        runner = HttpPieceRunner(self.endpoints, self.settings.backend)
         try:
-            async with aiohttp.ClientSession() as s, s.get(url) as r:
-                data = (await r.json())["data"]
-        except (aiohttp.ClientError, KeyError, IndexError, ValueError) as exc:
-            raise ReplicaError(f"cannot read the served model from {url}: {exc!r}") from exc
-        return str(data[0]["id"])
+            return await runner.resolve_model()
+        finally:
+            await runner.aclose()
 
     async def _rollout(self) -> TailSieveRollout:
         if self._ro is None:

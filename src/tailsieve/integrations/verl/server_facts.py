@@ -17,16 +17,16 @@ root. Without them, turns run in one piece (no mid-turn moves; the reason is rep
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
-import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tailsieve.errors import ReplicaError
 from tailsieve.integrations.verl.router_config import VerlRouterConfig
 from tailsieve.integrations.verl.slots import ServerSlots
+from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,6 @@ class ServerFacts:
     ignore_eos: bool = False  # the servers' default
     repetition_penalty: float = 1.0  # the servers' default
     full_determinism: bool = False  # seeds per replica: routing must not depend on timing
-    routing_replay: bool = False  # enable_rollout_routing_replay (routed_experts returned)
     eos_token_ids: frozenset[int] | None = None  # None: unknown
     reserve_tokens: int = 0  # SGLang keeps one token of the context free
 
@@ -89,7 +88,6 @@ def facts_from_rollout_config(cfg: Any, eos: frozenset[int] | None) -> ServerFac
         ignore_eos=bool(get("ignore_eos", False)),
         repetition_penalty=float(get("repetition_penalty", 1.0) or 1.0),
         full_determinism=bool(get("full_determinism", False)),
-        routing_replay=bool(get("enable_rollout_routing_replay", False)),
         eos_token_ids=eos,
         reserve_tokens=1 if str(get("name", "")) == "sglang" else 0,
     )
@@ -125,7 +123,7 @@ async def discover_eos(model_path: str | None, server_ids: Sequence[str]) -> fro
     paths = [model_path] if model_path else []
     if not paths:
         for sid in server_ids[:2]:
-            root = await asyncio.to_thread(_served_root, sid)
+            root = await _served_root(sid)
             if root:
                 paths.append(root)
                 break
@@ -154,14 +152,16 @@ def eos_ids_at(path: str) -> frozenset[int] | None:
     return frozenset(found) or None
 
 
-def _served_root(server_id: str) -> str | None:
-    url = (server_id if server_id.startswith("http") else f"http://{server_id}") + "/v1/models"
+async def _served_root(server_id: str) -> str | None:
+    url = server_id if server_id.startswith("http") else f"http://{server_id}"
+    runner = HttpPieceRunner([url], health_timeout_s=PROBE_TIMEOUT_S)
     try:
-        with urllib.request.urlopen(url, timeout=PROBE_TIMEOUT_S) as r:
-            data = json.loads(r.read().decode())
-        return str(data["data"][0].get("root") or "") or None
-    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        card = await runner.model_card(0)
+    except ReplicaError:
         return None
+    finally:
+        await runner.aclose()
+    return card.root if card is not None else None
 
 
 def _as_ids(value: Any) -> set[int]:

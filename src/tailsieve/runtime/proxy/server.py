@@ -24,7 +24,7 @@ proxy serves: one that does not answer starts out of service until it does, so `
 from __future__ import annotations
 
 import asyncio
-import json
+import gc
 import logging
 import time
 from collections.abc import Callable
@@ -162,20 +162,17 @@ class RoutingProxy:
     async def _served_model(self) -> ServedModel:
         """The model card of the first server that lists one (``config.model`` names it)."""
         errors = []
-        for base in self.endpoints:
+        asker = HttpPieceRunner(self.endpoints, self.config.backend, transport=self.transport,
+                                health_timeout_s=MODEL_TIMEOUT_S)
+        for i, base in enumerate(self.endpoints):
             try:
-                status, text = await self.transport.get(base + "/v1/models", MODEL_TIMEOUT_S)
+                card = await asker.model_card(i)
             except ReplicaError as exc:
                 errors.append(str(exc))
                 continue
-            card = _card(text) if status == 200 else None
-            rows = card.get("data") if card else None
-            if rows:
-                row = rows[0]
-                name = self.config.model or str(row.get("id"))
-                mml = row.get("max_model_len")
-                return ServedModel(name, mml if isinstance(mml, int) else None, card)
-            errors.append(f"{base}/v1/models: HTTP {status}")
+            if card is not None:
+                return ServedModel(self.config.model or card.name, card.max_model_len, card.raw)
+            errors.append(f"{base} lists no model")
         if self.config.model is not None:
             return ServedModel(self.config.model)
         raise ConfigError("cannot tell which model the servers serve ("
@@ -261,14 +258,6 @@ async def _first_probe(gw: SessionGateway, runner: HealthProbe) -> None:
                 "did not answer the start-up probe (GET /health)"))
 
 
-def _card(text: str) -> dict[str, Any] | None:
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError:
-        return None
-    return data if isinstance(data, dict) else None
-
-
 async def serve(config: ProxyConfig, host: str = "127.0.0.1", port: int = 8800,
                 announce: Callable[[str], None] | None = None, admin_host: str = "127.0.0.1",
                 admin_port: int | None = None) -> None:
@@ -299,6 +288,7 @@ async def serve(config: ProxyConfig, host: str = "127.0.0.1", port: int = 8800,
         url = proxy.url
         if announce is not None:
             announce(describe(proxy, url))
+        gc.freeze()  # what startup made lives as long as the proxy: out of the collector's scans
         await stop.wait()
 
 

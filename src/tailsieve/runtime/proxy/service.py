@@ -172,8 +172,12 @@ class ProxyService:
         self._expiry.start(self._expire_loop)
 
     async def aclose(self) -> None:
-        for run in list(self.runs):
+        """Stop every running request (nothing more is delivered), wait for their samples to
+        end, and stop the expiry sweep."""
+        runs = list(self.runs)
+        for run in runs:
             run.cancel()
+        await asyncio.gather(*(t for run in runs for t in run.tasks), return_exceptions=True)
         await self._expiry.aclose()
 
     async def _expire_loop(self) -> None:

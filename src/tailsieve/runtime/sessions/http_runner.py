@@ -27,17 +27,24 @@ either server, whatever ``stream`` says: each chunk's tokens go to the sink as t
 ``interrupt`` closes its stream (after its last token that came with text:
 ``streamed.StreamedPiece.stop_at_boundary``). A streamed piece that already gave its sink tokens is not
 retried (that would send them again): it ends with them, finish reason "abort".
+
+The served model is asked of the servers (``resolve_model``, ``check_model``: the one rule every
+command uses when ``--model`` is not given): vLLM lists its models at ``GET /v1/models``
+(``model_card``), SGLang answers ``GET /get_model_info`` and, in recent versions, ``/v1/models``
+too. Exactly one model across the replicas is used; several are a ``ConfigError`` that lists
+them, so a run never talks to a model nobody chose.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tailsieve.errors import ConfigError
+from tailsieve.errors import ConfigError, ReplicaError
 from tailsieve.runtime.backends import (
     Backend,
     EncodedIds,
@@ -62,6 +69,19 @@ from tailsieve.runtime.transport import (
 
 ABORT_TRIES = 3  # SGLang: /abort_request is sent again while the piece still runs
 ABORT_RETRY_S = 0.5  # (an abort that arrives before the server registered the rid is lost)
+OPENAI_MODELS = "/v1/models"
+SGLANG_MODEL_INFO = "/get_model_info"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCard:
+    """A server's ``GET /v1/models`` answer: its first model's id, context limit
+    (``max_model_len``) and weights directory (``root``), and the answer as it came."""
+
+    name: str
+    max_model_len: int | None
+    root: str | None
+    raw: dict[str, Any]
 
 
 @dataclass(slots=True)
@@ -305,6 +325,74 @@ class HttpPieceRunner:
             raise RequestError(f"{url}: /tokenize answered without a 'tokens' list")
         return tuple(tokens)
 
+    async def model_card(self, replica: int) -> ModelCard | None:
+        """``replica``'s ``GET /v1/models`` (None: no HTTP 200 listing a model);
+        ``ReplicaError`` when it cannot be reached."""
+        status, body = await self._get(replica, OPENAI_MODELS)
+        data = _json_object(body) if status == 200 else None
+        rows = data.get("data") if data is not None else None
+        row = rows[0] if isinstance(rows, list) and rows and isinstance(rows[0], dict) else None
+        if data is None or row is None or not row.get("id"):
+            return None
+        mml, root = row.get("max_model_len"), row.get("root")
+        return ModelCard(str(row["id"]), mml if isinstance(mml, int) else None,
+                         str(root) if root else None, data)
+
+    async def served_models(self, replica: int) -> tuple[str, ...]:
+        """The model ids ``replica`` serves: the backend's own listing first (SGLang:
+        ``/get_model_info``; otherwise ``/v1/models``), then the other. ``ConfigError`` when
+        neither names a model; ``ReplicaError`` when it cannot be reached."""
+        sglang = self.backend is Backend.SGLANG
+        tried = []
+        for path in (SGLANG_MODEL_INFO, OPENAI_MODELS) if sglang else (OPENAI_MODELS,
+                                                                       SGLANG_MODEL_INFO):
+            status, body = await self._get(replica, path)
+            ids = _model_ids(path, body) if status == 200 else ()
+            if ids:
+                return ids
+            tried.append(f"{path}: HTTP {status}" if status != 200 else f"{path}: no model listed")
+        raise ConfigError(f"cannot tell which model {self.endpoints[replica]} serves "
+                          f"({'; '.join(tried)}); pass --model NAME")
+
+    async def resolve_model(self, replicas: Sequence[int] | None = None) -> str:
+        """``model``, or when it is None the one model ``replicas`` (default: all) serve, kept
+        as ``model``; ``ConfigError`` listing them when they serve several."""
+        async with self._model_lock:
+            if self.model is None:
+                rs = list(range(len(self.endpoints)) if replicas is None else replicas)
+                per = await asyncio.gather(*(self.served_models(r) for r in rs))
+                self.model = one_model([(self.endpoints[r], ids)
+                                        for r, ids in zip(rs, per, strict=True)])
+        return self.model
+
+    async def check_model(self, name: str) -> None:
+        """``ConfigError`` when a replica lists its models and ``name`` is not among them; the
+        message names that replica by its index and URL. A replica that lists nothing (or
+        cannot be reached) is not judged: the name is then taken on trust."""
+
+        async def listing(r: int) -> tuple[str, ...]:
+            try:
+                return await self.served_models(r)
+            except (ConfigError, ReplicaError):
+                return ()
+
+        per = await asyncio.gather(*(listing(r) for r in range(len(self.endpoints))))
+        bad = [(i, e, ids) for i, (e, ids) in enumerate(zip(self.endpoints, per, strict=True))
+               if ids and name not in ids]
+        if not bad:
+            return
+        named = " nor ".join(f"replica {i} ({e}, serves {', '.join(ids)})" for i, e, ids in bad[:3])
+        more = f" nor {len(bad) - 3} more" if len(bad) > 3 else ""
+        raise ConfigError(f"--model {name!r} is not served by {named}{more}; pass a served "
+                          "name, or leave --model out to use the one the replicas serve")
+
+    async def _get(self, replica: int, path: str) -> tuple[int, str]:
+        url = self._base(replica) + path
+        try:
+            return await self._t.get(url, self._health_timeout_s)
+        except OSError as exc:
+            raise ReplicaError(f"cannot reach {url}: {exc}") from None
+
     async def aclose(self) -> None:
         await cancel_and_wait(*self._aborts)
         await self._t.aclose()
@@ -335,17 +423,7 @@ class HttpPieceRunner:
 
     async def _model(self) -> str:
         """The served model name (asked of the servers once when not given)."""
-        if self.model is not None:
-            return self.model
-        from tailsieve.runtime.served_model import resolve_served_model, transport_getter
-
-        async with self._model_lock:
-            if self.model is None:
-                self.model = await resolve_served_model(
-                    transport_getter(self._t.get, self._health_timeout_s), self.endpoints,
-                    self.backend)
-        return self.model
-
+        return self.model if self.model is not None else await self.resolve_model()
 
 def _output(resp: Response, raw: Any, backend: Backend,
             detail: Callable[[Any], Any] | None, need_ids: bool = True) -> PieceOutput:
@@ -362,7 +440,7 @@ def _output(resp: Response, raw: Any, backend: Backend,
         logprobs=resp.logprobs, text_offsets=resp.text_offsets,
         num_cached_tokens=cached, num_prompt_tokens=prompt,
         detail=detail(raw) if detail is not None else None,
-        prompt_ids=tuple(pids) if pids else None,
+        prompt_ids=pids or None,  # as parsed: ``EncodedIds`` keep the server's JSON of them
     )
 
 
@@ -381,3 +459,49 @@ def _prompt_counts(raw: Any, backend: Backend) -> tuple[int | None, int | None]:
         return None, None
     p, c = (int(v) if isinstance(v, int) and not isinstance(v, bool) else None for v in vals)
     return p, c
+
+
+def one_model(listings: Sequence[tuple[str, tuple[str, ...]]]) -> str:
+    """The one model the ``(endpoint, ids)`` listings name; ``ConfigError`` listing them if
+    several."""
+    names = sorted({n for _, ids in listings for n in ids})
+    if len(names) == 1:
+        return names[0]
+    listing = "; ".join(f"{e}: {', '.join(ids)}" for e, ids in listings)
+    raise ConfigError(f"the servers serve {len(names)} models ({listing}); choose one with "
+                      "--model NAME")
+
+
+def _model_ids(path: str, body: str) -> tuple[str, ...]:
+    """The model ids a ``/v1/models`` or ``/get_model_info`` answer names."""
+    data = _json_object(body)
+    if data is None:
+        return ()
+    if path == SGLANG_MODEL_INFO:
+        name = data.get("served_model_name") or data.get("model_path")
+        return (str(name),) if name else ()
+    rows = data.get("data")
+    if not isinstance(rows, list):
+        return ()
+    return tuple(str(r["id"]) for r in rows if isinstance(r, dict) and r.get("id"))
+
+
+def _json_object(body: str) -> dict[str, Any] | None:
+    try:
+        data = json.loads(body)
+    except json.JSONDecodeError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+async def resolve_served_model(endpoints: Sequence[str], backend: Backend | str = Backend.VLLM,
+                               transport: Transport | None = None,
+                               timeout_s: float = 10.0) -> str:
+    """The one model served by all ``endpoints`` (``HttpPieceRunner.resolve_model``), asked
+    over ``transport`` (default: a new one, closed after) within ``timeout_s`` per request."""
+    runner = HttpPieceRunner(endpoints, backend, transport=transport, health_timeout_s=timeout_s)
+    try:
+        return await runner.resolve_model()
+    finally:
+        if transport is None:
+            await runner.aclose()

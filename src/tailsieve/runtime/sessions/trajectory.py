@@ -16,8 +16,6 @@ from tailsieve.errors import ReplicaError
 from tailsieve.runtime.sessions.result import GatewayStats, TurnResult
 from tailsieve.workload.turns import Trajectory, Turn, TurnTrace
 
-ENDINGS = ("done", "max_turns", "max_context")  # why a trajectory ended
-
 
 @dataclass(frozen=True, slots=True)
 class ToolCall:

@@ -91,12 +91,6 @@ class RunningTurn:
         return self.prompt_tokens + self.chain.num_generated
 
     @property
-    def waiting_on_move(self) -> bool:
-        """A move was made while a piece runs elsewhere: it takes effect at the piece's end
-        (or at once, where the runner interrupts the piece)."""
-        return self.piece_on is not None and self.piece_on != self.replica
-
-    @property
     def movable(self) -> bool:
         """The turn may move now: it may move mid-turn, and its last move took effect (a
         moved turn advances before it moves again: no ping-pong on estimates its move has

@@ -49,8 +49,7 @@ from tailsieve.sim.agentic.replicas import Replicas
 from tailsieve.sim.agentic.stats import StepStats
 from tailsieve.workload.turns import Trajectory
 
-__all__ = ["AGENTIC_BALANCE", "PRIORITY_SOURCES", "StepOptions", "TurnStepSim",
-           "simulate_step"]
+__all__ = ["AGENTIC_BALANCE", "PRIORITY_SOURCES", "StepOptions", "TurnStepSim"]
 
 PRIORITY_SOURCES = ("off", "remaining", "oracle")
 
@@ -391,9 +390,3 @@ def _true_left(trajs: Sequence[Trajectory]) -> list[list[int]]:
 def _ids(rid: Hashable) -> tuple[int, int]:
     assert isinstance(rid, tuple)
     return int(rid[0]), int(rid[1])
-
-
-def simulate_step(trajectories: Sequence[Trajectory], configs: Sequence[ReplicaConfig],
-                  router: SessionRouter, options: StepOptions | None = None) -> StepStats:
-    """Run one step of ``trajectories`` on replicas ``configs`` under ``router``."""
-    return TurnStepSim(trajectories, configs, router, options or StepOptions()).run()
