@@ -142,6 +142,24 @@ def test_parse_chat_and_sglang() -> None:
     assert out[0].logprobs == (-0.1, -0.2) and out[1].finish_reason == "stop"
 
 
+def test_what_the_server_says_beyond_the_tokens_is_read_once_into_typed_fields() -> None:
+    lp = {"tokens": ["a", "b"], "token_logprobs": [-0.5, -0.7],
+          "top_logprobs": [{"a": -0.5}, {"b": -0.7, "c": -0.9}]}
+    body = {"choices": [{"index": 0, "text": "ab", "token_ids": [1, 2], "logprobs": lp,
+                         "finish_reason": "stop", "stop_reason": "</s>"}]}
+    (r,) = parse_response(Backend.VLLM, body, 1, "here")
+    assert r.token_texts == ("a", "b") and r.top_logprobs == tuple(lp["top_logprobs"])
+    assert r.stop_reason == "</s>"
+    bare = {"choices": [{"index": 0, "text": "ab", "token_ids": [1, 2], "finish_reason": "stop",
+                         "stop_reason": None}]}
+    (r,) = parse_response(Backend.VLLM, bare, 1, "here")
+    assert r.token_texts is None and r.top_logprobs is None and r.stop_reason is None
+    sg = {"text": "x", "output_ids": [5, 2], "meta_info": {
+        "completion_tokens": 2, "finish_reason": {"type": "stop", "matched": 2}}}
+    (r,) = parse_response(Backend.SGLANG, sg, 1, "here")
+    assert r.stop_reason == 2 and r.token_texts is None
+
+
 def test_chat_prompt_ids_come_once_per_request() -> None:
     # vLLM's chat completions put the (templated) prompt's ids beside the choices, not in them
     body = {

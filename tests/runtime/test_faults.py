@@ -75,7 +75,12 @@ def test_statuses_and_exceptions() -> None:
     assert err.value.retryable
     with pytest.raises(RequestError) as err:
         check_status("u", 400, "bad")
-    assert not err.value.retryable
+    assert not err.value.retryable and err.value.server_message is None
+    for body in ('{"error": {"message": "too long"}}', '{"message": "too long"}',
+                 '{"detail": "too long"}'):  # vLLM, older vLLM, FastAPI
+        with pytest.raises(RequestError) as err:
+            check_status("u", 400, body)
+        assert err.value.server_message == "too long"
     check_status("u", 200, "")
     assert isinstance(from_exception("u", TimeoutError()), ReplicaDownError)
     assert isinstance(from_exception("u", ConnectionResetError()), ReplicaDownError)

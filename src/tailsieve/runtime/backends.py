@@ -144,6 +144,11 @@ class Response:
     chunk_times_s: tuple[float, ...] | None = None  # streamed: arrival of each chunk, seconds
     # after the request was sent (its last try)
     chunk_tokens: tuple[int, ...] | None = None  # streamed: generated tokens after each chunk
+    token_texts: tuple[str, ...] | None = None  # each token's text (vLLM ``logprobs.tokens``)
+    top_logprobs: tuple[Any, ...] | None = None  # each token's alternatives, as the server
+    # gave them (vLLM ``logprobs.top_logprobs``)
+    stop_reason: int | str | None = None  # the stop string or token id that ended it (vLLM
+    # ``stop_reason``, SGLang ``finish_reason.matched``; None: EOS, length, not said)
 
 
 def build_request(
@@ -335,6 +340,7 @@ def _parse_openai(backend: Backend, body: Any, n: int, keep_json: bool = False) 
             logprobs = tuple(float(v) for v in vals if v is not None) if vals else None
             offs = lp.get("text_offset") if isinstance(lp, dict) else None
             offsets = _int_tuple(offs) if offs else None
+        texts, tops = token_detail(lp)
         ids = ch.get("token_ids")
         pids = ch.get("prompt_token_ids", top_pids)
         token_ids = _int_tuple(ids, keep_json) if ids is not None else None
@@ -355,9 +361,31 @@ def _parse_openai(backend: Backend, body: Any, n: int, keep_json: bool = False) 
                 logprobs=logprobs,
                 text_offsets=offsets,
                 prompt_token_ids=_int_tuple(pids, keep_json) if pids is not None else None,
+                token_texts=texts,
+                top_logprobs=tops,
+                stop_reason=stop_value(ch.get("stop_reason")),
             )
         )
     return out
+
+
+def token_detail(lp: Any) -> tuple[tuple[str, ...] | None, tuple[Any, ...] | None]:
+    """Each token's text and alternatives from a completions choice's ``logprobs`` (None where
+    the server gave none: not asked, or a chat answer)."""
+    toks = lp.get("tokens") if isinstance(lp, dict) else None
+    tops = lp.get("top_logprobs") if isinstance(lp, dict) else None
+    return (tuple(toks) if isinstance(toks, list) else None,
+            tuple(tops) if isinstance(tops, list) else None)
+
+
+def matched_stop(finish_reason: Any) -> int | str | None:
+    """The stop string or token id an SGLang ``meta_info.finish_reason`` says ended it."""
+    return stop_value(finish_reason.get("matched")) if isinstance(finish_reason, dict) else None
+
+
+def stop_value(value: Any) -> int | str | None:
+    """A server's stop reason as given, if it is one (a stop string or token id)."""
+    return value if isinstance(value, int | str) else None
 
 
 def _parse_sglang(
@@ -383,6 +411,7 @@ def _parse_sglang(
                 finish_reason=reason,
                 token_ids=_int_tuple(ids, keep_json) if ids is not None else None,
                 logprobs=tuple(float(e[0]) for e in lps) if lps else None,
+                stop_reason=matched_stop(fr),
             )
         )
     return out

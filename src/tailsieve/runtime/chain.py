@@ -77,8 +77,12 @@ class Piece:
     text_offsets: tuple[int, ...] | None = None  # start of each token's text in ``text``
     replica: int = -1  # executor replica that generated it (-1 = unknown)
     ids_json: str | None = field(default=None, repr=False, compare=False)  # the ids as JSON
-    detail: Any = field(default=None, repr=False, compare=False)  # the engine's own account
-    # of the piece (``PieceOutput.detail``): what a front door's view reads beyond the join
+    token_texts: tuple[str, ...] | None = None  # each token's text, as the server gave it
+    top_logprobs: tuple[Any, ...] | None = field(default=None, repr=False, compare=False)
+    # each token's alternatives, as the server gave them
+    stop_reason: int | str | None = None  # the stop string or token id that ended it
+    detail: Any = field(default=None, repr=False, compare=False)  # an engine client's own
+    # account of the piece (``PieceOutput.detail``: verl's ``TokenOutput``)
 
     def __post_init__(self) -> None:
         ids = self.token_ids

@@ -28,6 +28,7 @@ someone else's abort, read as before (a piece that ends early).
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -51,12 +52,15 @@ class ReplicaStalledError(ReplicaDownError):
 
 
 class RequestError(ReplicaError):
-    """The replica answered with an error or with something that is not the expected JSON."""
+    """The replica answered with an error or with something that is not the expected JSON
+    (``server_message``: the server's own message in its error answer, where it gave one)."""
 
-    def __init__(self, message: str, status: int | None = None, retryable: bool = True) -> None:
+    def __init__(self, message: str, status: int | None = None, retryable: bool = True,
+                 server_message: str | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.retryable = retryable
+        self.server_message = server_message
 
 
 def from_exception(url: str, exc: BaseException) -> ReplicaError:
@@ -76,9 +80,23 @@ def check_status(url: str, status: int, body: str) -> None:
     if status == 500 and any(m in body for m in ENGINE_DEAD_MARKERS):
         raise ReplicaDownError(f"{url}: HTTP 500, the engine died: {body[:200]}")
     if status >= 400:
-        raise RequestError(
-            f"{url}: HTTP {status}: {body[:300]}", status=status, retryable=status >= 500
-        )
+        raise RequestError(f"{url}: HTTP {status}: {body[:300]}", status=status,
+                           retryable=status >= 500, server_message=error_message(body))
+
+
+def error_message(body: str) -> str | None:
+    """The server's message in an error answer (vLLM ``{"error": {"message"}}``, older
+    ``{"message"}``, FastAPI's ``{"detail"}``); None when the body is not such JSON."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    err = data.get("error")
+    msg = (err.get("message") if isinstance(err, dict) else None) or data.get("message") \
+        or data.get("detail")
+    return str(msg) if msg else None
 
 
 def engine_error(chunk: Mapping[str, Any]) -> str | None:

@@ -58,7 +58,7 @@ def test_the_chunks_join_into_the_final_output(words: list[str], cuts: list[int]
     result = TurnResult(tuple(final.token_ids), final.text, final.logprobs,
                         final.finish_reason, (), 0, False, "first", 0,
                         chain=tuple(chain.pieces))
-    out = trace.output(0, 0, result, tuple(stop), True, 0.0)
+    out = trace.output(0, result, tuple(stop), True, 0.0)
     d = cursor.finish(out)
     sent_ids += d.token_ids
     sent_text += d.text

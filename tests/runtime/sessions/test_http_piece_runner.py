@@ -17,6 +17,7 @@ from tailsieve.core.balancer import BalanceSettings
 from tailsieve.errors import ConfigError
 from tailsieve.runtime.backends import Backend, SamplingParams
 from tailsieve.runtime.emulator import EmulatorConfig, EmulatorServer
+from tailsieve.runtime.emulator.sglang import EOS_TOKEN_ID as SGLANG_EOS
 from tailsieve.runtime.sessions import (
     GatewayConfig,
     HttpPieceRunner,
@@ -58,8 +59,7 @@ async def stack() -> AsyncIterator[AsyncExitStack]:
 @pytest.mark.parametrize("backend", [Backend.VLLM, Backend.SGLANG])
 async def test_a_multi_turn_session_over_http(stack: AsyncExitStack, backend: Backend) -> None:
     srv = await servers(stack, 2)
-    runner = HttpPieceRunner([s.url for s in srv], backend, detail=type)  # keeps the
-    # answer's type: what a caller's reader gets is the server's decoded answer
+    runner = HttpPieceRunner([s.url for s in srv], backend)
     stack.push_async_callback(runner.aclose)
     gw = await stack.enter_async_context(
         SessionGateway(2, runner, GatewayConfig(piece_tokens=32, profile=PROFILE)))
@@ -71,7 +71,14 @@ async def test_a_multi_turn_session_over_http(stack: AsyncExitStack, backend: Ba
         assert out.logprobs is not None and len(out.logprobs) == len(out.token_ids)
         assert out.text == " tok" * len(out.token_ids)
         assert out.finish_reason in ("stop", "length")
-        assert [p.detail for p in out.chain] == [dict] * len(out.pieces)
+        for p in out.chain:  # what the server said beyond the tokens, read once by the runner
+            if backend is Backend.VLLM:  # each token's text and alternatives
+                assert p.token_texts is not None and "".join(p.token_texts) == p.text
+                assert p.top_logprobs is not None and len(p.top_logprobs) == len(p.token_ids)
+            else:  # SGLang's answer has neither
+                assert p.token_texts is None and p.top_logprobs is None
+        stopped = backend is Backend.SGLANG and out.finish_reason == "stop"
+        assert out.chain[-1].stop_reason == (SGLANG_EOS if stopped else None)  # "matched"
         if turn:
             assert out.replica == home and not out.moved  # noqa: F821 - set on turn 0
             assert out.num_cached_tokens is not None and out.num_cached_tokens >= 96
@@ -97,7 +104,7 @@ async def test_a_dead_replica_s_turn_continues_on_the_other(stack: AsyncExitStac
     out = await task
     assert len(out.token_ids) == 400 and out.finish_reason == "length"
     assert out.num_relocations == 1 and {p.replica for p in out.pieces} == {0, 1}
-    assert all(p.detail is None for p in out.chain)  # no reader: nothing kept
+    assert all(p.token_texts is None for p in out.chain)  # no logprobs asked: no texts
     assert gw.stats().num_relocations == 1 and sum(gw.healthy()) == 1
 
 

@@ -98,3 +98,27 @@ def test_sglang_cumulative_and_incremental_outputs_give_each_token_once() -> Non
         inc.add({"text": text, "output_ids": ids, "meta_info": {"completion_tokens": total}},
                 "t")
     assert inc.ids == [5, 6, 7] and "".join(inc.texts) == "xyz"
+
+
+def test_each_chunks_token_texts_and_alternatives_are_gathered_with_the_stop_reason() -> None:
+    got: list[TokenDelta] = []
+    piece = StreamedPiece(sink=got.append)
+    for tok, text in ((1, "a"), (2, "b")):
+        piece.add({"choices": [{"index": 0, "text": text, "token_ids": [tok], "logprobs": {
+            "tokens": [text], "token_logprobs": [-0.1], "top_logprobs": [{text: -0.1}]}}]}, "w")
+    piece.add({"choices": [{"index": 0, "text": "", "token_ids": [], "finish_reason": "stop",
+                            "stop_reason": 7}]}, "w")
+    assert [(d.token_texts, d.top_logprobs) for d in got] == [
+        (("a",), ({"a": -0.1},)), (("b",), ({"b": -0.1},))]
+    out = piece.output()
+    assert out.token_texts == ("a", "b") and out.top_logprobs == ({"a": -0.1}, {"b": -0.1})
+    assert out.stop_reason == 7 and out.piece(0).stop_reason == 7
+    plain = StreamedPiece()  # a chunk with tokens but without their texts: none for the piece
+    plain.add({"choices": [{"index": 0, "text": "a", "token_ids": [1], "logprobs": {
+        "tokens": ["a"], "token_logprobs": [-0.1]}}]}, "w")
+    plain.add(vllm_chunk(2, "b", "length"), "w")
+    assert plain.output().token_texts is None and plain.output().stop_reason is None
+    sg = StreamedPiece(sglang=True)
+    sg.add({"text": "x", "output_ids": [5], "meta_info": {
+        "completion_tokens": 1, "finish_reason": {"type": "stop", "matched": "END"}}}, "w")
+    assert sg.output().stop_reason == "END"

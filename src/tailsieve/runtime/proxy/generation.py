@@ -159,7 +159,7 @@ class _SGLangWriter:
         lps = live.lps if d.logprobs is not None else None
         strs = live.strs if d.token_strs is not None else None
         so_far = SampleOutput(
-            prompt_index=i // req.n, index=i, prompt_ids=self.run.prompt_ids[i // req.n],
+            index=i, prompt_ids=self.run.prompt_ids[i // req.n],
             token_ids=tuple(live.ids[:n]),
             text=live.text_since(0)[:d.char_start + len(d.text)], finish_reason="length",
             logprobs=tuple(lps[:n]) if lps is not None else None,

@@ -2,8 +2,8 @@
 
 The gateway joins a turn's pieces into its ``TurnResult`` (token ids, text, logprobs, finish
 reason; cut at a stop string that spans a seam), and hands back the chain it joined
-(``TurnResult.chain``, each piece with its server's ``PieceDetail``: each token's text and top
-logprobs as the server reported them, the server's ``stop_reason``). ``SampleOutput`` is the
+(``TurnResult.chain``, each piece with what its server said beyond the tokens: each token's
+text and top logprobs, the stop reason; ``runtime.chain.Piece``). ``SampleOutput`` is the
 sample as delivered: the join, with the per-token detail read off the chain's pieces and cut
 where the join was cut. ``SampleTrace`` keeps a sample's pieces as they end only for a sample
 aborted before its end (no ``TurnResult``): the same view over the pieces it had.
@@ -22,15 +22,7 @@ from typing import Any
 from tailsieve.runtime.chain import Piece, ResponseChain
 from tailsieve.runtime.sessions.pieces import PieceOutput, TokenDelta
 from tailsieve.runtime.sessions.result import PieceSpan, TurnResult
-
-
-@dataclass(frozen=True, slots=True)
-class PieceDetail:
-    """What a server said about a piece beyond its tokens (None where it said nothing)."""
-
-    token_strs: tuple[str, ...] | None = None  # each token's text (vLLM ``logprobs.tokens``)
-    tops: tuple[Any, ...] | None = None  # each token's alternatives (vLLM ``top_logprobs``)
-    stop_reason: int | str | None = None  # the stop string / token id that ended it
+from tailsieve.runtime.sessions.streamed import extend_or_none
 
 
 @dataclass(slots=True)
@@ -59,16 +51,15 @@ class LiveTokens:
         n = len(d.token_ids)
         offs = d.text_offsets if d.text_offsets is not None and len(d.text_offsets) == n \
             else None
-        detail = d.detail if isinstance(d.detail, PieceDetail) else None
         if n:
-            strs: Sequence[str] | None = detail.token_strs if detail is not None else None
+            strs: Sequence[str] | None = d.token_texts
             if strs is None and offs is not None:
                 strs = token_texts(d.text, offs)
             self.starts = extend_or_none(self.starts, None if offs is None else
                                   [self.num_chars + o for o in offs], n)
             self.lps = extend_or_none(self.lps, d.logprobs, n)
             self.strs = extend_or_none(self.strs, strs, n)
-            self.tops = extend_or_none(self.tops, detail.tops if detail is not None else None, n)
+            self.tops = extend_or_none(self.tops, d.top_logprobs, n)
         self.ids.extend(d.token_ids)
         if d.text:
             self.parts.append(d.text)
@@ -92,19 +83,10 @@ class LiveTokens:
         return self.strs
 
 
-def extend_or_none(have: list[Any] | None, more: Any, n: int) -> list[Any] | None:
-    """``have`` extended by ``more`` (None when either is missing or ``more`` is not n long)."""
-    if have is None or more is None or len(more) != n:
-        return None
-    have.extend(more)
-    return have
-
-
 @dataclass(frozen=True, slots=True)
 class SampleOutput:
     """One delivered sample."""
 
-    prompt_index: int  # which prompt of the request
     index: int  # its index among the request's samples (prompt-major)
     prompt_ids: tuple[int, ...]
     token_ids: tuple[int, ...]
@@ -143,11 +125,10 @@ class SampleTrace:
             return
         base = sum(len(p.text) for p in self.pieces)
         offs = tuple(s - base for s in live.starts[a:]) if live.starts is not None else None
-        detail = PieceDetail(tuple(live.strs[a:]) if live.strs is not None else None,
-                             tuple(live.tops[a:]) if live.tops is not None else None)
         out = PieceOutput(tuple(live.ids[a:]), "abort", live.text_since(base),
                           tuple(live.lps[a:]) if live.lps is not None else None, offs,
-                          detail=detail)
+                          token_texts=tuple(live.strs[a:]) if live.strs is not None else None,
+                          top_logprobs=tuple(live.tops[a:]) if live.tops is not None else None)
         self.add(PieceSpan(self.spans[-1].replica if self.spans else -1, a, n), out)
 
     @property
@@ -157,7 +138,7 @@ class SampleTrace:
     def token_ids(self) -> list[int]:
         return [t for p in self.pieces for t in p.token_ids]
 
-    def output(self, prompt_index: int, index: int, result: TurnResult | None,
+    def output(self, index: int, result: TurnResult | None,
                stop: tuple[str, ...], want_logprobs: bool, latency_s: float) -> SampleOutput:
         """The sample as delivered: ``result`` (the gateway's join) over its chain, or, for a
         sample that was aborted (``result`` None), the join of the pieces that ended before
@@ -175,10 +156,10 @@ class SampleTrace:
             lps, cached = result.logprobs, result.num_cached_tokens
             stop_reason = _stop_reason(chain, result, stop)
         n = len(ids)
-        strs = _per_token(chain, "token_strs") if want_logprobs else None
-        tops = _per_token(chain, "tops") if want_logprobs else None
+        strs = _per_token(chain, "token_texts") if want_logprobs else None
+        tops = _per_token(chain, "top_logprobs") if want_logprobs else None
         return SampleOutput(
-            prompt_index=prompt_index, index=index, prompt_ids=self.prompt_ids, token_ids=ids,
+            index=index, prompt_ids=self.prompt_ids, token_ids=ids,
             text=text, finish_reason=reason, stop_reason=stop_reason,
             logprobs=tuple(lps[:n]) if want_logprobs and lps is not None else None,
             token_strs=tuple(strs[:n]) if strs is not None and len(strs) >= n else None,
@@ -188,18 +169,14 @@ class SampleTrace:
         )
 
 
-def _detail(p: Piece) -> PieceDetail | None:
-    return p.detail if isinstance(p.detail, PieceDetail) else None
-
-
 def _per_token(chain: Sequence[Piece], name: str) -> list[Any] | None:
-    """Each token's ``name`` of its piece's ``PieceDetail`` (``token_strs``: where the server
-    gave none, cut from the text at its offsets); None when a piece with tokens has none."""
+    """Each token's ``name`` of its piece (``token_texts``: where the server gave none, cut
+    from the text at its offsets); None when a piece with tokens has none."""
     out: list[Any] = []
     for p in chain:
-        d, n, offs = _detail(p), len(p.token_ids), p.text_offsets
-        got = getattr(d, name) if d is not None else None
-        if (got is None or len(got) != n) and name == "token_strs" and n and offs is not None \
+        n, offs = len(p.token_ids), p.text_offsets
+        got = getattr(p, name)
+        if (got is None or len(got) != n) and name == "token_texts" and n and offs is not None \
                 and len(offs) == n:
             got = token_texts(p.text, offs)
         if got is None or len(got) != n:
@@ -227,5 +204,4 @@ def _stop_reason(chain: Sequence[Piece], result: TurnResult,
         for s in stop:  # a stop string across a seam: the chain cut the text before it
             if joined.startswith(s, cut):
                 return s
-    d = _detail(chain[-1]) if chain else None
-    return d.stop_reason if d is not None else None
+    return chain[-1].stop_reason if chain else None

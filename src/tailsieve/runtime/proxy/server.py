@@ -39,7 +39,6 @@ from tailsieve.runtime.proxy.config import ProxyConfig
 from tailsieve.runtime.proxy.guard import FrontDoor
 from tailsieve.runtime.proxy.metrics import ProxyMetrics
 from tailsieve.runtime.proxy.routes import build_app
-from tailsieve.runtime.proxy.runner import DetailRunner, read_detail
 from tailsieve.runtime.proxy.service import ProxyService, ServedModel
 from tailsieve.runtime.proxy.tokenizer import HttpTokenizer, Tokenizer
 from tailsieve.runtime.sessions.gateway import SessionGateway
@@ -139,18 +138,18 @@ class RoutingProxy:
             runner, tokenizer, served = self._runner, self._tokenizer, self._served
             if runner is None:
                 served = await self._served_model()
-                runner = DetailRunner(HttpPieceRunner(
+                runner = HttpPieceRunner(
                     self.endpoints, cfg.backend, served.name, self.transport,
                     request_timeout_s=cfg.gateway.request_timeout_s,
-                    tokenize_timeout_s=cfg.tokenize_timeout_s, detail=read_detail(cfg.backend)))
+                    tokenize_timeout_s=cfg.tokenize_timeout_s)
             assert served is not None
             gw = SessionGateway(len(self.endpoints), runner, cfg.gateway)
             await gw.__aenter__()
             if isinstance(runner, HealthProbe):
                 await _first_probe(gw, runner)
             if tokenizer is None:  # given with the runner, or made with it here
-                assert isinstance(runner, DetailRunner)
-                tokenizer = HttpTokenizer(runner.runner, gw.healthy)
+                assert isinstance(runner, HttpPieceRunner)
+                tokenizer = HttpTokenizer(runner, gw.healthy)
             self.gateway = gw
             self.service = ProxyService(gw, tokenizer, served, cfg.backend,
                                         ClientSessions(cfg.session_ttl_s),

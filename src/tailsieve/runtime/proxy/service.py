@@ -327,7 +327,7 @@ class ProxyService:
             ended = self.table.release(lease, context, time.monotonic())
             if ended is not None:
                 self.gateway.end_session(ended)
-        out = trace.output(i // run.req.n, i, result, run.req.stop, run.req.logprobs is not None,
+        out = trace.output(i, result, run.req.stop, run.req.logprobs is not None,
                            time.monotonic() - run.t0)
         run.outputs[i] = out
         run.events.put_nowait(("done", i))

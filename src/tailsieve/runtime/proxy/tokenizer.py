@@ -13,7 +13,6 @@ with the server's message.
 from __future__ import annotations
 
 import itertools
-import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -59,8 +58,8 @@ class HttpTokenizer:
                                       "prompt as token ids (input_ids, or a completions prompt "
                                       "of ids)") from None
                 if exc.status is not None and 400 <= exc.status < 500:
-                    raise ApiError(f"the server refused the prompt: {_server_message(exc)}",
-                                   exc.status) from None
+                    raise ApiError("the server refused the prompt: "
+                                   f"{exc.server_message or exc}", exc.status) from None
                 errors.append(str(exc))
                 continue
             if not tokens:
@@ -77,20 +76,3 @@ class HttpTokenizer:
             return await self.runner.tokenize_chat(body["messages"], replica, options)
         return await self.runner.tokenize(body["prompt"], replica,
                                           body.get("add_special_tokens", True))
-
-
-def _server_message(exc: RequestError) -> str:
-    """The server's own error message out of a ``RequestError`` (its text otherwise)."""
-    text = str(exc)
-    i = text.find("{")
-    if i >= 0:
-        try:
-            body = json.loads(text[i:])
-            msg = body.get("error", {}).get("message") if isinstance(body, dict) else None
-            if not msg and isinstance(body, dict):
-                msg = body.get("message") or body.get("detail")
-            if msg:
-                return str(msg)
-        except (ValueError, AttributeError):
-            pass
-    return text

@@ -40,7 +40,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -99,8 +99,7 @@ class HttpPieceRunner:
     ``model``: the served model name vLLM requests carry (None: ask the servers once);
     ``stream``: vLLM pieces are streamed (so that a move can interrupt one), every
     ``stream_interval`` tokens (vLLM's per-request ``stream_interval``; None: every token);
-    ``detail``: reads what a caller needs off a piece's server answer into its
-    ``PieceOutput.detail`` (None: nothing kept); ``return_token_ids=False``: vLLM answers
+    ``return_token_ids=False``: vLLM answers
     counts only (``PieceOutput.num_tokens``; whole responses, never continued);
     ``tokenize_timeout_s``: a ``/tokenize`` call's limit (None: ``health_timeout_s``)."""
 
@@ -118,7 +117,6 @@ class HttpPieceRunner:
         tokenize_timeout_s: float | None = None,
         stream: bool = False,
         stream_interval: int | None = None,
-        detail: Callable[[Any], Any] | None = None,
         return_token_ids: bool = True,
     ) -> None:
         self.backend = Backend(backend)
@@ -144,7 +142,6 @@ class HttpPieceRunner:
         self.stream_interval = stream_interval
         self._live: dict[str, _Live] = {}
         self._aborts: set[asyncio.Task[None]] = set()
-        self._detail = detail
         self.return_token_ids = return_token_ids
 
     @property
@@ -210,8 +207,7 @@ class HttpPieceRunner:
                 raw = await self._t.post_json(url, body, self._timeout_s)
                 resps = parse_response(self.backend, raw, piece.num_samples, where,
                                        allow_abort=True, keep_json=True)
-                return [_output(r, raw, self.backend, self._detail, self.return_token_ids)
-                        for r in resps]
+                return [_output(r, raw, self.backend, self.return_token_ids) for r in resps]
             except asyncio.CancelledError:
                 if self.backend is Backend.SGLANG:  # it notices a closed connection only at
                     # its next disconnect check: abort the piece by id too (in the background)
@@ -425,8 +421,7 @@ class HttpPieceRunner:
         """The served model name (asked of the servers once when not given)."""
         return self.model if self.model is not None else await self.resolve_model()
 
-def _output(resp: Response, raw: Any, backend: Backend,
-            detail: Callable[[Any], Any] | None, need_ids: bool = True) -> PieceOutput:
+def _output(resp: Response, raw: Any, backend: Backend, need_ids: bool = True) -> PieceOutput:
     """A parsed response as a piece's output (its finish reason read by ``piece_reason``)."""
     if resp.token_ids is None and need_ids:
         raise RequestError("a piece came back without token ids (vLLM: return_token_ids; "
@@ -438,8 +433,8 @@ def _output(resp: Response, raw: Any, backend: Backend,
         token_ids=resp.token_ids or (), finish_reason=reason, text=resp.text,
         num_tokens=None if resp.token_ids is not None else resp.num_tokens,
         logprobs=resp.logprobs, text_offsets=resp.text_offsets,
-        num_cached_tokens=cached, num_prompt_tokens=prompt,
-        detail=detail(raw) if detail is not None else None,
+        num_cached_tokens=cached, num_prompt_tokens=prompt, token_texts=resp.token_texts,
+        top_logprobs=resp.top_logprobs, stop_reason=resp.stop_reason,
         prompt_ids=pids or None,  # as parsed: ``EncodedIds`` keep the server's JSON of them
     )
 

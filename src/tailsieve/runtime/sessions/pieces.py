@@ -54,9 +54,10 @@ class TokenDelta:
     text: str
     logprobs: tuple[float, ...] | None = None  # of each token, when asked
     text_offsets: tuple[int, ...] | None = None  # start of each token's text in ``text``
-    detail: Any = None  # what the runner adds about these tokens (the engine's chunk; the
-    # piece's ``PieceOutput.detail`` when the piece came whole)
     sample: int = 0  # the request's response they belong to (``PieceRequest.num_samples``)
+    token_texts: tuple[str, ...] | None = None  # each token's text, as the server gave it
+    top_logprobs: tuple[Any, ...] | None = None  # each token's alternatives, as the server
+    # gave them
 
 
 TokenSink = Callable[[TokenDelta], None]
@@ -112,9 +113,15 @@ class PieceOutput:
     # reported)
     num_prompt_tokens: int | None = None  # prompt tokens as the server counted them (None:
     # not reported)
-    detail: Any = field(default=None, compare=False, repr=False)  # what the engine said
-    # beyond the tokens, for a front door's answer: the HTTP runner's server answer (JSON),
-    # verl's ``TokenOutput``; rides the chain to ``TurnResult.chain``
+    token_texts: tuple[str, ...] | None = None  # each token's text, as the server gave it
+    # (vLLM ``logprobs.tokens``; None: not given)
+    top_logprobs: tuple[Any, ...] | None = field(default=None, compare=False, repr=False)
+    # each token's alternatives, as the server gave them (vLLM ``logprobs.top_logprobs``)
+    stop_reason: int | str | None = None  # the stop string or token id that ended it (None:
+    # EOS, length, not said)
+    detail: Any = field(default=None, compare=False, repr=False)  # an engine client's own
+    # account of the piece for its front door (verl's ``TokenOutput``); rides the chain to
+    # ``TurnResult.chain``
     prompt_ids: tuple[int, ...] | None = field(default=None, compare=False, repr=False)  # the
     # prompt's ids as the server echoed them (a ``prompt_text`` piece's; None: not echoed)
     num_tokens: int | None = None  # generated tokens as the server counted them where it did
@@ -135,7 +142,8 @@ class PieceOutput:
         server aborted is "moved" (the response goes on from its last token)."""
         reason = "moved" if self.finish_reason == "abort" else self.finish_reason
         return Piece(self.token_ids, self.text or "", reason, self.logprobs, self.text_offsets,
-                     replica, detail=self.detail)
+                     replica, token_texts=self.token_texts, top_logprobs=self.top_logprobs,
+                     stop_reason=self.stop_reason, detail=self.detail)
 
     @property
     def num_generated(self) -> int:

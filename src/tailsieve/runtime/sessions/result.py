@@ -22,8 +22,9 @@ class PieceSpan:
 class TurnResult:
     """One turn as if generated in one request: the chain of its pieces joined (token ids,
     text and logprobs concatenated, the last piece's finish reason; cut at a stop string that
-    spans a seam). ``chain``: the pieces joined, each with its engine's ``detail``: what a
-    front door's answer reads beyond the join (a view over the chain, never a second join)."""
+    spans a seam). ``chain``: the pieces joined, each with what its engine said beyond the
+    tokens (token texts, top logprobs, stop reason; verl's ``detail``): what a front door's
+    answer reads beyond the join (a view over the chain, never a second join)."""
 
     token_ids: tuple[int, ...]
     text: str | None  # None: the runner returned no text

@@ -2,8 +2,9 @@
 one ``PieceOutput``, readable at any moment (a move that closes the stream keeps what came).
 
 Each chunk carries the piece's next token ids (``return_token_ids``), their text, and their
-logprobs when asked; the last choice chunk its finish reason, the usage chunk (``stream_options
-.include_usage``) the prompt tokens the server found cached (``--enable-prompt-tokens-details``).
+logprobs (each token's text and alternatives) when asked; the last choice chunk its finish
+reason and stop reason, the usage chunk (``stream_options.include_usage``) the prompt tokens
+the server found cached (``--enable-prompt-tokens-details``).
 A token's text offset is known where it came in a chunk of its own (every token streamed, the
 default ``stream_interval``), else from the chunk's logprobs. SGLang's streamed ``/generate``
 (``sglang=True``) sends the output so far in each chunk (token ids and text cumulative; with
@@ -28,7 +29,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
+from tailsieve.runtime.backends import matched_stop, stop_value, token_detail
 from tailsieve.runtime.faults import RequestError, check_finished, engine_abort
 from tailsieve.runtime.sessions.pieces import PieceOutput, TokenDelta, TokenSink, piece_reason
 from tailsieve.runtime.transport import JSON
@@ -42,6 +45,10 @@ class StreamedPiece:
     texts: list[str] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     offsets: list[int] = field(default_factory=list)  # text offset of each token, where known
+    token_texts: list[str] | None = field(default_factory=list)  # each token's text and
+    tops: list[Any] | None = field(default_factory=list)  # alternatives, as the server gave
+    # them (None once a chunk with tokens came without them)
+    stop_reason: int | str | None = None  # the stop string or token id that ended it
     num_chars: int = 0
     reason: str = ""  # the finish reason, once it came
     cached_tokens: int | None = None
@@ -96,6 +103,9 @@ class StreamedPiece:
             self.offsets.extend(self.num_chars + o for o in d.text_offsets)
         if d.logprobs is not None:
             self.logprobs.extend(d.logprobs)
+        if n:
+            self.token_texts = extend_or_none(self.token_texts, d.token_texts, n)
+            self.tops = extend_or_none(self.tops, d.top_logprobs, n)
         self.ids.extend(d.token_ids)
         self.texts.append(d.text)
         self.num_chars += len(d.text)
@@ -140,9 +150,10 @@ class StreamedPiece:
                 rel = (0,)
             elif offs and len(offs) == len(toks):
                 rel = tuple(int(o) - int(offs[0]) for o in offs)
-            self.take(TokenDelta(toks, text, lps, rel, chunk, self.index))
+            self.take(TokenDelta(toks, text, lps, rel, self.index, *token_detail(lp)))
             if ch.get("finish_reason"):
                 self.reason = str(ch["finish_reason"])
+                self.stop_reason = stop_value(ch.get("stop_reason"))
             self._mark()
 
     def _mark(self) -> None:
@@ -170,8 +181,8 @@ class StreamedPiece:
             vals = lp[have:] if whole and len(lp) == len(ids) else lp
             if len(vals) == len(new):
                 lps = tuple(float(v[0]) for v in vals)
-        self.take(TokenDelta(new, text, lps, (0,) if len(new) == 1 else None, chunk,
-                             self.index), bool(text) or not known)
+        self.take(TokenDelta(new, text, lps, (0,) if len(new) == 1 else None, self.index),
+                  bool(text) or not known)
         cached = meta.get("cached_tokens")
         if isinstance(cached, int) and not isinstance(cached, bool):
             self.cached_tokens = cached
@@ -180,6 +191,7 @@ class StreamedPiece:
         fr = meta.get("finish_reason")
         if fr:
             self.reason = str(fr.get("type") if isinstance(fr, dict) else fr)
+            self.stop_reason = matched_stop(fr)
         if not ids and isinstance(total, int):  # no ids streamed: the server's count
             self.num_unseen = total - len(self.ids)
         self._mark()
@@ -198,11 +210,25 @@ class StreamedPiece:
             token_ids=tuple(self.ids), finish_reason=reason, text="".join(self.texts),
             logprobs=tuple(self.logprobs) if self.logprobs and len(self.logprobs) == n else None,
             text_offsets=tuple(self.offsets) if len(self.offsets) == n else None,
+            token_texts=_whole(self.token_texts, n), top_logprobs=_whole(self.tops, n),
+            stop_reason=self.stop_reason,
             num_cached_tokens=self.cached_tokens, prompt_ids=self.prompt_ids,
             num_prompt_tokens=self.prompt_tokens,
             num_tokens=n + unseen if unseen else None,
             chunk_times_s=tuple(self.times_s),
             chunk_tokens=tuple(marks))
+
+
+def extend_or_none(have: list[Any] | None, more: Any, n: int) -> list[Any] | None:
+    """``have`` extended by ``more`` (None when either is missing or ``more`` is not n long)."""
+    if have is None or more is None or len(more) != n:
+        return None
+    have.extend(more)
+    return have
+
+
+def _whole(got: list[Any] | None, n: int) -> tuple[Any, ...] | None:
+    return tuple(got) if got is not None and len(got) == n else None
 
 
 def finished(piece: StreamedPiece, where: str) -> None:

@@ -179,7 +179,8 @@ class RunningTurn:
             out.token_ids[k:], text,
             out.logprobs[k:] if out.logprobs is not None else None,
             tuple(o - offs[k] for o in offs[k:]) if offs is not None else None,
-            out.detail if not k else None))
+            token_texts=out.token_texts[k:] if out.token_texts is not None else None,
+            top_logprobs=out.top_logprobs[k:] if out.top_logprobs is not None else None))
 
     def restart(self) -> None:
         """Forget every piece (a turn that cannot be continued starts again from its prompt)."""
