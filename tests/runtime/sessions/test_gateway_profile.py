@@ -117,12 +117,12 @@ def test_a_named_profile_stays_fixed() -> None:
 
 
 async def test_a_slowed_emulated_replica_is_priced_slower_and_avoided() -> None:
-    """Three emulated replicas, the last slowed 4x: after a step of pieces on each, the
+    """Three emulated replicas, the last slowed 6x: after a step of pieces on each, the
     gateway's ``auto`` fit prices that replica (decode and prefill) several times slower than
     the others, and TailSieve's next first turns avoid it."""
     scale = 0.1  # real seconds per model second
     cfgs = [EmulatorConfig.from_profile("qwen3-4b-h100", time_scale=scale, seed=i,
-                                        slowdown=4.0 if i == 2 else 1.0) for i in range(3)]
+                                        slowdown=6.0 if i == 2 else 1.0) for i in range(3)]
     loop = asyncio.get_running_loop()
     gcfg = GatewayConfig(policy="turn-round-robin", profile="auto:qwen3-4b-h100")
     async with contextlib.AsyncExitStack() as stack:
