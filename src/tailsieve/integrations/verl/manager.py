@@ -116,9 +116,13 @@ class TailSieveAgentLoopManager(AgentLoopManager):
             return "default"  # SGLang's /generate takes no model name
         runner = HttpPieceRunner(self.endpoints, self.settings.backend)
         try:
-            return await runner.resolve_model()
+            card = await runner.model_card(0)  # verl's servers serve one policy: the first id
         finally:
             await runner.aclose()
+        if card is None:
+            raise ReplicaError(f"{self.endpoints[0]} lists no model at /v1/models: set "
+                               "tailsieve.model")
+        return card.name
 
     async def _rollout(self) -> TailSieveRollout:
         if self._ro is None:

@@ -219,7 +219,8 @@ class HttpPieceRunner:
                     return [g.output(interrupted=True) for g in got]  # its sink has these
                 if not exc.retryable or retry >= self._max_retries:
                     raise RequestError(f"{where}: {exc} (after {retry} retries)",
-                                       status=exc.status, retryable=False) from exc
+                                       status=exc.status, retryable=False,
+                                       server_message=exc.server_message) from exc
                 await asyncio.sleep(min(self._backoff_max_s, self._backoff_s * 2**retry))
                 retry += 1
             finally:
@@ -356,7 +357,12 @@ class HttpPieceRunner:
         async with self._model_lock:
             if self.model is None:
                 rs = list(range(len(self.endpoints)) if replicas is None else replicas)
-                per = await asyncio.gather(*(self.served_models(r) for r in rs))
+                got = await asyncio.gather(*(self.served_models(r) for r in rs),
+                                           return_exceptions=True)
+                failed = [g for g in got if isinstance(g, BaseException)]
+                if failed:
+                    raise failed[0]
+                per = [g for g in got if not isinstance(g, BaseException)]
                 self.model = one_model([(self.endpoints[r], ids)
                                         for r, ids in zip(rs, per, strict=True)])
         return self.model
