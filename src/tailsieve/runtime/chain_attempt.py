@@ -267,8 +267,7 @@ class ChainedAttempt:
                     and (fault is not None or out.finish_reason == "abort")):
                 dropped, kept = len(out.token_ids), False  # cannot be continued: starts again
             if out is not None and kept:
-                chain.add(replace(out.piece(replica), token_texts=None, top_logprobs=None),
-                          cap)  # an interrupted one as "moved"; a step's rows keep no texts
+                chain.add(out.piece(replica, texts=False), cap)  # an interrupted one as "moved"
                 if fault is None:
                     self.progress.timed_tokens += len(out.token_ids)
                     self.progress.timed_s += ended - started

@@ -5,22 +5,30 @@ raises it from the wait, so a crashed loop is not lost at close."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
-async def cancel_and_wait(*tasks: asyncio.Future[Any] | None) -> None:
-    """Cancel ``tasks`` (None: none), then wait for all of them to end; the first error other
-    than the cancel is raised once all have ended. A cancel of the caller itself still
-    propagates."""
-    live = [t for t in tasks if t is not None]
-    for t in live:
-        t.cancel()
-    results = await asyncio.gather(*live, return_exceptions=True)
+async def gather_all(*aws: Awaitable[T]) -> list[T]:
+    """Await every one of ``aws`` to its end, then raise the first error other than a cancel
+    (one failing does not leave the others running); else their results, in order. A cancel
+    of the caller itself still propagates."""
+    results = await asyncio.gather(*aws, return_exceptions=True)
     errors = [r for r in results
               if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError)]
     if errors:
         raise errors[0]
+    return [r for r in results if not isinstance(r, BaseException)]
+
+
+async def cancel_and_wait(*tasks: asyncio.Future[Any] | None) -> None:
+    """Cancel ``tasks`` (None: none), then wait for all of them to end (``gather_all``)."""
+    live = [t for t in tasks if t is not None]
+    for t in live:
+        t.cancel()
+    await gather_all(*live)
 
 
 class BackgroundTask:

@@ -49,7 +49,12 @@ from tailsieve.runtime.proxy.request import (
 from tailsieve.runtime.proxy.sample import LiveTokens, SampleOutput, SampleTrace
 from tailsieve.runtime.proxy.tokenizer import Tokenizer
 from tailsieve.runtime.sessions.gateway import SessionGateway
-from tailsieve.runtime.sessions.pieces import CHARS_PER_TOKEN, PieceOutput, TokenDelta
+from tailsieve.runtime.sessions.pieces import (
+    CHARS_PER_TOKEN,
+    PieceOutput,
+    TokenDelta,
+    text_tokens,
+)
 from tailsieve.runtime.sessions.result import PieceSpan, TurnResult
 from tailsieve.runtime.tasks import BackgroundTask
 from tailsieve.runtime.transport import RequestError
@@ -92,7 +97,7 @@ class TextPrompts:
 
     def estimate(self, text: str) -> int:
         per = self.num_chars / self.num_tokens if self.num_tokens else CHARS_PER_TOKEN
-        return max(1, round(len(text) / per))
+        return text_tokens(text, per)
 
     def echoed(self, text: str, ids: tuple[int, ...]) -> None:
         self.num_chars += len(text)

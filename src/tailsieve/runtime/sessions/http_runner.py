@@ -58,7 +58,7 @@ from tailsieve.runtime.faults import check_status
 from tailsieve.runtime.lean_http import LeanTransport
 from tailsieve.runtime.sessions.pieces import PieceOutput, PieceRequest, piece_reason
 from tailsieve.runtime.sessions.streamed import StreamedPiece, finished
-from tailsieve.runtime.tasks import cancel_and_wait
+from tailsieve.runtime.tasks import cancel_and_wait, gather_all
 from tailsieve.runtime.transport import (
     JSON,
     ReplicaDownError,
@@ -357,12 +357,7 @@ class HttpPieceRunner:
         async with self._model_lock:
             if self.model is None:
                 rs = list(range(len(self.endpoints)) if replicas is None else replicas)
-                got = await asyncio.gather(*(self.served_models(r) for r in rs),
-                                           return_exceptions=True)
-                failed = [g for g in got if isinstance(g, BaseException)]
-                if failed:
-                    raise failed[0]
-                per = [g for g in got if not isinstance(g, BaseException)]
+                per = await gather_all(*(self.served_models(r) for r in rs))
                 self.model = one_model([(self.endpoints[r], ids)
                                         for r, ids in zip(rs, per, strict=True)])
         return self.model

@@ -43,6 +43,8 @@ def piece_reason(reason: str | None) -> str:
     if reason in FINISH_REASONS:
         return str(reason)
     return "stop" if reason in ENDED_REASONS else "abort"
+
+
 _SAMPLING_FIELDS = tuple(f.name for f in fields(SamplingParams) if f.name != "extra")
 
 
@@ -137,12 +139,14 @@ class PieceOutput:
         if self.logprobs is not None and len(self.logprobs) != len(self.token_ids):
             raise ConfigError(f"{len(self.logprobs)} logprobs for {len(self.token_ids)} tokens")
 
-    def piece(self, replica: int) -> Piece:
+    def piece(self, replica: int, texts: bool = True) -> Piece:
         """This output as a piece of its response's chain, generated on ``replica``; one the
-        server aborted is "moved" (the response goes on from its last token)."""
+        server aborted is "moved" (the response goes on from its last token). ``texts``:
+        keep each token's text and top logprobs (what an answer's per-token view reads)."""
         reason = "moved" if self.finish_reason == "abort" else self.finish_reason
         return Piece(self.token_ids, self.text or "", reason, self.logprobs, self.text_offsets,
-                     replica, token_texts=self.token_texts, top_logprobs=self.top_logprobs,
+                     replica, token_texts=self.token_texts if texts else None,
+                     top_logprobs=self.top_logprobs if texts else None,
                      stop_reason=self.stop_reason, detail=self.detail)
 
     @property
