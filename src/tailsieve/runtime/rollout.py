@@ -46,14 +46,15 @@ from tailsieve.runtime.observe import RuntimeMetrics, StepLog, StepMetrics, wast
 from tailsieve.runtime.sessions.profile import STAND_IN, LiveProfile
 from tailsieve.runtime.stall_watch import StallSettings
 from tailsieve.runtime.step_state import GroupResponses, StepProgress
+from tailsieve.runtime.tasks import gather_all
 from tailsieve.runtime.transport import ReplicaDownError, Transport
 
 PromptLike = PromptInput | dict[str, Any]
 logger = logging.getLogger(__name__)
 MODEL_POLICIES = ("tailsieve", "tailsieve-fixed")  # policies whose controller uses the profile
 LIVE_PROFILE = "auto"  # default cost model of a live rollout (RolloutConfig, the CLI): fitted
-PRIORITY_CHECK_S = 60.0  # the start-up check of drain priority waits this long per replica
 # online from the rollout's own timings (``runtime.sessions.profile``)
+PRIORITY_CHECK_S = 60.0  # the start-up check of drain priority waits this long per replica
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,14 +291,14 @@ class TailSieveRollout:
         now rather than failing a step. A replica that faults or does not answer in time is
         left to the health model (it is not checked when it comes back)."""
         runner = self.executor.piece_runner()
-        why = await asyncio.gather(*(asyncio.wait_for(runner.refuses_priority(r),
-                                                      PRIORITY_CHECK_S)
-                                     for r in self._active), return_exceptions=True)
-        errors = [w for w in why if isinstance(w, BaseException)
-                  and not isinstance(w, ReplicaDownError | TimeoutError)]
-        if errors:
-            raise errors[0]
-        refused = [w for w in why if isinstance(w, str) and w]  # each names its server
+
+        async def refuses(replica: int) -> str:
+            try:
+                return await asyncio.wait_for(runner.refuses_priority(replica), PRIORITY_CHECK_S)
+            except (ReplicaDownError, TimeoutError):
+                return ""  # the health model's to judge
+
+        refused = [w for w in await gather_all(*map(refuses, self._active)) if w]
         if refused:
             raise ConfigError(
                 "drain priority (--drain-priority) needs every vLLM server started with "
