@@ -391,8 +391,10 @@ class HttpPieceRunner:
             raise ReplicaError(f"cannot reach {url}: {exc}") from None
 
     async def aclose(self) -> None:
-        await cancel_and_wait(*self._aborts)
-        await self._t.aclose()
+        try:
+            await cancel_and_wait(*self._aborts)
+        finally:
+            await self._t.aclose()
 
     def _base(self, replica: int) -> str:
         if not 0 <= replica < len(self.endpoints):
