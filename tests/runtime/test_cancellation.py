@@ -57,8 +57,8 @@ def attempt(transport: HeldGeneration) -> ChainedAttempt:
     chains = [ResponseChain(64, prompt.token_ids)]
     runner = HttpPieceRunner(["http://r0", "http://r1"], Backend.SGLANG, "m",
                              transport=transport)
-    return ChainedAttempt(runner, [(0, "http://r0")], cfg, prompt, chains, None,
-                          AttemptProgress(), lambda *a: (0, "http://r0"))
+    return ChainedAttempt(runner, [0], cfg, prompt, chains, None, AttemptProgress(),
+                          lambda *a: 0)
 
 
 async def test_a_cancel_during_a_moves_abort_is_not_swallowed() -> None:
@@ -69,7 +69,7 @@ async def test_a_cancel_during_a_moves_abort_is_not_swallowed() -> None:
     att = attempt(t)
     runner = asyncio.ensure_future(att.run())
     await t.generating.wait()
-    assert att.move(0, 1, "http://r1")
+    assert att.move(0, 1)
     await t.aborted.wait()  # the abort was sent and answered at once
     for _ in range(10):  # let the attempt go back to waiting for the piece's output
         await asyncio.sleep(0)

@@ -246,7 +246,7 @@ class LiveExecutor(ReplicaSet):
         att = run.attempts.get(prompt_id)
         if g is None or att is None or g.status != "running":
             return False
-        if not att.move(sample, to_replica, run.url(to_replica)):
+        if not att.move(sample, to_replica):
             return False
         run.reseat(g, sample, to_replica)
         self.num_moves += 1
@@ -323,7 +323,7 @@ class LiveExecutor(ReplicaSet):
 
     def _relocate(
         self, run: StepRun, g: GroupRun, sample: int, replica: int, url: str, exc: BaseException
-    ) -> tuple[int, str]:
+    ) -> int:
         """A response's piece failed with ``ReplicaDownError``: take the replica out (unless it
         moved address since) and name where the response continues."""
         if run.url(replica) == url.rstrip("/") and run.ok(replica):
@@ -332,7 +332,7 @@ class LiveExecutor(ReplicaSet):
         new = replica if run.ok(replica) else run.pick(g.assignment)
         run.reseat(g, sample, new)
         self.num_relocations += 1
-        return new, run.url(new)
+        return new
 
     def _launch(self, run: StepRun, g: GroupRun, prompts: Mapping[str, PromptInput]) -> None:
         g.progress = AttemptProgress()
@@ -359,13 +359,12 @@ class LiveExecutor(ReplicaSet):
             pid, [ResponseChain(sp.max_tokens, prompt.token_ids, stop=sp.stop or ()) for _ in
                   range(n)]
         )
-        where = [(r, run.url(r)) for r in g.replicas]
 
-        def relocate(sample: int, replica: int, url: str, exc: BaseException) -> tuple[int, str]:
+        def relocate(sample: int, replica: int, url: str, exc: BaseException) -> int:
             return self._relocate(run, g, sample, replica, url, exc)
 
         att = ChainedAttempt(
-            self.piece_runner(), where, run.config or self.config, prompt, chains,
+            self.piece_runner(), g.replicas, run.config or self.config, prompt, chains,
             self._forced, g.progress, relocate, self.stalls, run.active, timings=self.timings,
             priority_bucket_tokens=self._priority_bucket(run.plan),
         )
@@ -375,7 +374,7 @@ class LiveExecutor(ReplicaSet):
                 run.index.drop_owner(old)
             att.attach(run.index, run.t0, tuple(sorted(g.assignment.all_replicas)))
         run.attempts[pid] = att
-        urls = tuple(u for _, u in where)
+        urls = tuple(run.url(r) for r in g.replicas)
         g.task = asyncio.create_task(self._wrap(run, att, pid, g.attempt, g.replicas, urls))
 
     async def _wrap(

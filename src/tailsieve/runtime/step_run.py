@@ -173,15 +173,13 @@ class StepRun:
             if g.status != "running":
                 continue
             dealt = tuple(sorted(g.assignment.all_replicas))
-            where = att.where
-            for i, chain in enumerate(att.chains):
-                if chain.final is not None:
+            for i, rt in enumerate(att.turns):
+                if rt.chain.final is not None:
                     continue
-                rep = where[i][0]
-                p = att.prompt_tokens(i)
-                ctx = p + chain.num_generated + att.streamed_tokens(i)
-                out.append(LiveResponse(pid, i, rep, ctx, p, dealt, int(rep in tails),
-                                        att.running_piece(i, now)))
+                rep = rt.replica
+                ctx = rt.prefix_tokens + (rt.streamed_tokens if rt.piece_on is not None else 0)
+                out.append(LiveResponse(pid, i, rep, ctx, rt.prompt_tokens, dealt,
+                                        int(rep in tails), att.running_piece(i, now)))
         return out
 
     def result(self, waste: WasteCounter, num_relocations: int) -> StepResult:

@@ -54,7 +54,6 @@ from tailsieve.runtime.sessions.pieces import (
     HealthProbe,
     PieceInterrupter,
     PieceOutput,
-    PieceRequest,
     PieceRunner,
     PieceStreamer,
     sampling_from_dict,
@@ -387,20 +386,12 @@ class SessionGateway:
     async def _run(self, rt: RunningTurn) -> None:
         while not rt.chain.done:
             replica = rt.replica
-            if rt.booked != replica:  # a move or a relocation takes effect
-                self.book.move_turn(rt.session_id, replica, self.now())
-                rt.booked = replica
             piece = rt.next_piece()
-            rt.piece_on, rt.piece_started_s = replica, self.now()
-            timed = self.profile.time_piece(replica, rt.piece_started_s, piece, rt.prompt_tokens)
-            out: PieceOutput | None = None
-            fault: ReplicaDownError | None = None
-            try:
-                out, fault = await self._piece(replica, piece)
-            finally:
-                rt.piece_on = None
-                self.profile.record_piece(timed, rt.piece_started_s, self.now(),
-                                          None if out is None or fault else [out])
+            if rt.begin_piece(self.now()):  # a move takes effect
+                self.book.move_turn(rt.session_id, replica, rt.piece_started_s)
+            self._watch_stalls()
+            out, fault = await rt.send(piece, self.runner, replica, self.stalls, self.profile,
+                                       self.now, replica)
             if out is not None and (fault is None or out.token_ids):
                 self.tally.piece(replica, piece, out, rt.expect_hit)
                 rt.add(replica, piece, out)  # a faulted piece's streamed tokens are kept
@@ -414,13 +405,6 @@ class SessionGateway:
                                    f"aborted by the server on replica {replica}")
             if not rt.chain.done:
                 self.book.progress(rt.session_id, rt.chain.num_generated, self.now())
-
-    async def _piece(self, replica: int, piece: PieceRequest,
-                     ) -> tuple[PieceOutput | None, ReplicaDownError | None]:
-        """Run one piece under the stall watch (``StallWatch.piece``): its output and the
-        replica fault that ended it."""
-        self._watch_stalls()
-        return await self.stalls.piece(self.runner, replica, piece)
 
     def _watch_stalls(self) -> None:
         self._stall_task.start(lambda: self.stalls.run(self._stalled, self._answers))
@@ -512,7 +496,7 @@ class SessionGateway:
                 step_s = (tp.tau(max(v.num_running + v.num_waiting, 1))
                           + tp.context_s_per_token * v.context_tokens)
                 ran = int((now_s - rt.piece_started_s) / step_s) if step_s > 0 else 0
-                got = min(max(ran, 0), rt.chain.piece_cap(rt.piece_tokens))
+                got = min(max(ran, 0), rt.cap_tokens)
             self.book.progress(rt.session_id, rt.chain.num_generated + got, now_s)
 
     def _streams(self, rt: RunningTurn) -> bool:

@@ -8,19 +8,27 @@ token once, in order, with its index in the turn's output: as its piece streams 
 runner streams, else at the piece's end; a piece cut short keeps what it streamed. A turn
 started from text (``prompt_text``: a prompt no one has tokenized yet) sends its first piece
 as text; the server tokenizes it and echoes its ids (``PieceOutput.prompt_ids``), which the
-chain keeps for the pieces after it (and the ``TurnResult``).
+chain keeps for the pieces after it (and the ``TurnResult``). ``RunningTurn.send`` runs one
+piece (watched for stalls, timed for the ``auto`` profile): the session gateway's turns and a
+single-turn step's responses (``runtime.chain_attempt``) run their pieces through it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tailsieve.runtime.backends import PromptInput, SamplingParams, with_encoded_ids
+from tailsieve.core.drain import engine_priority
+from tailsieve.runtime.backends import PromptInput, Response, SamplingParams, with_encoded_ids
 from tailsieve.runtime.chain import ChainError, ResponseChain
-from tailsieve.runtime.sessions.pieces import PieceOutput, PieceRequest, TokenDelta
+from tailsieve.runtime.faults import ReplicaDownError
+from tailsieve.runtime.sessions.pieces import PieceOutput, PieceRequest, PieceRunner, TokenDelta
 from tailsieve.runtime.sessions.result import PieceSpan, TurnResult
+
+if TYPE_CHECKING:
+    from tailsieve.runtime.sessions.profile import LiveProfile
+    from tailsieve.runtime.stall_watch import StallWatch
 
 TurnSink = Callable[[int, TokenDelta], None]  # (index of the first token in the turn's output,
 # the tokens)
@@ -53,10 +61,18 @@ class RunningTurn:
     interrupted: bool = False  # its running piece was interrupted by a move
     piece_id: str = ""  # request id of the running (or last) piece
     sink: TurnSink | None = None  # told of every token as it comes (a streamed answer)
-    streaming: list[TokenDelta] | None = None  # what the running piece streamed to ``sink``
-    streamed_tokens: int = 0  # tokens in ``streaming``
+    streamed_chars: int | None = None  # text the running piece streamed to ``sink`` (None:
+    # it streams to none)
+    streamed_tokens: int = 0  # tokens the running piece streamed
     engine_args: Mapping[str, Any] | None = None  # passed with every piece (``PieceRequest``)
     text_tokens: int = 0  # a text prompt's estimated length, tokens, until its ids are known
+    forced: bool = False  # replay: each piece generates exactly its cap (the chain's length)
+    priority_bucket: int | None = None  # each piece's engine priority by the tokens generated
+    # so far (``core.drain.engine_priority``); None: not sent
+    num_sent: int = 0  # pieces sent
+    unique_ids: bool = False  # each piece its own request id (else a piece lost with its
+    # replica is asked again under its id: the id names its place in the chain)
+    texts: bool = True  # keep each token's text in the chain (what a per-token answer reads)
 
     @classmethod
     def start(cls, session_id: Hashable, turn_id: str, prompt_ids: tuple[int, ...],
@@ -67,8 +83,7 @@ class RunningTurn:
         ``prompt_text`` (and no ``prompt_ids``) the prompt goes as text, ``text_tokens`` long
         by estimate."""
         want = sampling.logprobs is not None
-        if sampling.stop and not want:  # a stop string across a seam needs text offsets
-            sampling = replace(sampling, logprobs=0)
+        sampling = seam_sampling(sampling)
         if prompt_ids or prompt_text is None:
             prompt = with_encoded_ids(PromptInput(turn_id, token_ids=tuple(prompt_ids)))
         else:
@@ -97,6 +112,13 @@ class RunningTurn:
         not yet changed)."""
         return self.moves and not self.chain.done and len(self.spans) >= self.hold_pieces
 
+    @property
+    def cap_tokens(self) -> int:
+        """The most tokens the next (or running) piece may add by the sampling's ``max_tokens``
+        (never a forced length): what is left, at most ``piece_tokens``."""
+        left = self.sampling.max_tokens - self.chain.num_generated
+        return max(0, left if self.piece_tokens is None else min(left, self.piece_tokens))
+
     def moved(self, interrupted: bool) -> None:
         """A move was made. ``interrupted``: the running piece (if any) ends at once, and the
         turn may move again once its next piece started on the destination (as the agentic
@@ -117,45 +139,88 @@ class RunningTurn:
             ids: tuple[int, ...] = ()
             text = self.prompt.text
         else:
-            next_ids = chain.next_prompt(self.prompt).token_ids
-            assert next_ids is not None
-            ids = next_ids
-        self.streaming, self.streamed_tokens = None, 0
-        if self.sink is not None:
-            self.streaming = []
+            ids = chain.next_prompt(self.prompt).token_ids or chain.prompt_ids
+        self.streamed_chars, self.streamed_tokens = (0 if self.sink is not None else None), 0
+        sp = self.sampling
+        if "min_tokens" in sp.extra:  # else the piece's cap is its ``max_tokens`` alone
+            sp = chain.piece_sampling(sp, self.piece_tokens)
+        self.piece_id = f"{self.turn_id}-{self.num_sent if self.unique_ids else len(self.spans)}"
+        self.num_sent += 1
+        bucket = self.priority_bucket
         return PieceRequest(
             prompt_ids=ids,
             prompt_text=text,
-            sampling=chain.piece_sampling(self.sampling, self.piece_tokens),
+            sampling=sp,
             max_tokens=chain.piece_cap(self.piece_tokens),
-            request_id=self._next_id(),
+            request_id=self.piece_id,
             prompt_json=getattr(ids, "json", None),
-            sink=self._streamed if self.streaming is not None else None,
+            sink=self._streamed if self.sink is not None else None,
             engine_args=self.engine_args,
+            forced=self.forced,
+            priority=None if bucket is None else engine_priority(chain.num_generated, bucket),
         )
+
+    def begin_piece(self, now_s: float) -> bool:
+        """The piece from ``next_piece`` is sent to ``replica`` at ``now_s``. Returns whether a
+        move takes effect with it (it goes elsewhere than the last piece; a relocation sets
+        ``booked`` itself)."""
+        moved = self.booked != self.replica
+        self.piece_on, self.piece_started_s, self.booked = self.replica, now_s, self.replica
+        return moved
+
+    async def send(self, piece: PieceRequest, runner: PieceRunner, target: int,
+                   stalls: StallWatch | None, profile: LiveProfile | None,
+                   clock: Callable[[], float], timed_as: Hashable,
+                   watched_as: Hashable | None = None,
+                   ) -> tuple[PieceOutput | None, ReplicaDownError | None]:
+        """Run ``piece`` (after ``begin_piece``) on the runner's replica ``target``, under the
+        stall watch (``watched_as``: the replica as the watch names it; default ``target``),
+        timed for the ``auto`` profile as a piece of replica ``timed_as`` (``clock``: the
+        seconds ``begin_piece`` was given). Returns its output (a streamed piece's partial one
+        when a fault cut it) and the replica fault that ended it; any other error is raised."""
+        started = self.piece_started_s
+        timed = (profile.time_piece(timed_as, started, piece, self.prompt_tokens)
+                 if profile is not None else None)
+        out: PieceOutput | None = None
+        fault: ReplicaDownError | None = None
+        try:
+            if stalls is not None:
+                out, fault = await stalls.piece(runner, target, piece, watched_as)
+            else:
+                try:
+                    out = await runner.run_piece(target, piece)
+                except ReplicaDownError as exc:
+                    out, fault = exc.partial, exc
+        finally:
+            self.piece_on = None
+            if profile is not None:
+                profile.record_piece(timed, started, clock(),
+                                     None if out is None or fault else [out])
+        return out, fault
 
     def _streamed(self, d: TokenDelta) -> None:
         """The running piece streamed ``d``: on to the turn's sink, at its index."""
-        assert self.streaming is not None and self.sink is not None
-        self.streaming.append(d)
+        assert self.streamed_chars is not None and self.sink is not None
+        self.streamed_chars += len(d.text)
         start = self.chain.num_generated + self.streamed_tokens
         self.streamed_tokens += len(d.token_ids)
         self.sink(start, d)
 
-    def _next_id(self) -> str:
-        self.piece_id = f"{self.turn_id}-{len(self.spans)}"
-        return self.piece_id
+    def learn_prompt(self, out: PieceOutput) -> None:
+        """A text prompt's ids, once a server echoed them, become the prompt's."""
+        ids = out.prompt_ids or self.prompt.token_ids
+        if self.chain.prompt_ids is None and ids:
+            self.prompt = with_encoded_ids(PromptInput(self.turn_id, token_ids=ids))
+            self.chain.prompt_ids = self.prompt.token_ids
 
     def add(self, replica: int, piece: PieceRequest, out: PieceOutput) -> None:
         """Take a piece's output into the chain. A piece the server aborted keeps its tokens
         and the turn continues from there. A text prompt's echoed ids become the prompt's."""
-        if self.chain.prompt_ids is None and out.prompt_ids:
-            self.prompt = with_encoded_ids(PromptInput(self.turn_id, token_ids=out.prompt_ids))
-            self.chain.prompt_ids = self.prompt.token_ids
+        self.learn_prompt(out)
         self._stream_rest(out)
         self.has_text = self.has_text and out.text is not None
         start = self.chain.num_generated
-        self.chain.add(out.piece(replica), piece.max_tokens)
+        self.chain.add(out.piece(replica, self.texts), piece.max_tokens)
         self.spans.append(PieceSpan(replica, start, start + len(out.token_ids),
                                     out.num_cached_tokens))
         self.empty_aborts = (self.empty_aborts + 1 if out.finish_reason == "abort"
@@ -166,15 +231,14 @@ class RunningTurn:
     def _stream_rest(self, out: PieceOutput) -> None:
         """Hand the sink the piece's tokens it did not stream (all of them where the runner
         does not stream)."""
-        got, self.streaming = self.streaming, None
+        chars, self.streamed_chars = self.streamed_chars, None
         k, self.streamed_tokens = self.streamed_tokens, 0
-        if self.sink is None or got is None or k >= len(out.token_ids):
+        if self.sink is None or chars is None or k >= len(out.token_ids):
             return
         offs = out.text_offsets
         text = out.text or ""
         if k:  # streamed in part: the rest from its first unsent token
-            text = (text[offs[k] - offs[0]:] if offs is not None
-                    else text[sum(len(d.text) for d in got):])
+            text = text[offs[k] - offs[0]:] if offs is not None else text[chars:]
         self.sink(self.chain.num_generated + k, TokenDelta(
             out.token_ids[k:], text,
             out.logprobs[k:] if out.logprobs is not None else None,
@@ -190,14 +254,20 @@ class RunningTurn:
         self.has_text = True
         self.expect_hit = 0
 
-    def result(self, placed: int, moved: bool, reason: str, prefill_tokens: int,
-               ) -> TurnResult:
+    def response(self) -> Response:
+        """The complete turn as one response (logprobs only where the caller asked)."""
         final = self.chain.final
         assert final is not None
+        return (final if self.want_logprobs or final.logprobs is None
+                else replace(final, logprobs=None))
+
+    def result(self, placed: int, moved: bool, reason: str, prefill_tokens: int,
+               ) -> TurnResult:
+        final = self.response()
         return TurnResult(
             token_ids=tuple(final.token_ids or ()),
             text=final.text if self.has_text else None,
-            logprobs=final.logprobs if self.want_logprobs else None,
+            logprobs=final.logprobs,
             finish_reason=final.finish_reason,
             pieces=tuple(self.spans),
             replica=placed,
@@ -208,3 +278,9 @@ class RunningTurn:
             chain=tuple(self.chain.pieces),
             prompt_ids=self.chain.prompt_ids,
         )
+
+
+def seam_sampling(sampling: SamplingParams) -> SamplingParams:
+    """``sampling`` as its pieces are sent: a stop string across a seam needs each token's
+    text offset, so logprobs (0) are asked for where they were not."""
+    return replace(sampling, logprobs=0) if sampling.stop and sampling.logprobs is None else sampling

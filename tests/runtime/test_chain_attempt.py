@@ -1,0 +1,63 @@
+"""A step's response runs as a session turn's state (``RunningTurn``): each piece its own
+request id (SGLang aborts by id), the prefix, ``min_tokens``, the forced flag and the engine
+priority carried from piece to piece, and a replica fault's partial kept."""
+
+from __future__ import annotations
+
+from tailsieve.runtime.attempt import AttemptProgress, ExecutorConfig
+from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
+from tailsieve.runtime.chain import ResponseChain
+from tailsieve.runtime.chain_attempt import ChainedAttempt
+from tailsieve.runtime.faults import ReplicaDownError
+from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
+from tailsieve.runtime.sessions.pieces import PieceOutput, PieceRequest
+
+
+class Scripted(HttpPieceRunner):
+    """Answers each piece with the next scripted output (a ``ReplicaDownError`` is raised)."""
+
+    def __init__(self, script: list[PieceOutput | ReplicaDownError]) -> None:
+        super().__init__(["http://r0", "http://r1"], Backend.SGLANG, "m")
+        self.script = script
+        self.sent: list[tuple[int, PieceRequest]] = []
+
+    async def run_piece(self, replica: int, piece: PieceRequest) -> PieceOutput:
+        self.sent.append((replica, piece))
+        out = self.script.pop(0)
+        if isinstance(out, ReplicaDownError):
+            raise out
+        return out
+
+
+async def test_a_steps_pieces_carry_the_chain_and_each_has_its_own_id() -> None:
+    lost = ReplicaDownError("cut")
+    lost.partial = PieceOutput((7,), "abort")
+    runner = Scripted([PieceOutput((5, 6), "length"), ReplicaDownError("refused"), lost,
+                       PieceOutput((8, 9), "length"), PieceOutput((1,), "stop")])
+    cfg = ExecutorConfig(backend=Backend.SGLANG, model="m", continuation=True, piece_tokens=2,
+                         sampling=SamplingParams(max_tokens=16, extra={"min_tokens": 5}))
+    prompt = PromptInput("p", token_ids=(1, 2, 3))
+    relocations: list[int] = []
+
+    def relocate(sample: int, replica: int, url: str, exc: BaseException) -> int:
+        relocations.append(replica)
+        return 1 - replica
+
+    att = ChainedAttempt(runner, [0], cfg, prompt, [ResponseChain(16, prompt.token_ids)],
+                         lambda pid, i: 6, AttemptProgress(), relocate,
+                         priority_bucket_tokens=2)
+    (resp,) = await att.run()
+
+    assert resp.token_ids == (5, 6, 7, 8, 9, 1) and resp.finish_reason == "stop"
+    assert relocations == [0, 1]  # both faults relocated, the partial kept
+    ids = [p.request_id for _, p in runner.sent]
+    assert len(set(ids)) == len(ids) == 5
+    assert [r for r, _ in runner.sent] == [0, 0, 1, 0, 0]
+    assert [p.prompt_ids for _, p in runner.sent] == [
+        (1, 2, 3), (1, 2, 3, 5, 6), (1, 2, 3, 5, 6), (1, 2, 3, 5, 6, 7),
+        (1, 2, 3, 5, 6, 7, 8, 9)]
+    assert [p.max_tokens for _, p in runner.sent] == [2, 2, 2, 2, 1]  # the forced 6 tokens
+    assert [p.sampling.extra["min_tokens"] for _, p in runner.sent] == [2, 2, 2, 2, 0]
+    assert [p.priority for _, p in runner.sent] == [0, -1, -1, -1, -2]
+    assert all(p.forced for _, p in runner.sent)
+    assert att.num_moved_pieces == 0  # relocations are not moves
