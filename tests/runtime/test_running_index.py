@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_live_rebalance import RANDOM_STEPS, random_step
 
-from tailsieve.runtime.progress_clock import ProgressClock
+from tailsieve.core.progress_clock import ProgressClock
 from tailsieve.runtime.rebalancer import LiveRebalancer, index_of
 from tailsieve.runtime.running_index import RunningIndex
 

@@ -17,7 +17,7 @@ that completed, or a group that was cut or regenerated meanwhile, is not moved.
 Where a response stands: the executor knows its tokens up to its last seam plus what a
 streamed piece streamed. An unstreamed piece (vLLM pieces, SGLang) reports its tokens only at
 its end, so each check adds the tokens the cost model says the running piece has generated
-since it began (``runtime.progress_clock``: each replica advances every running response by one
+since it began (``core.progress_clock``: each replica advances every running response by one
 token per predicted decode iteration), capped by the piece's own cap. Without that the balancer
 would see the contexts of the step's start and move little (disable with ``estimate=False``).
 
@@ -46,8 +46,8 @@ from tailsieve.core.balance_trace import DEFERRED, MADE, REFUSED, BalanceTrace, 
 from tailsieve.core.balancer import BalanceSettings, Move, ReplicaLoad, Running
 from tailsieve.core.drain import RemainingModel
 from tailsieve.core.drain_plan import drain_decisions
+from tailsieve.core.progress_clock import ProgressClock
 from tailsieve.model.replica_config import ReplicaConfig
-from tailsieve.runtime.progress_clock import ProgressClock
 from tailsieve.runtime.running_index import Entry, RunningIndex
 
 LIST_REPLICAS = 16  # a drain check lists the running responses of this many replicas per slice
@@ -198,12 +198,9 @@ class LiveRebalancer:
         each replica's predicted rate (one token per decode iteration) until the next check."""
         if not self.estimate:
             return self.loads()
-        prog = self.progress
-        if not prog.started:  # the first check: rates from what is known (no estimates yet)
-            prog.run_at(_rates(self.loads()))
-        prog.close(now_s)
+        self.progress.catch_up(now_s, lambda: _rates(self.loads()))  # first: what is known
         loads = self.loads(now_s)
-        prog.run_at(_rates(loads))
+        self.progress.run_at(_rates(loads))
         return loads
 
     def cached_tokens(self, key: Hashable, replica: int) -> int:

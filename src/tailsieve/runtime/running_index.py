@@ -26,7 +26,7 @@ import heapq
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tailsieve.runtime.progress_clock import ProgressClock
+from tailsieve.core.progress_clock import ProgressClock, capped
 
 Key = tuple[str, int]  # (prompt id, sample)
 
@@ -175,8 +175,7 @@ class RunningIndex:
             if c:
                 extra[r] += c
         for e in self._pending.values():
-            extra[e.replica] += _estimate(e, clock.tokens_at(e.on, now_s)
-                                          - clock.tokens_at(e.on, e.start_s))
+            extra[e.replica] += clock.piece_tokens(e.on, e.start_s, now_s, e.cap)
         return {r: (n, ctx + extra[r]) for r, (n, ctx) in out.items()}
 
     def running_on(self, replica: int, clock: ProgressClock | None = None, now_s: float = 0.0,
@@ -198,8 +197,8 @@ class RunningIndex:
                 if end is None:
                     end = at[on] = clock.tokens_at(on, now_s)
                 base = e.base
-                n += _estimate(e, end - (base if base is not None else
-                                         clock.tokens_at(on, e.start_s)))
+                n += capped(end - (base if base is not None else
+                                   clock.tokens_at(on, e.start_s)), e.cap)
             out.append((key, n))
         return out
 
@@ -266,8 +265,3 @@ class RunningIndex:
         self._pending.pop(key, None)
         e.on, e.base, e.capped = -1, None, False
 
-
-def _estimate(e: Entry, d: float) -> int:
-    """Whole tokens the running piece of ``e`` generated while its clock advanced ``d``: at
-    most its cap."""
-    return e.cap if d >= e.cap else int(d) if d > 0 else 0
