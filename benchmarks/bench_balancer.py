@@ -40,11 +40,11 @@ from outdir import default_out
 from tailsieve.control.factory import make_controller
 from tailsieve.core.balancer import BalanceSettings, ReplicaLoad
 from tailsieve.core.controller import Controller
+from tailsieve.core.running_index import RunningIndex
 from tailsieve.model.profiles import load_profile
 from tailsieve.model.replica_engine import ReplicaConfig
 from tailsieve.model.speculative import SpecConfig
 from tailsieve.runtime.rebalancer import LiveRebalancer
-from tailsieve.runtime.running_index import RunningIndex
 from tailsieve.sim import movepath
 from tailsieve.sim.driver import (
     ControllerFactory,

@@ -7,17 +7,17 @@ seconds. ``ProgressClock`` integrates that rate per replica over the step (piece
 interval between re-balance checks at the rate of the check that opened it), so a piece that
 began at ``t0`` on replica ``r`` has generated about ``tokens_at(r, now) - tokens_at(r, t0)``
 tokens, at most its cap (``piece_tokens``). No length is predicted: the estimate says how far a
-response has come, not how far it will go. The live step's rebalancer (``runtime.running_index``)
+response has come, not how far it will go. The live step's rebalancer (``core.running_index``)
 and the session gateway both estimate unstreamed pieces by it; pure.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["ProgressClock", "capped"]
+__all__ = ["ProgressClock", "capped", "paces"]
 
 
 @dataclass(slots=True)
@@ -72,11 +72,6 @@ class ProgressClock:
         ``closed_s``)."""
         return replica in self._rates
 
-    @property
-    def started(self) -> bool:
-        """Whether any rate was set."""
-        return bool(self._rates)
-
     def tokens_at(self, replica: int, t_s: float) -> float:
         """Tokens one response running on ``replica`` since the step began would have by
         ``t_s`` (0 for a replica never seen)."""
@@ -105,3 +100,9 @@ def capped(advanced: float, cap: int) -> int:
     """Whole tokens a piece of at most ``cap`` tokens generated while its replica's clock
     advanced ``advanced`` tokens."""
     return cap if advanced >= cap else int(advanced) if advanced > 0 else 0
+
+
+def paces(iteration_s: Iterable[tuple[int, float]]) -> dict[int, float]:
+    """The rates of ``ProgressClock.run_at`` from ``(replica, seconds per decode iteration)``
+    as predicted: one token per iteration (none where the cost is not positive)."""
+    return {r: 1.0 / c for r, c in iteration_s if c > 0}

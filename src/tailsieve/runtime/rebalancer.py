@@ -46,9 +46,9 @@ from tailsieve.core.balance_trace import DEFERRED, MADE, REFUSED, BalanceTrace, 
 from tailsieve.core.balancer import BalanceSettings, Move, ReplicaLoad, Running
 from tailsieve.core.drain import RemainingModel
 from tailsieve.core.drain_plan import drain_decisions
-from tailsieve.core.progress_clock import ProgressClock
+from tailsieve.core.progress_clock import ProgressClock, paces
+from tailsieve.core.running_index import Entry, RunningIndex
 from tailsieve.model.replica_config import ReplicaConfig
-from tailsieve.runtime.running_index import Entry, RunningIndex
 
 LIST_REPLICAS = 16  # a drain check lists the running responses of this many replicas per slice
 
@@ -109,10 +109,10 @@ class LiveRebalancer:
     healthy: Callable[[], Sequence[bool]]
     clock: Callable[[], float]  # seconds since the step started
     tally: MoveTally = field(default_factory=MoveTally)
-    _cache: dict[tuple[str, int], dict[int, int]] = field(default_factory=dict)
-    _moved_at: dict[tuple[str, int], int] = field(default_factory=dict)  # context at last move
+    _cache: dict[Hashable, dict[int, int]] = field(default_factory=dict)
+    _moved_at: dict[Hashable, int] = field(default_factory=dict)  # context at last move
     _index: RunningIndex = field(default_factory=RunningIndex)  # the last check's
-    _moved_now: set[tuple[str, int]] = field(default_factory=set)  # moved in this check
+    _moved_now: set[Hashable] = field(default_factory=set)  # moved in this check
     _models: list[tuple[Callable[[int], float], float, float, float]] = field(
         default_factory=list)  # per replica: memoised tau, k, prefill s/token, fixed prefill s
     estimate: bool = True  # add each unstreamed running piece's estimated tokens (progress)
@@ -136,7 +136,7 @@ class LiveRebalancer:
         if drain is not None and drain.lpt:  # built now, not inside the drain's first check
             self._remaining = drain.remaining_model()
 
-    def took_effect(self, key: tuple[str, int]) -> None:
+    def took_effect(self, key: Hashable) -> None:
         """A moved response's next piece began on its destination (``RunningIndex.on_moved``):
         its move took effect now."""
         self.trace.took_effect(key, self.clock())
@@ -206,11 +206,10 @@ class LiveRebalancer:
     def cached_tokens(self, key: Hashable, replica: int) -> int:
         """Prefix tokens of response ``key`` already cached on ``replica``: where it ran
         before (its prefix then), else its prompt on the replicas its group was dealt."""
-        k: tuple[str, int] = key  # type: ignore[assignment]
-        left = self._cache.get(k)
+        left = self._cache.get(key)
         if left is not None and replica in left:
             return left[replica]
-        x = self._index.get(k)
+        x = self._index.get(key)
         if x is not None and x.prompt_tokens and replica in x.dealt:
             return x.prompt_tokens
         return 0
@@ -218,10 +217,9 @@ class LiveRebalancer:
     def cached_on(self, key: Hashable) -> Mapping[int, int]:
         """Prefix tokens of response ``key`` cached, by replica (others: none); agrees with
         ``cached_tokens``."""
-        k: tuple[str, int] = key  # type: ignore[assignment]
-        x = self._index.get(k)
+        x = self._index.get(key)
         hits = {r: x.prompt_tokens for r in x.dealt} if x is not None and x.prompt_tokens else {}
-        hits.update(self._cache.get(k, {}))
+        hits.update(self._cache.get(key, {}))
         return hits
 
     def check(self) -> int:
@@ -274,7 +272,7 @@ class LiveRebalancer:
             for ld in todo[i:i + LIST_REPLICAS]:
                 if ld.num_running:
                     for key, _ in ld.running():
-                        e = entries.get(key)  # type: ignore[call-overload]
+                        e = entries.get(key)
                         prompts[key] = e.prompt_tokens if e is not None else 0
             yield
 
@@ -314,7 +312,7 @@ class LiveRebalancer:
     def _prompt_tokens(self, key: Hashable) -> int:
         """The prompt tokens of running response ``key`` (the drain's remaining work is its
         context less these)."""
-        x = self._index.get(key)  # type: ignore[arg-type]
+        x = self._index.get(key)
         return x.prompt_tokens if x is not None else 0
 
     def _make(self, moves: list[Move]) -> int:
@@ -332,8 +330,8 @@ class LiveRebalancer:
             self.trace.made(rec)
             made += 1
             self._moved_now.add(key)
-            self._cache.setdefault((pid, sample), {})[mv.src] = mv.prefix_tokens
-            self._moved_at[(pid, sample)] = mv.prefix_tokens
+            self._cache.setdefault(key, {})[mv.src] = mv.prefix_tokens
+            self._moved_at[key] = mv.prefix_tokens
             t = self.tally
             t.num_moves += 1
             t.moved_tokens += mv.prefix_tokens
@@ -398,14 +396,8 @@ def _bound_elsewhere(e: Entry | None) -> bool:
 
 
 def _rates(loads: Sequence[ReplicaLoad]) -> dict[int, float]:
-    """Tokens per second per running response, by replica: one per decode iteration."""
-    out = {}
-    for ld in loads:
-        if ld.num_running > 0:
-            cost = ld.cost_s(ld.num_running, ld.context_tokens)
-            if cost > 0:
-                out[ld.replica] = 1.0 / cost
-    return out
+    """Tokens per second per running response, by replica (none where none runs)."""
+    return paces((ld.replica, ld.cost_s(ld.num_running, ld.context_tokens)) for ld in loads)
 
 
 def _model_of(c: ReplicaConfig) -> tuple[Callable[[int], float], float, float, float]:

@@ -40,7 +40,7 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from tailsieve.control.balance_gate import BalanceGate
-from tailsieve.core.progress_clock import ProgressClock
+from tailsieve.core.progress_clock import ProgressClock, paces
 from tailsieve.errors import ConfigError, ReplicaError
 from tailsieve.model.replica_config import ReplicaConfig
 from tailsieve.runtime.backends import Backend, SamplingParams
@@ -522,14 +522,9 @@ class SessionGateway:
     def _paces(self, now_s: float) -> dict[int, float]:
         """Tokens per second of each running turn, by replica: one per decode iteration its
         cost model predicts at the book's load (``ProgressClock.run_at``)."""
-        out = {}
-        for v in self.book.views(now_s):
-            tp = v.config.throughput
-            step_s = (tp.tau(max(v.num_running + v.num_waiting, 1))
-                      + tp.context_s_per_token * v.context_tokens)
-            if step_s > 0:
-                out[v.replica] = 1.0 / step_s
-        return out
+        return paces((v.replica, v.config.throughput.tau(max(v.num_in_flight, 1))
+                      + v.config.throughput.context_s_per_token * v.context_tokens)
+                     for v in self.book.views(now_s))
 
     def _streams(self, rt: RunningTurn) -> bool:
         """Whether the turn's pieces are streamed to its sink (and interrupted by closing)."""
