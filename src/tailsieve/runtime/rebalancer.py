@@ -14,12 +14,9 @@ Exactly-once, whole groups and token-exact chains are the executor's and the cha
 only changes where a running response's next piece goes (``ChainedAttempt.move``); a response
 that completed, or a group that was cut or regenerated meanwhile, is not moved.
 
-Where a response stands: the executor knows its tokens up to its last seam plus what a
-streamed piece streamed. An unstreamed piece (vLLM pieces, SGLang) reports its tokens only at
-its end, so each check adds the tokens the cost model says the running piece has generated
-since it began (``core.progress_clock``: each replica advances every running response by one
-token per predicted decode iteration), capped by the piece's own cap. Without that the balancer
-would see the contexts of the step's start and move little (disable with ``estimate=False``).
+Where a response stands: its tokens known (to its last seam, plus what a streamed piece
+streamed) and, for an unstreamed running piece, the progress ``core.progress_clock`` estimates
+(without it the balancer would see the step's start and move little; ``estimate=False``).
 
 Progress: a moved response is not moved again until its context (as estimated) passes the
 prefix it carried at its last move, so a response cannot ping-pong without advancing. A move

@@ -494,10 +494,8 @@ class SessionGateway:
         step (a running turn may move; else only once the fit's pieces have all turned over:
         on a uniform fleet whose turns run whole, the tens of ms of a refit would only take
         CPU from the pieces' relay), then tell the book how far each running
-        piece has come: the tokens it streamed, else one token per predicted decode
-        iteration of its replica since it was sent, at most its cap (an unstreamed piece
-        reports its tokens only at its end; lengths are not predicted): the progress clock of
-        the step's rebalancer (``core.progress_clock``), its rates set at each check."""
+        piece has come: the tokens it streamed, else ``core.progress_clock``'s estimate (as
+        the step's rebalancer), its paces set at each check."""
         if self.profile.turned_over or any(rt.moves for rt in self._turns.values()):
             self._refit(due_only=True)
         clock = self.progress
