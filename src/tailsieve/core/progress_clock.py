@@ -78,7 +78,9 @@ class ProgressClock:
         tl = self._tokens.get(replica)
         if tl is None or t_s <= 0:
             return 0.0
-        i = max(bisect.bisect_right(self._times, t_s) - 1, 0)
+        i = bisect.bisect_right(self._times, t_s) - 1
+        if i < 0:  # before a history forgotten (``forget_before``)
+            i = 0
         return tl[i] + (t_s - self._times[i]) * self._rates[replica][i]
 
     def piece_tokens(self, replica: int, start_s: float, now_s: float, cap: int) -> int:
