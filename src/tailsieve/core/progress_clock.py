@@ -22,8 +22,8 @@ __all__ = ["ProgressClock", "capped", "paces"]
 
 @dataclass(slots=True)
 class ProgressClock:
-    """Per replica, the tokens one running response has generated since the step began, as
-    predicted from each replica's iteration cost (seconds on the step's clock)."""
+    """Per replica, the tokens one running response has generated since the clock's start (a
+    step's, or a gateway's), as predicted from each replica's iteration cost (seconds)."""
 
     _times: list[float] = field(default_factory=list)  # check times, increasing
     _tokens: dict[int, list[float]] = field(default_factory=dict)  # replica -> tokens at them
