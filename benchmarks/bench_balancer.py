@@ -40,11 +40,11 @@ from outdir import default_out
 from tailsieve.control.factory import make_controller
 from tailsieve.core.balancer import BalanceSettings, ReplicaLoad
 from tailsieve.core.controller import Controller
+from tailsieve.core.running_index import RunningIndex
 from tailsieve.model.profiles import load_profile
 from tailsieve.model.replica_engine import ReplicaConfig
 from tailsieve.model.speculative import SpecConfig
 from tailsieve.runtime.rebalancer import LiveRebalancer
-from tailsieve.runtime.running_index import RunningIndex
 from tailsieve.sim import movepath
 from tailsieve.sim.driver import (
     ControllerFactory,
@@ -315,8 +315,7 @@ def live_check_timing(num_replicas: int = 64, per_replica: int = 64, checks: int
             key = (prompt_id, sample)  # as on SGLang: the piece is aborted, its tokens kept
             e = idx.get(key)
             assert e is not None
-            end = rb.progress.tokens_at(e.on, now[0])
-            got = int(min(e.cap, end - rb.progress.tokens_at(e.on, e.start_s)))
+            got = rb.progress.piece_tokens(e.on, e.start_s, now[0], e.cap)
             idx.piece_ended(key, e.known + got, e.prompt_tokens)
             idx.set_replica(key, to_replica)
             idx.piece_started(key, None, to_replica, now[0], 32_768)

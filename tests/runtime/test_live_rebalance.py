@@ -264,7 +264,7 @@ def test_a_drain_check_lists_every_running_response_in_slices_of_replicas() -> N
     """The drain reads every running response (not only the costliest replicas'): the live
     rebalancer lists them ``LIST_REPLICAS`` replicas per slice of reading the loads, before
     its first decision, and the planner finds each listed with its prompt tokens."""
-    from tailsieve.runtime.running_index import RunningIndex
+    from tailsieve.core.running_index import RunningIndex
 
     idx = RunningIndex()
     num = rebalancer.LIST_REPLICAS + 4

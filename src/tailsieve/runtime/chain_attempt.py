@@ -36,7 +36,7 @@ from tailsieve.runtime.attempt import (
 from tailsieve.runtime.backends import PromptInput, Response
 from tailsieve.runtime.chain import ResponseChain, check_continuable
 from tailsieve.runtime.faults import ReplicaDownError, RequestError, refused
-from tailsieve.runtime.running_index import RunningIndex
+from tailsieve.core.running_index import RunningIndex
 from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
 from tailsieve.runtime.sessions.pieces import TokenDelta
 from tailsieve.runtime.sessions.profile import LiveProfile

@@ -33,6 +33,7 @@ from dataclasses import replace
 from tailsieve.core.balance_trace import BalanceTrace
 from tailsieve.core.outcome import StepOutcome
 from tailsieve.core.plan import StepPlan
+from tailsieve.core.running_index import RunningIndex
 from tailsieve.errors import ConfigError, ProtocolError, StepFailedError
 from tailsieve.model.profiles import builtin_profile
 from tailsieve.model.replica_config import ReplicaConfig
@@ -49,7 +50,6 @@ from tailsieve.runtime.chain_attempt import ChainedAttempt
 from tailsieve.runtime.health import ReplicaState
 from tailsieve.runtime.rebalancer import LiveRebalancer, LiveResponse, MoveTally
 from tailsieve.runtime.replica_set import ReplicaSet
-from tailsieve.runtime.running_index import RunningIndex
 from tailsieve.runtime.sessions.profile import LiveProfile
 from tailsieve.runtime.stall_watch import StallWatch
 from tailsieve.runtime.step_run import Event, StepRun
@@ -302,7 +302,7 @@ class LiveExecutor(ReplicaSet):
 
     def running_index(self) -> RunningIndex | None:
         """During a re-balanced ``run``: the running responses by replica, kept up to date as
-        they change (``runtime.running_index``; the same as an index of ``running_responses``)."""
+        they change (``core.running_index``; the same as an index of ``running_responses``)."""
         run = self._run
         return run.index if run is not None else None
 

@@ -14,12 +14,9 @@ Exactly-once, whole groups and token-exact chains are the executor's and the cha
 only changes where a running response's next piece goes (``ChainedAttempt.move``); a response
 that completed, or a group that was cut or regenerated meanwhile, is not moved.
 
-Where a response stands: the executor knows its tokens up to its last seam plus what a
-streamed piece streamed. An unstreamed piece (vLLM pieces, SGLang) reports its tokens only at
-its end, so each check adds the tokens the cost model says the running piece has generated
-since it began (``runtime.progress_clock``: each replica advances every running response by one
-token per predicted decode iteration), capped by the piece's own cap. Without that the balancer
-would see the contexts of the step's start and move little (disable with ``estimate=False``).
+Where a response stands: its tokens known (to its last seam, plus what a streamed piece
+streamed) and, for an unstreamed running piece, the progress ``core.progress_clock`` estimates
+(without it the balancer would see the step's start and move little; ``estimate=False``).
 
 Progress: a moved response is not moved again until its context (as estimated) passes the
 prefix it carried at its last move, so a response cannot ping-pong without advancing. A move
@@ -46,9 +43,9 @@ from tailsieve.core.balance_trace import DEFERRED, MADE, REFUSED, BalanceTrace, 
 from tailsieve.core.balancer import BalanceSettings, Move, ReplicaLoad, Running
 from tailsieve.core.drain import RemainingModel
 from tailsieve.core.drain_plan import drain_decisions
+from tailsieve.core.progress_clock import ProgressClock, paces
+from tailsieve.core.running_index import Entry, RunningIndex
 from tailsieve.model.replica_config import ReplicaConfig
-from tailsieve.runtime.progress_clock import ProgressClock
-from tailsieve.runtime.running_index import Entry, RunningIndex
 
 LIST_REPLICAS = 16  # a drain check lists the running responses of this many replicas per slice
 
@@ -109,10 +106,10 @@ class LiveRebalancer:
     healthy: Callable[[], Sequence[bool]]
     clock: Callable[[], float]  # seconds since the step started
     tally: MoveTally = field(default_factory=MoveTally)
-    _cache: dict[tuple[str, int], dict[int, int]] = field(default_factory=dict)
-    _moved_at: dict[tuple[str, int], int] = field(default_factory=dict)  # context at last move
+    _cache: dict[Hashable, dict[int, int]] = field(default_factory=dict)
+    _moved_at: dict[Hashable, int] = field(default_factory=dict)  # context at last move
     _index: RunningIndex = field(default_factory=RunningIndex)  # the last check's
-    _moved_now: set[tuple[str, int]] = field(default_factory=set)  # moved in this check
+    _moved_now: set[Hashable] = field(default_factory=set)  # moved in this check
     _models: list[tuple[Callable[[int], float], float, float, float]] = field(
         default_factory=list)  # per replica: memoised tau, k, prefill s/token, fixed prefill s
     estimate: bool = True  # add each unstreamed running piece's estimated tokens (progress)
@@ -136,7 +133,7 @@ class LiveRebalancer:
         if drain is not None and drain.lpt:  # built now, not inside the drain's first check
             self._remaining = drain.remaining_model()
 
-    def took_effect(self, key: tuple[str, int]) -> None:
+    def took_effect(self, key: Hashable) -> None:
         """A moved response's next piece began on its destination (``RunningIndex.on_moved``):
         its move took effect now."""
         self.trace.took_effect(key, self.clock())
@@ -198,22 +195,18 @@ class LiveRebalancer:
         each replica's predicted rate (one token per decode iteration) until the next check."""
         if not self.estimate:
             return self.loads()
-        prog = self.progress
-        if not prog.started:  # the first check: rates from what is known (no estimates yet)
-            prog.run_at(_rates(self.loads()))
-        prog.close(now_s)
+        self.progress.catch_up(now_s, lambda: _rates(self.loads()))  # first: what is known
         loads = self.loads(now_s)
-        prog.run_at(_rates(loads))
+        self.progress.run_at(_rates(loads))
         return loads
 
     def cached_tokens(self, key: Hashable, replica: int) -> int:
         """Prefix tokens of response ``key`` already cached on ``replica``: where it ran
         before (its prefix then), else its prompt on the replicas its group was dealt."""
-        k: tuple[str, int] = key  # type: ignore[assignment]
-        left = self._cache.get(k)
+        left = self._cache.get(key)
         if left is not None and replica in left:
             return left[replica]
-        x = self._index.get(k)
+        x = self._index.get(key)
         if x is not None and x.prompt_tokens and replica in x.dealt:
             return x.prompt_tokens
         return 0
@@ -221,10 +214,9 @@ class LiveRebalancer:
     def cached_on(self, key: Hashable) -> Mapping[int, int]:
         """Prefix tokens of response ``key`` cached, by replica (others: none); agrees with
         ``cached_tokens``."""
-        k: tuple[str, int] = key  # type: ignore[assignment]
-        x = self._index.get(k)
+        x = self._index.get(key)
         hits = {r: x.prompt_tokens for r in x.dealt} if x is not None and x.prompt_tokens else {}
-        hits.update(self._cache.get(k, {}))
+        hits.update(self._cache.get(key, {}))
         return hits
 
     def check(self) -> int:
@@ -277,7 +269,7 @@ class LiveRebalancer:
             for ld in todo[i:i + LIST_REPLICAS]:
                 if ld.num_running:
                     for key, _ in ld.running():
-                        e = entries.get(key)  # type: ignore[call-overload]
+                        e = entries.get(key)
                         prompts[key] = e.prompt_tokens if e is not None else 0
             yield
 
@@ -317,7 +309,7 @@ class LiveRebalancer:
     def _prompt_tokens(self, key: Hashable) -> int:
         """The prompt tokens of running response ``key`` (the drain's remaining work is its
         context less these)."""
-        x = self._index.get(key)  # type: ignore[arg-type]
+        x = self._index.get(key)
         return x.prompt_tokens if x is not None else 0
 
     def _make(self, moves: list[Move]) -> int:
@@ -335,8 +327,8 @@ class LiveRebalancer:
             self.trace.made(rec)
             made += 1
             self._moved_now.add(key)
-            self._cache.setdefault((pid, sample), {})[mv.src] = mv.prefix_tokens
-            self._moved_at[(pid, sample)] = mv.prefix_tokens
+            self._cache.setdefault(key, {})[mv.src] = mv.prefix_tokens
+            self._moved_at[key] = mv.prefix_tokens
             t = self.tally
             t.num_moves += 1
             t.moved_tokens += mv.prefix_tokens
@@ -401,14 +393,8 @@ def _bound_elsewhere(e: Entry | None) -> bool:
 
 
 def _rates(loads: Sequence[ReplicaLoad]) -> dict[int, float]:
-    """Tokens per second per running response, by replica: one per decode iteration."""
-    out = {}
-    for ld in loads:
-        if ld.num_running > 0:
-            cost = ld.cost_s(ld.num_running, ld.context_tokens)
-            if cost > 0:
-                out[ld.replica] = 1.0 / cost
-    return out
+    """Tokens per second per running response, by replica (none where none runs)."""
+    return paces((ld.replica, ld.cost_s(ld.num_running, ld.context_tokens)) for ld in loads)
 
 
 def _model_of(c: ReplicaConfig) -> tuple[Callable[[int], float], float, float, float]:

@@ -14,6 +14,7 @@ from typing import Literal
 
 from tailsieve.core.plan import GroupAssignment, StepPlan
 from tailsieve.core.pool import Pool
+from tailsieve.core.running_index import RunningIndex
 from tailsieve.errors import StepFailedError
 from tailsieve.runtime.attempt import AttemptProgress, ExecutorConfig
 from tailsieve.runtime.backends import Response
@@ -21,7 +22,6 @@ from tailsieve.runtime.chain import ResponseChain
 from tailsieve.runtime.chain_attempt import ChainedAttempt
 from tailsieve.runtime.health import ReplicaHealth
 from tailsieve.runtime.rebalancer import LiveRebalancer, LiveResponse
-from tailsieve.runtime.running_index import RunningIndex
 from tailsieve.runtime.step_state import GroupRun, StepResult, build_result
 from tailsieve.runtime.waste import WasteCounter
 

@@ -4,7 +4,8 @@ The live runtime, verl's router plug-in and the HTTP proxy see the same events: 
 arrives (``request``), is placed and starts (``start_turn``), reports progress or is moved by
 continuation (``progress``, ``move_turn``), ends (``end_turn``: the session goes into a tool
 call at that replica) and finally the session ends (``end_session``). From them the book keeps
-what a router reads: per replica, the turns running and their contexts, the sessions waiting
+what a router reads: per replica, the turns running and their contexts (a
+``core.running_index.RunningIndex``, as a live step keeps its responses), the sessions waiting
 on a tool whose home it is, prefills not yet done; per session, its context, home and turn;
 and a ``PrefixCacheModel`` of what each replica's cache holds. ``views`` and ``balance_loads``
 turn that into the inputs of ``place_turn`` / the routers and of ``core.balancer`` (the
@@ -20,9 +21,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from tailsieve.core.balancer import ReplicaLoad
+from tailsieve.core.running_index import RunningIndex
 from tailsieve.errors import ConfigError
 from tailsieve.model.replica_config import ReplicaConfig
 from tailsieve.model.throughput import ThroughputModel
@@ -53,14 +55,10 @@ class _Session:
 
 @dataclass(slots=True)
 class _Rep:
-    num_running: int = 0
-    context: float = 0.0  # prompt + generated tokens of the running turns
     num_tool: int = 0
     tool_context: float = 0.0
     backlog: float = 0.0  # tokens admitted, not yet prefilled
     healthy: bool = True
-    sessions: dict[Hashable, None] = field(default_factory=dict)  # running turns, in the
-    # order they started here
 
 
 class _TauTable:
@@ -89,6 +87,8 @@ class SessionBook:
         self._base = list(configs)  # as configured (``set_throughput`` scales these)
         self.cache = cache
         self._reps = [_Rep() for _ in configs]
+        self._running = RunningIndex()  # running turns by replica, in the order they started
+        # there, each with its context (prompt + generated so far)
         self._sessions: dict[Hashable, _Session] = {}
         self._taus = [_TauTable(c) for c in configs]
         self.tool_wait_weight = 1.0  # how much a session in a tool call counts in the
@@ -154,11 +154,8 @@ class SessionBook:
         self.cache.release(replica, session_id)
         s.replica, s.generated, s.started_s = replica, 0, now_s
         s.unprefilled = s.requested_tokens - cached
-        rep = self._reps[replica]
-        rep.num_running += 1
-        rep.context += s.requested_tokens
-        rep.backlog += s.unprefilled
-        rep.sessions[session_id] = None
+        self._running.add(session_id, replica, s.requested_tokens, s.prompt_tokens, ())
+        self._reps[replica].backlog += s.unprefilled
         self._dirty.add(replica)
         self._fit_cache(replica)
 
@@ -167,9 +164,8 @@ class SessionBook:
         s = self._session(session_id)
         if s.replica is None:
             raise ConfigError(f"session {session_id!r}: no turn is running")
-        rep = self._reps[s.replica]
-        rep.context += generated_tokens - s.generated
-        rep.backlog -= s.unprefilled
+        self._running.set_known(session_id, s.requested_tokens + generated_tokens, s.prompt_tokens)
+        self._reps[s.replica].backlog -= s.unprefilled
         s.generated, s.unprefilled = generated_tokens, 0
         self._dirty.add(s.replica)
         self._fit_cache(s.replica)
@@ -187,12 +183,9 @@ class SessionBook:
             self.cache.insert(src, session_id, s.group_id, min(s.prompt_tokens, held), held)
         cached = self.cache.cached(dst, session_id, s.group_id, held)
         self.cache.release(dst, session_id)
-        rep = self._reps[dst]
         s.replica, s.unprefilled = dst, held - cached
-        rep.num_running += 1
-        rep.context += held
-        rep.backlog += s.unprefilled
-        rep.sessions[session_id] = None
+        self._running.add(session_id, dst, held, s.prompt_tokens, ())
+        self._reps[dst].backlog += s.unprefilled
         self._dirty.add(dst)
         self._fit_cache(dst)
 
@@ -261,8 +254,7 @@ class SessionBook:
         keyed by session id with their contexts (prompt + generated), the sessions in a tool
         call whose home it is, whether it takes moves (healthy, KV room); pass ``self.cached``
         and ``self.cached_on`` as its ``cached`` / ``cached_on``."""
-        running = [[(key, self._held(self._sessions[key])) for key in rep.sessions]
-                   for rep in self._reps]
+        running = [self._running.running_on(r) for r in range(len(self._reps))]
         return move_loads(self.views(now_s), running, self._taus, self.tool_wait_weight)
 
     def session_horizon_s(self, now_s: float) -> float:
@@ -316,30 +308,22 @@ class SessionBook:
 
     def _view(self, r: int, rep: _Rep) -> ReplicaView:
         cfg = self.configs[r]
-        n, ctx = rep.num_running, max(rep.context, 0.0)
+        running, known = self._running.load(r)
+        n, ctx = running, float(known)
         cap = cfg.kv_capacity_tokens
         if cap is not None and ctx > cap:
             n, ctx = 0, 0.0
-            for key in rep.sessions:
-                held = self._held(self._sessions[key])
+            for _, held in self._running.running_on(r):
                 if n and ctx + held > cap:
                     break
                 n, ctx = n + 1, ctx + held
-        return ReplicaView(r, cfg, n, ctx, rep.num_running - n, rep.num_tool,
+        return ReplicaView(r, cfg, n, ctx, running - n, rep.num_tool,
                            max(rep.tool_context, 0.0), max(rep.backlog, 0.0), rep.healthy)
-
-    @staticmethod
-    def _held(s: _Session) -> int:
-        """Context a running turn holds (prompt + generated so far)."""
-        return s.requested_tokens + s.generated
 
     def _stop(self, session_id: Hashable, s: _Session) -> None:
         assert s.replica is not None
-        rep = self._reps[s.replica]
-        rep.num_running -= 1
-        rep.sessions.pop(session_id, None)
-        rep.context -= s.requested_tokens + s.generated
-        rep.backlog -= s.unprefilled
+        self._running.remove(session_id)
+        self._reps[s.replica].backlog -= s.unprefilled
         self._dirty.add(s.replica)
         s.replica, s.unprefilled = None, 0
 
@@ -365,5 +349,5 @@ class SessionBook:
     def _fit_cache(self, replica: int) -> None:
         cap = self.configs[replica].kv_capacity_tokens
         if cap is not None:
-            self.cache.set_capacity(replica, int(cap - max(self._reps[replica].context, 0.0)))
+            self.cache.set_capacity(replica, int(cap - self._running.load(replica)[1]))
 

@@ -40,6 +40,7 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from tailsieve.control.balance_gate import BalanceGate
+from tailsieve.core.progress_clock import ProgressClock, paces
 from tailsieve.errors import ConfigError, ReplicaError
 from tailsieve.model.replica_config import ReplicaConfig
 from tailsieve.runtime.backends import Backend, SamplingParams
@@ -121,6 +122,7 @@ class SessionGateway:
         self.admission = LiveAdmission(self.config.kv_admission,
                                        self.config.policy is SessionPolicy.TAILSIEVE,
                                        num_replicas)  # new sessions by KV room
+        self.progress = ProgressClock()  # unstreamed pieces' progress (``_estimate_progress``)
         self.rebalancer = MidTurnRebalancer(
             self.book, self.config.balance, self._move, self._waiting, self.now, self.elapsed,
             self._estimate_progress)
@@ -476,28 +478,34 @@ class SessionGateway:
         step (a running turn may move; else only once the fit's pieces have all turned over:
         on a uniform fleet whose turns run whole, the tens of ms of a refit would only take
         CPU from the pieces' relay), then tell the book how far each running
-        piece has come: the tokens it streamed, else one token per predicted decode
-        iteration of its replica since it was sent, at most its cap (an unstreamed piece
-        reports its tokens only at its end; lengths are not predicted)."""
+        piece has come: the tokens it streamed, else ``core.progress_clock``'s estimate (as
+        the step's rebalancer), its paces set at each check."""
         if self.profile.turned_over or any(rt.moves for rt in self._turns.values()):
             self._refit(due_only=True)
-        views = self.book.views(now_s)
+        clock = self.progress
+        clock.catch_up(now_s, lambda: self._paces(now_s))
         streamed = self.interrupter.generated_tokens if self.interrupter is not None else None
+        oldest = now_s
         for rt in self._turns.values():
             r = rt.piece_on
             if r is None:
                 continue
+            oldest = min(oldest, rt.piece_started_s)
             got = streamed(rt.piece_id) if streamed is not None else None
             if self._streams(rt):
                 got = rt.streamed_tokens
             if got is None:
-                v = views[r]
-                tp = v.config.throughput
-                step_s = (tp.tau(max(v.num_running + v.num_waiting, 1))
-                          + tp.context_s_per_token * v.context_tokens)
-                ran = int((now_s - rt.piece_started_s) / step_s) if step_s > 0 else 0
-                got = min(max(ran, 0), rt.cap_tokens)
+                got = clock.piece_tokens(r, rt.piece_started_s, now_s, rt.cap_tokens)
             self.book.progress(rt.session_id, rt.chain.num_generated + got, now_s)
+        clock.run_at(self._paces(now_s))
+        clock.forget_before(oldest)
+
+    def _paces(self, now_s: float) -> dict[int, float]:
+        """Tokens per second of each running turn, by replica: one per decode iteration its
+        cost model predicts at the book's load (``ProgressClock.run_at``)."""
+        return paces((v.replica, v.config.throughput.tau(max(v.num_in_flight, 1))
+                      + v.config.throughput.context_s_per_token * v.context_tokens)
+                     for v in self.book.views(now_s))
 
     def _streams(self, rt: RunningTurn) -> bool:
         """Whether the turn's pieces are streamed to its sink (and interrupted by closing)."""

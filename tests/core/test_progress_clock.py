@@ -10,9 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tailsieve.core.balancer import BalanceSettings
+from tailsieve.core.progress_clock import ProgressClock
 from tailsieve.model.replica_config import ReplicaConfig
 from tailsieve.model.throughput import ThroughputModel
-from tailsieve.runtime.progress_clock import ProgressClock
 from tailsieve.runtime.rebalancer import LiveRebalancer, LiveResponse
 
 
@@ -56,6 +56,28 @@ def test_a_replica_first_seen_later_ran_at_its_first_rate_from_the_start() -> No
     assert clock.tokens_at(1, 3.0) == 12.0
     assert clock.tokens_at(0, 3.0) - clock.tokens_at(0, 1.0) == 20.0
     assert clock.tokens_at(0, 2.5) == 25.0  # interpolated inside the last interval
+
+
+@given(cap=st.integers(0, 500), start=st.floats(0.0, 9.0), rate=st.floats(0.0, 100.0))
+def test_a_piece_s_tokens_are_whole_and_at_most_its_cap(cap: int, start: float,
+                                                          rate: float) -> None:
+    clock = ProgressClock()
+    clock.catch_up(10.0, lambda: {0: rate})
+    got, ran = clock.piece_tokens(0, start, 10.0, cap), (10.0 - start) * rate
+    assert 0 <= got <= cap
+    assert got == cap if ran >= cap + 1e-6 else ran - 1 - 1e-6 <= got <= ran + 1e-6
+
+
+def test_forgetting_the_history_keeps_the_counts_after_it() -> None:
+    clock, kept = ProgressClock(), ProgressClock()
+    for c in (clock, kept):
+        for k, rate in enumerate((10.0, 30.0, 5.0, 20.0)):
+            c.run_at({0: rate})
+            c.close(float(k + 1))
+    clock.forget_before(2.5)
+    for t in (2.5, 3.0, 3.7, 6.0):
+        assert abs(clock.tokens_at(0, t) - kept.tokens_at(0, t)) <= 1e-9
+    assert clock.piece_tokens(0, 2.5, 4.0, 1000) == kept.piece_tokens(0, 2.5, 4.0, 1000)
 
 
 class _Running:

@@ -1,4 +1,5 @@
-"""The running responses of a live step, kept by replica as they change (for re-balancing).
+"""Running responses by replica, kept as they change: a live step's (for re-balancing) and the
+session book's running turns (``session.book``).
 
 A re-balance check needs each replica's number of running responses and the context tokens
 they hold, and the responses of a few replicas (those the planner would shed from). Building
@@ -23,12 +24,12 @@ whole tokens (under one token per response); a replica's responses (``running_on
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
-from tailsieve.runtime.progress_clock import ProgressClock
+from tailsieve.core.progress_clock import ProgressClock, capped
 
-Key = tuple[str, int]  # (prompt id, sample)
+Key = Hashable  # a step's (prompt id, sample); the book's session id
 
 __all__ = ["Entry", "Key", "RunningIndex"]
 
@@ -156,6 +157,11 @@ class RunningIndex:
     def get(self, key: Key) -> Entry | None:
         return self.entries.get(key)
 
+    def load(self, replica: int) -> tuple[int, int]:
+        """(running responses, context tokens known) of ``replica``."""
+        es = self._on.get(replica)
+        return (len(es), self._known[replica]) if es else (0, 0)
+
     def pool(self, replica: int) -> int:
         return int(replica in self.tails)
 
@@ -175,8 +181,7 @@ class RunningIndex:
             if c:
                 extra[r] += c
         for e in self._pending.values():
-            extra[e.replica] += _estimate(e, clock.tokens_at(e.on, now_s)
-                                          - clock.tokens_at(e.on, e.start_s))
+            extra[e.replica] += clock.piece_tokens(e.on, e.start_s, now_s, e.cap)
         return {r: (n, ctx + extra[r]) for r, (n, ctx) in out.items()}
 
     def running_on(self, replica: int, clock: ProgressClock | None = None, now_s: float = 0.0,
@@ -198,8 +203,8 @@ class RunningIndex:
                 if end is None:
                     end = at[on] = clock.tokens_at(on, now_s)
                 base = e.base
-                n += _estimate(e, end - (base if base is not None else
-                                         clock.tokens_at(on, e.start_s)))
+                n += capped(end - (base if base is not None else
+                                   clock.tokens_at(on, e.start_s)), e.cap)
             out.append((key, n))
         return out
 
@@ -266,8 +271,3 @@ class RunningIndex:
         self._pending.pop(key, None)
         e.on, e.base, e.capped = -1, None, False
 
-
-def _estimate(e: Entry, d: float) -> int:
-    """Whole tokens the running piece of ``e`` generated while its clock advanced ``d``: at
-    most its cap."""
-    return e.cap if d >= e.cap else int(d) if d > 0 else 0

@@ -1,4 +1,4 @@
-"""The running index (``runtime.running_index``): kept from events, it agrees with reading
+"""The running index (``core.running_index``): kept from events, it agrees with reading
 every running response at every check, which it replaces."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_live_rebalance import RANDOM_STEPS, random_step
 
-from tailsieve.runtime.progress_clock import ProgressClock
+from tailsieve.core.progress_clock import ProgressClock
+from tailsieve.core.running_index import RunningIndex
 from tailsieve.runtime.rebalancer import LiveRebalancer, index_of
-from tailsieve.runtime.running_index import RunningIndex
 
 R = 3  # replicas
 
@@ -76,9 +76,7 @@ def test_index_agrees_with_reading_every_response(evs: list[tuple[str, int, int,
             idx.piece_ended(key, n, 0)
             state[k].update(known=n, piece=None)
         if kind == "check" or (kind == "add" and k % 2):
-            if not clock.started:
-                clock.run_at({j: rates[j] for j in range(R) if j != r})  # one unseen at first
-            clock.close(now)
+            clock.catch_up(now, lambda r=r: {j: rates[j] for j in range(R) if j != r})  # one unseen
             got = idx.sums(clock, now)
             want = _brute(state, clock, now)
             assert got.keys() == want.keys()
