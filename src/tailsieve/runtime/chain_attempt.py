@@ -25,6 +25,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
+from tailsieve.core.running_index import RunningIndex
 from tailsieve.runtime.attempt import (
     AttemptProgress,
     ExecutorConfig,
@@ -36,7 +37,6 @@ from tailsieve.runtime.attempt import (
 from tailsieve.runtime.backends import PromptInput, Response
 from tailsieve.runtime.chain import ResponseChain, check_continuable
 from tailsieve.runtime.faults import ReplicaDownError, RequestError, refused
-from tailsieve.core.running_index import RunningIndex
 from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
 from tailsieve.runtime.sessions.pieces import TokenDelta
 from tailsieve.runtime.sessions.profile import LiveProfile
