@@ -4,13 +4,14 @@ priority carried from piece to piece, and a replica fault's partial kept."""
 
 from __future__ import annotations
 
-from tailsieve.runtime.attempt import AttemptProgress, ExecutorConfig
 from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
 from tailsieve.runtime.chain import ResponseChain
 from tailsieve.runtime.chain_attempt import ChainedAttempt
+from tailsieve.runtime.executor_config import ExecutorConfig
 from tailsieve.runtime.faults import ReplicaDownError
 from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
 from tailsieve.runtime.sessions.pieces import PieceOutput, PieceRequest
+from tailsieve.runtime.waste import AttemptProgress
 
 
 class Scripted(HttpPieceRunner):
