@@ -35,40 +35,42 @@ def progress(**kw: object) -> AttemptProgress:
 
 
 def test_nothing_estimated_before_any_response_finished() -> None:
-    w = WasteCounter(max_tokens=1000)
-    got = w.count("a", progress(finished_tokens=7, num_finished=1, started_s={1: 0.0}), 5.0)
+    w = WasteCounter()
+    p = progress(finished_tokens=7, num_finished=1, started_s={1: 0.0}, caps={1: 1000})
+    got = w.count(p, 5.0)
     assert (got.exact, got.estimated) == (7, 0)
-    assert got.max_estimated == 1000  # unseen: anywhere up to its response's cap
+    assert got.max_estimated == 1000  # unseen: anywhere up to its piece's cap
 
 
 def test_unfinished_estimated_at_observed_rate_capped() -> None:
-    w = WasteCounter(max_tokens=120)
+    w = WasteCounter()
     w.learn([progress(timed_tokens=300, timed_s=3.0)])  # 100 tokens per request-second
     assert w.tokens_per_s == pytest.approx(100.0)
-    p = progress(finished_tokens=40, started_s={1: 10.0, 2: 9.0})
-    got = w.count("a", p, end_s=10.5)  # 50 tokens, and 150 capped at max_tokens 120
+    p = progress(finished_tokens=40, started_s={1: 10.0, 2: 9.0}, caps={1: 120, 2: 120})
+    got = w.count(p, end_s=10.5)  # 50 tokens, and 150 capped at max_tokens 120
     assert (got.exact, got.estimated, got.total) == (40, 170, 210)
     assert got.max_estimated == 2 * 120
-    replay = WasteCounter(max_tokens=1000, forced=lambda pid, s: 10 * s)
+    replay = WasteCounter()  # forced lengths are the pieces' caps
     replay.learn([progress(timed_tokens=100, timed_s=1.0)])
-    assert replay.count("a", p, end_s=12.0).estimated == 20 + 10  # capped at forced lengths
+    p.caps = {1: 10, 2: 20}
+    assert replay.count(p, end_s=12.0).estimated == 20 + 10  # capped at forced lengths
 
 
 def test_streamed_tokens_are_exact() -> None:
-    w = WasteCounter(max_tokens=1000)
+    w = WasteCounter()
     w.learn([progress(timed_tokens=100, timed_s=1.0)])
     p = progress(live_tokens={0: 33, 1: 4}, started_s={0: 0.0, 1: 0.0}, streaming=True)
-    got = w.count("a", p, end_s=9.0)
+    got = w.count(p, end_s=9.0)
     assert (got.exact, got.estimated, got.max_estimated) == (37, 0, 0)
 
 
 def test_a_running_piece_is_estimated_within_its_own_cap() -> None:
     """Continuation: a cut response's tokens up to its last seam are exact; its running piece
     is estimated, at most the piece's cap (not the response's)."""
-    w = WasteCounter(max_tokens=4000)
+    w = WasteCounter()
     w.learn([progress(timed_tokens=1000, timed_s=1.0)])
     p = progress(live_tokens={0: 512}, started_s={0: 0.0}, caps={0: 64})
-    got = w.count("a", p, end_s=1.0)  # 1,000 tokens at the rate, capped at the piece's 64
+    got = w.count(p, end_s=1.0)  # 1,000 tokens at the rate, capped at the piece's 64
     assert (got.exact, got.estimated, got.max_estimated) == (512, 64, 64)
 
 
@@ -93,7 +95,7 @@ def test_a_partly_streamed_lost_piece_estimates_only_its_unseen_rest() -> None:
 
 
 def test_count_lost_reads_the_attempts_lost_pieces_at_the_learned_rate() -> None:
-    w = WasteCounter(max_tokens=1000)
+    w = WasteCounter()
     p = progress(lost=[LostPiece(0, 0.0, 0.5, cap=128)])
     assert w.count_lost(p) == AttemptWaste(0, 0, 128, 1)  # no rate learned yet
     w.learn([progress(timed_tokens=200, timed_s=1.0)])
@@ -144,14 +146,15 @@ def test_build_result_splits_the_steps_waste() -> None:
     """One group cut at the cutoff (a finished response exact, the running one estimated) and
     a delivered group that lost a piece to a fault: three parts, summing to wasted_tokens."""
     plan = make_plan([], [], ["a", "b"], cut=1, m=0, r=2)
-    w = WasteCounter(max_tokens=1000)
+    w = WasteCounter()
     done = GroupRun(plan.assignments[0], 0, status="done", completion_s=2.0,
                     progress=progress(num_finished=2, finished_tokens=300, timed_tokens=300,
                                       timed_s=3.0,
                                       lost=[LostPiece(1, 0.5, 1.0, cap=64, exact=0)]))
     done.responses = (Response("x", 100, "stop"), Response("y", 200, "stop"))
     cut = GroupRun(plan.assignments[1], 1, status="aborted", completion_s=2.0,
-                   progress=progress(num_finished=1, finished_tokens=30, started_s={1: 1.0}))
+                   progress=progress(num_finished=1, finished_tokens=30, started_s={1: 1.0},
+                                     caps={1: 1000}))
     ids = [a.prompt_id for a in plan.assignments]
     out = build_result(plan, dict(zip(ids, (done, cut), strict=True)), 2.0, 0, [2.0, 2.0],
                        w).outcome

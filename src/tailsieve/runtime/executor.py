@@ -88,7 +88,7 @@ class LiveExecutor(ReplicaSet):
                 warnings.warn(SEED_WARNING, UserWarning, stacklevel=2)
         self._forced = forced_length
         self._on_progress = on_progress
-        self.waste = WasteCounter(config.sampling.max_tokens, forced_length)  # runtime.waste
+        self.waste = WasteCounter()  # runtime.waste: the decode rate, over steps
         self._run: StepRun | None = None  # the step running now
         self.num_relocations = 0  # continuation: responses continued elsewhere after a fault
         self.num_moves = 0  # continuation: responses moved by ``move``

@@ -145,7 +145,7 @@ def build_result(
             )
         elif g.status == "aborted":
             p = g.progress
-            w = waste.count(a.prompt_id, p, t0 + (cut_s or g.completion_s))
+            w = waste.count(p, t0 + (cut_s or g.completion_s))
             at_cutoff.append(w)
             aborted.append(
                 AbortedGroup(

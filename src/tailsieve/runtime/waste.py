@@ -39,7 +39,6 @@ from typing import NamedTuple
 
 from tailsieve.core.outcome import WasteSplit
 from tailsieve.errors import ConfigError
-from tailsieve.runtime.executor_config import ForcedLength
 
 
 class LostPiece(NamedTuple):
@@ -66,8 +65,8 @@ class AttemptProgress:
     # an unfinished response (streaming; with continuation, up to its last seam plus streamed)
     started_s: dict[int, float] = field(default_factory=dict)  # unfinished: sample -> sent at
     # (with continuation: when its running piece was sent)
-    caps: dict[int, int] = field(default_factory=dict)  # unfinished sample ->
-    # the most tokens its running piece may add (else the response's limit applies)
+    caps: dict[int, int] = field(default_factory=dict)  # unstreamed unfinished sample ->
+    # the most tokens its running piece may add
     timed_tokens: int = 0  # tokens of completed requests (responses, or continuation pieces)
     timed_s: float = 0.0  # their request seconds (sent to last token): the decode rate's sample
     streaming: bool = False  # unfinished responses' tokens are observed (live_tokens)
@@ -107,11 +106,9 @@ class AttemptWaste:
 
 @dataclass(slots=True)
 class WasteCounter:
-    """Learns the per-request decode rate from finished responses; counts discarded attempts.
+    """Learns the per-request decode rate from completed requests; counts discarded attempts.
     One per executor (the rate carries over steps)."""
 
-    max_tokens: int  # a response's token limit
-    forced: ForcedLength | None = None  # replay mode: the forced length is the limit
     rate_tokens: int = 0  # tokens of the finished responses learned from
     rate_s: float = 0.0  # their request seconds
 
@@ -128,16 +125,15 @@ class WasteCounter:
             self.rate_tokens += p.timed_tokens
             self.rate_s += p.timed_s
 
-    def count(self, prompt_id: str, p: AttemptProgress, end_s: float) -> AttemptWaste:
-        """Wasted tokens of an attempt discarded at ``end_s`` (the event loop's clock)."""
+    def count(self, p: AttemptProgress, end_s: float) -> AttemptWaste:
+        """Wasted tokens of an attempt discarded at ``end_s`` (the event loop's clock): each
+        unstreamed running piece estimated within its cap (``AttemptProgress.caps``)."""
         exact = p.finished_tokens + max(p.tokens_so_far, 0)
         if p.streaming:
             return AttemptWaste(exact, 0)
         est = bound = 0
         for sample, start_s in p.started_s.items():
-            cap = p.caps.get(sample)
-            if cap is None:
-                cap = self.forced(prompt_id, sample) if self.forced is not None else self.max_tokens
+            cap = p.caps[sample]
             est += self._estimate(end_s - start_s, cap)
             bound += cap
         return AttemptWaste(exact, est, bound)
