@@ -1,4 +1,4 @@
-"""Tokens regenerated when one replica of five dies mid-step: whole groups vs continuation.
+"""Tokens regenerated when one replica of five dies mid-step: restarted responses vs continuation.
 
 5 emulated replicas (in-process ``EmulatorServer``s, one asyncio loop), one step of ``--groups``
 groups x ``--group-size`` responses dealt spread (response ``i`` of group ``g`` on replica
@@ -11,10 +11,8 @@ Regenerated tokens = tokens the replicas generated that were not delivered (ever
 finished + aborted + running tokens; the dead one's counted at its death) minus the delivered
 tokens. Variants:
 
-- ``whole-group``: the executor before continuation (every group with a response on the dead
-  replica is regenerated from scratch, all its responses);
-- ``continue``: continuation, one piece per response (a dead replica's responses start again
-  elsewhere; the group's other responses are kept);
+- ``restart``: without continuation, one piece per response (a dead replica's responses start
+  again elsewhere from their prompts; the group's other responses are kept);
 - ``continue-pieces``: continuation with ``--piece-tokens`` pieces (they continue from their
   last seam);
 - ``continue-stream``: continuation with streaming (from their last streamed token).
@@ -37,11 +35,11 @@ from outdir import default_out
 
 from tailsieve.core.plan import GroupAssignment, StepPlan
 from tailsieve.core.pool import Pool
-from tailsieve.runtime.attempt import ExecutorConfig
 from tailsieve.runtime.backends import PromptInput, SamplingParams
 from tailsieve.runtime.emulator import EmulatorServer
 from tailsieve.runtime.emulator.config import EmulatorConfig
 from tailsieve.runtime.executor import LiveExecutor
+from tailsieve.runtime.executor_config import ExecutorConfig
 from tailsieve.runtime.lean_http import LeanTransport
 
 R = 5
@@ -98,7 +96,7 @@ async def one(args: argparse.Namespace, variant: str, kill_at: float | None) -> 
     ex_cfg = ExecutorConfig(
         model=cfg.model_name,
         sampling=SamplingParams(max_tokens=100_000, temperature=1.0),
-        continuation=variant != "whole-group",
+        continuation=variant != "restart",
         piece_tokens=args.piece_tokens if variant == "continue-pieces" else None,
         stream=variant == "continue-stream",
         probe_interval_s=60.0,
@@ -153,8 +151,8 @@ async def one(args: argparse.Namespace, variant: str, kill_at: float | None) -> 
 
 
 async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
-    rows = [await one(args, "whole-group", None)]
-    for v in ("whole-group", "continue", "continue-pieces", "continue-stream"):
+    rows = [await one(args, "restart", None)]
+    for v in ("restart", "continue-pieces", "continue-stream"):
         rows.append(await one(args, v, args.kill_at))
         print(json.dumps(rows[-1]))
     return rows

@@ -1,5 +1,5 @@
-"""Whole responses (``runtime.attempt.GroupAttempt``) go through the one engine client
-(``HttpPieceRunner``): a group as one request with ``n`` (streamed or not), chat prompts, counts
+"""Whole responses (``runtime.chain_attempt.ChainedAttempt`` without continuation: one piece
+per response) go through the one engine client (``HttpPieceRunner``): a group as one request with ``n`` (streamed or not), chat prompts, counts
 without token ids, and the chunk timings a streamed response keeps, against the emulator's
 vLLM and SGLang wire formats."""
 
@@ -7,15 +7,22 @@ from __future__ import annotations
 
 import pytest
 
-from tailsieve.runtime.attempt import AttemptProgress, ExecutorConfig, GroupAttempt
 from tailsieve.runtime.backends import Backend, PromptInput, Response, SamplingParams
+from tailsieve.runtime.chain import ResponseChain
+from tailsieve.runtime.chain_attempt import ChainedAttempt
 from tailsieve.runtime.emulator import EmulatorConfig, EmulatorServer
 from tailsieve.runtime.executor import LiveExecutor
+from tailsieve.runtime.executor_config import ExecutorConfig
 from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
 from tailsieve.runtime.sessions.pieces import PieceRequest
+from tailsieve.runtime.waste import AttemptProgress
 
 MODEL = "tailsieve-emulated"
 CHAT = ({"role": "user", "content": "What is 2 + 3?"},)
+
+
+def _no_fault(samples: object, replica: int, url: str, exc: BaseException) -> int:
+    raise exc
 
 
 async def _group(url: str, prompt: PromptInput, n: int, **kw: object) -> list[Response]:
@@ -23,7 +30,9 @@ async def _group(url: str, prompt: PromptInput, n: int, **kw: object) -> list[Re
                          **kw)  # type: ignore[arg-type]
     ex = LiveExecutor([url], cfg)
     try:
-        att = GroupAttempt(ex.piece_runner(), [0] * n, cfg, prompt, None, AttemptProgress())
+        chains = [ResponseChain(24, prompt.token_ids) for _ in range(n)]
+        att = ChainedAttempt(ex.piece_runner(), [0] * n, cfg, prompt, chains, None,
+                             AttemptProgress(), _no_fault)
         return await att.run()
     finally:
         await ex.aclose()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from tailsieve.errors import ConfigError
-from tailsieve.runtime.attempt import ExecutorConfig
 from tailsieve.runtime.backends import (
     Backend,
     PromptInput,
@@ -13,6 +12,7 @@ from tailsieve.runtime.backends import (
     build_request,
     parse_response,
 )
+from tailsieve.runtime.executor_config import ExecutorConfig
 from tailsieve.runtime.rollout import RolloutConfig
 from tailsieve.runtime.transport import RequestError
 

@@ -1,16 +1,18 @@
 """A step's response runs as a session turn's state (``RunningTurn``): each piece its own
 request id (SGLang aborts by id), the prefix, ``min_tokens``, the forced flag and the engine
-priority carried from piece to piece, and a replica fault's partial kept."""
+priority carried from piece to piece, and a replica fault's partial kept; without
+continuation, a response is one piece, started again from its prompt after a fault."""
 
 from __future__ import annotations
 
-from tailsieve.runtime.attempt import AttemptProgress, ExecutorConfig
 from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
 from tailsieve.runtime.chain import ResponseChain
 from tailsieve.runtime.chain_attempt import ChainedAttempt
+from tailsieve.runtime.executor_config import ExecutorConfig
 from tailsieve.runtime.faults import ReplicaDownError
 from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
 from tailsieve.runtime.sessions.pieces import PieceOutput, PieceRequest
+from tailsieve.runtime.waste import AttemptProgress
 
 
 class Scripted(HttpPieceRunner):
@@ -39,7 +41,7 @@ async def test_a_steps_pieces_carry_the_chain_and_each_has_its_own_id() -> None:
     prompt = PromptInput("p", token_ids=(1, 2, 3))
     relocations: list[int] = []
 
-    def relocate(sample: int, replica: int, url: str, exc: BaseException) -> int:
+    def relocate(samples: object, replica: int, url: str, exc: BaseException) -> int:
         relocations.append(replica)
         return 1 - replica
 
@@ -61,3 +63,32 @@ async def test_a_steps_pieces_carry_the_chain_and_each_has_its_own_id() -> None:
     assert [p.priority for _, p in runner.sent] == [0, -1, -1, -1, -2]
     assert all(p.forced for _, p in runner.sent)
     assert att.num_moved_pieces == 0  # relocations are not moves
+
+
+async def test_without_continuation_a_fault_restarts_the_response_from_its_prompt() -> None:
+    """One piece per response: no seams (a penalty is fine, no logprobs added for the stop
+    string), a fault's partial is dropped, the response starts again from its prompt where
+    ``relocate`` names, and the lost piece counts (none for a refused request)."""
+    lost = ReplicaDownError("cut")
+    lost.partial = PieceOutput((7,), "abort")
+    runner = Scripted([ReplicaDownError("refused"), lost, PieceOutput((4, 5), "stop")])
+    sampling = SamplingParams(max_tokens=16, stop=["x"], extra={"repetition_penalty": 1.2})
+    cfg = ExecutorConfig(backend=Backend.SGLANG, model="m", sampling=sampling)
+    prompt = PromptInput("p", token_ids=(1, 2, 3))
+    told: list[tuple[int, ...]] = []
+
+    def relocate(samples: object, replica: int, url: str, exc: BaseException) -> int:
+        told.append(tuple(samples))  # type: ignore[call-overload]
+        return 1 - replica
+
+    progress = AttemptProgress()
+    att = ChainedAttempt(runner, [0], cfg, prompt, [ResponseChain(16, prompt.token_ids)],
+                         None, progress, relocate)
+    (resp,) = await att.run()
+
+    assert resp.token_ids == (4, 5) and resp.finish_reason == "stop"
+    assert told == [(0,), (0,)] and [r for r, _ in runner.sent] == [0, 1, 0]
+    assert all(p.prompt_ids == (1, 2, 3) and p.max_tokens == 16 for _, p in runner.sent)
+    assert all(p.sampling.logprobs is None for _, p in runner.sent)
+    assert [(x.sample, x.exact, x.estimate) for x in progress.lost] == [(0, 0, True)]
+    assert progress.num_finished == 1 and progress.finished_tokens == 2

@@ -13,10 +13,10 @@ from test_live_executor import make_plan, prompts_for
 
 from tailsieve.core.protocol import validate_outcome
 from tailsieve.errors import ConfigError
-from tailsieve.runtime.attempt import ExecutorConfig
 from tailsieve.runtime.backends import PromptInput, SamplingParams
 from tailsieve.runtime.chain import ChainError
 from tailsieve.runtime.executor import LiveExecutor
+from tailsieve.runtime.executor_config import ExecutorConfig
 from tailsieve.runtime.rollout import RolloutConfig, TailSieveRollout
 from tailsieve.runtime.step_state import StepResult
 from tailsieve.runtime.stub import StubFault, StubTransport, token_at

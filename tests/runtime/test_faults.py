@@ -11,8 +11,10 @@ import pytest
 from tailsieve.errors import ConfigError
 from tailsieve.model.profiles import builtin_profile
 from tailsieve.model.replica_config import ReplicaConfig
-from tailsieve.runtime.attempt import AttemptProgress, ExecutorConfig, GroupAttempt
 from tailsieve.runtime.backends import PromptInput, SamplingParams
+from tailsieve.runtime.chain import ResponseChain
+from tailsieve.runtime.chain_attempt import ChainedAttempt
+from tailsieve.runtime.executor_config import ExecutorConfig
 from tailsieve.runtime.faults import (
     ReplicaDownError,
     ReplicaStalledError,
@@ -30,6 +32,7 @@ from tailsieve.runtime.sessions.pieces import piece_reason
 from tailsieve.runtime.sessions.streamed import StreamedPiece, finished
 from tailsieve.runtime.stall_watch import StallSettings, StallWatch, piece_time_s
 from tailsieve.runtime.transport import JSON
+from tailsieve.runtime.waste import AttemptProgress
 
 VLLM_ERROR = {"error": {"message": "EngineCore encountered an issue. See stack trace.",
                         "type": "InternalServerError", "param": None, "code": 500}}
@@ -125,11 +128,26 @@ async def test_single_turn_attempt_reads_a_dead_workers_stream_as_replica_down(
     t = _ErrorStream(chunks)
     cfg = ExecutorConfig(model="m", stream=True, sampling=SamplingParams(max_tokens=4))
     runner = HttpPieceRunner(["http://r0"], model="m", transport=t, stream=True)
-    att = GroupAttempt(runner, [0], cfg, PromptInput("p", token_ids=(1, 2)), None,
-                       AttemptProgress())
+    att, told = _whole(runner, cfg)
     with pytest.raises(ReplicaDownError):
         await att.run()
-    assert t.num_posts == 1  # not retried on the same server
+    assert t.num_posts == 1 and told == [(0,)]  # not retried on the same server: elsewhere
+
+
+def _whole(runner: HttpPieceRunner, cfg: ExecutorConfig,
+           ) -> tuple[ChainedAttempt, list[tuple[int, ...]]]:
+    """A one-response attempt without continuation whose faults end it (each told to its
+    ``relocate``, recorded: the samples it would restart elsewhere)."""
+    told: list[tuple[int, ...]] = []
+
+    def relocate(samples: object, replica: int, url: str, exc: BaseException) -> int:
+        told.append(tuple(samples))  # type: ignore[call-overload]
+        raise exc
+
+    prompt = PromptInput("p", token_ids=(1, 2))
+    chain = ResponseChain(cfg.sampling.max_tokens, prompt.token_ids)
+    return ChainedAttempt(runner, [0], cfg, prompt, [chain], None, AttemptProgress(),
+                          relocate), told
 
 
 class _NoReason(_ErrorStream):
@@ -141,16 +159,15 @@ class _NoReason(_ErrorStream):
 
 
 async def test_a_whole_response_without_a_finish_reason_is_a_replica_fault() -> None:
-    """Not a finished response and not a step failure: the executor regenerates the group
-    elsewhere, as it does for a stream cut before its end."""
+    """Not a finished response and not a step failure: the response starts again elsewhere,
+    as it does for a stream cut before its end."""
     t = _NoReason([])
     cfg = ExecutorConfig(model="m", stream=False, sampling=SamplingParams(max_tokens=4))
     runner = HttpPieceRunner(["http://r0"], model="m", transport=t, stream=False)
-    att = GroupAttempt(runner, [0], cfg, PromptInput("p", token_ids=(1, 2)), None,
-                       AttemptProgress())
+    att, told = _whole(runner, cfg)
     with pytest.raises(ReplicaDownError, match="without a finish reason"):
         await att.run()
-    assert t.num_posts == 1 and att.down_sample == 0
+    assert t.num_posts == 1 and told == [(0,)]
 
 
 class _ToolCalls(_ErrorStream):
@@ -168,10 +185,10 @@ async def test_a_chat_servers_own_end_is_a_finished_response_not_a_fault() -> No
     t = _ToolCalls([])
     cfg = ExecutorConfig(model="m", stream=False, sampling=SamplingParams(max_tokens=4))
     runner = HttpPieceRunner(["http://r0"], model="m", transport=t, stream=False)
-    att = GroupAttempt(runner, [0], cfg, PromptInput("p", token_ids=(1, 2)), None,
-                       AttemptProgress())
+    att, told = _whole(runner, cfg)
     (resp,) = await att.run()
     assert resp.finish_reason == "stop" and resp.token_ids == (1,) and t.num_posts == 1
+    assert not told
     assert [piece_reason(r) for r in ("stop", "length", "content_filter", "abort", None,
                                       "unknown")] == ["stop", "length", "stop", "abort",
                                                       "abort", "abort"]

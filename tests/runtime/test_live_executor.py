@@ -11,9 +11,9 @@ from tailsieve.core.plan import GroupAssignment, StepPlan
 from tailsieve.core.pool import Pool
 from tailsieve.core.protocol import validate_outcome
 from tailsieve.errors import StepFailedError
-from tailsieve.runtime.attempt import ExecutorConfig
 from tailsieve.runtime.backends import PromptInput, SamplingParams
 from tailsieve.runtime.executor import LiveExecutor
+from tailsieve.runtime.executor_config import ExecutorConfig
 from tailsieve.runtime.stub import StubFault, StubTransport
 
 URLS = ["http://r0", "http://r1", "http://r2"]
@@ -147,7 +147,7 @@ async def test_replay_forces_lengths() -> None:
     [StubFault(refuse=True), StubFault(die_after_s=0.05), StubFault(hang=True)],
     ids=["refuse", "die-mid-step", "timeout"],
 )
-async def test_replica_fault_regenerates_from_scratch(fault: StubFault) -> None:
+async def test_replica_fault_restarts_its_responses_elsewhere(fault: StubFault) -> None:
     stub = StubTransport(length_of, seconds_per_token=0.0005, faults={"http://r0": fault})
     # only the hung replica needs the request timeout; 5 s is 30x a healthy request here, so a
     # loaded machine does not time out the others. A hung server still answers /health, so no
@@ -158,17 +158,33 @@ async def test_replica_fault_regenerates_from_scratch(fault: StubFault) -> None:
     out = res.outcome
     validate_outcome(PLAN, out)
     assert ex.healthy == (False, True, True)
-    assert out.num_regenerated >= 1
-    # only groups that replica 0 completed before the fault may come from it (by state: the
-    # stub completed every one of their requests; a request in flight at the fault fails)
+    assert out.num_relocated >= 1 and out.num_regenerated == 0
+    assert all(g.attempt == 0 for g in out.delivered)  # no group started again whole
+    # only responses that replica 0 completed before the fault may come from it (by state:
+    # the stub completed them; a request in flight at the fault fails)
     done_on_r0 = Counter(p for u, p in stub.log.completed if u == "http://r0")
-    assert all(done_on_r0[g.prompt_id] >= len(g.response_tokens)
-               for g in out.delivered if g.replica == 0)
-    moved = [g for g in out.delivered if g.attempt > 0]
-    assert moved and all(g.replica == 1 for g in moved)  # same (bulk) pool preferred
+    dealt = {a.prompt_id: a.replica for a in PLAN.assignments}
+    on_r0 = Counter(p for p, g in res.groups.items() for r in g.replicas if r == 0)
+    assert all(done_on_r0[p] >= k for p, k in on_r0.items())
+    moved = [r for p, g in res.groups.items() for r in g.replicas if r != dealt[p]]
+    assert moved and set(moved) == {1}  # same (bulk) pool preferred
     # probing brings a replica back only when /health answers
     stub.faults.pop("http://r0")
     assert await ex.probe() == (True, True, True)
+
+
+async def test_one_request_group_restarts_whole_elsewhere() -> None:
+    """A group sent as one request with n (``split_groups=False``) whose replica dies starts
+    again as one request on another replica: a new attempt of the group."""
+    stub = StubTransport(length_of, 0.0005, faults={"http://r0": StubFault(die_after_s=0.05)})
+    ex = LiveExecutor(URLS, cfg(split_groups=False), transport=stub)
+    res = await ex.run(PLAN, prompts_for(PLAN))
+    out = res.outcome
+    validate_outcome(PLAN, out)
+    again = [g for g in out.delivered if g.attempt > 0]
+    assert again and out.num_regenerated == len(again) and out.num_relocated == 0
+    assert all(res.groups[g.prompt_id].replicas == (1, 1) for g in again)
+    assert len(stub.log.started) == len(PLAN.assignments) + len(again)  # one request each
 
 
 async def test_tail_replica_death_moves_to_bulk_pool() -> None:
@@ -176,8 +192,9 @@ async def test_tail_replica_death_moves_to_bulk_pool() -> None:
     ex = LiveExecutor(URLS, cfg(), transport=stub)
     res = await ex.run(PLAN, prompts_for(PLAN))
     validate_outcome(PLAN, res.outcome)
-    t0 = next(g for g in res.outcome.delivered if g.prompt_id == "t0")
-    assert t0.pool is Pool.TAIL and t0.attempt == 1 and t0.replica in (0, 1)
+    t0 = res.groups["t0"]
+    assert t0.pool is Pool.TAIL and set(t0.replicas) <= {0, 1} and t0.attempt == 0
+    assert res.outcome.num_relocated == 2
 
 
 async def test_request_errors_retry_then_succeed() -> None:
@@ -238,17 +255,22 @@ async def test_spread_group_sends_each_response_to_its_replica() -> None:
     assert len(res.outcome.aborted) == 2
 
 
-async def test_spread_group_regenerated_when_one_of_its_replicas_dies() -> None:
+async def test_spread_group_response_restarts_when_its_replica_dies() -> None:
     plan = spread_plan()
     stub = StubTransport(length_of, 0.0005, faults={"http://r1": StubFault(die_after_s=0.02)})
     ex = LiveExecutor(URLS, cfg(), transport=stub)
     res = await ex.run(plan, prompts_for(plan))
     validate_outcome(plan, res.outcome)
     assert ex.healthy == (True, False, True)
-    moved = [g for g in res.outcome.delivered if g.attempt > 0]
-    assert moved and res.outcome.num_regenerated >= 1
-    late = [(u, p) for u, p, _ in stub.log.started if p in {g.prompt_id for g in moved}]
-    assert late[-1][0] != "http://r1"
+    assert res.outcome.num_relocated >= 1 and res.outcome.num_regenerated == 0
+    moved = {p for p, g in res.groups.items()
+             for r, d in zip(g.replicas, next(a for a in plan.assignments
+                                              if a.prompt_id == p).response_replicas(2),
+                             strict=True) if r != d}
+    assert moved
+    for p in moved:  # the response on r0 ran once; the one on r1 started again on r0
+        starts = [u for u, q, _ in stub.log.started if q == p]
+        assert starts.count("http://r0") == 2 and starts[-1] != "http://r1"
 
 
 async def test_failed_request_names_the_replica_that_answered_it() -> None:
@@ -266,7 +288,7 @@ async def test_failed_request_names_the_replica_that_answered_it() -> None:
 async def test_all_or_first_error_waits_for_all_and_returns_in_order() -> None:
     import asyncio
 
-    from tailsieve.runtime.attempt import _all_or_first_error
+    from tailsieve.runtime.chain_attempt import _all_or_first_error
 
     async def after(delay_s: float, value: int) -> list[int]:
         await asyncio.sleep(delay_s)
@@ -280,7 +302,7 @@ async def test_all_or_first_error_waits_for_all_and_returns_in_order() -> None:
 async def test_all_or_first_error_cancels_the_rest_and_prefers_a_dead_replica() -> None:
     import asyncio
 
-    from tailsieve.runtime.attempt import _all_or_first_error
+    from tailsieve.runtime.chain_attempt import _all_or_first_error
     from tailsieve.runtime.transport import ReplicaDownError, RequestError
 
     cancelled: list[int] = []

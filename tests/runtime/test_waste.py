@@ -13,12 +13,18 @@ from test_live_executor import cfg, make_plan, prompts_for
 from tailsieve.core.outcome import WasteSplit
 from tailsieve.core.protocol import validate_outcome
 from tailsieve.errors import ConfigError
-from tailsieve.runtime.attempt import AttemptProgress, LostPiece
 from tailsieve.runtime.backends import Response
 from tailsieve.runtime.executor import LiveExecutor
 from tailsieve.runtime.step_state import GroupRun, build_result
 from tailsieve.runtime.stub import StubFault, StubTransport
-from tailsieve.runtime.waste import AttemptWaste, WasteCounter, lost_waste, split_waste
+from tailsieve.runtime.waste import (
+    AttemptProgress,
+    AttemptWaste,
+    LostPiece,
+    WasteCounter,
+    lost_waste,
+    split_waste,
+)
 
 
 def progress(**kw: object) -> AttemptProgress:
@@ -29,40 +35,42 @@ def progress(**kw: object) -> AttemptProgress:
 
 
 def test_nothing_estimated_before_any_response_finished() -> None:
-    w = WasteCounter(max_tokens=1000)
-    got = w.count("a", progress(finished_tokens=7, num_finished=1, started_s={1: 0.0}), 5.0)
+    w = WasteCounter()
+    p = progress(finished_tokens=7, num_finished=1, started_s={1: 0.0}, caps={1: 1000})
+    got = w.count(p, 5.0)
     assert (got.exact, got.estimated) == (7, 0)
-    assert got.max_estimated == 1000  # unseen: anywhere up to its response's cap
+    assert got.max_estimated == 1000  # unseen: anywhere up to its piece's cap
 
 
 def test_unfinished_estimated_at_observed_rate_capped() -> None:
-    w = WasteCounter(max_tokens=120)
+    w = WasteCounter()
     w.learn([progress(timed_tokens=300, timed_s=3.0)])  # 100 tokens per request-second
     assert w.tokens_per_s == pytest.approx(100.0)
-    p = progress(finished_tokens=40, started_s={1: 10.0, 2: 9.0})
-    got = w.count("a", p, end_s=10.5)  # 50 tokens, and 150 capped at max_tokens 120
+    p = progress(finished_tokens=40, started_s={1: 10.0, 2: 9.0}, caps={1: 120, 2: 120})
+    got = w.count(p, end_s=10.5)  # 50 tokens, and 150 capped at max_tokens 120
     assert (got.exact, got.estimated, got.total) == (40, 170, 210)
     assert got.max_estimated == 2 * 120
-    replay = WasteCounter(max_tokens=1000, forced=lambda pid, s: 10 * s)
+    replay = WasteCounter()  # forced lengths are the pieces' caps
     replay.learn([progress(timed_tokens=100, timed_s=1.0)])
-    assert replay.count("a", p, end_s=12.0).estimated == 20 + 10  # capped at forced lengths
+    p.caps = {1: 10, 2: 20}
+    assert replay.count(p, end_s=12.0).estimated == 20 + 10  # capped at forced lengths
 
 
 def test_streamed_tokens_are_exact() -> None:
-    w = WasteCounter(max_tokens=1000)
+    w = WasteCounter()
     w.learn([progress(timed_tokens=100, timed_s=1.0)])
     p = progress(live_tokens={0: 33, 1: 4}, started_s={0: 0.0, 1: 0.0}, streaming=True)
-    got = w.count("a", p, end_s=9.0)
+    got = w.count(p, end_s=9.0)
     assert (got.exact, got.estimated, got.max_estimated) == (37, 0, 0)
 
 
 def test_a_running_piece_is_estimated_within_its_own_cap() -> None:
     """Continuation: a cut response's tokens up to its last seam are exact; its running piece
     is estimated, at most the piece's cap (not the response's)."""
-    w = WasteCounter(max_tokens=4000)
+    w = WasteCounter()
     w.learn([progress(timed_tokens=1000, timed_s=1.0)])
     p = progress(live_tokens={0: 512}, started_s={0: 0.0}, caps={0: 64})
-    got = w.count("a", p, end_s=1.0)  # 1,000 tokens at the rate, capped at the piece's 64
+    got = w.count(p, end_s=1.0)  # 1,000 tokens at the rate, capped at the piece's 64
     assert (got.exact, got.estimated, got.max_estimated) == (512, 64, 64)
 
 
@@ -87,7 +95,7 @@ def test_a_partly_streamed_lost_piece_estimates_only_its_unseen_rest() -> None:
 
 
 def test_count_lost_reads_the_attempts_lost_pieces_at_the_learned_rate() -> None:
-    w = WasteCounter(max_tokens=1000)
+    w = WasteCounter()
     p = progress(lost=[LostPiece(0, 0.0, 0.5, cap=128)])
     assert w.count_lost(p) == AttemptWaste(0, 0, 128, 1)  # no rate learned yet
     w.learn([progress(timed_tokens=200, timed_s=1.0)])
@@ -138,16 +146,17 @@ def test_build_result_splits_the_steps_waste() -> None:
     """One group cut at the cutoff (a finished response exact, the running one estimated) and
     a delivered group that lost a piece to a fault: three parts, summing to wasted_tokens."""
     plan = make_plan([], [], ["a", "b"], cut=1, m=0, r=2)
-    w = WasteCounter(max_tokens=1000)
+    w = WasteCounter()
     done = GroupRun(plan.assignments[0], 0, status="done", completion_s=2.0,
                     progress=progress(num_finished=2, finished_tokens=300, timed_tokens=300,
                                       timed_s=3.0,
                                       lost=[LostPiece(1, 0.5, 1.0, cap=64, exact=0)]))
     done.responses = (Response("x", 100, "stop"), Response("y", 200, "stop"))
     cut = GroupRun(plan.assignments[1], 1, status="aborted", completion_s=2.0,
-                   progress=progress(num_finished=1, finished_tokens=30, started_s={1: 1.0}))
+                   progress=progress(num_finished=1, finished_tokens=30, started_s={1: 1.0},
+                                     caps={1: 1000}))
     ids = [a.prompt_id for a in plan.assignments]
-    out = build_result(plan, dict(zip(ids, (done, cut), strict=True)), 2.0, [], 0, [2.0, 2.0],
+    out = build_result(plan, dict(zip(ids, (done, cut), strict=True)), 2.0, 0, [2.0, 2.0],
                        w).outcome
     s = out.waste
     assert s is not None  # rate: 100 tokens per request-second
@@ -159,36 +168,40 @@ def test_build_result_splits_the_steps_waste() -> None:
     assert out.aborted[0].wasted_tokens == 130 and out.aborted[0].estimated_tokens == 100
 
 
-async def test_fault_regeneration_counts_the_lost_attempt_as_wasted() -> None:
-    """Replica 0 dies 50 ms into a 400-token group (2,000 tokens/s): the group is regenerated
-    on replica 1; the ~100 tokens each of its two responses had generated are wasted."""
+@pytest.mark.parametrize("split", [True, False], ids=["split", "one-request"])
+async def test_a_fault_counts_the_lost_pieces_as_wasted(split: bool) -> None:
+    """Replica 0 dies 50 ms into a 400-token group (2,000 tokens/s): its two responses start
+    again on replica 1 (sent as one request with n: the whole request, a new attempt); the
+    ~100 tokens each had generated are wasted."""
     spt = 0.0005
     lengths = {"a": 400, "b": 40}
     stub = StubTransport(
         lambda p, s: lengths[p], spt, faults={"http://r0": StubFault(die_after_s=0.05)}
     )
     plan = make_plan([], ["a", "b"], [], cut=0, m=0, r=2)
-    ex = LiveExecutor(["http://r0", "http://r1"], cfg(), transport=stub)
+    ex = LiveExecutor(["http://r0", "http://r1"], cfg(split_groups=split), transport=stub)
     res = await ex.run(plan, prompts_for(plan))
     out = res.outcome
     validate_outcome(plan, out)
-    assert out.num_regenerated == 1 and not out.aborted
-    assert [g.attempt for g in out.delivered if g.prompt_id == "a"] == [1]
+    assert (out.num_relocated, out.num_regenerated) == ((2, 0) if split else (0, 1))
+    assert not out.aborted and res.groups["a"].replicas == (1, 1)
+    assert [g.attempt for g in out.delivered if g.prompt_id == "a"] == [0 if split else 1]
     truth = 2 * 0.05 / spt  # two responses, 50 ms each at 2,000 tokens/s
     assert out.wasted_tokens > 0
     assert out.estimated_wasted_tokens == out.wasted_tokens  # nothing had finished: estimated
-    split = out.waste
-    assert split is not None and split.cutoff_tokens == 0  # no cutoff in this step: all lost
-    assert split.lost_estimated_tokens == out.wasted_tokens <= split.lost_estimated_max_tokens
+    split_ = out.waste
+    assert split_ is not None and split_.cutoff_tokens == 0  # no cutoff in this step: all lost
+    assert split_.num_lost_pieces == 2
+    assert split_.lost_estimated_tokens == out.wasted_tokens <= split_.lost_estimated_max_tokens
     assert out.wasted_tokens == pytest.approx(truth, rel=0.5)
     delivered = sum(g.total_tokens for g in out.delivered)
     assert out.generated_tokens == delivered + out.wasted_tokens
-    print(f"\nfault: wasted {out.wasted_tokens} tokens (true {truth:.0f}), regenerated 1")
+    print(f"\nfault: wasted {out.wasted_tokens} tokens (true {truth:.0f})")
 
 
-async def test_finished_responses_of_a_lost_attempt_are_exact() -> None:
-    """A group's first response finished (10 tokens) before its replica died: those count
-    exactly, the unfinished one is estimated."""
+async def test_a_fault_keeps_a_groups_finished_responses() -> None:
+    """A group's first response finished (10 tokens) before its replica died: it is
+    delivered from there, and only the unfinished one starts again (its tokens estimated)."""
     spt = 0.0005
     lengths = {"a": (10, 400), "b": (40, 40)}
     stub = StubTransport(
@@ -196,10 +209,12 @@ async def test_finished_responses_of_a_lost_attempt_are_exact() -> None:
     )
     plan = make_plan([], ["a", "b"], [], cut=0, m=0, r=2)
     ex = LiveExecutor(["http://r0", "http://r1"], cfg(), transport=stub)
-    out = (await ex.run(plan, prompts_for(plan))).outcome
-    assert out.num_regenerated == 1
-    exact = out.wasted_tokens - out.estimated_wasted_tokens
-    assert exact == 10
+    res = await ex.run(plan, prompts_for(plan))
+    out = res.outcome
+    assert out.num_regenerated == 0 and out.num_relocated == 1
+    assert res.groups["a"].replicas == (0, 1)
+    assert [r.num_tokens for r in res.groups["a"].responses] == [10, 400]
+    assert out.wasted_tokens == out.estimated_wasted_tokens  # none of it seen
     assert out.estimated_wasted_tokens == pytest.approx(0.05 / spt, rel=0.5)
 
 
@@ -243,7 +258,7 @@ async def test_emulated_replica_crash_wasted_matches_server_counts(stream: bool)
         batch = await ro.step(rl.prompts()[:6])
         await crash
     m = batch.metrics
-    assert m.num_regenerated >= 1 and m.num_aborted == 0
+    assert m.num_relocated >= 1 and m.num_regenerated == 0 and m.num_aborted == 0
     if at_crash[0] < 100:  # about 1,000 when the in-process replica keeps its model's pace
         pytest.skip(f"replica 0 had generated {at_crash[0]} tokens when it crashed: the loaded "
                     "machine starved the in-process replica, whose pace the router estimates")
@@ -255,8 +270,8 @@ async def test_emulated_replica_crash_wasted_matches_server_counts(stream: bool)
     )
     truth = at_crash[0] - on_0
     print(
-        f"\nemulated crash ({'streamed' if stream else 'not streamed'}): regenerated "
-        f"{m.num_regenerated}, wasted {m.wasted_tokens} (estimated {m.estimated_wasted_tokens}), "
+        f"\nemulated crash ({'streamed' if stream else 'not streamed'}): restarted "
+        f"{m.num_relocated} responses, wasted {m.wasted_tokens} (estimated {m.estimated_wasted_tokens}), "
         f"replica 0 generated {truth} not delivered"
     )
     assert truth > 0 and m.wasted_tokens > 0

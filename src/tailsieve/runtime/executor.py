@@ -4,15 +4,18 @@ All groups start at t = 0 on their replicas (in dispatch order); a spread group'
 start on several replicas. Fresh bulk groups race for the
 ``num_fresh_to_deliver`` places of the batch; at that moment the remaining fresh bulk groups are
 aborted (their tasks cancelled, which closes their HTTP connections). Tail and pinned groups are
-always waited for. A replica fault (refused, died, timed out) takes the replica out and
-regenerates its in-flight groups from scratch on a healthy replica (same pool first). A group is
-delivered only from one complete attempt; nothing of an aborted or failed attempt is delivered.
+always waited for. Each group runs as one attempt whose responses are chains of pieces
+(``runtime.chain_attempt``). A replica fault (refused, died, timed out, stalled) takes the
+replica out and sends the responses it ran to a healthy replica (same pool first): with
+continuation they continue from their last seam; without, each starts again from its prompt
+(a group sent as one request with ``n``: the whole request, a new attempt of the group). The
+group's other responses keep running. Nothing of an aborted group is delivered.
 A step's own state (its groups, the cutoff, where a displaced group goes) is ``runtime.step_run``;
 here the attempts are launched and their ends (``Event``) handled.
 
 Replica lifecycle (``runtime.health``): a replica taken out is probed (``GET /health``) in the
 background every ``probe_interval_s`` while a step runs, and by ``probe`` between steps; a 200 re-admits it (mid-step it can
-take regenerated groups again; the caller plans the next step for the new healthy count). An
+take displaced responses again; the caller plans the next step for the new healthy count). An
 ``addresses`` callable (e.g. a launch state file rewritten when Ray restarts a server elsewhere)
 is polled at every probe: a replica whose address changed is taken out and probed at the new one.
 
@@ -37,16 +40,10 @@ from tailsieve.core.running_index import RunningIndex
 from tailsieve.errors import ConfigError, ProtocolError, StepFailedError
 from tailsieve.model.profiles import builtin_profile
 from tailsieve.model.replica_config import ReplicaConfig
-from tailsieve.runtime.attempt import (
-    AttemptProgress,
-    ExecutorConfig,
-    ForcedLength,
-    GroupAttempt,
-    RequestFailedError,
-)
 from tailsieve.runtime.backends import PromptInput, with_encoded_ids
 from tailsieve.runtime.chain import SEED_WARNING, ResponseChain, check_continuable
-from tailsieve.runtime.chain_attempt import ChainedAttempt
+from tailsieve.runtime.chain_attempt import ChainedAttempt, RequestFailedError
+from tailsieve.runtime.executor_config import ExecutorConfig, ForcedLength
 from tailsieve.runtime.health import ReplicaState
 from tailsieve.runtime.rebalancer import LiveRebalancer, LiveResponse, MoveTally
 from tailsieve.runtime.replica_set import ReplicaSet
@@ -54,8 +51,8 @@ from tailsieve.runtime.sessions.profile import LiveProfile
 from tailsieve.runtime.stall_watch import StallWatch
 from tailsieve.runtime.step_run import Event, StepRun
 from tailsieve.runtime.step_state import GroupRun, StepProgress, StepResult
-from tailsieve.runtime.transport import ReplicaDownError, Transport
-from tailsieve.runtime.waste import WasteCounter
+from tailsieve.runtime.transport import Transport
+from tailsieve.runtime.waste import AttemptProgress, WasteCounter
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +88,7 @@ class LiveExecutor(ReplicaSet):
                 warnings.warn(SEED_WARNING, UserWarning, stacklevel=2)
         self._forced = forced_length
         self._on_progress = on_progress
-        self.waste = WasteCounter(config.sampling.max_tokens, forced_length)  # runtime.waste
+        self.waste = WasteCounter()  # runtime.waste: the decode rate, over steps
         self._run: StepRun | None = None  # the step running now
         self.num_relocations = 0  # continuation: responses continued elsewhere after a fault
         self.num_moves = 0  # continuation: responses moved by ``move``
@@ -141,7 +138,7 @@ class LiveExecutor(ReplicaSet):
                 background.append(balancer)
             while not run.finished():
                 ev = await run.queue.get()
-                self._handle(run, ev, prompts)
+                self._handle(run, ev)
                 if ev.kind == "done" and run.rebalancer is not None:
                     run.rebalancer.poke()
                 self._report(run)
@@ -201,7 +198,7 @@ class LiveExecutor(ReplicaSet):
         starts elsewhere); a plan that delivers no fresh group cuts them at once."""
         plan = run.plan
         for a in sorted(plan.assignments, key=lambda a: (a.order, a.replica)):
-            g = GroupRun(assignment=a, replica=a.replica, replicas=a.replicas)
+            g = GroupRun(a, a.replica, a.response_replicas(plan.group_size))
             run.groups[a.prompt_id] = g
             for r in sorted(a.all_replicas):
                 if not run.ok(r):
@@ -321,38 +318,29 @@ class LiveExecutor(ReplicaSet):
         chains = run.chains.get(prompt_id, []) if run is not None else []
         return [c.generated_ids for c in chains]
 
-    def _relocate(
-        self, run: StepRun, g: GroupRun, sample: int, replica: int, url: str, exc: BaseException
-    ) -> int:
-        """A response's piece failed with ``ReplicaDownError``: take the replica out (unless it
-        moved address since) and name where the response continues."""
+    def _relocate(self, run: StepRun, g: GroupRun, samples: Sequence[int], replica: int,
+                  url: str, exc: BaseException) -> int:
+        """Responses ``samples`` of group ``g`` lost their piece on ``replica`` to a replica
+        fault: take the replica out (unless it moved address since) and name where they go on
+        (a group sent as one request with ``n``: all of it, a new attempt of the group)."""
         if run.url(replica) == url.rstrip("/") and run.ok(replica):
             self.health.down(run.active[replica], exc)
             run.busy_until((replica,), run.now())
         new = replica if run.ok(replica) else run.pick(g.assignment)
-        run.reseat(g, sample, new)
-        self.num_relocations += 1
+        for sample in samples:
+            run.reseat(g, sample, new)
+        if len(samples) > 1:
+            g.attempt += 1
+            run.num_regenerated += 1
+        else:
+            self.num_relocations += 1
         return new
 
     def _launch(self, run: StepRun, g: GroupRun, prompts: Mapping[str, PromptInput]) -> None:
+        """Start group ``g``'s one attempt: each response a chain (``ChainedAttempt``)."""
         g.progress = AttemptProgress()
         prompt = with_encoded_ids(prompts[g.assignment.prompt_id])
-        if self.config.continuation:
-            self._launch_chains(run, g, prompt)
-            return
-        where = g.replicas or (g.replica,)
-        urls = tuple(run.url(r) for r in where)
-        targets = [run.active[r] for r in g.replicas or where * run.plan.group_size]
-        attempt = GroupAttempt(self.piece_runner(), targets, self.config, prompt, self._forced,
-                               g.progress, self.stalls, self.timings)
-        g.task = asyncio.create_task(
-            self._wrap(run, attempt, g.assignment.prompt_id, g.attempt, where, urls)
-        )
-
-    def _launch_chains(self, run: StepRun, g: GroupRun, prompt: PromptInput) -> None:
         n = run.plan.group_size
-        if not g.replicas:
-            g.replicas = (g.replica,) * n
         pid = g.assignment.prompt_id
         sp = self.config.sampling
         chains = run.chains.setdefault(
@@ -360,94 +348,41 @@ class LiveExecutor(ReplicaSet):
                   range(n)]
         )
 
-        def relocate(sample: int, replica: int, url: str, exc: BaseException) -> int:
-            return self._relocate(run, g, sample, replica, url, exc)
+        def relocate(samples: Sequence[int], replica: int, url: str, exc: BaseException) -> int:
+            return self._relocate(run, g, samples, replica, url, exc)
 
         att = ChainedAttempt(
             self.piece_runner(), g.replicas, run.config or self.config, prompt, chains,
             self._forced, g.progress, relocate, self.stalls, run.active, timings=self.timings,
             priority_bucket_tokens=self._priority_bucket(run.plan),
         )
-        old = run.attempts.get(pid)
         if run.index is not None:
-            if old is not None:
-                run.index.drop_owner(old)
             att.attach(run.index, run.t0, tuple(sorted(g.assignment.all_replicas)))
         run.attempts[pid] = att
-        urls = tuple(run.url(r) for r in g.replicas)
-        g.task = asyncio.create_task(self._wrap(run, att, pid, g.attempt, g.replicas, urls))
+        g.task = asyncio.create_task(self._wrap(run, att, pid))
 
-    async def _wrap(
-        self,
-        run: StepRun,
-        att: GroupAttempt | ChainedAttempt,
-        pid: str,
-        k: int,
-        where: tuple[int, ...],
-        urls: tuple[str, ...],
-    ) -> None:
-        replica, url = where[0], urls[0]
+    async def _wrap(self, run: StepRun, att: ChainedAttempt, pid: str) -> None:
         try:
             out = await att.run()
-        except ReplicaDownError as exc:
-            i = att.down_sample if len(where) > 1 else 0
-            run.queue.put_nowait(Event("down", pid, k, where[i], urls[i], error=exc))
         except Exception as exc:
-            failed = exc.sample if isinstance(exc, RequestFailedError) else 0
-            i = failed if len(where) > 1 else 0  # the replica that answered the request
-            run.queue.put_nowait(Event("fail", pid, k, where[i], urls[i], error=exc))
+            run.queue.put_nowait(Event("fail", pid, error=exc))
         else:
-            run.queue.put_nowait(Event("done", pid, k, replica, url, responses=tuple(out)))
+            run.queue.put_nowait(Event("done", pid, responses=tuple(out)))
 
-    def _handle(self, run: StepRun, ev: Event, prompts: Mapping[str, PromptInput]) -> None:
-        """One attempt's end: a group done, a replica fault (its groups start again
-        elsewhere) or a failed request (the step fails). A stale attempt's is ignored."""
+    def _handle(self, run: StepRun, ev: Event) -> None:
+        """One attempt's end: a group done, or a failed request (the step fails). One of a
+        group no longer running (cut) is ignored."""
         g = run.groups[ev.prompt_id]
-        if g.status != "running" or g.attempt != ev.attempt:
-            return  # stale: the attempt was aborted or replaced
+        if g.status != "running":
+            return
         if ev.kind == "done":
             run.done(g, ev.responses)
-        elif ev.kind == "down" and ev.url != run.url(ev.replica):
-            # the replica moved since this attempt began (its old server is gone): regenerate
-            # the group where it was placed (the replica answers at its new address), but the
-            # replica is not at fault
-            self._regenerate(run, [g], prompts)
-        elif ev.kind == "down":
-            assert ev.error is not None
-            self._replica_down(run, ev.replica, ev.error, prompts)
-        else:
-            index = run.active[ev.replica]
-            raise StepFailedError(
-                f"step {run.plan.step}: prompt {ev.prompt_id!r} on replica {index} "
-                f"({ev.url}) failed: {ev.error}"
-            ) from ev.error
-
-    def _replica_down(
-        self, run: StepRun, replica: int, exc: BaseException, prompts: Mapping[str, PromptInput]
-    ) -> None:
-        self.health.down(run.active[replica], exc)
-        run.busy_until((replica,), run.now())
-        victims = [g for g in run.groups.values() if g.status == "running" and g.runs_on(replica)]
-        self._regenerate(run, victims, prompts, dead=replica)
-
-    def _regenerate(
-        self,
-        run: StepRun,
-        victims: list[GroupRun],
-        prompts: Mapping[str, PromptInput],
-        dead: int | None = None,
-    ) -> None:
-        """Start ``victims`` again from scratch; the responses they had on replica ``dead`` (if
-        given) move to a healthy replica."""
-        for g in victims:
-            if g.task is not None:
-                g.task.cancel()
-            run.discarded.append((g.assignment.prompt_id, g.progress, run.t0 + run.now()))
-            if dead is not None:
-                run.place_off(g, dead)
-            g.attempt += 1
-            run.num_regenerated += 1
-            self._launch(run, g, prompts)
+            return
+        replica = g.replicas[ev.error.sample if isinstance(ev.error, RequestFailedError) else 0]
+        raise StepFailedError(
+            f"step {run.plan.step}: prompt {ev.prompt_id!r} on replica {run.active[replica]} "
+            f"({run.url(replica)}) failed: {ev.error}"
+        ) from ev.error
 
     def _report(self, run: StepRun) -> None:
         if self._on_progress is None:

@@ -106,7 +106,8 @@ class RuntimeMetrics:
             "tailsieve_generated_tokens", "All generated tokens", registry=r
         )
         self.regenerated = Counter(
-            "tailsieve_regenerated_groups", "Groups regenerated after a replica fault", registry=r
+            "tailsieve_regenerated_groups",
+            "Groups sent as one request with n, restarted whole after a replica fault", registry=r
         )
         self.cutoff_tokens = Counter(
             "tailsieve_cutoff_tokens", "Tokens of groups aborted at the cutoff", registry=r

@@ -11,8 +11,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from tailsieve.errors import ConfigError, ReplicaError, StepFailedError
-from tailsieve.runtime.attempt import ExecutorConfig
 from tailsieve.runtime.backends import Backend, PromptInput
+from tailsieve.runtime.executor_config import ExecutorConfig
 from tailsieve.runtime.health import ReplicaHealth, ReplicaState
 from tailsieve.runtime.lean_http import LeanTransport
 from tailsieve.runtime.sessions.http_runner import HttpPieceRunner

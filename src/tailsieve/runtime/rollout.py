@@ -38,9 +38,9 @@ from tailsieve.errors import ConfigError, ReplicaError
 from tailsieve.model.profiles import check_profile, parse_profile
 from tailsieve.model.replica_config import ReplicaConfig
 from tailsieve.model.throughput import ThroughputModel
-from tailsieve.runtime.attempt import ExecutorConfig, ForcedLength
 from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
 from tailsieve.runtime.executor import LiveExecutor
+from tailsieve.runtime.executor_config import ExecutorConfig, ForcedLength
 from tailsieve.runtime.moves import MOVING_POLICY, MoveSettings, sampling_off_reason
 from tailsieve.runtime.observe import RuntimeMetrics, StepLog, StepMetrics, waste_fields
 from tailsieve.runtime.sessions.profile import STAND_IN, LiveProfile

@@ -16,10 +16,10 @@ from tailsieve.core.plan import GroupAssignment, StepPlan
 from tailsieve.core.pool import Pool
 from tailsieve.core.running_index import RunningIndex
 from tailsieve.errors import StepFailedError
-from tailsieve.runtime.attempt import AttemptProgress, ExecutorConfig
 from tailsieve.runtime.backends import Response
 from tailsieve.runtime.chain import ResponseChain
 from tailsieve.runtime.chain_attempt import ChainedAttempt
+from tailsieve.runtime.executor_config import ExecutorConfig
 from tailsieve.runtime.health import ReplicaHealth
 from tailsieve.runtime.rebalancer import LiveRebalancer, LiveResponse
 from tailsieve.runtime.step_state import GroupRun, StepResult, build_result
@@ -30,14 +30,11 @@ __all__ = ["Event", "StepRun"]
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    """How a group's attempt ended: ``done`` with its responses; ``down``, its replica failed
-    (a fault: the group continues elsewhere); ``fail``, a request failed (the step fails)."""
+    """How a group's attempt ended: ``done`` with its responses; ``fail``, a request failed
+    (the step fails). A replica fault ends no attempt: its responses go on elsewhere."""
 
-    kind: Literal["done", "down", "fail"]
+    kind: Literal["done", "fail"]
     prompt_id: str
-    attempt: int
-    replica: int
-    url: str  # the replica's address when the attempt started
     responses: tuple[Response, ...] = ()
     error: BaseException | None = None
 
@@ -54,10 +51,9 @@ class StepRun:
     groups: dict[str, GroupRun] = field(default_factory=dict)
     cut_s: float | None = None
     num_fresh_done: int = 0
-    discarded: list[tuple[str, AttemptProgress, float]] = field(default_factory=list)  # faults
-    num_regenerated: int = 0
+    num_regenerated: int = 0  # groups sent as one request with n, restarted after a fault
     busy_until_s: list[float] = field(init=False)  # plan replica -> its last work, seconds
-    chains: dict[str, list[ResponseChain]] = field(default_factory=dict)  # continuation mode
+    chains: dict[str, list[ResponseChain]] = field(default_factory=dict)
     attempts: dict[str, ChainedAttempt] = field(default_factory=dict)
     rebalancer: LiveRebalancer | None = None
     balance_error: str | None = None  # the rebalancer's crash in this step (moves then off)
@@ -93,11 +89,8 @@ class StepRun:
     def place_off(self, g: GroupRun, dead: int) -> None:
         """Re-place the responses a group had on replica ``dead`` onto a healthy one."""
         new = self.pick(g.assignment)
-        if g.replicas:
-            g.replicas = tuple(new if r == dead else r for r in g.replicas)
-            g.replica = g.replicas[0]
-        else:
-            g.replica = new
+        g.replicas = tuple(new if r == dead else r for r in g.replicas)
+        g.replica = g.replicas[0]
 
     def reseat(self, g: GroupRun, sample: int, replica: int) -> None:
         """Response ``sample`` of group ``g`` continues on ``replica``."""
@@ -120,7 +113,7 @@ class StepRun:
         load = {i: 0 for i in same}
         for g in self.groups.values():
             if g.status == "running":
-                for r in g.replicas or (g.replica,):
+                for r in g.replicas:
                     if r in load:
                         load[r] += 1
         return min(same, key=lambda i: (load[i], i))
@@ -131,7 +124,7 @@ class StepRun:
         now = self.now()
         g.status, g.completion_s, g.responses = "done", now, responses
         self.unindex(g)
-        self.busy_until({g.replica, *g.replicas}, now)
+        self.busy_until(set(g.replicas), now)
         if self.plan.is_abortable(g.assignment):
             self.num_fresh_done += 1
             if self.num_fresh_done == self.plan.num_fresh_to_deliver:
@@ -147,7 +140,7 @@ class StepRun:
                 g.status = "aborted"
                 g.completion_s = self.cut_s
                 self.unindex(g)
-                self.busy_until({g.replica, *g.replicas}, self.cut_s)
+                self.busy_until(set(g.replicas), self.cut_s)
 
     def finished(self) -> bool:
         """The batch is complete: the fresh groups it needs and every group always waited
@@ -184,6 +177,5 @@ class StepRun:
 
     def result(self, waste: WasteCounter, num_relocations: int) -> StepResult:
         """The step's outcome and delivered responses."""
-        return build_result(self.plan, self.groups, self.cut_s, self.discarded,
-                            self.num_regenerated, self.busy_until_s, waste, self.t0,
-                            num_relocations)
+        return build_result(self.plan, self.groups, self.cut_s, self.num_regenerated,
+                            self.busy_until_s, waste, self.t0, num_relocations)

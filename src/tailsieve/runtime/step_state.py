@@ -9,9 +9,8 @@ from dataclasses import dataclass, field
 from tailsieve.core.outcome import AbortedGroup, GroupResult, StepOutcome
 from tailsieve.core.plan import GroupAssignment, StepPlan
 from tailsieve.core.pool import Pool
-from tailsieve.runtime.attempt import AttemptProgress
 from tailsieve.runtime.backends import Response
-from tailsieve.runtime.waste import AttemptWaste, WasteCounter, split_waste
+from tailsieve.runtime.waste import AttemptProgress, AttemptWaste, WasteCounter, split_waste
 
 
 @dataclass(slots=True)
@@ -20,17 +19,13 @@ class GroupRun:
 
     assignment: GroupAssignment
     replica: int  # (home) replica of the current attempt
-    replicas: tuple[int, ...] = ()  # spread group: replica of each response; () = all on replica
-    attempt: int = 0  # 0 = first; +1 per fault regeneration
+    replicas: tuple[int, ...] = ()  # where each response runs now
+    attempt: int = 0  # 0 = first; +1 each time a fault restarts it as one request with n
     status: str = "running"  # running | done | aborted
     completion_s: float = 0.0  # done: last response finished; aborted: the cutoff
     responses: tuple[Response, ...] = ()
     progress: AttemptProgress = field(default_factory=AttemptProgress)
     task: asyncio.Task[None] | None = None
-
-    def runs_on(self, replica: int) -> bool:
-        """True when some response of the current attempt is on ``replica``."""
-        return replica == self.replica or replica in self.replicas
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,26 +100,25 @@ def build_result(
     plan: StepPlan,
     groups: Mapping[str, GroupRun],
     cut_s: float | None,
-    discarded: Sequence[tuple[str, AttemptProgress, float]],
     num_regenerated: int,
     busy_until_s: Sequence[float],
     waste: WasteCounter,
     t0: float = 0.0,
     num_relocated: int = 0,
 ) -> StepResult:
-    """Fill ``StepOutcome`` (in plan order) and the delivered responses. ``discarded``: the
-    attempts a fault threw away (prompt id, progress, when on the loop clock); ``t0``: the
-    step's start on that clock. Wasted tokens are counted by ``waste`` and split into cutoff
+    """Fill ``StepOutcome`` (in plan order) and the delivered responses. ``num_regenerated``:
+    groups sent as one request with ``n`` that a fault restarted elsewhere; ``t0``: the step's
+    start on the loop clock. Wasted tokens are counted by ``waste`` and split into cutoff
     aborts and tokens lost to faults or moves, exact and estimated (``runtime.waste``).
-    ``num_relocated``: responses continued on another replica after a fault (continuation)."""
+    ``num_relocated``: responses continued (or, without continuation, restarted) on another
+    replica after a fault."""
     delivered: list[GroupResult] = []
     aborted: list[AbortedGroup] = []
     data: dict[str, GroupResponses] = {}
-    attempts = [*(g.progress for g in groups.values()), *(p for _, p, _ in discarded)]
+    attempts = [g.progress for g in groups.values()]
     waste.learn(attempts)
-    lost_to_faults = [waste.count(pid, p, at_s) for pid, p, at_s in discarded]
-    # continuation: pieces lost to a fault (or dropped by a move) are decoded again
-    lost_to_faults += [waste.count_lost(p) for p in attempts if p.lost]
+    # pieces lost to a fault (or dropped by a move) are decoded again
+    lost_to_faults = [waste.count_lost(p) for p in attempts if p.lost]
     at_cutoff: list[AttemptWaste] = []
     for a in plan.assignments:
         g = groups[a.prompt_id]
@@ -151,7 +145,7 @@ def build_result(
             )
         elif g.status == "aborted":
             p = g.progress
-            w = waste.count(a.prompt_id, p, t0 + (cut_s or g.completion_s))
+            w = waste.count(p, t0 + (cut_s or g.completion_s))
             at_cutoff.append(w)
             aborted.append(
                 AbortedGroup(

@@ -1,25 +1,26 @@
 """Tokens of discarded attempts: counted exactly where observed, estimated where not.
 
-A group attempt is discarded at the cutoff (a fresh bulk group aborted) or by a fault (the
-group is regenerated from scratch elsewhere). All tokens it generated are wasted:
+A group attempt is discarded at the cutoff (a fresh bulk group aborted). All tokens it
+generated are wasted:
 
 - finished responses: exact (each response's ``num_tokens``);
 - unfinished streamed responses (``stream=True``): exact, the tokens received so far;
 - unfinished non-streamed responses: the server says nothing until a response finishes, and a
   dead server never will. Each is estimated as its elapsed request seconds times the observed
-  per-request decode rate: the tokens per request-second of every response this executor has
-  seen finish (from sending the request to its last token, so time spent queued lowers the
-  rate: when requests queue, the estimate is low), capped at the response's token limit
-  (``max_tokens``, or its forced length in replay mode). Before any response has finished,
-  nothing is estimated (0). A request that hung without generating is still estimated at the
-  rate: stream for exact counts.
+  per-request decode rate: the tokens per request-second of every request this executor has
+  seen complete (from sending it to its last token, so time spent queued lowers the rate: when
+  requests queue, the estimate is low), capped at what its running piece may generate (the
+  response's ``max_tokens`` or its forced length in replay mode, without continuation). Before
+  any request has completed, nothing is estimated (0). A request that hung without generating
+  is still estimated at the rate: stream for exact counts.
 
-With continuation (responses as chains of pieces) a fault does not discard the group: the
-response continues elsewhere from its last seam, and only the running piece is lost
-(``AttemptProgress.lost``). Its tokens are decoded again: exact when they were streamed and
-could not be kept, otherwise estimated as above, capped at the piece's cap. A cut chained
-response wastes what it generated up to its last seam (exact), what its running piece streamed
-(exact) or, unstreamed, the running piece's estimate.
+A fault never discards a group: only its running pieces are lost (``AttemptProgress.lost``):
+with continuation a response continues elsewhere from its last seam; without, the response
+(or a group sent as one request with ``n``, all of it) starts again elsewhere, and its one
+piece is lost. A lost piece's tokens are decoded again: exact when they were streamed and could
+not be kept, otherwise estimated as above, capped at the piece's cap. A cut chained response
+wastes what it generated up to its last seam (exact), what its running piece streamed (exact)
+or, unstreamed, the running piece's estimate.
 
 Every estimate has its bound: it lies between 0 and the cap of what it estimates
 (``AttemptWaste.max_estimated``). A step's waste is split three ways (``core.outcome.WasteSplit``,
@@ -33,11 +34,48 @@ failed with an HTTP error and was retried are not counted.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from tailsieve.core.outcome import WasteSplit
 from tailsieve.errors import ConfigError
-from tailsieve.runtime.attempt import AttemptProgress, ForcedLength, LostPiece
+
+
+class LostPiece(NamedTuple):
+    """A piece that ended before its end without its tokens being kept (its replica failed,
+    or a move had to drop it; without continuation, a response restarted elsewhere): what it
+    had generated is decoded again."""
+
+    sample: int
+    started_s: float  # loop time it was sent
+    ended_s: float  # loop time it was lost
+    cap: int  # the most tokens it could have generated
+    exact: int = 0  # tokens it is known to have generated and that were dropped (streamed)
+    estimate: bool = True  # its unseen tokens are estimated (False: streamed, or none made)
+
+
+@dataclass(slots=True)
+class AttemptProgress:
+    """Live evidence of one group's attempt (``runtime.chain_attempt``), read at the cutoff
+    and at the step's end."""
+
+    num_finished: int = 0  # responses finished
+    finished_tokens: int = 0  # tokens of the finished responses
+    live_tokens: dict[int, int] = field(default_factory=dict)  # sample -> tokens observed of
+    # an unfinished response (streaming; with continuation, up to its last seam plus streamed)
+    started_s: dict[int, float] = field(default_factory=dict)  # unfinished: sample -> sent at
+    # (with continuation: when its running piece was sent)
+    caps: dict[int, int] = field(default_factory=dict)  # unstreamed unfinished sample ->
+    # the most tokens its running piece may add
+    timed_tokens: int = 0  # tokens of completed requests (responses, or continuation pieces)
+    timed_s: float = 0.0  # their request seconds (sent to last token): the decode rate's sample
+    streaming: bool = False  # unfinished responses' tokens are observed (live_tokens)
+    lost: list[LostPiece] = field(default_factory=list)  # pieces lost mid-way
+
+    @property
+    def tokens_so_far(self) -> int:
+        """Tokens of unfinished responses (streaming only; -1 when not observed)."""
+        return sum(self.live_tokens.values()) if self.live_tokens else -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,11 +106,9 @@ class AttemptWaste:
 
 @dataclass(slots=True)
 class WasteCounter:
-    """Learns the per-request decode rate from finished responses; counts discarded attempts.
+    """Learns the per-request decode rate from completed requests; counts discarded attempts.
     One per executor (the rate carries over steps)."""
 
-    max_tokens: int  # a response's token limit
-    forced: ForcedLength | None = None  # replay mode: the forced length is the limit
     rate_tokens: int = 0  # tokens of the finished responses learned from
     rate_s: float = 0.0  # their request seconds
 
@@ -89,16 +125,15 @@ class WasteCounter:
             self.rate_tokens += p.timed_tokens
             self.rate_s += p.timed_s
 
-    def count(self, prompt_id: str, p: AttemptProgress, end_s: float) -> AttemptWaste:
-        """Wasted tokens of an attempt discarded at ``end_s`` (the event loop's clock)."""
+    def count(self, p: AttemptProgress, end_s: float) -> AttemptWaste:
+        """Wasted tokens of an attempt discarded at ``end_s`` (the event loop's clock): each
+        unstreamed running piece estimated within its cap (``AttemptProgress.caps``)."""
         exact = p.finished_tokens + max(p.tokens_so_far, 0)
         if p.streaming:
             return AttemptWaste(exact, 0)
         est = bound = 0
         for sample, start_s in p.started_s.items():
-            cap = p.caps.get(sample)
-            if cap is None:
-                cap = self.forced(prompt_id, sample) if self.forced is not None else self.max_tokens
+            cap = p.caps[sample]
             est += self._estimate(end_s - start_s, cap)
             bound += cap
         return AttemptWaste(exact, est, bound)
@@ -133,7 +168,7 @@ def lost_waste(lost: Iterable[LostPiece], tokens_per_s: float | None) -> Attempt
 
 def split_waste(cutoff: Iterable[AttemptWaste], lost: Iterable[AttemptWaste]) -> WasteSplit:
     """A step's ``WasteSplit`` from the waste of its attempts aborted at the cutoff and of
-    those lost to faults or moves (regenerated attempts, lost pieces)."""
+    the pieces lost to faults or moves."""
     cut = sum(cutoff, AttemptWaste(0, 0))
     gone = sum(lost, AttemptWaste(0, 0))
     return WasteSplit(

@@ -12,12 +12,12 @@ import pytest
 
 from tailsieve.core.plan import GroupAssignment, StepPlan
 from tailsieve.core.pool import Pool
-from tailsieve.runtime.attempt import ExecutorConfig
 from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
 from tailsieve.runtime.emulator import EmulatorServer
 from tailsieve.runtime.emulator.prefix_cache import PrefixCache
 from tailsieve.runtime.emulator.protocol import FILLER_TOKEN_ID
 from tailsieve.runtime.executor import LiveExecutor
+from tailsieve.runtime.executor_config import ExecutorConfig
 from tailsieve.runtime.step_state import StepResult
 
 ServerFactory = Any  # conftest.make_server

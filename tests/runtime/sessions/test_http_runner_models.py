@@ -117,8 +117,8 @@ async def test_the_model_card_is_the_first_listed_model_with_its_limit_and_root(
 
 
 async def test_executor_resolves_once_from_the_stub() -> None:
-    from tailsieve.runtime.attempt import ExecutorConfig
     from tailsieve.runtime.executor import LiveExecutor
+    from tailsieve.runtime.executor_config import ExecutorConfig
 
     stub = StubTransport(lambda pid, i: 5)
     ex = LiveExecutor(["http://r0", "http://r1"], ExecutorConfig(), transport=stub)

@@ -129,7 +129,8 @@ class RunningTurn:
 
     def next_piece(self) -> PieceRequest:
         """The request of the next piece (the prompt plus every token generated so far; the
-        prompt's text while no server has echoed its ids, which needs nothing generated)."""
+        prompt's text or chat messages while no server has echoed its ids, which needs nothing
+        generated)."""
         chain = self.chain
         text = None
         if chain.prompt_ids is None:
@@ -150,6 +151,7 @@ class RunningTurn:
         return PieceRequest(
             prompt_ids=ids,
             prompt_text=text,
+            messages=self.prompt.messages,
             sampling=sp,
             max_tokens=chain.piece_cap(self.piece_tokens),
             request_id=self.piece_id,
@@ -177,7 +179,9 @@ class RunningTurn:
         stall watch (``watched_as``: the replica as the watch names it; default ``target``),
         timed for the ``auto`` profile as a piece of replica ``timed_as`` (``clock``: the
         seconds ``begin_piece`` was given). Returns its output (a streamed piece's partial one
-        when a fault cut it) and the replica fault that ended it; any other error is raised."""
+        when a fault cut it) and the replica fault that ended it; any other error is raised.
+        A runner that sends a piece of ``num_samples`` responses returns the first and keeps
+        the others in ``rest`` (timed with it)."""
         started = self.piece_started_s
         timed = (profile.time_piece(timed_as, started, piece, self.prompt_tokens)
                  if profile is not None else None)
@@ -195,7 +199,8 @@ class RunningTurn:
             self.piece_on = None
             if profile is not None:
                 profile.record_piece(timed, started, clock(),
-                                     None if out is None or fault else [out])
+                                     None if out is None or fault
+                                     else [out, *getattr(runner, "rest", ())])
         return out, fault
 
     def _streamed(self, d: TokenDelta) -> None:
