@@ -122,7 +122,10 @@ async def test_auto_is_the_default_and_refits_every_step() -> None:
         assert any(s[1] == "hello" for s in inner.log.started)  # probed at start
         probed = ro.profile
         assert probed.provenance["kind"] == "probe"
-        await run(ro, 2)
+        for _ in range(8):  # a fit is trusted once its pieces' timings agree with it: two
+            await run(ro, 1)  # steps on a quiet machine, more where CPU load jitters them
+            if ro.profile is not probed:
+                break
         assert ro.profile is not probed
         assert ro.live.num_observations > 0 and ro.live.fitted
         pred = ro.protocol.controller.predictor  # type: ignore[attr-defined]
