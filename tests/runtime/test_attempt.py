@@ -5,12 +5,17 @@ vLLM and SGLang wire formats."""
 
 from __future__ import annotations
 
+import asyncio
+import gc
+from typing import Any, cast
+
 import pytest
 
 from tailsieve.runtime.attempt import AttemptProgress, ExecutorConfig, GroupAttempt
 from tailsieve.runtime.backends import Backend, PromptInput, Response, SamplingParams
 from tailsieve.runtime.emulator import EmulatorConfig, EmulatorServer
 from tailsieve.runtime.executor import LiveExecutor
+from tailsieve.runtime.faults import ReplicaDownError
 from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
 from tailsieve.runtime.sessions.pieces import PieceRequest
 
@@ -76,3 +81,38 @@ async def test_run_samples_gives_each_response_of_one_request() -> None:
     assert [o.num_generated for o in outs] == [8] * 4
     assert all(o.finish_reason == "length" and o.chunk_tokens and o.chunk_tokens[-1] == 8
                for o in outs)
+
+
+class _DyingReplica:
+    """A runner whose replica dies under every request; the first failure also cancels the
+    attempt (as the executor does when it regenerates the group) before it reads the others."""
+
+    def __init__(self) -> None:
+        self.endpoints = ["http://127.0.0.1:9"]
+        self.attempt: asyncio.Future[Any] | None = None
+        self.num_requests = 0
+
+    async def run_samples(self, _replica: int, _piece: PieceRequest) -> list[Any]:
+        self.num_requests += 1
+        if self.attempt is not None:
+            self.attempt.cancel()
+            self.attempt = None
+        raise ReplicaDownError("the replica died")
+
+
+async def test_a_group_cancelled_after_its_requests_failed_leaves_no_error_unread() -> None:
+    loop = asyncio.get_running_loop()
+    unread: list[str] = []
+    loop.set_exception_handler(lambda _loop, ctx: unread.append(str(ctx.get("message"))))
+    try:
+        runner = _DyingReplica()
+        att = GroupAttempt(cast(HttpPieceRunner, runner), [0] * 4, ExecutorConfig(model=MODEL),
+                           PromptInput("p", text="hi"), None, AttemptProgress())
+        runner.attempt = asyncio.ensure_future(att.run())
+        await asyncio.wait({runner.attempt})
+        assert runner.num_requests == 4  # every request failed before the attempt resumed
+        del att
+        gc.collect()
+        assert unread == []  # each request's error was read, none is "never retrieved"
+    finally:
+        loop.set_exception_handler(None)
