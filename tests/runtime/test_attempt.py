@@ -5,6 +5,10 @@ vLLM and SGLang wire formats."""
 
 from __future__ import annotations
 
+import asyncio
+import gc
+from typing import Any, cast
+
 import pytest
 
 from tailsieve.runtime.backends import Backend, PromptInput, Response, SamplingParams
@@ -13,6 +17,7 @@ from tailsieve.runtime.chain_attempt import ChainedAttempt
 from tailsieve.runtime.emulator import EmulatorConfig, EmulatorServer
 from tailsieve.runtime.executor import LiveExecutor
 from tailsieve.runtime.executor_config import ExecutorConfig
+from tailsieve.runtime.faults import ReplicaDownError
 from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
 from tailsieve.runtime.sessions.pieces import PieceRequest
 from tailsieve.runtime.waste import AttemptProgress
@@ -85,3 +90,40 @@ async def test_run_samples_gives_each_response_of_one_request() -> None:
     assert [o.num_generated for o in outs] == [8] * 4
     assert all(o.finish_reason == "length" and o.chunk_tokens and o.chunk_tokens[-1] == 8
                for o in outs)
+
+
+class _DyingReplica:
+    """A runner whose replica dies under every request; the first failure also cancels the
+    attempt (as the executor does when it regenerates the group) before it reads the others."""
+
+    def __init__(self) -> None:
+        self.endpoints = ["http://127.0.0.1:9"]
+        self.attempt: asyncio.Future[Any] | None = None
+        self.num_requests = 0
+
+    async def run_piece(self, _replica: int, _piece: PieceRequest) -> Any:
+        self.num_requests += 1
+        if self.attempt is not None:
+            self.attempt.cancel()
+            self.attempt = None
+        raise ReplicaDownError("the replica died")
+
+
+async def test_a_group_cancelled_after_its_requests_failed_leaves_no_error_unread() -> None:
+    loop = asyncio.get_running_loop()
+    unread: list[str] = []
+    loop.set_exception_handler(lambda _loop, ctx: unread.append(str(ctx.get("message"))))
+    try:
+        runner = _DyingReplica()
+        chains = [ResponseChain(24, None) for _ in range(4)]
+        att = ChainedAttempt(cast(HttpPieceRunner, runner), [0] * 4, ExecutorConfig(model=MODEL),
+                             PromptInput("p", text="hi"), chains, None, AttemptProgress(),
+                             _no_fault)
+        runner.attempt = asyncio.ensure_future(att.run())
+        await asyncio.wait({runner.attempt})
+        assert runner.num_requests == 4  # every request failed before the attempt resumed
+        del att
+        gc.collect()
+        assert unread == []  # each request's error was read, none is "never retrieved"
+    finally:
+        loop.set_exception_handler(None)

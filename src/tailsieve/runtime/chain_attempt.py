@@ -344,7 +344,8 @@ async def _all_or_first_error(
     calls: Sequence[Awaitable[list[Response]]],
 ) -> list[list[Response]]:
     """Await all; on the first error cancel the rest and raise it (a ``ReplicaDownError`` wins
-    over other errors so a dead replica is never reported as a request failure)."""
+    over other errors so a dead replica is never reported as a request failure). Cancelled
+    itself, it cancels them all and reads their errors."""
     tasks = [asyncio.ensure_future(c) for c in calls]
     waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     left = [len(tasks)]
@@ -370,3 +371,6 @@ async def _all_or_first_error(
             t.cancel()
         if running:
             await asyncio.gather(*running, return_exceptions=True)
+        for t in tasks:  # read, also when this call was cancelled first: not "never retrieved"
+            if t.done() and not t.cancelled():
+                t.exception()
