@@ -147,12 +147,12 @@ def test_build_result_splits_the_steps_waste() -> None:
     a delivered group that lost a piece to a fault: three parts, summing to wasted_tokens."""
     plan = make_plan([], [], ["a", "b"], cut=1, m=0, r=2)
     w = WasteCounter()
-    done = GroupRun(plan.assignments[0], 0, status="done", completion_s=2.0,
+    done = GroupRun(plan.assignments[0], (0, 0), status="done", completion_s=2.0,
                     progress=progress(num_finished=2, finished_tokens=300, timed_tokens=300,
                                       timed_s=3.0,
                                       lost=[LostPiece(1, 0.5, 1.0, cap=64, exact=0)]))
     done.responses = (Response("x", 100, "stop"), Response("y", 200, "stop"))
-    cut = GroupRun(plan.assignments[1], 1, status="aborted", completion_s=2.0,
+    cut = GroupRun(plan.assignments[1], (1, 1), status="aborted", completion_s=2.0,
                    progress=progress(num_finished=1, finished_tokens=30, started_s={1: 1.0},
                                      caps={1: 1000}))
     ids = [a.prompt_id for a in plan.assignments]

@@ -1,10 +1,11 @@
-"""One attempt of one group: each response a chain of pieces, all run by one loop.
+"""One attempt of one group: each response a chain of pieces, run by the one piece loop.
 
-Each response runs as its own loop of pieces (``runtime.chain``). A response's state is a
-session turn's (``runtime.sessions.turn_chain.RunningTurn``: it builds each piece's request,
-sends it watched and timed, and takes its output back), and its pieces go through the engine
-seam the session gateway uses (``runtime.sessions.pieces.PieceRunner``; ``HttpPieceRunner``
-owns the vLLM and SGLang wire formats, streaming, retries and aborts).
+Each response runs as its own loop of pieces (``runtime.chain``): a session turn's state
+(``runtime.sessions.turn_chain.RunningTurn``: it builds each piece's request, sends it watched
+and timed, and takes its output back) run by the loop a session gateway's turn runs by
+(``runtime.sessions.piece_loop.run_pieces``; ``_Lane`` is the step's side of it), its pieces
+through the engine seam the session gateway uses (``runtime.sessions.pieces.PieceRunner``;
+``HttpPieceRunner`` owns the vLLM and SGLang wire formats, streaming, retries and aborts).
 
 With ``ExecutorConfig.continuation`` a piece has at most ``piece_tokens`` tokens (the piece ends
 are the seams where the router knows exactly what a response has generated), and between two
@@ -41,13 +42,12 @@ from tailsieve.runtime.chain import ResponseChain, check_continuable
 from tailsieve.runtime.executor_config import ExecutorConfig, ForcedLength
 from tailsieve.runtime.faults import ReplicaDownError, RequestError, refused
 from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
+from tailsieve.runtime.sessions.piece_loop import PieceOwner, run_pieces
 from tailsieve.runtime.sessions.pieces import PieceOutput, PieceRequest, TokenDelta
 from tailsieve.runtime.sessions.profile import LiveProfile
 from tailsieve.runtime.sessions.turn_chain import RunningTurn, TurnSink, seam_sampling
 from tailsieve.runtime.stall_watch import StallWatch
 from tailsieve.runtime.waste import AttemptProgress, LostPiece
-
-MAX_EMPTY_ABORTS = 8  # pieces in a row the server aborted with no token, no move asked
 
 Relocate = Callable[[Sequence[int], int, str, BaseException], int]
 """(samples, replica, url their piece was sent to, error) -> the replica they continue on."""
@@ -129,17 +129,6 @@ class ChainedAttempt:
     def _key(self, i: int) -> tuple[str, int]:
         return self._prompt.prompt_id, i
 
-    def _report(self, i: int) -> None:
-        """Response ``i``'s piece ended (or it continues elsewhere): tell the index."""
-        idx, rt = self._index, self.turns[i]
-        if idx is None:
-            return
-        if rt.chain.done:
-            idx.completed(self._key(i), self)
-            return
-        idx.piece_ended(self._key(i), rt.prefix_tokens, rt.prompt_tokens, self)
-        idx.set_replica(self._key(i), rt.replica, self)
-
     def _target(self, replica: int) -> int:
         return replica if self._targets is None else self._targets[replica]
 
@@ -195,122 +184,152 @@ class ChainedAttempt:
 
         return took
 
-    def _begin(self, i: int, group: range, replica: int, cap: int, now: float) -> float:
-        """Response ``i``'s next piece (for responses ``group``, at most ``cap`` tokens) is
-        sent to ``replica`` at ``now``: the progress and the index are told; its start."""
-        rt = self.turns[i]
-        if rt.begin_piece(now) and rt.num_sent > 1:  # a move took effect
-            self.num_moved_pieces += 1
-            if self._index is not None:
-                self._index.moved(self._key(i), self)
-        for j in group:
-            self.progress.started_s[j] = now
-            if not self._cfg.stream:
-                self.progress.caps[j] = cap
-        if self._index is not None and not self._cfg.stream:
-            self._index.piece_started(self._key(i), self, replica, now - self._t0,
-                                      rt.cap_tokens)
-        return now
-
-    def _restart(self, group: range, replica: int, base: str, fault: ReplicaDownError,
-                 span: tuple[float, float, int]) -> None:
-        """Without continuation, responses ``group`` lost their piece (``span``: sent, ended,
-        cap) to ``fault``: what they had generated is lost (counted where streamed, else
-        estimated; nothing where the replica refused them), and they start again from the
-        prompt where ``relocate`` names."""
-        live = self.progress.live_tokens
-        for j in group:
-            if not refused(fault):
-                self.progress.lost.append(LostPiece(j, *span, live.get(j, 0),
-                                                    estimate=not self._cfg.stream))
-            live.pop(j, None)
-            self.turns[j].restart()
-        new = self._relocate(group, replica, base, fault)
-        for j in group:
-            self.turns[j].replica = self.turns[j].booked = new
-
     async def _chain(self, i: int, n: int = 1) -> list[Response]:
         """Response ``i``'s loop of pieces (``n > 1``: each piece one request for responses
         ``i .. i + n - 1``); their responses."""
-        rt = self.turns[i]
-        chain = rt.chain
         group = range(i, i + n)
-        pid = self._prompt.prompt_id
-        if self._forced is not None and not chain.pieces:
-            forced = max(self._forced(pid, j) for j in group)  # one request: the longest
+        if self._forced is not None and not self.turns[i].chain.pieces:
+            forced = max(self._forced(self._prompt.prompt_id, j) for j in group)  # the longest
             for j in group:
                 self.turns[j].chain.max_tokens = forced
-        runner = _OneRequest(self._runner) if n > 1 else self._runner
-        progress, stream, cont = self.progress, self._cfg.stream, self._cfg.continuation
-        empty_aborts = 0
-        clock = asyncio.get_running_loop().time
-        while not chain.done:
-            replica = rt.replica
-            target = self._target(replica)
-            base = self._runner.endpoints[target]
-            piece = rt.next_piece()
-            if n > 1:
-                piece = replace(piece, num_samples=n)
-            cap = piece.max_tokens
-            started = self._begin(i, group, replica, cap, clock())
-            url = base + self._cfg.backend.path
-            try:
-                out, fault = await rt.send(piece, runner, target, self._stalls,
-                                           self._timings, clock, base, url)
-            except RequestError as exc:  # one retries could not fix fails the response
-                raise RequestFailedError(f"{url} prompt {pid!r}: {exc}", status=exc.status,
-                                         sample=i) from exc
-            for j in group:  # (a cut keeps them: the running piece's waste is estimated)
-                progress.started_s.pop(j, None)
-                progress.caps.pop(j, None)
-            ended = clock()
-            outs = [out, *runner.rest] if isinstance(runner, _OneRequest) and out else [out]
-            if not cont and fault is None and any(o.finish_reason == "abort" for o in outs
-                                                  if o is not None):
-                fault = ReplicaDownError(f"{url} prompt {pid!r} sample {i}: the server ended "
-                                         "a response without a finish reason, or aborted it")
-            if fault is not None and not cont:  # starts again from its prompt elsewhere
-                self._restart(group, replica, base, fault, (started, ended, cap))
-                continue
-            if out is not None:
-                rt.learn_prompt(out)
-            kept = out is not None and (bool(out.token_ids) or (
-                fault is None and out.finish_reason != "abort"))  # an empty cut: nothing
-            dropped = 0
-            if (out is not None and kept and chain.prompt_ids is None and out.token_ids
-                    and (fault is not None or out.finish_reason == "abort")):
-                dropped, kept = len(out.token_ids), False  # cannot be continued: starts again
-            if out is not None and kept:
-                for j, o in zip(group, outs, strict=True):
-                    assert o is not None
-                    self.turns[j].add(replica, piece, o)  # an interrupted one as "moved"
-                    if not cont:  # the server's whole response, as it sent it
-                        self.turns[j].chain.final = _whole(o)
-                    if fault is None:
-                        progress.timed_tokens += o.num_generated
-                        progress.timed_s += ended - started
-            if dropped or (fault is not None and not (stream or refused(fault))):
-                # its tokens are decoded again: counted where streamed, else estimated
-                progress.lost.append(LostPiece(i, started, ended, cap, dropped,
-                                               estimate=not stream))
-            if fault is not None:
-                rt.replica = rt.booked = self._relocate((i,), replica, base, fault)
-            elif out is not None and out.finish_reason == "abort" and not out.token_ids:
-                empty_aborts += 1
-                if empty_aborts >= MAX_EMPTY_ABORTS and rt.replica == replica:
-                    raise RequestFailedError(f"{base} prompt {pid!r} sample {i}: "
-                                             f"{empty_aborts} pieces in a row aborted by the "
-                                             "server", sample=i)
-            else:
-                empty_aborts = 0
-            progress.live_tokens[i] = chain.num_generated
-            self._report(i)
+        await run_pieces(self.turns[i], _Lane(self, i, n))
         finals = [self.turns[j].response() for j in group]
         for j, final in zip(group, finals, strict=True):
-            progress.num_finished += 1
-            progress.finished_tokens += final.num_tokens
-            progress.live_tokens.pop(j, None)
+            self.progress.num_finished += 1
+            self.progress.finished_tokens += final.num_tokens
+            self.progress.live_tokens.pop(j, None)
         return finals
+
+
+class _Lane(PieceOwner):
+    """The step's side of response ``i``'s loop of pieces (``n > 1``: each piece one request
+    for responses ``i .. i + n - 1``): the running index, the ``AttemptProgress`` (lost pieces
+    included), relocation and the request errors that fail the step."""
+
+    max_empty_aborts = 8
+
+    def __init__(self, att: ChainedAttempt, i: int, n: int) -> None:
+        self.att, self.i, self.group = att, i, range(i, i + n)
+        self.pid = att._prompt.prompt_id
+        self.runner = _OneRequest(att._runner) if n > 1 else att._runner
+        self.clock = asyncio.get_running_loop().time
+        self.started = self.ended_s = 0.0
+        self.cap = 0
+        self.base = self.url = ""  # where the running piece went
+        self.outs: list[PieceOutput | None] = []  # its responses
+
+    def begin(self, rt: RunningTurn, piece: PieceRequest) -> PieceRequest:
+        """The progress and the index are told of the piece's start."""
+        att, index, stream = self.att, self.att._index, self.att._cfg.stream
+        if len(self.group) > 1:
+            piece = replace(piece, num_samples=len(self.group))
+        self.cap, self.started = piece.max_tokens, self.clock()
+        if rt.begin_piece(self.started) and rt.num_sent > 1:  # a move took effect
+            att.num_moved_pieces += 1
+            if index is not None:
+                index.moved(att._key(self.i), att)
+        for j in self.group:
+            att.progress.started_s[j] = self.started
+            if not stream:
+                att.progress.caps[j] = self.cap
+        if index is not None and not stream:
+            index.piece_started(att._key(self.i), att, rt.replica, self.started - att._t0,
+                                rt.cap_tokens)
+        return piece
+
+    async def send(self, rt: RunningTurn, piece: PieceRequest, replica: int,
+                   ) -> tuple[PieceOutput | None, ReplicaDownError | None]:
+        att, runner = self.att, self.runner
+        target = att._target(replica)
+        self.base = att._runner.endpoints[target]
+        self.url = self.base + att._cfg.backend.path
+        rest = (lambda: runner.rest) if isinstance(runner, _OneRequest) else None
+        try:
+            return await rt.send(piece, runner, target, att._stalls, att._timings, self.clock,
+                                 self.base, self.url, rest)
+        except RequestError as exc:  # one retries could not fix fails the response
+            raise RequestFailedError(f"{self.url} prompt {self.pid!r}: {exc}",
+                                     status=exc.status, sample=self.i) from exc
+
+    def ended(self, rt: RunningTurn, piece: PieceRequest, out: PieceOutput | None,
+              fault: ReplicaDownError | None) -> ReplicaDownError | None:
+        """Without continuation a response the server aborted (or ended without a finish
+        reason) is a fault: it starts again."""
+        progress = self.att.progress
+        for j in self.group:  # (a cut keeps them: the running piece's waste is estimated)
+            progress.started_s.pop(j, None)
+            progress.caps.pop(j, None)
+        self.ended_s = self.clock()
+        runner = self.runner
+        self.outs = [out, *runner.rest] if isinstance(runner, _OneRequest) and out else [out]
+        if (not self.att._cfg.continuation and fault is None
+                and any(o.finish_reason == "abort" for o in self.outs if o is not None)):
+            fault = ReplicaDownError(f"{self.url} prompt {self.pid!r} sample {self.i}: the "
+                                     "server ended a response without a finish reason, or "
+                                     "aborted it")
+        return fault
+
+    def continues(self, rt: RunningTurn) -> bool:
+        return self.att._cfg.continuation
+
+    def take(self, rt: RunningTurn, replica: int, piece: PieceRequest, out: PieceOutput,
+             fault: ReplicaDownError | None) -> None:
+        att = self.att
+        for j, o in zip(self.group, self.outs, strict=True):
+            assert o is not None
+            att.turns[j].add(replica, piece, o)  # an interrupted one as "moved"
+            if not att._cfg.continuation:  # the server's whole response, as it sent it
+                att.turns[j].chain.final = _whole(o)
+            if fault is None:
+                att.progress.timed_tokens += o.num_generated
+                att.progress.timed_s += self.ended_s - self.started
+
+    def lost(self, rt: RunningTurn, fault: ReplicaDownError | None, dropped: int) -> None:
+        """Its tokens are decoded again: counted where streamed, else estimated (nothing
+        where the replica refused the piece)."""
+        stream = self.att._cfg.stream
+        if dropped or (fault is not None and not (stream or refused(fault))):
+            self.att.progress.lost.append(LostPiece(self.i, self.started, self.ended_s,
+                                                    self.cap, dropped, estimate=not stream))
+
+    async def relocate(self, rt: RunningTurn, replica: int, fault: ReplicaDownError,
+                       restart: bool) -> None:
+        """Restarted (without continuation), what the lane's responses had generated is lost
+        (as in ``lost``, one entry each), and they all start again where ``relocate`` names."""
+        att = self.att
+        group: tuple[int, ...] = (self.i,)
+        if restart:
+            group = tuple(self.group)
+            live, stream = att.progress.live_tokens, att._cfg.stream
+            for j in group:
+                if not refused(fault):
+                    att.progress.lost.append(LostPiece(j, self.started, self.ended_s, self.cap,
+                                                       live.get(j, 0), estimate=not stream))
+                live.pop(j, None)
+                att.turns[j].restart()
+        new = att._relocate(group, replica, self.base, fault)
+        for j in group:
+            att.turns[j].replica = att.turns[j].booked = new
+        if not restart:
+            self.after(rt)
+
+    def aborted(self, rt: RunningTurn, replica: int) -> Exception:
+        return RequestFailedError(f"{self.base} prompt {self.pid!r} sample {self.i}: "
+                                  f"{rt.empty_aborts} pieces in a row aborted by the server",
+                                  sample=self.i)
+
+    def after(self, rt: RunningTurn) -> None:
+        """The piece ended (or the response continues elsewhere): the index is told."""
+        att, index = self.att, self.att._index
+        att.progress.live_tokens[self.i] = rt.chain.num_generated
+        if index is None:
+            return
+        key = att._key(self.i)
+        if rt.chain.done:
+            index.completed(key, att)
+            return
+        index.piece_ended(key, rt.prefix_tokens, rt.prompt_tokens, att)
+        index.set_replica(key, rt.replica, att)
 
 
 class _OneRequest:

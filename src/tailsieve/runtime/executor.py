@@ -198,7 +198,7 @@ class LiveExecutor(ReplicaSet):
         starts elsewhere); a plan that delivers no fresh group cuts them at once."""
         plan = run.plan
         for a in sorted(plan.assignments, key=lambda a: (a.order, a.replica)):
-            g = GroupRun(a, a.replica, a.response_replicas(plan.group_size))
+            g = GroupRun(a, a.response_replicas(plan.group_size))
             run.groups[a.prompt_id] = g
             for r in sorted(a.all_replicas):
                 if not run.ok(r):

@@ -90,12 +90,10 @@ class StepRun:
         """Re-place the responses a group had on replica ``dead`` onto a healthy one."""
         new = self.pick(g.assignment)
         g.replicas = tuple(new if r == dead else r for r in g.replicas)
-        g.replica = g.replicas[0]
 
     def reseat(self, g: GroupRun, sample: int, replica: int) -> None:
         """Response ``sample`` of group ``g`` continues on ``replica``."""
         g.replicas = tuple(replica if j == sample else r for j, r in enumerate(g.replicas))
-        g.replica = g.replicas[0]
 
     def pick(self, a: GroupAssignment) -> int:
         """A healthy replica for a displaced group: same pool first, fewest running groups."""

@@ -18,14 +18,18 @@ class GroupRun:
     """Mutable state of one group during a step (its current attempt)."""
 
     assignment: GroupAssignment
-    replica: int  # (home) replica of the current attempt
-    replicas: tuple[int, ...] = ()  # where each response runs now
+    replicas: tuple[int, ...]  # where each response runs now
     attempt: int = 0  # 0 = first; +1 each time a fault restarts it as one request with n
     status: str = "running"  # running | done | aborted
     completion_s: float = 0.0  # done: last response finished; aborted: the cutoff
     responses: tuple[Response, ...] = ()
     progress: AttemptProgress = field(default_factory=AttemptProgress)
     task: asyncio.Task[None] | None = None
+
+    @property
+    def replica(self) -> int:
+        """The (home) replica of the current attempt: its first response's."""
+        return self.replicas[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +145,7 @@ def build_result(
                 g.replica,
                 g.attempt,
                 g.completion_s,
-                g.replicas or (g.replica,) * len(g.responses),
+                g.replicas,
             )
         elif g.status == "aborted":
             p = g.progress

@@ -13,8 +13,8 @@
 
 Each turn is placed by the policy's ``SessionRouter`` (``session.routers``) over the
 ``SessionBook`` (``session.book``, kept from the gateway's events) and runs as a chain of
-pieces (``turn_chain``; joined by ``runtime.chain``). With the ``tailsieve`` policy running
-turns move mid-turn (``midturn``; behind the balance gate): at once where the runner can
+pieces (``turn_chain``, run by ``piece_loop``; joined by ``runtime.chain``). With the
+``tailsieve`` policy running turns move mid-turn (``midturn``; behind the balance gate): at once where the runner can
 interrupt a running piece (``PieceInterrupter``: SGLang, streamed vLLM pieces; a turn then
 runs as one piece unless ``piece_tokens`` is given), else at the running piece's end. A turn
 generated for a streamed answer (``on_tokens``) runs, where the runner streams pieces
@@ -51,10 +51,12 @@ from tailsieve.runtime.sessions.config import GatewayConfig
 from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
 from tailsieve.runtime.sessions.midturn import MidTurnRebalancer
 from tailsieve.runtime.sessions.parts import GatewayParts, Placement, build_parts
+from tailsieve.runtime.sessions.piece_loop import PieceOwner, run_pieces
 from tailsieve.runtime.sessions.pieces import (
     HealthProbe,
     PieceInterrupter,
     PieceOutput,
+    PieceRequest,
     PieceRunner,
     PieceStreamer,
     sampling_from_dict,
@@ -126,6 +128,7 @@ class SessionGateway:
         self.rebalancer = MidTurnRebalancer(
             self.book, self.config.balance, self._move, self._waiting, self.now, self.elapsed,
             self._estimate_progress)
+        self._pieces = _GatewayPieces(self)
 
     @classmethod
     def over_http(cls, endpoints: Sequence[str], config: GatewayConfig | None = None,
@@ -296,7 +299,7 @@ class SessionGateway:
         self.tally.placed(decision, req)
         delivered = False
         try:
-            await self._run(rt)
+            await run_pieces(rt, self._pieces)
             delivered = True
         finally:
             del self._turns[session_id]
@@ -385,29 +388,6 @@ class SessionGateway:
 
     # -- running a turn ------------------------------------------------------------------------
 
-    async def _run(self, rt: RunningTurn) -> None:
-        while not rt.chain.done:
-            replica = rt.replica
-            piece = rt.next_piece()
-            if rt.begin_piece(self.now()):  # a move takes effect
-                self.book.move_turn(rt.session_id, replica, rt.piece_started_s)
-            self._watch_stalls()
-            out, fault = await rt.send(piece, self.runner, replica, self.stalls, self.profile,
-                                       self.now, replica)
-            if out is not None and (fault is None or out.token_ids):
-                self.tally.piece(replica, piece, out, rt.expect_hit)
-                rt.add(replica, piece, out)  # a faulted piece's streamed tokens are kept
-                if rt.on_piece is not None:
-                    rt.on_piece(rt.spans[-1], out)
-            if fault is not None:
-                await self._relocate(rt, replica, fault)
-                continue
-            if rt.empty_aborts >= self.config.max_empty_aborts:
-                raise ReplicaError(f"turn {rt.turn_id}: {rt.empty_aborts} pieces in a row "
-                                   f"aborted by the server on replica {replica}")
-            if not rt.chain.done:
-                self.book.progress(rt.session_id, rt.chain.num_generated, self.now())
-
     def _watch_stalls(self) -> None:
         self._stall_task.start(lambda: self.stalls.run(self._stalled, self._answers))
 
@@ -436,16 +416,6 @@ class SessionGateway:
         dst = self.parts.least_loaded(self.book.views(self.now()), self._healthy)
         self.book.move_turn(session_id, dst, self.now())
         return dst
-
-    async def _relocate(self, rt: RunningTurn, replica: int, fault: ReplicaDownError) -> None:
-        """The turn's replica failed: continue on a healthy one from the last seam (or from
-        the prompt when the turn cannot be continued)."""
-        if not self.config.continuation or penalties_of(rt.sampling):
-            rt.restart()
-        rt.replica = rt.booked = await self.fail_over(rt.session_id, replica, fault)
-        rt.num_relocations += 1
-        rt.expect_hit = self.book.cached(rt.session_id, rt.replica)
-        self.tally.relocated(rt.prefix_tokens - rt.expect_hit)
 
     # -- mid-turn moves ----------------------------------------------------------------------
 
@@ -530,7 +500,6 @@ class SessionGateway:
         self.tally.moved(rt.prefix_tokens - rt.expect_hit)
         rt.replica = dst
         if stopper is not None and rt.piece_on is not None:
-            rt.interrupted = True
             stopper.interrupt(rt.piece_on, rt.piece_id)
         return True
 
@@ -548,6 +517,61 @@ class SessionGateway:
             self._crash = f"the mid-turn rebalancer crashed: {type(exc).__name__}: {exc}"
             self.tally.crashed()
             log.exception("session gateway: %s; moves are off from now on", self._crash)
+
+
+class _GatewayPieces(PieceOwner):
+    """The gateway's side of its turns' loop of pieces (``piece_loop``): the book, the tally,
+    moves taking effect, relocation and ``on_piece``."""
+
+    keeps_empty = True  # a turn's result lists every piece it ran (a move's empty one too)
+
+    def __init__(self, gw: SessionGateway) -> None:
+        self.gw = gw
+        self.max_empty_aborts = gw.config.max_empty_aborts
+
+    def begin(self, rt: RunningTurn, piece: PieceRequest) -> PieceRequest:
+        gw = self.gw
+        if rt.begin_piece(gw.now()):  # a move takes effect
+            gw.book.move_turn(rt.session_id, rt.replica, rt.piece_started_s)
+        gw._watch_stalls()
+        return piece
+
+    async def send(self, rt: RunningTurn, piece: PieceRequest, replica: int,
+                   ) -> tuple[PieceOutput | None, ReplicaDownError | None]:
+        gw = self.gw
+        return await rt.send(piece, gw.runner, replica, gw.stalls, gw.profile, gw.now, replica)
+
+    def continues(self, rt: RunningTurn) -> bool:
+        return self.gw.config.continuation and not penalties_of(rt.sampling)
+
+    def take(self, rt: RunningTurn, replica: int, piece: PieceRequest, out: PieceOutput,
+             fault: ReplicaDownError | None) -> None:
+        self.gw.tally.piece(replica, piece, out, rt.expect_hit)
+        rt.add(replica, piece, out)
+        if rt.on_piece is not None:
+            rt.on_piece(rt.spans[-1], out)
+
+    def lost(self, rt: RunningTurn, fault: ReplicaDownError | None, dropped: int) -> None:
+        """(The gateway counts no waste.)"""
+
+    async def relocate(self, rt: RunningTurn, replica: int, fault: ReplicaDownError,
+                       restart: bool) -> None:
+        """Continue on a healthy replica from the last seam (or from the prompt)."""
+        gw = self.gw
+        if restart:
+            rt.restart()
+        rt.replica = rt.booked = await gw.fail_over(rt.session_id, replica, fault)
+        rt.num_relocations += 1
+        rt.expect_hit = gw.book.cached(rt.session_id, rt.replica)
+        gw.tally.relocated(rt.prefix_tokens - rt.expect_hit)
+
+    def aborted(self, rt: RunningTurn, replica: int) -> Exception:
+        return ReplicaError(f"turn {rt.turn_id}: {rt.empty_aborts} pieces in a row aborted by "
+                            f"the server on replica {replica}")
+
+    def after(self, rt: RunningTurn) -> None:
+        if not rt.chain.done:
+            self.gw.book.progress(rt.session_id, rt.chain.num_generated, self.gw.now())
 
 
 def _probe_of(runner: PieceRunner) -> Probe | None:

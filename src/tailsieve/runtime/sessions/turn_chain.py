@@ -9,13 +9,14 @@ runner streams, else at the piece's end; a piece cut short keeps what it streame
 started from text (``prompt_text``: a prompt no one has tokenized yet) sends its first piece
 as text; the server tokenizes it and echoes its ids (``PieceOutput.prompt_ids``), which the
 chain keeps for the pieces after it (and the ``TurnResult``). ``RunningTurn.send`` runs one
-piece (watched for stalls, timed for the ``auto`` profile): the session gateway's turns and a
-single-turn step's responses (``runtime.chain_attempt``) run their pieces through it.
+piece (watched for stalls, timed for the ``auto`` profile); ``piece_loop.run_pieces`` runs a
+turn to its end: the session gateway's turns and a single-turn step's responses
+(``runtime.chain_attempt``) alike.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -51,14 +52,13 @@ class RunningTurn:
     piece_on: int | None = None  # replica its running piece runs on (None: between pieces)
     spans: list[PieceSpan] = field(default_factory=list)
     num_relocations: int = 0
-    empty_aborts: int = 0  # consecutive pieces the server aborted with no token
+    empty_aborts: int = 0  # pieces in a row the server aborted with no token, no move asked
     has_text: bool = True  # every piece came with its text
     expect_hit: int = 0  # prompt tokens of the next piece expected cached where it goes
     on_piece: Callable[[PieceSpan, PieceOutput], None] | None = None  # told of each piece
     hold_pieces: int = 0  # after a move: no other move before this many pieces have ended
     piece_started_s: float = 0.0  # when the running piece was sent (the gateway's clock)
     booked: int = -1  # the replica the session book has it on (its last piece's)
-    interrupted: bool = False  # its running piece was interrupted by a move
     piece_id: str = ""  # request id of the running (or last) piece
     sink: TurnSink | None = None  # told of every token as it comes (a streamed answer)
     streamed_chars: int | None = None  # text the running piece streamed to ``sink`` (None:
@@ -174,14 +174,15 @@ class RunningTurn:
                    stalls: StallWatch | None, profile: LiveProfile | None,
                    clock: Callable[[], float], timed_as: Hashable,
                    watched_as: Hashable | None = None,
+                   rest: Callable[[], Sequence[PieceOutput]] | None = None,
                    ) -> tuple[PieceOutput | None, ReplicaDownError | None]:
         """Run ``piece`` (after ``begin_piece``) on the runner's replica ``target``, under the
         stall watch (``watched_as``: the replica as the watch names it; default ``target``),
         timed for the ``auto`` profile as a piece of replica ``timed_as`` (``clock``: the
         seconds ``begin_piece`` was given). Returns its output (a streamed piece's partial one
         when a fault cut it) and the replica fault that ended it; any other error is raised.
-        A runner that sends a piece of ``num_samples`` responses returns the first and keeps
-        the others in ``rest`` (timed with it)."""
+        A piece of ``num_samples`` responses: the runner returns the first, ``rest`` the
+        others (timed with it)."""
         started = self.piece_started_s
         timed = (profile.time_piece(timed_as, started, piece, self.prompt_tokens)
                  if profile is not None else None)
@@ -200,7 +201,7 @@ class RunningTurn:
             if profile is not None:
                 profile.record_piece(timed, started, clock(),
                                      None if out is None or fault
-                                     else [out, *getattr(runner, "rest", ())])
+                                     else [out, *(rest() if rest is not None else ())])
         return out, fault
 
     def _streamed(self, d: TokenDelta) -> None:
@@ -228,9 +229,6 @@ class RunningTurn:
         self.chain.add(out.piece(replica, self.texts), piece.max_tokens)
         self.spans.append(PieceSpan(replica, start, start + len(out.token_ids),
                                     out.num_cached_tokens))
-        self.empty_aborts = (self.empty_aborts + 1 if out.finish_reason == "abort"
-                             and not out.token_ids and not self.interrupted else 0)
-        self.interrupted = False
         self.expect_hit = self.prompt_tokens + start + len(out.token_ids)  # if it stays here
 
     def _stream_rest(self, out: PieceOutput) -> None:
