@@ -15,6 +15,7 @@ import pytest
 from tailsieve.core.balancer import BalanceSettings
 from tailsieve.errors import ConfigError, ReplicaError
 from tailsieve.runtime.backends import SamplingParams
+from tailsieve.runtime.faults import ReplicaDownError
 from tailsieve.runtime.sessions import (
     GatewayConfig,
     PieceOutput,
@@ -22,6 +23,7 @@ from tailsieve.runtime.sessions import (
     SessionGateway,
     TurnResult,
 )
+from tailsieve.runtime.sessions.pieces import TokenDelta
 from tailsieve.runtime.stub import StubModel, StubPieceRunner
 
 NEVER_EOS = StubModel(eos_every=10**9)
@@ -69,6 +71,38 @@ class _NoEcho(StubPieceRunner):
 
     async def run_piece(self, replica: int, piece: PieceRequest) -> PieceOutput:
         return replace(await super().run_piece(replica, piece), prompt_ids=None)
+
+
+class _NoEchoDies(_NoEcho):
+    """Its replica dies under a text prompt's first piece after two tokens (streamed to the
+    piece's sink where it has one), which the runner keeps as the fault's partial."""
+
+    died = False
+
+    async def run_piece(self, replica: int, piece: PieceRequest) -> PieceOutput:
+        if piece.prompt_text is not None and not self.died:
+            self.died = True
+            if piece.sink is not None:
+                piece.sink(TokenDelta((65, 66), "AB"))
+            fault = ReplicaDownError("the replica died mid-piece")
+            fault.partial = PieceOutput((65, 66), "abort", text="AB")
+            raise fault
+        return await super().run_piece(replica, piece)
+
+
+async def test_a_streamed_text_turn_whose_tokens_cannot_be_continued_fails_not_repeats() -> None:
+    """Streamed tokens of a text prompt whose ids no server echoed cannot be continued: sent
+    again, the answer would stream them twice; the turn fails. Unstreamed, it starts again."""
+    text = "".join(chr(t) for t in prompt(3))
+    got: list[tuple[int, ...]] = []
+    async with SessionGateway(2, _NoEchoDies(2, NEVER_EOS), GatewayConfig()) as gw:
+        with pytest.raises(ConfigError, match="did not echo"):
+            await gw.generate("s", "g", (), SamplingParams(max_tokens=8), prompt_text=text,
+                              on_tokens=lambda _i, d: got.append(d.token_ids))
+    assert got == [(65, 66)]  # streamed once, never again
+    async with SessionGateway(2, _NoEchoDies(2, NEVER_EOS), GatewayConfig()) as gw:
+        whole = await gw.generate("s", "g", (), SamplingParams(max_tokens=8), prompt_text=text)
+    assert len(whole.token_ids) == 8 and whole.num_relocations == 1
 
 
 async def test_a_text_prompt_goes_first_and_its_echoed_ids_carry_the_turn_on() -> None:

@@ -44,7 +44,7 @@ from tailsieve.core.progress_clock import ProgressClock, paces
 from tailsieve.errors import ConfigError, ReplicaError
 from tailsieve.model.replica_config import ReplicaConfig
 from tailsieve.runtime.backends import Backend, SamplingParams
-from tailsieve.runtime.chain import penalties_of
+from tailsieve.runtime.chain import ChainError, penalties_of
 from tailsieve.runtime.health import Probe, ReplicaHealth
 from tailsieve.runtime.sessions.admit import LiveAdmission
 from tailsieve.runtime.sessions.config import GatewayConfig
@@ -552,7 +552,12 @@ class _GatewayPieces(PieceOwner):
             rt.on_piece(rt.spans[-1], out)
 
     def lost(self, rt: RunningTurn, fault: ReplicaDownError | None, dropped: int) -> None:
-        """(The gateway counts no waste.)"""
+        """The gateway counts no waste. Dropped tokens that already reached the turn's
+        ``on_tokens`` (a streamed answer) cannot be sent again unseen: the turn fails."""
+        if dropped and rt.sink is not None and rt.streamed_tokens:
+            raise ChainError(f"turn {rt.turn_id!r}: the server did not echo the text prompt's "
+                             "token ids, so the turn cannot be continued after the tokens it "
+                             "streamed")
 
     async def relocate(self, rt: RunningTurn, replica: int, fault: ReplicaDownError,
                        restart: bool) -> None:
