@@ -80,3 +80,43 @@ async def test_a_crash_waits_for_the_others_and_the_task_may_start_again() -> No
     with pytest.raises(ValueError):
         await bg.aclose()
     assert bg.task is None  # a crashed loop may be started again
+
+
+async def test_all_or_first_error_waits_for_all_and_returns_in_order() -> None:
+    import asyncio
+
+    from tailsieve.runtime.tasks import all_or_first_error
+
+    async def after(delay_s: float, value: int) -> list[int]:
+        await asyncio.sleep(delay_s)
+        return [value]
+
+    got = await all_or_first_error([after(0.03, 0), after(0.0, 1), after(0.01, 2)])
+    assert got == [[0], [1], [2]]
+    assert await all_or_first_error([]) == []
+
+
+async def test_all_or_first_error_cancels_the_rest_and_prefers_a_dead_replica() -> None:
+    import asyncio
+
+    from tailsieve.runtime.tasks import all_or_first_error
+    from tailsieve.runtime.transport import ReplicaDownError, RequestError
+
+    cancelled: list[int] = []
+
+    async def slow(i: int) -> list[int]:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.append(i)
+            raise
+        return [i]
+
+    async def fail(exc: Exception) -> list[int]:
+        raise exc
+
+    with pytest.raises(RequestError):
+        await all_or_first_error([slow(0), fail(RequestError("bad")), slow(1)])
+    assert sorted(cancelled) == [0, 1]  # nothing left running after the error
+    with pytest.raises(ReplicaDownError):  # both fail at once: the dead replica wins
+        await all_or_first_error([fail(RequestError("bad")), fail(ReplicaDownError("gone"))])

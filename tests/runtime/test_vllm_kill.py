@@ -52,7 +52,7 @@ ENDPOINTS = [u for u in os.environ.get("TAILSIEVE_VLLM_ENDPOINTS", "").split(","
 # outside the CI servers' ports (8101.., real model 8111..) and the emulators' (free ports)
 PORT = int(os.environ.get("TAILSIEVE_VLLM_KILL_PORT", "8131"))
 GROUPS, GROUP_SIZE, FORCED = 4, 4, 400  # 2 groups per replica; ~3-4 s of decoding per group
-STEP_BOUND_S = 1200.0  # the whole step, regeneration included: a bound on state, not speed
+STEP_BOUND_S = 1200.0  # the whole step, restarts included: a bound on state, not speed
 TRIES = 3  # scenarios run until one lands its kill mid-step
 KILLER = Path(__file__).with_name("kill_when_running.py")
 READY_S = 120.0  # the killer has its first reading (a bound: a loaded machine starts it)

@@ -33,33 +33,25 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from tailsieve.core.running_index import RunningIndex
 from tailsieve.runtime.backends import PromptInput, Response
 from tailsieve.runtime.chain import ResponseChain, check_continuable
 from tailsieve.runtime.executor_config import ExecutorConfig, ForcedLength
-from tailsieve.runtime.faults import ReplicaDownError, RequestError, refused
+from tailsieve.runtime.faults import ReplicaDownError, RequestError, RequestFailedError, refused
 from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
 from tailsieve.runtime.sessions.piece_loop import PieceOwner, run_pieces
 from tailsieve.runtime.sessions.pieces import PieceOutput, PieceRequest, TokenDelta
 from tailsieve.runtime.sessions.profile import LiveProfile
 from tailsieve.runtime.sessions.turn_chain import RunningTurn, TurnSink, seam_sampling
 from tailsieve.runtime.stall_watch import StallWatch
+from tailsieve.runtime.tasks import all_or_first_error
 from tailsieve.runtime.waste import AttemptProgress, LostPiece
 
 Relocate = Callable[[Sequence[int], int, str, BaseException], int]
 """(samples, replica, url their piece was sent to, error) -> the replica they continue on."""
-
-
-class RequestFailedError(RequestError):
-    """A request error that retries could not fix (or that is not retryable); ``sample`` is
-    the response whose request failed."""
-
-    def __init__(self, message: str, status: int | None = None, sample: int = 0) -> None:
-        super().__init__(message, status=status, retryable=False)
-        self.sample = sample
 
 
 class ChainedAttempt:
@@ -168,7 +160,7 @@ class ChainedAttempt:
         """The group's responses in sample order (each a joined chain)."""
         n = len(self.turns)
         lanes = [self._chain(0, n)] if self._shared else [self._chain(i) for i in range(n)]
-        parts = await _all_or_first_error(lanes)
+        parts = await all_or_first_error(lanes)
         return [r for part in parts for r in part]
 
     def _sink(self, i: int) -> TurnSink:
@@ -177,7 +169,10 @@ class ChainedAttempt:
 
         def took(start: int, d: TokenDelta) -> None:
             j, live = i + d.sample, self.progress.live_tokens
-            live[j] = (live.get(j, 0) if self._shared else start) + len(d.token_ids)
+            if self._shared or not d.token_ids:  # a chunk without ids: one token at least
+                live[j] = live.get(j, 0) + (len(d.token_ids) or 1)
+            else:
+                live[j] = start + len(d.token_ids)
             if self._index is not None:
                 p = self.turns[i].prompt_tokens
                 self._index.set_known(self._key(i), p + live[j], p, self)
@@ -279,7 +274,8 @@ class _Lane(PieceOwner):
             assert o is not None
             att.turns[j].add(replica, piece, o)  # an interrupted one as "moved"
             if not att._cfg.continuation:  # the server's whole response, as it sent it
-                att.turns[j].chain.final = _whole(o)
+                chain = att.turns[j].chain
+                chain.final = _whole(o, chain.pieces[-1].token_ids)
             if fault is None:
                 att.progress.timed_tokens += o.num_generated
                 att.progress.timed_s += self.ended_s - self.started
@@ -349,47 +345,12 @@ class _OneRequest:
         return first
 
 
-def _whole(out: PieceOutput) -> Response:
-    """A whole response's one piece as the response: the server's count where it sent no
-    ids, the prompt ids it echoed and, streamed, its chunk timings."""
+def _whole(out: PieceOutput, ids: tuple[int, ...]) -> Response:
+    """A whole response's one piece (its token ids as the chain keeps them: ``ids``) as the
+    response: the server's count where it sent no ids, the prompt ids it echoed and,
+    streamed, its chunk timings."""
     return Response(
         text=out.text or "", num_tokens=out.num_generated, finish_reason=out.finish_reason,
-        token_ids=tuple(out.token_ids) if out.num_tokens is None else None, logprobs=out.logprobs,
+        token_ids=ids if out.num_tokens is None else None, logprobs=out.logprobs,
         text_offsets=out.text_offsets, prompt_token_ids=out.prompt_ids,
         chunk_times_s=out.chunk_times_s or None, chunk_tokens=out.chunk_tokens or None)
-
-
-async def _all_or_first_error(
-    calls: Sequence[Awaitable[list[Response]]],
-) -> list[list[Response]]:
-    """Await all; on the first error cancel the rest and raise it (a ``ReplicaDownError`` wins
-    over other errors so a dead replica is never reported as a request failure). Cancelled
-    itself, it cancels them all and reads their errors."""
-    tasks = [asyncio.ensure_future(c) for c in calls]
-    waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    left = [len(tasks)]
-
-    def on_done(t: asyncio.Future[list[Response]]) -> None:
-        left[0] -= 1
-        if not waiter.done() and (left[0] == 0 or t.cancelled() or t.exception() is not None):
-            waiter.set_result(None)
-
-    try:
-        for t in tasks:
-            t.add_done_callback(on_done)
-        if tasks:
-            await waiter
-        errors = [t.exception() for t in tasks if t.done() and t.exception() is not None]
-        if errors:
-            down = [e for e in errors if isinstance(e, ReplicaDownError)]
-            raise (down or errors)[0]  # type: ignore[misc]
-        return [t.result() for t in tasks]
-    finally:
-        running = [t for t in tasks if not t.done()]
-        for t in running:
-            t.cancel()
-        if running:
-            await asyncio.gather(*running, return_exceptions=True)
-        for t in tasks:  # read, also when this call was cancelled first: not "never retrieved"
-            if t.done() and not t.cancelled():
-                t.exception()

@@ -42,8 +42,9 @@ from tailsieve.model.profiles import builtin_profile
 from tailsieve.model.replica_config import ReplicaConfig
 from tailsieve.runtime.backends import PromptInput, with_encoded_ids
 from tailsieve.runtime.chain import SEED_WARNING, ResponseChain, check_continuable
-from tailsieve.runtime.chain_attempt import ChainedAttempt, RequestFailedError
+from tailsieve.runtime.chain_attempt import ChainedAttempt
 from tailsieve.runtime.executor_config import ExecutorConfig, ForcedLength
+from tailsieve.runtime.faults import RequestFailedError
 from tailsieve.runtime.health import ReplicaState
 from tailsieve.runtime.rebalancer import LiveRebalancer, LiveResponse, MoveTally
 from tailsieve.runtime.replica_set import ReplicaSet
@@ -90,9 +91,10 @@ class LiveExecutor(ReplicaSet):
         self._on_progress = on_progress
         self.waste = WasteCounter()  # runtime.waste: the decode rate, over steps
         self._run: StepRun | None = None  # the step running now
-        self.num_relocations = 0  # continuation: responses continued elsewhere after a fault
+        self.num_relocations = 0  # responses continued (or, without continuation, restarted)
+        # elsewhere after a fault
         self.num_moves = 0  # continuation: responses moved by ``move``
-        self.chains: dict[str, list[ResponseChain]] = {}  # continuation: the last step's chains
+        self.chains: dict[str, list[ResponseChain]] = {}  # the last step's chains
         if isinstance(balance_costs, ReplicaConfig):
             balance_costs = [balance_costs] * len(endpoints)
         if balance_costs is not None and len(balance_costs) != len(endpoints):

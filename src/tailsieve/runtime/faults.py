@@ -162,3 +162,12 @@ def refused(exc: BaseException) -> bool:
             return True
         e = e.__cause__ or e.__context__
     return "refused" in str(exc).lower()
+
+
+class RequestFailedError(RequestError):
+    """A request error that retries could not fix (or that is not retryable); ``sample`` is
+    the response whose request failed."""
+
+    def __init__(self, message: str, status: int | None = None, sample: int = 0) -> None:
+        super().__init__(message, status=status, retryable=False)
+        self.sample = sample

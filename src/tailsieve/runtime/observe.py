@@ -49,7 +49,7 @@ class StepMetrics:
     moved_tokens: int = 0  # prefix tokens those moves carried (prompt + generated)
     prefill_tokens: int = 0  # of them, predicted uncached on the destination
     prefill_s: float = 0.0  # the cost model's prefill seconds for those tokens
-    num_relocated: int = 0  # continuation: responses continued elsewhere after a fault
+    num_relocated: int = 0  # responses continued (or restarted) elsewhere after a fault
     moves: bool = False  # whether the step could move responses (moves on, a balanced step)
     # wasted_tokens split three ways (core.outcome.WasteSplit), each with its bound:
     cutoff_wasted_tokens: int = 0  # tokens of groups aborted at the cutoff (exact + estimated)

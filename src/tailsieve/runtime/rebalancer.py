@@ -12,7 +12,7 @@ A ``Mover`` without a ``running_index`` (a test's) is read through ``running_res
 
 Exactly-once, whole groups and token-exact chains are the executor's and the chain's: a move
 only changes where a running response's next piece goes (``ChainedAttempt.move``); a response
-that completed, or a group that was cut or regenerated meanwhile, is not moved.
+that completed, or a group that was cut or restarted meanwhile, is not moved.
 
 Where a response stands: its tokens known (to its last seam, plus what a streamed piece
 streamed) and, for an unstreamed running piece, the progress ``core.progress_clock`` estimates

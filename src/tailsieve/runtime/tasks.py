@@ -5,8 +5,10 @@ raises it from the wait, so a crashed loop is not lost at close."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
+
+from tailsieve.runtime.faults import ReplicaDownError
 
 T = TypeVar("T")
 
@@ -49,3 +51,37 @@ class BackgroundTask:
             await cancel_and_wait(self.task)
         finally:
             self.task = None
+
+
+async def all_or_first_error(calls: Sequence[Awaitable[T]]) -> list[T]:
+    """Await all; on the first error cancel the rest and raise it (a ``ReplicaDownError`` wins
+    over other errors so a dead replica is never reported as a request failure). Cancelled
+    itself, it cancels them all and reads their errors."""
+    tasks = [asyncio.ensure_future(c) for c in calls]
+    waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    left = [len(tasks)]
+
+    def on_done(t: asyncio.Future[T]) -> None:
+        left[0] -= 1
+        if not waiter.done() and (left[0] == 0 or t.cancelled() or t.exception() is not None):
+            waiter.set_result(None)
+
+    try:
+        for t in tasks:
+            t.add_done_callback(on_done)
+        if tasks:
+            await waiter
+        errors = [t.exception() for t in tasks if t.done() and t.exception() is not None]
+        if errors:
+            down = [e for e in errors if isinstance(e, ReplicaDownError)]
+            raise (down or errors)[0]  # type: ignore[misc]
+        return [t.result() for t in tasks]
+    finally:
+        running = [t for t in tasks if not t.done()]
+        for t in running:
+            t.cancel()
+        if running:
+            await asyncio.gather(*running, return_exceptions=True)
+        for t in tasks:  # read, also when this call was cancelled first: not "never retrieved"
+            if t.done() and not t.cancelled():
+                t.exception()

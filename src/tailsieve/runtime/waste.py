@@ -139,7 +139,7 @@ class WasteCounter:
         return AttemptWaste(exact, est, bound)
 
     def count_lost(self, p: AttemptProgress) -> AttemptWaste:
-        """Wasted tokens of the continuation pieces ``p`` lost (``AttemptProgress.lost``)."""
+        """Wasted tokens of the pieces ``p`` lost (``AttemptProgress.lost``)."""
         return lost_waste(p.lost, self.tokens_per_s)
 
     def _estimate(self, elapsed_s: float, cap: int) -> int:

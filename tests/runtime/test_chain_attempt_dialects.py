@@ -1,6 +1,6 @@
 """Whole responses (``runtime.chain_attempt.ChainedAttempt`` without continuation: one piece
-per response) go through the one engine client (``HttpPieceRunner``): a group as one request with ``n`` (streamed or not), chat prompts, counts
-without token ids, and the chunk timings a streamed response keeps, against the emulator's
+per response) go through the one engine client (``HttpPieceRunner``): a group as one request
+with ``n`` (streamed or not), chat prompts, counts without token ids, and the chunk timings a streamed response keeps, against the emulator's
 vLLM and SGLang wire formats."""
 
 from __future__ import annotations
@@ -127,3 +127,31 @@ async def test_a_group_cancelled_after_its_requests_failed_leaves_no_error_unrea
         assert unread == []  # each request's error was read, none is "never retrieved"
     finally:
         loop.set_exception_handler(None)
+
+
+@pytest.mark.parametrize("split", [True, False])
+async def test_a_stream_without_token_ids_still_shows_each_responses_progress(split: bool,
+                                                                             ) -> None:
+    """Streamed without token ids (``return_token_ids=False``): each chunk counts one token at
+    least, so a running response's progress (and the waste of a cut) is not read as 0."""
+    async with EmulatorServer(EmulatorConfig.from_profile("cpu", model_name=MODEL,
+                                                          time_scale=1.0)) as s:
+        cfg = ExecutorConfig(model=MODEL, sampling=SamplingParams(max_tokens=3000, seed=3),
+                             stream=True, return_token_ids=False, split_groups=split)
+        ex = LiveExecutor([s.url], cfg)
+        progress = AttemptProgress()
+        att = ChainedAttempt(ex.piece_runner(), [0, 0], cfg, PromptInput("t", text="hi"),
+                             [ResponseChain(3000, None) for _ in range(2)], None, progress,
+                             _no_fault)
+        run = asyncio.ensure_future(att.run())
+        try:
+            for _ in range(200):
+                await asyncio.sleep(0.02)
+                if len(progress.live_tokens) == 2 and min(progress.live_tokens.values()) > 5:
+                    break
+            assert sorted(progress.live_tokens) == [0, 1]
+            assert min(progress.live_tokens.values()) > 5, progress.live_tokens
+        finally:
+            run.cancel()
+            await asyncio.gather(run, return_exceptions=True)
+            await ex.aclose()
