@@ -97,7 +97,7 @@ def test_a_fault_keeps_the_streamed_tokens_and_continues_elsewhere() -> None:
     rt = turn()
     asyncio.run(run_pieces(rt, owner))
     assert rt.chain.generated_ids == (5, 6, 7, 8)
-    assert owner.events[:3] == ["take 1", "lost 0", "relocate"]
+    assert owner.events[:3] == ["take 1", "relocate", "lost 0"]
 
 
 def test_without_continuation_a_fault_restarts_the_turn_from_its_prompt() -> None:
@@ -118,3 +118,20 @@ def test_an_unfinished_piece_of_a_text_prompt_with_no_echoed_ids_is_dropped() ->
     assert rt.chain.generated_ids == (6, 7, 8, 9)
     assert rt.chain.prompt_ids == (1, 2)
     assert owner.events[0] == "lost 1"
+
+
+def test_a_text_prompt_aborted_again_and_again_with_tokens_it_must_drop_fails_the_turn() -> None:
+    """Dropped tokens are nothing kept: a server that aborts every such piece ends the turn at
+    the limit instead of being asked again forever."""
+    owner = Scripted([(PieceOutput((5, 6), "abort"), None)] * 3)
+    with pytest.raises(TooManyAborts):
+        asyncio.run(run_pieces(turn(text="hello"), owner))
+    assert owner.events == ["lost 2", "after"] * 2 + ["lost 2"]
+
+
+def test_tokens_kept_between_empty_aborts_start_the_count_again() -> None:
+    owner = Scripted([(EMPTY, None), (EMPTY, None), (PieceOutput((5,), "abort"), DOWN),
+                      (EMPTY, None), (EMPTY, None), (PieceOutput((6, 7, 8), "length"), None)])
+    rt = turn()
+    asyncio.run(run_pieces(rt, owner))
+    assert rt.chain.generated_ids == (5, 6, 7, 8)

@@ -99,10 +99,46 @@ async def test_a_streamed_text_turn_whose_tokens_cannot_be_continued_fails_not_r
         with pytest.raises(ConfigError, match="did not echo"):
             await gw.generate("s", "g", (), SamplingParams(max_tokens=8), prompt_text=text,
                               on_tokens=lambda _i, d: got.append(d.token_ids))
+        assert gw.healthy().count(False) == 1  # the dead replica is out all the same
     assert got == [(65, 66)]  # streamed once, never again
     async with SessionGateway(2, _NoEchoDies(2, NEVER_EOS), GatewayConfig()) as gw:
         whole = await gw.generate("s", "g", (), SamplingParams(max_tokens=8), prompt_text=text)
     assert len(whole.token_ids) == 8 and whole.num_relocations == 1
+
+
+class _DiesAfterStreaming(StubPieceRunner):
+    """Its replica dies under the first piece after two tokens (streamed to the piece's sink
+    where it has one), which the runner keeps as the fault's partial."""
+
+    died = False
+
+    async def run_piece(self, replica: int, piece: PieceRequest) -> PieceOutput:
+        if not self.died:
+            self.died = True
+            if piece.sink is not None:
+                piece.sink(TokenDelta((65, 66), "AB"))
+            fault = ReplicaDownError("the replica died mid-piece")
+            fault.partial = PieceOutput((65, 66), "abort", text="AB")
+            raise fault
+        return await super().run_piece(replica, piece)
+
+
+async def test_a_streamed_turn_that_must_start_again_fails_instead_of_streaming_twice() -> None:
+    """With penalties a turn cannot be continued: after a fault it starts again from its
+    prompt. Streamed, its first tokens already reached the client: the turn fails (the dead
+    replica out); unstreamed, it starts again elsewhere."""
+    got: list[tuple[int, ...]] = []
+    penalized = {"max_tokens": 8, "presence_penalty": 0.5}
+    async with SessionGateway(2, _DiesAfterStreaming(2, NEVER_EOS), GatewayConfig()) as gw:
+        with pytest.raises(ConfigError, match="streamed"):
+            await gw.generate("s", "g", prompt(1), penalized,
+                              on_tokens=lambda _i, d: got.append(d.token_ids))
+        assert gw.healthy().count(False) == 1
+    assert got == [(65, 66)]
+    async with SessionGateway(2, _DiesAfterStreaming(2, NEVER_EOS), GatewayConfig()) as gw:
+        whole = await gw.generate("s", "g", prompt(1), penalized)
+    assert len(whole.token_ids) == 8 and whole.num_relocations == 1
+    assert whole.token_ids[:2] != (65, 66)  # started again: nothing of the dead piece kept
 
 
 async def test_a_text_prompt_goes_first_and_its_echoed_ids_carry_the_turn_on() -> None:

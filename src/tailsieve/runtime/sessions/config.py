@@ -58,7 +58,8 @@ class GatewayConfig:
     probe_interval_s: float = 1.0  # a replica taken out is probed this often, s
     stall: StallSettings = field(default_factory=StallSettings)  # when a replica is hung
     # (a running piece without progress for longer than the cost model expects)
-    max_empty_aborts: int = 3  # pieces aborted by the server with no token before the turn fails
+    max_empty_aborts: int = 3  # pieces in a row aborted by the server with nothing kept, no
+    # move asked, before the turn fails
     router_kw: dict[str, Any] = field(default_factory=dict)  # passed to make_router
     kv_admission: str = "auto"  # admit new sessions by KV room (``runtime.sessions.admit``):
     # "auto" where ``session.admission.kv_bound`` says the last step was KV-bound (the

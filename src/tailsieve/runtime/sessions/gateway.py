@@ -14,13 +14,14 @@
 Each turn is placed by the policy's ``SessionRouter`` (``session.routers``) over the
 ``SessionBook`` (``session.book``, kept from the gateway's events) and runs as a chain of
 pieces (``turn_chain``, run by ``piece_loop``; joined by ``runtime.chain``). With the
-``tailsieve`` policy running turns move mid-turn (``midturn``; behind the balance gate): at once where the runner can
-interrupt a running piece (``PieceInterrupter``: SGLang, streamed vLLM pieces; a turn then
-runs as one piece unless ``piece_tokens`` is given), else at the running piece's end. A turn
+``tailsieve`` policy running turns move mid-turn (``midturn``; behind the balance gate): at
+once where the runner can interrupt a running piece (``PieceInterrupter``: SGLang, streamed
+vLLM pieces; a turn then runs as one piece unless ``piece_tokens`` is given), else at the running piece's end. A turn
 generated for a streamed answer (``on_tokens``) runs, where the runner streams pieces
 (``PieceStreamer``), as one streamed piece that a move interrupts at once (where its text is
 whole); its tokens reach ``on_tokens`` as they come, each once: a moved or relocated turn's
-from the last one sent. The
+next piece streams on from the last one sent, and a turn that would have to start again after
+streaming (continuation off, penalties, a text prompt whose ids no server echoed) fails. The
 book moves a turn when its next piece starts on the destination. A replica that fails
 (``runtime.faults``: unreachable, its engine died, a stream cut, or hung: no progress for
 longer than its cost model expects, ``runtime.stall_watch``) is taken out (probed every
@@ -561,14 +562,21 @@ class _GatewayPieces(PieceOwner):
 
     async def relocate(self, rt: RunningTurn, replica: int, fault: ReplicaDownError,
                        restart: bool) -> None:
-        """Continue on a healthy replica from the last seam (or from the prompt)."""
+        """Continue on a healthy replica from the last seam (or from the prompt). A turn that
+        must start again after its tokens reached ``on_tokens`` (a streamed answer) fails
+        (``ChainError``) once the replica is out: sent again, they would stream twice."""
         gw = self.gw
+        streamed = rt.sink is not None and bool(rt.chain.num_generated or rt.streamed_tokens)
         if restart:
             rt.restart()
         rt.replica = rt.booked = await gw.fail_over(rt.session_id, replica, fault)
         rt.num_relocations += 1
         rt.expect_hit = gw.book.cached(rt.session_id, rt.replica)
         gw.tally.relocated(rt.prefix_tokens - rt.expect_hit)
+        if restart and streamed:
+            raise ChainError(f"turn {rt.turn_id!r}: its replica failed and it cannot be "
+                             "continued (continuation off, or penalties), but its tokens have "
+                             "been streamed: starting again would send them twice")
 
     def aborted(self, rt: RunningTurn, replica: int) -> Exception:
         return ReplicaError(f"turn {rt.turn_id}: {rt.empty_aborts} pieces in a row aborted by "

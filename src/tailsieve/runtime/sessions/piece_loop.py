@@ -9,8 +9,9 @@ them (their books, where a faulted turn goes, the error too many empty aborts ra
   not finish (a fault, an abort) is dropped, and the prompt sent again;
 - a replica fault: the turn continues from its last seam where ``relocate`` puts it, or
   (``continues`` false) starts again from its prompt;
-- at ``max_empty_aborts`` pieces in a row aborted with no token, no move asked (``rt.replica``
-  unchanged), the turn fails with the owner's ``aborted`` error.
+- at ``max_empty_aborts`` pieces in a row aborted with nothing kept (no token, or only tokens
+  that had to be dropped), no move asked (``rt.replica`` unchanged), the turn fails with the
+  owner's ``aborted`` error; a piece whose tokens join the chain starts the count again.
 """
 
 from __future__ import annotations
@@ -56,15 +57,15 @@ class PieceOwner(ABC):
 
     @abstractmethod
     def lost(self, rt: RunningTurn, fault: ReplicaDownError | None, dropped: int) -> None:
-        """A continued turn's piece ended with ``fault`` or had ``dropped`` tokens that cannot
-        be continued (before ``relocate``)."""
+        """A continued turn's piece ended with ``fault`` (after ``relocate``) or had
+        ``dropped`` tokens that cannot be continued."""
 
     @abstractmethod
     async def relocate(self, rt: RunningTurn, replica: int, fault: ReplicaDownError,
                        restart: bool) -> None:
-        """``replica`` failed under the turn (``after`` is not called for the piece): set where
-        it continues (``rt.replica``); ``restart``: it starts again from its prompt
-        (``rt.restart``, the owner's to call)."""
+        """``replica`` failed under the turn (the loop does not call ``after`` for the
+        piece): set where it continues (``rt.replica``); ``restart``: it starts again from its
+        prompt (``rt.restart``, the owner's to call)."""
 
     @abstractmethod
     def aborted(self, rt: RunningTurn, replica: int) -> Exception:
@@ -94,12 +95,15 @@ async def run_pieces(rt: RunningTurn, owner: PieceOwner) -> None:
                 dropped = len(out.token_ids)
             elif out.token_ids or (fault is None and (not empty or owner.keeps_empty)):
                 owner.take(rt, replica, piece, out, fault)
+                if out.token_ids:
+                    rt.empty_aborts = 0
+        if fault is not None:
+            await owner.relocate(rt, replica, fault, False)
         if fault is not None or dropped:
             owner.lost(rt, fault, dropped)
         if fault is not None:
-            await owner.relocate(rt, replica, fault, False)
             continue
-        if empty and rt.replica == replica:
+        if (empty or dropped) and rt.replica == replica:
             rt.empty_aborts += 1
             if rt.empty_aborts >= owner.max_empty_aborts:
                 raise owner.aborted(rt, replica)
