@@ -73,21 +73,31 @@ class _NoEcho(StubPieceRunner):
         return replace(await super().run_piece(replica, piece), prompt_ids=None)
 
 
-class _NoEchoDies(_NoEcho):
-    """Its replica dies under a text prompt's first piece after two tokens (streamed to the
-    piece's sink where it has one), which the runner keeps as the fault's partial."""
+class _DiesAfterStreaming(StubPieceRunner):
+    """Its replica dies under the first piece after two tokens (streamed to the piece's sink
+    where it has one), which the runner keeps as the fault's partial; ``echo``: the pieces
+    after it echo their prompt's ids."""
 
     died = False
+    echo = True
 
     async def run_piece(self, replica: int, piece: PieceRequest) -> PieceOutput:
-        if piece.prompt_text is not None and not self.died:
+        if not self.died:
             self.died = True
             if piece.sink is not None:
                 piece.sink(TokenDelta((65, 66), "AB"))
             fault = ReplicaDownError("the replica died mid-piece")
             fault.partial = PieceOutput((65, 66), "abort", text="AB")
             raise fault
-        return await super().run_piece(replica, piece)
+        out = await super().run_piece(replica, piece)
+        return out if self.echo else replace(out, prompt_ids=None)
+
+
+class _NoEchoDies(_DiesAfterStreaming):
+    """A server that does not echo a text prompt's ids, whose replica dies under the first
+    piece."""
+
+    echo = False
 
 
 async def test_a_streamed_text_turn_whose_tokens_cannot_be_continued_fails_not_repeats() -> None:
@@ -104,23 +114,6 @@ async def test_a_streamed_text_turn_whose_tokens_cannot_be_continued_fails_not_r
     async with SessionGateway(2, _NoEchoDies(2, NEVER_EOS), GatewayConfig()) as gw:
         whole = await gw.generate("s", "g", (), SamplingParams(max_tokens=8), prompt_text=text)
     assert len(whole.token_ids) == 8 and whole.num_relocations == 1
-
-
-class _DiesAfterStreaming(StubPieceRunner):
-    """Its replica dies under the first piece after two tokens (streamed to the piece's sink
-    where it has one), which the runner keeps as the fault's partial."""
-
-    died = False
-
-    async def run_piece(self, replica: int, piece: PieceRequest) -> PieceOutput:
-        if not self.died:
-            self.died = True
-            if piece.sink is not None:
-                piece.sink(TokenDelta((65, 66), "AB"))
-            fault = ReplicaDownError("the replica died mid-piece")
-            fault.partial = PieceOutput((65, 66), "abort", text="AB")
-            raise fault
-        return await super().run_piece(replica, piece)
 
 
 async def test_a_streamed_turn_that_must_start_again_fails_instead_of_streaming_twice() -> None:
