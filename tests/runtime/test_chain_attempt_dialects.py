@@ -19,7 +19,7 @@ from tailsieve.runtime.executor import LiveExecutor
 from tailsieve.runtime.executor_config import ExecutorConfig
 from tailsieve.runtime.faults import ReplicaDownError
 from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
-from tailsieve.runtime.sessions.pieces import PieceRequest
+from tailsieve.runtime.sessions.pieces import PieceRequest, TokenDelta
 from tailsieve.runtime.waste import AttemptProgress
 
 MODEL = "tailsieve-emulated"
@@ -155,3 +155,19 @@ async def test_a_stream_without_token_ids_still_shows_each_responses_progress(sp
             run.cancel()
             await asyncio.gather(run, return_exceptions=True)
             await ex.aclose()
+
+
+@pytest.mark.parametrize("ids", [True, False])
+async def test_a_streams_last_chunk_without_a_token_counts_none(ids: bool) -> None:
+    """Asked with token ids, a chunk without any (the finish reason's, with or without text)
+    adds no token, so the running index and a read of the running responses agree up to the
+    piece's end; asked without, each chunk counts one."""
+    progress = AttemptProgress()
+    cfg = ExecutorConfig(model=MODEL, stream=True, return_token_ids=ids)
+    att = ChainedAttempt(cast(HttpPieceRunner, _DyingReplica()), [0], cfg,
+                         PromptInput("p", text="hi"), [ResponseChain(24, None)], None,
+                         progress, _no_fault)
+    took = att._sink(0)
+    took(0, TokenDelta((7, 8) if ids else (), "ab"))
+    took(2 if ids else 0, TokenDelta((), "ab"))
+    assert progress.live_tokens == {0: 2}

@@ -169,6 +169,8 @@ class ChainedAttempt:
 
         def took(start: int, d: TokenDelta) -> None:
             j, live = i + d.sample, self.progress.live_tokens
+            if not d.token_ids and self._cfg.return_token_ids:  # (a finish or role chunk)
+                return
             if self._shared or not d.token_ids:  # a chunk without ids: one token at least
                 live[j] = live.get(j, 0) + (len(d.token_ids) or 1)
             else:
