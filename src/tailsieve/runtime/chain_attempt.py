@@ -210,7 +210,7 @@ class _Lane(PieceOwner):
         self.pid = att._prompt.prompt_id
         self.runner = _OneRequest(att._runner) if n > 1 else att._runner
         self.clock = asyncio.get_running_loop().time
-        self.started = self.ended_s = 0.0
+        self.ended_s = 0.0
         self.cap = 0
         self.base = self.url = ""  # where the running piece went
         self.outs: list[PieceOutput | None] = []  # its responses
@@ -220,17 +220,17 @@ class _Lane(PieceOwner):
         att, index, stream = self.att, self.att._index, self.att._cfg.stream
         if len(self.group) > 1:
             piece = replace(piece, num_samples=len(self.group))
-        self.cap, self.started = piece.max_tokens, self.clock()
-        if rt.begin_piece(self.started) and rt.num_sent > 1:  # a move took effect
+        self.cap, started = piece.max_tokens, self.clock()
+        if rt.begin_piece(started) and rt.num_sent > 1:  # a move took effect
             att.num_moved_pieces += 1
             if index is not None:
                 index.moved(att._key(self.i), att)
         for j in self.group:
-            att.progress.started_s[j] = self.started
+            att.progress.started_s[j] = started
             if not stream:
                 att.progress.caps[j] = self.cap
         if index is not None and not stream:
-            index.piece_started(att._key(self.i), att, rt.replica, self.started - att._t0,
+            index.piece_started(att._key(self.i), att, rt.replica, started - att._t0,
                                 rt.cap_tokens)
         return piece
 
@@ -280,14 +280,14 @@ class _Lane(PieceOwner):
                 chain.final = _whole(o, chain.pieces[-1].token_ids)
             if fault is None:
                 att.progress.timed_tokens += o.num_generated
-                att.progress.timed_s += self.ended_s - self.started
+                att.progress.timed_s += self.ended_s - rt.piece_started_s
 
     def lost(self, rt: RunningTurn, fault: ReplicaDownError | None, dropped: int) -> None:
         """Its tokens are decoded again: counted where streamed, else estimated (nothing
         where the replica refused the piece)."""
         stream = self.att._cfg.stream
         if dropped or (fault is not None and not (stream or refused(fault))):
-            self.att.progress.lost.append(LostPiece(self.i, self.started, self.ended_s,
+            self.att.progress.lost.append(LostPiece(self.i, rt.piece_started_s, self.ended_s,
                                                     self.cap, dropped, estimate=not stream))
 
     async def relocate(self, rt: RunningTurn, replica: int, fault: ReplicaDownError,
@@ -301,7 +301,7 @@ class _Lane(PieceOwner):
             live, stream = att.progress.live_tokens, att._cfg.stream
             for j in group:
                 if not refused(fault):
-                    att.progress.lost.append(LostPiece(j, self.started, self.ended_s, self.cap,
+                    att.progress.lost.append(LostPiece(j, rt.piece_started_s, self.ended_s, self.cap,
                                                        live.get(j, 0), estimate=not stream))
                 live.pop(j, None)
                 att.turns[j].restart()
