@@ -56,6 +56,15 @@ def test_engines_behind_one_server_weighted_by_their_size() -> None:
     assert r.usage == pytest.approx((0.5 * 1600 + 0.1 * 4800) / 6400)
 
 
+def test_only_the_kv_lines_are_parsed() -> None:
+    """A line of another metric the Prometheus parser would refuse does not hide the KV
+    reading (a server exports hundreds of lines; only these few are read)."""
+    text = VLLM_TEXT.replace("\n# HELP", '\nvllm:other{x="1" 2.0\n# HELP', 1)
+    assert text != VLLM_TEXT
+    assert parse_kv_reading(text) == parse_kv_reading(VLLM_TEXT)
+    assert parse_kv_reading(text).capacity_tokens == 8192 * 128
+
+
 @pytest.mark.parametrize("text", [
     "# TYPE sglang:token_usage gauge\nsglang:token_usage 0.3\n",  # no vLLM KV gauge
     "vllm:kv_cache_usage_perc{ 0.3\n",  # malformed

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import re
 from collections.abc import Awaitable, Callable
 from typing import Protocol, runtime_checkable
 
@@ -43,6 +44,9 @@ __all__ = ["KvPoller", "MetricsSource", "parse_kv_reading"]
 USAGE_METRICS = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 PREEMPTIONS_METRIC = "vllm:num_preemptions_total"
 CACHE_CONFIG_METRIC = "vllm:cache_config_info"
+_KV_LINES = re.compile(  # the sample lines of the metrics read (a server exports hundreds)
+    "\n((?:" + "|".join(map(re.escape, (*USAGE_METRICS, PREEMPTIONS_METRIC, CACHE_CONFIG_METRIC)))
+    + ")[{ ][^\n]*)")
 
 
 @runtime_checkable
@@ -57,12 +61,14 @@ class MetricsSource(Protocol):
 
 def parse_kv_reading(text: str, where: str = "/metrics") -> KvReading:
     """The KV reading in a Prometheus text exposition ``text`` (see the module docstring);
-    ``RequestError`` when it is malformed or has no KV usage gauge."""
+    ``RequestError`` when one of its lines is malformed or it has no KV usage gauge. Only
+    the lines of these metrics are parsed."""
     usage: dict[str, float] = {}  # engine -> share in use
     size: dict[str, int] = {}  # engine -> KV tokens
     preempted = 0.0
     try:
-        for family in text_string_to_metric_families(text):
+        for family in text_string_to_metric_families(
+                "\n".join(_KV_LINES.findall("\n" + text)) + "\n"):
             for s in family.samples:
                 engine = s.labels.get("engine", "0")
                 if s.name in USAGE_METRICS:
