@@ -3,8 +3,10 @@
 ``SampleStack`` flattens the ``StepSample`` objects of the history into one set of request
 arrays; ``pool_maxima`` then places every step's requests on the tail and bulk pools of a
 hypothetical (q, m) and simulates all steps' replicas at once (step ``i``'s replica ``r`` is
-segment ``i * K + r``). The placement rules are ``StepSample.placement``'s; this only removes
-the per-step Python overhead (a decision evaluates some twenty (q, m) points).
+segment ``i * K + r``): group slot ``k`` runs on replica ``k % R`` (``spread``: response ``j``
+of slot ``k`` on replica ``(k * n + j) % R``), and the stand-ins for a cutoff's groups
+(``StepSample.extras``) take the slots after the last one. One pass removes the per-step
+Python overhead (a decision evaluates some twenty (q, m) points).
 """
 
 from __future__ import annotations

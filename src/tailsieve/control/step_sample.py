@@ -105,33 +105,6 @@ class StepSample:
             grp[-1] = RUNNING_TOKENS
             self.aborted = [grp]
 
-    def placement(
-        self,
-        slot_of_group: IntArray,
-        num_replicas: int,
-        extra: int = 0,
-        spread: bool = False,
-    ) -> tuple[FloatArray, IntArray, IntArray, FloatArray | None]:
-        """(length, replica, slot, prompt tokens or None) of every request of the groups given a slot (``-1`` =
-        absent) by ``slot_of_group``; slot ``k`` runs on replica ``k % num_replicas``
-        (``spread``: response ``j`` of slot ``k`` on replica ``(k * n + j) % num_replicas``).
-        ``extra`` more groups (the slots after the last mapped one) stand for the groups a
-        cutoff aborts: the step's own aborted groups (cycled) when it had a cutoff."""
-        req = slot_of_group[self.asc_group]
-        keep = req >= 0
-        length, slot, resp = self.asc_len[keep], req[keep], self.asc_resp[keep]
-        prompt = None if self.asc_prompt is None else self.asc_prompt[keep]
-        n = self.group_size
-        if extra > 0:
-            first = int(slot.max()) + 1 if slot.size else 0
-            length = np.concatenate((length, self.extras(extra)))
-            slot = np.concatenate((slot, np.repeat(np.arange(first, first + extra), n)))
-            resp = np.concatenate((resp, np.tile(np.arange(n), extra)))
-            if prompt is not None:
-                prompt = np.concatenate((prompt, np.full(extra * n, self.mean_prompt)))
-        pos = slot * n + resp if spread else slot
-        return length, pos % num_replicas, slot, prompt
-
     def extras(self, extra: int) -> FloatArray:
         """Response lengths of ``extra`` stand-ins for the cutoff's groups, group after group:
         the step's own aborted groups (cycled), else groups running past everything."""

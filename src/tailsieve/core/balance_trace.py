@@ -153,10 +153,6 @@ class BalanceTrace:
         return [m for c in self.checks for m in c.moves]
 
     @property
-    def num_planned(self) -> int:
-        return sum(c.num_planned for c in self.checks)
-
-    @property
     def num_made(self) -> int:
         return sum(c.num_made for c in self.checks)
 

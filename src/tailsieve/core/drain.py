@@ -26,7 +26,6 @@ length sample), so the simulator and the live runtime read the same decision.
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
@@ -80,32 +79,23 @@ class RemainingModel:
     sampled length, or with no sample, a response is expected to run on for as long as it has
     run (``a``, at least one token)."""
 
-    __slots__ = ("_sorted", "_sorted_arr", "_suffix", "_suffix_arr")
+    __slots__ = ("_sorted_arr", "_suffix_arr")
 
     def __init__(self, lengths: Sequence[int]) -> None:
-        self._sorted = sorted(int(n) for n in lengths)
-        total = sum(self._sorted)
-        self._suffix = [total - s for s in accumulate(self._sorted, initial=0)]  # sum from i
-        self._sorted_arr = np.asarray(self._sorted, dtype=float)
-        self._suffix_arr = np.asarray(self._suffix, dtype=float)
+        ordered = sorted(int(n) for n in lengths)
+        total = sum(ordered)
+        self._sorted_arr = np.asarray(ordered, dtype=float)
+        self._suffix_arr = np.asarray([total - s for s in accumulate(ordered, initial=0)],
+                                      dtype=float)  # sum from i
 
     def expected_many(self, generated_tokens: Sequence[float] | np.ndarray) -> np.ndarray:
-        """``expected`` of each value, as one array (one vectorised bisection; the same floats
-        as ``expected`` one by one)."""
+        """The expected remaining tokens of each value, as one array (one vectorised
+        bisection)."""
         a = np.asarray(generated_tokens, dtype=float)
-        n = len(self._sorted)
+        n = self._sorted_arr.size
         if n == 0:
             return np.maximum(a, 1.0)
         i = np.searchsorted(self._sorted_arr, a, side="right")
         above = n - i
         mean = self._suffix_arr[i] / np.maximum(above, 1)
         return np.maximum(np.where(above > 0, mean - a, a), 1.0)
-
-    def expected(self, generated_tokens: float) -> float:
-        """``E[L - a | L > a]`` for ``a = generated_tokens`` (at least one token)."""
-        a = float(generated_tokens)
-        i = bisect.bisect_right(self._sorted, a)
-        above = len(self._sorted) - i
-        if above == 0:
-            return max(a, 1.0)
-        return max(self._suffix[i] / above - a, 1.0)

@@ -158,9 +158,6 @@ class ModelConfig:
         conv = (2 * kd + vd) * max(self.linear_conv_kernel_dim - 1, 0)
         return self.num_linear_attention_layers * (ssm + conv) * self.dtype_bytes
 
-    def to_dict(self) -> dict[str, Any]:
-        return {f: getattr(self, f) for f in self.__slots__}
-
     # ---- parsing ----
     @classmethod
     def from_hf(cls, data: Any, name: str = "model") -> ModelConfig:

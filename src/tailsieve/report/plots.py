@@ -88,16 +88,6 @@ def _draw_timeline(ax: Axes, tl: StepTimeline, title: str) -> None:
     ax.legend(fontsize=8, loc="lower right")
 
 
-def timeline(tl: StepTimeline, path: Path, title: str = "") -> Path:
-    """One step of one policy, replica by replica (bars = groups; hatched = aborted; a spread
-    group has a bar on each replica it ran on, ending when the whole group ended)."""
-    fig, ax = plt.subplots(figsize=(9, 0.45 * tl.num_replicas + 1.6))
-    _draw_timeline(
-        ax, tl, title or f"Step {tl.step}: q={tl.q}, m={tl.m} (hatched = aborted at cutoff)"
-    )
-    return save(fig, path, dpi=110)
-
-
 def timelines_side_by_side(timelines: dict[str, StepTimeline], path: Path) -> Path | None:
     """The same step of every policy, side by side on one time axis (shared, from zero)."""
     if not timelines:

@@ -132,7 +132,6 @@ class KvPoller:
         self.timeout_s = timeout_s
         self.readings: list[KvReading | None] = [None] * num_replicas
         self.unread: dict[int, str] = {}  # replica -> why its metrics cannot be read
-        self.num_polls = 0
         self._task = BackgroundTask("kv-poller")
 
     @classmethod
@@ -149,7 +148,6 @@ class KvPoller:
     async def poll_once(self) -> None:
         """Read every replica now, each within ``timeout_s``, and hand the readings on."""
         got = await asyncio.gather(*(self._one(r) for r in range(self.num_replicas)))
-        self.num_polls += 1
         for r, reading in enumerate(got):
             self.readings[r] = reading
             self._sink(r, reading)

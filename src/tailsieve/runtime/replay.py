@@ -70,9 +70,6 @@ class ReplayLengths:
         n = max(self.min_tokens, round(raw * self.length_scale))
         return min(n, self.max_tokens) if self.max_tokens is not None else n
 
-    def group_size(self, prompt_id: str) -> int:
-        return len(self.lengths[prompt_id])
-
     def prompts(self) -> list[PromptInput]:
         """One prompt per trace prompt id, in trace order, its text the id itself (in replay
         mode the work is set by the forced lengths, not by the prompt)."""

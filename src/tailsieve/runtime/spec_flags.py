@@ -208,6 +208,3 @@ class PoolSpeculation:
         method = _MODEL_METHOD.get(self.method) or SpecMethod(self.method)
         return SpecConfig(method=method, num_speculative_tokens=self.num_speculative_tokens,
                           acceptance_rate=self.acceptance_rate, model=self.model)
-
-    def label(self) -> str:
-        return "none" if not self.enabled else f"{self.method}:{self.num_speculative_tokens}"

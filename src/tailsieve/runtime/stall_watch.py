@@ -154,13 +154,6 @@ class StallWatch:
             if p.replica == replica:
                 p.last_s = now
 
-    def sweep(self) -> list[Hashable]:
-        """Stop every piece of each suspect replica, unconfirmed; the replicas."""
-        hung = self.suspects()
-        for r in hung:
-            self.stop(r)
-        return hung
-
     async def run(self, on_stall: Callable[[Hashable, ReplicaStalledError], None],
                   answers: Callable[[Hashable], Awaitable[bool]] | None = None) -> None:
         """Check every ``check_interval_s`` until cancelled. A suspect replica is probed

@@ -75,13 +75,6 @@ class Loads:
         models = self._models * (b.size // len(self._models))  # costs() asks for two copies
         return np.array([m.tau(float(x)) for m, x in zip(models, b, strict=True)])
 
-    def cost(self, b: FloatArray, c: FloatArray) -> FloatArray:
-        """Seconds per decode iteration (per session) at expected batches ``b`` and contexts
-        ``c``, time-sliced where ``c`` exceeds the KV budget."""
-        c = np.maximum(c, 0.0)
-        f = np.minimum(1.0, self.kv / np.maximum(c, 1.0))
-        return np.where(b > 0, (self.tau(b * f) + self.k * c * f) / f, 0.0)
-
     def costs(self, add_tokens: float) -> tuple[FloatArray, FloatArray]:
         """``(without, with)``: every replica's cost as it is, and with one more session
         holding ``add_tokens`` of context (one interpolation for both)."""

@@ -79,9 +79,6 @@ class LiveTokens:
             return "".join(self.parts)
         return self.parts[k][chars - self.part_starts[k]:] + "".join(self.parts[k + 1:])
 
-    def token_strs(self) -> list[str] | None:
-        return self.strs
-
 
 @dataclass(frozen=True, slots=True)
 class SampleOutput:

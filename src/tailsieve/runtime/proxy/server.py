@@ -71,7 +71,6 @@ class RoutingProxy:
         self.gateway: SessionGateway | None = None
         self.ready = asyncio.Event()
         self._build_lock = asyncio.Lock()
-        self._build_error: BaseException | None = None
         gw = config.gateway
         self.metrics = ProxyMetrics(lambda: self.service, lambda: self.endpoints, gw.profile,
                                     self._profile_in_use)

@@ -108,7 +108,6 @@ class LiveAdmission:
         self._window = _Window()
         self.num_waited = 0  # sessions that waited for room
         self.num_lapsed = 0  # reservations freed by the tool-wait horizon
-        self.num_steps_on = 0
         self.readings: list[KvReading | None] = [None] * num_replicas  # the engines' latest
         self.poller: KvPoller | None = None
 
@@ -177,7 +176,6 @@ class LiveAdmission:
                     self.kv.admit(sid, r, live.context_tokens)
         for r, reading in enumerate(self.readings):
             self.kv.measure(r, reading)
-        self.num_steps_on += 1
         return True
 
     async def wait(self, turn: TurnRequest, healthy: Sequence[bool], now: Callable[[], float],
