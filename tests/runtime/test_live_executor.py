@@ -14,6 +14,7 @@ from tailsieve.errors import StepFailedError
 from tailsieve.runtime.backends import PromptInput, SamplingParams
 from tailsieve.runtime.executor import LiveExecutor
 from tailsieve.runtime.executor_config import ExecutorConfig
+from tailsieve.runtime.step_state import StepProgress
 from tailsieve.runtime.stub import StubFault, StubTransport
 
 URLS = ["http://r0", "http://r1", "http://r2"]
@@ -283,3 +284,16 @@ async def test_failed_request_names_the_replica_that_answered_it() -> None:
     m = re.search(r"on replica (\d) \((\S+)\) failed: (\S+)/v1/completions", str(err.value))
     assert m is not None, str(err.value)
     assert URLS[int(m[1])] == m[2] == m[3] == "http://r1"
+
+
+async def test_a_replica_taken_out_is_reported_before_any_group_ends_after_it() -> None:
+    """``on_progress`` shows a dead replica as unhealthy when its responses are relocated,
+    not only at the next group's end."""
+    seen: list[StepProgress] = []
+    stub = StubTransport(length_of, 0.0005, faults={"http://r2": StubFault(die_after_s=0.02)})
+    ex = LiveExecutor(URLS, cfg(), transport=stub, on_progress=seen.append)
+    res = await ex.run(PLAN, prompts_for(PLAN))
+    assert res.outcome.num_relocated == 2
+    down = next(i for i, p in enumerate(seen) if not p.healthy[2])
+    done = [p.num_tail_done + p.num_bulk_done for p in seen]
+    assert down == 0 or done[down] == done[down - 1]  # reported with no group ending

@@ -336,6 +336,7 @@ class LiveExecutor(ReplicaSet):
             run.num_regenerated += 1
         else:
             self.num_relocations += 1
+        run.queue.put_nowait(Event("relocated", g.assignment.prompt_id))
         return new
 
     def _launch(self, run: StepRun, g: GroupRun, prompts: Mapping[str, PromptInput]) -> None:
@@ -372,10 +373,11 @@ class LiveExecutor(ReplicaSet):
             run.queue.put_nowait(Event("done", pid, responses=tuple(out)))
 
     def _handle(self, run: StepRun, ev: Event) -> None:
-        """One attempt's end: a group done, or a failed request (the step fails). One of a
+        """One attempt's end: a group done, or a failed request (the step fails); a
+        relocation changes nothing here (the step's progress is reported after it). One of a
         group no longer running (cut) is ignored."""
         g = run.groups[ev.prompt_id]
-        if g.status != "running":
+        if g.status != "running" or ev.kind == "relocated":
             return
         if ev.kind == "done":
             run.done(g, ev.responses)

@@ -31,9 +31,10 @@ __all__ = ["Event", "StepRun"]
 @dataclass(frozen=True, slots=True)
 class Event:
     """How a group's attempt ended: ``done`` with its responses; ``fail``, a request failed
-    (the step fails). A replica fault ends no attempt: its responses go on elsewhere."""
+    (the step fails). A replica fault ends no attempt: its responses go on elsewhere
+    (``relocated``: the step's progress is reported again, its replicas' health changed)."""
 
-    kind: Literal["done", "fail"]
+    kind: Literal["done", "fail", "relocated"]
     prompt_id: str
     responses: tuple[Response, ...] = ()
     error: BaseException | None = None
