@@ -189,3 +189,34 @@ def test_a_piece_keeps_the_servers_json_of_its_ids_until_the_response_ends() -> 
     one = ResponseChain(max_tokens=10, prompt_ids=prompt)
     one.add(Piece(EncodedIds((7,), "[7]"), "a", "stop"), 4)
     assert one.final is not None and type(one.final.token_ids) is tuple
+
+
+def test_a_continued_prompts_json_is_built_only_when_read() -> None:
+    """A runner that sends no JSON (verl's Ray handles) never encodes the ids; read later,
+    the JSON is the one the ids had when asked, even after the chain changed."""
+    import pickle
+
+    from tailsieve.runtime.backends import EncodedIds
+
+    calls: list[tuple[int, ...]] = []
+
+    def encode(ids: tuple[int, ...]) -> str:
+        calls.append(ids)
+        return "[" + ",".join(map(str, ids)) + "]"
+
+    lazy = EncodedIds((1, 2), encode)
+    assert lazy == (1, 2) and calls == []
+    assert lazy.json == "[1,2]" and lazy.json == "[1,2]" and calls == [(1, 2)]  # once
+    back = pickle.loads(pickle.dumps(EncodedIds((3, 4), encode)))
+    assert type(back) is EncodedIds and back == (3, 4) and back.json == "[3,4]"
+    assert json.loads(EncodedIds((5, 6)).json) == [5, 6]
+
+    c = ResponseChain(max_tokens=10, prompt_ids=(5, 6))
+    c.add(piece(["a", "b"], 0), 2)
+    ids = c.next_prompt(PromptInput("p", text="hi")).token_ids
+    assert isinstance(ids, EncodedIds) and not c._encoded  # nothing encoded yet
+    c.drop_last()
+    c.add(piece(["c"], 2), 1)  # the chain changed before the JSON was read
+    assert json.loads(ids.json) == [5, 6, 0, 1] == list(ids)
+    again = c.next_prompt(PromptInput("p", text="hi")).token_ids
+    assert json.loads(again.json) == [5, 6, 2] == list(again)

@@ -13,7 +13,7 @@ request carries one sample).
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
@@ -60,18 +60,36 @@ class SamplingParams:
             raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
 
 
+def _ids_json(ids: tuple[int, ...]) -> str:
+    """Token ids as compact JSON."""
+    return "[" + ",".join(map(str, ids)) + "]"
+
+
 class EncodedIds(tuple[int, ...]):
     """Token ids with their compact JSON encoding cached (``json``): a continued piece's prompt,
     encoded once per piece by appending to the previous piece's encoding. ``LeanTransport``
     splices ``json`` into the request instead of encoding the ids again, and does not parse
-    the prompt ids the server echoes back."""
+    the prompt ids the server echoes back. ``encoded``: the JSON, or a function of the ids
+    that gives it, called the first time ``json`` is read (a runner that sends no JSON, as
+    verl's Ray handles, never pays for it). Pickled with its JSON, as a string."""
 
-    json: str
+    _encoded: str | Callable[[tuple[int, ...]], str]
 
-    def __new__(cls, ids: Iterable[int], encoded: str) -> EncodedIds:
+    def __new__(cls, ids: Iterable[int],
+                encoded: str | Callable[[tuple[int, ...]], str] = _ids_json) -> EncodedIds:
         obj = super().__new__(cls, ids)
-        obj.json = encoded
+        obj._encoded = encoded
         return obj
+
+    @property
+    def json(self) -> str:
+        enc = self._encoded
+        if not isinstance(enc, str):
+            enc = self._encoded = enc(self)
+        return enc
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return EncodedIds, (tuple(self), self.json)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,8 +144,7 @@ def with_encoded_ids(prompt: PromptInput) -> PromptInput:
     ids = prompt.token_ids
     if ids is None or isinstance(ids, EncodedIds):
         return prompt
-    ids = tuple(ids)
-    return replace(prompt, token_ids=EncodedIds(ids, "[" + ",".join(map(str, ids)) + "]"))
+    return replace(prompt, token_ids=EncodedIds(ids))
 
 
 @dataclass(frozen=True, slots=True)

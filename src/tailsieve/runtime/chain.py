@@ -137,20 +137,26 @@ class ResponseChain:
             return prompt
         if self.prompt_ids is None:
             raise ChainError(f"prompt {prompt.prompt_id!r}: its token ids are unknown")
-        if not self._encoded or self._encoded_pieces > len(self.pieces):
-            self._encoded = [_inner_json(self.prompt_ids)]
+        pieces = tuple(self.pieces)
+        return PromptInput(prompt.prompt_id, token_ids=EncodedIds(
+            self.prompt_ids + self.generated_ids, lambda ids: self._prefix_json(pieces, ids)))
+
+    def _prefix_json(self, pieces: tuple[Piece, ...], ids: tuple[int, ...]) -> str:
+        """The JSON of ``ids``, the prompt and ``pieces`` (the chain's pieces when
+        ``next_prompt`` was asked), appended to the JSON of the last piece's prefix."""
+        now = self.pieces[:len(pieces)]
+        if len(now) < len(pieces) or any(a is not b for a, b in zip(now, pieces, strict=True)):
+            return "[" + ",".join(map(str, ids)) + "]"  # the chain changed since: whole
+        if not self._encoded or self._encoded_pieces > len(pieces):
+            self._encoded = [_inner_json(self.prompt_ids or ())]
             self._encoded_pieces = 0
-        for p in self.pieces[self._encoded_pieces :]:
+        for p in pieces[self._encoded_pieces:]:
             if p.token_ids:
                 self._encoded.append(
                     p.ids_json[1:-1] if p.ids_json is not None else _inner_json(p.token_ids)
                 )
-        self._encoded_pieces = len(self.pieces)
-        ids = EncodedIds(
-            self.prompt_ids + self.generated_ids,
-            "[" + ",".join(x for x in self._encoded if x) + "]",
-        )
-        return PromptInput(prompt.prompt_id, token_ids=ids)
+        self._encoded_pieces = len(pieces)
+        return "[" + ",".join(x for x in self._encoded if x) + "]"
 
     def piece_cap(self, piece_tokens: int | None) -> int:
         """``max_tokens`` of the next piece: what is left, at most ``piece_tokens``."""

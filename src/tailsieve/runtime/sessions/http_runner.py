@@ -47,7 +47,6 @@ from typing import Any
 from tailsieve.errors import ConfigError, ReplicaError
 from tailsieve.runtime.backends import (
     Backend,
-    EncodedIds,
     PromptInput,
     Response,
     SamplingParams,
@@ -402,9 +401,7 @@ class HttpPieceRunner:
         return self.endpoints[replica]
 
     async def _body(self, piece: PieceRequest, stream: bool) -> JSON:
-        ids: tuple[int, ...] = piece.prompt_ids
-        if piece.prompt_json is not None and not isinstance(ids, EncodedIds):
-            ids = EncodedIds(ids, piece.prompt_json)
+        ids: tuple[int, ...] = piece.prompt_ids  # (spliced as it is where ``EncodedIds``)
         model = await self._model() if self.backend is not Backend.SGLANG else ""
         prompt = (PromptInput(piece.request_id, token_ids=ids) if ids
                   else PromptInput(piece.request_id, messages=piece.messages) if piece.messages

@@ -74,7 +74,6 @@ class PieceRequest:
     sampling: SamplingParams  # the turn's sampling (its ``max_tokens`` is the turn's cap)
     max_tokens: int  # the most tokens this piece may generate
     request_id: str  # unique per piece (SGLang's ``rid``; logs)
-    prompt_json: str | None = None  # ``prompt_ids`` as JSON when already encoded (spliced)
     sink: TokenSink | None = field(default=None, compare=False, repr=False)  # told of the
     # piece's tokens as they come, where the runner streams (``PieceStreamer``); else unused
     engine_args: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)

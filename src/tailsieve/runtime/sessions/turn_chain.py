@@ -155,7 +155,6 @@ class RunningTurn:
             sampling=sp,
             max_tokens=chain.piece_cap(self.piece_tokens),
             request_id=self.piece_id,
-            prompt_json=getattr(ids, "json", None),
             sink=self._streamed if self.sink is not None else None,
             engine_args=self.engine_args,
             forced=self.forced,
