@@ -169,10 +169,12 @@ class ChainedAttempt:
 
         def took(start: int, d: TokenDelta) -> None:
             j, live = i + d.sample, self.progress.live_tokens
-            if not d.token_ids and self._cfg.return_token_ids:  # (a finish or role chunk)
-                return
-            if self._shared or not d.token_ids:  # a chunk without ids: one token at least
-                live[j] = live.get(j, 0) + (len(d.token_ids) or 1)
+            if not d.token_ids:  # asked with ids: a finish or role chunk; else one token
+                if self._cfg.return_token_ids:
+                    return
+                live[j] = live.get(j, 0) + 1
+            elif self._shared:
+                live[j] = live.get(j, 0) + len(d.token_ids)
             else:
                 live[j] = start + len(d.token_ids)
             if self._index is not None:
@@ -208,7 +210,9 @@ class _Lane(PieceOwner):
     def __init__(self, att: ChainedAttempt, i: int, n: int) -> None:
         self.att, self.i, self.group = att, i, range(i, i + n)
         self.pid = att._prompt.prompt_id
-        self.runner = _OneRequest(att._runner) if n > 1 else att._runner
+        one = _OneRequest(att._runner) if n > 1 else None
+        self.runner = one or att._runner
+        self.rest = one.others if one is not None else None  # the request's other responses
         self.clock = asyncio.get_running_loop().time
         self.ended_s = 0.0
         self.cap = 0
@@ -240,10 +244,9 @@ class _Lane(PieceOwner):
         target = att._target(replica)
         self.base = att._runner.endpoints[target]
         self.url = self.base + att._cfg.backend.path
-        rest = (lambda: runner.rest) if isinstance(runner, _OneRequest) else None
         try:
             return await rt.send(piece, runner, target, att._stalls, att._timings, self.clock,
-                                 self.base, self.url, rest)
+                                 self.base, self.url, self.rest)
         except RequestError as exc:  # one retries could not fix fails the response
             raise RequestFailedError(f"{self.url} prompt {self.pid!r}: {exc}",
                                      status=exc.status, sample=self.i) from exc
@@ -301,8 +304,9 @@ class _Lane(PieceOwner):
             live, stream = att.progress.live_tokens, att._cfg.stream
             for j in group:
                 if not refused(fault):
-                    att.progress.lost.append(LostPiece(j, rt.piece_started_s, self.ended_s, self.cap,
-                                                       live.get(j, 0), estimate=not stream))
+                    att.progress.lost.append(LostPiece(j, rt.piece_started_s, self.ended_s,
+                                                       self.cap, live.get(j, 0),
+                                                       estimate=not stream))
                 live.pop(j, None)
                 att.turns[j].restart()
         new = att._relocate(group, replica, self.base, fault)
@@ -345,6 +349,10 @@ class _OneRequest:
         self.rest = []
         first, *self.rest = await self._runner.run_samples(replica, piece)
         return first
+
+    def others(self) -> list[PieceOutput]:
+        """The last piece's responses after its first."""
+        return self.rest
 
 
 def _whole(out: PieceOutput, ids: tuple[int, ...]) -> Response:
