@@ -60,8 +60,8 @@ class SamplingParams:
             raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
 
 
-def _ids_json(ids: tuple[int, ...]) -> str:
-    """Token ids as compact JSON."""
+def encode_ids(ids: tuple[int, ...]) -> str:
+    """Token ids as compact JSON (``[1,2,3]``)."""
     return "[" + ",".join(map(str, ids)) + "]"
 
 
@@ -76,7 +76,7 @@ class EncodedIds(tuple[int, ...]):
     _encoded: str | Callable[[tuple[int, ...]], str]
 
     def __new__(cls, ids: Iterable[int],
-                encoded: str | Callable[[tuple[int, ...]], str] = _ids_json) -> EncodedIds:
+                encoded: str | Callable[[tuple[int, ...]], str] = encode_ids) -> EncodedIds:
         obj = super().__new__(cls, ids)
         obj._encoded = encoded
         return obj

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tailsieve.errors import ConfigError
-from tailsieve.runtime.backends import EncodedIds, PromptInput, Response, SamplingParams
+from tailsieve.runtime.backends import EncodedIds, PromptInput, Response, SamplingParams, encode_ids
 
 PENALTY_KEYS = ("presence_penalty", "frequency_penalty", "repetition_penalty")
 SEED_WARNING = (
@@ -146,7 +146,7 @@ class ResponseChain:
         ``next_prompt`` was asked), appended to the JSON of the last piece's prefix."""
         now = self.pieces[:len(pieces)]
         if len(now) < len(pieces) or any(a is not b for a, b in zip(now, pieces, strict=True)):
-            return "[" + ",".join(map(str, ids)) + "]"  # the chain changed since: whole
+            return encode_ids(ids)  # the chain changed since: whole
         if not self._encoded or self._encoded_pieces > len(pieces):
             self._encoded = [_inner_json(self.prompt_ids or ())]
             self._encoded_pieces = 0
@@ -227,7 +227,7 @@ def _inner_json(ids: tuple[int, ...]) -> str:
     """The ids as the inside of a JSON array: the server's own text when the response parser
     kept it (``EncodedIds``), else encoded here."""
     enc = getattr(ids, "json", None)
-    return enc[1:-1] if enc is not None else ",".join(map(str, ids))
+    return (enc if enc is not None else encode_ids(ids))[1:-1]
 
 
 def _seam_stop(chain: ResponseChain) -> tuple[str, int] | None:
