@@ -63,7 +63,7 @@ def test_a_response_waiting_on_a_move_is_not_moved_back() -> None:
     before it took effect."""
     from test_progress_clock import _rebalancer
 
-    from tailsieve.runtime.rebalancer import LiveResponse
+    from tailsieve.runtime.live_moves import LiveResponse
 
     running = [
         LiveResponse("a", 0, 1, 20, 20, (0,), 0, (0, 1.0, 1000)),  # moved 0 -> 1, piece on 0

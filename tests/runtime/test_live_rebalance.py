@@ -22,7 +22,7 @@ from tailsieve.core.protocol import validate_outcome
 from tailsieve.errors import StepFailedError
 from tailsieve.model.replica_config import ReplicaConfig
 from tailsieve.model.throughput import ThroughputModel
-from tailsieve.runtime import rebalancer
+from tailsieve.runtime import live_moves, rebalancer
 from tailsieve.runtime.backends import PromptInput, SamplingParams
 from tailsieve.runtime.emulator import EmulatorConfig, EmulatorServer
 from tailsieve.runtime.executor import LiveExecutor
@@ -276,7 +276,7 @@ def test_a_drain_check_lists_every_running_response_in_slices_of_replicas() -> N
         def running_index(self) -> RunningIndex:
             return idx
 
-        def running_responses(self) -> list[rebalancer.LiveResponse]:
+        def running_responses(self) -> list[live_moves.LiveResponse]:
             return []
 
         def move(self, prompt_id: str, sample: int, to_replica: int) -> bool:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from itertools import accumulate, chain, islice
 
 import numpy as np
@@ -16,8 +16,9 @@ import numpy as np
 from tailsieve.core.balancer import BalanceSettings, Move
 from tailsieve.core.drain import RemainingModel
 from tailsieve.core.replica_load import ReplicaLoad
+from tailsieve.core.running_index import Entry
 
-__all__ = ["Remaining", "drain_decisions", "iter_drain"]
+__all__ = ["DrainPrompts", "Remaining", "drain_decisions", "iter_drain"]
 
 Remaining = Callable[[Sequence[tuple[Hashable, int]]], "Sequence[float] | np.ndarray"]
 """``running (key, context) pairs -> each one's expected remaining tokens``."""
@@ -53,6 +54,32 @@ def drain_decisions(
         yield decision
         if len(decision) < per:
             return
+
+
+class DrainPrompts(dict[Hashable, int]):
+    """The prompt tokens of running responses (``drain_decisions``' ``prompt_tokens``), read
+    from ``entries`` (a ``RunningIndex``'s). A live drain check lists them ahead
+    (``list_slices``), so that its first decision, the hot path, reads each by a plain lookup."""
+
+    def __init__(self, entries: Mapping[Hashable, Entry]) -> None:
+        super().__init__()
+        self._entries = entries
+
+    def __missing__(self, key: Hashable) -> int:
+        e = self._entries.get(key)
+        return e.prompt_tokens if e is not None else 0
+
+    def list_slices(self, loads: Sequence[ReplicaLoad], per_slice: int) -> Iterator[None]:
+        """List the running responses of ``loads``, ``per_slice`` replicas at a time: one
+        ``yield`` per slice (the caller lets its event loop run between them)."""
+        entries = self._entries
+        for i in range(0, len(loads), per_slice):
+            for ld in loads[i:i + per_slice]:
+                if ld.num_running:
+                    for key, _ in ld.running():
+                        e = entries.get(key)
+                        self[key] = e.prompt_tokens if e is not None else 0
+            yield
 
 
 def iter_drain(

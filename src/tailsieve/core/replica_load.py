@@ -1,4 +1,5 @@
-"""One replica's load as the balancer reads it (``core.balancer``, ``core.balance_scan``)."""
+"""One replica's load as the balancer reads it (``core.balancer``, ``core.balance_scan``), and
+what a load takes of a replica's cost model (``cost_terms``)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,13 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 
-__all__ = ["ReplicaLoad", "Running"]
+from tailsieve.model.replica_config import ReplicaConfig
+
+__all__ = ["CostTerms", "ReplicaLoad", "Running", "cost_terms"]
 
 Running = Sequence[tuple[Hashable, int]]  # (key, context tokens) of the running responses
+CostTerms = tuple[Callable[[int], float], float, float, float]  # a load's tau,
+# context_s_per_token, prefill_s_per_token and prefill_s
 _CONTEXT = itemgetter(1)
 
 
@@ -39,3 +44,20 @@ class ReplicaLoad:
 
     def cost_s(self, b: int, context: float) -> float:
         return self.tau(b) + self.context_s_per_token * context if b > 0 else 0.0
+
+
+def cost_terms(c: ReplicaConfig) -> CostTerms:
+    """What a ``ReplicaLoad`` takes of a replica's cost model: ``tau`` (remembered per batch
+    size: the model's scalar ``tau`` goes through numpy), seconds per context token per
+    iteration, prefill seconds per uncached token and per continuation."""
+    tau = c.throughput.tau
+    seen: dict[int, float] = {}
+
+    def cached(b: int) -> float:
+        v = seen.get(b)
+        if v is None:
+            v = seen[b] = tau(b)
+        return v
+
+    return (cached, c.throughput.context_s_per_token, c.recompute_cost_s(1) - c.prefill_s,
+            c.prefill_s)

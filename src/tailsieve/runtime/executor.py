@@ -46,7 +46,8 @@ from tailsieve.runtime.chain_attempt import ChainedAttempt
 from tailsieve.runtime.executor_config import ExecutorConfig, ForcedLength
 from tailsieve.runtime.faults import RequestFailedError
 from tailsieve.runtime.health import ReplicaState
-from tailsieve.runtime.rebalancer import LiveRebalancer, LiveResponse, MoveTally
+from tailsieve.runtime.live_moves import LiveResponse, MoveTally
+from tailsieve.runtime.rebalancer import LiveRebalancer
 from tailsieve.runtime.replica_set import ReplicaSet
 from tailsieve.runtime.sessions.profile import LiveProfile
 from tailsieve.runtime.stall_watch import StallWatch

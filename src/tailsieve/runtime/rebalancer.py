@@ -36,63 +36,22 @@ import asyncio
 import time
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
 
 from tailsieve.core.balance_check import plan_check
 from tailsieve.core.balance_trace import DEFERRED, MADE, REFUSED, BalanceTrace, MoveRecord
 from tailsieve.core.balancer import BalanceSettings, Move, ReplicaLoad, Running
 from tailsieve.core.drain import RemainingModel
-from tailsieve.core.drain_plan import drain_decisions
+from tailsieve.core.drain_plan import DrainPrompts, drain_decisions
 from tailsieve.core.progress_clock import ProgressClock, paces
+from tailsieve.core.replica_load import CostTerms, cost_terms
 from tailsieve.core.running_index import Entry, RunningIndex
 from tailsieve.model.replica_config import ReplicaConfig
+from tailsieve.runtime.check_timer import CheckTimer
+from tailsieve.runtime.live_moves import Mover, MoveTally, index_of
+
+__all__ = ["LiveRebalancer", "MoveTally"]
 
 LIST_REPLICAS = 16  # a drain check lists the running responses of this many replicas per slice
-
-
-class LiveResponse(NamedTuple):
-    """One running response as the executor knows it (a named tuple: a check reads one per
-    running response, thousands at cluster scale)."""
-
-    prompt_id: str
-    sample: int
-    replica: int  # plan replica its current piece runs on (or its next piece will)
-    context_tokens: int  # prompt + generated tokens known so far
-    prompt_tokens: int  # of them, the prompt's (0 when not known yet)
-    dealt: tuple[int, ...]  # plan replicas the group was dealt (its prompt is cached there)
-    pool: int  # 1 = tail pool, 0 = bulk pool
-    piece: tuple[int, float, int] | None = None  # unstreamed running piece: (replica it runs
-    # on, seconds it has run, most tokens it may add); its tokens are not in context_tokens
-
-
-@dataclass(slots=True)
-class MoveTally:
-    """What the rebalancer did in one step (``StepMetrics`` reads it)."""
-
-    num_checks: int = 0
-    num_moves: int = 0  # moves asked for and accepted by the executor
-    num_effective: int = 0  # moves that took effect: a response's next piece began elsewhere
-    moved_tokens: int = 0  # prefix tokens carried by moved responses (prompt + generated)
-    prefill_tokens: int = 0  # of them, predicted uncached on the destination
-    prefill_s: float = 0.0  # predicted prefill of those tokens (the cost model's), seconds
-    # how long each slice of a check held the router's event loop (CPU seconds; the loop runs
-    # between slices): reading the loads, then each decision (planning at most
-    # ``max_moves_per_decision`` moves and making them), and each whole check (its slices)
-    loads_cpu_s: list[float] = field(default_factory=list)
-    decision_cpu_s: list[float] = field(default_factory=list)
-    check_cpu_s: list[float] = field(default_factory=list)
-
-
-class Mover(Protocol):
-    """What the rebalancer needs from the executor (``LiveExecutor`` is one). An executor that
-    also has ``running_index() -> RunningIndex | None`` is read through it (O(replicas) per
-    check) instead of ``running_responses`` (O(running responses)); one whose
-    ``defers_moves`` is true makes a move of a running piece at the piece's end (recorded as
-    deferred)."""
-
-    def running_responses(self) -> list[LiveResponse]: ...
-
-    def move(self, prompt_id: str, sample: int, to_replica: int) -> bool: ...
 
 
 @dataclass(slots=True)
@@ -110,13 +69,10 @@ class LiveRebalancer:
     _moved_at: dict[Hashable, int] = field(default_factory=dict)  # context at last move
     _index: RunningIndex = field(default_factory=RunningIndex)  # the last check's
     _moved_now: set[Hashable] = field(default_factory=set)  # moved in this check
-    _models: list[tuple[Callable[[int], float], float, float, float]] = field(
-        default_factory=list)  # per replica: memoised tau, k, prefill s/token, fixed prefill s
+    _models: list[CostTerms] = field(default_factory=list)  # per replica
     estimate: bool = True  # add each unstreamed running piece's estimated tokens (progress)
     progress: ProgressClock = field(default_factory=ProgressClock)
-    _poked: bool = False
-    _wake: asyncio.Event | None = None  # set by ``poke`` (the loop waits on it)
-    _last_s: float = 0.0
+    _timer: CheckTimer = field(init=False)
     trace: BalanceTrace = field(default_factory=BalanceTrace)  # every check's inputs, decision
     _open: tuple[float, list[ReplicaLoad], float] | None = None  # the check being made
     _planned: list[MoveRecord] = field(default_factory=list)  # its moves and decisions so far
@@ -126,9 +82,10 @@ class LiveRebalancer:
     # the rebalancer: a check does not pay for it)
     _listing: list[ReplicaLoad] = field(default_factory=list)  # a drain check's replicas whose
     # responses are still to be listed (``_list_slices``)
-    _prompts: dict[Hashable, int] = field(default_factory=dict)  # their prompt tokens, as listed
+    _prompts: DrainPrompts = field(default_factory=lambda: DrainPrompts({}))  # theirs, listed
 
     def __post_init__(self) -> None:
+        self._timer = CheckTimer(self.clock)
         drain = self.settings.drain
         if drain is not None and drain.lpt:  # built now, not inside the drain's first check
             self._remaining = drain.remaining_model()
@@ -141,9 +98,7 @@ class LiveRebalancer:
     def poke(self) -> None:
         """A response completed: check now if half an interval has passed since the last
         check (else once it has), as the simulator does."""
-        self._poked = True
-        if self._wake is not None:
-            self._wake.set()
+        self._timer.poke()
 
     def loads(self, now_s: float | None = None) -> list[ReplicaLoad]:
         """One ``ReplicaLoad`` per healthy plan replica, from the executor's running responses
@@ -163,8 +118,8 @@ class LiveRebalancer:
         sums = idx.sums(clock, now_s or 0.0)
         models = self._models
         if not models:  # replicas sharing a cost model share its memoised tau
-            shared: dict[int, tuple[Callable[[int], float], float, float, float]] = {}
-            models = self._models = [shared.setdefault(id(c), _model_of(c)) for c in self.costs]
+            shared: dict[int, CostTerms] = {}
+            models = self._models = [shared.setdefault(id(c), cost_terms(c)) for c in self.costs]
         out = []
         for j, ok in enumerate(self.healthy()):
             if not ok:
@@ -264,14 +219,7 @@ class LiveRebalancer:
         costliest replicas': list them ``LIST_REPLICAS`` replicas at a time, one slice of
         reading the loads each (the planner then finds them listed)."""
         todo, self._listing = self._listing, []
-        entries, prompts = self._index.entries, self._prompts
-        for i in range(0, len(todo), LIST_REPLICAS):
-            for ld in todo[i:i + LIST_REPLICAS]:
-                if ld.num_running:
-                    for key, _ in ld.running():
-                        e = entries.get(key)
-                        prompts[key] = e.prompt_tokens if e is not None else 0
-            yield
+        return self._prompts.list_slices(todo, LIST_REPLICAS)
 
     def _close_record(self, made: int) -> None:
         """The check is over: record what it saw and decided in ``trace``."""
@@ -288,8 +236,7 @@ class LiveRebalancer:
         return now
 
     def _decisions(self) -> Iterator[list[Move]]:
-        now = self.clock()
-        self._last_s = now
+        now = self._timer.last_s = self.clock()
         self.tally.num_checks += 1
         self._moved_now = set()
         loads = self._estimated_loads(now)
@@ -299,18 +246,12 @@ class LiveRebalancer:
         running = len(self._index.entries)
         if s.drain is not None and s.drain.drains(running, self.num_launched):
             self._listing = loads
-            self._prompts = _Prompts(self._prompt_tokens)
+            self._prompts = DrainPrompts(self._index.entries)
             return drain_decisions(loads, s, self._prompts.__getitem__, self.cached_tokens,
                                    self._remaining)
         return plan_check(loads, s.horizon_at(now), s.seam_s, s.max_moves_per_check,
                           s.max_moves_per_decision, cached=self.cached_tokens,
                           cached_on=self.cached_on)
-
-    def _prompt_tokens(self, key: Hashable) -> int:
-        """The prompt tokens of running response ``key`` (the drain's remaining work is its
-        context less these)."""
-        x = self._index.get(key)
-        return x.prompt_tokens if x is not None else 0
 
     def _make(self, moves: list[Move]) -> int:
         made = 0
@@ -339,50 +280,9 @@ class LiveRebalancer:
     async def loop(self) -> None:
         """Check every ``interval_s``, and at a response completion once half an interval has
         passed since the last check; runs until cancelled (the executor cancels it when the step ends)."""
-        interval = self.settings.interval_s
-        wake = self._wake = asyncio.Event()
         while True:
-            due = self._last_s + (interval / 2 if self._poked else interval)
-            wait = due - self.clock()
-            if wait > 0:
-                wake.clear()
-                # a poke may bring ``due`` on (``asyncio.wait``, not ``wait_for``: on 3.11 that
-                # can lose the step end's cancel when a poke arrives with it)
-                waiter = asyncio.ensure_future(wake.wait())
-                try:
-                    await asyncio.wait({waiter}, timeout=wait)
-                finally:
-                    waiter.cancel()
-                continue
-            self._poked = False
+            await self._timer.until_due(self.settings.interval_s)
             await self.check_async()
-
-
-__all__ = ["LiveRebalancer", "LiveResponse", "MoveTally", "Mover", "index_of"]
-
-
-def index_of(responses: Sequence[LiveResponse], now_s: float) -> RunningIndex:
-    """A ``RunningIndex`` of responses read at ``now_s`` (a piece's age gives its start)."""
-    idx = RunningIndex(frozenset(x.replica for x in responses if x.pool))
-    for x in responses:
-        key = (x.prompt_id, x.sample)
-        idx.add(key, x.replica, x.context_tokens, x.prompt_tokens, x.dealt)
-        if x.piece is not None:
-            on, age_s, cap = x.piece
-            idx.piece_started(key, None, on, now_s - age_s, cap)
-    return idx
-
-
-class _Prompts(dict[Hashable, int]):
-    """Prompt tokens of the responses a drain check listed (a plain lookup each, the hot path
-    of its first decision); any other is asked of ``read``."""
-
-    def __init__(self, read: Callable[[Hashable], int]) -> None:
-        super().__init__()
-        self._read = read
-
-    def __missing__(self, key: Hashable) -> int:
-        return self._read(key)
 
 
 def _bound_elsewhere(e: Entry | None) -> bool:
@@ -395,24 +295,3 @@ def _bound_elsewhere(e: Entry | None) -> bool:
 def _rates(loads: Sequence[ReplicaLoad]) -> dict[int, float]:
     """Tokens per second per running response, by replica (none where none runs)."""
     return paces((ld.replica, ld.cost_s(ld.num_running, ld.context_tokens)) for ld in loads)
-
-
-def _model_of(c: ReplicaConfig) -> tuple[Callable[[int], float], float, float, float]:
-    """What a ``ReplicaLoad`` needs of a replica's cost model: ``tau`` (memoised), seconds
-    per context token per iteration, prefill seconds per uncached token and per continuation."""
-    tp = c.throughput
-    return (_memo(tp.tau), tp.context_s_per_token, c.recompute_cost_s(1) - c.prefill_s,
-            c.prefill_s)
-
-
-def _memo(tau: Callable[[int], float]) -> Callable[[int], float]:
-    """``tau`` remembered per batch size (the model's scalar ``tau`` goes through numpy)."""
-    seen: dict[int, float] = {}
-
-    def cached(b: int) -> float:
-        v = seen.get(b)
-        if v is None:
-            v = seen[b] = tau(b)
-        return v
-
-    return cached

@@ -21,7 +21,8 @@ from tailsieve.runtime.chain import ResponseChain
 from tailsieve.runtime.chain_attempt import ChainedAttempt
 from tailsieve.runtime.executor_config import ExecutorConfig
 from tailsieve.runtime.health import ReplicaHealth
-from tailsieve.runtime.rebalancer import LiveRebalancer, LiveResponse
+from tailsieve.runtime.live_moves import LiveResponse
+from tailsieve.runtime.rebalancer import LiveRebalancer
 from tailsieve.runtime.step_state import GroupRun, StepResult, build_result
 from tailsieve.runtime.waste import WasteCounter
 

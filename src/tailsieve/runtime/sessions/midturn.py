@@ -16,12 +16,12 @@ decision is the balancer's.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, replace
 from typing import Protocol
 
 from tailsieve.core.balancer import BalanceSettings, ReplicaLoad, Running, plan_moves
+from tailsieve.runtime.check_timer import CheckTimer
 from tailsieve.session.midturn import move_horizon_s
 
 
@@ -70,19 +70,15 @@ class MidTurnRebalancer:
         self._elapsed = elapsed
         self._before = before_check  # e.g. the gateway's progress estimate of running pieces
         self.num_checks = 0
-        self._last_s = float("-inf")
-        self._poked = False
-        self._wake = asyncio.Event()
+        self._timer = CheckTimer(clock, float("-inf"))
 
     def poke(self) -> None:
         """A turn ended: check soon (half an interval after the last check)."""
-        self._poked = True
-        self._wake.set()
+        self._timer.poke()
 
     def check(self) -> CheckResult:
         """One check: plan moves over the book's loads and hand each to the mover."""
-        now = self._clock()
-        self._last_s = now
+        now = self._timer.last_s = self._clock()
         self.num_checks += 1
         if self._before is not None:
             self._before(now)
@@ -99,21 +95,7 @@ class MidTurnRebalancer:
         """Wait until a check is due (``interval_s`` after the last one, half that after a
         poke), then make it. An exception from the check propagates (the gateway logs it,
         counts it and turns moves off)."""
-        interval = self.settings.interval_s
-        while True:
-            due = self._last_s + (interval / 2 if self._poked else interval)
-            wait = due - self._clock()
-            if wait <= 0:
-                break
-            self._wake.clear()
-            # ``asyncio.wait``, not ``wait_for``: on 3.11 that can lose a cancel that arrives
-            # with a poke (the gateway pokes at a turn's end, then may close)
-            waiter = asyncio.ensure_future(self._wake.wait())
-            try:
-                await asyncio.wait({waiter}, timeout=wait)
-            finally:
-                waiter.cancel()
-        self._poked = False
+        await self._timer.until_due(self.settings.interval_s)
         return self.check()
 
 

@@ -1,0 +1,80 @@
+"""When a re-balance check is due (``runtime.check_timer``): an interval after the last check,
+half an interval once poked; a poke wakes a wait early; a cancel that arrives with a poke is
+not lost."""
+
+from __future__ import annotations
+
+import asyncio
+
+from tailsieve.runtime.check_timer import CheckTimer
+
+
+def _timer(ago_s: float) -> CheckTimer:
+    loop = asyncio.get_running_loop()
+    return CheckTimer(loop.time, loop.time() - ago_s)
+
+
+def test_a_check_is_due_an_interval_after_the_last_one() -> None:
+    async def main() -> tuple[float, bool]:
+        t = _timer(0.0)
+        await t.until_due(0.2)
+        return t.clock() - t.last_s, t.poked
+
+    waited, poked = asyncio.run(main())
+    assert 0.2 <= waited < 0.4 and not poked
+
+
+def test_the_first_check_of_a_timer_that_never_checked_is_due_at_once() -> None:
+    async def main() -> float:
+        t = CheckTimer(asyncio.get_running_loop().time, float("-inf"))
+        t0 = t.clock()
+        await t.until_due(60.0)
+        return t.clock() - t0
+
+    assert asyncio.run(main()) < 1.0
+
+
+def test_a_poke_before_the_wait_brings_the_check_to_half_an_interval() -> None:
+    async def main() -> tuple[float, bool]:
+        t = _timer(0.0)
+        t.poke()
+        await t.until_due(0.4)
+        return t.clock() - t.last_s, t.poked
+
+    waited, poked = asyncio.run(main())
+    assert 0.2 <= waited < 0.4 and not poked  # the poke is spent
+
+
+def test_a_poke_while_waiting_wakes_the_wait_once_half_an_interval_has_passed() -> None:
+    async def main() -> tuple[float, bool]:
+        t = _timer(0.6)  # half of 1 s has passed: due at once when poked, else in 0.4 s
+        t0 = t.clock()
+        asyncio.get_running_loop().call_later(0.05, t.poke)
+        await t.until_due(1.0)
+        return t.clock() - t0, t.poked
+
+    waited, poked = asyncio.run(main())
+    assert 0.05 <= waited < 0.3 and not poked
+
+
+def test_a_poke_before_half_an_interval_waits_for_the_half() -> None:
+    async def main() -> float:
+        t = _timer(0.0)
+        asyncio.get_running_loop().call_later(0.02, t.poke)
+        await t.until_due(0.3)
+        return t.clock() - t.last_s
+
+    assert 0.15 <= asyncio.run(main()) < 0.3
+
+
+def test_a_cancel_that_arrives_with_a_poke_ends_the_wait() -> None:
+    async def main() -> bool:
+        t = _timer(0.6)
+        task = asyncio.ensure_future(t.until_due(1.0))
+        await asyncio.sleep(0.02)  # waiting
+        t.poke()  # makes the check due ...
+        task.cancel()  # ... as the step ends
+        await asyncio.wait({task})
+        return task.cancelled()
+
+    assert asyncio.run(main())
