@@ -235,10 +235,7 @@ def from_arrow(table: Any, source: str, line_of: Callable[[int], str]) -> Trace:
             slow[key] = col.to_pylist()
     conv = {k: convert_column(k, v, False, source, line_of) for k, v in slow.items()}
     rest: dict[str, Any] = {k: conv.get(k, fast.get(k)) for k in ALL_COLUMNS if k != "prompt_id"}
-    if "prompt_id" in conv:
-        return Trace.from_columns(
-            prompt_id=conv.pop("prompt_id"), source=source, line_of=line_of, **rest
-        )
-    return Trace.from_coded(
-        fast["prompt_names"], fast["prompt_codes"], source=source, line_of=line_of, **rest
-    )
+    coded = "prompt_id" not in conv
+    return Trace.from_columns(
+        fast["prompt_codes"] if coded else conv["prompt_id"], source=source, line_of=line_of,
+        prompt_names=fast["prompt_names"] if coded else None, **rest)
