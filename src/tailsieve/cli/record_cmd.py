@@ -42,6 +42,13 @@ def _endpoints(text: str) -> list[str]:
     return urls
 
 
+def _trace_out(out: Path) -> None:
+    if not trace_suffix(out):
+        raise ConfigError(f"--out {out}: use a trace suffix (.jsonl, .jsonl.gz, .csv, .csv.gz, "
+                          ".parquet)")
+    checks.output_file(out, "--out")
+
+
 @record_app.command("run")
 def run(
     endpoints: Annotated[str, typer.Option("--endpoints", help="Comma-separated server URLs.")],
@@ -94,11 +101,7 @@ def run(
     given sampling) and write the trace with token ids, plus OUT.info.json (settings, server
     versions, step times)."""
     urls = _endpoints(endpoints)
-    if not trace_suffix(out):
-        raise ConfigError(
-            f"--out {out}: use a trace suffix (.jsonl, .jsonl.gz, .csv, .csv.gz, .parquet)"
-        )
-    checks.output_file(out, "--out")
+    _trace_out(out)
     cfg = RecordConfig(
         group_size=group_size,
         num_epochs=epochs,
@@ -135,11 +138,7 @@ def join(
 ) -> None:
     """Join a recording made in parts (``run --first-epoch E --seed S`` per part) into one
     trace and info file; refuses parts that are not one recording."""
-    if not trace_suffix(out):
-        raise ConfigError(
-            f"--out {out}: use a trace suffix (.jsonl, .jsonl.gz, .csv, .csv.gz, .parquet)"
-        )
-    checks.output_file(out, "--out")
+    _trace_out(out)
     rec = join_parts([read_recording(p) for p in parts])
     rec.write(out)
     typer.echo(json.dumps({"out": str(out), "epochs": rec.info["config"]["num_epochs"],

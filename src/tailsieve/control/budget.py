@@ -27,11 +27,7 @@ def max_extra_groups(policy: str, config: ControllerConfig) -> int:
     ``tailsieve-fixed``: q is bounded by ``q_max`` (default N // 2), by the initial ``q0`` and
     by the smallest q a split may have (``min_groups_per_tail_replica * m``, m <= R - 1), and
     never exceeds N - 1; with one replica there is no tail pool and no extra group."""
-    try:
-        key = ControllerName(policy)
-    except ValueError:
-        names = ", ".join(c.value for c in ControllerName)
-        raise ConfigError(f"unknown step policy {policy!r}; choose one of {names}") from None
+    key = ControllerName(policy)
     n, r = config.num_groups, config.num_replicas
     if key is ControllerName.UNIFORM:
         return 0

@@ -21,6 +21,11 @@ class ControllerName(str, Enum):
     TAILSIEVE = "tailsieve"
     TAILSIEVE_STATIC = "tailsieve-static"
 
+    @classmethod
+    def _missing_(cls, value: object) -> ControllerName:
+        names = ", ".join(c.value for c in cls)
+        raise ConfigError(f"unknown step policy {value!r}; choose one of {names}")
+
 
 def make_controller(
     name: str,
@@ -34,11 +39,7 @@ def make_controller(
     ``tailsieve`` (inner and outer loop); ``tailsieve-static`` (q and m held at ``q0`` and
     ``m0``, no feedback). ``moves``: ``tailsieve`` moves running responses while a step runs
     (its plans carry ``BalanceSettings``); False gives plans without moves."""
-    try:
-        key = ControllerName(name)
-    except ValueError:
-        names = ", ".join(c.value for c in ControllerName)
-        raise ConfigError(f"unknown step policy {name!r}; choose one of {names}") from None
+    key = ControllerName(name)
     if key is ControllerName.UNIFORM:
         return UniformController()
     if key is ControllerName.UNIFORM_REQUESTS:

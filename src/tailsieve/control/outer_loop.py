@@ -86,9 +86,8 @@ class OuterLoop:
         k_uniform: float = 1.0,
     ) -> OuterDecision:
         preds = self.evaluate(history, m, k_tail, k_bulk, q, samples, cache)
-        spans = _spans(preds, k_tail, k_bulk, k_uniform)
+        spans, best = _ranked(preds, m, k_tail, k_bulk, k_uniform)
         current = spans.get(m, 0.0)
-        best = min(spans, key=lambda mm: (spans[mm], abs(mm - m)))
         gain = (current - spans[best]) / current if current > 0 else 0.0
         if best == m or gain <= self.config.m_gain_threshold:
             return OuterDecision(m, q, spans, gain)
@@ -109,16 +108,17 @@ class OuterLoop:
         """The predicted best (m, q) within the radius of ``m``, without threshold or one-step
         limit: the re-plan after the replica count changed."""
         preds = self.evaluate(history, m, k_tail, k_bulk, q)
-        spans = _spans(preds, k_tail, k_bulk, k_uniform)
-        best = min(spans, key=lambda mm: (spans[mm], abs(mm - m)))
+        best = _ranked(preds, m, k_tail, k_bulk, k_uniform)[1]
         return best, preds[best].q if best > 0 else 0
 
 
-def _spans(
-    preds: dict[int, PoolPrediction], k_tail: float, k_bulk: float, k_uniform: float = 1.0
-) -> dict[int, float]:
+def _ranked(
+    preds: dict[int, PoolPrediction], m: int, k_tail: float, k_bulk: float, k_uniform: float
+) -> tuple[dict[int, float], int]:
+    """The corrected makespan of every split, and the best split (ties: the nearest to ``m``)."""
     # the corrections describe the selector's pools; uniform routing has no selector, so its
     # prediction (m = 0) is compared uncorrected, except for what moves while the step runs
     # (the balancer) gained there: ``k_uniform``, observed/predicted of balanced m = 0 steps
-    return {mm: p.makespan(k_tail, k_bulk) if mm > 0 else p.makespan() * k_uniform
-            for mm, p in preds.items()}
+    spans = {mm: p.makespan(k_tail, k_bulk) if mm > 0 else p.makespan() * k_uniform
+             for mm, p in preds.items()}
+    return spans, min(spans, key=lambda mm: (spans[mm], abs(mm - m)))

@@ -11,7 +11,7 @@ import numpy.typing as npt
 
 from tailsieve.model.throughput import ThroughputModel
 from tailsieve.policy.base import RoutingPolicy, check_replicas, flat_lengths, group_sizes
-from tailsieve.policy.routing import Routing
+from tailsieve.policy.routing import Routing, routing_from_flat
 
 
 class UniformPolicy(RoutingPolicy):
@@ -25,8 +25,8 @@ class UniformPolicy(RoutingPolicy):
     ) -> Routing:
         check_replicas(num_replicas)
         sizes = group_sizes(groups)  # sizes only: this policy must not see lengths
-        parts = tuple(np.full(n, g % num_replicas, dtype=np.int64) for g, n in enumerate(sizes))
-        return Routing(parts, num_replicas, self.name)
+        flat = np.repeat(np.arange(len(sizes), dtype=np.int64) % num_replicas, sizes)
+        return routing_from_flat(flat, sizes, num_replicas, self.name)
 
 
 class UniformRequestsPolicy(RoutingPolicy):
@@ -44,12 +44,8 @@ class UniformRequestsPolicy(RoutingPolicy):
     ) -> Routing:
         check_replicas(num_replicas)
         sizes = group_sizes(groups)  # sizes only: this policy must not see lengths
-        starts = np.concatenate(([0], np.cumsum(sizes)[:-1])) if sizes else np.zeros(0)
-        parts = tuple(
-            (int(s) + np.arange(n, dtype=np.int64)) % num_replicas
-            for s, n in zip(starts, sizes, strict=True)
-        )
-        return Routing(parts, num_replicas, self.name)
+        flat = np.arange(sum(sizes), dtype=np.int64) % num_replicas
+        return routing_from_flat(flat, sizes, num_replicas, self.name)
 
 
 class UniformOraclePolicy(RoutingPolicy):
@@ -72,5 +68,4 @@ class UniformOraclePolicy(RoutingPolicy):
             target[g] = r
             load[r] += totals[g]
         sizes = group_sizes(groups)
-        parts = tuple(np.full(n, target[g], dtype=np.int64) for g, n in enumerate(sizes))
-        return Routing(parts, num_replicas, self.name)
+        return routing_from_flat(np.repeat(target, sizes), sizes, num_replicas, self.name)

@@ -66,16 +66,18 @@ class VerlSticky:
         self._home[turn.session_id] = r
         return r
 
-    def _sticky(self, turn: TurnRequest, alive: list[ReplicaView]) -> tuple[int | None, bool]:
-        home = self._home.get(turn.session_id)
-        return home, home is not None and any(v.replica == home for v in alive)
-
     def choose(self, turn: TurnRequest, views: Sequence[ReplicaView],
                elapsed_s: float) -> TurnDecision:
         alive = healthy_views(turn, views)
-        home, ok = self._sticky(turn, alive)
-        r = home if ok and home is not None else self._repin(turn, alive)
-        return decide(turn, r, home, ok)
+        home = self._home.get(turn.session_id)
+        ok = home is not None and any(v.replica == home for v in alive)
+        if ok and home is not None and self._stays(home, alive):
+            return decide(turn, home, home, ok)
+        return decide(turn, self._repin(turn, alive), home, ok)
+
+    def _stays(self, home: int, alive: list[ReplicaView]) -> bool:
+        """Whether a session whose home is alive stays there (verl: always)."""
+        return True
 
     def forget(self, session_id: Hashable) -> None:
         self._home.pop(session_id, None)
@@ -92,17 +94,10 @@ class AffinityMargin(VerlSticky):
             raise ConfigError(f"affinity margin must be >= 0, got {margin}")
         self.margin = margin
 
-    def choose(self, turn: TurnRequest, views: Sequence[ReplicaView],
-               elapsed_s: float) -> TurnDecision:
-        alive = healthy_views(turn, views)
-        home, ok = self._sticky(turn, alive)
-        if ok and home is not None:
-            low = min(v.num_in_flight for v in alive)
-            load = next(v.num_in_flight for v in alive if v.replica == home)
-            r = home if load - low <= self.margin else self._repin(turn, alive)
-        else:
-            r = self._repin(turn, alive)
-        return decide(turn, r, home, ok)
+    def _stays(self, home: int, alive: list[ReplicaView]) -> bool:
+        low = min(v.num_in_flight for v in alive)
+        load = next(v.num_in_flight for v in alive if v.replica == home)
+        return load - low <= self.margin
 
 
 class ImbalanceRepin(VerlSticky):
@@ -119,16 +114,8 @@ class ImbalanceRepin(VerlSticky):
         self.abs_threshold = balance_abs_threshold
         self.rel_threshold = balance_rel_threshold
 
-    def choose(self, turn: TurnRequest, views: Sequence[ReplicaView],
-               elapsed_s: float) -> TurnDecision:
-        alive = healthy_views(turn, views)
-        home, ok = self._sticky(turn, alive)
-        if ok and home is not None and not imbalanced(alive, self.abs_threshold,
-                                                      self.rel_threshold):
-            r = home
-        else:
-            r = self._repin(turn, alive)
-        return decide(turn, r, home, ok)
+    def _stays(self, home: int, alive: list[ReplicaView]) -> bool:
+        return not imbalanced(alive, self.abs_threshold, self.rel_threshold)
 
 
 def imbalanced(views: Sequence[ReplicaView], abs_threshold: float, rel_threshold: float) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from typing import Any
 
 import numpy as np
@@ -154,15 +154,20 @@ def convert_column(
     return out
 
 
-def build_trace(
-    columns: dict[str, list[Any]], text: bool, source: str, line_of: Callable[[int], str]
-) -> Trace:
+def check_required(columns: Container[str], source: str, line_of: Callable[[int], str]) -> None:
+    """A ``TraceError`` naming the first of ``REQUIRED_COLUMNS`` that ``columns`` lacks."""
     missing = [c for c in REQUIRED_COLUMNS if c not in columns]
     if missing:
         raise TraceError(
             f"{source}: {line_of(-1)}: field '{missing[0]}': missing column "
             f"(required: {', '.join(REQUIRED_COLUMNS)})"
         )
+
+
+def build_trace(
+    columns: dict[str, list[Any]], text: bool, source: str, line_of: Callable[[int], str]
+) -> Trace:
+    check_required(columns, source, line_of)
     conv = {
         name: convert_column(name, vals, text, source, line_of) for name, vals in columns.items()
     }
@@ -201,12 +206,7 @@ def from_arrow(table: Any, source: str, line_of: Callable[[int], str]) -> Trace:
             columns[key] = table.column(name)
     if table.num_rows == 0:
         raise TraceError(f"{source}: no data rows")
-    missing = [c for c in REQUIRED_COLUMNS if c not in columns]
-    if missing:
-        raise TraceError(
-            f"{source}: {line_of(-1)}: field '{missing[0]}': missing column "
-            f"(required: {', '.join(REQUIRED_COLUMNS)})"
-        )
+    check_required(columns, source, line_of)
     fast: dict[str, Any] = {}
     slow: dict[str, list[Any]] = {}
     for key, col in columns.items():
@@ -235,10 +235,7 @@ def from_arrow(table: Any, source: str, line_of: Callable[[int], str]) -> Trace:
             slow[key] = col.to_pylist()
     conv = {k: convert_column(k, v, False, source, line_of) for k, v in slow.items()}
     rest: dict[str, Any] = {k: conv.get(k, fast.get(k)) for k in ALL_COLUMNS if k != "prompt_id"}
-    if "prompt_id" in conv:
-        return Trace.from_columns(
-            prompt_id=conv.pop("prompt_id"), source=source, line_of=line_of, **rest
-        )
-    return Trace.from_coded(
-        fast["prompt_names"], fast["prompt_codes"], source=source, line_of=line_of, **rest
-    )
+    coded = "prompt_id" not in conv
+    return Trace.from_columns(
+        fast["prompt_codes"] if coded else conv["prompt_id"], source=source, line_of=line_of,
+        prompt_names=fast["prompt_names"] if coded else None, **rest)

@@ -198,9 +198,9 @@ class SyntheticWorkload:
             lens.append(ln.ravel())
             trunc.append(tr.ravel())
         codes = np.tile(np.repeat(np.arange(k), samples), num_steps)
-        return Trace.from_coded(
-            self._names,
+        return Trace.from_columns(
             codes,
+            prompt_names=self._names,
             response_tokens=np.concatenate(lens),
             sample=np.tile(np.arange(samples), k * num_steps),
             step=np.repeat(np.arange(num_steps), k * samples),

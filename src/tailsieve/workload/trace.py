@@ -101,47 +101,24 @@ class Trace:
         turn_output_tokens: Sequence[Sequence[int]] | None = None,
         turn_tool_s: Sequence[Sequence[float]] | None = None,
         turn_tool_output_tokens: Sequence[Sequence[int]] | None = None,
+        prompt_names: Sequence[str] | None = None,
     ) -> Trace:
         """Build and validate a trace from equal-length columns.
 
         ``sample`` defaults to the position inside each (prompt, step) group and ``step`` to 0.
         ``line_of(i)`` names row ``i`` in error messages (default ``row i+1``). The list
-        columns take one sequence per row.
+        columns take one sequence per row. With ``prompt_names``, ``prompt_id`` holds each
+        row's index into it instead of a name.
         """
-        ids = prompt_id if isinstance(prompt_id, list) else np.asarray(prompt_id, dtype=object)
-        ids = ids.tolist() if isinstance(ids, np.ndarray) else ids
-        if set(map(type, ids)) != {str}:
-            ids = [str(p) for p in ids]
-        names = {p: i for i, p in enumerate(dict.fromkeys(ids))}
-        codes = np.fromiter(map(names.__getitem__, ids), dtype=np.int64, count=len(ids))
-        return cls.from_coded(
-            tuple(names), codes, response_tokens, sample, step, prompt_tokens, finish_reason,
-            correct, source, line_of, replica, token_ids, chunk_times_s, chunk_tokens,
-            turn_output_tokens, turn_tool_s, turn_tool_output_tokens)
-
-    @classmethod
-    def from_coded(
-        cls,
-        prompt_names: tuple[str, ...],
-        prompt_codes: npt.ArrayLike,
-        response_tokens: npt.ArrayLike,
-        sample: npt.ArrayLike | None = None,
-        step: npt.ArrayLike | None = None,
-        prompt_tokens: npt.ArrayLike | None = None,
-        finish_reason: Sequence[str] | npt.ArrayLike | None = None,
-        correct: npt.ArrayLike | None = None,
-        source: str = "<memory>",
-        line_of: Callable[[int], str] | None = None,
-        replica: npt.ArrayLike | None = None,
-        token_ids: Sequence[Sequence[int]] | None = None,
-        chunk_times_s: Sequence[Sequence[float]] | None = None,
-        chunk_tokens: Sequence[Sequence[int]] | None = None,
-        turn_output_tokens: Sequence[Sequence[int]] | None = None,
-        turn_tool_s: Sequence[Sequence[float]] | None = None,
-        turn_tool_output_tokens: Sequence[Sequence[int]] | None = None,
-    ) -> Trace:
-        """Like ``from_columns`` with prompts given as codes into ``prompt_names``."""
-        codes = _int_array(prompt_codes)
+        if prompt_names is None:
+            ids = prompt_id if isinstance(prompt_id, list) else np.asarray(prompt_id, dtype=object)
+            ids = ids.tolist() if isinstance(ids, np.ndarray) else ids
+            if set(map(type, ids)) != {str}:
+                ids = [str(p) for p in ids]
+            names = {p: i for i, p in enumerate(dict.fromkeys(ids))}
+            prompt_names = tuple(names)
+            prompt_id = np.fromiter(map(names.__getitem__, ids), dtype=np.int64, count=len(ids))
+        codes = _int_array(prompt_id)
         n = codes.size
         resp = _int_array(response_tokens)
         st = np.zeros(n, dtype=np.int64) if step is None else _int_array(step)
