@@ -52,7 +52,8 @@ from tailsieve.runtime.backends import PromptInput, SamplingParams
 from tailsieve.runtime.emulator import EmulatorFleet
 from tailsieve.runtime.profiler import ProfileSettings, mean_profile, profile_endpoints
 from tailsieve.runtime.replay import ReplayLengths
-from tailsieve.runtime.rollout import RolloutConfig, TailSieveRollout
+from tailsieve.runtime.rollout import TailSieveRollout
+from tailsieve.runtime.rollout_config import RolloutConfig
 from tailsieve.workload.presets import AIME_TRACE_IN_REPO
 
 

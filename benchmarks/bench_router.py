@@ -72,7 +72,8 @@ from tailsieve.runtime.event_loop import CHOICES as LOOP_CHOICES
 from tailsieve.runtime.event_loop import loop_name
 from tailsieve.runtime.event_loop import run as run_on_loop
 from tailsieve.runtime.lean_http import LeanTransport
-from tailsieve.runtime.rollout import RolloutConfig, TailSieveRollout
+from tailsieve.runtime.rollout import TailSieveRollout
+from tailsieve.runtime.rollout_config import RolloutConfig
 from tailsieve.runtime.transport import AiohttpTransport
 from tailsieve.workload import load_workload
 

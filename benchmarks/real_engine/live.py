@@ -16,7 +16,9 @@ from tailsieve.core.plan import StepPlan
 from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
 from tailsieve.runtime.executor import LiveExecutor
 from tailsieve.runtime.replay import ReplayLengths
-from tailsieve.runtime.rollout import RolloutBatch, RolloutConfig, TailSieveRollout
+from tailsieve.runtime.rollout import TailSieveRollout
+from tailsieve.runtime.rollout_batch import RolloutBatch
+from tailsieve.runtime.rollout_config import RolloutConfig
 from tailsieve.runtime.step_state import StepResult
 
 

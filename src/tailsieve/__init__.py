@@ -22,8 +22,8 @@ __version__ = "0.1.0"
 _EXPORTS: dict[str, str] = {
     # live rollouts (the trainer-facing API)
     "TailSieveRollout": "tailsieve.runtime.rollout",
-    "RolloutConfig": "tailsieve.runtime.rollout",
-    "RolloutBatch": "tailsieve.runtime.rollout",
+    "RolloutConfig": "tailsieve.runtime.rollout_config",
+    "RolloutBatch": "tailsieve.runtime.rollout_batch",
     "PromptInput": "tailsieve.runtime.backends",
     "SamplingParams": "tailsieve.runtime.backends",
     "Backend": "tailsieve.runtime.backends",
@@ -103,7 +103,9 @@ if TYPE_CHECKING:  # static analysers see the real objects
     from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
     from tailsieve.runtime.emulator import EmulatorConfig, EmulatorFleet, run_emulator
     from tailsieve.runtime.launcher import LaunchConfig, VllmFleet
-    from tailsieve.runtime.rollout import RolloutBatch, RolloutConfig, TailSieveRollout
+    from tailsieve.runtime.rollout import TailSieveRollout
+    from tailsieve.runtime.rollout_batch import RolloutBatch
+    from tailsieve.runtime.rollout_config import RolloutConfig
     from tailsieve.runtime.sessions.http_runner import resolve_served_model
     from tailsieve.runtime.step_state import GroupResponses
     from tailsieve.sim.api import SimulationResult, simulate

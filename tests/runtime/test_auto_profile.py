@@ -10,7 +10,8 @@ import pytest
 
 from tailsieve.errors import ConfigError, ProfileError, ReplicaError
 from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
-from tailsieve.runtime.rollout import RolloutConfig, TailSieveRollout
+from tailsieve.runtime.rollout import TailSieveRollout
+from tailsieve.runtime.rollout_config import RolloutConfig
 from tailsieve.runtime.sessions.auto_probe import ProbeSettings
 from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
 from tailsieve.runtime.sessions.pieces import PieceOutput, PieceRequest

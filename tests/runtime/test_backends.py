@@ -13,7 +13,7 @@ from tailsieve.runtime.backends import (
     parse_response,
 )
 from tailsieve.runtime.executor_config import ExecutorConfig
-from tailsieve.runtime.rollout import RolloutConfig
+from tailsieve.runtime.rollout_config import RolloutConfig
 from tailsieve.runtime.transport import RequestError
 
 SP = SamplingParams(

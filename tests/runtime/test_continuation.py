@@ -17,7 +17,8 @@ from tailsieve.runtime.backends import PromptInput, SamplingParams
 from tailsieve.runtime.chain import ChainError
 from tailsieve.runtime.executor import LiveExecutor
 from tailsieve.runtime.executor_config import ExecutorConfig
-from tailsieve.runtime.rollout import RolloutConfig, TailSieveRollout
+from tailsieve.runtime.rollout import TailSieveRollout
+from tailsieve.runtime.rollout_config import RolloutConfig
 from tailsieve.runtime.step_state import StepResult
 from tailsieve.runtime.stub import StubFault, StubTransport, token_at
 

@@ -25,7 +25,8 @@ from tailsieve.model.profiles import builtin_profile
 from tailsieve.model.replica_config import ReplicaConfig
 from tailsieve.runtime.backends import PromptInput, SamplingParams
 from tailsieve.runtime.emulator import EmulatorFleet
-from tailsieve.runtime.rollout import RolloutConfig, TailSieveRollout
+from tailsieve.runtime.rollout import TailSieveRollout
+from tailsieve.runtime.rollout_config import RolloutConfig
 from tailsieve.runtime.sessions import GatewayConfig, HttpPieceRunner, SessionGateway
 from tailsieve.runtime.stall_watch import StallSettings, piece_time_s
 

@@ -14,7 +14,8 @@ from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
 from tailsieve.runtime.emulator import EmulatorConfig, EmulatorFleet, EmulatorServer
 from tailsieve.runtime.observe import RuntimeMetrics
 from tailsieve.runtime.replay import ReplayLengths
-from tailsieve.runtime.rollout import RolloutConfig, TailSieveRollout
+from tailsieve.runtime.rollout import TailSieveRollout
+from tailsieve.runtime.rollout_config import RolloutConfig
 from tailsieve.runtime.transport import AiohttpTransport
 
 MODEL = "tailsieve-emulated"

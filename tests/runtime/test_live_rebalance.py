@@ -26,7 +26,8 @@ from tailsieve.runtime import live_moves, rebalancer
 from tailsieve.runtime.backends import PromptInput, SamplingParams
 from tailsieve.runtime.emulator import EmulatorConfig, EmulatorServer
 from tailsieve.runtime.executor import LiveExecutor
-from tailsieve.runtime.rollout import RolloutConfig, TailSieveRollout
+from tailsieve.runtime.rollout import TailSieveRollout
+from tailsieve.runtime.rollout_config import RolloutConfig
 from tailsieve.runtime.stub import PROMPT_BASE, StubTransport, token_at
 
 warnings.filterwarnings("ignore", message="per-request seeds")

@@ -19,7 +19,8 @@ from tailsieve.runtime.emulator import EmulatorConfig, EmulatorFleet, EmulatorSe
 from tailsieve.runtime.moves import PIECE_TOKENS, MoveSettings
 from tailsieve.runtime.observe import StepMetrics
 from tailsieve.runtime.replay import ReplayLengths
-from tailsieve.runtime.rollout import RolloutConfig, TailSieveRollout
+from tailsieve.runtime.rollout import TailSieveRollout
+from tailsieve.runtime.rollout_config import RolloutConfig
 from tailsieve.runtime.sessions import GatewayConfig, SessionGateway
 from tailsieve.runtime.stub import StubPieceRunner, StubTransport
 

@@ -11,7 +11,8 @@ from rich.console import Console
 
 from tailsieve.runtime.backends import PromptInput, SamplingParams
 from tailsieve.runtime.observe import ProgressDisplay, RuntimeMetrics, StepLog
-from tailsieve.runtime.rollout import RolloutConfig, TailSieveRollout
+from tailsieve.runtime.rollout import TailSieveRollout
+from tailsieve.runtime.rollout_config import RolloutConfig
 from tailsieve.runtime.step_state import StepProgress
 from tailsieve.runtime.stub import StubTransport
 

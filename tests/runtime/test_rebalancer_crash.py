@@ -19,7 +19,8 @@ from tailsieve.runtime.backends import PromptInput, SamplingParams
 from tailsieve.runtime.executor import LiveExecutor
 from tailsieve.runtime.observe import RuntimeMetrics, StepLog
 from tailsieve.runtime.rebalancer import LiveRebalancer
-from tailsieve.runtime.rollout import RolloutConfig, TailSieveRollout
+from tailsieve.runtime.rollout import TailSieveRollout
+from tailsieve.runtime.rollout_config import RolloutConfig
 from tailsieve.runtime.stub import StubTransport, token_at
 
 warnings.filterwarnings("ignore", message="per-request seeds")

@@ -17,7 +17,9 @@ from tailsieve.core.protocol import validate_outcome
 from tailsieve.runtime.backends import PromptInput, SamplingParams
 from tailsieve.runtime.executor import LiveExecutor
 from tailsieve.runtime.executor_config import ExecutorConfig
-from tailsieve.runtime.rollout import RolloutBatch, RolloutConfig, TailSieveRollout
+from tailsieve.runtime.rollout import TailSieveRollout
+from tailsieve.runtime.rollout_batch import RolloutBatch
+from tailsieve.runtime.rollout_config import RolloutConfig
 from tailsieve.runtime.stub import StubFault, StubTransport
 
 URLS = [f"http://r{i}" for i in range(4)]

@@ -14,7 +14,7 @@ from tailsieve.control.config import ControllerConfig
 from tailsieve.errors import ConfigError
 from tailsieve.runtime.backends import PromptInput, SamplingParams
 from tailsieve.runtime.observe import StepMetrics
-from tailsieve.runtime.rollout import RolloutConfig
+from tailsieve.runtime.rollout_config import RolloutConfig
 from tailsieve.runtime.rollout_run import (
     WASTE_KEYS,
     RolloutRun,

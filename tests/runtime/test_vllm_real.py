@@ -25,7 +25,8 @@ import pytest
 
 from tailsieve.runtime.backends import SamplingParams
 from tailsieve.runtime.replay import ReplayLengths
-from tailsieve.runtime.rollout import RolloutConfig, TailSieveRollout
+from tailsieve.runtime.rollout import TailSieveRollout
+from tailsieve.runtime.rollout_config import RolloutConfig
 from tailsieve.workload.presets import AIME_TRACE_IN_REPO
 
 pytestmark = pytest.mark.vllm

@@ -20,7 +20,7 @@ from tailsieve.runtime.cluster.state import StateFileAddresses
 from tailsieve.runtime.launch_run import serve_local, stop_launched
 from tailsieve.runtime.launcher import LaunchConfig
 from tailsieve.runtime.replay import ReplayLengths
-from tailsieve.runtime.rollout import LIVE_PROFILE, RolloutConfig
+from tailsieve.runtime.rollout_config import LIVE_PROFILE, RolloutConfig
 from tailsieve.runtime.rollout_run import (
     RolloutRun,
     check_prompt_budget,

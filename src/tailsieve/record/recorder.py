@@ -43,7 +43,9 @@ from tailsieve.runtime import event_loop
 from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
 from tailsieve.runtime.lean_http import LeanTransport
 from tailsieve.runtime.prompt_file import PromptSet
-from tailsieve.runtime.rollout import RolloutBatch, RolloutConfig, TailSieveRollout
+from tailsieve.runtime.rollout import TailSieveRollout
+from tailsieve.runtime.rollout_batch import RolloutBatch
+from tailsieve.runtime.rollout_config import RolloutConfig
 from tailsieve.runtime.transport import Transport
 from tailsieve.workload.copies import sibling_copies
 from tailsieve.workload.io import trace_suffix, write_trace

@@ -137,6 +137,9 @@ class PromptInput:
         )
 
 
+PromptLike = PromptInput | dict[str, Any]  # a prompt, or its ``PromptInput.from_dict`` form
+
+
 def with_encoded_ids(prompt: PromptInput) -> PromptInput:
     """``prompt`` with its token ids (when it has them) as ``EncodedIds``: JSON-encoded once,
     so that every request of its group (one per sample when split, and the first piece of each

@@ -26,7 +26,9 @@ from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
 from tailsieve.runtime.emulator import EmulatorFleet
 from tailsieve.runtime.emulator.protocol import text_ids
 from tailsieve.runtime.observe import StepMetrics
-from tailsieve.runtime.rollout import RolloutBatch, RolloutConfig, TailSieveRollout
+from tailsieve.runtime.rollout import TailSieveRollout
+from tailsieve.runtime.rollout_batch import RolloutBatch
+from tailsieve.runtime.rollout_config import RolloutConfig
 from tailsieve.runtime.step_state import StepProgress
 from tailsieve.sim.driver import PairedLengths, epoch_prompt_ids
 from tailsieve.sim.speedup_stats import STEADY_FROM, ratios_by_step

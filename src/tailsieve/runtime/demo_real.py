@@ -27,7 +27,8 @@ from tailsieve.runtime.demo import PolicyResult, record_batch, write_run
 from tailsieve.runtime.launcher import LaunchConfig, VllmFleet
 from tailsieve.runtime.profiler import ProfileSettings, mean_profile, profile_endpoints
 from tailsieve.runtime.prompt_file import read_prompt_set
-from tailsieve.runtime.rollout import RolloutConfig, TailSieveRollout
+from tailsieve.runtime.rollout import TailSieveRollout
+from tailsieve.runtime.rollout_config import RolloutConfig
 from tailsieve.runtime.step_state import StepProgress
 
 DEFAULT_MODEL_DIR = Path(".cache/smollm2-135m-instruct")

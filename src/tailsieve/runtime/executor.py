@@ -14,29 +14,23 @@ A step's own state (its groups, the cutoff, where a displaced group goes) is ``r
 here the attempts are launched and their ends (``Event``) handled.
 
 Replica lifecycle (``runtime.health``): a replica taken out is probed (``GET /health``) in the
-background every ``probe_interval_s`` while a step runs, and by ``probe`` between steps; a 200 re-admits it (mid-step it can
-take displaced responses again; the caller plans the next step for the new healthy count). An
-``addresses`` callable (e.g. a launch state file rewritten when Ray restarts a server elsewhere)
-is polled at every probe: a replica whose address changed is taken out and probed at the new one.
-
-A crash of the live rebalancer (an exception out of its loop) is logged once (logger
-``tailsieve.runtime.executor``, with its traceback) and kept in ``last_balance_error``; moves are
-off for the rest of that step, and the step runs on: a move is made or not, whole, so every
-response is still delivered exactly once and token-exact.
+background every ``probe_interval_s`` while a step runs, and by ``probe`` between steps; a 200
+re-admits it (mid-step it can take displaced responses again; the caller plans the next step for
+the new healthy count). An ``addresses`` callable (e.g. a launch state file rewritten when Ray
+restarts a server elsewhere) is polled at every probe: a replica whose address changed is taken
+out and probed at the new one.
+Moves of running responses, and the live rebalancer that makes them: ``runtime.executor_moves``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 
 from tailsieve.core.balance_trace import BalanceTrace
 from tailsieve.core.outcome import StepOutcome
 from tailsieve.core.plan import StepPlan
-from tailsieve.core.running_index import RunningIndex
 from tailsieve.errors import ConfigError, ProtocolError, StepFailedError
 from tailsieve.model.profiles import builtin_profile
 from tailsieve.model.replica_config import ReplicaConfig
@@ -44,10 +38,10 @@ from tailsieve.runtime.backends import PromptInput, with_encoded_ids
 from tailsieve.runtime.chain import SEED_WARNING, ResponseChain, check_continuable
 from tailsieve.runtime.chain_attempt import ChainedAttempt
 from tailsieve.runtime.executor_config import ExecutorConfig, ForcedLength
+from tailsieve.runtime.executor_moves import ExecutorMoves
 from tailsieve.runtime.faults import RequestFailedError
 from tailsieve.runtime.health import ReplicaState
-from tailsieve.runtime.live_moves import LiveResponse, MoveTally
-from tailsieve.runtime.rebalancer import LiveRebalancer
+from tailsieve.runtime.live_moves import MoveTally
 from tailsieve.runtime.replica_set import ReplicaSet
 from tailsieve.runtime.sessions.profile import LiveProfile
 from tailsieve.runtime.stall_watch import StallWatch
@@ -56,10 +50,8 @@ from tailsieve.runtime.step_state import GroupRun, StepProgress, StepResult
 from tailsieve.runtime.transport import Transport
 from tailsieve.runtime.waste import AttemptProgress, WasteCounter
 
-logger = logging.getLogger(__name__)
 
-
-class LiveExecutor(ReplicaSet):
+class LiveExecutor(ExecutorMoves, ReplicaSet):
     """Executes step plans over HTTP. One instance per set of endpoints (``ReplicaSet``: their
     addresses, health and engine client); ``aclose`` when done.
 
@@ -68,10 +60,8 @@ class LiveExecutor(ReplicaSet):
     ``addresses()`` returns the current base URL of every replica (same count and order).
     ``balance_costs`` (the controller's cost model, one ``ReplicaConfig`` or one per replica)
     switches on the live rebalancer (``runtime.rebalancer``) for steps whose plan carries
-    ``BalanceSettings`` when ``config.continuation`` is on (``rebalancer_class`` builds it).
+    ``BalanceSettings`` when ``config.continuation`` is on (``runtime.executor_moves``).
     """
-
-    rebalancer_class: type[LiveRebalancer] = LiveRebalancer
 
     def __init__(
         self,
@@ -174,12 +164,7 @@ class LiveExecutor(ReplicaSet):
         """The step's state, now the running one; its replicas out of service probed."""
         run = StepRun(plan=plan, t0=asyncio.get_running_loop().time(), queue=asyncio.Queue(),
                       active=active, health=self.health)
-        if self._balances(plan):
-            run.index = RunningIndex(frozenset(plan.tail_replicas))
-        elif self.balance_costs and self.config.piece_tokens is not None:
-            # a step the controller does not balance runs each response as one piece: pieces
-            # only serve moves, and every piece end costs its response a seam
-            run.config = replace(self.config, piece_tokens=None)
+        self._prepare_moves(run)
         self._run = run
         self.chains = run.chains
         self.health.probe_interval_s = self.config.probe_interval_s
@@ -230,96 +215,6 @@ class LiveExecutor(ReplicaSet):
         run.index = run.rebalancer = None
         for g in run.groups.values():
             g.task = None
-
-    def move(self, prompt_id: str, sample: int, to_replica: int) -> bool:
-        """Continue response ``sample`` of group ``prompt_id`` on plan replica ``to_replica``
-        (continuation mode, during ``run``): its next piece goes there. Streamed or on SGLang
-        the running piece is aborted now and its tokens kept; vLLM's unstreamed piece runs to
-        its end first (cancelling it would drop its tokens). False when the group or the
-        response is not running."""
-        run = self._run
-        if not self.config.continuation:
-            raise ConfigError("move() needs ExecutorConfig(continuation=True)")
-        if run is None or not 0 <= to_replica < len(run.active):
-            raise ConfigError(f"move: no running step, or no replica {to_replica}")
-        g = run.groups.get(prompt_id)
-        att = run.attempts.get(prompt_id)
-        if g is None or att is None or g.status != "running":
-            return False
-        if not att.move(sample, to_replica):
-            return False
-        run.reseat(g, sample, to_replica)
-        self.num_moves += 1
-        return True
-
-    def _balances(self, plan: StepPlan) -> bool:
-        """Whether a step of ``plan`` runs the live rebalancer."""
-        return plan.balance is not None and self.config.continuation and bool(self.balance_costs)
-
-    def _priority_bucket(self, plan: StepPlan) -> int | None:
-        """Tokens per engine priority level of a step's pieces when its plan's drain asks for
-        priority (``core.drain``: the server needs ``--scheduling-policy priority``), else
-        None: no priority sent."""
-        drain = plan.balance.drain if plan.balance is not None else None
-        if drain is None or not drain.priority or not self._balances(plan):
-            return None
-        return drain.priority_bucket_tokens
-
-    def _start_rebalancer(self, run: StepRun, active: list[int]) -> asyncio.Task[None] | None:
-        if not self._balances(run.plan):
-            return None
-        costs = self.balance_costs
-        assert costs is not None and run.plan.balance is not None
-        run.rebalancer = self.rebalancer_class(
-            self, run.plan.balance, [costs[i] for i in active],
-            lambda: [run.ok(r) for r in range(len(active))], lambda: run.now(),
-        )
-        run.rebalancer.num_launched = len(run.plan.assignments) * run.plan.group_size
-        if run.index is not None:
-            run.index.on_complete = run.rebalancer.poke  # a check at each response completion
-            run.index.on_moved = run.rebalancer.took_effect  # recorded in its trace
-        task = asyncio.create_task(run.rebalancer.loop())
-        task.add_done_callback(lambda t: self._balance_crashed(run, t))
-        return task
-
-    def _balance_crashed(self, run: StepRun, task: asyncio.Task[None]) -> None:
-        """The rebalancer's loop ended. Not by the step's end (a cancel): it crashed. Log it
-        once and keep it for the step's record; no check runs again in this step, so moves
-        are off, and what it moved stays moved (each move is whole)."""
-        if task.cancelled() or task.exception() is None:
-            return
-        exc = task.exception()
-        run.balance_error = f"{type(exc).__name__}: {exc}"
-        if run.index is not None:
-            run.index.on_complete = None
-        logger.error("step %d: the live rebalancer crashed; moves are off for the rest of "
-                     "the step", run.plan.step, exc_info=exc)
-
-    @property
-    def defers_moves(self) -> bool:
-        """A move of a running piece waits for the piece's end (vLLM, unstreamed)."""
-        return self.config.defers_moves
-
-    def running_index(self) -> RunningIndex | None:
-        """During a re-balanced ``run``: the running responses by replica, kept up to date as
-        they change (``core.running_index``; the same as an index of ``running_responses``)."""
-        run = self._run
-        return run.index if run is not None else None
-
-    def running_responses(self, at_s: float | None = None) -> list[LiveResponse]:
-        """Continuation mode, during ``run``: every response still generating, where it runs
-        (plan replica) and the context tokens known (prompt + generated up to its last seam
-        + what its running piece streamed); running pieces' ages as of ``at_s`` (seconds on
-        the step's clock; default now)."""
-        run = self._run
-        return [] if run is None else run.running_responses(at_s)
-
-    def generated(self, prompt_id: str) -> list[tuple[int, ...]]:
-        """Continuation mode: the token ids each response of a running group has generated
-        up to its last seam."""
-        run = self._run
-        chains = run.chains.get(prompt_id, []) if run is not None else []
-        return [c.generated_ids for c in chains]
 
     def _relocate(self, run: StepRun, g: GroupRun, samples: Sequence[int], replica: int,
                   url: str, exc: BaseException) -> int:

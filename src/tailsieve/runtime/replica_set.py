@@ -1,7 +1,7 @@
 """The live executor's replicas: their addresses and health (``runtime.health``), the engine
 client every request goes through (``HttpPieceRunner``), and what a step needs of them before
-it starts (the served model's name, chat prompts as token ids). ``LiveExecutor`` runs steps
-over them (``runtime.executor``).
+it starts (the served model's name, chat prompts as token ids, a request priority taken).
+``LiveExecutor`` runs steps over them (``runtime.executor``).
 """
 
 from __future__ import annotations
@@ -13,12 +13,15 @@ from dataclasses import replace
 from tailsieve.errors import ConfigError, ReplicaError, StepFailedError
 from tailsieve.runtime.backends import Backend, PromptInput
 from tailsieve.runtime.executor_config import ExecutorConfig
+from tailsieve.runtime.faults import ReplicaDownError
 from tailsieve.runtime.health import ReplicaHealth, ReplicaState
 from tailsieve.runtime.lean_http import LeanTransport
 from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
+from tailsieve.runtime.tasks import gather_all
 from tailsieve.runtime.transport import Transport, probe_health
 
 __all__ = ["ReplicaSet"]
+PRIORITY_CHECK_S = 60.0  # the start-up check of drain priority waits this long per replica
 
 
 class ReplicaSet:
@@ -167,3 +170,24 @@ class ReplicaSet:
 
         out = await asyncio.gather(*(one(p) for p in prompts.values()))
         return {p.prompt_id: p for p in out}
+
+    async def check_priority(self, replicas: Sequence[int]) -> None:
+        """Drain priority on: each of ``replicas`` must take a request priority, asked once
+        (one request of one token per replica, within ``PRIORITY_CHECK_S``), so that a server
+        without ``--scheduling-policy priority`` is named before the first step rather than
+        failing one (``ConfigError``). A replica that faults or does not answer in time is
+        left to the health model (it is not checked when it comes back)."""
+        runner = self.piece_runner()
+
+        async def refuses(replica: int) -> str:
+            try:
+                return await asyncio.wait_for(runner.refuses_priority(replica), PRIORITY_CHECK_S)
+            except (ReplicaDownError, TimeoutError):
+                return ""  # the health model's to judge
+
+        refused = [w for w in await gather_all(*map(refuses, replicas)) if w]
+        if refused:
+            raise ConfigError(
+                "drain priority (--drain-priority) needs every vLLM server started with "
+                "--scheduling-policy priority (or run without --drain-priority); refused by "
+                + "; ".join(refused))

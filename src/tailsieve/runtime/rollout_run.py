@@ -28,7 +28,9 @@ from tailsieve.control.config import ControllerConfig
 from tailsieve.errors import ConfigError
 from tailsieve.runtime.backends import Backend, PromptInput
 from tailsieve.runtime.observe import ProgressDisplay, RuntimeMetrics, StepLog, StepMetrics
-from tailsieve.runtime.rollout import RolloutBatch, RolloutConfig, TailSieveRollout
+from tailsieve.runtime.rollout import TailSieveRollout
+from tailsieve.runtime.rollout_batch import RolloutBatch
+from tailsieve.runtime.rollout_config import RolloutConfig
 from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
 from tailsieve.runtime.transport import Transport
 

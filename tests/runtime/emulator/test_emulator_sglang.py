@@ -12,7 +12,8 @@ import aiohttp
 from tailsieve.runtime.backends import Backend, SamplingParams
 from tailsieve.runtime.emulator import EmulatorServer
 from tailsieve.runtime.emulator.protocol import FILLER_TOKEN_ID
-from tailsieve.runtime.rollout import RolloutConfig, TailSieveRollout
+from tailsieve.runtime.rollout import TailSieveRollout
+from tailsieve.runtime.rollout_config import RolloutConfig
 
 
 async def test_generate_single_with_logprobs(

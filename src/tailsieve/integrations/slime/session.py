@@ -19,7 +19,8 @@ from tailsieve.integrations.loop_thread import LoopThread
 from tailsieve.integrations.slime.samples import restart
 from tailsieve.integrations.slime.settings import SlimeSettings
 from tailsieve.runtime.backends import PromptInput
-from tailsieve.runtime.rollout import RolloutBatch, TailSieveRollout
+from tailsieve.runtime.rollout import TailSieveRollout
+from tailsieve.runtime.rollout_batch import RolloutBatch
 
 STATE_VERSION = 1
 

@@ -39,7 +39,8 @@ from tailsieve.integrations.verl.batch import (
 from tailsieve.integrations.verl.settings import VerlSettings
 from tailsieve.integrations.verl.trainer import WholeOnFirstSlice
 from tailsieve.runtime.backends import Backend, PromptInput
-from tailsieve.runtime.rollout import RolloutBatch, TailSieveRollout
+from tailsieve.runtime.rollout import TailSieveRollout
+from tailsieve.runtime.rollout_batch import RolloutBatch
 from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
 
 logger = logging.getLogger(__name__)

@@ -31,7 +31,7 @@ from typing import Any
 from tailsieve.errors import ConfigError
 from tailsieve.integrations.settings_values import POLICIES, flag, optional, sampling, with_seam
 from tailsieve.runtime.backends import Backend, SamplingParams
-from tailsieve.runtime.rollout import RolloutConfig
+from tailsieve.runtime.rollout_config import RolloutConfig
 
 KEYS = (
     "num_groups",

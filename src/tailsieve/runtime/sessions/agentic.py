@@ -33,10 +33,9 @@ import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
 
 from tailsieve.errors import ConfigError
-from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
+from tailsieve.runtime.backends import Backend, PromptInput, PromptLike, SamplingParams
 from tailsieve.runtime.sessions.config import GatewayConfig
 from tailsieve.runtime.sessions.gateway import SessionGateway
 from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
@@ -55,8 +54,7 @@ from tailsieve.runtime.transport import Transport
 from tailsieve.session.yardstick import yardstick_s
 
 ToolFn = Callable[[ToolCall], ToolResult | Awaitable[ToolResult]]
-TurnSampling = Callable[[str, int, int], SamplingParams]  # (prompt id, sample, turn) ->
-PromptLike = PromptInput | dict[str, Any]
+TurnSampling = Callable[[str, int, int], SamplingParams]  # (prompt id, sample, turn) -> sampling
 
 
 @dataclass(frozen=True, slots=True)
