@@ -163,3 +163,19 @@ def test_a_check_in_decisions_makes_the_same_moves_as_one_call() -> None:
         assert n == len(rb.executor.moves) >= 3  # type: ignore[attr-defined]
         made.append(rb.executor.moves)  # type: ignore[attr-defined]
     assert made[0] == made[1]
+
+
+def test_a_response_waiting_on_a_move_is_not_moved_back() -> None:
+    """A vLLM piece moves at its end: until then the response counts on its destination but is
+    not a candidate (as the simulator's deferred moves), so a later check cannot undo the move
+    before it took effect."""
+    running = [
+        LiveResponse("a", 0, 1, 20, 20, (0,), 0, (0, 1.0, 1000)),  # moved 0 -> 1, piece on 0
+        LiveResponse("a", 1, 1, 20, 20, (0,), 0, (1, 1.0, 1000)),  # runs where it counts
+        LiveResponse("b", 0, 0, 20, 20, (0,), 0, (0, 1.0, 1000)),
+    ]
+    rb = _rebalancer(running, [1.0])
+    loads = rb._estimated_loads(1.0)
+    assert [ld.num_running for ld in loads] == [1, 2]  # counted where it is going
+    assert [k for k, _ in loads[1].running()] == [("a", 1)]
+    assert [k for k, _ in loads[0].running()] == [("b", 0)]
