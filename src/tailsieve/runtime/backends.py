@@ -136,6 +136,19 @@ class PromptInput:
             seed=seed,
         )
 
+    def to_dict(self) -> dict[str, Any]:
+        """The ``from_dict`` form (JSON-safe; a checkpoint's prompts): its content and seed."""
+        d: dict[str, Any] = {"prompt_id": self.prompt_id}
+        if self.text is not None:
+            d["prompt"] = self.text
+        if self.token_ids is not None:
+            d["prompt_token_ids"] = list(self.token_ids)
+        if self.messages is not None:
+            d["messages"] = [dict(m) for m in self.messages]
+        if self.seed is not None:
+            d["seed"] = self.seed
+        return d
+
 
 PromptLike = PromptInput | dict[str, Any]  # a prompt, or its ``PromptInput.from_dict`` form
 

@@ -51,9 +51,9 @@ class PromptQueue:
         self.carried = {pid: by_id[pid] for pid in carried}
 
     def state_dict(self) -> dict[str, Any]:
-        """The queued and carried prompts' contents; JSON-safe."""
-        return {"pending": [_prompt_dict(p) for p in self.pending],
-                "carried": [_prompt_dict(p) for p in self.carried.values()]}
+        """The queued and carried prompts (``PromptInput.to_dict``: content and seed); JSON-safe."""
+        return {"pending": [p.to_dict() for p in self.pending],
+                "carried": [p.to_dict() for p in self.carried.values()]}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore ``state_dict``."""
@@ -63,13 +63,3 @@ class PromptQueue:
         }
         self._seen = {p.prompt_id for p in self.pending} | set(self.carried)
 
-
-def _prompt_dict(p: PromptInput) -> dict[str, Any]:
-    d: dict[str, Any] = {"prompt_id": p.prompt_id}
-    if p.text is not None:
-        d["prompt"] = p.text
-    if p.token_ids is not None:
-        d["prompt_token_ids"] = list(p.token_ids)
-    if p.messages is not None:
-        d["messages"] = [dict(m) for m in p.messages]
-    return d
