@@ -74,7 +74,7 @@ async def served_model(url: str) -> tuple[str, int]:
     """Served model id and ``max_model_len`` of a server (the engine client's model card)."""
     runner = HttpPieceRunner([url], health_timeout_s=30.0)
     try:
-        card = await runner.model_card(0)
+        card = await runner.models.card(0)
     finally:
         await runner.aclose()
     if card is None:

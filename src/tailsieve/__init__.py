@@ -28,7 +28,7 @@ _EXPORTS: dict[str, str] = {
     "SamplingParams": "tailsieve.runtime.backends",
     "Backend": "tailsieve.runtime.backends",
     "GroupResponses": "tailsieve.runtime.step_state",
-    "resolve_served_model": "tailsieve.runtime.sessions.http_runner",
+    "resolve_served_model": "tailsieve.runtime.sessions.served_models",
     # local servers: real vLLM and the emulator
     "LaunchConfig": "tailsieve.runtime.launcher",
     "VllmFleet": "tailsieve.runtime.launcher",
@@ -106,7 +106,7 @@ if TYPE_CHECKING:  # static analysers see the real objects
     from tailsieve.runtime.rollout import TailSieveRollout
     from tailsieve.runtime.rollout_batch import RolloutBatch
     from tailsieve.runtime.rollout_config import RolloutConfig
-    from tailsieve.runtime.sessions.http_runner import resolve_served_model
+    from tailsieve.runtime.sessions.served_models import resolve_served_model
     from tailsieve.runtime.step_state import GroupResponses
     from tailsieve.sim.api import SimulationResult, simulate
     from tailsieve.workload.io import read_trace, write_trace

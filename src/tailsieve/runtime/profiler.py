@@ -40,8 +40,9 @@ from tailsieve.errors import ConfigError, ProfileError, ReplicaError
 from tailsieve.model.throughput import ThroughputModel
 from tailsieve.runtime.backends import SamplingParams
 from tailsieve.runtime.faults import ReplicaDownError
-from tailsieve.runtime.sessions.http_runner import HttpPieceRunner, resolve_served_model
+from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
 from tailsieve.runtime.sessions.pieces import PieceRequest
+from tailsieve.runtime.sessions.served_models import resolve_served_model
 from tailsieve.runtime.transport import AiohttpTransport, Transport
 
 DEFAULT_BATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
@@ -127,7 +128,7 @@ def _row(m: BatchMeasurement) -> dict[str, Any]:
 
 
 async def detect_model(transport: Transport, endpoint: str) -> str:
-    """The one model served at ``endpoint`` (``HttpPieceRunner.resolve_model``: GET
+    """The one model served at ``endpoint`` (``resolve_served_model``: GET
     /v1/models, else SGLang's /get_model_info); several models are a ``ConfigError`` listing
     them."""
     try:

@@ -88,7 +88,7 @@ async def check_model(
         return
     runner = HttpPieceRunner(urls, backend, transport=transport, health_timeout_s=10.0)
     try:
-        await runner.check_model(model)
+        await runner.models.check(model)
     finally:
         if transport is None:
             await runner.aclose()

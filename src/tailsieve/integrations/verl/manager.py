@@ -117,7 +117,7 @@ class TailSieveAgentLoopManager(AgentLoopManager):
             return "default"  # SGLang's /generate takes no model name
         runner = HttpPieceRunner(self.endpoints, self.settings.backend)
         try:
-            card = await runner.model_card(0)  # verl's servers serve one policy: the first id
+            card = await runner.models.card(0)  # verl's servers serve one policy: the first id
         finally:
             await runner.aclose()
         if card is None:

@@ -156,7 +156,7 @@ async def _served_root(server_id: str) -> str | None:
     url = server_id if server_id.startswith("http") else f"http://{server_id}"
     runner = HttpPieceRunner([url], health_timeout_s=PROBE_TIMEOUT_S)
     try:
-        card = await runner.model_card(0)
+        card = await runner.models.card(0)
     except ReplicaError:
         return None
     finally:

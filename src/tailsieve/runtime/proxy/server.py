@@ -164,7 +164,7 @@ class RoutingProxy:
                                 health_timeout_s=MODEL_TIMEOUT_S)
         for i, base in enumerate(self.endpoints):
             try:
-                card = await asker.model_card(i)
+                card = await asker.models.card(i)
             except ReplicaError as exc:
                 errors.append(str(exc))
                 continue

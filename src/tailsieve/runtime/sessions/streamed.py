@@ -26,13 +26,15 @@ token so far, else at the next one; what comes after is not taken.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tailsieve.runtime.backends import matched_stop, stop_value, token_detail
-from tailsieve.runtime.faults import RequestError, check_finished, engine_abort
+from tailsieve.runtime.faults import ReplicaDownError, RequestError, check_finished, engine_abort
 from tailsieve.runtime.sessions.pieces import PieceOutput, TokenDelta, TokenSink, piece_reason
 from tailsieve.runtime.transport import JSON
 
@@ -235,3 +237,40 @@ def finished(piece: StreamedPiece, where: str) -> None:
     """A stream that ended must have said why (else it was cut: a replica fault,
     ``runtime.faults.check_finished``)."""
     check_finished(where, {0: piece.reason}, (0,))
+
+
+async def read_chunks(stream: Callable[[], AsyncIterator[JSON]],
+                      samples: Sequence[StreamedPiece], where: str) -> None:
+    """Each chunk of a request's stream (opened by ``stream()``) to the pieces of its
+    responses (``samples``)."""
+    async for chunk in stream():
+        for one in samples:
+            one.add(chunk, where)
+
+
+async def stream_outputs(reader: asyncio.Future[None], samples: Sequence[StreamedPiece],
+                         where: str) -> list[PieceOutput]:
+    """The outputs of ``samples`` once ``reader`` (their ``read_chunks``) ends: cancelled (an
+    interrupt) or the first one ended (``stop_at_boundary``), the tokens so far, finish reason
+    "abort"; a cut stream's ``ReplicaDownError`` carries the first one's (``partial``).
+    Cancelled, this cancels ``reader`` too."""
+    got = samples[0]
+    try:
+        await asyncio.wait({reader})
+    finally:
+        if not reader.done():  # this call was cancelled: so is the stream
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await reader
+        elif not reader.cancelled():
+            reader.exception()  # read (also when this call is cancelled meanwhile)
+    if reader.cancelled() or got.closed:
+        return [one.output(interrupted=True) for one in samples]
+    try:
+        reader.result()
+        for one in samples:
+            finished(one, where)
+    except ReplicaDownError as exc:  # a cut stream: what came is kept (runtime.faults)
+        exc.partial = got.output(interrupted=True)
+        raise
+    return [one.output() for one in samples]

@@ -1,5 +1,5 @@
 """The served model is asked of the servers by the engine client when no name is given: one
-rule everywhere (``HttpPieceRunner.resolve_model``, ``check_model``, ``model_card``)."""
+rule everywhere (``HttpPieceRunner.resolve_model``, ``ServedModels``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import pytest
 
 from tailsieve.errors import ConfigError, ReplicaError
 from tailsieve.runtime.backends import Backend
-from tailsieve.runtime.sessions.http_runner import HttpPieceRunner, resolve_served_model
+from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
+from tailsieve.runtime.sessions.served_models import ServedModels, resolve_served_model
 from tailsieve.runtime.stub import StubTransport
 
 
@@ -81,7 +82,7 @@ async def test_sglang_asks_get_model_info_first() -> None:
 
 async def test_vllm_falls_back_to_get_model_info() -> None:
     r, t = runner({"http://s/get_model_info": (200, {"model_path": "m"})}, ["http://s"])
-    assert await r.served_models(0) == ("m",)
+    assert await r.models.listed(0) == ("m",)
     assert t.asked == ["http://s/v1/models", "http://s/get_model_info"]
 
 
@@ -110,10 +111,10 @@ async def test_the_model_card_is_the_first_listed_model_with_its_limit_and_root(
     answer = {"data": [{"id": "tiny", "max_model_len": 2048, "root": "/models/tiny"},
                        {"id": "lora"}]}
     r, _ = runner({"http://a/v1/models": (200, answer)}, ["http://a", "http://b"])
-    card = await r.model_card(0)
+    card = await r.models.card(0)
     assert card is not None and (card.name, card.max_model_len, card.root) == (
         "tiny", 2048, "/models/tiny") and card.raw == answer
-    assert await r.model_card(1) is None  # HTTP 404
+    assert await r.models.card(1) is None  # HTTP 404
 
 
 async def test_executor_resolves_once_from_the_stub() -> None:
@@ -133,12 +134,30 @@ async def test_a_given_model_is_checked_against_each_replica_and_the_error_names
                    "http://b/v1/models": (200, models("other"))}, ["http://a", "http://b/"])
     with pytest.raises(ConfigError, match=r"'tiny' is not served by replica 1 \(http://b, "
                                           r"serves other\);"):
-        await r.check_model("tiny")
+        await r.models.check("tiny")
     with pytest.raises(ConfigError, match=r"by replica 0 \(http://a, serves tiny\) nor "
                                           r"replica 1 \(http://b, serves other\);"):
-        await r.check_model("wrong")
+        await r.models.check("wrong")
 
 
 async def test_a_replica_listing_no_model_takes_the_name_on_trust() -> None:
     r, _ = runner({"http://a/v1/models": (200, models("tiny"))}, ["http://a", "http://silent"])
-    await r.check_model("tiny")
+    await r.models.check("tiny")
+
+
+async def test_served_models_asks_over_any_get_and_names_an_unreachable_url() -> None:
+    asked: list[str] = []
+
+    async def get(url: str) -> tuple[int, str]:
+        asked.append(url)
+        if url.startswith("http://down"):
+            raise ConnectionRefusedError("refused")
+        return 200, json.dumps({"served_model_name": "m"})
+
+    m = ServedModels(["http://s/", "http://down"], Backend.SGLANG, get)
+    assert await m.listed(0) == ("m",) and asked == ["http://s/get_model_info"]
+    with pytest.raises(ReplicaError, match="cannot reach http://down/get_model_info"):
+        await m.listed(1)
+    with pytest.raises(ConfigError, match="replica 2 out of range"):
+        await m.card(2)
+
