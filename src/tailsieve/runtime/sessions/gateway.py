@@ -13,18 +13,18 @@
 
 Each turn is placed by the policy's ``SessionRouter`` (``session.routers``) over the
 ``SessionBook`` (``session.book``, kept from the gateway's events) and runs as a chain of
-pieces (``turn_chain``, run by ``piece_loop`` with ``gateway_pieces``; joined by
-``runtime.chain``). With the ``tailsieve`` policy running turns move mid-turn
-(``gateway_moves``). A turn generated for a streamed answer (``on_tokens``) runs, where the
-runner streams pieces (``PieceStreamer``), as one streamed piece that a move interrupts at once
-(where its text is whole); its tokens reach ``on_tokens`` as they come, each once: a moved or
-relocated turn's next piece streams on from the last one sent, and a turn that would have to
-start again after streaming (continuation off, penalties, a text prompt whose ids no server
-echoed) fails. A replica that fails is taken out (``gateway_faults``) and each turn running
-there continues on a healthy replica from its last seam (a streamed piece keeps what it
-streamed): nothing is lost or generated twice. A crash of the mid-turn rebalancer is logged,
-counted in ``stats().rebalancer_crashes`` and turns moves off (``moves_off_reason``); it never
-passes silently and never fails a turn.
+pieces (``turn_chain``, run by ``piece_loop``; joined by ``runtime.chain``) on healthy
+replicas (``gateway_pieces``: a replica that fails is taken out and each turn running there
+continues elsewhere from its last seam, nothing lost or generated twice). With the
+``tailsieve`` policy running turns move mid-turn (``gateway_moves``), in the steps the balance
+gate balances (``gateway_steps``). A turn generated for a streamed answer (``on_tokens``) runs,
+where the runner streams pieces (``PieceStreamer``), as one streamed piece that a move
+interrupts at once (where its text is whole); its tokens reach ``on_tokens`` as they come, each
+once: a moved or relocated turn's next piece streams on from the last one sent (a streamed
+piece keeps what it streamed), and a turn that would have to start again after streaming
+(continuation off, penalties, a text prompt whose ids no server echoed) fails. A crash of the
+mid-turn checks is logged, counted in ``stats().rebalancer_crashes`` and turns moves off
+(``moves_off_reason``); it never passes silently and never fails a turn.
 """
 
 from __future__ import annotations
@@ -40,8 +40,9 @@ from tailsieve.runtime.backends import Backend, SamplingParams
 from tailsieve.runtime.chain import penalties_of
 from tailsieve.runtime.sessions.admit import LiveAdmission
 from tailsieve.runtime.sessions.config import GatewayConfig
-from tailsieve.runtime.sessions.gateway_moves import TurnMoves
+from tailsieve.runtime.sessions.gateway_moves import MidTurnMoves
 from tailsieve.runtime.sessions.gateway_pieces import GatewayPieces
+from tailsieve.runtime.sessions.gateway_steps import GatewaySteps
 from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
 from tailsieve.runtime.sessions.parts import GatewayParts, Placement, build_parts
 from tailsieve.runtime.sessions.piece_loop import run_pieces
@@ -95,9 +96,12 @@ class SessionGateway:
         self.admission = LiveAdmission(self.config.kv_admission,
                                        self.config.policy is SessionPolicy.TAILSIEVE,
                                        num_replicas)  # new sessions by KV room
-        self.moves = TurnMoves(self.config, runner, self.parts, self.tally, self.profile,
-                               self._turns, self._healthy, self.now, self.elapsed)
-        self.rebalancer, self.gate = self.moves.rebalancer, self.moves.gate
+        self.moves = MidTurnMoves(self.config, runner, self.parts, self.tally, self.profile,
+                                  self._turns, self._healthy, self.now, self.elapsed,
+                                  lambda: self.mid_turn_moves)
+        self.rebalancer = self.moves  # the mid-turn checks (the same object)
+        self.steps = GatewaySteps(self.config, self.parts, self.moves)
+        self.gate = self.steps.gate
 
     @classmethod
     def over_http(cls, endpoints: Sequence[str], config: GatewayConfig | None = None,
@@ -117,12 +121,10 @@ class SessionGateway:
         gw._owns_runner = True
         return gw
 
-    # -- lifecycle -------------------------------------------------------------------------
-
     async def __aenter__(self) -> SessionGateway:
         self.now()
         self.admission.start(self.runner, self.config.kv_metrics_interval_s)  # engines' KV
-        self.moves.start()
+        self.steps.start()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -131,13 +133,11 @@ class SessionGateway:
     async def aclose(self) -> None:
         """Stop the rebalancer and the probes (the runner is the caller's to close, but for
         ``over_http``'s)."""
-        await self.moves.aclose()
+        await self.steps.aclose()
         await self._pieces.aclose()
         await self.admission.aclose()
         if self._owns_runner and isinstance(self.runner, HttpPieceRunner):
             await self.runner.aclose()
-
-    # -- time --------------------------------------------------------------------------------
 
     def now(self) -> float:
         """Seconds since the gateway started (the book's clock)."""
@@ -159,31 +159,29 @@ class SessionGateway:
         self.moves.refit()
         if self.admission.begin_step(self.book.configs):
             log.info("session gateway: new sessions are admitted by KV room this step")
-        self.moves.begin_step()
+        self.steps.begin_step()
         return self.mid_turn_moves
 
     def set_step_balanced(self, balanced: bool) -> None:
         """Whether turns starting from now may move (with the gate on): for a caller that
         feeds the gate from its own windows of turns rather than steps (the proxy's
         ``PaceWindows``)."""
-        self.moves.set_step_balanced(balanced)
+        self.steps.set_step_balanced(balanced)
 
     def end_step(self, observed_s: float, predicted_s: float) -> str:
         """A step ended after ``observed_s``; ``predicted_s``: what the caller's yardstick
         predicts for it without moves (the same yardstick every step). Feeds the gate;
         returns its note when its decision flips ("" otherwise)."""
-        return self.moves.end_step(observed_s, predicted_s)
-
-    # -- the interface -------------------------------------------------------------------------
+        return self.steps.end_step(observed_s, predicted_s)
 
     @property
     def moves_off_reason(self) -> str | None:
         """Why running turns do not move now (None: they do)."""
-        return self.moves.off_reason
+        return self.steps.off_reason
 
     @property
     def mid_turn_moves(self) -> bool:
-        return self.moves.allowed()
+        return self.steps.off_reason is None
 
     async def generate(
         self,
@@ -285,8 +283,6 @@ class SessionGateway:
         """``replica`` failed under the session's turn (also one the caller runs, e.g. verl's
         whole turns): out until a probe answers; the turn goes to the least loaded healthy."""
         return await self._pieces.fail_over(session_id, replica, exc)
-
-    # -- placement -------------------------------------------------------------------------------
 
     async def place(self, req: TurnRequest) -> Placement:
         """Where turn ``req`` runs (also for turns the caller sends itself, e.g. verl's whole

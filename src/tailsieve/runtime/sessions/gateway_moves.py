@@ -1,17 +1,28 @@
-"""Mid-turn moves of the session gateway's running turns, and what they are priced with.
+"""Mid-turn moves of the session gateway's running turns: the pure balancer
+(``core.balancer``) over the session book, and what its moves are priced with.
 
-With the ``tailsieve`` policy running turns move mid-turn (``midturn``; behind the balance
-gate): at once where the runner can interrupt a running piece (``PieceInterrupter``: SGLang,
-streamed vLLM pieces; a turn then runs as one piece unless ``piece_tokens`` is given), else at
-the running piece's end; a streamed turn's piece (``PieceStreamer``) is interrupted at once,
-keeping what it streamed. The book moves a turn when its next piece starts on the destination.
-Before each check the rebalancer reads how far every running piece has come (the tokens it
-streamed, else ``core.progress_clock``'s estimate from the cost model), and the ``auto``
-profile's fit is refitted where that can change the step. The balance gate
-(``control.balance_gate``), fed at each step's end, says whether the next step moves turns (a
-step it does not balance keeps TailSieve's sessions home and runs every turn as one piece). A
-crash of the rebalancer's loop is logged, counted (``Tally.crashed``) and kept in ``crash``:
-moves are off from then on.
+With the ``tailsieve`` policy running turns move mid-turn (behind the balance gate,
+``gateway_steps``): at once where the runner can interrupt a running piece
+(``PieceInterrupter``: SGLang, streamed vLLM pieces; a turn then runs as one piece unless
+``piece_tokens`` is given), else at the running piece's end; a streamed turn's piece
+(``PieceStreamer``) is interrupted at once, keeping what it streamed. The book moves a turn
+when its next piece starts on the destination.
+
+Every ``BalanceSettings.interval_s`` (and at a turn's end once half an interval has passed
+since the last check, as the single-turn rebalancer does) the ``auto`` profile is refitted
+where that can change the step, the book is told how far every running piece has come (the
+tokens it streamed, else ``core.progress_clock``'s estimate from the cost model), and the
+running turns are read from it as one ``ReplicaLoad`` per replica
+(``SessionBook.balance_loads``, built by ``session.midturn.move_loads`` exactly as the agentic
+simulator builds its planner's: running turns keyed by session id with their contexts, tool
+waits in their home's load, no move into a replica without KV room, replicas with waiting
+turns left out), priced over the same horizon as the simulator's
+(``session.midturn.move_horizon_s`` with ``SessionBook.session_horizon_s``); ``plan_moves``
+picks the moves that save more than they cost (the uncached prefix's prefill on the
+destination plus a seam; ``SessionBook.cached`` / ``cached_on`` say what is cached where). A
+turn whose last move has not taken effect yet is no candidate (``waiting``). A crash of the
+checks' loop is logged, counted (``Tally.crashed``) and kept in ``crash``: moves are off from
+then on.
 """
 
 from __future__ import annotations
@@ -19,114 +30,63 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Hashable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
-from tailsieve.control.balance_gate import BalanceGate
+from tailsieve.core.balancer import Running, plan_moves
 from tailsieve.core.progress_clock import ProgressClock, paces
 from tailsieve.runtime.sessions.config import GatewayConfig
-from tailsieve.runtime.sessions.midturn import MidTurnRebalancer
 from tailsieve.runtime.sessions.parts import GatewayParts
 from tailsieve.runtime.sessions.pieces import PieceInterrupter, PieceRunner, PieceStreamer
 from tailsieve.runtime.sessions.profile import LiveProfile
 from tailsieve.runtime.sessions.tally import Tally
 from tailsieve.runtime.sessions.turn_chain import RunningTurn
-from tailsieve.runtime.tasks import BackgroundTask
-from tailsieve.session.routers import TailSieveRouter
+from tailsieve.session.midturn import move_horizon_s
 
 log = logging.getLogger(__name__)
 
 SPEED_PIECES = 16  # timed pieces per replica before a uniform fleet runs its turns whole
 
 
-class TurnMoves:
+@dataclass(frozen=True, slots=True)
+class CheckResult:
+    """One check: the moves planned and how many were made."""
+
+    num_planned: int
+    num_made: int
+
+
+class MidTurnMoves:
     """Moves the running ``turns`` (by session id, the gateway's) over the replicas of
-    ``parts``' book; ``healthy``: the replicas in service (the health's own list); ``now`` /
-    ``elapsed``: the gateway's clock and the seconds since the step began."""
+    ``parts``' book while ``allowed()``; ``healthy``: the replicas in service (the health's own
+    list; none out of service takes a move); ``now`` / ``elapsed``: the gateway's clock and the
+    seconds since the step began (the horizon's origin)."""
 
     def __init__(self, config: GatewayConfig, runner: PieceRunner, parts: GatewayParts,
                  tally: Tally, profile: LiveProfile, turns: dict[Hashable, RunningTurn],
-                 healthy: list[bool], now: Callable[[], float],
-                 elapsed: Callable[[], float]) -> None:
+                 healthy: list[bool], now: Callable[[], float], elapsed: Callable[[], float],
+                 allowed: Callable[[], bool]) -> None:
         self.config = config
         self.parts = parts
-        self.book = book = parts.book
+        self.book = parts.book
         self.tally = tally
         self.profile = profile
         self.turns = turns
         self.healthy = healthy
         self.now = now
+        self.elapsed = elapsed
+        self.allowed = allowed
         self.num_replicas = len(healthy)
         self.interrupter = (runner if isinstance(runner, PieceInterrupter) and runner.interrupts
                             else None)  # moves take effect at once
         self.streamer = (runner if isinstance(runner, PieceStreamer) and runner.streams_sinks
                          else None)  # streams the pieces of turns with a sink
         self.progress = ProgressClock()  # unstreamed pieces' progress (``estimate_progress``)
-        self.rebalancer = MidTurnRebalancer(book, config.balance, self.move, self.waiting, now,
-                                            elapsed, self.estimate_progress)
-        self.gate = BalanceGate()
-        self.step_balanced = True
-        self.last_step_s = 0.0  # the last step's time (0: none yet)
-        self.crash: str | None = None  # why the rebalancer's loop ended
-        self._task = BackgroundTask("session-rebalancer")
-
-    # -- whether turns move ------------------------------------------------------------------
-
-    @property
-    def off_reason(self) -> str | None:
-        """Why running turns do not move now (None: they do)."""
-        why = self.config.moves_off_reason or self.crash
-        if why is None and not self.step_balanced:
-            st = self.gate.state
-            return ("the balance gate: steps with mid-turn moves measured slower than steps "
-                    f"without ({len(st.balanced)} / {len(st.round_robin)} steps)")
-        return why
-
-    def allowed(self) -> bool:
-        return self.off_reason is None
-
-    def start(self) -> None:
-        """Run the rebalancer (unless the config turns moves off)."""
-        why = self.config.moves_off_reason
-        if why is None:
-            self._task.start(self.run)
-        else:
-            log.info("session gateway: running turns do not move: %s", why)
-
-    async def aclose(self) -> None:
-        await self._task.aclose()
-
-    def begin_step(self) -> None:
-        """A step begins (``SessionGateway.begin_step``): the gate says whether it moves
-        turns; moves are priced over the last step's time."""
-        self.step_balanced = not self.config.gate or self.gate.balances_next()
-        last = self.last_step_s
-        self.rebalancer.settings = replace(self.config.balance, expected_step_s=last)
-        router = self.parts.router
-        if isinstance(router, TailSieveRouter):
-            base = self.parts.settings
-            router.settings = replace(
-                base, moves=base.moves and self.step_balanced, expected_step_s=last)
-
-    def set_step_balanced(self, balanced: bool) -> None:
-        """``SessionGateway.set_step_balanced``."""
-        self.step_balanced = not self.config.gate or balanced
-        moves = self.parts.settings.moves and self.step_balanced
-        router = self.parts.router
-        if isinstance(router, TailSieveRouter) and router.settings.moves != moves:
-            router.settings = replace(router.settings, moves=moves)  # once a change
-
-    def end_step(self, observed_s: float, predicted_s: float) -> str:
-        """``SessionGateway.end_step``."""
-        self.last_step_s = max(observed_s, 0.0)
-        self.refit_soon()  # between steps, off the pieces' path (the next begin_step's cheap)
-        if self.config.moves_off_reason is not None or self.crash is not None:
-            return ""
-        if not (predicted_s > 0 and observed_s > 0):
-            return ""
-        note = self.gate.observe(self.step_balanced, observed_s / predicted_s)
-        if note:
-            log.info("session gateway: %s", note)
-        return note
+        self.settings = config.balance  # each step's (``GatewaySteps``: the last step's time)
+        self.num_checks = 0
+        self._last_s = float("-inf")
+        self._poked = False
+        self._wake = asyncio.Event()
+        self.crash: str | None = None  # why the checks' loop ended
 
     # -- which turns move, in what pieces ----------------------------------------------------
 
@@ -160,6 +120,64 @@ class TurnMoves:
         if not moves or streamed:
             return None
         return self.config.move.piece_cap(self.interrupter is not None)
+
+    # -- the checks ----------------------------------------------------------------------------
+
+    def poke(self) -> None:
+        """A turn ended: check soon (half an interval after the last check)."""
+        self._poked = True
+        self._wake.set()
+
+    def check(self) -> CheckResult:
+        """One check: plan moves over the book's loads and make them."""
+        now = self.now()
+        self._last_s = now
+        self.num_checks += 1
+        self.estimate_progress(now)
+        loads = [replace(ld, running=_without(ld.running, self.waiting))
+                 for ld in self.book.balance_loads(now)]
+        s = self.settings
+        horizon = move_horizon_s(s, self.elapsed(), self.book.session_horizon_s(now))
+        moves = plan_moves(loads, horizon, s.seam_s, s.max_moves_per_check,
+                           cached=self.book.cached, cached_on=self.book.cached_on)
+        made = sum(1 for mv in moves if self.move(mv.key, mv.dst))
+        return CheckResult(len(moves), made)
+
+    async def loop_once(self) -> CheckResult:
+        """Wait until a check is due (``interval_s`` after the last one, half that after a
+        poke), then make it. An exception from the check propagates (``run`` logs it,
+        counts it and turns moves off)."""
+        interval = self.settings.interval_s
+        while True:
+            due = self._last_s + (interval / 2 if self._poked else interval)
+            wait = due - self.now()
+            if wait <= 0:
+                break
+            self._wake.clear()
+            # ``asyncio.wait``, not ``wait_for``: on 3.11 that can lose a cancel that arrives
+            # with a poke (the gateway pokes at a turn's end, then may close)
+            waiter = asyncio.ensure_future(self._wake.wait())
+            try:
+                await asyncio.wait({waiter}, timeout=wait)
+            finally:
+                waiter.cancel()
+        self._poked = False
+        return self.check()
+
+    async def run(self) -> None:
+        """The checks' loop; a crash is logged, counted and turns moves off."""
+        try:
+            while True:
+                if not self.allowed() or not self.turns:
+                    await asyncio.sleep(self.config.balance.interval_s)
+                    continue
+                await self.loop_once()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.crash = f"the mid-turn rebalancer crashed: {type(exc).__name__}: {exc}"
+            self.tally.crashed()
+            log.exception("session gateway: %s; moves are off from now on", self.crash)
 
     # -- what a check reads --------------------------------------------------------------------
 
@@ -245,17 +263,14 @@ class TurnMoves:
             stopper.interrupt(rt.piece_on, rt.piece_id)
         return True
 
-    async def run(self) -> None:
-        """The rebalancer's loop; a crash is logged, counted and turns moves off."""
-        try:
-            while True:
-                if not self.allowed() or not self.turns:
-                    await asyncio.sleep(self.config.balance.interval_s)
-                    continue
-                await self.rebalancer.loop_once()
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            self.crash = f"the mid-turn rebalancer crashed: {type(exc).__name__}: {exc}"
-            self.tally.crashed()
-            log.exception("session gateway: %s; moves are off from now on", self.crash)
+
+def _without(running: Callable[[], Running],
+             waiting: Callable[[Hashable], bool]) -> Callable[[], Running]:
+    got: list[Running] = []
+
+    def read() -> Running:
+        if not got:
+            got.append([(k, n) for k, n in running() if not waiting(k)])
+        return got[0]
+
+    return read
