@@ -37,11 +37,11 @@ def test_one_piece_cap_rule_for_the_step_and_the_gateway() -> None:
     assert RolloutConfig(num_groups=1, backend=Backend.SGLANG).piece_tokens is None
     assert RolloutConfig(num_groups=1, stream=True).piece_tokens is None
     gw = SessionGateway(2, StubPieceRunner(2), GatewayConfig())
-    assert gw._piece_tokens(True) == PIECE_TOKENS and gw._piece_tokens(False) is None
+    assert gw.moves.piece_tokens(True) == PIECE_TOKENS and gw.moves.piece_tokens(False) is None
     gw = SessionGateway(2, StubPieceRunner(2), GatewayConfig(piece_tokens=64))
-    assert gw._piece_tokens(True) == 64 and gw._piece_tokens(True, streamed=True) is None
+    assert gw.moves.piece_tokens(True) == 64 and gw.moves.piece_tokens(True, streamed=True) is None
     gw = SessionGateway(2, StubPieceRunner(2, interrupts=True), GatewayConfig())
-    assert gw._piece_tokens(True) is None  # a move ends the running piece at once
+    assert gw.moves.piece_tokens(True) is None  # a move ends the running piece at once
 
 
 @pytest.mark.parametrize("backend", [Backend.VLLM, Backend.SGLANG, Backend.VLLM_CHAT])

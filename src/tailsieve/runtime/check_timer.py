@@ -1,5 +1,5 @@
 """When a re-balance check is due: the live step's rebalancer (``runtime.rebalancer``) and the
-session gateway's mid-turn rebalancer (``runtime.sessions.midturn``) both wait by it.
+session gateway's mid-turn moves (``runtime.sessions.gateway_moves``) both wait by it.
 
 A check is due ``interval_s`` after the last one, and half an interval after it once a
 response (or a turn) completed since (``poke``), as the simulator checks.

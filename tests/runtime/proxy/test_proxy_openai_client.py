@@ -26,7 +26,7 @@ def move_every_piece(proxy: RoutingProxy) -> list[tuple[Hashable, int]]:
 
     def hook(session_id: Hashable, span: PieceSpan) -> None:
         dst = 1 - span.replica
-        if svc.gateway._move(session_id, dst):
+        if svc.gateway.moves.move(session_id, dst):
             made.append((session_id, dst))
 
     svc.on_piece = hook

@@ -65,7 +65,7 @@ def move_now(proxy: RoutingProxy) -> int:
     assert gw is not None
     rt = gw._turns[running(proxy)]
     dst = 1 - rt.replica
-    assert gw._move(rt.session_id, dst)
+    assert gw.moves.move(rt.session_id, dst)
     return dst
 
 

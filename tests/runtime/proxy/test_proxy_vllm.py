@@ -47,7 +47,7 @@ async def proxy() -> AsyncIterator[tuple[RoutingProxy, Wire, list[Any]]]:
         moves: list[Any] = []
 
         def every_seam(session_id: Hashable, span: PieceSpan) -> None:
-            if svc.gateway._move(session_id, 1 - span.replica):
+            if svc.gateway.moves.move(session_id, 1 - span.replica):
                 moves.append(session_id)
 
         svc.on_piece = every_seam
@@ -182,7 +182,7 @@ async def test_a_stream_moved_mid_stream_matches_one_go(
             n += 1
             if n == 10:
                 (sid,) = gw._turns
-                assert gw._move(sid, 1 - gw._turns[sid].replica)
+                assert gw.moves.move(sid, 1 - gw._turns[sid].replica)
     prompt = ref["choices"][0]["prompt_token_ids"]
     assert check_chain(wire.streamed_pieces(), prompt, ids, text, None) == 2
     assert len(finishes) == 1 and len(lps) == len(ids) and n > len(ids) // 2

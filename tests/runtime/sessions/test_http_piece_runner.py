@@ -215,7 +215,7 @@ async def test_a_mid_turn_move_over_http_takes_effect_at_once(
         await asyncio.sleep(0.005)
     await asyncio.sleep(0.2)
     src = gw._turns["s"].replica
-    assert gw._move("s", 1 - src)
+    assert gw.moves.move("s", 1 - src)
     out = await asyncio.wait_for(task, 20)
     assert len(out.token_ids) == 3000 and out.finish_reason == "length"
     assert [p.replica for p in out.pieces] == [src, 1 - src]

@@ -75,7 +75,7 @@ async def test_a_moved_multi_turn_session_on_the_real_model() -> None:
             if turn == 1:  # move it while its first piece runs
                 while (rt := gw._turns.get("traj")) is None or rt.piece_on is None:
                     await asyncio.sleep(0.005)
-                assert gw._move("traj", 1 - rt.replica)
+                assert gw.moves.move("traj", 1 - rt.replica)
             out = await task
             outs.append((list(ctx), out))
             ctx = [*ctx, *out.token_ids, *obs]

@@ -186,8 +186,8 @@ async def test_a_running_turn_moves_at_its_next_seam() -> None:
         while not gw._turns or gw._turns["s"].piece_on is None:
             await asyncio.sleep(0.001)
         src = gw._turns["s"].replica
-        assert gw._move("s", 1 - src)
-        assert not gw._move("s", src)  # it waits on its move: no second one before the seam
+        assert gw.moves.move("s", 1 - src)
+        assert not gw.moves.move("s", src)  # it waits on its move: no second one before the seam
         out = await task
     assert_exact(runner, prompt(3), 64, out)
     assert out.pieces[0].replica == src and out.pieces[1].replica == 1 - src
@@ -207,14 +207,14 @@ async def test_a_move_interrupts_the_running_piece_where_the_runner_can() -> Non
             await asyncio.sleep(0.001)
         src = gw._turns["s"].replica
         await asyncio.sleep(0.05)
-        assert gw._move("s", 1 - src)
+        assert gw.moves.move("s", 1 - src)
         assert gw.book.views(gw.now())[src].num_running == 1  # not before it takes effect
-        assert not gw._move("s", src)  # held until its piece started on the destination
+        assert not gw.moves.move("s", src)  # held until its piece started on the destination
         while not gw._turns["s"].spans:
             await asyncio.sleep(0.001)
         await asyncio.sleep(0.01)
         assert gw.book.views(gw.now())[1 - src].num_running == 1
-        assert gw._move("s", src)  # it may move again
+        assert gw.moves.move("s", src)  # it may move again
         out = await task
     assert_exact(runner, prompt(3), 300, out)
     assert [p.replica for p in out.pieces] == [src, 1 - src, src]
@@ -372,10 +372,10 @@ async def test_a_running_piece_s_progress_is_estimated_from_the_cost_model() -> 
         before = gw.book.balance_loads(t[0])[r].context_tokens
         step = tp.tau(1) + tp.context_s_per_token * before
         t[0] += 10.5 * step  # ten whole decode iterations
-        gw._estimate_progress(t[0])
+        gw.moves.estimate_progress(t[0])
         mid = gw.book.balance_loads(t[0])[r].context_tokens
         t[0] += 1e6  # far beyond the piece: at most its cap
-        gw._estimate_progress(t[0])
+        gw.moves.estimate_progress(t[0])
         capped = gw.book.balance_loads(t[0])[r].context_tokens
         await task
     assert mid == before + 10 and capped == before + 64

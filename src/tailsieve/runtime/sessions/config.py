@@ -40,7 +40,7 @@ class GatewayConfig:
     moves: bool = True  # TailSieve's moves (boundary and mid-turn); see the class docstring
     piece_tokens: int | None = None  # max tokens per piece while mid-turn moves run (None:
     # moves.PIECE_TOKENS, or one piece where the runner interrupts pieces; with the auto
-    # profile, only where a move may pay: ``SessionGateway._pieces_pay``); a turn without
+    # profile, only where a move may pay: ``MidTurnMoves.pieces_pay``); a turn without
     # mid-turn moves runs as one piece
     stream: bool = False  # ``over_http`` on vLLM: stream each piece, so that a mid-turn move
     # interrupts it at once, keeping what it streamed (SGLang interrupts by /abort_request)

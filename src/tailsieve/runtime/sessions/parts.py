@@ -22,6 +22,7 @@ from tailsieve.session.book import SessionBook
 from tailsieve.session.cache_model import PrefixCacheModel
 from tailsieve.session.decision import TurnDecision
 from tailsieve.session.replica_view import ReplicaView
+from tailsieve.session.router_base import least_loaded
 from tailsieve.session.routers import SessionPolicy, SessionRouter, make_router
 from tailsieve.session.settings import SessionSettings
 from tailsieve.session.turn import TurnRequest
@@ -55,18 +56,12 @@ class GatewayParts:
     def least_loaded(self, views: Sequence[ReplicaView], healthy: Sequence[bool]) -> int:
         """The healthy replica whose decode iteration would cost least with one more turn
         (lowest index on ties)."""
-        best: tuple[float, int] | None = None
-        for v in views:
-            if not healthy[v.replica]:
-                continue
-            tp = v.config.throughput
-            n = v.num_running + v.num_waiting
-            cost = tp.tau(n + 1) + tp.context_s_per_token * v.context_tokens
-            if best is None or (cost, v.replica) < best:
-                best = (cost, v.replica)
-        if best is None:
+        alive = [v for v in views if healthy[v.replica]]
+        if not alive:
             raise ConfigError("no healthy replica in the book's views")
-        return best[1]
+        return least_loaded(alive, lambda v: v.config.throughput.step_s(v.num_in_flight + 1,
+                                                                        v.context_tokens),
+                            lambda tied: min(tied, key=lambda v: v.replica)).replica
 
     def fallback(self, turn: TurnRequest, views: Sequence[ReplicaView],
                  healthy: Sequence[bool], reason: str) -> Placement:
