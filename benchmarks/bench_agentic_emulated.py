@@ -46,9 +46,9 @@ from typing import Any
 from outdir import default_out
 
 from tailsieve.model.profiles import load_profile
-from tailsieve.runtime.backends import Backend
 from tailsieve.runtime.emulator import EmulatorConfig, EmulatorServer
-from tailsieve.runtime.moves import PIECE_TOKENS as DEFAULT_PIECE_TOKENS
+from tailsieve.runtime.engine.backends import Backend
+from tailsieve.runtime.execution.moves import PIECE_TOKENS as DEFAULT_PIECE_TOKENS
 from tailsieve.runtime.sessions import AgenticConfig, AgenticRollout, GatewayConfig
 from tailsieve.runtime.sessions.replay import TurnReplay
 from tailsieve.sim.agentic.compare import replica_configs

@@ -52,7 +52,8 @@ from real_engine.servers import Servers, loadavg, log, served_model
 from tailsieve.model.prefill import PrefillModel
 from tailsieve.model.replica_config import ReplicaConfig
 from tailsieve.record.turn_recorder import TurnEvent, TurnRecorder
-from tailsieve.runtime.backends import PromptInput, SamplingParams
+from tailsieve.runtime.engine.backends import PromptInput, SamplingParams
+from tailsieve.runtime.engine.transport import JSON, AiohttpTransport
 from tailsieve.runtime.sessions import (
     AgenticBatch,
     AgenticConfig,
@@ -61,7 +62,6 @@ from tailsieve.runtime.sessions import (
     ToolCall,
     ToolResult,
 )
-from tailsieve.runtime.transport import JSON, AiohttpTransport
 from tailsieve.sim.agentic.policies import policy_spec
 from tailsieve.sim.agentic.run import simulate_policy
 

@@ -48,12 +48,12 @@ from real_engine.servers import log, served_model
 from tailsieve.model.decode_observations import PieceObservation
 from tailsieve.model.profiles import load_profile
 from tailsieve.model.throughput import ThroughputModel
-from tailsieve.runtime.backends import PromptInput, SamplingParams
 from tailsieve.runtime.emulator import EmulatorFleet
+from tailsieve.runtime.engine.backends import PromptInput, SamplingParams
 from tailsieve.runtime.profiler import ProfileSettings, mean_profile, profile_endpoints
-from tailsieve.runtime.replay import ReplayLengths
-from tailsieve.runtime.rollout import TailSieveRollout
-from tailsieve.runtime.rollout_config import RolloutConfig
+from tailsieve.runtime.step.replay import ReplayLengths
+from tailsieve.runtime.step.rollout import TailSieveRollout
+from tailsieve.runtime.step.rollout_config import RolloutConfig
 from tailsieve.workload.presets import AIME_TRACE_IN_REPO
 
 

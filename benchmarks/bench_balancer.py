@@ -44,7 +44,7 @@ from tailsieve.core.running_index import RunningIndex
 from tailsieve.model.profiles import load_profile
 from tailsieve.model.replica_engine import ReplicaConfig
 from tailsieve.model.speculative import SpecConfig
-from tailsieve.runtime.rebalancer import LiveRebalancer
+from tailsieve.runtime.step.rebalancer import LiveRebalancer
 from tailsieve.sim import movepath
 from tailsieve.sim.driver import (
     ControllerFactory,

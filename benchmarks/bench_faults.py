@@ -35,12 +35,12 @@ from outdir import default_out
 
 from tailsieve.core.plan import GroupAssignment, StepPlan
 from tailsieve.core.pool import Pool
-from tailsieve.runtime.backends import PromptInput, SamplingParams
 from tailsieve.runtime.emulator import EmulatorServer
 from tailsieve.runtime.emulator.config import EmulatorConfig
-from tailsieve.runtime.executor import LiveExecutor
-from tailsieve.runtime.executor_config import ExecutorConfig
-from tailsieve.runtime.lean_http import LeanTransport
+from tailsieve.runtime.engine.backends import PromptInput, SamplingParams
+from tailsieve.runtime.engine.lean_http import LeanTransport
+from tailsieve.runtime.step.executor import LiveExecutor
+from tailsieve.runtime.step.executor_config import ExecutorConfig
 
 R = 5
 

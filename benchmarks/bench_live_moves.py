@@ -45,8 +45,8 @@ from real_engine.profiles import measure
 from real_engine.servers import Servers, log, prompt_tokens, served_model
 
 from tailsieve.core.trace_compare import compare
-from tailsieve.runtime.backends import PromptInput
-from tailsieve.runtime.replay import ReplayLengths
+from tailsieve.runtime.engine.backends import PromptInput
+from tailsieve.runtime.step.replay import ReplayLengths
 from tailsieve.sim.executor import SimExecutor
 from tailsieve.sim.movepath import PieceSettings
 from tailsieve.workload.presets import AIME_TRACE_IN_REPO

@@ -70,9 +70,9 @@ from real_engine.profiles import measure
 from real_engine.servers import Servers, loadavg, log, prompt_tokens, served_model
 
 from tailsieve.control.factory import ControllerName
-from tailsieve.runtime.backends import PromptInput
+from tailsieve.runtime.engine.backends import PromptInput
 from tailsieve.runtime.prompt_file import read_prompt_set
-from tailsieve.runtime.replay import ReplayLengths
+from tailsieve.runtime.step.replay import ReplayLengths
 from tailsieve.sim.movepath import PieceSettings
 from tailsieve.workload.presets import AIME_TRACE_IN_REPO
 

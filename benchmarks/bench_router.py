@@ -62,19 +62,19 @@ from typing import Any
 from outdir import default_out
 
 from tailsieve.model.profiles import DEFAULT_PROFILE, load_profile
-from tailsieve.runtime.backends import PromptInput, SamplingParams
 from tailsieve.runtime.demo import StepLengths
 from tailsieve.runtime.emulator import EmulatorFleet
 from tailsieve.runtime.emulator.config import EmulatorConfig
 from tailsieve.runtime.emulator.protocol import text_ids
 from tailsieve.runtime.emulator.server import EmulatorServer
+from tailsieve.runtime.engine.backends import PromptInput, SamplingParams
+from tailsieve.runtime.engine.lean_http import LeanTransport
+from tailsieve.runtime.engine.transport import AiohttpTransport
 from tailsieve.runtime.event_loop import CHOICES as LOOP_CHOICES
 from tailsieve.runtime.event_loop import loop_name
 from tailsieve.runtime.event_loop import run as run_on_loop
-from tailsieve.runtime.lean_http import LeanTransport
-from tailsieve.runtime.rollout import TailSieveRollout
-from tailsieve.runtime.rollout_config import RolloutConfig
-from tailsieve.runtime.transport import AiohttpTransport
+from tailsieve.runtime.step.rollout import TailSieveRollout
+from tailsieve.runtime.step.rollout_config import RolloutConfig
 from tailsieve.workload import load_workload
 
 _LOOP = [""]  # the router's event loop, as measured

@@ -37,8 +37,8 @@ import bench_agentic_emulated as emulated
 import numpy as np
 from outdir import default_out
 
-from tailsieve.runtime.backends import Backend
 from tailsieve.runtime.emulator import EmulatorConfig, EmulatorServer
+from tailsieve.runtime.engine.backends import Backend
 from tailsieve.runtime.proxy import ProxyConfig, RoutingProxy
 from tailsieve.runtime.sessions import GatewayConfig
 from tailsieve.sim.agentic.compare import (

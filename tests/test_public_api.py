@@ -11,7 +11,7 @@ import tailsieve
 
 
 def test_all_names_resolve_to_the_objects_of_their_modules() -> None:
-    from tailsieve.runtime.rollout import TailSieveRollout
+    from tailsieve.runtime.step.rollout import TailSieveRollout
     from tailsieve.sim.api import simulate
 
     assert set(tailsieve.__all__) == set(tailsieve._EXPORTS) | {"__version__"}

@@ -13,13 +13,13 @@ from real_engine.servers import loadavg, log
 from tailsieve.core.balance_trace import BalanceTrace
 from tailsieve.core.outcome import StepOutcome
 from tailsieve.core.plan import StepPlan
-from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
-from tailsieve.runtime.executor import LiveExecutor
-from tailsieve.runtime.replay import ReplayLengths
-from tailsieve.runtime.rollout import TailSieveRollout
-from tailsieve.runtime.rollout_batch import RolloutBatch
-from tailsieve.runtime.rollout_config import RolloutConfig
-from tailsieve.runtime.step_state import StepResult
+from tailsieve.runtime.engine.backends import Backend, PromptInput, SamplingParams
+from tailsieve.runtime.step.executor import LiveExecutor
+from tailsieve.runtime.step.replay import ReplayLengths
+from tailsieve.runtime.step.rollout import TailSieveRollout
+from tailsieve.runtime.step.rollout_batch import RolloutBatch
+from tailsieve.runtime.step.rollout_config import RolloutConfig
+from tailsieve.runtime.step.step_state import StepResult
 
 
 @dataclass(slots=True)

@@ -16,7 +16,7 @@ from tailsieve.core.protocol import ProtocolConfig, RolloutProtocol
 from tailsieve.core.stream import PromptStream
 from tailsieve.model.replica_engine import ReplicaConfig
 from tailsieve.model.throughput import ThroughputModel
-from tailsieve.runtime.replay import ReplayLengths
+from tailsieve.runtime.step.replay import ReplayLengths
 from tailsieve.sim.executor import SimExecutor
 from tailsieve.sim.movepath import PieceSettings
 from tailsieve.sim.replicas import PoolConfigs

@@ -11,7 +11,7 @@ from pathlib import Path
 import aiohttp
 
 from tailsieve.runtime.emulator import EmulatorFleet
-from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
+from tailsieve.runtime.engine.http_runner import HttpPieceRunner
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -21,14 +21,14 @@ __version__ = "0.1.0"
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {
     # live rollouts (the trainer-facing API)
-    "TailSieveRollout": "tailsieve.runtime.rollout",
-    "RolloutConfig": "tailsieve.runtime.rollout_config",
-    "RolloutBatch": "tailsieve.runtime.rollout_batch",
-    "PromptInput": "tailsieve.runtime.backends",
-    "SamplingParams": "tailsieve.runtime.backends",
-    "Backend": "tailsieve.runtime.backends",
-    "GroupResponses": "tailsieve.runtime.step_state",
-    "resolve_served_model": "tailsieve.runtime.sessions.served_models",
+    "TailSieveRollout": "tailsieve.runtime.step.rollout",
+    "RolloutConfig": "tailsieve.runtime.step.rollout_config",
+    "RolloutBatch": "tailsieve.runtime.step.rollout_batch",
+    "PromptInput": "tailsieve.runtime.engine.backends",
+    "SamplingParams": "tailsieve.runtime.engine.backends",
+    "Backend": "tailsieve.runtime.engine.backends",
+    "GroupResponses": "tailsieve.runtime.step.step_state",
+    "resolve_served_model": "tailsieve.runtime.engine.served_models",
     # local servers: real vLLM and the emulator
     "LaunchConfig": "tailsieve.runtime.launcher",
     "VllmFleet": "tailsieve.runtime.launcher",
@@ -100,14 +100,14 @@ if TYPE_CHECKING:  # static analysers see the real objects
     from tailsieve.model.throughput import ThroughputModel
     from tailsieve.oracle import solve_two_replicas, topk_sweep
     from tailsieve.report.html_report import write_report
-    from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
     from tailsieve.runtime.emulator import EmulatorConfig, EmulatorFleet, run_emulator
+    from tailsieve.runtime.engine.backends import Backend, PromptInput, SamplingParams
+    from tailsieve.runtime.engine.served_models import resolve_served_model
     from tailsieve.runtime.launcher import LaunchConfig, VllmFleet
-    from tailsieve.runtime.rollout import TailSieveRollout
-    from tailsieve.runtime.rollout_batch import RolloutBatch
-    from tailsieve.runtime.rollout_config import RolloutConfig
-    from tailsieve.runtime.sessions.served_models import resolve_served_model
-    from tailsieve.runtime.step_state import GroupResponses
+    from tailsieve.runtime.step.rollout import TailSieveRollout
+    from tailsieve.runtime.step.rollout_batch import RolloutBatch
+    from tailsieve.runtime.step.rollout_config import RolloutConfig
+    from tailsieve.runtime.step.step_state import GroupResponses
     from tailsieve.sim.api import SimulationResult, simulate
     from tailsieve.workload.io import read_trace, write_trace
     from tailsieve.workload.presets import load_workload

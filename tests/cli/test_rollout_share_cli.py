@@ -16,7 +16,7 @@ from tailsieve.cli.demo_cmd import _print
 from tailsieve.cli.main import app, main
 from tailsieve.core.training_step import step_speedup
 from tailsieve.runtime.demo import DemoConfig, PolicyResult, summaries, write_run
-from tailsieve.runtime.observe import StepMetrics
+from tailsieve.runtime.step.observe import StepMetrics
 
 SMALL = ["simulate", "--workload", "paper-math", "--replicas", "4", "--groups", "16",
          "--group-size", "4", "--steps", "6", "--num-prompts", "200"]

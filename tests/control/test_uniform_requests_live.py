@@ -17,9 +17,9 @@ from tailsieve.core.stream import PromptStream
 from tailsieve.model.profiles import load_profile
 from tailsieve.model.replica_engine import ReplicaConfig
 from tailsieve.policy.registry import get_policy
-from tailsieve.runtime.backends import PromptInput, SamplingParams
-from tailsieve.runtime.rollout import TailSieveRollout
-from tailsieve.runtime.rollout_config import RolloutConfig
+from tailsieve.runtime.engine.backends import PromptInput, SamplingParams
+from tailsieve.runtime.step.rollout import TailSieveRollout
+from tailsieve.runtime.step.rollout_config import RolloutConfig
 from tailsieve.runtime.stub import StubTransport
 from tailsieve.sim.executor import SimExecutor
 from tailsieve.sim.replicas import PoolConfigs

@@ -13,8 +13,8 @@ from tailsieve.core.balancer import BalanceSettings
 from tailsieve.core.progress_clock import ProgressClock
 from tailsieve.model.replica_config import ReplicaConfig
 from tailsieve.model.throughput import ThroughputModel
-from tailsieve.runtime.live_moves import LiveResponse
-from tailsieve.runtime.rebalancer import LiveRebalancer
+from tailsieve.runtime.step.live_moves import LiveResponse
+from tailsieve.runtime.step.rebalancer import LiveRebalancer
 
 
 def _brute(segments: list[tuple[float, float]], t: float) -> float:

@@ -13,7 +13,7 @@ from tailsieve.cli.main import main
 from tailsieve.errors import ConfigError
 from tailsieve.record.parts import join_parts, read_recording
 from tailsieve.record.recorder import RecordConfig, Recording, record_rollouts
-from tailsieve.runtime.backends import PromptInput
+from tailsieve.runtime.engine.backends import PromptInput
 from tailsieve.runtime.prompt_file import PromptSet
 from tailsieve.runtime.stub import StubTransport
 from tailsieve.workload.io import read_trace

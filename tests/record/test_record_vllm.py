@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from tailsieve.record.recorder import RecordConfig, Recording, record_rollouts
-from tailsieve.runtime.backends import PromptInput
+from tailsieve.runtime.engine.backends import PromptInput
 from tailsieve.runtime.prompt_file import PromptSet, read_prompt_set
 
 pytestmark = pytest.mark.vllm

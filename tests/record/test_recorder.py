@@ -16,7 +16,7 @@ from tailsieve.errors import ConfigError, ReplicaError
 from tailsieve.record import recorder
 from tailsieve.record.recorder import RecordConfig, Recording, record_rollouts
 from tailsieve.record.seeds import group_seed
-from tailsieve.runtime.backends import PromptInput
+from tailsieve.runtime.engine.backends import PromptInput
 from tailsieve.runtime.prompt_file import PromptSet, read_prompt_set
 from tailsieve.runtime.stub import StubFault, StubTransport, token_at
 from tailsieve.workload.io import read_trace

@@ -9,13 +9,13 @@ import logging
 import pytest
 
 from tailsieve.errors import ConfigError, ProfileError, ReplicaError
-from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
-from tailsieve.runtime.rollout import TailSieveRollout
-from tailsieve.runtime.rollout_config import RolloutConfig
-from tailsieve.runtime.sessions.auto_probe import ProbeSettings
-from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
-from tailsieve.runtime.sessions.pieces import PieceOutput, PieceRequest
-from tailsieve.runtime.sessions.profile import LiveProfile
+from tailsieve.runtime.engine.backends import Backend, PromptInput, SamplingParams
+from tailsieve.runtime.engine.http_runner import HttpPieceRunner
+from tailsieve.runtime.engine.pieces import PieceOutput, PieceRequest
+from tailsieve.runtime.execution.auto_probe import ProbeSettings
+from tailsieve.runtime.execution.profile import LiveProfile
+from tailsieve.runtime.step.rollout import TailSieveRollout
+from tailsieve.runtime.step.rollout_config import RolloutConfig
 from tailsieve.runtime.stub import StubFault, StubTransport
 
 URLS = ["http://r0", "http://r1"]
@@ -163,7 +163,7 @@ def test_bad_profiles_fail_at_config_time() -> None:
 
 
 def test_why_moves_are_off_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.DEBUG, logger="tailsieve.runtime.rollout"):
+    with caplog.at_level(logging.DEBUG, logger="tailsieve.runtime.step.rollout"):
         TailSieveRollout(URLS, config(moves=False, profile="cpu"), transport=stub())
         TailSieveRollout(URLS, config(backend=Backend.SGLANG, profile="cpu",
                                       sampling=SamplingParams(max_tokens=99, stop=("x",))),

@@ -5,16 +5,16 @@ from __future__ import annotations
 import pytest
 
 from tailsieve.errors import ConfigError
-from tailsieve.runtime.backends import (
+from tailsieve.runtime.engine.backends import (
     Backend,
     PromptInput,
     SamplingParams,
     build_request,
     parse_response,
 )
-from tailsieve.runtime.executor_config import ExecutorConfig
-from tailsieve.runtime.rollout_config import RolloutConfig
-from tailsieve.runtime.transport import RequestError
+from tailsieve.runtime.engine.transport import RequestError
+from tailsieve.runtime.step.executor_config import ExecutorConfig
+from tailsieve.runtime.step.rollout_config import RolloutConfig
 
 SP = SamplingParams(
     max_tokens=64,

@@ -11,8 +11,8 @@ from test_replica_lifecycle import URLS as URLS4
 from test_replica_lifecycle import rollout, table
 
 from tailsieve.core.protocol import validate_outcome
-from tailsieve.runtime.backends import PromptInput
-from tailsieve.runtime.executor import LiveExecutor
+from tailsieve.runtime.engine.backends import PromptInput
+from tailsieve.runtime.step.executor import LiveExecutor
 from tailsieve.runtime.stub import StubFault, StubLog, StubTransport
 
 

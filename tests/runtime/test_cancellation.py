@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import tailsieve
-from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
-from tailsieve.runtime.chain import ResponseChain
-from tailsieve.runtime.chain_attempt import ChainedAttempt
-from tailsieve.runtime.executor_config import ExecutorConfig
-from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
-from tailsieve.runtime.waste import AttemptProgress
+from tailsieve.runtime.engine.backends import Backend, PromptInput, SamplingParams
+from tailsieve.runtime.engine.http_runner import HttpPieceRunner
+from tailsieve.runtime.execution.chain import ResponseChain
+from tailsieve.runtime.step.chain_attempt import ChainedAttempt
+from tailsieve.runtime.step.executor_config import ExecutorConfig
+from tailsieve.runtime.step.waste import AttemptProgress
 
 SRC = Path(tailsieve.__file__).parent
 

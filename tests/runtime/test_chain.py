@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from tailsieve.runtime.backends import PromptInput, SamplingParams
-from tailsieve.runtime.chain import ChainError, Piece, ResponseChain, check_continuable
+from tailsieve.runtime.engine.backends import PromptInput, SamplingParams
+from tailsieve.runtime.execution.chain import ChainError, Piece, ResponseChain, check_continuable
 
 
 def piece(texts: list[str], first_id: int, reason: str = "length") -> Piece:
@@ -101,7 +101,7 @@ def test_min_tokens_reduced_by_generated() -> None:
 def test_piece_cap_and_the_requests_max_tokens() -> None:
     """A piece asks for what is left, at most ``piece_tokens``: through ``max_tokens=`` of
     ``build_request`` (no new sampling object), the same body as ``piece_sampling`` gives."""
-    from tailsieve.runtime.backends import Backend, PromptInput, build_request
+    from tailsieve.runtime.engine.backends import Backend, PromptInput, build_request
 
     sp = SamplingParams(max_tokens=40, temperature=0.5)
     c = ResponseChain(max_tokens=40, prompt_ids=(1,))
@@ -138,9 +138,9 @@ def test_neutral_penalties_are_fine() -> None:
 def test_continued_prompt_is_encoded_once_and_spliced() -> None:
     import json
 
-    from tailsieve.runtime.backends import EncodedIds
-    from tailsieve.runtime.ids_json import loads
-    from tailsieve.runtime.lean_http import _encode
+    from tailsieve.runtime.engine.backends import EncodedIds
+    from tailsieve.runtime.engine.ids_json import loads
+    from tailsieve.runtime.engine.lean_http import _encode
 
     c = ResponseChain(max_tokens=10, prompt_ids=(5, 6))
     c.add(piece(["a", "b"], 0), 2)
@@ -161,8 +161,8 @@ def test_continued_prompt_is_encoded_once_and_spliced() -> None:
 def test_prompt_ids_are_spliced_for_vllm_and_sglang(key: str) -> None:
     import json
 
-    from tailsieve.runtime.backends import EncodedIds
-    from tailsieve.runtime.lean_http import _encode
+    from tailsieve.runtime.engine.backends import EncodedIds
+    from tailsieve.runtime.engine.lean_http import _encode
 
     ids = EncodedIds((7, 8, 9), "[7, 8, 9]")  # the cached text (spaced), not re-encoded
     body = {"sampling_params": {"max_new_tokens": 3}, key: ids, "stream": False}
@@ -174,7 +174,7 @@ def test_prompt_ids_are_spliced_for_vllm_and_sglang(key: str) -> None:
 
 
 def test_a_piece_keeps_the_servers_json_of_its_ids_until_the_response_ends() -> None:
-    from tailsieve.runtime.backends import EncodedIds
+    from tailsieve.runtime.engine.backends import EncodedIds
 
     prompt = EncodedIds((5, 6), "[5, 6]")
     c = ResponseChain(max_tokens=10, prompt_ids=prompt)
@@ -196,7 +196,7 @@ def test_a_continued_prompts_json_is_built_only_when_read() -> None:
     the JSON is the one the ids had when asked, even after the chain changed."""
     import pickle
 
-    from tailsieve.runtime.backends import EncodedIds
+    from tailsieve.runtime.engine.backends import EncodedIds
 
     calls: list[tuple[int, ...]] = []
 

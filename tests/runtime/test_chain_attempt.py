@@ -5,14 +5,14 @@ continuation, a response is one piece, started again from its prompt after a fau
 
 from __future__ import annotations
 
-from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
-from tailsieve.runtime.chain import ResponseChain
-from tailsieve.runtime.chain_attempt import ChainedAttempt
-from tailsieve.runtime.executor_config import ExecutorConfig
-from tailsieve.runtime.faults import ReplicaDownError
-from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
-from tailsieve.runtime.sessions.pieces import PieceOutput, PieceRequest
-from tailsieve.runtime.waste import AttemptProgress
+from tailsieve.runtime.engine.backends import Backend, PromptInput, SamplingParams
+from tailsieve.runtime.engine.faults import ReplicaDownError
+from tailsieve.runtime.engine.http_runner import HttpPieceRunner
+from tailsieve.runtime.engine.pieces import PieceOutput, PieceRequest
+from tailsieve.runtime.execution.chain import ResponseChain
+from tailsieve.runtime.step.chain_attempt import ChainedAttempt
+from tailsieve.runtime.step.executor_config import ExecutorConfig
+from tailsieve.runtime.step.waste import AttemptProgress
 
 
 class Scripted(HttpPieceRunner):

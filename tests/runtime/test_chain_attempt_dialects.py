@@ -1,4 +1,4 @@
-"""Whole responses (``runtime.chain_attempt.ChainedAttempt`` without continuation: one piece
+"""Whole responses (``runtime.step.chain_attempt.ChainedAttempt`` without continuation: one piece
 per response) go through the one engine client (``HttpPieceRunner``): a group as one request
 with ``n`` (streamed or not), chat prompts, counts without token ids, and the chunk timings a streamed response keeps, against the emulator's
 vLLM and SGLang wire formats."""
@@ -11,16 +11,16 @@ from typing import Any, cast
 
 import pytest
 
-from tailsieve.runtime.backends import Backend, PromptInput, Response, SamplingParams
-from tailsieve.runtime.chain import ResponseChain
-from tailsieve.runtime.chain_attempt import ChainedAttempt
 from tailsieve.runtime.emulator import EmulatorConfig, EmulatorServer
-from tailsieve.runtime.executor import LiveExecutor
-from tailsieve.runtime.executor_config import ExecutorConfig
-from tailsieve.runtime.faults import ReplicaDownError
-from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
-from tailsieve.runtime.sessions.pieces import PieceRequest, TokenDelta
-from tailsieve.runtime.waste import AttemptProgress
+from tailsieve.runtime.engine.backends import Backend, PromptInput, Response, SamplingParams
+from tailsieve.runtime.engine.faults import ReplicaDownError
+from tailsieve.runtime.engine.http_runner import HttpPieceRunner
+from tailsieve.runtime.engine.pieces import PieceRequest, TokenDelta
+from tailsieve.runtime.execution.chain import ResponseChain
+from tailsieve.runtime.step.chain_attempt import ChainedAttempt
+from tailsieve.runtime.step.executor import LiveExecutor
+from tailsieve.runtime.step.executor_config import ExecutorConfig
+from tailsieve.runtime.step.waste import AttemptProgress
 
 MODEL = "tailsieve-emulated"
 CHAT = ({"role": "user", "content": "What is 2 + 3?"},)

@@ -1,4 +1,4 @@
-"""When a re-balance check is due (``runtime.check_timer``): an interval after the last check,
+"""When a re-balance check is due (``runtime.execution.check_timer``): an interval after the last check,
 half an interval once poked; a poke wakes a wait early; a cancel that arrives with a poke is
 not lost."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from tailsieve.runtime.check_timer import CheckTimer
+from tailsieve.runtime.execution.check_timer import CheckTimer
 
 
 def _timer(ago_s: float) -> CheckTimer:

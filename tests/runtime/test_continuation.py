@@ -13,13 +13,13 @@ from test_live_executor import make_plan, prompts_for
 
 from tailsieve.core.protocol import validate_outcome
 from tailsieve.errors import ConfigError
-from tailsieve.runtime.backends import PromptInput, SamplingParams
-from tailsieve.runtime.chain import ChainError
-from tailsieve.runtime.executor import LiveExecutor
-from tailsieve.runtime.executor_config import ExecutorConfig
-from tailsieve.runtime.rollout import TailSieveRollout
-from tailsieve.runtime.rollout_config import RolloutConfig
-from tailsieve.runtime.step_state import StepResult
+from tailsieve.runtime.engine.backends import PromptInput, SamplingParams
+from tailsieve.runtime.execution.chain import ChainError
+from tailsieve.runtime.step.executor import LiveExecutor
+from tailsieve.runtime.step.executor_config import ExecutorConfig
+from tailsieve.runtime.step.rollout import TailSieveRollout
+from tailsieve.runtime.step.rollout_config import RolloutConfig
+from tailsieve.runtime.step.step_state import StepResult
 from tailsieve.runtime.stub import StubFault, StubTransport, token_at
 
 URLS = ["http://r0", "http://r1", "http://r2"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tailsieve.runtime.demo import PolicyResult
-from tailsieve.runtime.observe import StepMetrics
+from tailsieve.runtime.step.observe import StepMetrics
 
 
 def _m(policy: str, step: int, makespan: float, flush: bool = False) -> StepMetrics:

@@ -1,4 +1,4 @@
-"""The engines' KV read from their ``/metrics`` (``runtime.engine_kv``): the parser against a
+"""The engines' KV read from their ``/metrics`` (``runtime.engine.engine_kv``): the parser against a
 real vLLM server's text, the emulator exporting the same names, the poller and its fallback."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 from tailsieve.errors import ConfigError
 from tailsieve.model.profiles import load_profile
 from tailsieve.runtime.emulator import EmulatorConfig, EmulatorServer
-from tailsieve.runtime.engine_kv import KvPoller, MetricsSource, parse_kv_reading
-from tailsieve.runtime.faults import ReplicaDownError, RequestError
+from tailsieve.runtime.engine.engine_kv import KvPoller, MetricsSource, parse_kv_reading
+from tailsieve.runtime.engine.faults import ReplicaDownError, RequestError
 from tailsieve.runtime.sessions import HttpPieceRunner
 from tailsieve.session.admission import KvReading
 
@@ -120,7 +120,7 @@ def test_the_poller_falls_back_on_a_fault_and_says_so_once(
 
     async def go() -> None:
         poller = KvPoller(read, 3, lambda r, x: got.append((r, x)), timeout_s=0.01)
-        with caplog.at_level(logging.INFO, logger="tailsieve.runtime.engine_kv"):
+        with caplog.at_level(logging.INFO, logger="tailsieve.runtime.engine.engine_kv"):
             for _ in range(3):
                 await poller.poll_once()
             assert set(poller.unread) == {1, 2}

@@ -1,5 +1,5 @@
-"""The one fault classifier (``runtime.faults``): what each engine answer means, the same on
-every path; and the stall watch's decisions on a fake clock (``runtime.stall_watch``)."""
+"""The one fault classifier (``runtime.engine.faults``): what each engine answer means, the same on
+every path; and the stall watch's decisions on a fake clock (``runtime.execution.stall_watch``)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,8 @@ import pytest
 from tailsieve.errors import ConfigError
 from tailsieve.model.profiles import builtin_profile
 from tailsieve.model.replica_config import ReplicaConfig
-from tailsieve.runtime.backends import PromptInput, SamplingParams
-from tailsieve.runtime.chain import ResponseChain
-from tailsieve.runtime.chain_attempt import ChainedAttempt
-from tailsieve.runtime.executor_config import ExecutorConfig
-from tailsieve.runtime.faults import (
+from tailsieve.runtime.engine.backends import PromptInput, SamplingParams
+from tailsieve.runtime.engine.faults import (
     ReplicaDownError,
     ReplicaStalledError,
     RequestError,
@@ -28,12 +25,15 @@ from tailsieve.runtime.faults import (
     from_exception,
     refused,
 )
-from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
-from tailsieve.runtime.sessions.pieces import piece_reason
-from tailsieve.runtime.sessions.streamed import StreamedPiece, finished
-from tailsieve.runtime.stall_watch import StallSettings, StallWatch, piece_time_s
-from tailsieve.runtime.transport import JSON
-from tailsieve.runtime.waste import AttemptProgress
+from tailsieve.runtime.engine.http_runner import HttpPieceRunner
+from tailsieve.runtime.engine.pieces import piece_reason
+from tailsieve.runtime.engine.streamed import StreamedPiece, finished
+from tailsieve.runtime.engine.transport import JSON
+from tailsieve.runtime.execution.chain import ResponseChain
+from tailsieve.runtime.execution.stall_watch import StallSettings, StallWatch, piece_time_s
+from tailsieve.runtime.step.chain_attempt import ChainedAttempt
+from tailsieve.runtime.step.executor_config import ExecutorConfig
+from tailsieve.runtime.step.waste import AttemptProgress
 
 VLLM_ERROR = {"error": {"message": "EngineCore encountered an issue. See stack trace.",
                         "type": "InternalServerError", "param": None, "code": 500}}
@@ -398,8 +398,8 @@ async def test_a_step_whose_response_sglang_refuses_fails_with_its_message(
     from tailsieve.core.plan import GroupAssignment, StepPlan
     from tailsieve.core.pool import Pool
     from tailsieve.errors import StepFailedError
-    from tailsieve.runtime.backends import Backend
-    from tailsieve.runtime.executor import LiveExecutor
+    from tailsieve.runtime.engine.backends import Backend
+    from tailsieve.runtime.step.executor import LiveExecutor
 
     plan = StepPlan(step=1, num_replicas=2, group_size=2, num_required=2, q=0, m=0,
                     num_extra=0, tail_replicas=(), bulk_replicas=(0, 1),
@@ -424,8 +424,8 @@ async def test_a_step_whose_response_sglang_refuses_fails_with_its_message(
 async def test_an_abort_the_router_asked_for_still_ends_the_piece_early() -> None:
     """A piece SGLang aborts at our /abort_request (a move) returns what it generated, as
     before: "Aborted" carries no status."""
-    from tailsieve.runtime.backends import Backend
-    from tailsieve.runtime.sessions.pieces import PieceRequest
+    from tailsieve.runtime.engine.backends import Backend
+    from tailsieve.runtime.engine.pieces import PieceRequest
 
     t = _Sglang({}, hold=True)
     runner = HttpPieceRunner(["http://r0"], Backend.SGLANG, transport=t)

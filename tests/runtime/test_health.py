@@ -1,4 +1,4 @@
-"""The one health model (``runtime.health``): out at a fault, probed, back when it answers."""
+"""The one health model (``runtime.execution.health``): out at a fault, probed, back when it answers."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from tailsieve.errors import ReplicaError
-from tailsieve.runtime.health import ReplicaHealth
+from tailsieve.runtime.execution.health import ReplicaHealth
 
 
 def fleet(answers: dict[int, str], interval_s: float = 0.001) -> tuple[ReplicaHealth, list[tuple[int, bool]]]:

@@ -1,5 +1,5 @@
 """A hung replica (``SIGSTOP``: it accepts connections and never answers) is taken out by the
-stall watch (``runtime.stall_watch``) and its responses continue elsewhere from the last token
+stall watch (``runtime.execution.stall_watch``) and its responses continue elsewhere from the last token
 received: through a single-turn step (``TailSieveRollout`` / ``LiveExecutor``) and the session
 gateway over HTTP (``HttpPieceRunner``, unstreamed and streamed pieces). Nothing is lost or
 generated twice (exact forced lengths), and the hung replica's responses finish elsewhere
@@ -23,12 +23,12 @@ from test_live_emulator import MODEL, replay
 
 from tailsieve.model.profiles import builtin_profile
 from tailsieve.model.replica_config import ReplicaConfig
-from tailsieve.runtime.backends import PromptInput, SamplingParams
 from tailsieve.runtime.emulator import EmulatorFleet
-from tailsieve.runtime.rollout import TailSieveRollout
-from tailsieve.runtime.rollout_config import RolloutConfig
+from tailsieve.runtime.engine.backends import PromptInput, SamplingParams
+from tailsieve.runtime.execution.stall_watch import StallSettings, piece_time_s
 from tailsieve.runtime.sessions import GatewayConfig, HttpPieceRunner, SessionGateway
-from tailsieve.runtime.stall_watch import StallSettings, piece_time_s
+from tailsieve.runtime.step.rollout import TailSieveRollout
+from tailsieve.runtime.step.rollout_config import RolloutConfig
 
 TIME_SCALE = 0.5
 STALL = StallSettings(factor=2.0, floor_s=1.0, check_interval_s=0.2)

@@ -12,7 +12,7 @@ from test_live_rebalance import BALANCE, COSTS, IDS, TABLE, piled_plan
 
 from tailsieve.core.balance_trace import DEFERRED, REFUSED
 from tailsieve.core.running_index import RunningIndex
-from tailsieve.runtime.executor import LiveExecutor
+from tailsieve.runtime.step.executor import LiveExecutor
 from tailsieve.runtime.stub import StubTransport
 
 

@@ -10,13 +10,13 @@ import signal
 import aiohttp
 import pytest
 
-from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
 from tailsieve.runtime.emulator import EmulatorConfig, EmulatorFleet, EmulatorServer
-from tailsieve.runtime.observe import RuntimeMetrics
-from tailsieve.runtime.replay import ReplayLengths
-from tailsieve.runtime.rollout import TailSieveRollout
-from tailsieve.runtime.rollout_config import RolloutConfig
-from tailsieve.runtime.transport import AiohttpTransport
+from tailsieve.runtime.engine.backends import Backend, PromptInput, SamplingParams
+from tailsieve.runtime.engine.transport import AiohttpTransport
+from tailsieve.runtime.step.observe import RuntimeMetrics
+from tailsieve.runtime.step.replay import ReplayLengths
+from tailsieve.runtime.step.rollout import TailSieveRollout
+from tailsieve.runtime.step.rollout_config import RolloutConfig
 
 MODEL = "tailsieve-emulated"
 

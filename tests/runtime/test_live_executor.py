@@ -11,10 +11,10 @@ from tailsieve.core.plan import GroupAssignment, StepPlan
 from tailsieve.core.pool import Pool
 from tailsieve.core.protocol import validate_outcome
 from tailsieve.errors import StepFailedError
-from tailsieve.runtime.backends import PromptInput, SamplingParams
-from tailsieve.runtime.executor import LiveExecutor
-from tailsieve.runtime.executor_config import ExecutorConfig
-from tailsieve.runtime.step_state import StepProgress
+from tailsieve.runtime.engine.backends import PromptInput, SamplingParams
+from tailsieve.runtime.step.executor import LiveExecutor
+from tailsieve.runtime.step.executor_config import ExecutorConfig
+from tailsieve.runtime.step.step_state import StepProgress
 from tailsieve.runtime.stub import StubFault, StubTransport
 
 URLS = ["http://r0", "http://r1", "http://r2"]
@@ -113,7 +113,7 @@ async def test_split_groups_report_finished_responses_at_abort() -> None:
     (ab,) = res.outcome.aborted
     assert ab.prompt_id == "c" and ab.num_finished == 1 and ab.finished_tokens == 5
     # c's unfinished response ran until the cutoff (a and b done: ~20 tokens' time); not
-    # streamed, so its tokens are estimated at the observed rate (runtime.waste)
+    # streamed, so its tokens are estimated at the observed rate (runtime.step.waste)
     assert ab.wasted_tokens == 5 + ab.estimated_tokens
     assert ab.estimated_tokens == pytest.approx(20, rel=0.6)
     assert res.outcome.estimated_wasted_tokens == ab.estimated_tokens

@@ -1,4 +1,4 @@
-"""The live rebalancer (``runtime.rebalancer``) with the stub transport: an imbalanced step makes
+"""The live rebalancer (``runtime.step.rebalancer``) with the stub transport: an imbalanced step makes
 moves, and every group is still delivered exactly once, whole, each response token-exact."""
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from tailsieve.core.protocol import validate_outcome
 from tailsieve.errors import StepFailedError
 from tailsieve.model.replica_config import ReplicaConfig
 from tailsieve.model.throughput import ThroughputModel
-from tailsieve.runtime import live_moves, rebalancer
-from tailsieve.runtime.backends import PromptInput, SamplingParams
 from tailsieve.runtime.emulator import EmulatorConfig, EmulatorServer
-from tailsieve.runtime.executor import LiveExecutor
-from tailsieve.runtime.rollout import TailSieveRollout
-from tailsieve.runtime.rollout_config import RolloutConfig
+from tailsieve.runtime.engine.backends import PromptInput, SamplingParams
+from tailsieve.runtime.step import live_moves, rebalancer
+from tailsieve.runtime.step.executor import LiveExecutor
+from tailsieve.runtime.step.rollout import TailSieveRollout
+from tailsieve.runtime.step.rollout_config import RolloutConfig
 from tailsieve.runtime.stub import PROMPT_BASE, StubTransport, token_at
 
 warnings.filterwarnings("ignore", message="per-request seeds")

@@ -14,14 +14,14 @@ import pytest
 
 from tailsieve.cli.main import main
 from tailsieve.errors import ConfigError
-from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
 from tailsieve.runtime.emulator import EmulatorConfig, EmulatorFleet, EmulatorServer
-from tailsieve.runtime.moves import PIECE_TOKENS, MoveSettings
-from tailsieve.runtime.observe import StepMetrics
-from tailsieve.runtime.replay import ReplayLengths
-from tailsieve.runtime.rollout import TailSieveRollout
-from tailsieve.runtime.rollout_config import RolloutConfig
+from tailsieve.runtime.engine.backends import Backend, PromptInput, SamplingParams
+from tailsieve.runtime.execution.moves import PIECE_TOKENS, MoveSettings
 from tailsieve.runtime.sessions import GatewayConfig, SessionGateway
+from tailsieve.runtime.step.observe import StepMetrics
+from tailsieve.runtime.step.replay import ReplayLengths
+from tailsieve.runtime.step.rollout import TailSieveRollout
+from tailsieve.runtime.step.rollout_config import RolloutConfig
 from tailsieve.runtime.stub import StubPieceRunner, StubTransport
 
 MODEL = "tailsieve-emulated"
@@ -228,8 +228,8 @@ async def test_chat_prompts_are_tokenized_by_the_server_and_a_failure_is_named()
     server that cannot tokenize is named in one line."""
     from tailsieve.errors import ReplicaError
     from tailsieve.runtime.emulator.protocol import _chat_ids
-    from tailsieve.runtime.executor import ExecutorConfig, LiveExecutor
-    from tailsieve.runtime.faults import RequestError
+    from tailsieve.runtime.engine.faults import RequestError
+    from tailsieve.runtime.step.executor import ExecutorConfig, LiveExecutor
     from tailsieve.runtime.stub import StubTransport
 
     class NoTokenize(StubTransport):

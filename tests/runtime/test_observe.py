@@ -9,11 +9,11 @@ import socket
 import aiohttp
 from rich.console import Console
 
-from tailsieve.runtime.backends import PromptInput, SamplingParams
-from tailsieve.runtime.observe import ProgressDisplay, RuntimeMetrics, StepLog
-from tailsieve.runtime.rollout import TailSieveRollout
-from tailsieve.runtime.rollout_config import RolloutConfig
-from tailsieve.runtime.step_state import StepProgress
+from tailsieve.runtime.engine.backends import PromptInput, SamplingParams
+from tailsieve.runtime.step.observe import ProgressDisplay, RuntimeMetrics, StepLog
+from tailsieve.runtime.step.rollout import TailSieveRollout
+from tailsieve.runtime.step.rollout_config import RolloutConfig
+from tailsieve.runtime.step.step_state import StepProgress
 from tailsieve.runtime.stub import StubTransport
 
 

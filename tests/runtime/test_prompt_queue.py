@@ -1,4 +1,4 @@
-"""A live rollout's held prompts (``runtime.prompt_queue``): the state dict keeps every prompt
+"""A live rollout's held prompts (``runtime.step.prompt_queue``): the state dict keeps every prompt
 whole, its seed included, and an id is held once."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import json
 import pytest
 
 from tailsieve.errors import ConfigError
-from tailsieve.runtime.backends import PromptInput
-from tailsieve.runtime.prompt_queue import PromptQueue
+from tailsieve.runtime.engine.backends import PromptInput
+from tailsieve.runtime.step.prompt_queue import PromptQueue
 
 PROMPTS = (
     PromptInput("t", text="2 + 2 =", seed=7),

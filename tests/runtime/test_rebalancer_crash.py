@@ -15,12 +15,12 @@ from test_live_executor import prompts_for
 from test_live_rebalance import COSTS, IDS, TABLE, piled_plan
 
 from tailsieve.core.protocol import validate_outcome
-from tailsieve.runtime.backends import PromptInput, SamplingParams
-from tailsieve.runtime.executor import LiveExecutor
-from tailsieve.runtime.observe import RuntimeMetrics, StepLog
-from tailsieve.runtime.rebalancer import LiveRebalancer
-from tailsieve.runtime.rollout import TailSieveRollout
-from tailsieve.runtime.rollout_config import RolloutConfig
+from tailsieve.runtime.engine.backends import PromptInput, SamplingParams
+from tailsieve.runtime.step.executor import LiveExecutor
+from tailsieve.runtime.step.observe import RuntimeMetrics, StepLog
+from tailsieve.runtime.step.rebalancer import LiveRebalancer
+from tailsieve.runtime.step.rollout import TailSieveRollout
+from tailsieve.runtime.step.rollout_config import RolloutConfig
 from tailsieve.runtime.stub import StubTransport, token_at
 
 warnings.filterwarnings("ignore", message="per-request seeds")
@@ -45,14 +45,14 @@ class CrashingExecutor(LiveExecutor):
 
 def crash_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
     return [r for r in caplog.records
-            if r.name == "tailsieve.runtime.executor" and "crashed" in r.getMessage()]
+            if r.name == "tailsieve.runtime.step.executor" and "crashed" in r.getMessage()]
 
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_a_crashed_rebalancer_stops_moving_and_loses_nothing(
     stream: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.ERROR, logger="tailsieve.runtime.executor")
+    caplog.set_level(logging.ERROR, logger="tailsieve.runtime.step.executor")
     CrashingRebalancer.crashed_after_checks = None
     length_of = lengths_fn(TABLE)
     stub = StubTransport(length_of, seconds_per_token=0.0005)
@@ -89,7 +89,7 @@ async def test_the_crash_is_counted_in_step_metrics_the_step_log_and_prometheus(
 ) -> None:
     """Through the rollout API: ``StepMetrics`` (the line of ``steps.jsonl``) and the router's
     /metrics count the crash; every delivered response is still exact."""
-    caplog.set_level(logging.ERROR, logger="tailsieve.runtime.executor")
+    caplog.set_level(logging.ERROR, logger="tailsieve.runtime.step.executor")
     table = {f"p{i}": 20 + (i * 97) % 400 for i in range(200)}
     length_of = lengths_fn(table)
     stub = StubTransport(length_of, seconds_per_token=0.0002)

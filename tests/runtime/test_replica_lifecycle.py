@@ -14,12 +14,12 @@ from hypothesis import strategies as st
 from test_live_executor import make_plan
 
 from tailsieve.core.protocol import validate_outcome
-from tailsieve.runtime.backends import PromptInput, SamplingParams
-from tailsieve.runtime.executor import LiveExecutor
-from tailsieve.runtime.executor_config import ExecutorConfig
-from tailsieve.runtime.rollout import TailSieveRollout
-from tailsieve.runtime.rollout_batch import RolloutBatch
-from tailsieve.runtime.rollout_config import RolloutConfig
+from tailsieve.runtime.engine.backends import PromptInput, SamplingParams
+from tailsieve.runtime.step.executor import LiveExecutor
+from tailsieve.runtime.step.executor_config import ExecutorConfig
+from tailsieve.runtime.step.rollout import TailSieveRollout
+from tailsieve.runtime.step.rollout_batch import RolloutBatch
+from tailsieve.runtime.step.rollout_config import RolloutConfig
 from tailsieve.runtime.stub import StubFault, StubTransport
 
 URLS = [f"http://r{i}" for i in range(4)]

@@ -1,4 +1,4 @@
-"""``runtime.rollout_run``, what ``tailsieve rollout`` runs once its options are read, called
+"""``runtime.step.rollout_run``, what ``tailsieve rollout`` runs once its options are read, called
 directly over the stub transport: the files it writes, the summary as a function of the step
 records (the waste split summed, each part with its bound), the prompt budget."""
 
@@ -12,10 +12,10 @@ import pytest
 from tailsieve.control.budget import PromptBudget, prompts_needed
 from tailsieve.control.config import ControllerConfig
 from tailsieve.errors import ConfigError
-from tailsieve.runtime.backends import PromptInput, SamplingParams
-from tailsieve.runtime.observe import StepMetrics
-from tailsieve.runtime.rollout_config import RolloutConfig
-from tailsieve.runtime.rollout_run import (
+from tailsieve.runtime.engine.backends import PromptInput, SamplingParams
+from tailsieve.runtime.step.observe import StepMetrics
+from tailsieve.runtime.step.rollout_config import RolloutConfig
+from tailsieve.runtime.step.rollout_run import (
     WASTE_KEYS,
     RolloutRun,
     check_prompt_budget,

@@ -13,8 +13,8 @@ from test_live_rebalance import RANDOM_STEPS, random_step
 
 from tailsieve.core.progress_clock import ProgressClock
 from tailsieve.core.running_index import RunningIndex
-from tailsieve.runtime.live_moves import index_of
-from tailsieve.runtime.rebalancer import LiveRebalancer
+from tailsieve.runtime.step.live_moves import index_of
+from tailsieve.runtime.step.rebalancer import LiveRebalancer
 
 R = 3  # replicas
 

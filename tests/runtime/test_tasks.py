@@ -99,8 +99,8 @@ async def test_all_or_first_error_waits_for_all_and_returns_in_order() -> None:
 async def test_all_or_first_error_cancels_the_rest_and_prefers_a_dead_replica() -> None:
     import asyncio
 
+    from tailsieve.runtime.engine.transport import ReplicaDownError, RequestError
     from tailsieve.runtime.tasks import all_or_first_error
-    from tailsieve.runtime.transport import ReplicaDownError, RequestError
 
     cancelled: list[int] = []
 

@@ -13,8 +13,8 @@ import pytest
 from aiohttp import web
 
 from tailsieve.runtime import event_loop
-from tailsieve.runtime.lean_http import LeanTransport
-from tailsieve.runtime.transport import AiohttpTransport, ReplicaDownError, RequestError
+from tailsieve.runtime.engine.lean_http import LeanTransport
+from tailsieve.runtime.engine.transport import AiohttpTransport, ReplicaDownError, RequestError
 
 CANCELLED: list[str] = []
 HELD: list[str] = []  # /hold requests the server has begun

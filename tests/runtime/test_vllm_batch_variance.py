@@ -25,7 +25,7 @@ from real_servers import REAL_ENDPOINTS, needs_real
 from test_vllm_continuation import chained, one_go, served_name
 from vllm_wire import as_engine_output, check_chains, proxies
 
-from tailsieve.runtime.backends import SamplingParams
+from tailsieve.runtime.engine.backends import SamplingParams
 
 pytestmark = [pytest.mark.vllm, needs_real(2)]
 

@@ -26,9 +26,9 @@ from vllm_wire import WireExchange, as_engine_output, check_chains, proxies
 
 from tailsieve.core.plan import GroupAssignment, StepPlan
 from tailsieve.core.pool import Pool
-from tailsieve.runtime.backends import PromptInput, Response, SamplingParams
-from tailsieve.runtime.executor import LiveExecutor
-from tailsieve.runtime.executor_config import ExecutorConfig
+from tailsieve.runtime.engine.backends import PromptInput, Response, SamplingParams
+from tailsieve.runtime.step.executor import LiveExecutor
+from tailsieve.runtime.step.executor_config import ExecutorConfig
 
 pytestmark = [pytest.mark.vllm, needs_real(2)]
 

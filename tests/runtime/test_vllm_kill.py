@@ -37,11 +37,11 @@ import pytest
 
 from tailsieve.core.plan import GroupAssignment, StepPlan
 from tailsieve.core.pool import Pool
-from tailsieve.runtime.backends import PromptInput, SamplingParams
-from tailsieve.runtime.executor import LiveExecutor
-from tailsieve.runtime.executor_config import ExecutorConfig
+from tailsieve.runtime.engine.backends import PromptInput, SamplingParams
 from tailsieve.runtime.launcher import LaunchConfig, VllmFleet
-from tailsieve.runtime.step_state import StepResult
+from tailsieve.runtime.step.executor import LiveExecutor
+from tailsieve.runtime.step.executor_config import ExecutorConfig
+from tailsieve.runtime.step.step_state import StepResult
 
 pytestmark = pytest.mark.vllm
 

@@ -23,10 +23,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tailsieve.runtime.backends import SamplingParams
-from tailsieve.runtime.replay import ReplayLengths
-from tailsieve.runtime.rollout import TailSieveRollout
-from tailsieve.runtime.rollout_config import RolloutConfig
+from tailsieve.runtime.engine.backends import SamplingParams
+from tailsieve.runtime.step.replay import ReplayLengths
+from tailsieve.runtime.step.rollout import TailSieveRollout
+from tailsieve.runtime.step.rollout_config import RolloutConfig
 from tailsieve.workload.presets import AIME_TRACE_IN_REPO
 
 pytestmark = pytest.mark.vllm

@@ -27,9 +27,9 @@ from tailsieve.core.pool import Pool
 from tailsieve.core.protocol import validate_outcome
 from tailsieve.model.profiles import load_profile
 from tailsieve.model.replica_config import ReplicaConfig
-from tailsieve.runtime.backends import PromptInput, SamplingParams
-from tailsieve.runtime.executor import LiveExecutor
-from tailsieve.runtime.executor_config import ExecutorConfig
+from tailsieve.runtime.engine.backends import PromptInput, SamplingParams
+from tailsieve.runtime.step.executor import LiveExecutor
+from tailsieve.runtime.step.executor_config import ExecutorConfig
 
 pytestmark = [pytest.mark.vllm, needs_real(2)]
 

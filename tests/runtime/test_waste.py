@@ -1,7 +1,7 @@
 """Tokens of attempts thrown away (at the cutoff or by a fault) count as wasted: exact where
 observed, estimated at the observed decode rate where not, each estimate within its bound, and
 split into cutoff aborts, lost tokens counted exactly and lost tokens estimated
-(``runtime.waste``, ``core.outcome.WasteSplit``)."""
+(``runtime.step.waste``, ``core.outcome.WasteSplit``)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,10 @@ from test_live_executor import cfg, make_plan, prompts_for
 from tailsieve.core.outcome import WasteSplit
 from tailsieve.core.protocol import validate_outcome
 from tailsieve.errors import ConfigError
-from tailsieve.runtime.backends import Response
-from tailsieve.runtime.executor import LiveExecutor
-from tailsieve.runtime.step_state import GroupRun, build_result
-from tailsieve.runtime.stub import StubFault, StubTransport
-from tailsieve.runtime.waste import (
+from tailsieve.runtime.engine.backends import Response
+from tailsieve.runtime.step.executor import LiveExecutor
+from tailsieve.runtime.step.step_state import GroupRun, build_result
+from tailsieve.runtime.step.waste import (
     AttemptProgress,
     AttemptWaste,
     LostPiece,
@@ -25,6 +24,7 @@ from tailsieve.runtime.waste import (
     lost_waste,
     split_waste,
 )
+from tailsieve.runtime.stub import StubFault, StubTransport
 
 
 def progress(**kw: object) -> AttemptProgress:
@@ -231,7 +231,7 @@ async def test_emulated_replica_crash_wasted_matches_server_counts(stream: bool)
     from test_live_emulator import MODEL, config, replay
 
     from tailsieve.runtime.emulator import EmulatorConfig, EmulatorServer
-    from tailsieve.runtime.rollout import TailSieveRollout
+    from tailsieve.runtime.step.rollout import TailSieveRollout
 
     ecfg = EmulatorConfig.from_profile("cpu", time_scale=0.2, model_name=MODEL)
     rl = replay()
@@ -297,7 +297,7 @@ async def test_emulated_crash_with_unstreamed_pieces_counts_what_is_decoded_twic
     from test_live_emulator import MODEL, config, replay
 
     from tailsieve.runtime.emulator import EmulatorConfig, EmulatorServer
-    from tailsieve.runtime.rollout import TailSieveRollout
+    from tailsieve.runtime.step.rollout import TailSieveRollout
 
     piece = 256
     ecfg = EmulatorConfig.from_profile("cpu", time_scale=0.2, model_name=MODEL)

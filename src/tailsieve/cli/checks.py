@@ -13,7 +13,7 @@ import typer
 
 from tailsieve.core.training_step import check_rollout_share
 from tailsieve.errors import ConfigError
-from tailsieve.runtime.backends import PromptInput
+from tailsieve.runtime.engine.backends import PromptInput
 from tailsieve.runtime.prompt_file import parse_prompts
 
 

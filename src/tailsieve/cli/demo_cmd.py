@@ -16,10 +16,10 @@ from tailsieve.report.headline import headline_sentences
 from tailsieve.report.html_report import write_report
 from tailsieve.report.run_data import load_run
 from tailsieve.runtime import event_loop
-from tailsieve.runtime.backends import Backend
 from tailsieve.runtime.demo import DemoConfig, PolicyResult, run_demo, summaries
 from tailsieve.runtime.demo_real import RealDemoConfig, run_real_demo
-from tailsieve.runtime.observe import ProgressDisplay
+from tailsieve.runtime.engine.backends import Backend
+from tailsieve.runtime.step.observe import ProgressDisplay
 
 
 def demo(

@@ -20,7 +20,7 @@ from tailsieve.errors import ConfigError
 from tailsieve.record.math_problems import SHIPPED_PER_LEVEL, SHIPPED_SEED, generate, write_problems
 from tailsieve.record.parts import join_parts, read_recording
 from tailsieve.record.recorder import RecordConfig, Recording, StepRecord, record
-from tailsieve.runtime.backends import Backend
+from tailsieve.runtime.engine.backends import Backend
 from tailsieve.runtime.prompt_file import read_prompt_set
 from tailsieve.workload.io import trace_suffix
 

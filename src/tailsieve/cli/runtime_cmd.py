@@ -14,14 +14,14 @@ from tailsieve.cli import checks
 from tailsieve.errors import ConfigError
 from tailsieve.model.profiles import check_profile
 from tailsieve.runtime import event_loop
-from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
 from tailsieve.runtime.cluster.spec import EngineGroup
 from tailsieve.runtime.cluster.state import StateFileAddresses
+from tailsieve.runtime.engine.backends import Backend, PromptInput, SamplingParams
 from tailsieve.runtime.launch_run import serve_local, stop_launched
 from tailsieve.runtime.launcher import LaunchConfig
-from tailsieve.runtime.replay import ReplayLengths
-from tailsieve.runtime.rollout_config import LIVE_PROFILE, RolloutConfig
-from tailsieve.runtime.rollout_run import (
+from tailsieve.runtime.step.replay import ReplayLengths
+from tailsieve.runtime.step.rollout_config import LIVE_PROFILE, RolloutConfig
+from tailsieve.runtime.step.rollout_run import (
     RolloutRun,
     check_prompt_budget,
     rollout_budget,

@@ -7,12 +7,12 @@ import typer
 from tailsieve.errors import ConfigError
 from tailsieve.model.profiles import load_profile
 from tailsieve.runtime import event_loop
-from tailsieve.runtime.backends import Backend
-from tailsieve.runtime.moves import PIECE_TOKENS
+from tailsieve.runtime.engine.backends import Backend
+from tailsieve.runtime.execution.moves import PIECE_TOKENS
+from tailsieve.runtime.execution.stall_watch import StallSettings
 from tailsieve.runtime.proxy import ProxyConfig
 from tailsieve.runtime.proxy.server import serve as serve_proxy
 from tailsieve.runtime.sessions.config import GatewayConfig
-from tailsieve.runtime.stall_watch import StallSettings
 from tailsieve.session.routers import SessionPolicy, parse_policy
 
 ADMIN_TOKEN_ENV = "TAILSIEVE_ADMIN_TOKEN"

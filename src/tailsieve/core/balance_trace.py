@@ -1,6 +1,6 @@
 """A record of every re-balance check of a step: what it saw and what it decided (pure).
 
-The simulator (``sim.movepath``) and the live rebalancer (``runtime.rebalancer``) call the same
+The simulator (``sim.movepath``) and the live rebalancer (``runtime.step.rebalancer``) call the same
 planner (``core.balance_check.plan_check``) on ``ReplicaLoad`` s they build each in their own
 way. A ``BalanceTrace`` given to either records, per check, the inputs the planner saw (per
 replica: running responses and context tokens; the horizon and seam) and, per planned move, the

@@ -8,7 +8,7 @@ at 4,096 in flight, all of it blocking the router's event loop. ``RunningIndex``
 to date instead, from the events of the responses (a piece starts, a piece ends, a response
 moves or completes), so that a check costs O(replicas) plus the responses it actually reads.
 
-What a response holds (as ``runtime.live_moves.LiveResponse`` describes it): the tokens known
+What a response holds (as ``runtime.step.live_moves.LiveResponse`` describes it): the tokens known
 (``known``: prompt + generated up to its last seam + what its running piece streamed) and, for
 an unstreamed running piece, the tokens the progress clock says it generated since it began,
 at most its cap: ``min(cap, clock(on, now) - clock(on, start))``. The clock's value at a time

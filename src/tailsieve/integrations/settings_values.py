@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from tailsieve.errors import ConfigError
-from tailsieve.runtime.backends import SamplingParams
+from tailsieve.runtime.engine.backends import SamplingParams
 
 POLICIES = ("tailsieve", "tailsieve-fixed", "uniform", "uniform-requests")  # what they can run
 

@@ -6,7 +6,7 @@ replica, sent when, answered when, prompt and generated tokens: ``request_starte
 ``ThroughputModel`` once the fit is trusted (``FitQuality.ready``), else the fallback (a named
 profile), else the best fit so far (e.g. from a short probe's requests). Pure: times are passed
 in (seconds on the caller's monotonic clock); the runtime's glue is
-``tailsieve.runtime.sessions.profile``.
+``tailsieve.runtime.execution.profile``.
 
 ::
 

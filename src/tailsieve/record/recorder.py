@@ -40,13 +40,13 @@ from tailsieve.record.math_problems import check_answer
 from tailsieve.record.seeds import MAX_SEED, SEED_RULE, check_distinct, draw_run_seed, group_seed
 from tailsieve.record.turn_recorder import write_info
 from tailsieve.runtime import event_loop
-from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
-from tailsieve.runtime.lean_http import LeanTransport
+from tailsieve.runtime.engine.backends import Backend, PromptInput, SamplingParams
+from tailsieve.runtime.engine.lean_http import LeanTransport
+from tailsieve.runtime.engine.transport import Transport
 from tailsieve.runtime.prompt_file import PromptSet
-from tailsieve.runtime.rollout import TailSieveRollout
-from tailsieve.runtime.rollout_batch import RolloutBatch
-from tailsieve.runtime.rollout_config import RolloutConfig
-from tailsieve.runtime.transport import Transport
+from tailsieve.runtime.step.rollout import TailSieveRollout
+from tailsieve.runtime.step.rollout_batch import RolloutBatch
+from tailsieve.runtime.step.rollout_config import RolloutConfig
 from tailsieve.workload.copies import sibling_copies
 from tailsieve.workload.io import trace_suffix, write_trace
 from tailsieve.workload.shipped import portable_path

@@ -1,8 +1,10 @@
-"""The live runtime: TailSieve steps against real (or emulated) inference servers.
+"""The live runtime: TailSieve against real (or emulated) inference servers, one room a concept.
 
-- ``rollout``: the trainer-facing API (``TailSieveRollout``, ``RolloutConfig``).
-- ``executor``: ``LiveExecutor`` runs one ``StepPlan`` over HTTP (cutoff, aborts, faults).
-- ``attempt`` / ``backends`` / ``transport``: requests, server dialects, the HTTP seam.
-- ``launcher``: start/stop local vLLM replicas. ``replay``: forced lengths from a trace.
-- ``observe``: step metrics, Prometheus, progress. ``stub``: in-memory fake replicas.
+- ``engine``: the engine client (the ``PieceRunner`` seam, vLLM and SGLang over HTTP, faults).
+- ``execution``: what every front door runs on (chains of pieces, the piece loop, health,
+  stalls, move settings, the ``auto`` profile).
+- ``step``: the single-turn front door (``TailSieveRollout``, ``LiveExecutor``, its rebalancer).
+- ``sessions``: the multi-turn front door (``SessionGateway``, agentic rollouts).
+- ``proxy``: the HTTP proxy. ``cluster``, ``emulator``, ``stub``: fleets, the emulated replica,
+  the test fake. ``launcher``, ``profiler``, ``demo``: local servers, profiles, the demo.
 """

@@ -22,14 +22,14 @@ from tailsieve.control.config import ControllerConfig
 from tailsieve.core.timeline import StepTimeline
 from tailsieve.errors import ConfigError
 from tailsieve.model.profiles import DEFAULT_PROFILE, load_profile
-from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
 from tailsieve.runtime.emulator import EmulatorFleet
 from tailsieve.runtime.emulator.protocol import text_ids
-from tailsieve.runtime.observe import StepMetrics
-from tailsieve.runtime.rollout import TailSieveRollout
-from tailsieve.runtime.rollout_batch import RolloutBatch
-from tailsieve.runtime.rollout_config import RolloutConfig
-from tailsieve.runtime.step_state import StepProgress
+from tailsieve.runtime.engine.backends import Backend, PromptInput, SamplingParams
+from tailsieve.runtime.step.observe import StepMetrics
+from tailsieve.runtime.step.rollout import TailSieveRollout
+from tailsieve.runtime.step.rollout_batch import RolloutBatch
+from tailsieve.runtime.step.rollout_config import RolloutConfig
+from tailsieve.runtime.step.step_state import StepProgress
 from tailsieve.sim.driver import PairedLengths, epoch_prompt_ids
 from tailsieve.sim.speedup_stats import STEADY_FROM, ratios_by_step
 from tailsieve.workload import load_workload

@@ -22,14 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tailsieve.errors import ConfigError
-from tailsieve.runtime.backends import Backend, SamplingParams
 from tailsieve.runtime.demo import PolicyResult, record_batch, write_run
+from tailsieve.runtime.engine.backends import Backend, SamplingParams
 from tailsieve.runtime.launcher import LaunchConfig, VllmFleet
 from tailsieve.runtime.profiler import ProfileSettings, mean_profile, profile_endpoints
 from tailsieve.runtime.prompt_file import read_prompt_set
-from tailsieve.runtime.rollout import TailSieveRollout
-from tailsieve.runtime.rollout_config import RolloutConfig
-from tailsieve.runtime.step_state import StepProgress
+from tailsieve.runtime.step.rollout import TailSieveRollout
+from tailsieve.runtime.step.rollout_config import RolloutConfig
+from tailsieve.runtime.step.step_state import StepProgress
 
 DEFAULT_MODEL_DIR = Path(".cache/smollm2-135m-instruct")
 PROFILE_BATCH_SIZES = (1, 4, 16)

@@ -28,8 +28,8 @@ from types import TracebackType
 from typing import Any
 
 from tailsieve.errors import ConfigError, ReplicaError
+from tailsieve.runtime.engine.transport import AiohttpTransport, probe_health
 from tailsieve.runtime.spec_flags import PoolSpeculation
-from tailsieve.runtime.transport import AiohttpTransport, probe_health
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,12 +38,12 @@ import numpy as np
 
 from tailsieve.errors import ConfigError, ProfileError, ReplicaError
 from tailsieve.model.throughput import ThroughputModel
-from tailsieve.runtime.backends import SamplingParams
-from tailsieve.runtime.faults import ReplicaDownError
-from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
-from tailsieve.runtime.sessions.pieces import PieceRequest
-from tailsieve.runtime.sessions.served_models import resolve_served_model
-from tailsieve.runtime.transport import AiohttpTransport, Transport
+from tailsieve.runtime.engine.backends import SamplingParams
+from tailsieve.runtime.engine.faults import ReplicaDownError
+from tailsieve.runtime.engine.http_runner import HttpPieceRunner
+from tailsieve.runtime.engine.pieces import PieceRequest
+from tailsieve.runtime.engine.served_models import resolve_served_model
+from tailsieve.runtime.engine.transport import AiohttpTransport, Transport
 
 DEFAULT_BATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
 SHORT_FRACTION = 0.25  # the short round asks for this fraction of the tokens

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tailsieve.errors import ConfigError
-from tailsieve.runtime.backends import PromptInput
+from tailsieve.runtime.engine.backends import PromptInput
 from tailsieve.workload.shipped import SHIPPED_PROMPTS
 
 SHIPPED_PROMPT_SETS: dict[str, Path] = {"math": SHIPPED_PROMPTS}

@@ -8,7 +8,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
-from tailsieve.runtime.faults import ReplicaDownError
+from tailsieve.runtime.engine.faults import ReplicaDownError
 
 T = TypeVar("T")
 

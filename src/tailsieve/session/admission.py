@@ -20,7 +20,7 @@ the first step admits by what it sees. A session that moves (a priced move at a 
 boundary) takes its reservation along. No future length is read.
 
 The engine's own account of its KV (``KvReading``: vLLM's ``vllm:kv_cache_usage_perc``,
-``vllm:num_preemptions_total`` and its KV size, read live by ``runtime.engine_kv``) corrects
+``vllm:num_preemptions_total`` and its KV size, read live by ``runtime.engine.engine_kv``) corrects
 the reservations where it says more (``KvAdmission.measure``): a replica's KV budget is the
 engine's where it reports one; the KV it holds is at least what the engine measures in use
 (work the book cannot see: another client's requests, a model of the context that falls

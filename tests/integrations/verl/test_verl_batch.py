@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from tailsieve.core.pool import Pool
 from tailsieve.errors import ReplicaError
 from tailsieve.integrations.verl.batch import PromptRow, build_output
-from tailsieve.runtime.backends import Response
-from tailsieve.runtime.step_state import GroupResponses
+from tailsieve.runtime.engine.backends import Response
+from tailsieve.runtime.step.step_state import GroupResponses
 
 P, R, PAD = 12, 10, 0
 

@@ -14,7 +14,7 @@ from hydra import compose, initialize_config_dir
 from tailsieve.errors import ConfigError
 from tailsieve.integrations.verl import VerlSettings
 from tailsieve.integrations.verl.main import MANAGER, check_config
-from tailsieve.runtime.backends import Backend
+from tailsieve.runtime.engine.backends import Backend
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "verl" / "config"
 

@@ -24,7 +24,7 @@ from verl_helpers import verl_config, vllm_endpoints
 from tailsieve.integrations.loop_thread import LoopThread
 from tailsieve.integrations.verl import TailSieveRayPPOTrainer
 from tailsieve.runtime.emulator import EmulatorConfig, EmulatorServer
-from tailsieve.runtime.observe import StepMetrics
+from tailsieve.runtime.step.observe import StepMetrics
 
 PIECE = 4  # vLLM without streaming: a move takes effect at the running piece's end
 MOVES = (

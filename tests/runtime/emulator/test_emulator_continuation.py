@@ -12,13 +12,13 @@ import pytest
 
 from tailsieve.core.plan import GroupAssignment, StepPlan
 from tailsieve.core.pool import Pool
-from tailsieve.runtime.backends import Backend, PromptInput, SamplingParams
 from tailsieve.runtime.emulator import EmulatorServer
 from tailsieve.runtime.emulator.prefix_cache import PrefixCache
 from tailsieve.runtime.emulator.protocol import FILLER_TOKEN_ID
-from tailsieve.runtime.executor import LiveExecutor
-from tailsieve.runtime.executor_config import ExecutorConfig
-from tailsieve.runtime.step_state import StepResult
+from tailsieve.runtime.engine.backends import Backend, PromptInput, SamplingParams
+from tailsieve.runtime.step.executor import LiveExecutor
+from tailsieve.runtime.step.executor_config import ExecutorConfig
+from tailsieve.runtime.step.step_state import StepResult
 
 ServerFactory = Any  # conftest.make_server
 

@@ -9,11 +9,11 @@ from typing import Any
 
 import aiohttp
 
-from tailsieve.runtime.backends import Backend, SamplingParams
 from tailsieve.runtime.emulator import EmulatorServer
 from tailsieve.runtime.emulator.protocol import FILLER_TOKEN_ID
-from tailsieve.runtime.rollout import TailSieveRollout
-from tailsieve.runtime.rollout_config import RolloutConfig
+from tailsieve.runtime.engine.backends import Backend, SamplingParams
+from tailsieve.runtime.step.rollout import TailSieveRollout
+from tailsieve.runtime.step.rollout_config import RolloutConfig
 
 
 async def test_generate_single_with_logprobs(

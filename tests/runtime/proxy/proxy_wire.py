@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from tailsieve.runtime.backends import Backend
-from tailsieve.runtime.lean_http import LeanTransport
-from tailsieve.runtime.transport import JSON
+from tailsieve.runtime.engine.backends import Backend
+from tailsieve.runtime.engine.lean_http import LeanTransport
+from tailsieve.runtime.engine.transport import JSON
 
 Piece = tuple[list[int], list[int], str, list[float]]  # prompt ids, token ids, text, logprobs
 

@@ -19,8 +19,8 @@ from openai import AsyncOpenAI
 from prometheus_client.parser import text_string_to_metric_families
 from proxy_wire import Wire, check_chain
 
-from tailsieve.runtime.backends import Backend
 from tailsieve.runtime.emulator import EmulatorConfig, EmulatorServer
+from tailsieve.runtime.engine.backends import Backend
 from tailsieve.runtime.proxy import ProxyConfig, RoutingProxy
 from tailsieve.runtime.sessions import GatewayConfig
 

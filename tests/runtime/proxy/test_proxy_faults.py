@@ -14,9 +14,9 @@ import aiohttp
 import pytest
 from proxy_stub import STUB_MODEL, expected, long_prompt, stub_proxy, stub_text
 
+from tailsieve.runtime.engine.transport import RequestError
 from tailsieve.runtime.sessions import PieceOutput, PieceRequest
 from tailsieve.runtime.stub import StubPieceRunner
-from tailsieve.runtime.transport import RequestError
 
 
 async def post(url: str, body: Any, headers: dict[str, str] | None = None,

@@ -15,8 +15,8 @@ from collections.abc import Iterator
 import aiohttp
 import pytest
 
-from tailsieve.runtime.backends import Backend
 from tailsieve.runtime.emulator import EmulatorFleet
+from tailsieve.runtime.engine.backends import Backend
 from tailsieve.runtime.proxy import ProxyConfig, RoutingProxy
 
 MODEL = "tailsieve-emulated"

@@ -12,8 +12,8 @@ import pytest
 from openai import AsyncOpenAI
 from proxy_stub import STUB_MODEL, char_ids, expected, long_prompt, stub_logprob, stub_text
 
+from tailsieve.runtime.execution.result import PieceSpan
 from tailsieve.runtime.proxy import RoutingProxy
-from tailsieve.runtime.sessions.result import PieceSpan
 
 PROMPT = "Tell me a story about a lighthouse."
 

@@ -19,11 +19,11 @@ from openai import AsyncOpenAI
 from proxy_stub import STUB_MODEL, expected, long_prompt, stub_logprob, stub_proxy, stub_text
 from proxy_wire import Wire, check_chain
 
-from tailsieve.runtime.backends import Backend
 from tailsieve.runtime.emulator import EmulatorConfig, EmulatorServer
+from tailsieve.runtime.engine.backends import Backend
+from tailsieve.runtime.engine.pieces import PieceOutput, PieceRequest, TokenDelta
 from tailsieve.runtime.proxy import ProxyConfig, RoutingProxy
 from tailsieve.runtime.sessions import GatewayConfig
-from tailsieve.runtime.sessions.pieces import PieceOutput, PieceRequest, TokenDelta
 from tailsieve.runtime.stub import StubPieceRunner
 
 PROFILE = "qwen3-4b-h100"

@@ -12,12 +12,12 @@ import aiohttp
 import pytest
 from proxy_stub import CharTokenizer, char_ids, expected, long_prompt, stub_proxy
 
-from tailsieve.runtime.backends import Backend
+from tailsieve.runtime.engine.backends import Backend
+from tailsieve.runtime.engine.pieces import CHARS_PER_TOKEN
 from tailsieve.runtime.proxy import RoutingProxy
 from tailsieve.runtime.proxy.openai_api import parse_completions
 from tailsieve.runtime.proxy.request import Api, PromptSpec
 from tailsieve.runtime.proxy.service import TextPrompts
-from tailsieve.runtime.sessions.pieces import CHARS_PER_TOKEN
 
 
 def _calls(proxy: RoutingProxy) -> list[dict[str, Any]]:

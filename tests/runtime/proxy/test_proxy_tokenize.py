@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from tailsieve.runtime.backends import Backend
+from tailsieve.runtime.engine.backends import Backend
+from tailsieve.runtime.engine.http_runner import HttpPieceRunner
 from tailsieve.runtime.proxy import HttpTokenizer
 from tailsieve.runtime.proxy.api_error import ApiError
 from tailsieve.runtime.proxy.openai_api import parse_chat, parse_completions
-from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
 
 
 class TokenizeServer:

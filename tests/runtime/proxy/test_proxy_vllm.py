@@ -25,9 +25,9 @@ from openai import AsyncOpenAI
 from proxy_wire import Wire, check_chain
 from real_servers import REAL_ENDPOINTS, REAL_MODEL, needs_real
 
+from tailsieve.runtime.execution.result import PieceSpan
 from tailsieve.runtime.proxy import ProxyConfig, RoutingProxy
 from tailsieve.runtime.sessions import GatewayConfig
-from tailsieve.runtime.sessions.result import PieceSpan
 
 pytestmark = [pytest.mark.vllm, needs_real(2)]
 PROMPT = "Once upon a time, in a small village by the sea, there lived"

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from tailsieve.runtime.chain import Piece
+from tailsieve.runtime.execution.chain import Piece
+from tailsieve.runtime.execution.result import PieceSpan, TurnResult
 from tailsieve.runtime.proxy.sample import SampleTrace
-from tailsieve.runtime.sessions.result import PieceSpan, TurnResult
 
 
 def _result(chain: tuple[Piece, ...]) -> TurnResult:

@@ -7,11 +7,11 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tailsieve.runtime.chain import Piece, ResponseChain
+from tailsieve.runtime.engine.pieces import PieceOutput, TokenDelta
+from tailsieve.runtime.execution.chain import Piece, ResponseChain
+from tailsieve.runtime.execution.result import PieceSpan, TurnResult
 from tailsieve.runtime.proxy.sample import LiveTokens, SampleTrace
 from tailsieve.runtime.proxy.stream import StreamCursor
-from tailsieve.runtime.sessions.pieces import PieceOutput, TokenDelta
-from tailsieve.runtime.sessions.result import PieceSpan, TurnResult
 
 WORDS = ["a", "b", "ab", "ba", "c", "abc", " "]
 

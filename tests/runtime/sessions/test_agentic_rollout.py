@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from tailsieve.core.balancer import BalanceSettings
 from tailsieve.errors import ConfigError
-from tailsieve.runtime.backends import PromptInput, SamplingParams
 from tailsieve.runtime.emulator import EmulatorConfig, EmulatorServer
+from tailsieve.runtime.engine.backends import PromptInput, SamplingParams
 from tailsieve.runtime.sessions import (
     AgenticConfig,
     AgenticRollout,

@@ -1,4 +1,4 @@
-"""The gateway's admission by KV room reads the engines' own KV (``runtime.engine_kv``): a
+"""The gateway's admission by KV room reads the engines' own KV (``runtime.engine.engine_kv``): a
 replica whose engine is full of work the book cannot see gets no new session; without a
 reading the book's model decides."""
 
@@ -112,7 +112,7 @@ def test_a_runner_without_metrics_leaves_the_books_model(caplog: pytest.LogCaptu
         async with SessionGateway(1, NoMetrics(), GatewayConfig(kv_admission="on")) as gw:
             return gw.admission.poller is None
 
-    with caplog.at_level(logging.INFO, logger="tailsieve.runtime.engine_kv"):
+    with caplog.at_level(logging.INFO, logger="tailsieve.runtime.engine.engine_kv"):
         assert asyncio.run(go())
     assert any("book's model" in r.getMessage() for r in caplog.records)
 

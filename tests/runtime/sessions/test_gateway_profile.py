@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 from tailsieve.model.profiles import load_profile
-from tailsieve.runtime.backends import SamplingParams
 from tailsieve.runtime.emulator import EmulatorConfig, EmulatorServer
+from tailsieve.runtime.engine.backends import SamplingParams
+from tailsieve.runtime.engine.pieces import PieceOutput, PieceRequest
+from tailsieve.runtime.execution.profile import REFIT_MIN_PIECES, LiveProfile
 from tailsieve.runtime.sessions import GatewayConfig, SessionGateway
-from tailsieve.runtime.sessions.pieces import PieceOutput, PieceRequest
-from tailsieve.runtime.sessions.profile import REFIT_MIN_PIECES, LiveProfile
 from tailsieve.runtime.stub import StubModel, StubPieceRunner
 from tailsieve.session.priced import place_turn
 from tailsieve.session.settings import SessionSettings

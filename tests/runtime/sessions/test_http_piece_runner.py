@@ -15,9 +15,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tailsieve.core.balancer import BalanceSettings
 from tailsieve.errors import ConfigError
-from tailsieve.runtime.backends import Backend, SamplingParams
 from tailsieve.runtime.emulator import EmulatorConfig, EmulatorServer
 from tailsieve.runtime.emulator.sglang import EOS_TOKEN_ID as SGLANG_EOS
+from tailsieve.runtime.engine.backends import Backend, SamplingParams
+from tailsieve.runtime.engine.transport import RequestError
 from tailsieve.runtime.sessions import (
     GatewayConfig,
     HttpPieceRunner,
@@ -26,7 +27,6 @@ from tailsieve.runtime.sessions import (
     sampling_dict,
     sampling_from_dict,
 )
-from tailsieve.runtime.transport import RequestError
 
 PROFILE = "qwen3-4b-h100"
 

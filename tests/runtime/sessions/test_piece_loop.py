@@ -6,11 +6,11 @@ import asyncio
 
 import pytest
 
-from tailsieve.runtime.backends import SamplingParams
-from tailsieve.runtime.faults import ReplicaDownError
-from tailsieve.runtime.sessions.piece_loop import PieceOwner, run_pieces
-from tailsieve.runtime.sessions.pieces import PieceOutput, PieceRequest
-from tailsieve.runtime.sessions.turn_chain import RunningTurn
+from tailsieve.runtime.engine.backends import SamplingParams
+from tailsieve.runtime.engine.faults import ReplicaDownError
+from tailsieve.runtime.engine.pieces import PieceOutput, PieceRequest
+from tailsieve.runtime.execution.piece_loop import PieceOwner, run_pieces
+from tailsieve.runtime.execution.turn_chain import RunningTurn
 
 
 class TooManyAborts(Exception):

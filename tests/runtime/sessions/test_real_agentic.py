@@ -14,7 +14,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from real_servers import REAL_ENDPOINTS, REAL_MODEL, needs_real
 
-from tailsieve.runtime.backends import SamplingParams
+from tailsieve.runtime.engine.backends import SamplingParams
+from tailsieve.runtime.engine.transport import JSON, AiohttpTransport
 from tailsieve.runtime.sessions import (
     AgenticConfig,
     AgenticRollout,
@@ -24,7 +25,6 @@ from tailsieve.runtime.sessions import (
     ToolCall,
     ToolResult,
 )
-from tailsieve.runtime.transport import JSON, AiohttpTransport
 
 pytestmark = pytest.mark.vllm
 SYSTEM = "You are an agent. Tools: search(query) returns a passage. " * 8

@@ -8,9 +8,9 @@ import json
 import pytest
 
 from tailsieve.errors import ConfigError, ReplicaError
-from tailsieve.runtime.backends import Backend
-from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
-from tailsieve.runtime.sessions.served_models import ServedModels, resolve_served_model
+from tailsieve.runtime.engine.backends import Backend
+from tailsieve.runtime.engine.http_runner import HttpPieceRunner
+from tailsieve.runtime.engine.served_models import ServedModels, resolve_served_model
 from tailsieve.runtime.stub import StubTransport
 
 
@@ -118,8 +118,8 @@ async def test_the_model_card_is_the_first_listed_model_with_its_limit_and_root(
 
 
 async def test_executor_resolves_once_from_the_stub() -> None:
-    from tailsieve.runtime.executor import LiveExecutor
-    from tailsieve.runtime.executor_config import ExecutorConfig
+    from tailsieve.runtime.step.executor import LiveExecutor
+    from tailsieve.runtime.step.executor_config import ExecutorConfig
 
     stub = StubTransport(lambda pid, i: 5)
     ex = LiveExecutor(["http://r0", "http://r1"], ExecutorConfig(), transport=stub)

@@ -14,8 +14,9 @@ import pytest
 
 from tailsieve.core.balancer import BalanceSettings
 from tailsieve.errors import ConfigError, ReplicaError
-from tailsieve.runtime.backends import SamplingParams
-from tailsieve.runtime.faults import ReplicaDownError
+from tailsieve.runtime.engine.backends import SamplingParams
+from tailsieve.runtime.engine.faults import ReplicaDownError
+from tailsieve.runtime.engine.pieces import TokenDelta
 from tailsieve.runtime.sessions import (
     GatewayConfig,
     PieceOutput,
@@ -23,7 +24,6 @@ from tailsieve.runtime.sessions import (
     SessionGateway,
     TurnResult,
 )
-from tailsieve.runtime.sessions.pieces import TokenDelta
 from tailsieve.runtime.stub import StubModel, StubPieceRunner
 
 NEVER_EOS = StubModel(eos_every=10**9)

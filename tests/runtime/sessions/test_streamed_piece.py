@@ -8,11 +8,11 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-from tailsieve.runtime.backends import SamplingParams
+from tailsieve.runtime.engine.backends import SamplingParams
+from tailsieve.runtime.engine.pieces import TokenDelta
+from tailsieve.runtime.engine.streamed import StreamedPiece
+from tailsieve.runtime.engine.transport import JSON
 from tailsieve.runtime.sessions import HttpPieceRunner, PieceRequest
-from tailsieve.runtime.sessions.pieces import TokenDelta
-from tailsieve.runtime.sessions.streamed import StreamedPiece
-from tailsieve.runtime.transport import JSON
 
 # "a", then the three byte tokens of 好 (the server sends its text with the last), then "b"
 TOKENS = [(1, "a"), (2, ""), (3, ""), (4, "好"), (5, "b"), (6, "c")]

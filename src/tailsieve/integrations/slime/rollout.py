@@ -20,7 +20,7 @@ from typing import Any
 from tailsieve.errors import ConfigError
 from tailsieve.integrations.slime.samples import fill
 from tailsieve.integrations.slime.session import TailSieveSlimSession
-from tailsieve.runtime.rollout_batch import RolloutBatch
+from tailsieve.runtime.step.rollout_batch import RolloutBatch
 
 
 @dataclass

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tailsieve.runtime.backends import Response
+from tailsieve.runtime.engine.backends import Response
 
 STATUS_OF = {"stop": "COMPLETED", "length": "TRUNCATED"}
 

@@ -18,9 +18,9 @@ from tailsieve.errors import ConfigError, ReplicaError
 from tailsieve.integrations.loop_thread import LoopThread
 from tailsieve.integrations.slime.samples import restart
 from tailsieve.integrations.slime.settings import SlimeSettings
-from tailsieve.runtime.backends import PromptInput
-from tailsieve.runtime.rollout import TailSieveRollout
-from tailsieve.runtime.rollout_batch import RolloutBatch
+from tailsieve.runtime.engine.backends import PromptInput
+from tailsieve.runtime.step.rollout import TailSieveRollout
+from tailsieve.runtime.step.rollout_batch import RolloutBatch
 
 STATE_VERSION = 1
 

@@ -23,7 +23,7 @@ from verl import DataProto
 from verl.utils.model import compute_position_id_with_mask
 
 from tailsieve.errors import ConfigError, ReplicaError
-from tailsieve.runtime.step_state import GroupResponses
+from tailsieve.runtime.step.step_state import GroupResponses
 
 NUM_TURNS = 2  # a single-turn rollout (user + assistant), as verl's single_turn_agent reports
 

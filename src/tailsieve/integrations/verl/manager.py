@@ -38,10 +38,10 @@ from tailsieve.integrations.verl.batch import (
 )
 from tailsieve.integrations.verl.settings import VerlSettings
 from tailsieve.integrations.verl.trainer import WholeOnFirstSlice
-from tailsieve.runtime.backends import Backend, PromptInput
-from tailsieve.runtime.rollout import TailSieveRollout
-from tailsieve.runtime.rollout_batch import RolloutBatch
-from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
+from tailsieve.runtime.engine.backends import Backend, PromptInput
+from tailsieve.runtime.engine.http_runner import HttpPieceRunner
+from tailsieve.runtime.step.rollout import TailSieveRollout
+from tailsieve.runtime.step.rollout_batch import RolloutBatch
 
 logger = logging.getLogger(__name__)
 STATE_VERSION = 1

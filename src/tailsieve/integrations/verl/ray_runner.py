@@ -32,8 +32,8 @@ from ray.exceptions import RayActorError, RayTaskError
 
 from tailsieve.errors import ReplicaError
 from tailsieve.integrations.verl.server_facts import ServerFacts
+from tailsieve.runtime.engine.transport import ReplicaDownError, RequestError
 from tailsieve.runtime.sessions import PieceOutput, PieceRequest
-from tailsieve.runtime.transport import ReplicaDownError, RequestError
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +140,7 @@ def _cause(exc: RayTaskError) -> str:
 
 
 def ray_fault(replica: int, exc: BaseException) -> BaseException:
-    """What a Ray call's exception means (``runtime.faults``): a dead actor, or an engine or
+    """What a Ray call's exception means (``runtime.engine.faults``): a dead actor, or an engine or
     backend gone under it, is ``ReplicaDownError``; any other error the server raised is a
     ``RequestError``; anything else is ``exc`` itself."""
     if isinstance(exc, RayActorError):

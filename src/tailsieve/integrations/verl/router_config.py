@@ -34,9 +34,9 @@ from typing import Any
 from tailsieve.core.balancer import BalanceSettings
 from tailsieve.errors import ConfigError
 from tailsieve.integrations.settings_values import flag, optional
+from tailsieve.runtime.execution.stall_watch import StallSettings
 from tailsieve.runtime.sessions import GatewayConfig
 from tailsieve.runtime.sessions.config import default_balance
-from tailsieve.runtime.stall_watch import StallSettings
 from tailsieve.session import SessionPolicy, SessionSettings, parse_policy
 
 ROUTER_CLASS = "tailsieve.integrations.verl.router.TailSieveRouter"

@@ -26,7 +26,7 @@ from typing import Any
 from tailsieve.errors import ReplicaError
 from tailsieve.integrations.verl.router_config import VerlRouterConfig
 from tailsieve.integrations.verl.slots import ServerSlots
-from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
+from tailsieve.runtime.engine.http_runner import HttpPieceRunner
 
 log = logging.getLogger(__name__)
 

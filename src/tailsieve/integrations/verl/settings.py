@@ -30,8 +30,8 @@ from typing import Any
 
 from tailsieve.errors import ConfigError
 from tailsieve.integrations.settings_values import POLICIES, flag, optional, sampling, with_seam
-from tailsieve.runtime.backends import Backend, SamplingParams
-from tailsieve.runtime.rollout_config import RolloutConfig
+from tailsieve.runtime.engine.backends import Backend, SamplingParams
+from tailsieve.runtime.step.rollout_config import RolloutConfig
 
 KEYS = (
     "num_groups",

@@ -1,6 +1,6 @@
 """verl's ``TokenOutput`` of a turn: a view over its chain of pieces.
 
-The token ids and log-probs are the chain's join (``runtime.chain.ResponseChain.join``); what
+The token ids and log-probs are the chain's join (``runtime.execution.chain.ResponseChain.join``); what
 only verl's server says comes from each piece's ``detail`` (the server's own ``TokenOutput``):
 ``routed_experts`` joined as verl's ``FullyAsyncLLMServerClient`` joins a resumed request (the
 first piece's rows, then each later piece's rows of its new tokens); ``num_preempted`` summed;
@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from verl.workers.rollout.replica import TokenOutput
 
-from tailsieve.runtime.chain import Piece, ResponseChain
+from tailsieve.runtime.execution.chain import Piece, ResponseChain
 
 SUMMED_EXTRA = ("spec_num_draft_tokens", "spec_num_accepted_tokens", "spec_num_verify_steps")
 ABORTED = "aborted"

@@ -16,9 +16,9 @@ from collections.abc import Hashable
 from typing import Any
 
 from tailsieve.integrations.verl.ray_runner import ray_fault
+from tailsieve.runtime.engine.transport import ReplicaDownError
 from tailsieve.runtime.sessions import SessionGateway
 from tailsieve.runtime.sessions.parts import Placement
-from tailsieve.runtime.transport import ReplicaDownError
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from tailsieve.errors import ConfigError
-from tailsieve.runtime.backends import Backend
+from tailsieve.runtime.engine.backends import Backend
 from tailsieve.runtime.sessions.config import GatewayConfig
 from tailsieve.session.client_table import DEFAULT_TTL_S
 

@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from tailsieve.runtime.observe_moves import moves_families
+from tailsieve.runtime.execution.observe_moves import moves_families
 from tailsieve.runtime.proxy.service import ProxyService
 
 __all__ = ["CONTENT_TYPE_LATEST", "ProxyMetrics"]

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
+from tailsieve.runtime.engine.transport import ReplicaError, RequestError, Transport
 from tailsieve.runtime.proxy.api_error import ApiError, bad_request, unavailable
 from tailsieve.runtime.proxy.config import ProxyConfig
 from tailsieve.runtime.proxy.generation import handle, read_json
@@ -33,7 +34,6 @@ from tailsieve.runtime.proxy.guard import FRONT, ROUTE, TRUSTED, FrontDoor
 from tailsieve.runtime.proxy.metrics import CONTENT_TYPE_LATEST, ProxyMetrics
 from tailsieve.runtime.proxy.request import Api
 from tailsieve.runtime.proxy.service import ProxyService
-from tailsieve.runtime.transport import ReplicaError, RequestError, Transport
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

@@ -3,7 +3,7 @@
 The gateway joins a turn's pieces into its ``TurnResult`` (token ids, text, logprobs, finish
 reason; cut at a stop string that spans a seam), and hands back the chain it joined
 (``TurnResult.chain``, each piece with what its server said beyond the tokens: each token's
-text and top logprobs, the stop reason; ``runtime.chain.Piece``). ``SampleOutput`` is the
+text and top logprobs, the stop reason; ``runtime.execution.chain.Piece``). ``SampleOutput`` is the
 sample as delivered: the join, with the per-token detail read off the chain's pieces and cut
 where the join was cut. ``SampleTrace`` keeps a sample's pieces as they end only for a sample
 aborted before its end (no ``TurnResult``): the same view over the pieces it had.
@@ -19,10 +19,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tailsieve.runtime.chain import Piece, ResponseChain
-from tailsieve.runtime.sessions.pieces import PieceOutput, TokenDelta
-from tailsieve.runtime.sessions.result import PieceSpan, TurnResult
-from tailsieve.runtime.sessions.streamed import extend_or_none
+from tailsieve.runtime.engine.pieces import PieceOutput, TokenDelta
+from tailsieve.runtime.engine.streamed import extend_or_none
+from tailsieve.runtime.execution.chain import Piece, ResponseChain
+from tailsieve.runtime.execution.result import PieceSpan, TurnResult
 
 
 @dataclass(slots=True)

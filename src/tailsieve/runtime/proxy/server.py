@@ -33,7 +33,10 @@ from typing import Any
 from aiohttp import web
 
 from tailsieve.errors import ConfigError
-from tailsieve.runtime.lean_http import LeanTransport
+from tailsieve.runtime.engine.http_runner import HttpPieceRunner
+from tailsieve.runtime.engine.lean_http import LeanTransport
+from tailsieve.runtime.engine.pieces import HealthProbe, PieceRunner
+from tailsieve.runtime.engine.transport import ReplicaError, Transport
 from tailsieve.runtime.proxy.api_error import ApiError, bad_request, unavailable
 from tailsieve.runtime.proxy.config import ProxyConfig
 from tailsieve.runtime.proxy.guard import FrontDoor
@@ -42,9 +45,6 @@ from tailsieve.runtime.proxy.routes import build_app
 from tailsieve.runtime.proxy.service import ProxyService, ServedModel
 from tailsieve.runtime.proxy.tokenizer import HttpTokenizer, Tokenizer
 from tailsieve.runtime.sessions.gateway import SessionGateway
-from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
-from tailsieve.runtime.sessions.pieces import HealthProbe, PieceRunner
-from tailsieve.runtime.transport import ReplicaError, Transport
 from tailsieve.session.client_table import ClientSessions
 
 log = logging.getLogger(__name__)

@@ -30,8 +30,16 @@ from typing import Any
 
 from tailsieve.control.pace_window import PaceWindows
 from tailsieve.errors import ConfigError, ReplicaError
-from tailsieve.runtime.backends import Backend
-from tailsieve.runtime.chain import ChainError
+from tailsieve.runtime.engine.backends import Backend
+from tailsieve.runtime.engine.pieces import (
+    CHARS_PER_TOKEN,
+    PieceOutput,
+    TokenDelta,
+    text_tokens,
+)
+from tailsieve.runtime.engine.transport import RequestError
+from tailsieve.runtime.execution.chain import ChainError
+from tailsieve.runtime.execution.result import PieceSpan, TurnResult
 from tailsieve.runtime.proxy.api_error import (
     ApiError,
     bad_gateway,
@@ -49,15 +57,7 @@ from tailsieve.runtime.proxy.request import (
 from tailsieve.runtime.proxy.sample import LiveTokens, SampleOutput, SampleTrace
 from tailsieve.runtime.proxy.tokenizer import Tokenizer
 from tailsieve.runtime.sessions.gateway import SessionGateway
-from tailsieve.runtime.sessions.pieces import (
-    CHARS_PER_TOKEN,
-    PieceOutput,
-    TokenDelta,
-    text_tokens,
-)
-from tailsieve.runtime.sessions.result import PieceSpan, TurnResult
 from tailsieve.runtime.tasks import BackgroundTask
-from tailsieve.runtime.transport import RequestError
 from tailsieve.session.client_table import ClientSessions, Lease
 
 log = logging.getLogger(__name__)
@@ -340,7 +340,7 @@ class ProxyService:
 
 def _to_sglang(sp: dict[str, Any]) -> None:
     """vLLM-named sampling extras in SGLang's names (the known fields are mapped by
-    ``runtime.backends``)."""
+    ``runtime.engine.backends``)."""
     if sp.get("min_tokens"):
         raise bad_request("min_tokens is not supported with SGLang servers behind the proxy "
                           "(a continued piece's floor is kept in vLLM's field)", "min_tokens")

@@ -16,9 +16,9 @@ import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
+from tailsieve.runtime.engine.http_runner import HttpPieceRunner
+from tailsieve.runtime.engine.transport import ReplicaDownError, RequestError
 from tailsieve.runtime.proxy.api_error import ApiError, bad_gateway, bad_request, unavailable
-from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
-from tailsieve.runtime.transport import ReplicaDownError, RequestError
 
 
 class Tokenizer(Protocol):

@@ -1,10 +1,7 @@
 """The live session gateway: multi-turn sessions over live replicas (see ``gateway``)."""
 
-from tailsieve.runtime.sessions.agentic import AgenticConfig, AgenticRollout, ToolFn
-from tailsieve.runtime.sessions.config import GatewayConfig
-from tailsieve.runtime.sessions.gateway import SessionGateway
-from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
-from tailsieve.runtime.sessions.pieces import (
+from tailsieve.runtime.engine.http_runner import HttpPieceRunner
+from tailsieve.runtime.engine.pieces import (
     HealthProbe,
     PieceOutput,
     PieceRequest,
@@ -12,7 +9,10 @@ from tailsieve.runtime.sessions.pieces import (
     sampling_dict,
     sampling_from_dict,
 )
-from tailsieve.runtime.sessions.result import GatewayStats, PieceSpan, ReplicaStat, TurnResult
+from tailsieve.runtime.execution.result import GatewayStats, PieceSpan, ReplicaStat, TurnResult
+from tailsieve.runtime.sessions.agentic import AgenticConfig, AgenticRollout, ToolFn
+from tailsieve.runtime.sessions.config import GatewayConfig
+from tailsieve.runtime.sessions.gateway import SessionGateway
 from tailsieve.runtime.sessions.trajectory import (
     AgentGroup,
     AgenticBatch,

@@ -22,7 +22,7 @@ KV-bound enough for admission to pay. ``LiveAdmission`` applies both at the gate
 - a session whose context fits no replica is admitted alone on an empty one
   (``KvAdmission.fits``): nothing waits for ever.
 
-The engines' own account of their KV (``runtime.engine_kv.KvPoller``, every
+The engines' own account of their KV (``runtime.engine.engine_kv.KvPoller``, every
 ``GatewayConfig.kv_metrics_interval_s`` real seconds, while admission may be on: ``start``)
 comes in through ``measure`` and goes to ``KvAdmission.measure`` (the KV size the engine
 reports, the KV it measures in use, its preemptions); the KV size also prices ``kv_bound``.
@@ -45,7 +45,7 @@ from dataclasses import dataclass, replace
 
 from tailsieve.errors import ConfigError
 from tailsieve.model.replica_config import ReplicaConfig
-from tailsieve.runtime.engine_kv import KvPoller
+from tailsieve.runtime.engine.engine_kv import KvPoller
 from tailsieve.session.admission import (
     AdmissionSettings,
     KvAdmission,

@@ -35,11 +35,12 @@ from dataclasses import dataclass, field
 from types import TracebackType
 
 from tailsieve.errors import ConfigError
-from tailsieve.runtime.backends import Backend, PromptInput, PromptLike, SamplingParams
+from tailsieve.runtime.engine.backends import Backend, PromptInput, PromptLike, SamplingParams
+from tailsieve.runtime.engine.http_runner import HttpPieceRunner
+from tailsieve.runtime.engine.pieces import PieceRunner
+from tailsieve.runtime.engine.transport import Transport
 from tailsieve.runtime.sessions.config import GatewayConfig
 from tailsieve.runtime.sessions.gateway import SessionGateway
-from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
-from tailsieve.runtime.sessions.pieces import PieceRunner
 from tailsieve.runtime.sessions.trajectory import (
     AgentGroup,
     AgenticBatch,
@@ -50,7 +51,6 @@ from tailsieve.runtime.sessions.trajectory import (
     check_groups,
     stats_delta,
 )
-from tailsieve.runtime.transport import Transport
 from tailsieve.session.yardstick import yardstick_s
 
 ToolFn = Callable[[ToolCall], ToolResult | Awaitable[ToolResult]]

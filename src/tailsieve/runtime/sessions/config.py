@@ -9,9 +9,9 @@ from typing import Any
 from tailsieve.core.balancer import BalanceSettings
 from tailsieve.errors import ConfigError
 from tailsieve.model.profiles import parse_profile
-from tailsieve.runtime.moves import MoveSettings
+from tailsieve.runtime.execution.moves import MoveSettings
+from tailsieve.runtime.execution.stall_watch import StallSettings
 from tailsieve.runtime.sessions.admit import check_mode
-from tailsieve.runtime.stall_watch import StallSettings
 from tailsieve.session.midturn import AGENTIC_BALANCE
 from tailsieve.session.routers import SessionPolicy, parse_policy
 from tailsieve.session.settings import SessionSettings
@@ -65,10 +65,10 @@ class GatewayConfig:
     # "auto" where ``session.admission.kv_bound`` says the last step was KV-bound (the
     # ``tailsieve`` policy), "on" always, "off" never
     kv_metrics_interval_s: float | None = 0.5  # while admission may be on, read each engine's
-    # KV (``/metrics``: its size, the KV in use, preemptions; ``runtime.engine_kv``) this
+    # KV (``/metrics``: its size, the KV in use, preemptions; ``runtime.engine.engine_kv``) this
     # often, real seconds; None: never (the book's model of the KV alone)
     move: MoveSettings = field(init=False, repr=False, compare=False)  # the move settings
-    # above, in the one form every front door shares (``runtime.moves``)
+    # above, in the one form every front door shares (``runtime.execution.moves``)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "policy", parse_policy(self.policy))

@@ -13,7 +13,7 @@
 
 Each turn is placed by the policy's ``SessionRouter`` (``session.routers``) over the
 ``SessionBook`` (``session.book``, kept from the gateway's events) and runs as a chain of
-pieces (``turn_chain``, run by ``piece_loop``; joined by ``runtime.chain``) on healthy
+pieces (``turn_chain``, run by ``piece_loop``; joined by ``runtime.execution.chain``) on healthy
 replicas (``gateway_pieces``: a replica that fails is taken out and each turn running there
 continues elsewhere from its last seam, nothing lost or generated twice). With the
 ``tailsieve`` policy running turns move mid-turn (``gateway_moves``), in the steps the balance
@@ -36,22 +36,22 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from tailsieve.errors import ConfigError
-from tailsieve.runtime.backends import Backend, SamplingParams
-from tailsieve.runtime.chain import penalties_of
+from tailsieve.runtime.engine.backends import Backend, SamplingParams
+from tailsieve.runtime.engine.http_runner import HttpPieceRunner
+from tailsieve.runtime.engine.pieces import PieceOutput, PieceRunner, sampling_from_dict
+from tailsieve.runtime.engine.transport import Transport
+from tailsieve.runtime.execution.chain import penalties_of
+from tailsieve.runtime.execution.piece_loop import run_pieces
+from tailsieve.runtime.execution.profile import LiveProfile
+from tailsieve.runtime.execution.result import GatewayStats, PieceSpan, TurnResult
+from tailsieve.runtime.execution.turn_chain import RunningTurn, TurnSink
 from tailsieve.runtime.sessions.admit import LiveAdmission
 from tailsieve.runtime.sessions.config import GatewayConfig
 from tailsieve.runtime.sessions.gateway_moves import MidTurnMoves
 from tailsieve.runtime.sessions.gateway_pieces import GatewayPieces
 from tailsieve.runtime.sessions.gateway_steps import GatewaySteps
-from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
 from tailsieve.runtime.sessions.parts import GatewayParts, Placement, build_parts
-from tailsieve.runtime.sessions.piece_loop import run_pieces
-from tailsieve.runtime.sessions.pieces import PieceOutput, PieceRunner, sampling_from_dict
-from tailsieve.runtime.sessions.profile import LiveProfile
-from tailsieve.runtime.sessions.result import GatewayStats, PieceSpan, TurnResult
 from tailsieve.runtime.sessions.tally import Tally
-from tailsieve.runtime.sessions.turn_chain import RunningTurn, TurnSink
-from tailsieve.runtime.transport import Transport
 from tailsieve.session.routers import SessionPolicy
 from tailsieve.session.turn import TurnRequest
 

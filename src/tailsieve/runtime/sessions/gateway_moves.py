@@ -34,13 +34,13 @@ from dataclasses import dataclass, replace
 
 from tailsieve.core.balancer import Running, plan_moves
 from tailsieve.core.progress_clock import ProgressClock, paces
-from tailsieve.runtime.check_timer import CheckTimer
+from tailsieve.runtime.engine.pieces import PieceInterrupter, PieceRunner, PieceStreamer
+from tailsieve.runtime.execution.check_timer import CheckTimer
+from tailsieve.runtime.execution.profile import LiveProfile
+from tailsieve.runtime.execution.turn_chain import RunningTurn
 from tailsieve.runtime.sessions.config import GatewayConfig
 from tailsieve.runtime.sessions.parts import GatewayParts
-from tailsieve.runtime.sessions.pieces import PieceInterrupter, PieceRunner, PieceStreamer
-from tailsieve.runtime.sessions.profile import LiveProfile
 from tailsieve.runtime.sessions.tally import Tally
-from tailsieve.runtime.sessions.turn_chain import RunningTurn
 from tailsieve.session.midturn import move_horizon_s
 
 log = logging.getLogger(__name__)

@@ -2,9 +2,9 @@
 (``piece_loop``: the book, the tally, moves taking effect, ``on_piece``), the replicas' health
 and the fail-over of a turn whose replica fails.
 
-A replica that fails (``runtime.faults``: unreachable, its engine died, a stream cut, or hung:
-no progress for longer than its cost model expects, ``runtime.stall_watch``) is taken out
-(``runtime.health``: probed every ``probe_interval_s`` when the runner can probe, back in
+A replica that fails (``runtime.engine.faults``: unreachable, its engine died, a stream cut, or hung:
+no progress for longer than its cost model expects, ``runtime.execution.stall_watch``) is taken out
+(``runtime.execution.health``: probed every ``probe_interval_s`` when the runner can probe, back in
 service when it answers), and the turn running there continues on the least loaded healthy
 replica (``fail_over``) from its last seam, or from its prompt where it cannot be continued.
 """
@@ -15,18 +15,18 @@ from collections.abc import Callable, Hashable
 
 from tailsieve.errors import ReplicaError
 from tailsieve.model.replica_config import ReplicaConfig
-from tailsieve.runtime.chain import ChainError, penalties_of
-from tailsieve.runtime.health import Probe, ReplicaHealth
+from tailsieve.runtime.engine.pieces import HealthProbe, PieceOutput, PieceRequest, PieceRunner
+from tailsieve.runtime.engine.transport import ReplicaDownError
+from tailsieve.runtime.execution.chain import ChainError, penalties_of
+from tailsieve.runtime.execution.health import Probe, ReplicaHealth
+from tailsieve.runtime.execution.piece_loop import PieceOwner
+from tailsieve.runtime.execution.profile import LiveProfile
+from tailsieve.runtime.execution.stall_watch import StallWatch
+from tailsieve.runtime.execution.turn_chain import RunningTurn
 from tailsieve.runtime.sessions.config import GatewayConfig
 from tailsieve.runtime.sessions.parts import GatewayParts
-from tailsieve.runtime.sessions.piece_loop import PieceOwner
-from tailsieve.runtime.sessions.pieces import HealthProbe, PieceOutput, PieceRequest, PieceRunner
-from tailsieve.runtime.sessions.profile import LiveProfile
 from tailsieve.runtime.sessions.tally import Tally
-from tailsieve.runtime.sessions.turn_chain import RunningTurn
-from tailsieve.runtime.stall_watch import StallWatch
 from tailsieve.runtime.tasks import BackgroundTask
-from tailsieve.runtime.transport import ReplicaDownError
 
 
 class GatewayPieces(PieceOwner):

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from tailsieve.errors import ConfigError
-from tailsieve.runtime.backends import PromptInput, SamplingParams
+from tailsieve.runtime.engine.backends import PromptInput, SamplingParams
 from tailsieve.runtime.sessions.trajectory import ToolCall, ToolResult
 from tailsieve.workload.turns import Trajectory
 

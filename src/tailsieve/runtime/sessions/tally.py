@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from tailsieve.runtime.engine.pieces import PieceOutput, PieceRequest
+from tailsieve.runtime.execution.result import GatewayStats, ReplicaStat
 from tailsieve.runtime.sessions.parts import Placement
-from tailsieve.runtime.sessions.pieces import PieceOutput, PieceRequest
-from tailsieve.runtime.sessions.result import GatewayStats, ReplicaStat
 from tailsieve.session.replica_view import ReplicaView
 from tailsieve.session.turn import TurnRequest
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tailsieve.errors import ReplicaError
-from tailsieve.runtime.sessions.result import GatewayStats, TurnResult
+from tailsieve.runtime.execution.result import GatewayStats, TurnResult
 from tailsieve.workload.turns import Trajectory, Turn, TurnTrace
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from tailsieve.errors import ConfigError
 from tailsieve.runtime.emulator.prefix_cache import PrefixCache
-from tailsieve.runtime.transport import JSON, ReplicaDownError
+from tailsieve.runtime.engine.transport import JSON, ReplicaDownError
 
 _MOD = (1 << 61) - 1
 _MUL = 1_000_003

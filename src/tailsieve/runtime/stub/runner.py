@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tailsieve.errors import ConfigError
-from tailsieve.runtime.sessions.http_runner import HttpPieceRunner
+from tailsieve.runtime.engine.http_runner import HttpPieceRunner
 from tailsieve.runtime.stub.model import StubModel
 from tailsieve.runtime.stub.transport import StubTransport
 

@@ -18,8 +18,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tailsieve.runtime.engine.transport import JSON, ReplicaDownError, RequestError
 from tailsieve.runtime.stub.model import ModelReplicas, StubModel
-from tailsieve.runtime.transport import JSON, ReplicaDownError, RequestError
 
 
 @dataclass(slots=True)
