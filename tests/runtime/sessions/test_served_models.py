@@ -161,3 +161,16 @@ async def test_served_models_asks_over_any_get_and_names_an_unreachable_url() ->
     with pytest.raises(ConfigError, match="replica 2 out of range"):
         await m.card(2)
 
+
+
+async def test_a_replica_whose_address_moved_is_asked_at_its_new_address() -> None:
+    asked: list[str] = []
+
+    async def get(url: str) -> tuple[int, str]:
+        asked.append(url)
+        return 200, json.dumps(models("m"))
+
+    endpoints = ["http://old:1"]
+    m = ServedModels(endpoints, Backend.VLLM, get)
+    endpoints[0] = "http://new:2/"  # as ``ReplicaSet.refresh_addresses`` moves a runner's replica
+    assert await m.one() == "m" and asked == ["http://new:2/v1/models"]

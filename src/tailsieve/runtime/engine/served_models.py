@@ -42,10 +42,11 @@ class ModelCard:
 
 class ServedModels:
     """The models ``endpoints[replica]`` (base URLs) serve on ``backend``, asked by ``get``;
-    a replica that cannot be reached is a ``ReplicaError``."""
+    a replica that cannot be reached is a ``ReplicaError``. ``endpoints`` is read at each
+    question, not copied: the runner's own list, so an address its owner moves is asked there."""
 
     def __init__(self, endpoints: Sequence[str], backend: Backend | str, get: Get) -> None:
-        self.endpoints = [e.rstrip("/") for e in endpoints]
+        self.endpoints = endpoints
         self.backend = Backend(backend)
         self._get = get
 
@@ -74,7 +75,7 @@ class ServedModels:
             if ids:
                 return ids
             tried.append(f"{path}: HTTP {status}" if status != 200 else f"{path}: no model listed")
-        raise ConfigError(f"cannot tell which model {self.endpoints[replica]} serves "
+        raise ConfigError(f"cannot tell which model {self._url(replica)} serves "
                           f"({'; '.join(tried)}); pass --model NAME")
 
     async def one(self, replicas: Sequence[int] | None = None) -> str:
@@ -82,7 +83,7 @@ class ServedModels:
         they serve several."""
         rs = list(range(len(self.endpoints)) if replicas is None else replicas)
         per = await gather_all(*(self.listed(r) for r in rs))
-        return one_model([(self.endpoints[r], ids) for r, ids in zip(rs, per, strict=True)])
+        return one_model([(self._url(r), ids) for r, ids in zip(rs, per, strict=True)])
 
     async def check(self, name: str) -> None:
         """``ConfigError`` when a replica lists its models and ``name`` is not among them; the
@@ -96,7 +97,7 @@ class ServedModels:
                 return ()
 
         per = await asyncio.gather(*(listing(r) for r in range(len(self.endpoints))))
-        bad = [(i, e, ids) for i, (e, ids) in enumerate(zip(self.endpoints, per, strict=True))
+        bad = [(i, self._url(i), ids) for i, ids in enumerate(per)
                if ids and name not in ids]
         if not bad:
             return
@@ -105,10 +106,13 @@ class ServedModels:
         raise ConfigError(f"--model {name!r} is not served by {named}{more}; pass a served "
                           "name, or leave --model out to use the one the replicas serve")
 
+    def _url(self, replica: int) -> str:
+        return self.endpoints[replica].rstrip("/")
+
     async def _ask(self, replica: int, path: str) -> tuple[int, str]:
         if not 0 <= replica < len(self.endpoints):
             raise ConfigError(f"replica {replica} out of range (0..{len(self.endpoints) - 1})")
-        url = self.endpoints[replica] + path
+        url = self._url(replica) + path
         try:
             return await self._get(url)
         except OSError as exc:

@@ -1,5 +1,5 @@
 """The live executor's side of moves (continuation mode): ``move``, the views of the running
-step the live rebalancer reads (``runtime.step.rebalancer``: its ``Mover``), and the rebalancer's
+step the live rebalancer reads (``runtime.step.live_moves.Mover``), and the rebalancer's
 start with each step it balances. ``LiveExecutor`` has them (``runtime.step.executor``).
 
 A crash of the live rebalancer (an exception out of its loop) is logged once (logger
