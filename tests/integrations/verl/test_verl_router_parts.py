@@ -106,7 +106,7 @@ def test_stop_rule_tells_a_stop_at_the_cap_from_a_cut() -> None:
                 min_size=1, max_size=6))
 def test_the_view_reads_verl_s_fields_off_the_pieces(
         pieces: list[tuple[list[int], bool]]) -> None:
-    """Token ids and log-probs are the chain's join (``tests/runtime/test_chain.py``); what
+    """Token ids and log-probs are the chain's join (``tests/runtime/execution/test_chain.py``); what
     only verl's server says is read off each piece's ``TokenOutput``."""
     outs = [TokenOutput(token_ids=ids, log_probs=[-0.1 * t for t in ids] if lp else None,
                         stop_reason="completed", num_preempted=1,
