@@ -3,6 +3,7 @@ what a load takes of a replica's cost model (``cost_terms``)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
@@ -50,14 +51,5 @@ def cost_terms(c: ReplicaConfig) -> CostTerms:
     """What a ``ReplicaLoad`` takes of a replica's cost model: ``tau`` (remembered per batch
     size: the model's scalar ``tau`` goes through numpy), seconds per context token per
     iteration, prefill seconds per uncached token and per continuation."""
-    tau = c.throughput.tau
-    seen: dict[int, float] = {}
-
-    def cached(b: int) -> float:
-        v = seen.get(b)
-        if v is None:
-            v = seen[b] = tau(b)
-        return v
-
-    return (cached, c.throughput.context_s_per_token, c.recompute_cost_s(1) - c.prefill_s,
+    return (functools.cache(c.throughput.tau), c.throughput.context_s_per_token, c.recompute_cost_s(1) - c.prefill_s,
             c.prefill_s)

@@ -162,7 +162,6 @@ async def test_served_models_asks_over_any_get_and_names_an_unreachable_url() ->
         await m.card(2)
 
 
-
 async def test_a_replica_whose_address_moved_is_asked_at_its_new_address() -> None:
     asked: list[str] = []
 

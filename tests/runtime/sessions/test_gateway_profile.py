@@ -205,11 +205,11 @@ async def test_a_check_refits_within_a_step_only_where_it_can_change_the_step() 
             timed(prof, 0, t)
             t += 1.0
         assert not prof.turned_over
-        gw.rebalancer.check()
+        gw.moves.check()
         assert prof.num_new > 0  # not refitted: no running turn may move
         while not prof.turned_over:
             timed(prof, 1, t)
             t += 1.0
         assert prof.num_new >= kept
-        gw.rebalancer.check()
+        gw.moves.check()
         assert prof.num_new == 0  # a full turnover refits all the same

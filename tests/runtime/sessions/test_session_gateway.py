@@ -242,7 +242,7 @@ async def test_the_rebalancer_moves_turns_to_a_replica_that_came_back() -> None:
         while len(gw._turns) < 8:
             await asyncio.sleep(0.001)
         gw.set_healthy(1, True)
-        made = gw.rebalancer.check().num_made
+        made = gw.moves.check().num_made
         outs = await asyncio.gather(*tasks)
     assert made > 0
     for i, out in enumerate(outs):
@@ -328,7 +328,7 @@ async def test_the_balance_gate_turns_mid_turn_moves_off_where_they_lose() -> No
         router_moves = gw.router.settings.moves  # type: ignore[attr-defined]
     assert reason is not None and reason.startswith("the balance gate")
     assert router_moves is False  # a step the gate does not balance keeps sessions home
-    assert gw.rebalancer.settings.expected_step_s in (1.0, 2.0)  # the last step's time
+    assert gw.moves.settings.expected_step_s in (1.0, 2.0)  # the last step's time
 
 
 async def test_bad_input_is_refused() -> None:

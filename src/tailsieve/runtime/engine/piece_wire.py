@@ -51,16 +51,18 @@ def piece_outputs(backend: Backend, raw: Any, num_samples: int, where: str,
     reasons read by ``piece_reason``); a ``RequestError`` where it is malformed, or
     ``need_ids`` and it came without token ids."""
     resps = parse_response(backend, raw, num_samples, where, allow_abort=True, keep_json=True)
-    return [_output(r, raw, backend, need_ids) for r in resps]
+    counts = _prompt_counts(raw, backend)  # the answer's, alike for each of its responses
+    return [_output(r, counts, need_ids) for r in resps]
 
 
-def _output(resp: Response, raw: Any, backend: Backend, need_ids: bool) -> PieceOutput:
+def _output(resp: Response, counts: tuple[int | None, int | None],
+            need_ids: bool) -> PieceOutput:
     if resp.token_ids is None and need_ids:
         raise RequestError("a piece came back without token ids (vLLM: return_token_ids; "
                            "SGLang: output_ids)", retryable=False)
     reason = piece_reason(resp.finish_reason)
     pids = resp.prompt_token_ids
-    prompt, cached = _prompt_counts(raw, backend)
+    prompt, cached = counts
     return PieceOutput(
         token_ids=resp.token_ids or (), finish_reason=reason, text=resp.text,
         num_tokens=None if resp.token_ids is not None else resp.num_tokens,

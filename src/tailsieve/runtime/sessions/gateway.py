@@ -99,7 +99,6 @@ class SessionGateway:
         self.moves = MidTurnMoves(self.config, runner, self.parts, self.tally, self.profile,
                                   self._turns, self._healthy, self.now, self.elapsed,
                                   lambda: self.mid_turn_moves)
-        self.rebalancer = self.moves  # the mid-turn checks (the same object)
         self.steps = GatewaySteps(self.config, self.parts, self.moves)
         self.gate = self.steps.gate
 
@@ -181,7 +180,7 @@ class SessionGateway:
 
     @property
     def mid_turn_moves(self) -> bool:
-        return self.steps.off_reason is None
+        return self.moves_off_reason is None
 
     async def generate(
         self,
@@ -244,7 +243,7 @@ class SessionGateway:
             del self._turns[session_id]
             self.turn_ended(session_id, rt.chain.num_generated, rt.replica)
             self.tally.ended(delivered)
-            self.rebalancer.poke()
+            self.moves.poke()
         return rt.result(decision.replica, decision.moved, decision.reason,
                          decision.prefill_tokens)
 
@@ -270,7 +269,7 @@ class SessionGateway:
 
     def stats(self) -> GatewayStats:
         return self.tally.stats(self.book.views(self.now()), self._healthy, len(self._turns),
-                                self.rebalancer.num_checks, self.moves_off_reason)
+                                self.moves.num_checks, self.moves_off_reason)
 
     async def watched(self, key: Hashable, replica: int, prompt_tokens: int, max_tokens: int,
                       call: Awaitable[T]) -> T:

@@ -67,7 +67,6 @@ class MidTurnMoves:
                  healthy: list[bool], now: Callable[[], float], elapsed: Callable[[], float],
                  allowed: Callable[[], bool]) -> None:
         self.config = config
-        self.parts = parts
         self.book = parts.book
         self.tally = tally
         self.profile = profile
@@ -200,9 +199,10 @@ class MidTurnMoves:
             if r is None:
                 continue
             oldest = min(oldest, rt.piece_started_s)
-            got = streamed(rt.piece_id) if streamed is not None else None
             if self.streams(rt):
-                got = rt.streamed_tokens
+                got: int | None = rt.streamed_tokens
+            else:
+                got = streamed(rt.piece_id) if streamed is not None else None
             if got is None:
                 got = clock.piece_tokens(r, rt.piece_started_s, now_s, rt.cap_tokens)
             self.book.progress(rt.session_id, rt.chain.num_generated + got, now_s)

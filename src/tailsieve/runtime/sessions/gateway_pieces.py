@@ -81,8 +81,9 @@ class GatewayPieces(PieceOwner):
         goes to the least loaded healthy replica (returned)."""
         self.health.down(replica, exc)
         await self.health.wait_any(self.config.no_replica_timeout_s)
-        dst = self.parts.least_loaded(self.book.views(self.now()), self.health.healthy)
-        self.book.move_turn(session_id, dst, self.now())
+        now = self.now()
+        dst = self.parts.least_loaded(self.book.views(now), self.health.healthy)
+        self.book.move_turn(session_id, dst, now)
         return dst
 
     async def aclose(self) -> None:

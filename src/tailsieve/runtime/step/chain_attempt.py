@@ -265,8 +265,7 @@ class _Lane(PieceOwner):
             progress.started_s.pop(j, None)
             progress.caps.pop(j, None)
         self.ended_s = self.clock()
-        runner = self.runner
-        self.outs = [out, *runner.rest] if isinstance(runner, _OneRequest) and out else [out]
+        self.outs = [out, *self.rest()] if self.rest is not None and out else [out]
         if (not self.att._cfg.continuation and fault is None
                 and any(o.finish_reason == "abort" for o in self.outs if o is not None)):
             fault = ReplicaDownError(f"{self.url} prompt {self.pid!r} sample {self.i}: the "

@@ -232,7 +232,8 @@ class LiveExecutor(ExecutorMoves, ReplicaSet):
             run.num_regenerated += 1
         else:
             self.num_relocations += 1
-        run.queue.put_nowait(Event("relocated", g.assignment.prompt_id))
+        if self._on_progress is not None:  # reported at once, not at the next group's end
+            run.queue.put_nowait(Event("relocated", g.assignment.prompt_id))
         return new
 
     def _launch(self, run: StepRun, g: GroupRun, prompts: Mapping[str, PromptInput]) -> None:

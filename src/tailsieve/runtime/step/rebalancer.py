@@ -49,7 +49,7 @@ from tailsieve.model.replica_config import ReplicaConfig
 from tailsieve.runtime.execution.check_timer import CheckTimer
 from tailsieve.runtime.step.live_moves import Mover, MoveTally, index_of
 
-__all__ = ["LiveRebalancer", "MoveTally"]
+__all__ = ["LiveRebalancer"]
 
 LIST_REPLICAS = 16  # a drain check lists the running responses of this many replicas per slice
 
