@@ -5,12 +5,13 @@ from __future__ import annotations
 import io
 import json
 import socket
+from dataclasses import replace
 
 import aiohttp
 from rich.console import Console
 
 from tailsieve.runtime.engine.backends import PromptInput, SamplingParams
-from tailsieve.runtime.step.observe import ProgressDisplay, RuntimeMetrics, StepLog
+from tailsieve.runtime.step.observe import ProgressDisplay, RuntimeMetrics, StepLog, StepMetrics
 from tailsieve.runtime.step.rollout import TailSieveRollout
 from tailsieve.runtime.step.rollout_config import RolloutConfig
 from tailsieve.runtime.step.step_state import StepProgress
@@ -72,3 +73,17 @@ def test_moves_off_reason_is_a_labelled_gauge() -> None:
     metrics.record_moves(None)  # moves back on: no reason left
     text = metrics.render().decode()
     assert "tailsieve_moves_active 1.0" in text and 'reason="' not in text
+
+
+def test_a_step_s_logged_figures_are_floats_under_one_prefix() -> None:
+    m = StepMetrics(step=3, policy="tailsieve", num_groups=4, q=5, m=2, makespan_s=1.5,
+                    tail_time_s=0.25, bulk_cut_s=1.0, wall_s=2.0, num_launched=10,
+                    num_aborted=1, num_regenerated=0, generated_tokens=900, wasted_tokens=40,
+                    delivered_tokens=860, num_carried_next=2, num_healthy_replicas=2,
+                    is_flush=False, num_moves=7, moves_off_reason="", profile_fitted=True)
+    logged = m.logged()
+    assert all(k.startswith("tailsieve/") and type(v) is float for k, v in logged.items())
+    assert logged["tailsieve/q"] == 5.0 and logged["tailsieve/num_moves"] == 7.0
+    assert logged["tailsieve/makespan_s"] == 1.5 and logged["tailsieve/wasted_tokens"] == 40.0
+    assert logged["tailsieve/moves_active"] == 1.0 and logged["tailsieve/profile_fitted"] == 1.0
+    assert replace(m, moves_off_reason="moves=False").logged()["tailsieve/moves_active"] == 0.0

@@ -52,7 +52,7 @@ def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: b
     session.run(_rewards(args, groups))
     groups.sort(key=lambda g: (g[0].index is None, g[0].index))
     out_cls = _train_output_class()
-    return out_cls(samples=groups, metrics=_metrics(batch))
+    return out_cls(samples=groups, metrics=batch.metrics.logged())
 
 
 def deliver(session: TailSieveSlimSession, batch: RolloutBatch, rollout_id: int) -> list[list[Any]]:
@@ -115,25 +115,3 @@ def _train_output_class() -> Any:
         return RolloutFnTrainOutput
     except ImportError:
         return TrainOutput
-
-
-def _metrics(batch: RolloutBatch) -> dict[str, Any]:
-    m = batch.metrics
-    return {
-        "tailsieve/makespan_s": m.makespan_s,
-        "tailsieve/tail_time_s": m.tail_time_s,
-        "tailsieve/bulk_cut_s": m.bulk_cut_s,
-        "tailsieve/q": m.q,
-        "tailsieve/m": m.m,
-        "tailsieve/num_aborted": m.num_aborted,
-        "tailsieve/num_carried_next": m.num_carried_next,
-        "tailsieve/wasted_tokens": m.wasted_tokens,
-        "tailsieve/num_moves": m.num_moves,
-        "tailsieve/num_relocated": m.num_relocated,
-        "tailsieve/cutoff_wasted_tokens": m.cutoff_wasted_tokens,
-        "tailsieve/lost_exact_tokens": m.lost_exact_tokens,
-        "tailsieve/lost_estimated_tokens": m.lost_estimated_tokens,
-        "tailsieve/num_rebalancer_errors": m.num_rebalancer_errors,
-        "tailsieve/moves_active": 0 if m.moves_off_reason else 1,
-        "tailsieve/profile_fitted": int(m.profile_fitted),
-    }

@@ -228,25 +228,7 @@ class TailSieveAgentLoopManager(AgentLoopManager):
         for g in batch.groups:
             del self._rows[g.prompt_id]
         await self._score(out)
-        m = batch.metrics
-        out.meta_info["timing"] = {
-            "tailsieve/makespan_s": m.makespan_s,
-            "tailsieve/tail_time_s": m.tail_time_s,
-            "tailsieve/bulk_cut_s": m.bulk_cut_s,
-            "tailsieve/q": float(m.q),
-            "tailsieve/m": float(m.m),
-            "tailsieve/num_aborted": float(m.num_aborted),
-            "tailsieve/num_carried_next": float(m.num_carried_next),
-            "tailsieve/wasted_tokens": float(m.wasted_tokens),
-            "tailsieve/num_moves": float(m.num_moves),
-            "tailsieve/num_relocated": float(m.num_relocated),
-            "tailsieve/cutoff_wasted_tokens": float(m.cutoff_wasted_tokens),
-            "tailsieve/lost_exact_tokens": float(m.lost_exact_tokens),
-            "tailsieve/lost_estimated_tokens": float(m.lost_estimated_tokens),
-            "tailsieve/num_rebalancer_errors": float(m.num_rebalancer_errors),
-            "tailsieve/moves_active": 0.0 if m.moves_off_reason else 1.0,
-            "tailsieve/profile_fitted": float(m.profile_fitted),
-        }
+        out.meta_info["timing"] = batch.metrics.logged()
         self.last_batch = batch
         out.__class__ = WholeOnFirstSlice
         return out

@@ -49,9 +49,11 @@ from tailsieve.runtime.sessions.admit import LiveAdmission
 from tailsieve.runtime.sessions.config import GatewayConfig
 from tailsieve.runtime.sessions.gateway_moves import MidTurnMoves
 from tailsieve.runtime.sessions.gateway_pieces import GatewayPieces
+from tailsieve.runtime.sessions.gateway_rebalance import AbortAndResume
 from tailsieve.runtime.sessions.gateway_steps import GatewaySteps
 from tailsieve.runtime.sessions.parts import GatewayParts, Placement, build_parts
 from tailsieve.runtime.sessions.tally import Tally
+from tailsieve.session.rebalance import VerlRebalance
 from tailsieve.session.routers import SessionPolicy
 from tailsieve.session.turn import TurnRequest
 
@@ -101,6 +103,9 @@ class SessionGateway:
                                   lambda: self.mid_turn_moves)
         self.steps = GatewaySteps(self.config, self.parts, self.moves)
         self.gate = self.steps.gate
+        self.rebalance = (AbortAndResume(self.router, self.config, runner, self.parts,
+                                         self.tally, self._turns, self._healthy, self.now)
+                          if isinstance(self.router, VerlRebalance) else None)
 
     @classmethod
     def over_http(cls, endpoints: Sequence[str], config: GatewayConfig | None = None,
@@ -159,6 +164,8 @@ class SessionGateway:
         if self.admission.begin_step(self.book.configs):
             log.info("session gateway: new sessions are admitted by KV room this step")
         self.steps.begin_step()
+        if self.rebalance is not None:
+            self.rebalance.begin_step()
         return self.mid_turn_moves
 
     def set_step_balanced(self, balanced: bool) -> None:
@@ -225,8 +232,9 @@ class SessionGateway:
         moves = self.mid_turn_moves and not penalties_of(sp)
         streamed = on_tokens is not None and self.moves.streamer is not None
         moves = moves and (streamed or self.moves.pieces_pay(decision.replica))
-        rt = RunningTurn.start(session_id, f"{session_id}-t{k}", ids, sp, decision.replica,
-                               self.moves.piece_tokens(moves, streamed),
+        cap = (self.moves.piece_tokens(moves, streamed) if self.rebalance is None
+               else self.rebalance.piece_tokens(streamed))
+        rt = RunningTurn.start(session_id, f"{session_id}-t{k}", ids, sp, decision.replica, cap,
                                num_prompt - decision.prefill_tokens, moves, prompt_text,
                                num_prompt)
         rt.on_piece = on_piece
@@ -235,6 +243,7 @@ class SessionGateway:
         self._turns[session_id] = rt
         self.book.start_turn(session_id, decision.replica, self.now())
         self.tally.placed(decision, req)
+        self._after_event()
         delivered = False
         try:
             await run_pieces(rt, self._pieces)
@@ -244,6 +253,7 @@ class SessionGateway:
             self.turn_ended(session_id, rt.chain.num_generated, rt.replica)
             self.tally.ended(delivered)
             self.moves.poke()
+            self._after_event()
         return rt.result(decision.replica, decision.moved, decision.reason,
                          decision.prefill_tokens)
 
@@ -259,6 +269,12 @@ class SessionGateway:
         self.book.end_session(session_id)
         self.router.forget(session_id)
         self.admission.ended(session_id)
+        self._after_event()
+
+    def _after_event(self) -> None:
+        """verl's rebalance (``verl-rebalance``) where the router asks for it now."""
+        if self.rebalance is not None:
+            self.rebalance.after_event()
 
     def set_healthy(self, replica: int, healthy: bool) -> None:
         """Take a replica out of service or return it (e.g. a framework removed a server)."""

@@ -65,6 +65,18 @@ class StepMetrics:
     profile: str = ""  # the controller's throughput model in this step (its name)
     profile_fitted: bool = False  # profile "auto": the online fit was in use (not the fallback)
 
+    def logged(self) -> dict[str, float]:
+        """The step's figures a trainer logs (verl's ``meta_info["timing"]``, slime's rollout
+        metrics), as floats under ``tailsieve/``."""
+        names = ("makespan_s", "tail_time_s", "bulk_cut_s", "q", "m", "num_aborted",
+                 "num_carried_next", "wasted_tokens", "num_moves", "num_relocated",
+                 "cutoff_wasted_tokens", "lost_exact_tokens", "lost_estimated_tokens",
+                 "num_rebalancer_errors")
+        out = {f"tailsieve/{n}": float(getattr(self, n)) for n in names}
+        out["tailsieve/moves_active"] = 0.0 if self.moves_off_reason else 1.0
+        out["tailsieve/profile_fitted"] = float(self.profile_fitted)
+        return out
+
     def to_json(self) -> str:
         return json.dumps({"event": "tailsieve.step", **asdict(self)}, sort_keys=True)
 

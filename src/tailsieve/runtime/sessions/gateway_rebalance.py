@@ -1,0 +1,116 @@
+"""verl's ``rebalance_requests`` live: the ``verl-rebalance`` policy's aborts at the gateway.
+
+The router (``session.rebalance.VerlRebalance``) decides when (a healthy replica holds no
+turn and no session in a tool call while another runs ``min_running`` turns or more, at most
+``max_rebalances`` times a step) and where (every sticky pin cleared, each aborted session to
+the replica with the fewest retries placed). ``AbortAndResume`` asks it after every event
+that can change the answer (a turn placed, a turn ended, a session ended) and carries the
+answer out as the agentic simulator does (``sim.agentic.step``): every running turn's piece
+ends and the turn goes on from its tokens so far on its new pin.
+
+- A piece ends at once where the runner interrupts pieces (SGLang; vLLM pieces streamed,
+  ``GatewayConfig.stream``), a streamed turn's (``on_tokens``) through the streamer; else at
+  its end: with ``verl-rebalance`` a turn then runs in pieces (``MoveSettings.piece_cap``).
+- A turn whose pin is the replica it runs on keeps running: verl's abort and resume there
+  would cost a seam and a cached re-prefill, and change nothing else.
+- A turn that cannot be continued elsewhere (penalties, which count the tokens generated so
+  far; a streamed turn whose prompt went as text and whose ids no server echoed yet) keeps its
+  replica, as it would under a fault.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import replace
+
+from tailsieve.runtime.engine.pieces import PieceInterrupter, PieceRunner, PieceStreamer
+from tailsieve.runtime.execution.chain import penalties_of
+from tailsieve.runtime.execution.turn_chain import RunningTurn
+from tailsieve.runtime.sessions.config import GatewayConfig
+from tailsieve.runtime.sessions.parts import GatewayParts
+from tailsieve.runtime.sessions.tally import Tally
+from tailsieve.session.rebalance import VerlRebalance
+from tailsieve.session.replica_view import ReplicaView
+
+log = logging.getLogger(__name__)
+
+
+class AbortAndResume:
+    """Carries out ``router``'s rebalances over the gateway's running ``turns`` (by session
+    id); ``healthy``: the replicas in service (the health's own list); ``now``: the gateway's
+    clock."""
+
+    def __init__(self, router: VerlRebalance, config: GatewayConfig, runner: PieceRunner,
+                 parts: GatewayParts, tally: Tally, turns: dict[Hashable, RunningTurn],
+                 healthy: list[bool], now: Callable[[], float]) -> None:
+        self.router = router
+        self.book = parts.book
+        self.tally = tally
+        self.turns = turns
+        self.healthy = healthy
+        self.now = now
+        self.interrupter = (runner if isinstance(runner, PieceInterrupter) and runner.interrupts
+                            else None)
+        self.streamer = (runner if isinstance(runner, PieceStreamer) and runner.streams_sinks
+                         else None)
+        self.piece_cap = config.move.piece_cap(self.interrupter is not None)
+        self.num_rebalances = 0  # made since the gateway started
+        self.num_moved = 0  # turns sent to another replica by them
+
+    def begin_step(self) -> None:
+        """A step begins: verl rebalances at most ``max_rebalances`` times a step."""
+        self.router.num_rebalances = 0
+
+    def piece_tokens(self, streamed: bool) -> int | None:
+        """The piece cap of a new turn: one piece where its piece can be ended at once
+        (interrupted, or streamed to its sink) or no rebalance is left this step, else
+        ``piece_cap``'s (an abort waits for the running piece's end)."""
+        if self.interrupter is not None or (streamed and self.streamer is not None):
+            return None
+        if self.router.num_rebalances >= self.router.max_rebalances:
+            return None
+        return self.piece_cap
+
+    def views(self) -> Sequence[ReplicaView]:
+        """The book's replicas with the gateway's health."""
+        return [v if v.healthy == self.healthy[v.replica] else
+                replace(v, healthy=self.healthy[v.replica])
+                for v in self.book.views(self.now())]
+
+    def after_event(self) -> int:
+        """Rebalance if the router says so now; returns the turns sent elsewhere."""
+        if not self.turns or not any(self.healthy):
+            return 0
+        views = self.views()
+        if not self.router.should_rebalance(views):
+            return 0
+        pins = self.router.rebalance(list(self.turns), views)
+        self.num_rebalances += 1
+        moved = sum(1 for sid, dst in pins.items() if self.resume_on(self.turns[sid], dst))
+        self.num_moved += moved
+        log.info("session gateway: verl's rebalance_requests: %d running turns re-pinned, %d "
+                 "sent to another replica", len(pins), moved)
+        return moved
+
+    def resume_on(self, rt: RunningTurn, dst: int) -> bool:
+        """End ``rt``'s running piece and send its next one to ``dst``."""
+        if dst == rt.replica or rt.chain.done or not self.healthy[dst] or not self.continues(rt):
+            return False
+        stopper: PieceInterrupter | PieceStreamer | None = self.interrupter
+        if rt.sink is not None and self.streamer is not None:
+            stopper = self.streamer
+        rt.moved(stopper is not None)
+        rt.expect_hit = self.book.cached(rt.session_id, dst)
+        self.tally.moved(rt.prefix_tokens - rt.expect_hit)
+        rt.replica = dst
+        if stopper is not None and rt.piece_on is not None:
+            stopper.interrupt(rt.piece_on, rt.piece_id)
+        return True
+
+    @staticmethod
+    def continues(rt: RunningTurn) -> bool:
+        """Whether ``rt`` can go on elsewhere from its tokens so far."""
+        if penalties_of(rt.sampling):
+            return False
+        return rt.sink is None or rt.chain.prompt_ids is not None
