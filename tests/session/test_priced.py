@@ -185,3 +185,16 @@ def test_the_decision_reads_no_length(n_out: int, prompt: int) -> None:
     names = {f.name for f in dataclasses.fields(TurnRequest)} | {
         f.name for f in dataclasses.fields(ReplicaView)}
     assert not any("output" in n or "length" in n for n in names)
+
+
+def test_a_session_no_longer_counted_at_home_is_not_taken_off_its_load(
+        config: ReplicaConfig) -> None:
+    """Home holds three sessions in a tool call, the other replica two. Counted among home's
+    three, the arriving session leaves two others there: a tie, it stays. Its own wait lapsed
+    (a live book's), the three are others: home is the heavier, and it moves."""
+    views = [view(config, 0, 4, 4000, 3), view(config, 1, 4, 4000, 2)]
+    turn = TurnRequest("s", "g", 3, 4000, 300, 0, {0: 3700})
+    s = SessionSettings(expected_step_s=600)
+    assert place_turn(turn, views, s, 30.0).reason == "stay"
+    lapsed = place_turn(dataclasses.replace(turn, in_tool_wait=False), views, s, 30.0)
+    assert lapsed.replica == 1 and lapsed.reason == "move"

@@ -102,3 +102,31 @@ def test_tool_wait_counts_match_the_sessions_still_within_the_horizon(
         for r in (0, 1):
             want = sum(1 for rr, t in ended.values() if rr == r and now - t < h)
             assert views[r].num_tool_waits == want
+
+
+def test_a_request_says_whether_its_session_still_counts_at_home() -> None:
+    b = _book()
+    _turn(b, "a", 1, 1000, 0.0, 1.0)
+    _turn(b, "b", 1, 1000, 0.0, 1.0)
+    prior = b.tool_waits.horizon_s
+    t = b.request("a", "a", 1200)
+    assert t.in_tool_wait  # asked within the horizon: it counts at home
+    late = 1.0 + prior + 5.0
+    v = b.views(late)[1]  # b's wait lapses; a asked for its turn and counts until it starts
+    assert v.num_tool_waits == 1 and v.tool_wait_context_tokens == 1100
+    b.start_turn("a", 1, late)
+    assert b.views(late)[1].num_tool_waits == 0
+    b.end_turn("a", 100, late + 1.0)
+    b.views(late + 1.0 + 10 * prior)  # a's next wait lapses before it asks
+    assert not b.request("a", "a", 1500).in_tool_wait
+
+
+def test_a_caller_that_ends_every_session_keeps_tool_waits_counted() -> None:
+    b = _book()
+    b.lapse_tool_waits = False
+    _turn(b, "a", 1, 1000, 0.0, 1.0)
+    far = 1.0 + 100 * b.tool_waits.horizon_s
+    assert b.views(far)[1].num_tool_waits == 1
+    assert b.balance_loads(far)[1].num_running == 1
+    b.end_session("a")
+    assert b.views(far)[1].num_tool_waits == 0

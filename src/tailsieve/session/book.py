@@ -13,8 +13,11 @@ latter by ``session.midturn``, as the agentic simulator builds them). A replica'
 beyond its KV budget (in the order they started there, as an engine admits them) count as
 waiting. A session waiting on a tool counts at its home only for the tool-wait horizon
 fitted from the waits seen (``session.tool_wait``): an ended session the client never
-announced stops pinning load there (it keeps its home and cache estimate). No clock: callers
-pass ``now_s``.
+announced stops pinning load there (it keeps its home and cache estimate); a caller that ends
+every session turns that off (``lapse_tool_waits``). A session that asked for its next turn
+counts at home until the turn starts, and its request says whether it still counts there
+(``TurnRequest.in_tool_wait``: ``place_turn`` takes it off its home's load only then). No
+clock: callers pass ``now_s``.
 """
 
 from __future__ import annotations
@@ -94,6 +97,8 @@ class SessionBook:
         self.tool_wait_weight = 1.0  # how much a session in a tool call counts in the
         # mid-turn loads (``SessionSettings.tool_wait_weight``, as ``place_turn`` weighs it)
         self.tool_waits = ToolWaitHorizon()  # how long a tool wait counts as load
+        self.lapse_tool_waits = True  # False: a tool wait counts until the session's next
+        # turn or end (a caller that ends every session: ``AgenticRollout``)
         self._in_tool: dict[Hashable, float] = {}  # sessions counted in tool waits -> since
         self._num_turns = 0
         self._sum_output = 0
@@ -134,11 +139,13 @@ class SessionBook:
                               f"{s.replica}")
         s.turn_index += 1
         s.requested_tokens = context_tokens
+        if s.in_tool:  # back from its tool: it counts at home until its turn starts
+            self._in_tool.pop(session_id, None)
         new = context_tokens - s.context_tokens if context_tokens >= s.context_tokens else (
             context_tokens)
         return TurnRequest(session_id, s.group_id, s.turn_index, context_tokens, new, s.home,
                            self.cache.cached_on(session_id, s.group_id, context_tokens),
-                           max_tokens)
+                           max_tokens, s.in_tool)
 
     def start_turn(self, session_id: Hashable, replica: int, now_s: float) -> None:
         """The requested turn starts on ``replica``."""
@@ -237,7 +244,8 @@ class SessionBook:
         tool-wait horizon no longer count. One table kept from call to call, its views
         rebuilt only for the replicas an event changed since the last call (so the table a
         call returns changes at the next one; copy it to keep it)."""
-        self._lapse_tool_waits(now_s)
+        if self.lapse_tool_waits:
+            self._lapse_tool_waits(now_s)
         table = self._table
         if table is None:
             table = self._table = ViewTable([self._view(r, rep)

@@ -73,7 +73,7 @@ def place_turn(turn: TurnRequest, views: Sequence[ReplicaView], settings: Sessio
     table = views if isinstance(views, ViewTable) else None
     rows = None if table is None or len(healthy) == len(views) else np.flatnonzero(table.healthy)
     loads = Loads(healthy, w, table, rows)
-    if home is not None and healthy[home].num_tool_waits > 0:
+    if home is not None and turn.in_tool_wait and healthy[home].num_tool_waits > 0:
         loads.b[home] = max(loads.b[home] - w, 0.0)  # the session is one of its home's tool
         loads.c[home] = max(loads.c[home] - w * (turn.context_tokens - turn.new_tokens), 0.0)
     without, with_ = loads.costs(turn.context_tokens + out / 2.0)

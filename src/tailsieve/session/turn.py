@@ -28,6 +28,8 @@ class TurnRequest:
     cached_tokens: Mapping[int, int] = field(default_factory=dict)  # replica -> prefix
     # tokens of this prompt cached there (the caller's estimate; replicas not listed: 0)
     max_tokens: int | None = None  # the client's cap on generated tokens (None: none)
+    in_tool_wait: bool = True  # the session still counts in its home's tool waits (the
+    # simulator's always do until the turn is placed; a live book's may have lapsed)
 
     def __post_init__(self) -> None:
         if self.turn_index < 0:

@@ -107,6 +107,7 @@ class AgenticRollout:
                 raise ConfigError("a runner needs num_replicas")
             self.gateway = SessionGateway(num_replicas, runner, self.config.gateway,
                                           clock=clock)
+        self.gateway.book.lapse_tool_waits = False  # every session ends here (``step``)
         self._endpoints = list(endpoints)
         self._transport = transport
         self.num_steps = 0
