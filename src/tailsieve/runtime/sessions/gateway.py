@@ -103,8 +103,7 @@ class SessionGateway:
                                   lambda: self.mid_turn_moves)
         self.steps = GatewaySteps(self.config, self.parts, self.moves)
         self.gate = self.steps.gate
-        self.rebalance = (AbortAndResume(self.router, self.config, runner, self.parts,
-                                         self.tally, self._turns, self._healthy, self.now)
+        self.rebalance = (AbortAndResume(self.router, self.config, self.moves)
                           if isinstance(self.router, VerlRebalance) else None)
 
     @classmethod

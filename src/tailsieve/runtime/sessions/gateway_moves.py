@@ -235,16 +235,23 @@ class MidTurnMoves:
         if (rt is None or not rt.movable or dst == rt.replica or not self.healthy[dst]
                 or not self.allowed()):
             return False
+        self.send_on(rt, dst)
+        return True
+
+    def send_on(self, rt: RunningTurn, dst: int) -> None:
+        """Send the turn's next piece to ``dst`` (any move's mechanics: the rebalancer's and
+        verl's rebalance, ``gateway_rebalance``): its running piece ends at once where the
+        runner can end it (a streamed piece by closing its stream, which keeps its tokens),
+        else at its end."""
         stopper: PieceInterrupter | PieceStreamer | None = self.interrupter
         if self.streams(rt):
-            stopper = self.streamer  # a streamed piece: closing its stream keeps its tokens
+            stopper = self.streamer
         rt.moved(stopper is not None)
-        rt.expect_hit = self.book.cached(session_id, dst)
+        rt.expect_hit = self.book.cached(rt.session_id, dst)
         self.tally.moved(rt.prefix_tokens - rt.expect_hit)
         rt.replica = dst
         if stopper is not None and rt.piece_on is not None:
             stopper.interrupt(rt.piece_on, rt.piece_id)
-        return True
 
 
 def _without(running: Callable[[], Running],

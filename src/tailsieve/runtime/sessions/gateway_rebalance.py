@@ -21,15 +21,13 @@ ends and the turn goes on from its tokens so far on its new pin.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 
-from tailsieve.runtime.engine.pieces import PieceInterrupter, PieceRunner, PieceStreamer
 from tailsieve.runtime.execution.chain import penalties_of
 from tailsieve.runtime.execution.turn_chain import RunningTurn
 from tailsieve.runtime.sessions.config import GatewayConfig
-from tailsieve.runtime.sessions.parts import GatewayParts
-from tailsieve.runtime.sessions.tally import Tally
+from tailsieve.runtime.sessions.gateway_moves import MidTurnMoves
 from tailsieve.session.rebalance import VerlRebalance
 from tailsieve.session.replica_view import ReplicaView
 
@@ -37,24 +35,19 @@ log = logging.getLogger(__name__)
 
 
 class AbortAndResume:
-    """Carries out ``router``'s rebalances over the gateway's running ``turns`` (by session
-    id); ``healthy``: the replicas in service (the health's own list); ``now``: the gateway's
-    clock."""
+    """Carries out ``router``'s rebalances over the running turns of ``moves`` (the
+    gateway's, by session id) with its mechanics (``MidTurnMoves.send_on``), its clock and
+    its list of the replicas in service."""
 
-    def __init__(self, router: VerlRebalance, config: GatewayConfig, runner: PieceRunner,
-                 parts: GatewayParts, tally: Tally, turns: dict[Hashable, RunningTurn],
-                 healthy: list[bool], now: Callable[[], float]) -> None:
+    def __init__(self, router: VerlRebalance, config: GatewayConfig, moves: MidTurnMoves,
+                 ) -> None:
         self.router = router
-        self.book = parts.book
-        self.tally = tally
-        self.turns = turns
-        self.healthy = healthy
-        self.now = now
-        self.interrupter = (runner if isinstance(runner, PieceInterrupter) and runner.interrupts
-                            else None)
-        self.streamer = (runner if isinstance(runner, PieceStreamer) and runner.streams_sinks
-                         else None)
-        self.piece_cap = config.move.piece_cap(self.interrupter is not None)
+        self.moves = moves
+        self.book = moves.book
+        self.turns = moves.turns
+        self.healthy = moves.healthy
+        self.now = moves.now
+        self.piece_cap = config.move.piece_cap(moves.interrupter is not None)
         self.num_rebalances = 0  # made since the gateway started
         self.num_moved = 0  # turns sent to another replica by them
 
@@ -66,7 +59,7 @@ class AbortAndResume:
         """The piece cap of a new turn: one piece where its piece can be ended at once
         (interrupted, or streamed to its sink) or no rebalance is left this step, else
         ``piece_cap``'s (an abort waits for the running piece's end)."""
-        if self.interrupter is not None or (streamed and self.streamer is not None):
+        if self.moves.interrupter is not None or (streamed and self.moves.streamer is not None):
             return None
         if self.router.num_rebalances >= self.router.max_rebalances:
             return None
@@ -97,15 +90,7 @@ class AbortAndResume:
         """End ``rt``'s running piece and send its next one to ``dst``."""
         if dst == rt.replica or rt.chain.done or not self.healthy[dst] or not self.continues(rt):
             return False
-        stopper: PieceInterrupter | PieceStreamer | None = self.interrupter
-        if rt.sink is not None and self.streamer is not None:
-            stopper = self.streamer
-        rt.moved(stopper is not None)
-        rt.expect_hit = self.book.cached(rt.session_id, dst)
-        self.tally.moved(rt.prefix_tokens - rt.expect_hit)
-        rt.replica = dst
-        if stopper is not None and rt.piece_on is not None:
-            stopper.interrupt(rt.piece_on, rt.piece_id)
+        self.moves.send_on(rt, dst)
         return True
 
     @staticmethod
