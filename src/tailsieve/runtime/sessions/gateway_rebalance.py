@@ -21,15 +21,12 @@ ends and the turn goes on from its tokens so far on its new pin.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from dataclasses import replace
 
 from tailsieve.runtime.execution.chain import penalties_of
 from tailsieve.runtime.execution.turn_chain import RunningTurn
 from tailsieve.runtime.sessions.config import GatewayConfig
 from tailsieve.runtime.sessions.gateway_moves import MidTurnMoves
 from tailsieve.session.rebalance import VerlRebalance
-from tailsieve.session.replica_view import ReplicaView
 
 log = logging.getLogger(__name__)
 
@@ -65,18 +62,15 @@ class AbortAndResume:
             return None
         return self.piece_cap
 
-    def views(self) -> Sequence[ReplicaView]:
-        """The book's replicas with the gateway's health."""
-        return [v if v.healthy == self.healthy[v.replica] else
-                replace(v, healthy=self.healthy[v.replica])
-                for v in self.book.views(self.now())]
-
     def after_event(self) -> int:
-        """Rebalance if the router says so now; returns the turns sent elsewhere."""
-        if not self.turns or not any(self.healthy):
+        """Rebalance if the router says so now; returns the turns sent elsewhere. Nothing is
+        read once the step's rebalances are spent. The book's views carry the gateway's
+        health (``ReplicaHealth`` tells the book of every change)."""
+        r = self.router
+        if r.num_rebalances >= r.max_rebalances or not self.turns or not any(self.healthy):
             return 0
-        views = self.views()
-        if not self.router.should_rebalance(views):
+        views = self.book.views(self.now())
+        if not r.should_rebalance(views):
             return 0
         pins = self.router.rebalance(list(self.turns), views)
         self.num_rebalances += 1
