@@ -49,7 +49,7 @@ from tailsieve.model.profiles import load_profile
 from tailsieve.runtime.emulator import EmulatorConfig, EmulatorServer
 from tailsieve.runtime.engine.backends import Backend
 from tailsieve.runtime.execution.moves import PIECE_TOKENS as DEFAULT_PIECE_TOKENS
-from tailsieve.runtime.sessions import AgenticConfig, AgenticRollout, GatewayConfig
+from tailsieve.runtime.sessions import AgenticConfig, AgenticRollout, GatewayConfig, ModelClock
 from tailsieve.runtime.sessions.replay import TurnReplay
 from tailsieve.sim.agentic.compare import replica_configs
 from tailsieve.sim.agentic.policies import policy_spec
@@ -101,10 +101,7 @@ async def live(args: argparse.Namespace, policies: list[str],
     every policy alike."""
     out: dict[str, list[dict[str, Any]]] = {p: [] for p in policies}
     max_turns = max(t.num_turns for ts in steps for t in ts)
-    loop = asyncio.get_running_loop()
-
-    def model_clock() -> float:  # the gateway prices in the emulators' model seconds
-        return loop.time() / args.time_scale
+    model_clock = ModelClock(args.time_scale)  # the gateway prices and checks in model seconds
 
     async with AsyncExitStack() as stack:
         fleets, ros = {}, {}

@@ -1,12 +1,17 @@
 """When a re-balance check is due (``runtime.execution.check_timer``): an interval after the last check,
 half an interval once poked; a poke wakes a wait early; a cancel that arrives with a poke is
-not lost."""
+not lost; a model clock's interval is waited in its real time."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 
+import pytest
+
+from tailsieve.errors import ConfigError
 from tailsieve.runtime.execution.check_timer import CheckTimer
+from tailsieve.runtime.execution.model_clock import ModelClock, time_scale_of
 
 
 def _timer(ago_s: float) -> CheckTimer:
@@ -78,3 +83,23 @@ def test_a_cancel_that_arrives_with_a_poke_ends_the_wait() -> None:
         return task.cancelled()
 
     assert asyncio.run(main())
+
+
+def test_a_model_clock_s_interval_is_waited_in_its_real_time() -> None:
+    """A timer on a ``ModelClock`` (10 model seconds per real second) waits 0.2 real s for an
+    interval of 2 model s, not 2 real s."""
+    async def main() -> tuple[float, float]:
+        clock = ModelClock(0.1)
+        t = CheckTimer(clock, clock(), time_scale_of(clock))
+        real0 = asyncio.get_running_loop().time()
+        await t.until_due(2.0)
+        return t.clock() - t.last_s, asyncio.get_running_loop().time() - real0
+
+    model_s, real_s = asyncio.run(main())
+    assert 2.0 <= model_s < 4.0 and 0.2 <= real_s < 0.4
+
+
+def test_a_model_clock_needs_a_positive_scale_and_other_clocks_run_in_real_seconds() -> None:
+    with pytest.raises(ConfigError, match="time_scale must be > 0"):
+        ModelClock(0.0)
+    assert time_scale_of(time.monotonic) == 1.0 and time_scale_of(ModelClock(0.5)) == 0.5

@@ -17,7 +17,7 @@ from tailsieve.runtime.emulator import EmulatorConfig, EmulatorServer
 from tailsieve.runtime.engine.backends import SamplingParams
 from tailsieve.runtime.engine.pieces import PieceOutput, PieceRequest
 from tailsieve.runtime.execution.profile import REFIT_MIN_PIECES, LiveProfile
-from tailsieve.runtime.sessions import GatewayConfig, SessionGateway
+from tailsieve.runtime.sessions import GatewayConfig, ModelClock, SessionGateway
 from tailsieve.runtime.stub import StubModel, StubPieceRunner
 from tailsieve.session.priced import place_turn
 from tailsieve.session.settings import SessionSettings
@@ -123,12 +123,11 @@ async def test_a_slowed_emulated_replica_is_priced_slower_and_avoided() -> None:
     scale = 0.1  # real seconds per model second
     cfgs = [EmulatorConfig.from_profile("qwen3-4b-h100", time_scale=scale, seed=i,
                                         slowdown=6.0 if i == 2 else 1.0) for i in range(3)]
-    loop = asyncio.get_running_loop()
     gcfg = GatewayConfig(policy="turn-round-robin", profile="auto:qwen3-4b-h100")
     async with contextlib.AsyncExitStack() as stack:
         urls = [(await stack.enter_async_context(EmulatorServer(c))).url for c in cfgs]
         gw = await stack.enter_async_context(SessionGateway.over_http(
-            urls, gcfg, clock=lambda: loop.time() / scale))
+            urls, gcfg, clock=ModelClock(scale)))
         sp = {"ignore_eos": True}
         for wave in range(3):  # every replica runs pieces at several batch sizes
             await asyncio.gather(*(gw.generate(f"s{wave}-{i}", None, prompt(i, 200), sp,

@@ -19,6 +19,7 @@ from tailsieve.runtime.engine.faults import ReplicaDownError
 from tailsieve.runtime.engine.pieces import TokenDelta
 from tailsieve.runtime.sessions import (
     GatewayConfig,
+    ModelClock,
     PieceOutput,
     PieceRequest,
     SessionGateway,
@@ -408,3 +409,24 @@ def test_a_gateway_over_http_refuses_the_chat_backend_up_front() -> None:
     """A continued piece is token ids on /v1/completions: a chat gateway would fail every one."""
     with pytest.raises(ConfigError, match="backend 'vllm'"):
         SessionGateway.over_http(["http://127.0.0.1:9"], backend="vllm-chat")
+
+
+async def test_checks_come_each_interval_of_the_gateway_s_clock_and_no_sooner_at_turn_ends(
+) -> None:
+    """As the agentic simulator checks: every ``interval_s`` of the gateway's clock (a
+    ``ModelClock`` at 100 model seconds per real second waits 0.1 real s for 10 model s), and
+    a turn's end brings no check sooner (turns end about every 20 ms here, which would
+    double the checks if each brought one half an interval after the last)."""
+    runner = StubPieceRunner(2, NEVER_EOS, seconds_per_token=0.001)
+    checks = BalanceSettings(interval_s=10.0, horizon_s=30.0, seam_s=0.0)
+    cfg = GatewayConfig(piece_tokens=8, balance=checks)
+    async with SessionGateway(2, runner, cfg, clock=ModelClock(0.01)) as gw:
+        assert gw.moves.check_timer.time_scale == 0.01
+        long = asyncio.create_task(gw.generate("long", None, prompt(1), {}, max_tokens=450))
+        t0 = gw.now()
+        for i in range(20):
+            await gw.generate(f"short{i}", None, prompt(i + 2), {}, max_tokens=16)
+        await long
+        elapsed_model_s = gw.now() - t0
+    assert elapsed_model_s > 30.0  # long enough for several checks
+    assert 2 <= gw.moves.num_checks <= elapsed_model_s / checks.interval_s + 2

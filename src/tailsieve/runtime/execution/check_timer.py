@@ -1,8 +1,11 @@
 """When a re-balance check is due: the live step's rebalancer (``runtime.step.rebalancer``) and the
 session gateway's mid-turn moves (``runtime.sessions.gateway_moves``) both wait by it.
 
-A check is due ``interval_s`` after the last one, and half an interval after it once a
-response (or a turn) completed since (``poke``), as the simulator checks.
+A check is due ``interval_s`` after the last one. The step's rebalancer also pokes the timer
+at each response's completion, which brings the check to half an interval after the last one,
+as the single-turn simulator checks (``sim.movepath``); the gateway does not, as the agentic
+simulator checks on the interval alone (``sim.agentic.step``). The interval is in ``clock``
+seconds; a wait lasts ``time_scale`` real seconds per clock second (a ``ModelClock``'s).
 """
 
 from __future__ import annotations
@@ -17,11 +20,13 @@ class CheckTimer:
     """The time of the last check (``last_s``, on ``clock``; the owner sets it at each check)
     and whether a completion poked since."""
 
-    __slots__ = ("_wake", "clock", "last_s", "poked")
+    __slots__ = ("_wake", "clock", "last_s", "poked", "time_scale")
 
-    def __init__(self, clock: Callable[[], float], last_s: float = 0.0) -> None:
+    def __init__(self, clock: Callable[[], float], last_s: float = 0.0,
+                 time_scale: float = 1.0) -> None:
         self.clock = clock
         self.last_s = last_s
+        self.time_scale = time_scale  # real seconds per clock second
         self.poked = False
         self._wake: asyncio.Event | None = None  # set by ``poke`` while ``until_due`` waits
 
@@ -45,7 +50,7 @@ class CheckTimer:
             # a gateway's close) that arrives with a poke
             waiter = asyncio.ensure_future(wake.wait())
             try:
-                await asyncio.wait({waiter}, timeout=wait)
+                await asyncio.wait({waiter}, timeout=wait * self.time_scale)
             finally:
                 waiter.cancel()
         self.poked = False

@@ -9,6 +9,7 @@ from tailsieve.runtime.engine.pieces import (
     sampling_dict,
     sampling_from_dict,
 )
+from tailsieve.runtime.execution.model_clock import ModelClock
 from tailsieve.runtime.execution.result import GatewayStats, PieceSpan, ReplicaStat, TurnResult
 from tailsieve.runtime.sessions.agentic import AgenticConfig, AgenticRollout, ToolFn
 from tailsieve.runtime.sessions.config import GatewayConfig
@@ -32,6 +33,7 @@ __all__ = [
     "GatewayStats",
     "HealthProbe",
     "HttpPieceRunner",
+    "ModelClock",
     "PieceOutput",
     "PieceRequest",
     "PieceRunner",

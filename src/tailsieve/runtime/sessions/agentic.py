@@ -93,8 +93,9 @@ class AgenticRollout:
                  transport: Transport | None = None,
                  clock: Callable[[], float] | None = None) -> None:
         """``clock``: the gateway's seconds (default the event loop's; emulated replicas
-        running at a time scale pass the model's clock, so that the cost model's times and
-        the gateway's agree)."""
+        running at a time scale pass their model's, ``ModelClock(time_scale)``, so that the
+        cost model's times and the gateway's agree and its checks come at the simulator's
+        interval in model seconds)."""
         self.config = config or AgenticConfig()
         if runner is None:
             if not endpoints:

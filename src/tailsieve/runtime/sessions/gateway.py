@@ -41,6 +41,7 @@ from tailsieve.runtime.engine.http_runner import HttpPieceRunner
 from tailsieve.runtime.engine.pieces import PieceOutput, PieceRunner, sampling_from_dict
 from tailsieve.runtime.engine.transport import Transport
 from tailsieve.runtime.execution.chain import penalties_of
+from tailsieve.runtime.execution.model_clock import time_scale_of
 from tailsieve.runtime.execution.piece_loop import run_pieces
 from tailsieve.runtime.execution.profile import LiveProfile
 from tailsieve.runtime.execution.result import GatewayStats, PieceSpan, TurnResult
@@ -66,7 +67,8 @@ class SessionGateway:
     """Routes the turns of many sessions over ``num_replicas`` replicas reached by ``runner``.
 
     ``parts``: the router, book and cost models (``build_parts(config, num_replicas)`` by
-    default); ``clock``: seconds, monotonic (the event loop's by default)."""
+    default); ``clock``: seconds, monotonic (the event loop's by default; a ``ModelClock``
+    for replicas that run at a time scale: the checks then wait in its seconds)."""
 
     def __init__(
         self,
@@ -100,7 +102,7 @@ class SessionGateway:
                                        num_replicas)  # new sessions by KV room
         self.moves = MidTurnMoves(self.config, runner, self.parts, self.tally, self.profile,
                                   self._turns, self._healthy, self.now, self.elapsed,
-                                  lambda: self.mid_turn_moves)
+                                  lambda: self.mid_turn_moves, time_scale_of(clock))
         self.steps = GatewaySteps(self.config, self.parts, self.moves)
         self.gate = self.steps.gate
         self.rebalance = (AbortAndResume(self.router, self.config, self.moves)
@@ -251,7 +253,6 @@ class SessionGateway:
             del self._turns[session_id]
             self.turn_ended(session_id, rt.chain.num_generated, rt.replica)
             self.tally.ended(delivered)
-            self.moves.poke()
             self._after_event()
         return rt.result(decision.replica, decision.moved, decision.reason,
                          decision.prefill_tokens)

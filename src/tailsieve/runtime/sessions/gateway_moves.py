@@ -8,8 +8,8 @@ With the ``tailsieve`` policy running turns move mid-turn (behind the balance ga
 (``PieceStreamer``) is interrupted at once, keeping what it streamed. The book moves a turn
 when its next piece starts on the destination.
 
-Every ``BalanceSettings.interval_s`` (and at a turn's end once half an interval has passed
-since the last check, as the single-turn rebalancer does) the ``auto`` profile is refitted
+Every ``BalanceSettings.interval_s`` of the gateway's clock (as the agentic simulator checks;
+a turn's end brings no check sooner) the ``auto`` profile is refitted
 where that can change the step, the book is told how far every running piece has come (the
 tokens it streamed, else ``core.progress_clock``'s estimate from the cost model), and the
 running turns are read from it as one ``ReplicaLoad`` per replica
@@ -65,7 +65,7 @@ class MidTurnMoves:
     def __init__(self, config: GatewayConfig, runner: PieceRunner, parts: GatewayParts,
                  tally: Tally, profile: LiveProfile, turns: dict[Hashable, RunningTurn],
                  healthy: list[bool], now: Callable[[], float], elapsed: Callable[[], float],
-                 allowed: Callable[[], bool]) -> None:
+                 allowed: Callable[[], bool], time_scale: float = 1.0) -> None:
         self.config = config
         self.book = parts.book
         self.tally = tally
@@ -83,7 +83,7 @@ class MidTurnMoves:
         self.progress = ProgressClock()  # unstreamed pieces' progress (``estimate_progress``)
         self.settings = config.balance  # each step's (``GatewaySteps``: the last step's time)
         self.num_checks = 0
-        self._timer = CheckTimer(now, float("-inf"))
+        self.check_timer = CheckTimer(now, float("-inf"), time_scale)
         self.crash: str | None = None  # why the checks' loop ended
 
     # -- which turns move, in what pieces ----------------------------------------------------
@@ -121,13 +121,9 @@ class MidTurnMoves:
 
     # -- the checks ----------------------------------------------------------------------------
 
-    def poke(self) -> None:
-        """A turn ended: check soon (half an interval after the last check)."""
-        self._timer.poke()
-
     def check(self) -> CheckResult:
         """One check: plan moves over the book's loads and make them."""
-        now = self._timer.last_s = self.now()
+        now = self.check_timer.last_s = self.now()
         self.num_checks += 1
         self.estimate_progress(now)
         loads = [replace(ld, running=_without(ld.running, self.waiting))
@@ -140,10 +136,10 @@ class MidTurnMoves:
         return CheckResult(len(moves), made)
 
     async def loop_once(self) -> CheckResult:
-        """Wait until a check is due (``interval_s`` after the last one, half that after a
-        poke), then make it. An exception from the check propagates (``run`` logs it,
+        """Wait until a check is due (``interval_s`` after the last one, as the agentic
+        simulator checks), then make it. An exception from the check propagates (``run`` logs it,
         counts it and turns moves off)."""
-        await self._timer.until_due(self.settings.interval_s)
+        await self.check_timer.until_due(self.settings.interval_s)
         return self.check()
 
     async def run(self) -> None:
@@ -151,7 +147,8 @@ class MidTurnMoves:
         try:
             while True:
                 if not self.allowed() or not self.turns:
-                    await asyncio.sleep(self.config.balance.interval_s)
+                    timer = self.check_timer
+                    await asyncio.sleep(self.config.balance.interval_s * timer.time_scale)
                     continue
                 await self.loop_once()
         except asyncio.CancelledError:
