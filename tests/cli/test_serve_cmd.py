@@ -37,6 +37,10 @@ from tailsieve.runtime.proxy import ProxyConfig
      "max_concurrency"),
     (["serve", "--endpoints", "http://127.0.0.1:9", "--read-timeout", "0"], "read_timeout_s"),
     (["serve", "--num-workers", "2"], "--admin-port"),  # registering is an admin call
+    (["serve", "--endpoints", "http://127.0.0.1:9", "--backend", "sglang", "--stream-pieces"],
+     "gateway.stream"),
+    (["serve", "--endpoints", "http://127.0.0.1:9", "--stream-interval", "4"],
+     "stream_interval (4) needs stream=True"),
 ])
 def test_bad_options_exit_2_with_one_line(argv: list[str], says: str,
                                           capsys: pytest.CaptureFixture[str]) -> None:
@@ -58,6 +62,20 @@ def test_stall_flags_reach_the_gateway(monkeypatch: pytest.MonkeyPatch) -> None:
     stall = got[0].gateway.stall
     assert (stall.floor_s, stall.factor) == (5.0, 3.0)
     assert got[0].gateway.move.stall is stall
+    assert not got[0].gateway.stream
+
+
+def test_streamed_pieces_reach_the_gateway(monkeypatch: pytest.MonkeyPatch) -> None:
+    got: list[ProxyConfig] = []
+
+    async def serve(config: ProxyConfig, *args: object, **kw: object) -> None:
+        got.append(config)
+
+    monkeypatch.setattr(serve_cmd, "serve_proxy", serve)
+    argv = ["serve", "--endpoints", "http://127.0.0.1:9", "--stream-pieces",
+            "--stream-interval", "8"]
+    assert main(argv) == 0
+    assert got[0].gateway.stream and got[0].gateway.stream_interval == 8
 
 
 def test_serve_answers_an_openai_client_until_sigterm(tmp_path: Path) -> None:

@@ -71,6 +71,13 @@ def serve(
         help=f"Tokens per piece while turns may move (default {PIECE_TOKENS}; then, with "
         "--profile auto, a turn is cut only where a move may pay: no trusted fit yet, a slower "
         "server, one out of service or far ahead. Given, every movable turn is cut)."),
+    stream_pieces: bool = typer.Option(
+        False, "--stream-pieces/--no-stream-pieces", help="vLLM: stream each piece from its "
+        "server, so that a move ends a running piece at once and keeps what it streamed "
+        "(SGLang's pieces are ended by /abort_request without it). Off: a move of an "
+        "unstreamed piece waits for its end; streaming costs the proxy CPU per token."),
+    stream_interval: int = typer.Option(
+        None, "--stream-interval", min=1, help="With --stream-pieces: tokens per chunk."),
     kv_admission: str = typer.Option(
         "auto", "--kv-admission", help="Admit new sessions by KV room (a session waits at "
         "the proxy until a server's resident sessions leave room for its context): auto "
@@ -112,7 +119,8 @@ def serve(
     gw = GatewayConfig(policy=parse_policy(policy), moves=moves, piece_tokens=piece_tokens,
                        profile=profile, fallback_profile=fallback_profile,
                        request_timeout_s=request_timeout, stall=stall,
-                       kv_admission=kv_admission)
+                       kv_admission=kv_admission, stream=stream_pieces,
+                       stream_interval=stream_interval)
     load_profile(fallback_profile if profile == "auto" else profile)  # a bad name fails now
     config = ProxyConfig(
         endpoints=tuple(e.strip() for e in (endpoints or "").split(",") if e.strip()),

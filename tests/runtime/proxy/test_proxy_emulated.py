@@ -72,6 +72,24 @@ async def test_openai_client_over_vllm_servers_gets_the_chain(stack: AsyncExitSt
     assert out.usage is not None and out.usage.completion_tokens == len(ids)
 
 
+async def test_streamed_pieces_reach_the_servers_streamed_and_join_to_the_chain(
+        stack: AsyncExitStack) -> None:
+    """``GatewayConfig(stream=True)`` behind the proxy: every piece goes to its vLLM server
+    streamed (so that a move ends it at once), in chunks of ``stream_interval`` tokens, and
+    the client's unstreamed answer is still the pieces' chain."""
+    srv = await emulators(stack, 2)
+    wire = Wire()
+    proxy = await proxy_over(stack, srv, Backend.VLLM, wire, stream=True, stream_interval=4)
+    c = AsyncOpenAI(base_url=proxy.url + "/v1", api_key="none", max_retries=0)
+    prompt = list(range(100, 140))
+    out = await c.completions.create(model=MODEL, prompt=prompt, max_tokens=120,
+                                     extra_body={"return_token_ids": True})
+    ids = out.choices[0].model_extra["token_ids"]
+    assert not wire.seen and len(wire.streams) == -(-len(ids) // 16)  # pieces of 16, streamed
+    assert all(p["stream"] and p["stream_interval"] == 4 for _, p, _ in wire.streams)
+    check_chain(wire.streamed_pieces(Backend.VLLM), prompt, ids, out.choices[0].text, None)
+
+
 async def test_chat_goes_as_the_server_s_template_ids(stack: AsyncExitStack) -> None:
     srv = await emulators(stack, 2)
     wire = Wire()

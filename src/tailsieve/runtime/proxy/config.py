@@ -75,6 +75,9 @@ class ProxyConfig:
             if not p.startswith("/") or p in RESERVED_PATHS:
                 raise ConfigError(f"fan-out path {p!r} must start with / and not be one of the "
                                   "proxy's own routes")
+        if self.gateway.stream and self.backend is Backend.SGLANG:
+            raise ConfigError("gateway.stream streams vLLM's pieces; SGLang's are interrupted "
+                              "by /abort_request without it")
         if self.gate_window_turns < 1:
             raise ConfigError(f"gate_window_turns must be >= 1, got {self.gate_window_turns}")
         if self.admin_token is not None and (not self.admin_token.strip()

@@ -140,7 +140,8 @@ class RoutingProxy:
                 runner = HttpPieceRunner(
                     self.endpoints, cfg.backend, served.name, self.transport,
                     request_timeout_s=cfg.gateway.request_timeout_s,
-                    tokenize_timeout_s=cfg.tokenize_timeout_s)
+                    tokenize_timeout_s=cfg.tokenize_timeout_s, stream=cfg.gateway.stream,
+                    stream_interval=cfg.gateway.stream_interval)
             assert served is not None
             gw = SessionGateway(len(self.endpoints), runner, cfg.gateway)
             await gw.__aenter__()

@@ -89,6 +89,9 @@ class GatewayConfig:
             raise ConfigError(f"max_empty_aborts must be >= 1, got {self.max_empty_aborts}")
         if not self.profile or not self.fallback_profile:
             raise ConfigError("profile and fallback_profile must be non-empty")
+        if self.stream_interval is not None and (not self.stream or self.stream_interval < 1):
+            raise ConfigError(f"stream_interval ({self.stream_interval}) needs stream=True "
+                              "and must be >= 1")
 
     @property
     def moves_off_reason(self) -> str | None:
