@@ -5,14 +5,9 @@ from __future__ import annotations
 import pytest
 
 from tailsieve.errors import ConfigError
-from tailsieve.runtime.engine.backends import (
-    Backend,
-    PromptInput,
-    SamplingParams,
-    build_request,
-    parse_response,
-)
+from tailsieve.runtime.engine.backends import Backend, PromptInput, SamplingParams
 from tailsieve.runtime.engine.transport import RequestError
+from tailsieve.runtime.engine.wire_bodies import build_request, parse_response
 from tailsieve.runtime.step.executor_config import ExecutorConfig
 from tailsieve.runtime.step.rollout_config import RolloutConfig
 

@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tailsieve.runtime.engine.backends import Backend, EncodedIds, parse_response
+from tailsieve.runtime.engine.backends import Backend, EncodedIds
 from tailsieve.runtime.engine.ids_json import loads
+from tailsieve.runtime.engine.wire_bodies import parse_response
 
 ID_KEYS = ("token_ids", "prompt_token_ids", "output_ids")
 

@@ -101,7 +101,8 @@ def test_min_tokens_reduced_by_generated() -> None:
 def test_piece_cap_and_the_requests_max_tokens() -> None:
     """A piece asks for what is left, at most ``piece_tokens``: through ``max_tokens=`` of
     ``build_request`` (no new sampling object), the same body as ``piece_sampling`` gives."""
-    from tailsieve.runtime.engine.backends import Backend, PromptInput, build_request
+    from tailsieve.runtime.engine.backends import Backend, PromptInput
+    from tailsieve.runtime.engine.wire_bodies import build_request
 
     sp = SamplingParams(max_tokens=40, temperature=0.5)
     c = ResponseChain(max_tokens=40, prompt_ids=(1,))

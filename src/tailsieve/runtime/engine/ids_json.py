@@ -2,12 +2,12 @@
 
 A completion body is mostly token ids (vLLM ``token_ids`` / ``prompt_token_ids`` per choice,
 SGLang ``output_ids``). ``json.loads`` makes a string and then an int of every id, and
-``backends`` then checks each is an int: about 0.15 us per token, most of what a Python router
+``wire_bodies`` then checks each is an int: about 0.15 us per token, most of what a Python router
 pays per delivered token. ``loads`` cuts each such array out of the body, parses it with numpy
 (``int64``; anything that is not a list of integers falls back to ``json.loads``), decodes the
 rest with ``json.loads`` and puts the ids back as tuples of ints (``EncodedIds``, which keep
 the array's JSON text: a continued piece sends a piece's ids back without encoding them). The
-result equals ``json.loads(body)`` except that those arrays are tuples (``backends._int_tuple``
+result equals ``json.loads(body)`` except that those arrays are tuples (``wire_bodies._int_tuple``
 takes them as already checked). ``drop_prompt_ids``: the echoed ``prompt_token_ids`` become None unparsed
 (a continued piece's prompt is the router's own prefix, as long as the piece's tokens).
 

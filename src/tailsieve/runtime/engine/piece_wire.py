@@ -13,16 +13,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from tailsieve.runtime.engine.backends import (
-    Backend,
-    PromptInput,
-    Response,
-    build_request,
-    parse_response,
-)
+from tailsieve.runtime.engine.backends import Backend, PromptInput, Response
 from tailsieve.runtime.engine.faults import RequestError
 from tailsieve.runtime.engine.pieces import PieceOutput, PieceRequest, piece_reason
 from tailsieve.runtime.engine.transport import JSON
+from tailsieve.runtime.engine.wire_bodies import build_request, parse_response
 
 
 def piece_body(backend: Backend, model: str, piece: PieceRequest, stream: bool,

@@ -33,7 +33,6 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tailsieve.runtime.engine.backends import matched_stop, stop_value, token_detail
 from tailsieve.runtime.engine.faults import (
     ReplicaDownError,
     RequestError,
@@ -42,6 +41,7 @@ from tailsieve.runtime.engine.faults import (
 )
 from tailsieve.runtime.engine.pieces import PieceOutput, TokenDelta, TokenSink, piece_reason
 from tailsieve.runtime.engine.transport import JSON
+from tailsieve.runtime.engine.wire_bodies import matched_stop, stop_value, token_detail
 
 
 @dataclass(slots=True)

@@ -340,7 +340,7 @@ class ProxyService:
 
 def _to_sglang(sp: dict[str, Any]) -> None:
     """vLLM-named sampling extras in SGLang's names (the known fields are mapped by
-    ``runtime.engine.backends``)."""
+    ``runtime.engine.wire_bodies``)."""
     if sp.get("min_tokens"):
         raise bad_request("min_tokens is not supported with SGLang servers behind the proxy "
                           "(a continued piece's floor is kept in vLLM's field)", "min_tokens")
