@@ -50,7 +50,8 @@ from tailsieve.model.profiles import load_profile
 from tailsieve.model.throughput import ThroughputModel
 from tailsieve.runtime.emulator import EmulatorFleet
 from tailsieve.runtime.engine.backends import PromptInput, SamplingParams
-from tailsieve.runtime.profiler import ProfileSettings, mean_profile, profile_endpoints
+from tailsieve.runtime.profile_fit import mean_profile
+from tailsieve.runtime.profiler import ProfileSettings, profile_endpoints
 from tailsieve.runtime.step.replay import ReplayLengths
 from tailsieve.runtime.step.rollout import TailSieveRollout
 from tailsieve.runtime.step.rollout_config import RolloutConfig

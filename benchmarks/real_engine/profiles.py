@@ -13,7 +13,8 @@ from typing import Any
 from real_engine.servers import first_token_s, loadavg, log
 from tailsieve.errors import ReplicaError
 from tailsieve.model.throughput import ThroughputModel
-from tailsieve.runtime.profiler import ProfileResult, ProfileSettings, profile_endpoints
+from tailsieve.runtime.profile_fit import ProfileResult
+from tailsieve.runtime.profiler import ProfileSettings, profile_endpoints
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,14 +15,8 @@ from tailsieve.errors import ConfigError, ReplicaError
 from tailsieve.model.profiles import load_profile
 from tailsieve.model.throughput import ThroughputModel
 from tailsieve.runtime.emulator import EmulatorConfig, EmulatorFleet, run_emulator
-from tailsieve.runtime.profiler import (
-    BatchMeasurement,
-    ProfileSettings,
-    build_model,
-    fit_context,
-    mean_profile,
-    profile_endpoints,
-)
+from tailsieve.runtime.profile_fit import mean_profile
+from tailsieve.runtime.profiler import ProfileSettings, profile_endpoints
 
 CPU = load_profile("cpu")
 
@@ -66,14 +60,6 @@ async def test_profile_scaled_emulator_gives_scaled_curve() -> None:
             break
     for m in result.measurements:
         assert m.step_s == pytest.approx(CPU.tau(m.batch_size), rel=0.15)
-
-
-def test_build_model_is_monotone() -> None:
-    ms = [BatchMeasurement(1, 0.010, 0.01, 0.01, 0.0, 1.0),
-          BatchMeasurement(2, 0.009, 0.009, 0.009, 0.0, 1.0),  # noise: faster at b=2
-          BatchMeasurement(4, 0.012, 0.012, 0.012, 0.0, 1.0)]
-    model = build_model(ms, "m", "src")
-    assert [p.step_s for p in model.points] == pytest.approx([0.010, 0.010, 0.012])
 
 
 @pytest.mark.parametrize("kwargs", [
@@ -176,21 +162,6 @@ def test_profile_cli_with_two_endpoints_writes_their_mean(tmp_path: Path) -> Non
     for j, p in enumerate(model.points):
         each = [e["measurements"][j]["step_s"] for e in per]
         assert p.step_s == pytest.approx(max(sum(each) / 2, model.points[0].step_s))
-
-
-def test_fit_context_and_zero_context_points() -> None:
-    k = 2e-6
-    ctx = [BatchMeasurement(8, 0.01 + k * 8 * p, 0, 0, 0.0, 1.0, prompt_tokens=p)
-           for p in (1, 200, 800)]
-    assert fit_context(ctx) == pytest.approx(k)
-    assert fit_context(ctx[:1]) == 0.0
-    ms = [BatchMeasurement(b, 0.01 + 1e-4 * b + k * b * (1 + 0.625 * 100), 0, 0, 0.0, 1.0,
-                           prompt_tokens=1) for b in (1, 4, 16)]
-    model = build_model(ms, "m", "src", context_s_per_token=k, tokens=100)
-    assert [p.step_s for p in model.points] == pytest.approx([0.01 + 1e-4 * b for b in (1, 4, 16)])
-    assert model.context_s_per_token == k and model.provenance["kind"] == "measured"
-    assert model.provenance["fit"]["a0_s"] == pytest.approx(0.01)
-    assert model.provenance["fit"]["c_s_per_request"] == pytest.approx(1e-4)
 
 
 async def test_profile_fits_context_term_of_the_emulator() -> None:

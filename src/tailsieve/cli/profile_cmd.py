@@ -25,12 +25,8 @@ from tailsieve.model.derive import (
 from tailsieve.model.gpu_spec import GPUS, gpu_spec
 from tailsieve.model.model_config import ModelConfig
 from tailsieve.model.throughput import ThroughputModel
-from tailsieve.runtime.profiler import (
-    ProfileResult,
-    ProfileSettings,
-    mean_profile,
-    profile_endpoints,
-)
+from tailsieve.runtime.profile_fit import ProfileResult, mean_profile
+from tailsieve.runtime.profiler import ProfileSettings, profile_endpoints
 
 
 def _batch_sizes(text: str, flag: str = "--batch-sizes") -> tuple[int, ...]:

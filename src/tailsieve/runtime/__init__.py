@@ -6,5 +6,6 @@
 - ``step``: the single-turn front door (``TailSieveRollout``, ``LiveExecutor``, its rebalancer).
 - ``sessions``: the multi-turn front door (``SessionGateway``, agentic rollouts).
 - ``proxy``: the HTTP proxy. ``cluster``, ``emulator``, ``stub``: fleets, the emulated replica,
-  the test fake. ``launcher``, ``profiler``, ``demo``: local servers, profiles, the demo.
+  the test fake. ``launcher``, ``profiler`` (measuring) and ``profile_fit`` (fitting), ``demo``:
+  local servers, profiles, the demo.
 """

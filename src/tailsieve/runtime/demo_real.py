@@ -25,7 +25,8 @@ from tailsieve.errors import ConfigError
 from tailsieve.runtime.demo import PolicyResult, record_batch, write_run
 from tailsieve.runtime.engine.backends import Backend, SamplingParams
 from tailsieve.runtime.launcher import LaunchConfig, VllmFleet
-from tailsieve.runtime.profiler import ProfileSettings, mean_profile, profile_endpoints
+from tailsieve.runtime.profile_fit import mean_profile
+from tailsieve.runtime.profiler import ProfileSettings, profile_endpoints
 from tailsieve.runtime.prompt_file import read_prompt_set
 from tailsieve.runtime.step.rollout import TailSieveRollout
 from tailsieve.runtime.step.rollout_config import RolloutConfig

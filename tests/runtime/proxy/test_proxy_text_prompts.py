@@ -17,7 +17,7 @@ from tailsieve.runtime.engine.pieces import CHARS_PER_TOKEN
 from tailsieve.runtime.proxy import RoutingProxy
 from tailsieve.runtime.proxy.openai_api import parse_completions
 from tailsieve.runtime.proxy.request import Api, PromptSpec
-from tailsieve.runtime.proxy.service import TextPrompts
+from tailsieve.runtime.proxy.text_prompts import TextPrompts
 
 
 def _calls(proxy: RoutingProxy) -> list[dict[str, Any]]:

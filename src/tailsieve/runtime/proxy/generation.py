@@ -20,8 +20,9 @@ from tailsieve.runtime.proxy.api_error import ApiError
 from tailsieve.runtime.proxy.config import header_key
 from tailsieve.runtime.proxy.guard import FRONT
 from tailsieve.runtime.proxy.request import Api, ProxyRequest
+from tailsieve.runtime.proxy.request_run import RequestRun
 from tailsieve.runtime.proxy.sample import SampleOutput
-from tailsieve.runtime.proxy.service import ProxyService, RequestRun
+from tailsieve.runtime.proxy.service import ProxyService
 from tailsieve.runtime.proxy.stream import Delta, StreamCursor
 
 PARSERS: dict[Api, Callable[[Any], ProxyRequest]] = {

@@ -2,9 +2,9 @@
 
 ``ProxyService.start`` tokenizes the request's prompts (``Tokenizer``; with ``text_prompts``,
 a plain-text completions prompt is instead sent to its server as text, which tokenizes it and
-echoes its ids: ``TextPrompts``), gives each of its
-``n x prompts`` samples a session (``ClientSessions``: sticky by the client's key) and runs each
-as one turn (``SessionGateway.generate``: placed, pieced, moved, healed). The ``RequestRun`` it
+echoes its ids: ``text_prompts.TextPrompts``), gives each of its ``n x prompts`` samples a
+session (``ClientSessions``: sticky by the client's key) and runs each as one turn
+(``SessionGateway.generate``: placed, pieced, moved, healed). The ``request_run.RequestRun`` it
 returns collects the samples' tokens as they stream in (``LiveTokens``: a streamed request's
 turns run as streamed pieces, relayed chunk by chunk) and their final outputs (views over each
 turn's chain; ``SampleTrace`` keeps the pieces as they end for a sample aborted before its
@@ -31,12 +31,7 @@ from typing import Any
 from tailsieve.control.pace_window import PaceWindows
 from tailsieve.errors import ConfigError, ReplicaError
 from tailsieve.runtime.engine.backends import Backend
-from tailsieve.runtime.engine.pieces import (
-    CHARS_PER_TOKEN,
-    PieceOutput,
-    TokenDelta,
-    text_tokens,
-)
+from tailsieve.runtime.engine.pieces import PieceOutput, TokenDelta
 from tailsieve.runtime.engine.transport import RequestError
 from tailsieve.runtime.execution.chain import ChainError
 from tailsieve.runtime.execution.result import PieceSpan, TurnResult
@@ -47,14 +42,9 @@ from tailsieve.runtime.proxy.api_error import (
     not_found_model,
     unavailable,
 )
-from tailsieve.runtime.proxy.request import (
-    Api,
-    PromptSpec,
-    ProxyRequest,
-    default_max,
-    fit_context,
-)
-from tailsieve.runtime.proxy.sample import LiveTokens, SampleOutput, SampleTrace
+from tailsieve.runtime.proxy.request import ProxyRequest, default_max, fit_context
+from tailsieve.runtime.proxy.request_run import RequestRun
+from tailsieve.runtime.proxy.text_prompts import TextPrompts
 from tailsieve.runtime.proxy.tokenizer import Tokenizer
 from tailsieve.runtime.sessions.gateway import SessionGateway
 from tailsieve.runtime.tasks import BackgroundTask
@@ -72,83 +62,6 @@ class ServedModel:
     name: str
     max_model_len: int | None = None  # prompt + output limit (None: unknown)
     card: Mapping[str, Any] | None = None  # the servers' /v1/models answer, as they gave it
-
-
-class TextPrompts:
-    """Which prompts go to the servers as text, and how long such a prompt is estimated to be
-    before its ids come back: its characters over the characters per token of the text prompts
-    echoed so far (``CHARS_PER_TOKEN`` before any)."""
-
-    def __init__(self, on: bool, backend: Backend) -> None:
-        self.on = on and backend is Backend.VLLM
-        self.num_chars = 0
-        self.num_tokens = 0
-
-    def text_of(self, req: ProxyRequest, p: PromptSpec) -> str | None:
-        """``p``'s text where the server's completions endpoint tokenizes it as ``/tokenize``
-        would (plain text, special tokens added, answered whole), else None."""
-        tok = p.tokenize
-        if not self.on or req.api is not Api.COMPLETIONS or req.stream or tok is None:
-            return None
-        text = tok.get("prompt")
-        if not isinstance(text, str) or not text or set(tok) - {"prompt", "add_special_tokens"}:
-            return None
-        return text if tok.get("add_special_tokens", True) is True else None
-
-    def estimate(self, text: str) -> int:
-        per = self.num_chars / self.num_tokens if self.num_tokens else CHARS_PER_TOKEN
-        return text_tokens(text, per)
-
-    def echoed(self, text: str, ids: tuple[int, ...]) -> None:
-        self.num_chars += len(text)
-        self.num_tokens += len(ids)
-
-
-class RequestRun:
-    """One request's samples at the gateway (``ProxyService.start`` makes it). A prompt sent
-    as text (``texts``) has no ids (``prompt_ids`` empty) until its server echoes them."""
-
-    def __init__(self, req: ProxyRequest, prompt_ids: list[tuple[int, ...]],
-                 texts: list[str | None] | None = None) -> None:
-        self.req = req
-        self.prompt_ids = prompt_ids
-        self.texts = texts or [None] * len(prompt_ids)
-        self.traces = [SampleTrace(prompt_ids[i // req.n]) for i in range(req.num_samples)]
-        self.lives = [LiveTokens() for _ in range(req.num_samples)]
-        self.outputs: list[SampleOutput | None] = [None] * req.num_samples
-        self.events: asyncio.Queue[tuple[str, int]] = asyncio.Queue()  # ("tokens" | "done", i)
-        self.error: ApiError | None = None
-        self.aborted = False
-        self.tasks: list[asyncio.Task[None]] = []
-        self.t0 = time.monotonic()
-
-    @property
-    def done(self) -> bool:
-        return self.error is not None or all(o is not None for o in self.outputs)
-
-    async def wait(self) -> list[SampleOutput]:
-        """Every sample's output, in order; raises the request's ``ApiError``."""
-        await asyncio.gather(*self.tasks, return_exceptions=True)
-        if self.error is not None:
-            raise self.error
-        return [o for o in self.outputs if o is not None]
-
-    def abort(self) -> None:
-        """End the running samples with what they generated so far."""
-        self.aborted = True
-        for t in self.tasks:
-            t.cancel()
-
-    def cancel(self) -> None:
-        """Drop the request (the client went away): its samples stop, nothing is delivered."""
-        for t in self.tasks:
-            t.cancel()
-
-    def fail(self, err: ApiError) -> None:
-        if self.error is None:
-            self.error = err
-            self.cancel()
-        self.events.put_nowait(("error", -1))
 
 
 class ProxyService:
