@@ -23,7 +23,7 @@ import aiohttp
 import numpy as np
 
 MODEL = "tailsieve-emulated"
-FILLER_TOKEN_ID = 42  # the emulator's generated-token id (protocol.FILLER_TOKEN_ID)
+FILLER_TOKEN_ID = 42  # the emulator's generated-token id (responses.FILLER_TOKEN_ID)
 ID_LIMIT = 100_000  # token ids drawn below this (the emulator keeps no vocabulary)
 
 

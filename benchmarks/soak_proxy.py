@@ -51,7 +51,7 @@ from outdir import command_line, default_out
 
 from tailsieve.runtime.emulator import EmulatorFleet
 from tailsieve.runtime.emulator.procs import EmulatorProcess, spawn, wait_ready
-from tailsieve.runtime.emulator.protocol import FILLER, FILLER_TOKEN_ID
+from tailsieve.runtime.emulator.responses import FILLER, FILLER_TOKEN_ID
 from tailsieve.workload.shipped import portable_path
 
 MODEL = "tailsieve-emulated"

@@ -14,7 +14,7 @@ from tailsieve.core.plan import GroupAssignment, StepPlan
 from tailsieve.core.pool import Pool
 from tailsieve.runtime.emulator import EmulatorServer
 from tailsieve.runtime.emulator.prefix_cache import PrefixCache
-from tailsieve.runtime.emulator.protocol import FILLER_TOKEN_ID
+from tailsieve.runtime.emulator.responses import FILLER_TOKEN_ID
 from tailsieve.runtime.engine.backends import Backend, PromptInput, SamplingParams
 from tailsieve.runtime.step.executor import LiveExecutor
 from tailsieve.runtime.step.executor_config import ExecutorConfig
@@ -138,7 +138,7 @@ async def test_prefill_is_charged_only_for_uncached_tokens(
 
 @pytest.mark.parametrize("done", [1, 50, 500])
 def test_conditional_draw_exceeds_done(done: int) -> None:
-    from tailsieve.runtime.emulator.server import _conditional_draw
+    from tailsieve.runtime.emulator.replica import _conditional_draw
 
     for u in (0.0, 0.3, 0.999):
         assert round(_conditional_draw(u, done, 200.0, 1.0)) > done

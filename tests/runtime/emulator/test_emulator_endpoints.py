@@ -9,7 +9,7 @@ import aiohttp
 import pytest
 
 from tailsieve.runtime.emulator import EmulatorServer
-from tailsieve.runtime.emulator.protocol import FILLER
+from tailsieve.runtime.emulator.responses import FILLER
 
 
 async def post(session: aiohttp.ClientSession, url: str, body: Any,

@@ -10,7 +10,7 @@ from typing import Any
 import aiohttp
 
 from tailsieve.runtime.emulator import EmulatorServer
-from tailsieve.runtime.emulator.protocol import FILLER_TOKEN_ID
+from tailsieve.runtime.emulator.responses import FILLER_TOKEN_ID
 from tailsieve.runtime.engine.backends import Backend, SamplingParams
 from tailsieve.runtime.step.rollout import TailSieveRollout
 from tailsieve.runtime.step.rollout_config import RolloutConfig

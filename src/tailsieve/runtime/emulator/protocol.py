@@ -1,9 +1,10 @@
-"""OpenAI/vLLM request parsing and response JSON for the emulator.
+"""OpenAI/vLLM request parsing for the emulator: a body validated into a ``GenRequest``.
 
 Token counts are what matter: a prompt string counts one token per whitespace-separated word
 (at least 1), a token-id list counts its length, a chat request counts its words plus 5
-ChatML tokens per message plus 3 (as the real CPU server's tiny model does for "hello": 9). Generated text is the filler token ``" tok"`` repeated, one per token, so
-``usage.completion_tokens`` and the streamed chunk count are exact.
+ChatML tokens per message plus 3 (as the real CPU server's tiny model does for "hello": 9).
+The response JSON (the filler tokens every answer carries) is ``emulator.responses``; SGLang's
+``emulator.sglang`` parses ``/generate`` with the helpers here.
 """
 
 from __future__ import annotations
@@ -12,13 +13,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-FILLER = " tok"  # the text of every generated token
-FILLER_LOGPROB = -0.5  # log-probability reported for every generated token
 CHAT_TEMPLATE_TOKENS = 5  # tokens a ChatML template adds per message
 CHAT_GENERATION_PROMPT_TOKENS = 3  # "<|im_start|>assistant\n"
-FILLER_TOKEN_ID = 42  # token id reported for every generated token (return_token_ids)
 PROMPT_TOKEN_ID = 7  # token id reported for prompt tokens given as text
-SYSTEM_FINGERPRINT = "tailsieve-emulator"
 _ID_WORD = re.compile(r"t[0-9]{1,9}")  # a text word that names its token id
 
 Kind = Literal["completion", "chat"]
@@ -91,7 +88,7 @@ def text_ids(text: str) -> tuple[int, ...]:
     that must send token ids, e.g. to continue a response, sends these for the same prompt),
     except that a word ``t<N>`` (``t`` and 1-9 digits) is token id N: a client behind a router
     that takes only text prompts (smg) still sends distinct prompts that the prefix cache
-    knows, and ``t42`` words stand for generated tokens (``FILLER_TOKEN_ID``)."""
+    knows, and ``t42`` words stand for generated tokens (``responses.FILLER_TOKEN_ID``)."""
     words = text.split()
     if not words:
         return (PROMPT_TOKEN_ID,)
@@ -206,169 +203,3 @@ def _logprobs(body: dict[str, Any], kind: Kind) -> int | None:
     if body.get("logprobs"):
         return _opt_int(body, "top_logprobs", lo=0) or 0
     return None
-
-
-# ----- responses ---------------------------------------------------------------------
-def _completion_logprobs(start: int, count: int, k: int) -> dict[str, Any]:
-    return {
-        "text_offset": [len(FILLER) * (start + i) for i in range(count)],
-        "token_logprobs": [FILLER_LOGPROB] * count,
-        "tokens": [FILLER] * count,
-        "top_logprobs": [{FILLER: FILLER_LOGPROB} if k else {} for _ in range(count)],
-    }
-
-
-def _chat_logprobs(count: int, k: int) -> dict[str, Any]:
-    top = [{"token": FILLER, "logprob": FILLER_LOGPROB, "bytes": list(FILLER.encode())}][:k]
-    item = {"token": FILLER, "logprob": FILLER_LOGPROB, "bytes": list(FILLER.encode())}
-    return {"content": [{**item, "top_logprobs": top} for _ in range(count)]}
-
-
-def choice(
-    req: GenRequest,
-    index: int,
-    num_tokens: int,
-    finish_reason: str,
-    prompt_ids: list[int] | None = None,
-) -> dict[str, Any]:
-    """One entry of a non-streaming response's ``choices``."""
-    text = FILLER * num_tokens
-    ids = [FILLER_TOKEN_ID] * num_tokens if req.return_token_ids else None
-    pids = prompt_ids if req.return_token_ids else None
-    if req.kind == "chat":
-        lp = None if req.logprobs is None else _chat_logprobs(num_tokens, req.logprobs)
-        msg: dict[str, Any] = {
-            "role": "assistant",
-            "content": text,
-            "tool_calls": [],
-            "reasoning_content": None,
-        }
-        return {
-            "index": index,
-            "message": msg,
-            "logprobs": lp,
-            "finish_reason": finish_reason,
-            "stop_reason": None,
-            "token_ids": ids,
-        }
-    lp = None if req.logprobs is None else _completion_logprobs(0, num_tokens, req.logprobs)
-    return {
-        "index": index,
-        "text": text,
-        "logprobs": lp,
-        "finish_reason": finish_reason,
-        "stop_reason": None,
-        "token_ids": ids,
-        "prompt_logprobs": None,
-        "prompt_token_ids": pids,
-        "routed_experts": None,
-    }
-
-
-def usage(prompt_tokens: int, completion_tokens: int,
-          cached_tokens: int | None = None) -> dict[str, Any]:
-    """``cached_tokens``: prompt tokens found in the prefix cache, reported as vLLM does with
-    ``--enable-prompt-tokens-details`` (None: the details are off)."""
-    details = None if cached_tokens is None else {"cached_tokens": cached_tokens}
-    return {
-        "prompt_tokens": prompt_tokens,
-        "total_tokens": prompt_tokens + completion_tokens,
-        "completion_tokens": completion_tokens,
-        "prompt_tokens_details": details,
-        "completion_tokens_details": None,
-    }
-
-
-def response(
-    req: GenRequest,
-    rid: str,
-    created: int,
-    model: str,
-    choices: list[dict[str, Any]],
-    completion_tokens: int,
-    cached_tokens: int | None = None,
-) -> dict[str, Any]:
-    """The full non-streaming response body."""
-    obj = "chat.completion" if req.kind == "chat" else "text_completion"
-    top: dict[str, Any] = {}
-    if req.kind == "chat" and req.return_token_ids:  # vLLM: once per request, not per choice
-        top["prompt_token_ids"] = list(req.prompt_ids[0])
-    return {
-        **top,
-        "id": rid,
-        "object": obj,
-        "created": created,
-        "model": model,
-        "choices": choices,
-        "service_tier": None,
-        "system_fingerprint": SYSTEM_FINGERPRINT,
-        "usage": usage(sum(req.prompt_tokens), completion_tokens, cached_tokens),
-        "kv_transfer_params": None,
-        "ec_transfer_params": None,
-        "metrics": None,
-    }
-
-
-def chunk(
-    req: GenRequest,
-    rid: str,
-    created: int,
-    model: str,
-    index: int,
-    start: int,
-    count: int,
-    finish_reason: str | None,
-    first: bool = False,
-) -> dict[str, Any]:
-    """One streamed chunk carrying ``count`` tokens (tokens ``start..start+count-1``)."""
-    text = FILLER * count
-    if req.kind == "chat":
-        delta: dict[str, Any] = {"content": text}
-        if first:
-            delta = {"role": "assistant", "content": text}
-        lp = None if req.logprobs is None or not count else _chat_logprobs(count, req.logprobs)
-        ch: dict[str, Any] = {
-            "index": index,
-            "delta": delta,
-            "logprobs": lp,
-            "finish_reason": finish_reason,
-        }
-        if req.return_token_ids:  # as vLLM's chat stream (checked on 0.32)
-            ch["token_ids"] = [FILLER_TOKEN_ID] * count
-        obj = "chat.completion.chunk"
-    else:
-        lp = (
-            None
-            if req.logprobs is None or not count
-            else _completion_logprobs(start, count, req.logprobs)
-        )
-        ch = {
-            "index": index,
-            "text": text,
-            "logprobs": lp,
-            "finish_reason": finish_reason,
-            "stop_reason": None,
-        }
-        if req.return_token_ids:
-            ch["token_ids"] = [FILLER_TOKEN_ID] * count
-        obj = "text_completion"
-    out = {"id": rid, "object": obj, "created": created, "model": model, "choices": [ch]}
-    if req.kind == "chat" and first and index == 0 and req.return_token_ids:
-        out["prompt_token_ids"] = list(req.prompt_ids[0])  # vLLM: once, in the first chunk
-    return out
-
-
-def usage_chunk(
-    req: GenRequest, rid: str, created: int, model: str, completion_tokens: int,
-    cached_tokens: int | None = None,
-) -> dict[str, Any]:
-    """The final ``stream_options.include_usage`` chunk (empty ``choices``)."""
-    obj = "chat.completion.chunk" if req.kind == "chat" else "text_completion"
-    return {
-        "id": rid,
-        "object": obj,
-        "created": created,
-        "model": model,
-        "choices": [],
-        "usage": usage(sum(req.prompt_tokens), completion_tokens, cached_tokens),
-    }

@@ -14,15 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tailsieve.runtime.emulator.protocol import (
-    FILLER,
-    FILLER_LOGPROB,
-    FILLER_TOKEN_ID,
-    BadRequest,
-    GenRequest,
-    _opt_int,
-    _prompt_ids,
-)
+from tailsieve.runtime.emulator.protocol import BadRequest, GenRequest, _opt_int, _prompt_ids
+from tailsieve.runtime.emulator.responses import FILLER, FILLER_LOGPROB, FILLER_TOKEN_ID
 
 DEFAULT_MAX_NEW_TOKENS = 128  # SGLang's SamplingParams default
 EOS_TOKEN_ID = 2  # reported in finish_reason.matched for a "stop" finish
