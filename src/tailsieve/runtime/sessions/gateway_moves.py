@@ -9,20 +9,19 @@ With the ``tailsieve`` policy running turns move mid-turn (behind the balance ga
 when its next piece starts on the destination.
 
 Every ``BalanceSettings.interval_s`` of the gateway's clock (as the agentic simulator checks;
-a turn's end brings no check sooner) the ``auto`` profile is refitted
-where that can change the step, the book is told how far every running piece has come (the
-tokens it streamed, else ``core.progress_clock``'s estimate from the cost model), and the
-running turns are read from it as one ``ReplicaLoad`` per replica
-(``SessionBook.balance_loads``, built by ``session.midturn.move_loads`` exactly as the agentic
-simulator builds its planner's: running turns keyed by session id with their contexts, tool
-waits in their home's load, no move into a replica without KV room, replicas with waiting
-turns left out), priced over the same horizon as the simulator's
-(``session.midturn.move_horizon_s`` with ``SessionBook.session_horizon_s``); ``plan_moves``
-picks the moves that save more than they cost (the uncached prefix's prefill on the
-destination plus a seam; ``SessionBook.cached`` / ``cached_on`` say what is cached where). A
-turn whose last move has not taken effect yet is no candidate (``waiting``). A crash of the
-checks' loop is logged, counted (``Tally.crashed``) and kept in ``crash``: moves are off from
-then on.
+a turn's end brings no check sooner) the ``auto`` profile is refitted where that can change
+the step, the book is told how far every running piece has come (the tokens it streamed, else
+``core.progress_clock``'s estimate from the cost model), and the running turns are read from
+it as one ``ReplicaLoad`` per replica (``SessionBook.balance_loads``, built by
+``session.midturn.move_loads`` exactly as the agentic simulator builds its planner's: running
+turns keyed by session id with their contexts, tool waits in their home's load, no move into a
+replica without KV room, replicas with waiting turns left out), priced over the same horizon
+as the simulator's (``session.midturn.move_horizon_s`` with
+``SessionBook.session_horizon_s``); ``plan_moves`` picks the moves that save more than they
+cost (the uncached prefix's prefill on the destination plus a seam; ``SessionBook.cached`` /
+``cached_on`` say what is cached where). A turn whose last move has not taken effect yet is no
+candidate (``waiting``). A crash of the checks' loop is logged, counted (``Tally.crashed``)
+and kept in ``crash``: moves are off from then on.
 """
 
 from __future__ import annotations
