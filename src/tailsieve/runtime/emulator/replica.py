@@ -5,7 +5,7 @@ sequences' books: their drawn lengths (``_lengths``), submitting them (a token-i
 prefill only for its uncached tokens), aborting them, caching what they leave, and the injected
 faults and error answers. ``emulator.sglang_endpoints`` (SGLang's ``/generate``) and
 ``emulator.server`` (``EmulatorServer``: the lifecycle and the OpenAI endpoints) build on it;
-``_json`` and ``_sse`` read request bodies and frame ``data:`` events for both.
+``request_json`` and ``sse_event`` read request bodies and frame ``data:`` events for both.
 """
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ class EmulatedReplica:
                 self._abort(sid)
 
 
-async def _json(request: web.Request) -> Any:
+async def request_json(request: web.Request) -> Any:
     """The request's JSON body; ``P.BadRequest`` when it is not JSON."""
     try:
         return await request.json()
@@ -143,7 +143,7 @@ async def _json(request: web.Request) -> Any:
         raise P.BadRequest("request body is not valid JSON") from None
 
 
-def _sse(obj: dict[str, Any]) -> bytes:
+def sse_event(obj: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
 
 

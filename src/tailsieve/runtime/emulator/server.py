@@ -25,7 +25,7 @@ from tailsieve.runtime.emulator import protocol as P
 from tailsieve.runtime.emulator import responses as R
 from tailsieve.runtime.emulator.config import CRASH_EXIT_CODE, EmulatorConfig
 from tailsieve.runtime.emulator.metrics import CONTENT_TYPE
-from tailsieve.runtime.emulator.replica import MIN_POLL_S, _json, _sse
+from tailsieve.runtime.emulator.replica import MIN_POLL_S, request_json, sse_event
 from tailsieve.runtime.emulator.sglang_endpoints import SGLangEndpoints
 from tailsieve.runtime.tasks import BackgroundTask
 
@@ -135,7 +135,7 @@ class EmulatorServer(SGLangEndpoints):
 
     async def _generate(self, request: web.Request, kind: P.Kind) -> web.StreamResponse:
         try:
-            req = P.parse_request(await _json(request), kind, self.config.model_name,
+            req = P.parse_request(await request_json(request), kind, self.config.model_name,
                                   self.config.max_model_len)
         except P.BadRequest as exc:
             return self._error(str(exc), exc.err_type, exc.status, exc.param)
@@ -206,7 +206,7 @@ class EmulatorServer(SGLangEndpoints):
                     events.append(R.chunk(req, rid, created, model, i, t, 1, fin))
                 sent[i] = have
             if events:
-                await resp.write(b"".join(_sse(e) for e in events))
+                await resp.write(b"".join(sse_event(e) for e in events))
             pending = [f for f in futs if not f.done()]
             if not pending:
                 break
@@ -215,7 +215,7 @@ class EmulatorServer(SGLangEndpoints):
             await asyncio.wait(pending, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED)
         if req.include_usage:
             total = sum(k for k, _ in lengths)
-            await resp.write(_sse(R.usage_chunk(req, rid, created, model, total, cached)))
+            await resp.write(sse_event(R.usage_chunk(req, rid, created, model, total, cached)))
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp
@@ -224,7 +224,7 @@ class EmulatorServer(SGLangEndpoints):
         """vLLM's ``POST /tokenize``: ``{prompt}`` or ``{messages}`` (the chat template applied)
         -> ``{tokens, count, max_model_len}``, the ids the generation endpoints give them."""
         try:
-            body = await _json(request)
+            body = await request_json(request)
             if not isinstance(body, dict):
                 raise P.BadRequest("request body must be a JSON object")
             ids = P.tokenize_ids(body)

@@ -17,7 +17,7 @@ from aiohttp import web
 from tailsieve.runtime.emulator import protocol as P
 from tailsieve.runtime.emulator import sglang as SG
 from tailsieve.runtime.emulator.config import EmulatorConfig
-from tailsieve.runtime.emulator.replica import MIN_POLL_S, EmulatedReplica, _json, _sse
+from tailsieve.runtime.emulator.replica import MIN_POLL_S, EmulatedReplica, request_json, sse_event
 
 
 class SGLangEndpoints(EmulatedReplica):
@@ -30,7 +30,7 @@ class SGLangEndpoints(EmulatedReplica):
 
     async def _sglang_generate(self, request: web.Request) -> web.StreamResponse:
         try:
-            req, rid = SG.parse_generate(await _json(request), self.config.max_model_len)
+            req, rid = SG.parse_generate(await request_json(request), self.config.max_model_len)
         except P.BadRequest as exc:
             return self._error(str(exc), exc.err_type, exc.status, exc.param)
         if (fault := self._fault()) is not None:
@@ -62,7 +62,7 @@ class SGLangEndpoints(EmulatedReplica):
                     if resp is None:
                         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
                         await resp.prepare(request)
-                    await resp.write(b"".join(_sse(o) for o in outs))
+                    await resp.write(b"".join(sse_event(o) for o in outs))
                 if done:
                     break
                 pending = [f for f in futs if not f.done()]
@@ -84,7 +84,7 @@ class SGLangEndpoints(EmulatedReplica):
 
     async def _sglang_abort(self, request: web.Request) -> web.Response:
         try:
-            body = await _json(request)
+            body = await request_json(request)
         except P.BadRequest as exc:
             return self._error(str(exc), "BadRequestError", 400)
         self.num_abort_requests += 1
