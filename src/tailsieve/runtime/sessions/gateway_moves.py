@@ -146,8 +146,7 @@ class MidTurnMoves:
         try:
             while True:
                 if not self.allowed() or not self.turns:
-                    timer = self.check_timer
-                    await asyncio.sleep(self.config.balance.interval_s * timer.time_scale)
+                    await asyncio.sleep(self.settings.interval_s * self.check_timer.time_scale)
                     continue
                 await self.loop_once()
         except asyncio.CancelledError:
