@@ -130,3 +130,24 @@ def test_a_caller_that_ends_every_session_keeps_tool_waits_counted() -> None:
     assert b.balance_loads(far)[1].num_running == 1
     b.end_session("a")
     assert b.views(far)[1].num_tool_waits == 0
+
+
+def test_a_withdrawn_request_leaves_its_session_as_before() -> None:
+    """A turn no replica took (``withdraw``): its session's tool wait lapses again from when
+    it began, its next request is the same turn, and a session that never ran is forgotten."""
+    b = _book()
+    _turn(b, "a", 1, 1000, 0.0, 1.0)
+    _turn(b, "b", 1, 1000, 0.5, 2.0)
+    prior = b.tool_waits.horizon_s
+    first = b.request("a", "a", 1200)
+    b.withdraw("a")
+    between = b.views(1.0 + prior + 0.2)[1]  # a's wait lapsed (it began at 1.0), b's not yet
+    assert between.num_tool_waits == 1 and between.tool_wait_context_tokens == 1100
+    assert b.views(2.0 + prior)[1].num_tool_waits == 0
+    again = b.request("a", "a", 1200)
+    assert again.turn_index == first.turn_index and again.home == 1
+    assert not again.in_tool_wait  # it no longer counts at home: place_turn leaves home as is
+    b.request("new", "g", 500)
+    b.withdraw("new")
+    fresh = b.request("new", "g", 700, 300)
+    assert fresh.turn_index == 0 and fresh.home is None and fresh.new_tokens == 700

@@ -15,9 +15,9 @@ waiting. A session waiting on a tool counts at its home only for the tool-wait h
 fitted from the waits seen (``session.tool_wait``): an ended session the client never
 announced stops pinning load there (it keeps its home and cache estimate); a caller that ends
 every session turns that off (``lapse_tool_waits``). A session that asked for its next turn
-counts at home until the turn starts, and its request says whether it still counts there
-(``TurnRequest.in_tool_wait``: ``place_turn`` takes it off its home's load only then). No
-clock: callers pass ``now_s``.
+counts at home until the turn starts (or is withdrawn, ``withdraw``), and its request says
+whether it still counts there (``TurnRequest.in_tool_wait``: ``place_turn`` takes it off its
+home's load only then). No clock: callers pass ``now_s``.
 """
 
 from __future__ import annotations
@@ -146,6 +146,22 @@ class SessionBook:
         return TurnRequest(session_id, s.group_id, s.turn_index, context_tokens, new, s.home,
                            self.cache.cached_on(session_id, s.group_id, context_tokens),
                            max_tokens, s.in_tool)
+
+    def withdraw(self, session_id: Hashable) -> None:
+        """The requested turn will not start (no replica took it, or its caller gave up):
+        the session stands as before its request. A session that never ran a turn is
+        forgotten; a later one's tool wait lapses again with the horizon, from when it
+        began."""
+        s = self._sessions.get(session_id)
+        if s is None or s.replica is not None:
+            return
+        if s.home is None:
+            del self._sessions[session_id]
+            return
+        s.turn_index -= 1
+        if s.in_tool and s.tool_since_s is not None and session_id not in self._in_tool:
+            self._in_tool[session_id] = s.tool_since_s
+            self._in_tool = dict(sorted(self._in_tool.items(), key=lambda kv: kv[1]))
 
     def start_turn(self, session_id: Hashable, replica: int, now_s: float) -> None:
         """The requested turn starts on ``replica``."""

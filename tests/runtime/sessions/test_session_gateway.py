@@ -360,6 +360,23 @@ async def test_a_turn_fails_when_no_replica_comes_back() -> None:
     assert st.num_failed_turns == 1 and st.num_running == 0
 
 
+async def test_a_turn_no_replica_takes_is_withdrawn_from_the_book() -> None:
+    """The fleet is down when a session's next turn arrives: the turn fails, and the session
+    stands in the book as before it asked (its tool wait lapses with the horizon again),
+    not counted at home until the session ends."""
+    runner = StubPieceRunner(1, NEVER_EOS, seconds_per_token=0.001)
+    cfg = GatewayConfig(probe_interval_s=0.01, no_replica_timeout_s=0.05)
+    async with SessionGateway(1, runner, cfg) as gw:
+        await gw.generate("s", None, prompt(1), {}, max_tokens=8)
+        runner.kill(0)
+        gw.health.down(0, ReplicaDownError("killed"))
+        with pytest.raises(ReplicaError, match="no healthy replica"):
+            await gw.generate("s", None, prompt(1, 60), {}, max_tokens=8)
+        late = gw.now() + 10 * gw.book.tool_waits.horizon_s
+        assert gw.book.views(late)[0].num_tool_waits == 0
+        assert gw.book.request("s", None, 60).turn_index == 1  # the same second turn
+
+
 async def test_a_running_piece_s_progress_is_estimated_from_the_cost_model() -> None:
     t = [0.0]
     runner = StubPieceRunner(2, NEVER_EOS, seconds_per_token=0.01)

@@ -28,7 +28,7 @@ async def run_whole(gw: SessionGateway, handles: list[Any | None], key: str,
                     max_tokens: int | None) -> tuple[Any, Placement]:
     """Place and run one turn as verl's call ``call``; its ``TokenOutput`` and placement."""
     prompt_len = len(call["prompt_ids"])
-    d = await gw.place(gw.book.request(key, group, prompt_len, None, max_tokens))
+    _, d = await gw.request_turn(key, group, prompt_len, None, max_tokens)
     gw.book.start_turn(key, d.replica, gw.now())
     replica, out = d.replica, None
     try:

@@ -228,8 +228,8 @@ class SessionGateway:
         if session_id in self._turns:
             raise ConfigError(f"session {session_id!r} already has a turn running")
         k = self._num_turns[session_id] = self._num_turns.get(session_id, 0) + 1
-        req = self.book.request(session_id, group_id, num_prompt, prompt_tokens, sp.max_tokens)
-        decision = await self.place(req)
+        req, decision = await self.request_turn(session_id, group_id, num_prompt, prompt_tokens,
+                                                sp.max_tokens)
         moves = self.mid_turn_moves and not penalties_of(sp)
         streamed = on_tokens is not None and self.moves.streamer is not None
         moves = moves and (streamed or self.moves.pieces_pay(decision.replica))
@@ -298,6 +298,21 @@ class SessionGateway:
         """``replica`` failed under the session's turn (also one the caller runs, e.g. verl's
         whole turns): out until a probe answers; the turn goes to the least loaded healthy."""
         return await self._pieces.fail_over(session_id, replica, exc)
+
+    async def request_turn(self, session_id: Hashable, group_id: Hashable | None,
+                           context_tokens: int, prompt_tokens: int | None = None,
+                           max_tokens: int | None = None) -> tuple[TurnRequest, Placement]:
+        """A turn of ``session_id`` arrives (``SessionBook.request``) and is placed
+        (``place``; also for turns the caller sends itself, e.g. verl's whole turns). A turn
+        no replica takes (none healthy within ``no_replica_timeout_s``), or whose caller gives
+        up while it waits, is withdrawn from the book: its session stands as before."""
+        req = self.book.request(session_id, group_id, context_tokens, prompt_tokens,
+                                max_tokens)
+        try:
+            return req, await self.place(req)
+        except BaseException:
+            self.book.withdraw(session_id)
+            raise
 
     async def place(self, req: TurnRequest) -> Placement:
         """Where turn ``req`` runs (also for turns the caller sends itself, e.g. verl's whole
