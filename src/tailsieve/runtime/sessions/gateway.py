@@ -315,11 +315,12 @@ class SessionGateway:
             raise
 
     async def place(self, req: TurnRequest) -> Placement:
-        """Where turn ``req`` runs (also for turns the caller sends itself, e.g. verl's whole
-        turns): the router's decision; a replica out of service is never chosen (the least
-        loaded healthy one is: "home-down" when the router chose the session's home, else
-        "fallback"). With admission by KV room on (``runtime.sessions.admit``), a new
-        session waits here until a replica has room for it, and goes to one that has."""
+        """Where turn ``req`` runs (``request_turn`` asks the book and calls it, also for turns
+        the caller sends itself, e.g. verl's whole turns): the router's decision; a replica out
+        of service is never chosen (the least loaded healthy one is: "home-down" when the
+        router chose the session's home, else "fallback"). With admission by KV room on
+        (``runtime.sessions.admit``), a new session waits here until a replica has room for
+        it, and goes to one that has."""
         await self.health.wait_any(self.config.no_replica_timeout_s)
         adm = self.admission
         await adm.wait(req, self._healthy, self.now, lambda: self.book.tool_waits.horizon_s)
