@@ -10,9 +10,13 @@ both), fitted from its own timed pieces:
   ``b_j`` and context ``C_j`` would have made ``sum_j d_j / (tau(b_j) + k C_j)`` steps on the
   shared curve (its fixed cost ``o`` taken off the window first); it made ``g``, so it ran
   ``s = predicted / g`` times slower;
-- a replica's factor is the median of its pieces' ``log s``, shrunk toward the shared curve
-  (0) by ``n / (n + prior_pieces)`` for ``n`` pieces: the shared fit is the prior until the
-  replica has enough of its own observations;
+- a replica's factor is the median of its pieces' ``log s`` less the typical piece's (the
+  median over every replica's pieces), shrunk toward the typical piece by
+  ``n / (n + prior_pieces)`` for ``n`` pieces: the typical piece is the prior until the
+  replica has enough of its own observations. Shrinking toward the typical piece, not toward
+  the curve itself, keeps a young curve's error out of the factors: a curve fitted on a few
+  pieces of one batch size can be off by orders of magnitude, and shrunk toward it a slow
+  replica with fewer pieces than the others came out faster than them;
 - the factors are normalized so that their median over the replicas is 1 (the shared curve is
   the typical replica's; a uniform error of the curve is the curve's to fix, not a speed), and
   a fleet whose factors all lie within ``band`` of 1 is homogeneous (every factor 1), so that
@@ -64,7 +68,10 @@ def fit_speeds(observations: Iterable[PieceObservation], model: ThroughputModel,
             logs.setdefault(o.replica, []).append(math.log(s))
     if not logs:
         return {}
-    shrunk = {r: len(v) / (len(v) + prior_pieces) * float(np.median(v)) for r, v in logs.items()}
+    own = {r: float(np.median(v)) for r, v in logs.items()}
+    typical = float(np.median([x for v in logs.values() for x in v]))
+    shrunk = {r: len(logs[r]) / (len(logs[r]) + prior_pieces) * (x - typical)
+              for r, x in own.items()}
     mid = float(np.median(list(shrunk.values())))
     out = {r: math.exp(x - mid) for r, x in shrunk.items()}
     if all(abs(math.log(f)) < math.log(band) for f in out.values()):

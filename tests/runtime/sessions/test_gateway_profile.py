@@ -159,6 +159,29 @@ def test_a_refit_within_a_step_waits_for_enough_new_pieces() -> None:
     assert prof.refit(due_only=True) is None and prof.num_new == 1  # not due: skipped
 
 
+def test_a_piece_on_a_replica_not_priced_yet_makes_a_refit_due_at_once() -> None:
+    """A straggler whose turns never ended a piece (streamed whole) is first timed when a move
+    cuts them: its first piece, while the others' speeds are fitted, refits at the next check
+    rather than after ``REFIT_MIN_PIECES`` more; once it is priced, or where nothing is yet,
+    the count rule holds."""
+    prof = LiveProfile("auto", "cpu")
+    timed(prof, 0, 0.0)
+    assert not prof.refit_due  # nothing priced yet: the count rule
+    for i in range(REFIT_MIN_PIECES):
+        timed(prof, i % 2, 1.0 + i)
+    prof.refit()
+    assert set(prof.speeds) == {"0", "1"} and not prof.refit_due
+    piece = PieceRequest(tuple(range(100)), SamplingParams(max_tokens=64), 64, "x")
+    prof.record_piece(prof.time_piece(2, 20.0, piece), 20.0, 20.5, None)
+    assert not prof.refit_due  # a failed piece times nothing
+    timed(prof, 2, 21.0)
+    assert prof.refit_due and prof.num_new == 2
+    prof.refit(due_only=True)
+    assert "2" in prof.speeds and prof.num_new == 0 and not prof.refit_due
+    timed(prof, 2, 22.0)
+    assert not prof.refit_due  # priced now: the count rule again
+
+
 def _fitted_gateway(runner: StubPieceRunner) -> SessionGateway:
     """A gateway whose ``auto`` fit is trusted, every replica at the shared speed."""
     gw = SessionGateway(2, runner, GatewayConfig(), clock=lambda: 0.0)

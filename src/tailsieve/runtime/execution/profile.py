@@ -29,7 +29,9 @@ prior until it has pieces of its own), so that a straggler is priced as one::
 A refit over the kept observations costs tens to hundreds of milliseconds of CPU, on the event
 loop that relays every piece. Between steps that is free; within one (``refit(due_only=True)``,
 the gateway's mid-turn checks) it runs only once ``REFIT_SHARE`` of the kept observations (at
-least ``REFIT_MIN_PIECES``) ended since the last one, and only where it can change the step
+least ``REFIT_MIN_PIECES``) ended since the last one, or a piece ended on a replica whose own
+speed is not fitted yet while others' are (a straggler whose first pieces a move just cut),
+and only where it can change the step
 (``SessionGateway``: a running turn may move), else once every kept observation is new
 (``turned_over``: a gateway that never idles between steps). A straggler that appears mid-step
 on a fleet whose turns all run whole is therefore priced for new turns only at the next refit
@@ -69,6 +71,9 @@ class LiveProfile:
         self.online = OnlineProfile(named, settings) if auto else None
         self.speeds: dict[str, float] = {}  # replica -> speed factor (none: 1)
         self.num_new = 0  # pieces ended since the last refit
+        self.unpriced = False  # a piece ended since the last refit on a replica ``speeds``
+        # does not price yet, while it prices others
+        self._sent_to: dict[int, str] = {}  # a timed piece's id -> its replica
 
     @property
     def needs_probe(self) -> bool:
@@ -100,8 +105,10 @@ class LiveProfile:
             return None
         text = piece.prompt_text or "".join(m.get("content", "") for m in piece.messages or ())
         prompt = len(piece.prompt_ids) or prompt_tokens or text_tokens(text)
-        return self.online.request_started(str(replica), sent_s, prompt, piece.num_samples,
-                                           piece.max_tokens)
+        piece_id = self.online.request_started(str(replica), sent_s, prompt, piece.num_samples,
+                                               piece.max_tokens)
+        self._sent_to[piece_id] = str(replica)
+        return piece_id
 
     def record_piece(self, piece_id: int | None, sent_s: float, ended_s: float,
                      outs: Sequence[PieceOutput] | None) -> None:
@@ -110,6 +117,9 @@ class LiveProfile:
         if self.online is None or piece_id is None:
             return
         self.num_new += 1
+        replica = self._sent_to.pop(piece_id, None)
+        if outs and self.speeds and replica is not None and replica not in self.speeds:
+            self.unpriced = True
         if not outs:
             self.online.request_ended(piece_id, ended_s, None, False)
             return
@@ -123,12 +133,12 @@ class LiveProfile:
 
     @property
     def refit_due(self) -> bool:
-        """Whether enough pieces ended since the last refit for one within a step (see the
-        module docstring)."""
+        """Whether enough pieces ended since the last refit for one within a step, or one
+        on a replica not priced yet (see the module docstring)."""
         if self.online is None:
             return False
-        return self.num_new >= max(REFIT_MIN_PIECES,
-                                   REFIT_SHARE * self.online.num_observations)
+        return self.unpriced or self.num_new >= max(REFIT_MIN_PIECES,
+                                                    REFIT_SHARE * self.online.num_observations)
 
     @property
     def turned_over(self) -> bool:
@@ -142,7 +152,7 @@ class LiveProfile:
         (else None)."""
         if self.online is None or (due_only and not self.refit_due):
             return None
-        self.num_new = 0
+        self.num_new, self.unpriced = 0, False
         model, speeds = self.online.current(), self.online.speeds()
         if model is self.model and speeds == self.speeds:
             return None
