@@ -133,6 +133,11 @@ class DecodeLedger:
         self._by_id[rid] = (replica, rec)
         return rid
 
+    def replica_of(self, request_id: int) -> str | None:
+        """The replica request ``request_id`` was sent to, while it runs (None after ``end``)."""
+        got = self._by_id.get(request_id)
+        return None if got is None else got[0]
+
     def end(self, request_id: int, t_s: float, tokens: Sequence[int] | None,
             complete: bool, prompt_tokens: int | None = None) -> None:
         """Request ``request_id`` ended at ``t_s``: answered (``complete``, ``tokens`` per

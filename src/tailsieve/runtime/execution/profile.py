@@ -73,7 +73,6 @@ class LiveProfile:
         self.num_new = 0  # pieces ended since the last refit
         self.unpriced = False  # a piece ended since the last refit on a replica ``speeds``
         # does not price yet, while it prices others
-        self._sent_to: dict[int, str] = {}  # a timed piece's id -> its replica
 
     @property
     def needs_probe(self) -> bool:
@@ -105,10 +104,8 @@ class LiveProfile:
             return None
         text = piece.prompt_text or "".join(m.get("content", "") for m in piece.messages or ())
         prompt = len(piece.prompt_ids) or prompt_tokens or text_tokens(text)
-        piece_id = self.online.request_started(str(replica), sent_s, prompt, piece.num_samples,
-                                               piece.max_tokens)
-        self._sent_to[piece_id] = str(replica)
-        return piece_id
+        return self.online.request_started(str(replica), sent_s, prompt, piece.num_samples,
+                                           piece.max_tokens)
 
     def record_piece(self, piece_id: int | None, sent_s: float, ended_s: float,
                      outs: Sequence[PieceOutput] | None) -> None:
@@ -117,7 +114,7 @@ class LiveProfile:
         if self.online is None or piece_id is None:
             return
         self.num_new += 1
-        replica = self._sent_to.pop(piece_id, None)
+        replica = self.online.ledger.replica_of(piece_id)
         if outs and self.speeds and replica is not None and replica not in self.speeds:
             self.unpriced = True
         if not outs:
