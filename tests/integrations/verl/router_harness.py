@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import sys
+import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -37,14 +39,33 @@ PROMPT_LEN, RESPONSE_LEN, MAX_LEN = 256, 96, 1024
 EMULATED_MODEL = "tailsieve-emulated"
 
 
+RAY_START_TRIES = 3
+
+
 def start_ray() -> None:
-    """A local Ray whose workers import this checkout's ``tailsieve`` and these helpers."""
+    """A new local Ray whose workers import this checkout's ``tailsieve`` and these helpers.
+
+    ``address="local"`` never joins a cluster named by ``RAY_ADDRESS`` or left behind in
+    ``/tmp/ray/ray_current_cluster``. A start that fails (a node slow to come up on a busy
+    machine) is shut down, printed and tried again, up to ``RAY_START_TRIES`` times.
+    """
     if ray.is_initialized():
         return
     paths = [str(SRC), str(HERE), os.environ.get("PYTHONPATH", "")]
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
-    ray.init(num_cpus=16, include_dashboard=False, object_store_memory=100 * 1024 * 1024,
-             log_to_driver=True, configure_logging=False)
+    for attempt in range(1, RAY_START_TRIES + 1):
+        try:
+            ray.init(address="local", num_cpus=16, include_dashboard=False,
+                     object_store_memory=100 * 1024 * 1024, log_to_driver=True,
+                     configure_logging=False)
+            return
+        except Exception as err:
+            print(f"start_ray: ray.init failed (try {attempt} of {RAY_START_TRIES}): "
+                  f"{type(err).__name__}: {err}", file=sys.stderr, flush=True)
+            ray.shutdown()
+            if attempt == RAY_START_TRIES:
+                raise
+            time.sleep(2.0 * attempt)
 
 
 @pytest.fixture(scope="session")
