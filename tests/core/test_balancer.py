@@ -54,6 +54,20 @@ def test_no_move_when_the_gain_does_not_pay() -> None:
     assert plan_moves([_load(0, [8000] * 6), _load(1, [])], horizon_s=10.0, seam_s=60.0) == []
 
 
+def test_a_destination_takes_no_more_context_than_its_room() -> None:
+    free = plan_moves([_load(0, [8000] * 6), _load(1, [])], horizon_s=100.0, seam_s=0.0)
+    assert sum(m.prefix_tokens for m in free) >= 16000  # unbounded, it takes two or more
+    for room in (0.0, 7999.0, 8000.0, 20000.0):
+        loads = [_load(0, [8000] * 6), _load(1, [])]
+        loads[1].room_tokens = room
+        moves = plan_moves(loads, horizon_s=100.0, seam_s=0.0)
+        assert sum(m.prefix_tokens for m in moves) == 8000 * int(room // 8000)
+    # a small response fits where a large one does not: the small one moves
+    loads = [_load(0, [2000, 9000, 9000]), _load(1, [])]
+    loads[1].room_tokens = 5000.0
+    assert [m.prefix_tokens for m in plan_moves(loads, horizon_s=1000.0, seam_s=0.0)] == [2000]
+
+
 def test_balanced_replicas_make_no_move() -> None:
     loads = [_load(r, [3000] * 4) for r in range(4)]
     assert plan_moves(loads, horizon_s=1000.0, seam_s=0.0) == []

@@ -8,6 +8,7 @@ updates only the two replicas a move changes. Both must return the same moves.
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Callable, Hashable, Iterator, Sequence
 
 import pytest
@@ -27,6 +28,7 @@ def reference_plan_moves(
         return []
     b = [ld.num_running for ld in loads]
     ctx = [float(ld.context_tokens) for ld in loads]
+    room = [ld.room_tokens for ld in loads]
     cost = [ld.cost_s(b[i], ctx[i]) for i, ld in enumerate(loads)]
     sorted_ctx: dict[int, list[tuple[int, int, Hashable]]] = {}  # replica -> (ctx, seq, key)
     out: list[Move] = []
@@ -66,13 +68,14 @@ def reference_plan_moves(
         for d, base in dests:
             ld = loads[d]
             k_d = ld.context_s_per_token
+            fit = sum(1 for c in cands if c[0] <= room[d])  # the responses that fit its room
             if a is None or k_top + k_d <= 0:
-                star = len(cands)
+                star = fit
             else:
                 x_star = (a - base) / (k_top + k_d)
-                star = bisect.bisect_left(cands, (x_star,))
-            for j in {0, star - 1, min(star, len(cands) - 1)}:
-                if j < 0:
+                star = min(bisect.bisect_left(cands, (x_star,)), fit)
+            for j in {0, star - 1, min(star, fit - 1)}:
+                if j < 0 or j >= fit:
                     continue
                 x = cands[j][0]
                 c_src = a - k_top * x if a is not None else 0.0
@@ -93,6 +96,8 @@ def reference_plan_moves(
         ctx[top] -= x
         b[d] += 1
         ctx[d] += x
+        room[top] += x
+        room[d] -= x
         cost[top] = lt.cost_s(b[top], ctx[top])
         cost[d] = loads[d].cost_s(b[d], ctx[d])
         out.append(Move(key, lt.replica, loads[d].replica, x, uncached, net))
@@ -122,6 +127,7 @@ REPLICA = st.tuples(
     st.booleans(),  # accepts (drawn False one time in four below)
     st.sampled_from([0, 0, 0, 1]),  # pool
     st.integers(0, 3),  # copies of this replica (exact ties across destinations)
+    st.sampled_from([math.inf, math.inf, 0.0, 600.0, 5000.0, 20_000.0]),  # room for moves
 )
 
 
@@ -131,8 +137,8 @@ def cases(draw: st.DrawFn) -> tuple[list[ReplicaLoad], float, float, int, dict[
     models = draw(st.lists(MODEL, min_size=3, max_size=3))
     taus = {i: _tau_of(*m[:3]) for i, m in enumerate(models)}
     loads: list[ReplicaLoad] = []
-    for mi, contexts, hidden, acc, pool, copies in draw(st.lists(REPLICA, min_size=1,
-                                                                   max_size=8)):
+    for mi, contexts, hidden, acc, pool, copies, room in draw(st.lists(REPLICA, min_size=1,
+                                                                         max_size=8)):
         accepts = acc or draw(st.booleans()) or draw(st.booleans())
         for _ in range(1 + copies):
             r = len(loads)
@@ -142,7 +148,7 @@ def cases(draw: st.DrawFn) -> tuple[list[ReplicaLoad], float, float, int, dict[
             loads.append(ReplicaLoad(
                 r, len(items) + hidden, float(sum(c for _, c in items) + extra),
                 (lambda it=items: it), taus[mi], k, per_token, prefill_s,
-                accepts=accepts, pool=pool))
+                accepts=accepts, pool=pool, room_tokens=room))
     hits = None
     if draw(st.booleans()):
         keys = [(key, ld.replica) for ld in loads for key, _ in ld.running()]
@@ -160,7 +166,8 @@ Case = tuple[list[ReplicaLoad], float, float, int, dict[tuple[Hashable, int], in
 @given(cases(), st.sampled_from(["none", "exact", "with zeros"]))
 def test_equals_the_reference_on_random_loads(case: Case, where: str) -> None:
     """Random loads: cost models, pools, non-accepting replicas, identical replicas,
-    responses counted but not offered, cache hits (told where, or not), move limits."""
+    responses counted but not offered, cache hits (told where, or not), move limits, room
+    for moves (none, some, unbounded)."""
     loads, horizon, seam, max_moves, hits = case
     cached = None if hits is None else (lambda key, r: hits.get((key, r), 0))
     on: dict[Hashable, dict[int, int]] = {}

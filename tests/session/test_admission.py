@@ -126,6 +126,18 @@ def test_the_engines_measured_usage_takes_room_the_reservations_leave() -> None:
     assert adm.with_room(80) == [0, 1]
 
 
+def test_rooms_are_what_a_move_may_bring_past_the_reservations_and_the_engines_use() -> None:
+    adm = KvAdmission([100, 100, None], AdmissionSettings(1.0, expected_context_tokens=30))
+    adm.admit("a", 0, 10)
+    adm.admit("b", 0, 50)
+    assert adm.rooms() == [20.0, 100.0, float("inf")]  # 30 + 50 reserved on replica 0
+    adm.measure(1, KvReading(0.9, 0))  # the engine holds more than the book reserves
+    assert adm.rooms()[1] == pytest.approx(10.0)
+    adm.admit("c", 0, 120)  # past its budget: no room, never below 0
+    adm.measure(1, KvReading(0.1, 2))  # preempted since its last reading: no room at all
+    assert adm.rooms()[:2] == [0.0, 0.0]
+
+
 def test_a_preempting_replica_takes_no_new_session_until_a_reading_shows_none() -> None:
     adm = KvAdmission([100, 100])
     adm.measure(0, KvReading(0.0, 3))  # a first reading: nothing to compare with

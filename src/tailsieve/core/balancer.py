@@ -34,10 +34,16 @@ gain plus the most prefill a cached prefix of the top's responses could save doe
 (``cached_on`` tells where and how much is cached); destinations where ``x*`` lies beyond every
 context and the top stays the costlier all give the same gain, so of those only the
 lowest-numbered one and those with a cached prefix are weighed.
+
+A destination's ``room_tokens`` (KV a reservation budget leaves it) bounds the contexts it
+takes: only the top's responses that fit are weighed there, and each move made counts against
+the destination's room (and gives the source its room back). A destination with less room than
+the top's largest context is weighed on its own (no plateau), and its gain bounds no other.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -179,6 +185,8 @@ class _Planner:
     groups: Groups
     sorted_run: dict[int, list[tuple[Hashable, int]]]  # replica -> by context, stable
     most_hit: dict[int, float]  # replica -> most cached tokens of its responses anywhere
+    room: list[float]  # context tokens each replica may still take (``room_tokens``, less
+    # the moves made into it, plus those made out of it)
 
     @classmethod
     def of(cls, loads: Sequence[ReplicaLoad], horizon_s: float, seam_s: float,
@@ -198,7 +206,7 @@ class _Planner:
         elif cached_on is not None:
             hit_on = HitsOn(loads, cached_on)
         return cls(loads, horizon_s, seam_s, cached, hit_on, prunable, b, ctx, ks, taus, cost,
-                   groups, {}, {})
+                   groups, {}, {}, [ld.room_tokens for ld in loads])
 
     def top(self) -> _Top | None:
         """The costliest replica, or None where it has no response it may shed."""
@@ -226,11 +234,21 @@ class _Planner:
         for grp in self.groups.by_pool.get(top.pool, ()):
             start, reps = self._plateau(top, grp)
             for d in reps:
-                best, _ = best_for(best, top.cands, top.without, self.groups.base[d], top.cost,
-                                   top.k, self.loads[d], d, self.horizon_s, self.seam_s,
-                                   self.cached, self.hit_on, top.prune)
+                cands = self._fitting(top, d)
+                if cands:
+                    best, _ = best_for(best, cands, top.without, self.groups.base[d],
+                                       top.cost, top.k, self.loads[d], d, self.horizon_s,
+                                       self.seam_s, self.cached, self.hit_on, top.prune)
             best = self._scan(top, grp[start:], best)
         return best
+
+    def _fitting(self, top: _Top, d: int) -> list[tuple[Hashable, int]]:
+        """The top's responses (by context) whose context fits ``d``'s room: all of them, or
+        the leading ones."""
+        room, cands = self.room[d], top.cands
+        if room >= cands[-1][1]:
+            return cands
+        return cands[:bisect.bisect_right(cands, room, key=_INDEX)]
 
     def _plateau(self, top: _Top, grp: list[tuple[float, int]]) -> tuple[int, list[int]]:
         """How many of ``grp``'s leading destinations give one same gain without a cached
@@ -241,6 +259,9 @@ class _Planner:
         start = plateau_len(grp, top.cands, top.without, top.cost, top.k,
                             self.loads[grp[0][1]], self.horizon_s, self.seam_s)
         if not start:
+            return 0, []
+        largest, room = top.cands[-1][1], self.room
+        if any(room[d] < largest for _, d in grp[:start]):
             return 0, []
         lead = min(map(_INDEX, grp[:start]))
         if lead == top.index:
@@ -278,7 +299,12 @@ class _Planner:
             if prunable and plain is not None and self._out_of_reach(top, plain, ld, best,
                                                                      slack):
                 break
-            best, plain = best_for(best, cands, a, bd, c_top, k_top, ld, d, horizon_s, seam_s,
+            fit = self._fitting(top, d)
+            if len(fit) == len(cands):
+                best, plain = best_for(best, cands, a, bd, c_top, k_top, ld, d, horizon_s,
+                                       seam_s, cached, hit_on, top.prune)
+            elif fit:
+                best, _ = best_for(best, fit, a, bd, c_top, k_top, ld, d, horizon_s, seam_s,
                                    cached, hit_on, top.prune)
         return best
 
@@ -310,6 +336,8 @@ class _Planner:
         ctx[t] -= x
         b[d] += 1
         ctx[d] += x
+        self.room[t] += x
+        self.room[d] -= x
         for r in (t, d):
             self.cost[r] = taus[r](b[r]) + ks[r] * ctx[r] if b[r] > 0 else 0.0
             self.groups.update(r, taus[r](b[r] + 1) + ks[r] * ctx[r])

@@ -4,6 +4,7 @@ what a load takes of a replica's cost model (``cost_terms``)."""
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
@@ -34,6 +35,9 @@ class ReplicaLoad:
     prefill_s: float = 0.0  # fixed cost per admitted continuation, seconds
     accepts: bool = True  # may receive moves (False: e.g. a replica with queued requests)
     pool: int = 0  # moves stay within a pool (the tail pool and the bulk pool differ)
+    room_tokens: float = math.inf  # context tokens moves may still bring here (e.g. what
+    # admission by KV room leaves unreserved); ``plan_moves`` moves no response whose context
+    # exceeds what is left, and counts each move it makes against it
 
     @classmethod
     def of(cls, replica: int, running: Running, tau: Callable[[int], float],

@@ -17,7 +17,8 @@ where none has room it waits at the router, and is admitted when a resident sess
 expected context is what the previous steps' trajectories grew to at their end (a step's
 trajectories are drawn alike); before any step has ended it is the session's own context, so
 the first step admits by what it sees. A session that moves (a priced move at a turn
-boundary) takes its reservation along. No future length is read.
+boundary, or a running turn moved mid-turn) takes its reservation along; a mid-turn move goes
+only where the reservations leave room for its context (``rooms``). No future length is read.
 
 The engine's own account of its KV (``KvReading``: vLLM's ``vllm:kv_cache_usage_perc``,
 ``vllm:num_preemptions_total`` and its KV size, read live by ``runtime.engine.engine_kv``) corrects
@@ -179,6 +180,16 @@ class KvAdmission:
             return True
         held = max(self.reserved[replica], self.measured[replica])
         return held + self.need(context_tokens) <= self.budget[replica]
+
+    def rooms(self) -> list[float]:
+        """Per replica, the context tokens a running turn moved there may bring
+        (``ReplicaLoad.room_tokens``): what its budget leaves beside the KV held (reservations,
+        or what the engine measures where that is more); 0 while it preempts; inf without a
+        budget. A move takes its session's reservation along, so a move into a replica past
+        its budget would undo what admission keeps."""
+        return [0.0 if self.pressed[r] else
+                max(self.budget[r] - max(self.reserved[r], self.measured[r]), 0.0)
+                for r in range(len(self.budget))]
 
     def with_room(self, context_tokens: float) -> list[int]:
         """The replicas where a new session of ``context_tokens`` fits."""

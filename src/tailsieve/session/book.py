@@ -272,14 +272,16 @@ class SessionBook:
         self._dirty.clear()
         return table
 
-    def balance_loads(self, now_s: float) -> list[ReplicaLoad]:
+    def balance_loads(self, now_s: float,
+                      rooms: Sequence[float] | None = None) -> list[ReplicaLoad]:
         """The loads of ``core.balancer.plan_moves`` for mid-turn moves
         (``session.midturn.move_loads``): per replica where no turn waits, its running turns
         keyed by session id with their contexts (prompt + generated), the sessions in a tool
-        call whose home it is, whether it takes moves (healthy, KV room); pass ``self.cached``
-        and ``self.cached_on`` as its ``cached`` / ``cached_on``."""
+        call whose home it is, whether it takes moves (healthy, KV room), the context it may
+        take (``rooms``, admission's; None: no bound); pass ``self.cached`` and
+        ``self.cached_on`` as its ``cached`` / ``cached_on``."""
         running = [self._running.running_on(r) for r in range(len(self._reps))]
-        return move_loads(self.views(now_s), running, self._taus, self.tool_wait_weight)
+        return move_loads(self.views(now_s), running, self._taus, self.tool_wait_weight, rooms)
 
     def session_horizon_s(self, now_s: float) -> float:
         """How long a mid-turn move made now is expected to keep paying

@@ -8,7 +8,10 @@ A mid-turn check asks ``core.balancer.plan_moves`` for moves of running turns. I
   a tool call whose home it is (they come back to it, as ``place_turn`` counts them); it
   takes moves while healthy and while its KV has room for one more context of its mean size
   (a move into a full replica only preempts another); a replica where requests wait for KV
-  space is left out (a turn moved away only lets a queued one in: no gain);
+  space is left out (a turn moved away only lets a queued one in: no gain); with admission by
+  KV room, a replica takes no more context than its sessions' reservations leave
+  (``KvAdmission.rooms``: a moved turn takes its reservation along, and a replica filled past
+  its budget evicts the contexts of its sessions in a tool call);
 - the horizon (``move_horizon_s``): the balance settings' remaining step time, at most the
   session horizon (``session_horizon_s``): a moved turn's session stays on its new replica
   for about as many turns as it has run (as ``place_turn`` assumes), each the mean turn
@@ -20,6 +23,7 @@ quantities are the same. Pure.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Hashable, Sequence
 
 from tailsieve.core.balancer import BalanceSettings, ReplicaLoad, Running
@@ -36,11 +40,13 @@ DEFAULT_TURN_TOKENS = 512.0  # a turn's expected output before any turn has ende
 
 
 def move_load(view: ReplicaView, running: Sequence[tuple[Hashable, int]],
-              tau: Callable[[int], float], tool_wait_weight: float = 1.0) -> ReplicaLoad | None:
+              tau: Callable[[int], float], tool_wait_weight: float = 1.0,
+              room_tokens: float = math.inf) -> ReplicaLoad | None:
     """The balancer's load of ``view``'s replica (see the module docstring): ``running``,
     its running turns as ``(key, context tokens)``; ``tau``: its ``tau(b)`` for whole ``b``;
     ``tool_wait_weight``: how much a session in a tool call counts (``SessionSettings``,
-    as ``place_turn`` weighs it). None when requests wait there."""
+    as ``place_turn`` weighs it); ``room_tokens``: the context moves may bring there
+    (admission's ``KvAdmission.rooms``). None when requests wait there."""
     if view.num_waiting:
         return None
     cfg = view.config
@@ -50,17 +56,19 @@ def move_load(view: ReplicaView, running: Sequence[tuple[Hashable, int]],
         view.replica, n + round(tool_wait_weight * view.num_tool_waits),
         kv + tool_wait_weight * view.tool_wait_context_tokens,
         _const(tuple(running)), tau, cfg.throughput.context_s_per_token,
-        recompute_rate(cfg, kv / max(n, 1)), cfg.prefill_s, view.healthy and room)
+        recompute_rate(cfg, kv / max(n, 1)), cfg.prefill_s, view.healthy and room,
+        room_tokens=room_tokens)
 
 
 def move_loads(views: Sequence[ReplicaView], running: Sequence[Sequence[tuple[Hashable, int]]],
-               taus: Sequence[Callable[[int], float]],
-               tool_wait_weight: float = 1.0) -> list[ReplicaLoad]:
-    """``move_load`` of every replica where none waits (``running[r]``, ``taus[r]``: replica
-    ``r``'s)."""
+               taus: Sequence[Callable[[int], float]], tool_wait_weight: float = 1.0,
+               rooms: Sequence[float] | None = None) -> list[ReplicaLoad]:
+    """``move_load`` of every replica where none waits (``running[r]``, ``taus[r]``,
+    ``rooms[r]``: replica ``r``'s; ``rooms`` None: no bound)."""
     out = []
     for v in views:
-        ld = move_load(v, running[v.replica], taus[v.replica], tool_wait_weight)
+        ld = move_load(v, running[v.replica], taus[v.replica], tool_wait_weight,
+                       math.inf if rooms is None else rooms[v.replica])
         if ld is not None:
             out.append(ld)
     return out

@@ -19,7 +19,7 @@ from tailsieve.runtime.sessions import GatewayConfig, SessionGateway
 from tailsieve.runtime.sessions.admit import LiveAdmission
 from tailsieve.runtime.sessions.parts import GatewayParts, replica_configs
 from tailsieve.runtime.stub import StubModel, StubPieceRunner
-from tailsieve.session.admission import StepShape
+from tailsieve.session.admission import KvReading, StepShape
 from tailsieve.session.book import SessionBook
 from tailsieve.session.cache_model import PrefixCacheModel
 from tailsieve.session.routers import make_router
@@ -185,3 +185,37 @@ def test_off_never_waits_and_auto_follows_the_rule() -> None:
     assert not baseline.begin_step(cfgs)
     with pytest.raises(ConfigError, match="kv_admission"):
         GatewayConfig(kv_admission="maybe")
+
+
+@pytest.mark.parametrize("engine_use", [0.9999, 0.0])
+async def test_a_turn_moves_mid_turn_only_where_the_reservations_leave_room(
+        engine_use: float) -> None:
+    """Turns all started on replica 0 (replica 1 out of service), then replica 1 is back. With
+    its engine reporting its KV nearly full, no running turn moves there; with it empty,
+    turns move there and their sessions' reservations go along."""
+    runner = StubPieceRunner(2, StubModel(eos_every=10**9), seconds_per_token=0.001)
+    cfg = GatewayConfig(policy="tailsieve", kv_admission="on", piece_tokens=8,
+                        balance=BalanceSettings(interval_s=3600.0, horizon_s=30.0, seam_s=0.0),
+                        profile="qwen3-4b-h100")
+    gw = SessionGateway(2, runner, cfg, small_kv_parts(cfg, 2, 100_000))
+    async with gw:
+        gw.begin_step()
+        adm = gw.admission
+        assert adm.kv is not None
+        gw.set_healthy(1, False)
+        tasks = [asyncio.create_task(gw.generate(f"s{i}", "g", [7 + i] * 40, {},
+                                                 max_tokens=400)) for i in range(8)]
+        while len(gw._turns) < 8:
+            await asyncio.sleep(0.001)
+        gw.set_healthy(1, True)
+        adm.kv.measure(1, KvReading(engine_use, 0))
+        rooms = adm.rooms()
+        assert rooms is not None
+        made = gw.moves.check().num_made
+        resident = [adm.kv.resident(f"s{i}") for i in range(8)]
+        outs = await asyncio.gather(*tasks)
+    assert all(len(o.token_ids) == 400 for o in outs)
+    if engine_use > 0.5:
+        assert rooms[1] < 40 and made == 0 and resident == [0] * 8
+    else:
+        assert made > 0 and resident.count(1) == made

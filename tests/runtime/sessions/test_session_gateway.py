@@ -283,7 +283,7 @@ async def test_a_rebalancer_crash_is_logged_counted_and_turns_moves_off(
                                                                 horizon_s=30.0))
     gw = SessionGateway(2, runner, cfg)
 
-    def broken(now_s: float) -> list[object]:
+    def broken(now_s: float, rooms: object = None) -> list[object]:
         raise RuntimeError("book exploded")
 
     monkeypatch.setattr(gw.book, "balance_loads", broken)

@@ -215,6 +215,11 @@ class LiveAdmission:
             del self._wake[sid]
             self._pump()
 
+    def rooms(self) -> list[float] | None:
+        """Per replica, the context a turn moved mid-turn may bring (``KvAdmission.rooms``;
+        None: admission off)."""
+        return self.kv.rooms() if self.kv is not None else None
+
     def room(self, turn: TurnRequest, healthy: Sequence[bool]) -> list[int] | None:
         """The healthy replicas ``turn`` may go to: those with room for it and its session's
         resident one (None: any, admission off; [] none)."""

@@ -102,7 +102,8 @@ class SessionGateway:
                                        num_replicas)  # new sessions by KV room
         self.moves = MidTurnMoves(self.config, runner, self.parts, self.tally, self.profile,
                                   self._turns, self._healthy, self.now, self.elapsed,
-                                  lambda: self.mid_turn_moves, time_scale_of(clock))
+                                  lambda: self.mid_turn_moves, time_scale_of(clock),
+                                  self.admission)
         self.steps = GatewaySteps(self.config, self.parts, self.moves)
         self.gate = self.steps.gate
         self.rebalance = (AbortAndResume(self.router, self.config, self.moves)

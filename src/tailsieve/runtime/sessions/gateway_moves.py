@@ -15,7 +15,8 @@ the step, the book is told how far every running piece has come (the tokens it s
 it as one ``ReplicaLoad`` per replica (``SessionBook.balance_loads``, built by
 ``session.midturn.move_loads`` exactly as the agentic simulator builds its planner's: running
 turns keyed by session id with their contexts, tool waits in their home's load, no move into a
-replica without KV room, replicas with waiting turns left out), priced over the same horizon
+replica without KV room, nor past what admission's reservations leave it, replicas with waiting
+turns left out), priced over the same horizon
 as the simulator's (``session.midturn.move_horizon_s`` with
 ``SessionBook.session_horizon_s``); ``plan_moves`` picks the moves that save more than they
 cost (the uncached prefix's prefill on the destination plus a seam; ``SessionBook.cached`` /
@@ -37,6 +38,7 @@ from tailsieve.runtime.engine.pieces import PieceInterrupter, PieceRunner, Piece
 from tailsieve.runtime.execution.check_timer import CheckTimer
 from tailsieve.runtime.execution.profile import LiveProfile
 from tailsieve.runtime.execution.turn_chain import RunningTurn
+from tailsieve.runtime.sessions.admit import LiveAdmission
 from tailsieve.runtime.sessions.config import GatewayConfig
 from tailsieve.runtime.sessions.parts import GatewayParts
 from tailsieve.runtime.sessions.tally import Tally
@@ -64,8 +66,12 @@ class MidTurnMoves:
     def __init__(self, config: GatewayConfig, runner: PieceRunner, parts: GatewayParts,
                  tally: Tally, profile: LiveProfile, turns: dict[Hashable, RunningTurn],
                  healthy: list[bool], now: Callable[[], float], elapsed: Callable[[], float],
-                 allowed: Callable[[], bool], time_scale: float = 1.0) -> None:
+                 allowed: Callable[[], bool], time_scale: float = 1.0,
+                 admission: LiveAdmission | None = None) -> None:
+        """``admission``: the gateway's admission by KV room (moves then go only where the
+        reservations leave room, and take the moved session's reservation along)."""
         self.config = config
+        self.admission = admission
         self.book = parts.book
         self.tally = tally
         self.profile = profile
@@ -125,13 +131,20 @@ class MidTurnMoves:
         now = self.check_timer.last_s = self.now()
         self.num_checks += 1
         self.estimate_progress(now)
+        adm = self.admission
+        rooms = adm.rooms() if adm is not None else None
         loads = [replace(ld, running=_without(ld.running, self.waiting))
-                 for ld in self.book.balance_loads(now)]
+                 for ld in self.book.balance_loads(now, rooms)]
         s = self.settings
         horizon = move_horizon_s(s, self.elapsed(), self.book.session_horizon_s(now))
         moves = plan_moves(loads, horizon, s.seam_s, s.max_moves_per_check,
                            cached=self.book.cached, cached_on=self.book.cached_on)
-        made = sum(1 for mv in moves if self.move(mv.key, mv.dst))
+        made = 0
+        for mv in moves:
+            if self.move(mv.key, mv.dst):
+                made += 1
+                if adm is not None:  # the reservation goes along now, as the plan counted
+                    adm.placed(mv.key, mv.dst, mv.prefix_tokens)
         return CheckResult(len(moves), made)
 
     async def loop_once(self) -> CheckResult:

@@ -4,8 +4,8 @@ At a check every replica has been brought to the moment; ``core.balancer.plan_mo
 asked for moves of running turns (the engines' running requests with their contexts, keyed
 ``(session, piece)``), priced with what each replica's prefix cache holds of each. The loads
 are ``session.midturn.move_loads`` over the replicas' views, as the live gateway builds
-them over its ``SessionBook`` (tool waits in their home's load, KV room, replicas with
-queued requests left out); only running turns move. The step (``TurnStepSim.check``) makes
+them over its ``SessionBook`` (tool waits in their home's load, KV room, admission's room,
+replicas with queued requests left out); only running turns move. The step (``TurnStepSim.check``) makes
 them.
 """
 
@@ -31,16 +31,17 @@ class MovePlanner:
             cfg.throughput.taus(4096).tolist().__getitem__ for cfg in reps.priced]
         self._ctx: dict[Hashable, int] = {}
 
-    def loads(self, now_s: float,
-              exclude: Callable[[Hashable], bool] | None = None) -> list[ReplicaLoad]:
+    def loads(self, now_s: float, exclude: Callable[[Hashable], bool] | None = None,
+              rooms: Sequence[float] | None = None) -> list[ReplicaLoad]:
         """The loads of the replicas where none waits, at ``now_s`` (every replica brought to
         it); ``exclude(key)``: running requests that may not move (still counted in the
-        load)."""
+        load); ``rooms``: the context each replica may take (``KvAdmission.rooms``; None: no
+        bound)."""
         running = [e.running_contexts() for e in self.reps.engines]
         self._ctx = {k: n for items in running for k, n in items}
         if exclude is not None:
             running = [[(k, n) for k, n in items if not exclude(k)] for items in running]
-        return move_loads(self.reps.views(now_s), running, self._taus)
+        return move_loads(self.reps.views(now_s), running, self._taus, rooms=rooms)
 
     def cached(self, key: Hashable, replica: int) -> int:
         i = _session(key)
@@ -51,9 +52,10 @@ class MovePlanner:
         return self.reps.cache.cached_on(i, self.group_of[i], self._ctx.get(key, 0))
 
     def plan(self, now_s: float, horizon_s: float, seam_s: float, max_moves: int,
-             exclude: Callable[[Hashable], bool] | None = None) -> list[Move]:
-        """The moves of a check at ``now_s``."""
-        return plan_moves(self.loads(now_s, exclude), horizon_s, seam_s, max_moves,
+             exclude: Callable[[Hashable], bool] | None = None,
+             rooms: Sequence[float] | None = None) -> list[Move]:
+        """The moves of a check at ``now_s`` (``loads``' arguments)."""
+        return plan_moves(self.loads(now_s, exclude, rooms), horizon_s, seam_s, max_moves,
                           self.cached, self.cached_on)
 
 

@@ -177,11 +177,14 @@ class TurnStepSim:
         self.stats.checks += 1
         opts = self.options.balance
         horizon = move_horizon_s(opts, t, self.session_horizon_s(t))
+        adm = self.admission
         for m in self.planner.plan(t, horizon, opts.seam_s, opts.max_moves_per_check,
-                                   self.held):
+                                   self.held, adm.rooms() if adm is not None else None):
             i, piece = _ids(m.key)
             if self.where[i] != m.src or self.piece[i] != piece:
                 continue
+            if adm is not None:  # the reservation goes along now, as the planner counted it
+                adm.admit(i, m.dst, m.prefix_tokens)
             if self.options.piece_tokens is not None:  # at the running piece's end
                 self.pending[i] = m.dst
                 self.hold[i] = piece + 2
