@@ -187,6 +187,7 @@ class _Planner:
     most_hit: dict[int, float]  # replica -> most cached tokens of its responses anywhere
     room: list[float]  # context tokens each replica may still take (``room_tokens``, less
     # the moves made into it, plus those made out of it)
+    bounded: bool  # some replica's room is finite (else no room check is needed)
 
     @classmethod
     def of(cls, loads: Sequence[ReplicaLoad], horizon_s: float, seam_s: float,
@@ -199,6 +200,7 @@ class _Planner:
         cost = [t(n) + k * c if n > 0 else 0.0 for t, n, k, c in zip(taus, b, ks, ctx,
                                                                       strict=True)]
         groups = Groups(loads, b, ctx, taus, ks)
+        room = [ld.room_tokens for ld in loads]
         prunable = min(ks) >= 0 and min([ld.prefill_s_per_token for ld in loads]) >= 0
         hit_on: Callable[[Hashable], Mapping[int, int]] | None = None
         if cached is None:
@@ -206,7 +208,7 @@ class _Planner:
         elif cached_on is not None:
             hit_on = HitsOn(loads, cached_on)
         return cls(loads, horizon_s, seam_s, cached, hit_on, prunable, b, ctx, ks, taus, cost,
-                   groups, {}, {}, [ld.room_tokens for ld in loads])
+                   groups, {}, {}, room, any(r < math.inf for r in room))
 
     def top(self) -> _Top | None:
         """The costliest replica, or None where it has no response it may shed."""
@@ -246,7 +248,7 @@ class _Planner:
         """The top's responses (by context) whose context fits ``d``'s room: all of them, or
         the leading ones."""
         room, cands = self.room[d], top.cands
-        if room >= cands[-1][1]:
+        if not self.bounded or room >= cands[-1][1]:
             return cands
         return cands[:bisect.bisect_right(cands, room, key=_INDEX)]
 
@@ -260,9 +262,10 @@ class _Planner:
                             self.loads[grp[0][1]], self.horizon_s, self.seam_s)
         if not start:
             return 0, []
-        largest, room = top.cands[-1][1], self.room
-        if any(room[d] < largest for _, d in grp[:start]):
-            return 0, []
+        if self.bounded:
+            largest, room = top.cands[-1][1], self.room
+            if any(room[d] < largest for _, d in grp[:start]):
+                return 0, []
         lead = min(map(_INDEX, grp[:start]))
         if lead == top.index:
             lead = min((d for _, d in grp[:start] if d != top.index), default=-1)

@@ -114,9 +114,9 @@ class LiveProfile:
         if self.online is None or piece_id is None:
             return
         self.num_new += 1
-        replica = self.online.ledger.replica_of(piece_id)
-        if outs and self.speeds and replica is not None and replica not in self.speeds:
-            self.unpriced = True
+        if outs and self.speeds and not self.unpriced:
+            replica = self.online.ledger.replica_of(piece_id)
+            self.unpriced = replica is not None and replica not in self.speeds
         if not outs:
             self.online.request_ended(piece_id, ended_s, None, False)
             return

@@ -16,8 +16,7 @@ it as one ``ReplicaLoad`` per replica (``SessionBook.balance_loads``, built by
 ``session.midturn.move_loads`` exactly as the agentic simulator builds its planner's: running
 turns keyed by session id with their contexts, tool waits in their home's load, no move into a
 replica without KV room, nor past what admission's reservations leave it, replicas with waiting
-turns left out), priced over the same horizon
-as the simulator's (``session.midturn.move_horizon_s`` with
+turns left out), priced over the same horizon as the simulator's (``session.midturn.move_horizon_s`` with
 ``SessionBook.session_horizon_s``); ``plan_moves`` picks the moves that save more than they
 cost (the uncached prefix's prefill on the destination plus a seam; ``SessionBook.cached`` /
 ``cached_on`` say what is cached where). A turn whose last move has not taken effect yet is no
@@ -131,20 +130,14 @@ class MidTurnMoves:
         now = self.check_timer.last_s = self.now()
         self.num_checks += 1
         self.estimate_progress(now)
-        adm = self.admission
-        rooms = adm.rooms() if adm is not None else None
+        rooms = self.admission.rooms() if self.admission is not None else None
         loads = [replace(ld, running=_without(ld.running, self.waiting))
                  for ld in self.book.balance_loads(now, rooms)]
         s = self.settings
         horizon = move_horizon_s(s, self.elapsed(), self.book.session_horizon_s(now))
         moves = plan_moves(loads, horizon, s.seam_s, s.max_moves_per_check,
                            cached=self.book.cached, cached_on=self.book.cached_on)
-        made = 0
-        for mv in moves:
-            if self.move(mv.key, mv.dst):
-                made += 1
-                if adm is not None:  # the reservation goes along now, as the plan counted
-                    adm.placed(mv.key, mv.dst, mv.prefix_tokens)
+        made = sum(1 for mv in moves if self.move(mv.key, mv.dst))
         return CheckResult(len(moves), made)
 
     async def loop_once(self) -> CheckResult:
@@ -258,6 +251,8 @@ class MidTurnMoves:
         rt.expect_hit = self.book.cached(rt.session_id, dst)
         self.tally.moved(rt.prefix_tokens - rt.expect_hit)
         rt.replica = dst
+        if self.admission is not None:  # the reservation goes along now (the plan counted it)
+            self.admission.placed(rt.session_id, dst, rt.prefix_tokens)
         if stopper is not None and rt.piece_on is not None:
             stopper.interrupt(rt.piece_on, rt.piece_id)
 

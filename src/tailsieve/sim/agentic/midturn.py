@@ -5,8 +5,8 @@ asked for moves of running turns (the engines' running requests with their conte
 ``(session, piece)``), priced with what each replica's prefix cache holds of each. The loads
 are ``session.midturn.move_loads`` over the replicas' views, as the live gateway builds
 them over its ``SessionBook`` (tool waits in their home's load, KV room, admission's room,
-replicas with queued requests left out); only running turns move. The step (``TurnStepSim.check``) makes
-them.
+replicas with queued requests left out); only running turns move. The step
+(``TurnStepSim.check``) makes them.
 """
 
 from __future__ import annotations
